@@ -1,0 +1,113 @@
+"""The per-stream timing quantities, each defined once. Inputs are StreamRecords (run-clock ns).
+
+A stream has a *prefill* phase (send -> first content chunk) and a *decode* phase (first ->
+last content chunk). Mixing them is the seeds' classic error, so no function here divides
+total tokens by whole-request time.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+from loadgen.records import StreamRecord
+
+NS = 1_000_000_000
+
+
+def first_chunk_tokens(rec: StreamRecord) -> int:
+    """Tokens carried by the first content chunk.
+
+    From continuous usage when the server gave it; otherwise 1, because an engine's first
+    step after prefill samples exactly one token (speculation only starts once decoding).
+    """
+    if rec.chunk_tokens:
+        return rec.chunk_tokens[0]
+    return 1
+
+
+def ttft_s(rec: StreamRecord, *, from_intended: bool = False) -> float | None:
+    """TTFT = (t_first - t_start) / 1e9, where t_start is the actual send, or the intended
+    send with `from_intended` (wrk2's correction: lateness of the client counts as latency).
+    None when the stream produced no content."""
+    start = rec.t_intended_ns if from_intended else rec.t_sent_ns
+    if rec.t_first_ns is None or start is None:
+        return None
+    return (rec.t_first_ns - start) / NS
+
+
+def decode_tokens(rec: StreamRecord) -> int:
+    """Tokens produced after the first content chunk: completion_tokens - first_chunk_tokens."""
+    return max(rec.completion_tokens - first_chunk_tokens(rec), 0)
+
+
+def decode_window_s(rec: StreamRecord) -> float | None:
+    """The decode window (t_last - t_first) / 1e9; None without two distinct content chunks."""
+    if rec.t_first_ns is None or rec.t_last_ns is None or rec.t_last_ns <= rec.t_first_ns:
+        return None
+    return (rec.t_last_ns - rec.t_first_ns) / NS
+
+
+def decode_tok_s(rec: StreamRecord) -> float | None:
+    """Decode-only rate = (completion_tokens - first_chunk_tokens) / (t_last - t_first).
+
+    TTFT is split out: the window opens at the first content chunk, so prefill time never
+    dilutes the rate. Tokens come from the record's token source, never a chunk count unless
+    `token_source == "chunk_count"` says so.
+    """
+    window = decode_window_s(rec)
+    if window is None:
+        return None
+    return decode_tokens(rec) / window
+
+
+def chunks_per_s(rec: StreamRecord) -> float | None:
+    """Decode-phase chunk rate = (chunks - 1) / (t_last - t_first): a step rate, not tokens."""
+    window = decode_window_s(rec)
+    if window is None:
+        return None
+    return (rec.chunks - 1) / window
+
+
+def chunk_gaps_ns(rec: StreamRecord) -> list[int]:
+    """Inter-chunk latency: gap_i = chunk_ns[i] - chunk_ns[i-1], one per chunk after the first."""
+    ns = rec.chunk_ns
+    return [b - a for a, b in pairwise(ns)]
+
+
+def token_gaps_ns(rec: StreamRecord) -> list[float]:
+    """Inter-token latency: chunk i's gap spread over its k_i tokens, k_i copies of gap_i / k_i.
+
+    Without per-chunk token counts each chunk is taken as one token only when the record's
+    token source is `chunk_count`; otherwise the tokens after the first chunk are spread evenly
+    over the gaps (tokens per gap = decode_tokens / gaps), which keeps the mean exact.
+    """
+    gaps = chunk_gaps_ns(rec)
+    if not gaps:
+        return []
+    if rec.chunk_tokens:
+        out: list[float] = []
+        for gap, k in zip(gaps, rec.chunk_tokens[1:], strict=False):
+            if k > 0:
+                out.extend([gap / k] * k)
+        return out
+    per_gap = decode_tokens(rec) / len(gaps)
+    if per_gap <= 0:
+        return []
+    return [g / per_gap for g in gaps]
+
+
+def tpot_s(rec: StreamRecord) -> float | None:
+    """Time per output token = (t_last - t_first) / (completion_tokens - first_chunk_tokens)."""
+    window = decode_window_s(rec)
+    tokens = decode_tokens(rec)
+    if window is None or tokens == 0:
+        return None
+    return window / tokens
+
+
+def e2e_s(rec: StreamRecord, *, from_intended: bool = False) -> float | None:
+    """End-to-end latency = (t_done - t_start) / 1e9 (intended or actual send)."""
+    start = rec.t_intended_ns if from_intended else rec.t_sent_ns
+    if rec.t_done_ns is None or start is None:
+        return None
+    return (rec.t_done_ns - start) / NS

@@ -1,0 +1,191 @@
+"""Append-only run records: the contract between the client and every later stage.
+
+Field names follow ../shared/DESIGN.md ("add freely; rename none"). A record is written once,
+when its stream ends, and never mutated; reports recompute everything from these files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+TokenSource = Literal[
+    "usage_continuous", "usage_final", "server_counter", "tokenizer", "chunk_count"
+]
+Status = Literal["ok", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """Why a stream failed: `class` is a short stable name (http_429, idle_timeout, ...)."""
+
+    cls: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"class": self.cls, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """One stream, start to end. All `t_*` and `chunk_ns` are ns since the run's start.
+
+    `chunks` counts SSE events that carried content (text or tokens); role-only deltas, the
+    usage-only event and `[DONE]` are not chunks. `chunk_ns[i]` is the arrival of content chunk
+    i and `chunk_tokens[i]` its tokens where the server said (continuous usage), else the list
+    is None. `token_source` names where `completion_tokens` came from.
+    """
+
+    id: str
+    group: str
+    rep: int
+    status: Status
+    error: StreamError | None
+    api: str
+    model: str
+    prompt_tokens: int | None
+    requested_prompt_tokens: int | None
+    completion_tokens: int
+    cached_tokens: int | None
+    chunks: int
+    events: int
+    bytes: int
+    token_source: TokenSource
+    finish_reason: str | None
+    http_status: int | None
+    t_intended_ns: int
+    t_sent_ns: int | None
+    t_headers_ns: int | None
+    t_first_ns: int | None
+    t_last_ns: int | None
+    t_done_ns: int | None
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_tokens: list[int] | None = None
+    max_tokens: int | None = None
+    parse_errors: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["error"] = self.error.to_json() if self.error else None
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StreamRecord:
+        known = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in d.items() if k in known}
+        err = d.get("error")
+        kw["error"] = StreamError(err["class"], err["message"]) if err else None
+        return cls(**kw)
+
+
+class JsonlAppender:
+    """Appends one JSON object per line and flushes each, so a crash loses at most one line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh = open(path, "ab")  # noqa: SIM115 - lives as long as the run
+
+    def append(self, obj: Any) -> None:
+        self._fh.write(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Yields each complete line of a JSONL file; a torn last line (crash mid-write) is skipped."""
+    if not path.exists():
+        return
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                yield orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+
+
+def read_streams(run_dir: Path) -> list[StreamRecord]:
+    return [StreamRecord.from_json(d) for d in read_jsonl(run_dir / "streams.jsonl")]
+
+
+class RunDirectory:
+    """One run's directory (DESIGN.md's layout): manifest plus append-only streams and metrics."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self.streams = JsonlAppender(path / "streams.jsonl")
+        self.metrics = JsonlAppender(path / "metrics.jsonl")
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        tmp = self.path / "run.json.tmp"
+        tmp.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+        tmp.replace(self.path / "run.json")
+
+    def append_stream(self, record: StreamRecord) -> None:
+        self.streams.append(record.to_json())
+
+    def close(self) -> None:
+        self.streams.close()
+        self.metrics.close()
+
+
+def install_stop_signals(on_stop: Any) -> None:
+    """Routes SIGINT/SIGTERM to `on_stop` (cancel the run scope) on the running loop."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_stop)
+
+
+# Canonical metric names in metrics.jsonl are vLLM v1's, without the `vllm:` prefix; the poller
+# maps other servers' names (v0, SGLang, llama.cpp) onto them.
+CANONICAL_METRICS = (
+    "num_requests_running",
+    "num_requests_waiting",
+    "kv_cache_usage_perc",  # a fraction 0..1, as vLLM v1 exports it
+    "num_preemptions_total",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "prefix_cache_queries_total",
+    "prefix_cache_hits_total",
+    "spec_decode_num_drafts_total",
+    "spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens_total",
+    "iteration_tokens_total_sum",
+    "iteration_tokens_total_count",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSample:
+    """One /metrics scrape: `t_ns` on the run clock (when the response arrived), `values` by
+    canonical name (only those the server exported), `error` when the scrape failed."""
+
+    t_ns: int
+    values: dict[str, float]
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t_ns": self.t_ns, "values": self.values, "error": self.error}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> MetricsSample:
+        return cls(t_ns=d["t_ns"], values=d.get("values", {}), error=d.get("error"))
+
+
+def read_metrics(run_dir: Path) -> list[MetricsSample]:
+    return [MetricsSample.from_json(d) for d in read_jsonl(run_dir / "metrics.jsonl")]

@@ -1,0 +1,31 @@
+"""What to send: one streaming request, as the plan produces it and the client consumes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Api = Literal["completions", "chat"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRequest:
+    """One request of a run. Times are ns since the run's start (the run clock)."""
+
+    id: str
+    model: str
+    prompt: str
+    max_tokens: int
+    api: Api = "completions"
+    group: str = "default"
+    rep: int = 0
+    t_intended_ns: int = 0
+    min_tokens: int | None = None
+    ignore_eos: bool = False
+    cache_salt: str | None = None
+    # The token count the plan asked for (None when the prompt was not sized).
+    requested_prompt_tokens: int | None = None
+    # Chat template kwargs are part of the cache prefix, so a scenario pins them.
+    chat_template_kwargs: dict[str, Any] | None = None
+    # Pass-through body fields (temperature, seed, ...); they override nothing above.
+    extra_body: dict[str, Any] = field(default_factory=dict)
