@@ -69,6 +69,11 @@ class StreamRecord:
     chunk_tokens: list[int] | None = None
     max_tokens: int | None = None
     parse_errors: int = 0
+    # "measure" for the streams a report is about; "warmup", "prime" and "probe" streams are
+    # recorded too (nothing is hidden) but analysis keeps them apart.
+    phase: str = "measure"
+    # Sweep arm this stream belongs to (None outside sweeps).
+    arm: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -27,5 +27,7 @@ class StreamRequest:
     requested_prompt_tokens: int | None = None
     # Chat template kwargs are part of the cache prefix, so a scenario pins them.
     chat_template_kwargs: dict[str, Any] | None = None
+    phase: str = "measure"
+    arm: str | None = None
     # Pass-through body fields (temperature, seed, ...); they override nothing above.
     extra_body: dict[str, Any] = field(default_factory=dict)
