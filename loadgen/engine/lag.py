@@ -1,0 +1,36 @@
+"""Event-loop lag: how late the client itself was, so a run can say it was client-limited."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+
+class LoopLagMonitor:
+    """Sleeps `interval_s` repeatedly and records how much later than asked it woke up.
+
+    A busy loop (too many streams for one core) delays every timestamp the client takes; this
+    is the measurement that says so instead of blaming the server.
+    """
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self._interval_s = interval_s
+        self.lags_ns: list[int] = []
+
+    async def run(self) -> None:
+        while True:
+            before = time.perf_counter_ns()
+            await asyncio.sleep(self._interval_s)
+            self.lags_ns.append(time.perf_counter_ns() - before - int(self._interval_s * 1e9))
+
+    def summary_ms(self) -> dict[str, float]:
+        """Max and p99 of observed loop lag in ms (zeros when nothing was observed)."""
+        if not self.lags_ns:
+            return {"loop_lag_max_ms": 0.0, "loop_lag_p99_ms": 0.0}
+        lags = np.asarray(self.lags_ns, dtype=np.float64) / 1e6
+        return {
+            "loop_lag_max_ms": round(float(lags.max()), 3),
+            "loop_lag_p99_ms": round(float(np.percentile(lags, 99)), 3),
+        }

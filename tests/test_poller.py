@@ -1,0 +1,118 @@
+"""Metric-name aliases onto vLLM v1's vocabulary, and scrape failures as data."""
+
+import time
+
+from loadgen.engine.poller import MetricsPoller, parse_exposition
+
+VLLM_V1 = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 2.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 3.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 4.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 1000.0
+# TYPE vllm:iteration_tokens_total histogram
+vllm:iteration_tokens_total_bucket{le="+Inf",model_name="m"} 7.0
+vllm:iteration_tokens_total_count{model_name="m"} 7.0
+vllm:iteration_tokens_total_sum{model_name="m"} 700.0
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="32",num_gpu_blocks="16384"} 1.0
+"""
+
+VLLM_V0 = """\
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="m"} 0.5
+"""
+
+SGLANG = """\
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="m"} 4.0
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="m"} 1.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="m"} 0.9
+"""
+
+LLAMACPP = """\
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 2
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 2
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total 512
+"""
+
+
+def test_vllm_v1_names_and_info_labels():
+    parsed = parse_exposition(VLLM_V1)
+    assert parsed.values == {
+        "num_requests_running": 2.0,
+        "num_requests_waiting": 3.0,
+        "kv_cache_usage_perc": 0.25,
+        "num_preemptions_total": 4.0,
+        "generation_tokens_total": 1000.0,
+        "iteration_tokens_total_count": 7.0,
+        "iteration_tokens_total_sum": 700.0,
+    }
+    assert parsed.info == {"cache_config_info": {"block_size": "32", "num_gpu_blocks": "16384"}}
+
+
+def test_other_servers_map_onto_the_same_names():
+    assert parse_exposition(VLLM_V0).values == {"kv_cache_usage_perc": 0.5}
+    assert parse_exposition(SGLANG).values == {
+        "num_requests_running": 4.0,
+        "num_requests_waiting": 1.0,
+        "kv_cache_usage_perc": 0.9,
+    }
+    assert parse_exposition(LLAMACPP).values == {
+        "num_requests_running": 2.0,
+        "num_requests_waiting": 2.0,
+        "generation_tokens_total": 512.0,
+    }
+
+
+def test_label_sets_are_summed_across_engines():
+    text = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0"} 1.0\n'
+        'vllm:num_requests_running{engine="1"} 2.0\n'
+    )
+    assert parse_exposition(text).values == {"num_requests_running": 3.0}
+
+
+async def test_failed_scrape_is_a_sample_with_error_and_one_warning():
+    warnings: list[str] = []
+    samples = []
+
+    async def fetch() -> str:
+        raise ConnectionError("404 Not Found")
+
+    poller = MetricsPoller(
+        fetch, samples.append, interval_s=0.25, run_start_ns=time.perf_counter_ns(),
+        warn=warnings.append,
+    )  # fmt: skip
+    await poller.scrape_once()
+    await poller.scrape_once()
+    assert [s.error for s in samples] == ["ConnectionError: 404 Not Found"] * 2
+    assert all(s.values == {} for s in samples)
+    assert len(warnings) == 1
+
+
+async def test_good_scrape_keeps_info_and_values():
+    samples = []
+
+    async def fetch() -> str:
+        return VLLM_V1
+
+    poller = MetricsPoller(
+        fetch, samples.append, interval_s=0.25, run_start_ns=time.perf_counter_ns()
+    )
+    sample = await poller.scrape_once()
+    assert sample.error is None
+    assert sample.values["kv_cache_usage_perc"] == 0.25
+    assert poller.info["cache_config_info"]["block_size"] == "32"
+    assert sample.t_ns >= 0
