@@ -1,0 +1,188 @@
+"""How many SSE events per second loadgen's client takes in, next to a bare read loop.
+
+Against firehose (a C server streaming vLLM-format SSE with no delay; built into build/ on
+demand) or, without a C compiler, tests/pacedserver.py in zero-delay mode. Server and client
+are pinned to different CPUs when there are two. Each client runs a closed loop of 2000-token
+streams at C=1 and C=64, twice in alternating order; the best round of each is printed, with
+the ratio client / bare loop. The bare loop is aiohttp + orjson with no timestamps, no usage
+accounting and no watchdog: the ceiling the client's bookkeeping is measured against.
+
+    .venv/bin/python bench/client_ingest.py [--tokens 2000] [--c1-requests 40] [--c64-requests 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import orjson
+import uvloop
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from loadgen.client.openai import READ_BUFSIZE, OpenAIClient  # noqa: E402
+from loadgen.client.probe import run_closed_loop  # noqa: E402
+from loadgen.request import StreamRequest  # noqa: E402
+
+FIREHOSE_SRC = Path(os.environ.get("FIREHOSE_SRC", REPO.parent / "shared/tools/firehose"))
+FIREHOSE_BIN = REPO / "build" / "firehose"
+SERVER_CPU, CLIENT_CPU = 0, 1
+
+
+def firehose_binary() -> Path | None:
+    """build/firehose, built with make when missing; None when it cannot be built."""
+    if not FIREHOSE_BIN.exists():
+        cmd = ["make", "-C", str(FIREHOSE_SRC), f"OUT={FIREHOSE_BIN.parent}"]
+        try:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as exc:
+            print(f"cannot build firehose ({exc}); using tests/pacedserver.py", file=sys.stderr)
+            return None
+    return FIREHOSE_BIN
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pinned_to(cpu: int):
+    if (os.cpu_count() or 1) < 2:
+        return None
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
+def start_server(port: int) -> tuple[subprocess.Popen, str]:
+    binary = firehose_binary()
+    if binary:
+        cmd = [str(binary), "--port", str(port), "--ttft-ms", "0", "--itl-ms", "0"]
+        cmd += ["--exit-after", "600", "--quiet"]
+        name = "firehose"
+    else:
+        cmd = [sys.executable, str(REPO / "tests/pacedserver.py"), "--port", str(port)]
+        cmd += ["--ttft-ms", "0", "--itl-ms", "0"]
+        name = "pacedserver (zero delay)"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=pinned_to(SERVER_CPU))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, name
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"{name} did not start listening on port {port}")
+
+
+def requests(n: int, tokens: int) -> list[StreamRequest]:
+    return [StreamRequest(id=f"b{i}", model="m", prompt="hi", max_tokens=tokens) for i in range(n)]
+
+
+async def client_rate(url: str, c: int, n: int, tokens: int) -> float:
+    events = 0
+
+    def count(rec) -> None:
+        nonlocal events
+        if rec.status != "ok":
+            raise SystemExit(f"stream failed: {rec.error}")
+        events += rec.events
+
+    async with OpenAIClient(url, concurrency=c) as client:
+        await client.warm(c)
+        t0 = time.perf_counter_ns()
+        await run_closed_loop(client, requests(n, tokens), c, count)
+        return events / ((time.perf_counter_ns() - t0) / 1e9)
+
+
+async def bare_stream(session: aiohttp.ClientSession, url: str, body: bytes) -> int:
+    events, tail = 0, b""
+    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
+        async for chunk in r.content.iter_any():
+            lines = (tail + chunk).split(b"\n")
+            tail = lines.pop()
+            for line in lines:
+                if line.startswith(b"data: ") and line != b"data: [DONE]":
+                    orjson.loads(line[6:])
+                    events += 1
+    return events
+
+
+async def bare_rate(url: str, c: int, n: int, tokens: int) -> float:
+    body = orjson.dumps(
+        {
+            "model": "m",
+            "prompt": "hi",
+            "max_tokens": tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    pending = iter(range(n))
+    events = 0
+    connector = aiohttp.TCPConnector(limit=c)
+    async with aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFSIZE) as session:
+
+        async def warm_one() -> None:
+            async with session.get(url + "/v1/models") as resp:
+                await resp.read()
+
+        await asyncio.gather(*(warm_one() for _ in range(c)))
+
+        async def worker() -> None:
+            nonlocal events
+            for _ in pending:
+                got = await bare_stream(session, url + "/v1/completions", body)
+                events += got  # not `events += await ...`: that reads `events` before awaiting
+
+        t0 = time.perf_counter_ns()
+        await asyncio.gather(*(worker() for _ in range(c)))
+        return events / ((time.perf_counter_ns() - t0) / 1e9)
+
+
+async def measure(url: str, tokens: int, plan: dict[int, int]) -> dict[int, dict[str, float]]:
+    best: dict[int, dict[str, float]] = {c: {"client": 0.0, "bare": 0.0} for c in plan}
+    for rnd in range(2):
+        for c, n in plan.items():
+            order = ("client", "bare") if rnd == 0 else ("bare", "client")
+            for who in order:
+                fn = client_rate if who == "client" else bare_rate
+                best[c][who] = max(best[c][who], await fn(url, c, n, tokens))
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=2000)
+    ap.add_argument("--c1-requests", type=int, default=40)
+    ap.add_argument("--c64-requests", type=int, default=256)
+    args = ap.parse_args()
+    port = free_port()
+    proc, name = start_server(port)
+    try:
+        if pin := pinned_to(CLIENT_CPU):
+            pin()
+        url = f"http://127.0.0.1:{port}"
+        plan = {1: args.c1_requests, 64: args.c64_requests}
+        best = uvloop.run(measure(url, args.tokens, plan))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
+    pinned = "server CPU 0, client CPU 1" if pinned_to(0) else "not pinned (one CPU)"
+    print(f"SSE ingest, {args.tokens}-token streams from {name}, {pinned}, best of 2 rounds")
+    print(f"{'C':>4} {'loadgen client ev/s':>20} {'bare loop ev/s':>16} {'ratio':>7}")
+    for c, r in best.items():
+        print(f"{c:>4} {r['client']:>20,.0f} {r['bare']:>16,.0f} {r['client'] / r['bare']:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""From SSE bytes to token-true stream facts: what one response said, event by event.
+
+A *content chunk* is an event whose choices[0] carries non-empty text (completions `text`, chat
+`delta.content` / `delta.reasoning_content`) or whose continuous-usage `completion_tokens`
+grew: random-weight models emit tokens that decode to "", and those count when usage says so.
+Role-only and empty deltas, the usage-only event and `[DONE]` are not chunks.
+
+`events` counts every `data:` event except `[DONE]` (usage-only and error events included).
+
+Usage is *continuous* once it appears on an event that has choices and no finish_reason (vLLM's
+`continuous_usage_stats`). Usage seen first on the finishing event (llama.cpp) or on a
+`choices: []` event is a final total only. Per-chunk tokens (`usage_continuous`) are kept only
+when every content chunk carried usage; otherwise the final total (`usage_final`); without any
+usage, the chunk count (`chunk_count`). The record names the source in `token_source`.
+Known gap: a stream whose single token arrives as "" on its finishing event is not a chunk,
+since usage first seen on a finishing event cannot be told apart from llama.cpp's final total.
+
+Faults inside the body do not stop reading: invalid JSON or a non-SSE line is counted in
+`parse_errors` and the stream is read to its end (its timing stays complete, its connection
+reusable), then marked `malformed_sse`; an `{"error": ...}` event marks it `server_error_event`.
+The first fault names the record's error.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from loadgen.client.sse import DONE, MESSAGE, SSEParser
+from loadgen.records import StreamError, StreamRecord, TokenSource
+from loadgen.request import StreamRequest
+
+_loads = orjson.loads
+# What a structurally wrong event raises on the decode path below.
+_MALFORMED = (ValueError, TypeError, AttributeError, IndexError, KeyError)
+
+
+class StreamDecoder:
+    """Fed every body read with its arrival time (absolute perf_counter ns), once per read."""
+
+    __slots__ = ("_parser", "_sse_errors", "chat", "chunk_cum", "chunk_ns", "continuous",
+                 "done_ns", "error", "events", "finish_reason", "json_errors", "last_ct", "nbytes",
+                 "usage")  # fmt: skip
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self._parser = SSEParser()
+        self._sse_errors = 0
+        self.events = 0
+        self.nbytes = 0
+        self.json_errors = 0
+        self.chunk_ns: list[int] = []
+        # Cumulative completion_tokens at each content chunk, -1 where the event had no usage.
+        self.chunk_cum: list[int] = []
+        self.continuous = False
+        self.last_ct = 0
+        self.usage: dict | None = None
+        self.finish_reason: str | None = None
+        self.done_ns: int | None = None
+        self.error: StreamError | None = None
+
+    @property
+    def parse_errors(self) -> int:
+        return self.json_errors + self._parser.parse_errors
+
+    @property
+    def truncated(self) -> bool:
+        """The body stopped inside an event."""
+        return self._parser.pending
+
+    def feed(self, chunk: bytes, now: int) -> bool:
+        """Consumes one read; returns True once `data: [DONE]` has arrived."""
+        self.nbytes += len(chunk)
+        chat = self.chat
+        add_ns = self.chunk_ns.append
+        add_cum = self.chunk_cum.append
+        for data, name in self._parser.feed(chunk):
+            if data == DONE:
+                if self.done_ns is None:
+                    self.done_ns = now
+                continue
+            self.events += 1
+            if name is not MESSAGE and name == "error":
+                self._server_error(data)
+                continue
+            try:
+                obj = _loads(data)
+                choices = obj.get("choices")
+                if not choices and obj.get("error"):
+                    self._server_error(data)
+                    continue
+                usage = obj.get("usage")
+                text = None
+                if choices:
+                    c0 = choices[0]
+                    finish = c0.get("finish_reason")
+                    if finish:
+                        self.finish_reason = str(finish)
+                    if chat:
+                        delta = c0.get("delta")
+                        if delta:
+                            text = delta.get("content") or delta.get("reasoning_content")
+                    else:
+                        text = c0.get("text")
+                    if usage and not finish:
+                        self.continuous = True
+                ct = -1
+                if usage:
+                    total = usage.get("completion_tokens")
+                    self.usage = usage
+                    if choices and self.continuous and type(total) is int:
+                        ct = total
+                        if ct > self.last_ct:
+                            self.last_ct = ct
+                            text = True
+                if text:
+                    add_ns(now)
+                    add_cum(ct)
+            except _MALFORMED:
+                self._malformed(data)
+        if self._parser.parse_errors != self._sse_errors:
+            self._sse_errors = self._parser.parse_errors
+            self._fail("malformed_sse", self._parser.first_error or "malformed SSE")
+        return self.done_ns is not None
+
+    def _malformed(self, data: bytes) -> None:
+        self.json_errors += 1
+        self._fail("malformed_sse", f"invalid JSON in event {self.events}: {data[:80]!r}")
+
+    def _server_error(self, data: bytes) -> None:
+        try:
+            obj = _loads(data)
+        except ValueError:
+            obj = None
+        err = obj.get("error") if isinstance(obj, dict) else None
+        message = err.get("message") if isinstance(err, dict) else err
+        text = str(message) if message else data.decode("utf-8", "replace")
+        self._fail("server_error_event", text[:300])
+
+    def _fail(self, cls: str, message: str) -> None:
+        if self.error is None:
+            self.error = StreamError(cls, message)
+
+    @property
+    def finished(self) -> bool:
+        """The server ended the stream properly: [DONE], or a finish_reason (no-[DONE] servers)."""
+        return self.done_ns is not None or self.finish_reason is not None
+
+    def token_counts(self) -> tuple[int, list[int] | None, TokenSource]:
+        """completion_tokens, tokens per content chunk (or None), and where they came from."""
+        final = _usage_int(self.usage, "completion_tokens")
+        cum = self.chunk_cum
+        if self.continuous and cum and min(cum) >= 0:
+            per, prev = [], 0
+            for c in cum:
+                per.append(c - prev)
+                prev = c
+            return max(final or 0, prev), per, "usage_continuous"
+        if final is not None:
+            return final, None, "usage_final"
+        return len(self.chunk_ns), None, "chunk_count"
+
+    def to_record(
+        self,
+        req: StreamRequest,
+        *,
+        run_start_ns: int,
+        http_status: int | None,
+        t_sent: int | None,
+        t_headers: int | None,
+        t_end: int | None,
+        error: StreamError | None,
+    ) -> StreamRecord:
+        """The finished record; absolute perf_counter times become run-clock ns here."""
+
+        def rel(t: int | None) -> int | None:
+            return None if t is None else t - run_start_ns
+
+        completion, per_chunk, source = self.token_counts()
+        ns = [t - run_start_ns for t in self.chunk_ns]
+        details = (self.usage or {}).get("prompt_tokens_details")
+        cached = _usage_int(details, "cached_tokens") if isinstance(details, dict) else None
+        return StreamRecord(
+            id=req.id,
+            group=req.group,
+            rep=req.rep,
+            status="error" if error else "ok",
+            error=error,
+            api=req.api,
+            model=req.model,
+            prompt_tokens=_usage_int(self.usage, "prompt_tokens"),
+            requested_prompt_tokens=req.requested_prompt_tokens,
+            completion_tokens=completion,
+            cached_tokens=cached,
+            chunks=len(ns),
+            events=self.events,
+            bytes=self.nbytes,
+            token_source=source,
+            finish_reason=self.finish_reason,
+            http_status=http_status,
+            t_intended_ns=req.t_intended_ns,
+            t_sent_ns=rel(t_sent),
+            t_headers_ns=rel(t_headers),
+            t_first_ns=ns[0] if ns else None,
+            t_last_ns=ns[-1] if ns else None,
+            t_done_ns=rel(self.done_ns if self.done_ns is not None else t_end),
+            chunk_ns=ns,
+            chunk_tokens=per_chunk,
+            max_tokens=req.max_tokens,
+            parse_errors=self.parse_errors,
+        )
+
+
+def _usage_int(usage: dict | None, key: str) -> int | None:
+    v = usage.get(key) if usage else None
+    return v if type(v) is int else None

@@ -1,0 +1,70 @@
+"""Error classes and messages of the client: one stable name per failure, one line each."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import aiohttp
+import orjson
+
+ERROR_CLASSES = ("connect_error", "connect_timeout", "http_<status>", "first_byte_timeout",
+                 "idle_timeout", "total_timeout", "connection_closed", "malformed_sse",
+                 "server_error_event", "cancelled")  # fmt: skip
+
+
+class ClientError(Exception):
+    """A helper request (models, tokenize, metrics, warm-up) failed; the message is one line."""
+
+
+class ServerUnreachable(ClientError):
+    pass
+
+
+class HTTPStatusError(ClientError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def error_message(resp: aiohttp.ClientResponse) -> str:
+    try:
+        raw = await resp.content.read(1 << 16)
+    except (aiohttp.ClientError, OSError):
+        raw = b""
+    return error_text(raw) or resp.reason or f"HTTP {resp.status}"
+
+
+def error_text(raw: bytes) -> str:
+    """The message of an error body: vLLM `message`, OpenAI `error.message`, FastAPI `detail`."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return one_line(raw.decode("utf-8", "replace"))
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        for v in (err.get("message") if isinstance(err, dict) else err, obj.get("message"),
+                  obj.get("detail")):  # fmt: skip
+            if v:
+                return one_line(v if isinstance(v, str) else orjson.dumps(v).decode())
+    return one_line(raw.decode("utf-8", "replace"))
+
+
+def parse_json(method: str, path: str, raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ClientError(f"{method} {path} returned no JSON: {raw[:80]!r}") from None
+
+
+def connect_reason(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connect timed out"
+    err = getattr(exc, "os_error", None)
+    if err is not None and err.errno:
+        return os.strerror(err.errno)  # the same words under uvloop and asyncio
+    return one_line(exc)
+
+
+def one_line(x: object, limit: int = 300) -> str:
+    return " ".join(str(x).split())[:limit]

@@ -1,0 +1,363 @@
+"""The streaming client for OpenAI-compatible servers: one aiohttp session, one watchdog.
+
+`OpenAIClient.stream(req)` sends one `stream: true` request and returns its StreamRecord. It
+never raises for server, network or protocol faults: those become `status="error"` records with
+a stable error class (errors.ERROR_CLASSES). The hot path does one `readany()`, one clock read
+and one attribute store per body read, and one orjson parse per SSE event; timeouts are enforced
+by a single watchdog task that scans the live streams every few tens of ms, so no timer is armed
+per event or per read.
+
+Cancellation from outside (Ctrl-C cancelling the run scope) propagates as CancelledError. The
+in-flight stream's partial record, with error class `cancelled`, is kept and handed out by
+`take_cancelled()`, so the caller can still write it after the scope has unwound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from loadgen.client.decode import StreamDecoder
+from loadgen.client.errors import (
+    ClientError,
+    HTTPStatusError,
+    ServerUnreachable,
+    connect_reason,
+    error_message,
+    error_text,
+    one_line,
+    parse_json,
+)
+from loadgen.records import StreamError, StreamRecord
+from loadgen.request import StreamRequest
+
+# Long prompts and long SSE lines (echo, logprobs) must not hit a small reader limit: another
+# tool's 64 KiB default turned a 1.3 s TTFT into a reported 134 s.
+READ_BUFSIZE = 4 << 20
+_WATCH_PERIOD_S = 0.05
+_CANCELLED = StreamError("cancelled", "cancelled before the stream ended")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """connect: TCP connect; first_byte: send -> first body byte (covers the whole prefill);
+    idle: the longest gap between body reads; total: send -> end (None = unbounded)."""
+
+    connect_s: float = 10.0
+    first_byte_s: float = 600.0
+    idle_s: float = 60.0
+    total_s: float | None = None
+
+
+def resolve_target(base_url: str | None, api_key: str | None) -> tuple[str, str | None]:
+    """The server root URL (no trailing /v1) and API key: flags first, then OPENAI_BASE_URL /
+    OPENAI_API_KEY. Raises ValueError with a one-line message when no usable URL is given."""
+    raw = (base_url or os.environ.get("OPENAI_BASE_URL") or "").strip()
+    if not raw:
+        raise ValueError("no server given: pass --base-url URL or set OPENAI_BASE_URL")
+    if "://" not in raw:
+        raw = "http://" + raw
+    url = URL(raw)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"base URL {raw!r} is not an http(s) URL like http://127.0.0.1:8000")
+    path = url.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    root = str(url.with_path(path or "/").with_query(None).with_fragment(None)).rstrip("/")
+    key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    return root, key
+
+
+class _Live:
+    """A stream in flight, as the watchdog sees it. `last_ns` is 0 until the first body read."""
+
+    __slots__ = ("last_ns", "t_sent", "task", "timeout")
+
+    def __init__(self, task: asyncio.Task, t_sent: int) -> None:
+        self.task = task
+        self.t_sent = t_sent
+        self.last_ns = 0
+        self.timeout: StreamError | None = None
+
+
+class OpenAIClient:
+    """Async context manager owning one aiohttp session (pool = concurrency) and a watchdog."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        concurrency: int = 64,
+        timeouts: Timeouts = Timeouts(),
+        run_start_ns: int | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.concurrency = concurrency
+        self.timeouts = timeouts
+        self.run_start_ns = perf_counter_ns() if run_start_ns is None else run_start_ns
+        # Whether the target takes continuous_usage_stats: None until one request tells.
+        self.continuous_usage: bool | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._watchdog: asyncio.Task | None = None
+        self._live: set[_Live] = set()
+        self._cancelled: list[StreamRecord] = []
+
+    async def __aenter__(self) -> OpenAIClient:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        connector = aiohttp.TCPConnector(limit=self.concurrency, keepalive_timeout=120)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers=headers,
+            read_bufsize=READ_BUFSIZE,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeouts.connect_s),
+        )
+        self._watchdog = asyncio.create_task(self._watch(), name="loadgen-client-watchdog")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._watchdog:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+        if self._session:
+            await self._session.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("use OpenAIClient as `async with OpenAIClient(...) as client`")
+        return self._session
+
+    def take_cancelled(self) -> list[StreamRecord]:
+        """Records of streams cancelled from outside since the last call (class `cancelled`)."""
+        out, self._cancelled = self._cancelled, []
+        return out
+
+    # ------------------------------------------------------------------ streaming
+
+    async def stream(self, req: StreamRequest) -> StreamRecord:
+        """Sends `req` and reads its stream to the end; see the module doc for the contract.
+
+        A 400/422 to a request that asked for continuous_usage_stats, while the target's
+        support is unknown, is retried once without it; if that succeeds, the target is
+        remembered as not taking it and later requests leave it out."""
+        asked = self.continuous_usage is not False
+        rec = await self._attempt(req, continuous=asked)
+        if asked and self.continuous_usage is None and rec.http_status in (400, 422):
+            retry = await self._attempt(req, continuous=False)
+            if retry.http_status is not None and retry.http_status < 400:
+                self.continuous_usage = False
+            return retry
+        if asked and rec.http_status is not None and rec.http_status < 400:
+            self.continuous_usage = True
+        return rec
+
+    def request_body(self, req: StreamRequest, *, continuous: bool) -> dict[str, Any]:
+        """The JSON body for `req`; extra_body fills in fields but overrides none."""
+        body: dict[str, Any] = {"model": req.model, "stream": True, "max_tokens": req.max_tokens}
+        if req.api == "chat":
+            body["messages"] = [{"role": "user", "content": req.prompt}]
+        else:
+            body["prompt"] = req.prompt
+        opts = {"include_usage": True}
+        if continuous:
+            opts["continuous_usage_stats"] = True
+        body["stream_options"] = opts
+        if req.ignore_eos:
+            body["ignore_eos"] = True
+        if req.min_tokens is not None:
+            body["min_tokens"] = req.min_tokens
+        if req.cache_salt is not None:
+            body["cache_salt"] = req.cache_salt
+        if req.chat_template_kwargs:
+            body["chat_template_kwargs"] = req.chat_template_kwargs
+        for k, v in req.extra_body.items():
+            body.setdefault(k, v)
+        return body
+
+    async def _attempt(self, req: StreamRequest, *, continuous: bool) -> StreamRecord:
+        path = "/v1/chat/completions" if req.api == "chat" else "/v1/completions"
+        url = self.base_url + path
+        data = orjson.dumps(self.request_body(req, continuous=continuous))
+        headers = {"X-Request-Id": req.id}
+        dec = StreamDecoder(chat=req.api == "chat")
+        task = asyncio.current_task()
+        assert task is not None
+        t_sent = perf_counter_ns()
+        live = _Live(task, t_sent)
+        status: int | None = None
+        t_headers: int | None = None
+        error: StreamError | None = None
+        self._live.add(live)
+        try:
+            async with self.session.post(url, data=data, headers=headers) as resp:
+                t_headers = perf_counter_ns()
+                status = resp.status
+                if status >= 400:
+                    error = StreamError(f"http_{status}", await error_message(resp))
+                else:
+                    read = resp.content.readany
+                    feed = dec.feed
+                    while True:
+                        chunk = await read()
+                        if not chunk:
+                            break
+                        now = perf_counter_ns()
+                        live.last_ns = now
+                        if feed(chunk, now):
+                            break
+        except asyncio.CancelledError:
+            if live.timeout is None or task.uncancel() > 0:
+                self._cancelled.append(
+                    self._record(req, dec, status, t_sent, t_headers, _CANCELLED)
+                )
+                raise
+            error = live.timeout
+        except aiohttp.ConnectionTimeoutError as exc:
+            error = StreamError("connect_timeout", one_line(exc) or "connect timed out")
+        except aiohttp.ClientConnectorError as exc:
+            error = StreamError("connect_error", f"{self.base_url}: {connect_reason(exc)}")
+        except (aiohttp.ClientError, OSError) as exc:
+            if not dec.finished:
+                why = one_line(exc) or type(exc).__name__
+                error = StreamError("connection_closed", f"after {dec.events} events: {why}")
+        finally:
+            self._live.discard(live)
+        if error is None and status is not None and status < 400 and not dec.finished:
+            where = "inside an event" if dec.truncated else f"after {dec.events} events"
+            error = StreamError("connection_closed", f"stream ended {where} without [DONE]")
+        return self._record(req, dec, status, t_sent, t_headers, dec.error or error)
+
+    def _record(
+        self,
+        req: StreamRequest,
+        dec: StreamDecoder,
+        status: int | None,
+        t_sent: int,
+        t_headers: int | None,
+        error: StreamError | None,
+    ) -> StreamRecord:
+        return dec.to_record(
+            req,
+            run_start_ns=self.run_start_ns,
+            http_status=status,
+            t_sent=t_sent,
+            t_headers=t_headers,
+            t_end=perf_counter_ns(),
+            error=error,
+        )
+
+    # ------------------------------------------------------------------ watchdog
+
+    async def _watch(self) -> None:
+        t = self.timeouts
+        period = min(_WATCH_PERIOD_S, t.idle_s / 4, t.first_byte_s / 4)
+        while True:
+            await asyncio.sleep(period)
+            if self._live:
+                self._expire_stalled(perf_counter_ns())
+
+    def _expire_stalled(self, now: int) -> None:
+        t = self.timeouts
+        first_byte = int(t.first_byte_s * 1e9)
+        idle = int(t.idle_s * 1e9)
+        total = None if t.total_s is None else int(t.total_s * 1e9)
+        for live in self._live:
+            if live.timeout is not None:
+                continue
+            if total is not None and now - live.t_sent > total:
+                live.timeout = StreamError("total_timeout", f"stream exceeded {t.total_s} s")
+            elif live.last_ns == 0 and now - live.t_sent > first_byte:
+                live.timeout = StreamError(
+                    "first_byte_timeout", f"no response data within {t.first_byte_s} s of send"
+                )
+            elif live.last_ns and now - live.last_ns > idle:
+                live.timeout = StreamError("idle_timeout", f"no data for {t.idle_s} s mid-stream")
+            if live.timeout is not None:
+                live.task.cancel()
+
+    # ------------------------------------------------------------------ helpers
+
+    async def warm(self, n: int) -> None:
+        """Opens `n` keep-alive connections (n concurrent GET /v1/models, each held until all
+        have answered) so connection set-up is not timed as server time. Any HTTP answer
+        counts; only an unreachable server raises (ServerUnreachable / ClientError). `n` is
+        capped at the pool size: more could never be held open at once."""
+        n = min(n, self.concurrency)
+        if n < 1:
+            return
+        arrived = 0
+        everyone = asyncio.Event()
+
+        def arrive() -> None:
+            nonlocal arrived
+            arrived += 1
+            if arrived >= n:
+                everyone.set()
+
+        url = self.base_url + "/v1/models"
+
+        async def open_one() -> None:
+            counted = False
+            try:
+                async with self.session.get(url, timeout=self._aux_timeout()) as resp:
+                    await resp.read()
+                    counted = True
+                    arrive()
+                    await everyone.wait()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                if not counted:
+                    arrive()
+                raise self._aux_error("GET", "/v1/models", exc) from None
+
+        results = await asyncio.gather(*(open_one() for _ in range(n)), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+    async def get_json(self, path: str) -> Any:
+        return parse_json("GET", path, await self._aux("GET", path, None))
+
+    async def post_json(self, path: str, body: dict) -> Any:
+        return parse_json("POST", path, await self._aux("POST", path, body))
+
+    async def get_text(self, path: str) -> str:
+        return (await self._aux("GET", path, None)).decode("utf-8", "replace")
+
+    def _aux_timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(
+            total=self.timeouts.idle_s, sock_connect=self.timeouts.connect_s
+        )
+
+    async def _aux(self, method: str, path: str, body: dict | None) -> bytes:
+        data = None if body is None else orjson.dumps(body)
+        try:
+            async with self.session.request(
+                method, self.base_url + path, data=data, timeout=self._aux_timeout()
+            ) as resp:
+                raw = await resp.read()
+                if resp.status >= 400:
+                    msg = error_text(raw) or resp.reason or ""
+                    raise HTTPStatusError(
+                        resp.status, f"{method} {path} returned HTTP {resp.status}: {msg}"
+                    )
+                return raw
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self._aux_error(method, path, exc) from None
+
+    def _aux_error(self, method: str, path: str, exc: BaseException) -> ClientError:
+        if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
+            return ServerUnreachable(f"cannot connect to {self.base_url}: {connect_reason(exc)}")
+        if isinstance(exc, TimeoutError):
+            return ClientError(f"{method} {path} timed out after {self.timeouts.idle_s} s")
+        return ClientError(f"{method} {path} failed: {one_line(exc) or type(exc).__name__}")

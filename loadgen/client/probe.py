@@ -1,0 +1,253 @@
+"""`loadgen request`: fire COUNT streams at CONCURRENCY (closed loop) and show each one."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import signal
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Any
+
+import click
+import uvloop
+from rich.console import Console
+from rich.table import Table
+
+from loadgen import __version__
+from loadgen.analysis.rates import decode_tok_s, ttft_s
+from loadgen.client.openai import ClientError, OpenAIClient, Timeouts, resolve_target
+from loadgen.client.sizing import sized_prompts
+from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
+from loadgen.request import StreamRequest
+
+
+@dataclass
+class ProbeOutcome:
+    records: list[StreamRecord] = field(default_factory=list)
+    model: str = ""
+    sizing: str = ""
+    start_wall: str = ""
+    interrupted: bool = False
+
+
+@click.command("request")
+@click.option("--base-url", help="Server root, with or without /v1 (or OPENAI_BASE_URL).")
+@click.option("--api-key", help="Bearer key (or OPENAI_API_KEY).")
+@click.option("--model", help="Model id; default: the first one /v1/models lists.")
+@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
+@click.option("--prompt-tokens", type=click.IntRange(1), default=100, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(1), default=128, show_default=True)
+@click.option("-n", "--count", type=click.IntRange(1), default=1, show_default=True)
+@click.option("-c", "--concurrency", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory.")
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
+@click.option("--first-byte-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0)
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0)
+def request_cmd(**opts: Any) -> None:
+    """Fire COUNT streams at CONCURRENCY and print TTFT, decode-only tok/s, tokens and chunks."""
+    try:
+        base_url, api_key = resolve_target(opts["base_url"], opts["api_key"])
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        outcome = uvloop.run(_probe(base_url, api_key, opts))
+    except ClientError as exc:
+        raise click.ClickException(str(exc)) from None
+    # Piped output gets a wide fixed width: rich's 80-column default truncates the tables.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    _print_tables(console, outcome, base_url, opts)
+    if outcome.interrupted:
+        done = sum(r.error is None or r.error.cls != "cancelled" for r in outcome.records)
+        click.echo(f"interrupted: {done} of {opts['count']} streams finished", err=True)
+        raise click.exceptions.Exit(130)
+    summary = failure_summary(outcome.records)
+    if summary:
+        raise click.ClickException(summary)
+
+
+def failure_summary(records: list[StreamRecord]) -> str | None:
+    """'3 of 8 streams failed: http_500 x2, idle_timeout x1', or None when all were ok."""
+    classes = Counter(r.error.cls for r in records if r.error)
+    if not classes:
+        return None
+    parts = ", ".join(f"{cls} x{n}" for cls, n in classes.most_common())
+    return f"{sum(classes.values())} of {len(records)} streams failed: {parts}"
+
+
+async def _probe(base_url: str, api_key: str | None, opts: dict[str, Any]) -> ProbeOutcome:
+    outcome = ProbeOutcome()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def stop() -> None:
+        # Only the first signal cancels: a second one must not break the flush that follows.
+        if not outcome.interrupted:
+            outcome.interrupted = True
+            task.cancel()
+
+    install_stop_signals(stop)
+    run_dir = RunDirectory(opts["out"]) if opts["out"] else None
+    timeouts = Timeouts(first_byte_s=opts["first_byte_timeout"], idle_s=opts["idle_timeout"])
+    c = opts["concurrency"]
+
+    def keep(rec: StreamRecord) -> None:
+        outcome.records.append(rec)
+        if run_dir:
+            run_dir.append_stream(rec)
+
+    try:
+        async with OpenAIClient(
+            base_url, api_key=api_key, concurrency=c, timeouts=timeouts
+        ) as client:
+            try:
+                await _launch(client, base_url, opts, outcome, run_dir, keep)
+            finally:
+                for rec in client.take_cancelled():
+                    keep(rec)
+    except asyncio.CancelledError:
+        if not outcome.interrupted:
+            raise
+        task.uncancel()
+    finally:
+        _remove_stop_signals()
+        if run_dir:
+            if outcome.model:
+                run_dir.write_manifest(_manifest(base_url, opts, outcome))
+            run_dir.close()
+    return outcome
+
+
+async def _launch(
+    client: OpenAIClient,
+    base_url: str,
+    opts: dict[str, Any],
+    outcome: ProbeOutcome,
+    run_dir: RunDirectory | None,
+    keep: Callable[[StreamRecord], None],
+) -> None:
+    outcome.model = opts["model"] or await _first_model(client)
+    prompts, outcome.sizing = await sized_prompts(
+        client, outcome.model, opts["count"], opts["prompt_tokens"]
+    )
+    requests = [
+        StreamRequest(
+            id=f"r{i:04d}",
+            model=outcome.model,
+            prompt=p.text,
+            max_tokens=opts["max_tokens"],
+            api=opts["api"],
+            group="request",
+            ignore_eos=opts["ignore_eos"],
+            requested_prompt_tokens=opts["prompt_tokens"],
+        )
+        for i, p in enumerate(prompts)
+    ]
+    await client.warm(min(opts["concurrency"], opts["count"]))
+    client.run_start_ns = perf_counter_ns()
+    outcome.start_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    if run_dir:
+        run_dir.write_manifest(_manifest(base_url, opts, outcome))
+    await run_closed_loop(client, requests, opts["concurrency"], keep)
+
+
+async def run_closed_loop(
+    client: OpenAIClient,
+    requests: list[StreamRequest],
+    concurrency: int,
+    on_record: Callable[[StreamRecord], None],
+) -> None:
+    """`concurrency` workers, each sending its next request as soon as its last one ended;
+    the intended send is that moment (a closed loop has no schedule to fall behind)."""
+    pending = iter(requests)
+
+    async def worker() -> None:
+        for req in pending:
+            now = perf_counter_ns() - client.run_start_ns
+            on_record(await client.stream(replace(req, t_intended_ns=now)))
+
+    async with asyncio.TaskGroup() as tg:
+        for _ in range(min(concurrency, len(requests))):
+            tg.create_task(worker())
+
+
+async def _first_model(client: OpenAIClient) -> str:
+    listing = await client.get_json("/v1/models")
+    try:
+        return str(listing["data"][0]["id"])
+    except (KeyError, IndexError, TypeError):
+        raise ClientError("GET /v1/models listed no model: pass --model") from None
+
+
+def _remove_stop_signals() -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.remove_signal_handler(sig)
+
+
+def _manifest(base_url: str, opts: dict[str, Any], outcome: ProbeOutcome) -> dict[str, Any]:
+    args = {k: str(v) if isinstance(v, Path) else v for k, v in opts.items() if k != "api_key"}
+    return {
+        "tool": "loadgen",
+        "version": __version__,
+        "command": "request",
+        "target": base_url,
+        "model": outcome.model,
+        "args": args,
+        "prompt_sizing": outcome.sizing,
+        "start_wall": outcome.start_wall,
+        "interrupted": outcome.interrupted,
+    }
+
+
+def _print_tables(
+    console: Console, outcome: ProbeOutcome, base_url: str, opts: dict[str, Any]
+) -> None:
+    sizing = "estimated: no /tokenize" if outcome.sizing == "estimated" else outcome.sizing
+    console.print(
+        f"{base_url}  model {outcome.model}  api {opts['api']}  prompt ~{opts['prompt_tokens']}"
+        f" tokens ({sizing})"
+    )
+    if not outcome.records:
+        return
+    per = Table("stream", "status", "TTFT ms", "decode tok/s", "prompt", "tokens", "chunks",
+                "token source", "error")  # fmt: skip
+    for r in sorted(outcome.records, key=lambda r: r.id):
+        t, d = ttft_s(r), decode_tok_s(r)
+        per.add_row(
+            r.id,
+            r.status,
+            _fmt(t and t * 1e3),
+            _fmt(d),
+            _fmt(r.prompt_tokens),
+            str(r.completion_tokens),
+            str(r.chunks),
+            r.token_source + (" (chunks!)" if r.token_source == "chunk_count" else ""),
+            f"{r.error.cls}: {r.error.message}" if r.error else "",
+        )
+    console.print(per)
+    ok = [r for r in outcome.records if r.status == "ok"]
+    if not ok:
+        return
+    summary = Table("over ok streams", "min", "median", "max")
+    series = {
+        "TTFT ms": [t * 1e3 for r in ok if (t := ttft_s(r)) is not None],
+        "decode tok/s": [d for r in ok if (d := decode_tok_s(r)) is not None],
+        "tokens": [r.completion_tokens for r in ok],
+        "chunks": [r.chunks for r in ok],
+    }
+    for name, xs in series.items():
+        if xs:
+            summary.add_row(name, _fmt(min(xs)), _fmt(statistics.median(xs)), _fmt(max(xs)))
+    console.print(summary)
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if isinstance(x, float) else str(x)
