@@ -1,0 +1,436 @@
+"""The sim's HTTP face: an aiohttp app that looks like a vLLM v1 OpenAI server to a client.
+
+The engine and its runner (engine.py, runner.py) decide when each token exists; this module only
+turns their outputs into vLLM's wire format, at the real time each step ends, and adds what a
+test needs to check a client against the truth (`/sim/requests`, `/sim/config`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+
+from loadgen import __version__
+from loadgen.sim.engine import AdmissionRejected, Engine, EngineConfig, SimRequest, TokenOutput
+from loadgen.sim.faults import FaultConfig, FaultInjector, RequestFaults
+from loadgen.sim.metrics import CONTENT_TYPE, HttpStats, SimCollector, cache_config_labels
+from loadgen.sim.openai_wire import (
+    DONE,
+    SSE_HEADERS,
+    Api,
+    ParsedRequest,
+    ResponseShaper,
+    WireError,
+    model_list,
+    parse_detokenize,
+    parse_json_object,
+    parse_request,
+    parse_tokenize,
+    resolve_max_tokens,
+)
+from loadgen.sim.runner import SimRunner
+
+
+@dataclass(frozen=True, slots=True)
+class SimServerConfig:
+    """Everything the simulated server is started with."""
+
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    model: str = "loadgen-sim"
+    max_model_len: int = 8192
+    speed: float = 1.0
+    faults: FaultConfig = field(default_factory=FaultConfig)
+
+    def __post_init__(self) -> None:
+        pool = self.kv_cache_size_tokens
+        if self.max_model_len < 1:
+            raise ValueError(f"max_model_len must be at least 1, got {self.max_model_len}")
+        if self.max_model_len > pool:
+            # vLLM refuses to start when one max-length request cannot fit the KV pool.
+            raise ValueError(
+                f"max_model_len={self.max_model_len} does not fit the KV cache of {pool} tokens "
+                f"(num_gpu_blocks={self.engine.num_gpu_blocks} x block_size="
+                f"{self.engine.block_size}); lower --max-model-len or raise --num-gpu-blocks"
+            )
+        if self.speed <= 0:
+            raise ValueError(f"speed must be > 0, got {self.speed}")
+
+    @property
+    def kv_cache_size_tokens(self) -> int:
+        return self.engine.num_gpu_blocks * self.engine.block_size
+
+    def effective_engine_config(self) -> EngineConfig:
+        """The engine config with the engine-level faults folded in."""
+        f = self.faults
+        return dataclasses.replace(
+            self.engine,
+            cache_dead=self.engine.cache_dead or f.cache_dead,
+            drift_per_hour=f.drift / 100 if f.drift else self.engine.drift_per_hour,
+            max_waiting=f.max_waiting if f.max_waiting is not None else self.engine.max_waiting,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": dataclasses.asdict(self.effective_engine_config()),
+            "model": self.model,
+            "max_model_len": self.max_model_len,
+            "speed": self.speed,
+            "faults": dataclasses.asdict(self.faults),
+            "kv_cache_size_tokens": self.kv_cache_size_tokens,
+        }
+
+
+def boot_lines(config: SimServerConfig) -> list[str]:
+    """vLLM's start-up facts in vLLM's words, so one boot-log parser reads the sim and vLLM."""
+    e = config.engine
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    blocks_per_request = -(-config.max_model_len // e.block_size)
+    concurrency = e.num_gpu_blocks / blocks_per_request
+    # vLLM echoes the flags it was given as a dict repr; boot-log parsers read max_num_seqs there.
+    args = {
+        "model": config.model,
+        "max_model_len": config.max_model_len,
+        "block_size": e.block_size,
+        "enable_prefix_caching": e.enable_prefix_caching,
+        "num_gpu_blocks_override": e.num_gpu_blocks,
+        "max_num_batched_tokens": e.max_num_batched_tokens,
+        "max_num_seqs": e.max_num_seqs,
+    }
+    if e.num_speculative_tokens:
+        args["speculative_config"] = {"num_speculative_tokens": e.num_speculative_tokens}
+    messages = [
+        f"loadgen sim {__version__}: simulated vLLM v1 engine, profile {e.profile.name}, "
+        f"speed {config.speed:g}x, model {config.model}",
+        f"non-default args: {args!r}",
+        f"Using max model len {config.max_model_len}",
+        f"Chunked prefill is enabled with max_num_batched_tokens={e.max_num_batched_tokens}.",
+        f"Setting attention block size to {e.block_size} tokens.",
+        f"GPU KV cache size: {config.kv_cache_size_tokens:,} tokens",
+        f"Maximum concurrency for {config.max_model_len:,} tokens per request: {concurrency:.2f}x",
+    ]
+    return [f"INFO {stamp} [sim] {m}" for m in messages]
+
+
+class SimState:
+    """What the handlers share: the engine, its runner, the tokenizer, faults and counters."""
+
+    def __init__(self, config: SimServerConfig) -> None:
+        self.config = config
+        self.engine = Engine(config.effective_engine_config())
+        self.runner = SimRunner(self.engine, speed=config.speed)
+        self.tokenizer = self.engine.tokenizer
+        self.faults = FaultInjector(config.faults, seed=config.engine.seed)
+        self.http_stats = HttpStats()
+        self.client_ids: dict[str, str | None] = {}
+        self._ids = random.Random(config.engine.seed)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(
+            SimCollector(
+                self.engine,
+                model_name=config.model,
+                cache_info=cache_config_labels(config.engine),
+                http_stats=self.http_stats,
+            )
+        )
+
+    def new_request_id(self, api: Api) -> str:
+        prefix = "cmpl" if api == "completions" else "chatcmpl"
+        return f"{prefix}-{self._ids.getrandbits(128):032x}"
+
+
+STATE = web.AppKey("sim_state", SimState)
+
+
+def create_app(config: SimServerConfig) -> web.Application:
+    """The aiohttp application; its SimState is `app[STATE]`, started and stopped with the app."""
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    state = SimState(config)
+    app[STATE] = state
+    h = _Handlers(state)
+    app.router.add_post("/v1/completions", h.completions)
+    app.router.add_post("/v1/chat/completions", h.chat)
+    app.router.add_get("/v1/models", h.models)
+    app.router.add_get("/health", h.health)
+    app.router.add_get("/ping", h.health)
+    app.router.add_post("/ping", h.health)
+    app.router.add_get("/version", h.version)
+    app.router.add_post("/tokenize", h.tokenize)
+    app.router.add_post("/detokenize", h.detokenize)
+    app.router.add_get("/metrics", h.metrics)
+    app.router.add_get("/sim/requests", h.sim_requests)
+    app.router.add_get("/sim/config", h.sim_config)
+
+    async def runner_lifecycle(_: web.Application) -> AsyncIterator[None]:
+        await state.runner.start()
+        yield
+        await state.runner.stop()
+
+    app.cleanup_ctx.append(runner_lifecycle)
+    return app
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
+
+
+def _error(e: WireError) -> web.Response:
+    return _json(e.body(), status=e.status)
+
+
+class _Handlers:
+    def __init__(self, state: SimState) -> None:
+        self.s = state
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completions")
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def _generate(self, request: web.Request, api: Api) -> web.StreamResponse:
+        s = self.s
+        try:
+            parsed = parse_request(api, await request.read(), s.config.model)
+            self._check_model(parsed.model)
+            prompt_ids = self._prompt_ids(parsed)
+            max_tokens = resolve_max_tokens(
+                parsed.max_tokens, len(prompt_ids), s.config.max_model_len
+            )
+        except WireError as e:
+            return _error(e)
+        faults = s.faults.draw()
+        if faults.http_status is not None:
+            return _error(
+                WireError(faults.http_status, f"injected fault: HTTP {faults.http_status}")
+            )
+        request_id = s.new_request_id(api)
+        s.client_ids[request_id] = request.headers.get("X-Request-Id") or parsed.client_request_id
+        sim_request = SimRequest(
+            request_id=request_id,
+            prompt_token_ids=prompt_ids,
+            max_tokens=max_tokens,
+            min_tokens=parsed.min_tokens,
+            ignore_eos=parsed.ignore_eos,
+            cache_salt=parsed.cache_salt,
+        )
+        try:
+            queue = s.runner.submit(sim_request)
+        except AdmissionRejected as e:
+            s.http_stats.admission_rejections += 1
+            return _error(WireError(503, f"Server is overloaded, request rejected: {e}"))
+        except ValueError as e:
+            return _error(WireError(400, str(e)))
+        shaper = ResponseShaper(
+            api=api,
+            request_id=request_id,
+            created=int(time.time()),
+            model=parsed.model,
+            prompt_tokens=len(prompt_ids),
+            continuous_usage=parsed.continuous_usage,
+        )
+        outcome = _Outcome()
+        try:
+            if parsed.stream:
+                return await self._stream(request, queue, shaper, parsed, faults, outcome)
+            return await self._collect(queue, shaper, outcome)
+        finally:
+            if not outcome.finished:
+                # The client left (handler cancelled) or the stream was dropped: free its blocks.
+                s.runner.abort(request_id)
+                s.http_stats.finished["abort"] += 1
+
+    def _check_model(self, model: str) -> None:
+        if model != self.s.config.model:
+            raise WireError(404, f"The model `{model}` does not exist.", "model")
+
+    def _prompt_ids(self, parsed: ParsedRequest) -> list[int]:
+        tok = self.s.tokenizer
+        if parsed.prompt_token_ids is not None:
+            return parsed.prompt_token_ids
+        if parsed.messages is not None:
+            return tok.encode(tok.apply_chat_template(parsed.messages, parsed.chat_template_kwargs))
+        return tok.encode(parsed.prompt_text or "")
+
+    def _finish(self, out: TokenOutput, outcome: _Outcome) -> None:
+        outcome.finished = True
+        self.s.http_stats.finished[out.finish_reason or "length"] += 1
+
+    async def _stream(
+        self,
+        request: web.Request,
+        queue: asyncio.Queue[TokenOutput],
+        shaper: ResponseShaper,
+        parsed: ParsedRequest,
+        faults: RequestFaults,
+        outcome: _Outcome,
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(headers=SSE_HEADERS)
+        # Headers go out now, before the first token, as vLLM's StreamingResponse does.
+        await resp.prepare(request)
+        decode = self.s.tokenizer.decode
+        first = True
+        while True:
+            out = await queue.get()
+            if out.finished:
+                self._finish(out, outcome)
+            elif not out.token_ids:
+                continue
+            if first and (role := shaper.role_chunk()) is not None:
+                await resp.write(role)
+            finish = out.finish_reason if out.finished else None
+            text = decode(out.token_ids)
+            await resp.write(shaper.content_chunk(text, finish, out.completion_tokens_so_far))
+            if first and faults.mid_stream == "drop" and not out.finished:
+                # An abrupt close mid-body: the client sees a truncated chunked stream.
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
+            if first and faults.mid_stream == "stall":
+                await asyncio.sleep(self.s.config.faults.stall_s)
+            first = False
+            if out.finished:
+                break
+        if parsed.include_usage:
+            await resp.write(
+                shaper.usage_chunk(out.completion_tokens_so_far, out.num_cached_tokens)
+            )
+        await resp.write(DONE)
+        await resp.write_eof()
+        return resp
+
+    async def _collect(
+        self, queue: asyncio.Queue[TokenOutput], shaper: ResponseShaper, outcome: _Outcome
+    ) -> web.Response:
+        token_ids: list[int] = []
+        while not (out := await queue.get()).finished:
+            token_ids.extend(out.token_ids)
+        token_ids.extend(out.token_ids)
+        self._finish(out, outcome)
+        body = shaper.full_response(
+            self.s.tokenizer.decode(token_ids),
+            out.finish_reason,
+            out.completion_tokens_so_far,
+            out.num_cached_tokens,
+        )
+        return _json(body)
+
+    async def models(self, request: web.Request) -> web.Response:
+        cfg = self.s.config
+        return _json(model_list(cfg.model, cfg.max_model_len, int(time.time())))
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return _json({"version": f"{__version__}+loadgen-sim"})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        try:
+            parsed = parse_tokenize(parse_json_object(await request.read()), self.s.config.model)
+        except WireError as e:
+            return _error(e)
+        ids = self._prompt_ids(parsed)
+        max_len = self.s.config.max_model_len
+        return _json(
+            {"count": len(ids), "max_model_len": max_len, "tokens": ids, "token_strs": None}
+        )
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        try:
+            tokens = parse_detokenize(parse_json_object(await request.read()))
+            return _json({"prompt": self.s.tokenizer.decode(tokens)})
+        except WireError as e:
+            return _error(e)
+        except ValueError as e:
+            return _error(WireError(400, str(e), "tokens"))
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.s.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+    async def sim_requests(self, request: web.Request) -> web.Response:
+        return _json(ground_truth_rows(self.s))
+
+    async def sim_config(self, request: web.Request) -> web.Response:
+        return _json(self.s.config.to_json())
+
+
+@dataclass(slots=True)
+class _Outcome:
+    finished: bool = False
+
+
+def ground_truth_rows(state: SimState) -> list[dict[str, Any]]:
+    """The engine's per-request truth, every engine time also given as a perf_counter_ns
+    instant (`*_ns` beside each `*_s`), so a client record can be checked against it."""
+    ns = state.runner.wall_ns
+    rows = []
+    for row in state.engine.ground_truth():
+        first, finished = row["first_token_s"], row["finished_s"]
+        rows.append(
+            {
+                **row,
+                "client_request_id": state.client_ids.get(row["request_id"]),
+                "arrival_ns": ns(row["arrival_s"]),
+                "admitted_ns": [ns(t) for t in row["admitted_s"]],
+                "first_token_ns": None if first is None else ns(first),
+                "finished_ns": None if finished is None else ns(finished),
+                "preemptions_ns": [ns(t) for t in row["preemptions"]],
+                "prefill_chunks_ns": [
+                    [i, ns(start), ns(end), n] for i, start, end, n in row["prefill_chunks"]
+                ],
+                "tokens_per_step_ns": [[i, ns(end), n] for i, end, n in row["tokens_per_step"]],
+            }
+        )
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class SimServer:
+    """A running sim: its base URL, the engine's runner and the boot log it would print."""
+
+    url: str
+    port: int
+    state: SimState
+    boot_log: list[str]
+
+    @property
+    def runner(self) -> SimRunner:
+        return self.state.runner
+
+    @property
+    def engine(self) -> Engine:
+        return self.state.engine
+
+
+@asynccontextmanager
+async def start_sim_server(
+    config: SimServerConfig, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[SimServer]:
+    """Serves the sim on host:port (0 = a free port) for the duration of the block."""
+    app = create_app(config)
+    # handler_cancellation: a client disconnect cancels its handler, which aborts the request.
+    app_runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await app_runner.setup()
+    try:
+        site = web.TCPSite(app_runner, host, port)
+        await site.start()
+        bound = app_runner.addresses[0][1]
+        yield SimServer(
+            url=f"http://{host}:{bound}",
+            port=bound,
+            state=app[STATE],
+            boot_log=boot_lines(config),
+        )
+    finally:
+        await app_runner.cleanup()
