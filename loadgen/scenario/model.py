@@ -1,0 +1,265 @@
+"""A scenario: the validated, frozen description of a run. `load.py` builds it; `plan()` reads it.
+
+Choices the file format makes (scenarios/README.md is the user's reference):
+- Groups say WHAT is sent (prompt size, shape, cache mode, output length) and how many streams;
+  the arrival pattern says WHEN. `together` and `staggered` place each group's streams from the
+  group's `start`; `poisson`, `gamma`, `closed` and `trace` draw one request sequence from all
+  groups, interleaved in proportion to their `count` (smooth weighted round robin), so a group
+  `start` is refused there.
+- `burstiness` of a gamma arrival is vLLM benchmark_serving's `--burstiness`: the gamma shape k.
+  k = 1 is Poisson; k < 1 burstier; the squared coefficient of variation of the gaps is 1/k.
+- `prefix_tokens` (shared/primed) defaults to all but a short per-stream tail:
+  tokens - min(DEFAULT_TAIL_TOKENS, tokens // 4).
+- A sweep key with a dot is a client-side axis (a `--set` path such as `groups.streams.count`:
+  no server restart); a key without one is a server flag named as vLLM names it (restart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+API_KINDS = ("completions", "chat")
+SHAPES = ("prose", "code", "file")
+CACHE_MODES = ("salted", "shared", "primed")
+TRACE_FORMATS = ("mooncake", "azure", "burstgpt")
+# Server flags a sweep may vary (vLLM's names, dashes as underscores). Sim-only knobs included.
+SERVER_FLAGS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "num_gpu_blocks",
+    "num_gpu_blocks_override",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "num_speculative_tokens",
+    "acceptance_rate",
+    "speed",
+    "gpu_memory_utilization",
+    "kv_cache_dtype",
+    "max_model_len",
+    "long_prefill_token_threshold",
+    "max_num_partial_prefills",
+    "scheduling_policy",
+    "swap_space",
+    "cpu_offload_gb",
+    "tensor_parallel_size",
+    "enforce_eager",
+)
+# The salt tag and a little text must fit in every prompt.
+MIN_PROMPT_TOKENS = 16
+DEFAULT_TAIL_TOKENS = 64
+# A closed loop bounded only by duration_s still needs a finite plan: at most this many requests.
+DURATION_REQUEST_CAP = 10_000
+
+
+def default_prefix_tokens(tokens: int) -> int:
+    """Shared prefix length when a scenario gives none: all but a short per-stream tail."""
+    return tokens - min(DEFAULT_TAIL_TOKENS, tokens // 4)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptConfig:
+    """`tokens` is None only under a trace arrival, where each trace row gives the size."""
+
+    tokens: int | None
+    shape: str
+    cache: str
+    prefix_tokens: int | None = None
+    file: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """`max_tokens` is None only under a trace arrival, where each trace row gives it."""
+
+    name: str
+    count: int
+    prompt: PromptConfig
+    max_tokens: int | None
+    min_tokens: int | None = None
+    ignore_eos: bool = True
+    start_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Together:
+    kind: ClassVar[str] = "together"
+
+
+@dataclass(frozen=True, slots=True)
+class Staggered:
+    interval_s: float
+    kind: ClassVar[str] = "staggered"
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """At most `concurrency` in flight; `count` requests, or until `duration_s`, whichever first."""
+
+    concurrency: int
+    count: int | None = None
+    duration_s: float | None = None
+    kind: ClassVar[str] = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class Poisson:
+    rate_per_s: float
+    count: int | None = None
+    duration_s: float | None = None
+    kind: ClassVar[str] = "poisson"
+
+
+@dataclass(frozen=True, slots=True)
+class Gamma:
+    rate_per_s: float
+    burstiness: float
+    count: int | None = None
+    duration_s: float | None = None
+    kind: ClassVar[str] = "gamma"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    """One trace request: offset from the trace's first row (already time-scaled)."""
+
+    offset_ns: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    path: Path
+    format: str
+    limit: int | None
+    time_scale: float
+    rows: tuple[TraceRow, ...]
+    kind: ClassVar[str] = "trace"
+
+
+Arrival = Together | Staggered | Closed | Poisson | Gamma | Trace
+OPEN_LOOP_START_KINDS = ("together", "staggered")
+
+
+@dataclass(frozen=True, slots=True)
+class Warmup:
+    """Requests sent one at a time before an arm's first rep; None sizes come from the groups."""
+
+    count: int = 0
+    tokens: int | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    poll_interval_s: float = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds; None means no limit. first_token_s is generous: a 72k prefill takes ~65 s."""
+
+    connect_s: float | None = 10.0
+    first_token_s: float | None = 900.0
+    idle_s: float | None = 120.0
+    total_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """The simulated server used when no server is given; None fields take the profile's value.
+
+    `faults` are the sim's `--fault` options as written (`http500=0.1`, `cache_dead`, ...).
+    """
+
+    profile: str = "default"
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    enable_prefix_caching: bool | None = None
+    num_speculative_tokens: int | None = None
+    acceptance_rate: float | None = None
+    speed: float | None = None
+    max_model_len: int | None = None
+    faults: tuple[str, ...] = ()
+
+    def flags(self) -> dict[str, Any]:
+        """The flags this scenario sets (profile and faults excluded)."""
+        skip = {"profile", "faults"}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in skip and getattr(self, f.name) is not None
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SweepArm:
+    """One point of a sweep. `flags` need a server (re)start; `settings` are client-side `--set`
+    paths already applied to `scenario` (the base scenario when there are none)."""
+
+    name: str
+    flags: dict[str, Any]
+    settings: dict[str, Any]
+    scenario: Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]
+    arms: tuple[SweepArm, ...]
+    # None: the engine decides (2 boots per arm for a real server; 1 for the deterministic sim).
+    boots_per_arm: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    seed: int
+    groups: tuple[Group, ...]
+    arrival: Arrival = Together()
+    description: str = ""
+    api: str = "completions"
+    chat_template_kwargs: dict[str, Any] | None = None
+    model: str | None = None
+    repetitions: int = 1
+    warmup: Warmup = Warmup()
+    metrics: Metrics = Metrics()
+    timeouts: Timeouts = Timeouts()
+    sim: SimConfig | None = None
+    sweep: Sweep | None = None
+    source: Path | None = None
+
+    def group(self, name: str) -> Group:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+
+def scenario_to_json(scenario: Scenario) -> dict[str, Any]:
+    """The resolved scenario as plain JSON values (for run.json): trace rows are summarised by
+    their count, sweep arms by name, flags and settings."""
+    return _jsonable(scenario)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Trace):
+        out = {"kind": "trace", "path": str(value.path), "format": value.format}
+        return out | {"limit": value.limit, "time_scale": value.time_scale, "rows": len(value.rows)}
+    if isinstance(value, SweepArm):
+        return {"name": value.name, "flags": value.flags, "settings": value.settings}
+    if is_dataclass(value):
+        out = {"kind": value.kind} if hasattr(type(value), "kind") else {}
+        return out | {f.name: _jsonable(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value

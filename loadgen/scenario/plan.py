@@ -1,0 +1,322 @@
+"""plan(): a scenario turned into every request of the run, with its intended send time.
+
+Pure: no I/O, no clock. The same scenario and run seed give the same plan, byte for byte.
+
+Shape of a plan: `Plan.arms` (one arm named "default" when there is no sweep), each with
+`warmup` requests (sent one at a time, phase "warmup", before the arm's first rep, after every
+boot) and `reps`; each rep lists the prefixes to prime and verify (`primes`) before its measured
+`requests`. `RepPlan.concurrency` is the closed-loop limit (None: open loop, send each request
+at `offset_ns` after the rep's start); `duration_ns` stops issuing new requests at that offset.
+
+Seeds: arrival schedules and prompt text come from the scenario's `seed`: every run sends the
+same schedule and the same text; every rep the same schedule but its own text, so a rep never
+finds the previous rep's tail of a shared prefix in the cache. Salts come from the run seed
+(`run_seed`, else the scenario seed): a tag of words at the very start of each prompt, unique
+within the plan (across arms, reps, groups, indices and warmups) and different for another run
+seed, so a server that kept an earlier run's cache cannot hit. Pass a fresh run seed per run
+(and record it) to stay cold against a long-lived server; pass the recorded one to replay.
+Shared prefixes are salted per (arm, rep, group): each rep's first stream pays the prefill.
+Primed prefixes per (arm, group): each rep re-verifies a prefix that is already warm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loadgen.scenario.model import (
+    DURATION_REQUEST_CAP,
+    MIN_PROMPT_TOKENS,
+    Closed,
+    Gamma,
+    Group,
+    Poisson,
+    Scenario,
+    Staggered,
+    SweepArm,
+    Together,
+    Trace,
+    default_prefix_tokens,
+)
+from loadgen.scenario.vocab import SALT_WORDS
+
+NS = 1_000_000_000
+# Gaps are drawn in fixed-size blocks so a schedule's prefix never depends on its length.
+_GAP_BLOCK = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSpec:
+    """What to build. Text = tag(salt) + body, the body from `text_seed`; or, for shared and
+    primed prompts, prefix (tag(salt) + body from `prefix_seed`, `prefix_tokens` long) + a tail
+    from `text_seed`. Equal `prefix_key` means equal prefix text and equal salt; the salt is
+    also what the engine passes as vLLM's `cache_salt`."""
+
+    tokens: int
+    shape: str
+    cache: str
+    salt: str
+    text_seed: int
+    prefix_key: str | None = None
+    prefix_tokens: int | None = None
+    prefix_seed: int | None = None
+    file: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    id: str
+    arm: str
+    group: str
+    rep: int
+    index: int
+    phase: str
+    offset_ns: int | None
+    prompt: PromptSpec
+    max_tokens: int
+    min_tokens: int | None
+    ignore_eos: bool
+    api: str
+    chat_template_kwargs: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class RepPlan:
+    rep: int
+    requests: tuple[PlannedRequest, ...]
+    concurrency: int | None
+    primes: tuple[PromptSpec, ...]
+    duration_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArmPlan:
+    name: str
+    flags: dict[str, Any]
+    settings: dict[str, Any]
+    scenario: Scenario
+    warmup: tuple[PlannedRequest, ...]
+    reps: tuple[RepPlan, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    scenario: Scenario
+    seed: int
+    arms: tuple[ArmPlan, ...]
+    boots_per_arm: int | None
+
+    def requests(self) -> Iterator[PlannedRequest]:
+        """Every request of the plan (warmups included), in plan order."""
+        for arm in self.arms:
+            yield from arm.warmup
+            for rep in arm.reps:
+                yield from rep.requests
+
+
+def plan(scenario: Scenario, *, run_seed: int | None = None) -> Plan:
+    seed = scenario.seed if run_seed is None else run_seed
+    salts = _Salts(seed)
+    sweep = scenario.sweep
+    arms = sweep.arms if sweep else (SweepArm("default", {}, {}, scenario),)
+    planned = tuple(_arm(arm, salts) for arm in arms)
+    return Plan(scenario, seed, planned, sweep.boots_per_arm if sweep else None)
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any parts: stable across processes and Python versions."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+class _Salts:
+    """Unique tags: the first word runs through a seeded permutation of SALT_WORDS by ordinal,
+    so the first len(SALT_WORDS) prompts of a plan all differ at their first word."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.order = list(range(len(SALT_WORDS)))
+        random.Random(derive_seed(seed, "salt-order")).shuffle(self.order)
+        self.count = 0
+
+    def next(self) -> str:
+        n, k = len(SALT_WORDS), self.count
+        self.count += 1
+        digest = hashlib.blake2b(f"{self.seed}\x1f{k}".encode(), digest_size=8).digest()
+        words = [self.order[k % n], self.order[(k // n) % n], digest[0] << 8 | digest[1]]
+        words.append(digest[2] << 8 | digest[3])
+        return "-".join(SALT_WORDS[w % n] for w in words)
+
+
+class _Prompts:
+    """PromptSpecs for one arm: shared prefixes once per (rep, group), primed once per group."""
+
+    def __init__(self, scenario: Scenario, arm: str, salts: _Salts) -> None:
+        self.scenario, self.arm, self.salts = scenario, arm, salts
+        self.prefixes: dict[tuple[int | None, str], str] = {}
+
+    def spec(self, group: Group, index: int, rep: int, tokens: int | None = None) -> PromptSpec:
+        p = group.prompt
+        size = max(tokens if tokens is not None else p.tokens, MIN_PROMPT_TOKENS)
+        text_seed = derive_seed(self.scenario.seed, "text", group.name, index, rep)
+        file = str(p.file) if p.file else None
+        if p.cache == "salted":
+            return PromptSpec(size, p.shape, "salted", self.salts.next(), text_seed, file=file)
+        salt = self._prefix_salt(group, None if p.cache == "primed" else rep)
+        prefix_seed = derive_seed(self.scenario.seed, "prefix", group.name)
+        key = f"{self.arm}/{group.name}/{salt}"
+        prefix = default_prefix_tokens(size) if p.prefix_tokens is None else p.prefix_tokens
+        return PromptSpec(size, p.shape, p.cache, salt, text_seed, key, prefix, prefix_seed, file)
+
+    def prime(self, group: Group) -> PromptSpec:
+        """The primed prefix alone: its text is exactly the prefix of the group's prompts."""
+        full = self.spec(group, 0, 0)
+        return PromptSpec(
+            full.prefix_tokens,
+            full.shape,
+            "primed",
+            full.salt,
+            full.prefix_seed,
+            full.prefix_key,
+            full.prefix_tokens,
+            full.prefix_seed,
+            full.file,
+        )
+
+    def _prefix_salt(self, group: Group, rep: int | None) -> str:
+        key = (rep, group.name)
+        if key not in self.prefixes:
+            self.prefixes[key] = self.salts.next()
+        return self.prefixes[key]
+
+
+def _arm(arm: SweepArm, salts: _Salts) -> ArmPlan:
+    s = arm.scenario
+    prompts = _Prompts(s, arm.name, salts)
+    warmup = tuple(_warmups(s, arm.name, salts))
+    reps = tuple(_Rep(s, arm.name, rep, prompts).plan() for rep in range(s.repetitions))
+    return ArmPlan(arm.name, dict(arm.flags), dict(arm.settings), s, warmup, reps)
+
+
+def _request(
+    s: Scenario, arm: str, group: Group, rep: int, index: int, offset_ns: int | None,
+    prompt: PromptSpec, max_tokens: int, phase: str = "measure",
+) -> PlannedRequest:  # fmt: skip
+    rid = f"{arm}/{'warmup' if phase == 'warmup' else f'r{rep}'}/{group.name}/{index}"
+    min_tokens = None if group.min_tokens is None else min(group.min_tokens, max_tokens)
+    return PlannedRequest(
+        rid, arm, group.name, rep, index, phase, offset_ns, prompt, max_tokens, min_tokens,
+        group.ignore_eos, s.api, s.chat_template_kwargs,
+    )  # fmt: skip
+
+
+def _warmups(s: Scenario, arm: str, salts: _Salts) -> Iterator[PlannedRequest]:
+    """Warmups are always salted, so they never warm a prefix the measured phase relies on."""
+    for i, group in enumerate(_mix(s.groups, s.warmup.count)):
+        tokens = max(s.warmup.tokens or group.prompt.tokens or 0, MIN_PROMPT_TOKENS)
+        max_tokens = s.warmup.max_tokens or group.max_tokens or 1
+        text_seed = derive_seed(s.seed, "warmup", group.name, i)
+        file = str(group.prompt.file) if group.prompt.file else None
+        prompt = PromptSpec(
+            tokens, group.prompt.shape, "salted", salts.next(), text_seed, file=file
+        )
+        yield _request(s, arm, group, 0, i, None, prompt, max_tokens, "warmup")
+
+
+class _Rep:
+    """One rep's requests under the scenario's arrival pattern."""
+
+    def __init__(self, s: Scenario, arm: str, rep: int, prompts: _Prompts) -> None:
+        self.s, self.arm, self.rep, self.prompts = s, arm, rep, prompts
+
+    def plan(self) -> RepPlan:
+        a = self.s.arrival
+        primes = tuple(self.prompts.prime(g) for g in self.s.groups if g.prompt.cache == "primed")
+        if isinstance(a, Together | Staggered):
+            return RepPlan(self.rep, self._from_starts(a), None, primes)
+        if isinstance(a, Trace):
+            rows = [(r.offset_ns, r.input_tokens, r.output_tokens) for r in a.rows]
+            return RepPlan(self.rep, self._mixed(rows), None, primes)
+        count = _count(self.s, a)
+        if isinstance(a, Closed):
+            rows = [(None, None, None)] * count
+        else:
+            rows = [(t, None, None) for t in arrival_offsets(a, self.s.seed, count)]
+        duration = None if a.duration_s is None else round(a.duration_s * NS)
+        concurrency = a.concurrency if isinstance(a, Closed) else None
+        return RepPlan(self.rep, self._mixed(rows), concurrency, primes, duration)
+
+    def _request(self, g: Group, i: int, offset: int | None, tokens: int | None = None,
+                 out: int | None = None) -> PlannedRequest:  # fmt: skip
+        spec = self.prompts.spec(g, i, self.rep, tokens)
+        return _request(self.s, self.arm, g, self.rep, i, offset, spec, out or g.max_tokens)
+
+    def _from_starts(self, a: Together | Staggered) -> tuple[PlannedRequest, ...]:
+        """Each group's streams from its start: together, or `interval_s` apart."""
+        step = a.interval_s if isinstance(a, Staggered) else 0.0
+        reqs = [
+            self._request(g, i, round((g.start_s + i * step) * NS))
+            for g in self.s.groups
+            for i in range(g.count)
+        ]
+        return tuple(sorted(reqs, key=lambda r: r.offset_ns))
+
+    def _mixed(self, rows: list[tuple[int | None, int | None, int | None]]) -> tuple:
+        """One request per row (offset, prompt tokens, max tokens), groups interleaved."""
+        seen: dict[str, int] = {}
+        reqs = []
+        for (offset, tokens, out), g in zip(rows, _mix(self.s.groups, len(rows)), strict=True):
+            i = seen[g.name] = seen.get(g.name, -1) + 1
+            reqs.append(self._request(g, i, offset, tokens, out))
+        return tuple(reqs)
+
+
+def _count(s: Scenario, a: Closed | Poisson | Gamma) -> int:
+    """Requests to plan: `count`; else a duration's cap; else one pass over the groups."""
+    if a.count is not None:
+        return a.count
+    if isinstance(a, Closed) and a.duration_s is not None:
+        return DURATION_REQUEST_CAP
+    return sum(g.count for g in s.groups) if a.duration_s is None else -1
+
+
+def arrival_offsets(a: Poisson | Gamma, seed: int, count: int) -> list[int]:
+    """Send offsets (ns from the rep's start): the first at 0, then seeded gaps with mean
+    1/rate (exponential, or gamma of shape `burstiness`). `count` < 0: until duration_s."""
+    rng = np.random.default_rng(derive_seed(seed, "arrival"))
+    limit = None if a.duration_s is None else a.duration_s
+    out: list[float] = [0.0]
+    while count < 0 or len(out) < count:
+        if isinstance(a, Gamma):
+            gaps = rng.gamma(a.burstiness, 1.0 / (a.rate_per_s * a.burstiness), _GAP_BLOCK)
+        else:
+            gaps = rng.exponential(1.0 / a.rate_per_s, _GAP_BLOCK)
+        times = out[-1] + np.cumsum(gaps)
+        if limit is not None and times[-1] >= limit:
+            out.extend(times[: int(np.searchsorted(times, limit))].tolist())
+            break
+        out.extend(times.tolist())
+    if count >= 0:
+        out = out[:count]
+    if limit is not None:
+        out = [t for t in out if t < limit]
+    return [round(t * NS) for t in out]
+
+
+def _mix(groups: tuple[Group, ...], n: int) -> list[Group]:
+    """`n` groups interleaved in proportion to their counts (smooth weighted round robin)."""
+    total = sum(g.count for g in groups)
+    current = [0] * len(groups)
+    out = []
+    for _ in range(n):
+        for i, g in enumerate(groups):
+            current[i] += g.count
+        best = max(range(len(groups)), key=current.__getitem__)
+        current[best] -= total
+        out.append(groups[best])
+    return out

@@ -1,0 +1,231 @@
+"""Prompt text built to an exact token count.
+
+Layout: a salted prompt is `tag(salt)` + body; a shared or primed prompt is the prefix
+(`tag(salt)` + prefix body, exactly `prefix_tokens` long) + a per-stream tail. The tag is the
+salt's words, at the very start, so two prompts with different salts differ at their first token
+and no cached block can match.
+
+Sizing: generate more text than needed (linear time), count the whole once, then search the cut
+point on piece boundaries (a piece is a word or a punctuation mark with its leading space):
+secant steps on the token count, falling back to bisection when a step does not halve the
+error. If the best cut lands one or two tokens short (a piece worth several tokens), short
+filler pieces are appended one at a time. With an exact counter the result is exact; typically
+4-8 count() calls for any size. The text depends only on the spec and on the counter's answers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from loadgen.scenario.plan import PromptSpec
+from loadgen.scenario.textgen import text_chunks
+
+_PIECE_RE = re.compile(r"\s*(?:\w+|[^\w\s])")
+_WORD_RE = re.compile(r"\w+|[^\w\s]")
+_FILLERS = (" a", ",", " the", ".", " x")
+_MAX_PAD_CALLS = 12
+_MAX_GROWTHS = 6
+# First guess at characters per token; the text is extended when it falls short.
+_CHARS_PER_TOKEN = 5
+
+
+class TokenCounter(Protocol):
+    """Counts the tokens of a prompt as the server will see it.
+
+    `method`: "tokenize" (the server's /tokenize), "usage_probe" (prompt_tokens of a 1-token
+    request), "estimate" (no tokenizer: a rule of thumb) or "local" (a tokenizer in-process).
+    """
+
+    method: str
+
+    async def count(self, text: str) -> int: ...
+
+
+class EstimateCounter:
+    """No tokenizer at hand: one token per four characters, rounded up."""
+
+    method = "estimate"
+
+    async def count(self, text: str) -> int:
+        return math.ceil(len(text) / 4)
+
+
+class WordCounter:
+    """An exact counter for a simple tokenizer: every word and every punctuation mark is one
+    token. For tests, and for a simulated server that tokenizes the same way."""
+
+    method = "local"
+
+    async def count(self, text: str) -> int:
+        return len(_WORD_RE.findall(text))
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltPrompt:
+    """`tokens` is the counter's count of `text` (equal to the spec's unless the counter's
+    granularity made that impossible); `prefix_chars` is the length of the shared prefix."""
+
+    text: str
+    tokens: int
+    method: str
+    prefix_chars: int = 0
+
+
+class PromptSizeError(ValueError):
+    """The spec cannot be met: the salt tag (or prefix) alone is longer than the prompt."""
+
+
+def salt_tag(salt: str) -> str:
+    """The text that opens every prompt with this salt."""
+    return salt.replace("-", " ") + "\n\n"
+
+
+async def build_prompt(spec: PromptSpec, counter: TokenCounter) -> BuiltPrompt:
+    """The prompt for one spec (builds its prefix too; PromptBuilder reuses prefixes)."""
+    return await PromptBuilder(counter).build(spec)
+
+
+class PromptBuilder:
+    """Builds prompts with one counter, building each shared prefix once."""
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.counter = counter
+        self.count_calls = 0
+        self._prefixes: dict[tuple[str, int], tuple[str, int]] = {}
+        self._files: dict[str, str] = {}
+
+    async def build(self, spec: PromptSpec) -> BuiltPrompt:
+        method = self.counter.method
+        if spec.prefix_key is None or spec.prefix_tokens is None:
+            text, tokens = await self._fit(
+                salt_tag(spec.salt), None, self._chunks(spec, spec.text_seed), spec.tokens
+            )
+            return BuiltPrompt(text, tokens, method)
+        prefix, prefix_tokens = await self._prefix(spec)
+        if spec.tokens <= spec.prefix_tokens:
+            return BuiltPrompt(prefix, prefix_tokens, method, len(prefix))
+        tail = _separated(self._chunks(spec, spec.text_seed))
+        text, tokens = await self._fit(prefix, prefix_tokens, tail, spec.tokens)
+        return BuiltPrompt(text, tokens, method, len(prefix))
+
+    async def _prefix(self, spec: PromptSpec) -> tuple[str, int]:
+        key = (spec.prefix_key, spec.prefix_tokens)
+        if key not in self._prefixes:
+            chunks = self._chunks(spec, spec.prefix_seed)
+            self._prefixes[key] = await self._fit(
+                salt_tag(spec.salt), None, chunks, spec.prefix_tokens
+            )
+        return self._prefixes[key]
+
+    def _chunks(self, spec: PromptSpec, seed: int) -> Iterator[str]:
+        if spec.shape != "file":
+            return text_chunks(spec.shape, seed)
+        if spec.file not in self._files:
+            self._files[spec.file] = Path(spec.file).read_text(encoding="utf-8")
+        return text_chunks("file", seed, self._files[spec.file])
+
+    async def _count(self, text: str) -> int:
+        self.count_calls += 1
+        return await self.counter.count(text)
+
+    async def _fit(
+        self, head: str, head_tokens: int | None, chunks: Iterator[str], target: int
+    ) -> tuple[str, int]:
+        """head + the longest run of pieces from `chunks` that counts `target` tokens."""
+        if head_tokens is None:
+            head_tokens = await self._count(head)
+        if head_tokens > target:
+            raise PromptSizeError(
+                f"{target} tokens requested but the fixed start alone is {head_tokens}"
+            )
+        if head_tokens == target:
+            return head, target
+        body = _Pieces(chunks, (target - head_tokens) * _CHARS_PER_TOKEN)
+        full = await self._count(head + body.text)
+        for _ in range(_MAX_GROWTHS):
+            if full > target:
+                break
+            # Aim 25% past the target at the density seen so far, at most 4x per step.
+            factor = min((target - head_tokens) / max(full - head_tokens, 1) * 1.25, 4.0)
+            body.extend(int(len(body.text) * (factor - 1)) + 64)
+            full = await self._count(head + body.text)
+        else:
+            raise PromptSizeError(f"{len(body.text):,} characters still count {full} tokens")
+        lo, lo_count, hi, hi_count = 0, head_tokens, len(body), full
+        error, secant = math.inf, True
+        while hi - lo > 1:
+            k = body.secant(lo, lo_count, hi, hi_count, target) if secant else (lo + hi) // 2
+            c = await self._count(head + body.prefix(k))
+            if c == target:
+                return head + body.prefix(k), c
+            if c < target:
+                lo, lo_count = k, c
+            else:
+                hi, hi_count = k, c
+            # Keep secant steps while they at least halve the error; else bisect once.
+            secant = not secant or abs(c - target) * 2 <= error
+            error = abs(c - target)
+        return await self._pad(head + body.prefix(lo), lo_count, target)
+
+    async def _pad(self, text: str, tokens: int, target: int) -> tuple[str, int]:
+        """Short fillers appended until the count is exact (or the calls run out)."""
+        calls = 0
+        while tokens < target and calls < _MAX_PAD_CALLS:
+            for filler in _FILLERS:
+                calls += 1
+                c = await self._count(text + filler)
+                if c <= target:
+                    text, tokens = text + filler, c
+                    break
+            else:
+                break
+        return text, tokens
+
+
+def _separated(chunks: Iterator[str]) -> Iterator[str]:
+    """A tail starts a new paragraph after the prefix."""
+    first = next(chunks)
+    yield "\n\n" + first
+    yield from chunks
+
+
+class _Pieces:
+    """Generated text and the end offsets of its pieces (a cut at piece k keeps k pieces)."""
+
+    def __init__(self, chunks: Iterator[str], min_chars: int) -> None:
+        self._chunks = chunks
+        self._parts: list[str] = []
+        self.text = ""
+        self.ends: list[int] = []
+        self.extend(min_chars)
+
+    def extend(self, more_chars: int) -> None:
+        size = len(self.text)
+        goal = size + max(more_chars, 1)
+        while size < goal:
+            part = next(self._chunks)
+            self._parts.append(part)
+            size += len(part)
+        self.text = "".join(self._parts)
+        self.ends = [m.end() for m in _PIECE_RE.finditer(self.text)]
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def end(self, k: int) -> int:
+        return self.ends[k - 1] if k else 0
+
+    def prefix(self, k: int) -> str:
+        return self.text[: self.end(k)]
+
+    def secant(self, lo: int, lo_count: int, hi: int, hi_count: int, target: int) -> int:
+        """The cut where the line through (lo, hi) in (chars, tokens) reaches `target`."""
+        frac = (target - lo_count) / (hi_count - lo_count)
+        pos = self.end(lo) + frac * (self.end(hi) - self.end(lo))
+        return min(max(bisect_right(self.ends, pos), lo + 1), hi - 1)

@@ -1,0 +1,202 @@
+"""The scenario schema: a marked YAML tree in, a Scenario out, every error noted on the way.
+
+Top level and groups live here; the other blocks in schema_blocks.py. Sweeps are resolved in
+load.py (a client-side axis re-validates the whole tree per value).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loadgen.scenario import schema_blocks as blocks
+from loadgen.scenario.checks import (
+    BOOL,
+    NAME,
+    TEXT,
+    Checker,
+    Rule,
+    choice,
+    did_you_mean,
+    integer,
+    join,
+    number,
+    show,
+)
+from loadgen.scenario.marked_yaml import MarkedMap
+from loadgen.scenario.model import (
+    API_KINDS,
+    CACHE_MODES,
+    MIN_PROMPT_TOKENS,
+    OPEN_LOOP_START_KINDS,
+    Arrival,
+    Group,
+    Metrics,
+    PromptConfig,
+    Scenario,
+    Trace,
+    default_prefix_tokens,
+)
+
+TOP_KEYS = (
+    "name",
+    "description",
+    "api",
+    "chat_template_kwargs",
+    "seed",
+    "model",
+    "groups",
+    "arrival",
+    "repetitions",
+    "warmup",
+    "metrics",
+    "timeouts",
+    "sim",
+    "sweep",
+)
+GROUP_KEYS = ("name", "count", "prompt", "max_tokens", "min_tokens", "ignore_eos", "start")
+PROMPT_KEYS = ("tokens", "shape", "cache", "prefix_tokens")
+TOKENS = integer(MIN_PROMPT_TOKENS)
+MAYBE_TOKENS = integer(MIN_PROMPT_TOKENS, nullable=True)
+POSITIVE = integer(1)
+OPTIONAL_TEXT = Rule("a string or null", lambda v: v is None or isinstance(v, str), nullable=True)
+SHAPE_EXPECT = "prose, code or {file: path}"
+FROM_TRACE = "set by each trace row (expected no value here: remove it)"
+
+
+def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenario | None:
+    """The Scenario described by `root` (sweep not included), or None when anything is wrong."""
+    if not isinstance(root, MarkedMap):
+        c.add(f"{display}:1", "scenario", f"got {show(root)} (expected a mapping of fields)")
+        return None
+    c.keys(root, "", TOP_KEYS)
+    base_dir = source.parent
+    arrival = blocks.arrival(c, root, base_dir)
+    api = c.field(root, "api", "", choice(API_KINDS), "completions")
+    metrics = c.mapping(root, "metrics", "")
+    c.keys(metrics, "metrics", ("poll_interval_s",))
+    fields = dict(
+        name=c.field(root, "name", "", NAME),
+        description=c.field(root, "description", "", TEXT, ""),
+        api=api,
+        chat_template_kwargs=_template_kwargs(c, root, api),
+        seed=c.field(root, "seed", "", integer()),
+        model=c.field(root, "model", "", OPTIONAL_TEXT, None),
+        groups=_groups(c, root, base_dir, arrival),
+        arrival=arrival,
+        repetitions=c.field(root, "repetitions", "", POSITIVE, 1),
+        warmup=blocks.warmup(c, root, isinstance(arrival, Trace)),
+        metrics=Metrics(c.field(metrics, "poll_interval_s", "metrics", blocks.SECONDS, 0.25)),
+        timeouts=blocks.timeouts(c, root),
+        sim=blocks.sim(c, root) if root.get("sim") is not None else None,
+        source=source,
+    )
+    if c.errors:
+        return None
+    return Scenario(**fields)
+
+
+def _template_kwargs(c: Checker, root: MarkedMap, api: str | None) -> dict[str, Any] | None:
+    if root.get("chat_template_kwargs") is None:
+        return None
+    kwargs = c.mapping(root, "chat_template_kwargs", "")
+    if api == "completions":
+        message = "only applies to api: chat (expected api: chat, or remove it)"
+        c.at_key(root, "chat_template_kwargs", "", message)
+    return dict(kwargs)
+
+
+def _groups(
+    c: Checker, root: MarkedMap, base_dir: Path, arrival: Arrival | None
+) -> tuple[Group, ...]:
+    items = c.sequence(root, "groups", "", required=True)
+    if isinstance(root.get("groups"), list) and not items:
+        c.at_value(root, "groups", "", "got an empty list (expected at least one group)")
+    groups, seen = [], set()
+    for i, item in enumerate(items):
+        name = item.get("name") if isinstance(item, MarkedMap) else None
+        path = f"groups.{name}" if NAME.accepts(name) else f"groups[{i}]"
+        if not isinstance(item, MarkedMap):
+            c.add(items.item_locs[i], path, f"got {show(item)} (expected a mapping)")
+            continue
+        if name in seen:
+            message = f"got {show(name)} again (expected unique group names)"
+            c.at_value(item, "name", path, message)
+        seen.add(name)
+        groups.append(_group(c, item, path, base_dir, arrival))
+    return tuple(groups)
+
+
+def _group(c: Checker, m: MarkedMap, path: str, base_dir: Path, arrival: Arrival | None) -> Group:
+    c.keys(m, path, GROUP_KEYS)
+    trace_mode = isinstance(arrival, Trace)
+    if trace_mode and "max_tokens" in m:
+        c.at_key(m, "max_tokens", path, FROM_TRACE)
+    max_tokens = None if trace_mode else c.field(m, "max_tokens", path, POSITIVE)
+    min_tokens = c.field(m, "min_tokens", path, integer(0, nullable=True), None)
+    if None not in (max_tokens, min_tokens) and min_tokens > max_tokens:
+        message = f"got {min_tokens} (expected <= max_tokens, {max_tokens})"
+        c.at_value(m, "min_tokens", path, message)
+    start = c.field(m, "start", path, number(ge=0), 0.0)
+    if start and arrival is not None and arrival.kind not in OPEN_LOOP_START_KINDS:
+        why = f"got {show(m['start'])} under a {arrival.kind} arrival"
+        c.at_value(m, "start", path, f"{why} (expected start only with together or staggered)")
+    return Group(
+        name=c.field(m, "name", path, NAME),
+        count=c.field(m, "count", path, POSITIVE, *((1,) if trace_mode else ())),
+        prompt=_prompt(c, m, path, base_dir, trace_mode),
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        ignore_eos=c.field(m, "ignore_eos", path, BOOL, True),
+        start_s=start or 0.0,
+    )
+
+
+def _prompt(
+    c: Checker, group: MarkedMap, group_path: str, base_dir: Path, trace_mode: bool
+) -> PromptConfig:
+    m = c.mapping(group, "prompt", group_path, required=True)
+    path = join(group_path, "prompt")
+    c.keys(m, path, PROMPT_KEYS)
+    if trace_mode and "tokens" in m:
+        c.at_key(m, "tokens", path, FROM_TRACE)
+    tokens = None if trace_mode else c.field(m, "tokens", path, TOKENS)
+    cache = c.field(m, "cache", path, choice(CACHE_MODES), "salted")
+    if trace_mode and cache not in (None, "salted"):
+        why = f"got {show(cache)} under a trace arrival"
+        c.at_value(m, "cache", path, f"{why} (expected salted: trace rows vary in size)")
+    shape, file = _shape(c, m, path, base_dir)
+    prefix = c.field(m, "prefix_tokens", path, MAYBE_TOKENS, None)
+    if prefix is not None and cache == "salted":
+        message = "only applies to cache shared or primed (expected one of those, or remove it)"
+        c.at_key(m, "prefix_tokens", path, message)
+    elif prefix is not None and tokens is not None and prefix > tokens:
+        c.at_value(m, "prefix_tokens", path, f"got {prefix} (expected <= tokens, {tokens})")
+    if prefix is None and cache in ("shared", "primed") and tokens is not None:
+        prefix = default_prefix_tokens(tokens)
+    return PromptConfig(tokens, shape or "prose", cache or "salted", prefix, file)
+
+
+def _shape(c: Checker, m: MarkedMap, path: str, base_dir: Path) -> tuple[str | None, Path | None]:
+    """`prose`, `code`, or {file: path relative to the scenario file} (read to check it)."""
+    value = m.get("shape", "prose")
+    if value in ("prose", "code"):
+        return value, None
+    if not (isinstance(value, MarkedMap) and list(value) == ["file"]):
+        hint = did_you_mean(value, ("prose", "code", "file")) if isinstance(value, str) else ""
+        c.at_value(m, "shape", path, f"got {show(value)} (expected {SHAPE_EXPECT}{hint})")
+        return None, None
+    name = c.field(value, "file", join(path, "shape"), TEXT)
+    if name is None:
+        return None, None
+    file = (base_dir / name).resolve()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = f"got {show(name)}: cannot read {file} ({exc.__class__.__name__})"
+        c.at_value(value, "file", join(path, "shape"), f"{why} (expected a UTF-8 text file)")
+        return None, None
+    if not text.strip():
+        message = f"got {show(name)}, an empty file (expected a file with text)"
+        c.at_value(value, "file", join(path, "shape"), message)
+    return "file", file

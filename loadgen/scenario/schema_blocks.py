@@ -1,0 +1,185 @@
+"""Schema of the scenario's blocks other than groups: arrival (with traces), sim, warmup,
+timeouts. Same conventions as schema.py: every error noted, None returned for a bad block."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loadgen.scenario.checks import (
+    BOOL,
+    TEXT,
+    Checker,
+    choice,
+    did_you_mean,
+    integer,
+    join,
+    number,
+    show,
+)
+from loadgen.scenario.marked_yaml import MarkedMap
+from loadgen.scenario.model import (
+    MIN_PROMPT_TOKENS,
+    TRACE_FORMATS,
+    Arrival,
+    Closed,
+    Gamma,
+    Poisson,
+    SimConfig,
+    Staggered,
+    Timeouts,
+    Together,
+    Trace,
+    Warmup,
+)
+from loadgen.scenario.traces import TraceError, infer_format, read_trace
+from loadgen.sim.faults import parse_fault_options
+from loadgen.sim.profiles import PROFILES
+
+ARRIVAL_KEYS = {
+    "together": (),
+    "staggered": ("interval_s",),
+    "closed": ("concurrency", "count", "duration_s"),
+    "poisson": ("rate_per_s", "count", "duration_s"),
+    "gamma": ("rate_per_s", "burstiness", "count", "duration_s"),
+    "trace": ("path", "format", "limit", "time_scale"),
+}
+SIM_RULES = {
+    "max_num_seqs": integer(1),
+    "max_num_batched_tokens": integer(1),
+    "block_size": integer(1),
+    "num_gpu_blocks": integer(1),
+    "enable_prefix_caching": BOOL,
+    "num_speculative_tokens": integer(0),
+    "acceptance_rate": number(ge=0, le=1),
+    "speed": number(gt=0),
+    "max_model_len": integer(1),
+}
+FAULT_FORMS = (
+    "the sim's --fault forms: http500=P, http429=P, drop=P, stall=P, stall_s=S, cache_dead, "
+    "drift=PCT_PER_HOUR, max_waiting=N"
+)
+POSITIVE = integer(1)
+MAYBE_POSITIVE = integer(1, nullable=True)
+SECONDS = number(gt=0)
+MAYBE_SECONDS = number(gt=0, nullable=True)
+
+
+def arrival(c: Checker, root: MarkedMap, base_dir: Path) -> Arrival | None:
+    """`together` or a one-key mapping {kind: {parameters}}."""
+    value = root.get("arrival", "together")
+    loc = root.value_locs.get("arrival", root.loc)
+    kinds = tuple(ARRIVAL_KEYS)
+    if value in ("together", None):
+        return Together()
+    if isinstance(value, str) and value in kinds:
+        keys = ", ".join(ARRIVAL_KEYS[value])
+        c.add(loc, "arrival", f"got {show(value)} alone (expected {{{value}: {{{keys}}}}})")
+        return None
+    if isinstance(value, str):
+        c.bad(loc, "arrival", value, choice(kinds))
+        return None
+    if not isinstance(value, MarkedMap) or len(value) != 1:
+        got = f"{len(value)} kinds" if isinstance(value, MarkedMap) else show(value)
+        c.add(loc, "arrival", f"got {got} (expected exactly one of: {', '.join(kinds)})")
+        return None
+    (kind,) = value
+    if kind not in kinds:
+        hint = did_you_mean(kind, kinds)
+        c.at_key(
+            value, kind, "arrival", f"unknown arrival (expected one of: {', '.join(kinds)}{hint})"
+        )
+        return None
+    path = join("arrival", kind)
+    params = c.mapping(value, kind, "arrival")
+    c.keys(params, path, ARRIVAL_KEYS[kind])
+    if kind == "together":
+        return Together()
+    if kind == "staggered":
+        return Staggered(c.field(params, "interval_s", path, SECONDS))
+    if kind == "trace":
+        return _trace(c, params, path, base_dir)
+    count = c.field(params, "count", path, MAYBE_POSITIVE, None)
+    duration = c.field(params, "duration_s", path, MAYBE_SECONDS, None)
+    if kind == "closed":
+        return Closed(c.field(params, "concurrency", path, POSITIVE), count, duration)
+    rate = c.field(params, "rate_per_s", path, SECONDS)
+    if kind == "poisson":
+        return Poisson(rate, count, duration)
+    return Gamma(rate, c.field(params, "burstiness", path, SECONDS), count, duration)
+
+
+def _trace(c: Checker, params: MarkedMap, path: str, base_dir: Path) -> Trace | None:
+    name = c.field(params, "path", path, TEXT)
+    fmt = c.field(params, "format", path, choice(TRACE_FORMATS), None)
+    limit = c.field(params, "limit", path, MAYBE_POSITIVE, None)
+    scale = c.field(params, "time_scale", path, SECONDS, 1.0)
+    if name is None or scale is None:
+        return None
+    file = (base_dir / name).resolve()
+    if not file.is_file():
+        why = f"got {show(name)}: no such file {file}"
+        c.at_value(params, "path", path, f"{why} (expected a trace file, relative to the scenario)")
+        return None
+    fmt = fmt or infer_format(file)
+    if fmt is None:
+        formats = ", ".join(TRACE_FORMATS)
+        why = f"got {show(name)}: its format is not recognisable"
+        c.at_value(params, "path", path, f"{why} (expected format: one of {formats})")
+        return None
+    try:
+        rows = read_trace(file, fmt, limit, scale)
+    except (TraceError, OSError, UnicodeDecodeError) as exc:
+        c.at_value(params, "path", path, f"unreadable trace: {exc} (expected a {fmt} trace)")
+        return None
+    return Trace(file, fmt, limit, scale, rows)
+
+
+def warmup(c: Checker, root: MarkedMap, trace_mode: bool) -> Warmup:
+    """`warmup: N`, or {count, tokens, max_tokens} to size the warmups apart from the groups."""
+    value = root.get("warmup", 0)
+    if isinstance(value, MarkedMap):
+        m = value
+        c.keys(m, "warmup", ("count", "tokens", "max_tokens"))
+        count = c.field(m, "count", "warmup", integer(0))
+    else:
+        m = MarkedMap(root.loc)
+        count = c.field(root, "warmup", "", integer(0), 0)
+    tokens = c.field(m, "tokens", "warmup", integer(MIN_PROMPT_TOKENS, nullable=True), None)
+    max_tokens = c.field(m, "max_tokens", "warmup", MAYBE_POSITIVE, None)
+    if trace_mode and count and (tokens is None or max_tokens is None):
+        need = "tokens and max_tokens under a trace arrival"
+        c.at_value(root, "warmup", "", f"needs {need} (expected {{count, tokens, max_tokens}})")
+    return Warmup(count or 0, tokens, max_tokens)
+
+
+def timeouts(c: Checker, root: MarkedMap) -> Timeouts:
+    m = c.mapping(root, "timeouts", "")
+    defaults = Timeouts()
+    keys = ("connect_s", "first_token_s", "idle_s", "total_s")
+    c.keys(m, "timeouts", keys)
+    values = {k: c.field(m, k, "timeouts", MAYBE_SECONDS, getattr(defaults, k)) for k in keys}
+    return Timeouts(**values)
+
+
+def sim(c: Checker, root: MarkedMap) -> SimConfig:
+    m = c.mapping(root, "sim", "")
+    c.keys(m, "sim", ("profile", *SIM_RULES, "faults"))
+    flags = {k: c.field(m, k, "sim", rule, None) for k, rule in SIM_RULES.items()}
+    items = c.sequence(m, "faults", "sim")
+    for i, item in enumerate(items):
+        problem = _fault_problem(item)
+        if problem:
+            c.add(items.item_locs[i], f"sim.faults[{i}]", problem)
+    profile = c.field(m, "profile", "sim", choice(tuple(PROFILES)), "default")
+    return SimConfig(profile, faults=tuple(items), **flags)
+
+
+def _fault_problem(item: Any) -> str | None:
+    if not isinstance(item, str):
+        return f"got {show(item)} (expected a string, one of {FAULT_FORMS})"
+    try:
+        parse_fault_options([item])
+    except ValueError as exc:
+        return f"{str(exc).partition('; ')[0]} (expected {FAULT_FORMS})"
+    return None
