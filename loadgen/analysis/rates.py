@@ -96,6 +96,24 @@ def token_gaps_ns(rec: StreamRecord) -> list[float]:
     return [g / per_gap for g in gaps]
 
 
+def chunk_token_counts(rec: StreamRecord) -> list[float]:
+    """Tokens carried by each content chunk, index-aligned with `chunk_ns`.
+
+    `chunk_tokens` where the server said; otherwise the first chunk carries first_chunk_tokens
+    and the decode tokens are spread evenly over the later chunks (token_gaps_ns's convention),
+    so a rate over any window of chunks stays token-true on average.
+    """
+    n = len(rec.chunk_ns)
+    if n == 0:
+        return []
+    if rec.chunk_tokens and len(rec.chunk_tokens) == n:
+        return [float(k) for k in rec.chunk_tokens]
+    if n == 1:
+        return [float(rec.completion_tokens)]
+    rest = decode_tokens(rec) / (n - 1)
+    return [float(first_chunk_tokens(rec))] + [rest] * (n - 1)
+
+
 def tpot_s(rec: StreamRecord) -> float | None:
     """Time per output token = (t_last - t_first) / (completion_tokens - first_chunk_tokens)."""
     window = decode_window_s(rec)

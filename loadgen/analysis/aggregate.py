@@ -1,0 +1,252 @@
+"""Rates and server facts over windows of a run: the joint-decode aggregate of a cohort, the
+server counters of the measured phase, and the interference a whale's prefill causes.
+
+Joint-decode window: opens when every stream of the cohort has its first token, closes when the
+first stream's last token arrives. `steady` only if all N decoded at one instant (every first
+token before the first finish). When not steady the rate is a tail measurement over the
+cohort's whole decode span (first first token -> last last token), labelled `decode_span`.
+Tokens: the server's `generation_tokens_total` increase over the window (linear interpolation
+between the polls bracketing each edge, or the nearest poll outside the polled range: each edge
+says which), cross-checked with the client's own tokens in chunks arriving inside the window.
+The server counter is the headline unless other streams outside the cohort were decoding in the
+window (it would count their tokens too), or the window spans fewer than SERVER_MIN_POLLS poll
+intervals (interpolating a counter across polls much longer than the window reads idle time as
+decode): then the client sum is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.analysis import rates
+from loadgen.analysis.limits import prefill_tokens
+from loadgen.analysis.occupancy import Seat
+from loadgen.analysis.stats import describe, median
+from loadgen.analysis.streams import rate_after, window_rate
+from loadgen.analysis.timeline import Timeline
+from loadgen.records import StreamRecord
+
+NS = rates.NS
+GENERATION = "generation_tokens_total"
+# Poll intervals a window must span before the server counter's delta over it is the headline.
+SERVER_MIN_POLLS = 4
+# An unnamed group is a whale only if its prompt is this many times its neighbours' (seed 000:
+# 72.6k against 4k minnows).
+WHALE_PROMPT_RATIO = 4
+
+# Discrete event counters read between whole polls: (summary key, canonical metric).
+EVENT_COUNTERS = (
+    ("preemptions", "num_preemptions_total"),
+    ("prefix_hits", "prefix_cache_hits_total"),
+    ("prefix_queries", "prefix_cache_queries_total"),
+    ("spec_drafts", "spec_decode_num_drafts_total"),
+    ("spec_draft_tokens", "spec_decode_num_draft_tokens_total"),
+    ("spec_accepted", "spec_decode_num_accepted_tokens_total"),
+    ("steps", "iteration_tokens_total_count"),
+    ("step_tokens", "iteration_tokens_total_sum"),
+)
+
+
+def token_source_of(records: list[StreamRecord]) -> str:
+    """The records' token source, or `mixed:a+b` when they differ."""
+    sources = sorted({r.token_source for r in records})
+    return sources[0] if len(sources) == 1 else "mixed:" + "+".join(sources)
+
+
+def span_ns(records: list[StreamRecord]) -> tuple[int, int] | None:
+    """[earliest intended send, latest end] of the records: their wall-clock span."""
+    ends = [t for r in records for t in (r.t_done_ns, r.t_last_ns, r.t_sent_ns) if t is not None]
+    if not records or not ends:
+        return None
+    return min(r.t_intended_ns for r in records), max(ends)
+
+
+def joint_decode(
+    cohort: list[StreamRecord], everyone: list[StreamRecord], timeline: Timeline
+) -> dict[str, Any] | None:
+    """The cohort's joint-decode aggregate (module docstring); None if nothing decoded."""
+    live = [
+        r
+        for r in cohort
+        if r.status == "ok" and r.t_first_ns is not None and r.t_last_ns is not None
+    ]
+    if not live:
+        return None
+    opens, closes = max(r.t_first_ns for r in live), min(r.t_last_ns for r in live)
+    steady = len(live) == len(cohort) and opens < closes
+    if steady:
+        t0, t1, kind = opens, closes, "joint"
+    else:
+        t0, t1, kind = (
+            min(r.t_first_ns for r in live),
+            max(r.t_last_ns for r in live),
+            "decode_span",
+        )
+    out: dict[str, Any] = {
+        "n": len(cohort),
+        "decoding": len(live),
+        "steady": steady,
+        "window": window_json(t0, t1) | {"kind": kind},
+        "per_stream_tok_s": _per_stream(live),
+        "tok_s": None,
+        "token_source": None,
+    }
+    if t1 <= t0:
+        return out
+    rates_in = [window_rate(r, t0, t1) for r in live]
+    client_tokens = sum(w.tokens for w in rates_in if w)
+    client_chunks = sum(w.chunks for w in rates_in if w)
+    dur = (t1 - t0) / NS
+    out["client"] = {
+        "tokens": client_tokens,
+        "tok_s": client_tokens / dur,
+        "chunks": client_chunks,
+        "chunks_per_s": client_chunks / dur,
+        "token_source": token_source_of(live),
+    }
+    ids = {r.id for r in cohort}
+    shared = sorted(
+        r.id
+        for r in everyone
+        if r.id not in ids
+        and r.t_first_ns is not None
+        and r.t_first_ns < t1
+        and (r.t_last_ns or 0) > t0
+    )
+    server = _server_tokens(timeline, t0, t1)
+    out["server"] = server
+    out["shared_with"] = shared
+    if server is not None and server["resolvable"] and not shared:
+        out["tok_s"], out["token_source"] = server["tok_s"], "server_counter"
+        out["cross_check"] = server["tokens"] / client_tokens if client_tokens else None
+    else:
+        out["tok_s"], out["token_source"] = out["client"]["tok_s"], out["client"]["token_source"]
+    return out
+
+
+def _server_tokens(timeline: Timeline, t0: int, t1: int) -> dict[str, Any] | None:
+    d = timeline.delta(GENERATION, t0, t1)
+    if d is None:
+        return None
+    tokens, open_edge, close_edge = d
+    interval = timeline.poll_interval_s()
+    return {
+        "tokens": tokens,
+        "tok_s": tokens * NS / (t1 - t0),
+        "edges": {"open": open_edge, "close": close_edge},
+        "polls_inside": len(timeline.times_between(t0, t1)),
+        "resolvable": interval is not None and (t1 - t0) / NS >= SERVER_MIN_POLLS * interval,
+    }
+
+
+def _per_stream(live: list[StreamRecord]) -> dict[str, Any]:
+    d = describe(rates.decode_tok_s(r) for r in live)
+    return {k: d[k] for k in ("n", "mean", "min", "median", "max")}
+
+
+def window_json(t0: int, t1: int) -> dict[str, float]:
+    """A run-clock window [t0, t1] in seconds."""
+    return {"from_s": t0 / NS, "to_s": t1 / NS, "duration_s": (t1 - t0) / NS}
+
+
+def server_window(timeline: Timeline, t0: int, t1: int) -> dict[str, Any]:
+    """What the server's /metrics say about [t0, t1]: kv% peak beside the window's length (a
+    peak of polls grows with the number of polls), event counter increases, running/waiting
+    peaks and plateaus, prefix hit rate, speculative acceptance, tokens per engine step."""
+    if not timeline.available:
+        return {"available": False, "note": "no server metrics"}
+    out: dict[str, Any] = {
+        "available": True,
+        "window": window_json(t0, t1),
+        "polls": len(timeline.times_between(t0, t1)),
+        "poll_interval_s": timeline.poll_interval_s(),
+    }
+    kv = timeline.max_between("kv_cache_usage_perc", t0, t1)
+    out["kv_peak_perc"] = None if kv is None else kv[0] * 100
+    out["kv_peak_t_s"] = None if kv is None else kv[1] / NS
+    for key, name in (("running", "num_requests_running"), ("waiting", "num_requests_waiting")):
+        peak = timeline.max_between(name, t0, t1)
+        plateau = timeline.plateau(name, t0, t1)
+        out[key] = {
+            "max": None if peak is None else peak[0],
+            "plateau": None if plateau is None else plateau.to_json(),
+        }
+    counts: dict[str, float | None] = {}
+    for key, name in EVENT_COUNTERS:
+        d = timeline.outer_delta(name, t0, t1)
+        counts[key] = None if d is None else d[0]
+    out["counters"] = counts
+    gen = timeline.delta(GENERATION, t0, t1)
+    out["generation_tokens"] = None if gen is None else gen[0]
+    out["generation_tok_s"] = None if gen is None or t1 <= t0 else gen[0] * NS / (t1 - t0)
+    out["preemptions"] = counts["preemptions"]
+    out["prefix_hit_rate"] = _ratio(counts["prefix_hits"], counts["prefix_queries"])
+    out["spec_acceptance"] = _ratio(counts["spec_accepted"], counts["spec_draft_tokens"])
+    drafts, accepted = counts["spec_drafts"], counts["spec_accepted"]
+    out["spec_emitted_per_step"] = (
+        _ratio(accepted + drafts, drafts) if drafts is not None and accepted is not None else None
+    )
+    out["tokens_per_step"] = _ratio(counts["step_tokens"], counts["steps"])
+    return out
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or not den else num / den
+
+
+def find_whale(records: list[StreamRecord]) -> tuple[str, list[str]] | None:
+    """(whale group, minnow groups) when groups ran together in some rep. The whale is a group
+    named *whale*, else the group with the largest median prompt if that is at least
+    WHALE_PROMPT_RATIO x every group it overlapped; minnows are the groups overlapping it."""
+    groups = sorted({r.group for r in records})
+    if len(groups) < 2:
+        return None
+    named = [g for g in groups if "whale" in g.lower()]
+    sizes = {g: median(prefill_tokens(r) for r in records if r.group == g) or 0 for g in groups}
+    whale = named[0] if named else max(groups, key=lambda g: (sizes[g], g))
+    minnows = [g for g in groups if g != whale and _overlap_in_some_rep(records, whale, g)]
+    if not named and any(sizes[whale] < WHALE_PROMPT_RATIO * sizes[g] for g in minnows):
+        return None
+    return (whale, minnows) if minnows else None
+
+
+def _overlap_in_some_rep(records: list[StreamRecord], a: str, b: str) -> bool:
+    for rep in sorted({r.rep for r in records}):
+        sa = span_ns([r for r in records if r.group == a and r.rep == rep])
+        sb = span_ns([r for r in records if r.group == b and r.rep == rep])
+        if sa and sb and sa[0] < sb[1] and sb[0] < sa[1]:
+            return True
+    return False
+
+
+def interference(
+    whale: StreamRecord, minnows: list[StreamRecord], whale_seat: Seat | None
+) -> dict[str, Any]:
+    """Each minnow's TTFT and decode rate during the whale's prefill [admit, first token) and
+    its steady decode rate after it."""
+    p0 = whale_seat.admit_ns if whale_seat else whale.t_sent_ns
+    p1 = whale.t_first_ns if whale.t_first_ns is not None else (whale.t_done_ns or p0)
+    rows = []
+    for m in sorted(minnows, key=lambda r: (r.t_sent_ns or 0, r.id)):
+        during = None
+        if m.t_first_ns is not None and m.t_last_ns is not None and p0 is not None:
+            w = window_rate(m, max(m.t_first_ns, p0), min(p1, m.t_last_ns))
+            during = None if w is None else w.to_json()
+        after = rate_after(m, p1) if p1 is not None else None
+        first_during = m.t_first_ns is not None and p1 is not None and m.t_first_ns < p1
+        rows.append(
+            {
+                "id": m.id,
+                "group": m.group,
+                "ttft_s": rates.ttft_s(m),
+                "first_token": "during" if first_during else "after",
+                "decode_during": during,
+                "decode_after": None if after is None else after.to_json(),
+            }
+        )
+    return {
+        "whale": whale.id,
+        "whale_ttft_s": rates.ttft_s(whale),
+        "whale_prefill": None if p0 is None or p1 is None else window_json(p0, p1),
+        "minnows": rows,
+    }

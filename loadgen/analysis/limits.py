@@ -1,0 +1,173 @@
+"""What a verdict compares against: the server's seat cap and a stream's normal prefill time.
+
+Seat cap (max_num_seqs), in order of trust:
+1. run.json `server.max_num_seqs`, labelled with `server.source` (sim, flags, boot_log, metrics);
+2. inferred from the metrics timeline: the running plateau (the run's highest
+   `num_requests_running`, held while requests waited and the pool was not full in >= 2
+   polls), labelled `inferred`;
+3. unknown (None).
+
+Normal prefill time of a stream = its uncached prompt tokens / a baseline prefill rate:
+1. `uncontended_streams`: the median of prompt_tokens / TTFT over streams whose whole wait for a
+   first token overlapped no other stream's life (they prefilled alone); taken over the
+   stream's own group when that group has such streams (prefill slows with depth, so a 4k
+   prompt's rate underrates a 70k one's time), else over all groups;
+2. `fastest_stream`: otherwise the highest prompt_tokens / TTFT of any stream in the run, i.e.
+   the least contended prefill the run saw (a lower bound on the normal time: a deep prompt
+   judged against a shallow one's rate shows an excess wait, which verdicts.py then blames
+   only on what it can see: a queue, another prefill, a full pool).
+The server's `prompt_tokens_total` counter is deliberately not used: vLLM adds a request's whole
+prompt when its prefill completes, so its rate over one poll interval bursts far above the
+real prefill rate and would make every stream look late. When a stream's prompt size is unknown
+its group's fastest TTFT stands in for its normal prefill time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.analysis import rates
+from loadgen.analysis.occupancy import end_ns
+from loadgen.analysis.stats import median
+from loadgen.analysis.timeline import Timeline
+from loadgen.records import StreamRecord
+
+# KV usage at or above this fraction counts as a full pool (vLLM preempts just past it).
+POOL_FULL = 0.98
+# Polls a running plateau must span before it is taken as the cap.
+PLATEAU_MIN_POLLS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Cap:
+    value: int | None
+    source: str | None  # server.source from run.json, "manifest", "inferred", or None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillBaseline:
+    tok_s: float | None
+    source: str  # "uncontended_streams" | "fastest_stream" | "none"
+    streams: tuple[str, ...]
+    by_group: tuple[tuple[str, float], ...] = ()  # groups with their own uncontended streams
+
+    def rate_for(self, group: str) -> float | None:
+        return dict(self.by_group).get(group, self.tok_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tok_s": self.tok_s,
+            "source": self.source,
+            "streams": list(self.streams),
+            "by_group": dict(self.by_group),
+        }
+
+
+def resolve_cap(manifest: dict[str, Any], timeline: Timeline) -> Cap:
+    """The seat cap from run.json server facts, else inferred from the metrics (docstring)."""
+    server = manifest.get("server") or {}
+    value = server.get("max_num_seqs")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return Cap(value, server.get("source") or "manifest")
+    inferred = inferred_cap(timeline)
+    return Cap(inferred, "inferred") if inferred is not None else Cap(None, None)
+
+
+def inferred_cap(timeline: Timeline) -> int | None:
+    """The running plateau: the highest `num_requests_running` of the run, if it was held with
+    requests waiting and the pool not full in >= PLATEAU_MIN_POLLS polls; else None (a request
+    waiting below the peak is an arrival between steps, not a cap)."""
+    running = [
+        s.values["num_requests_running"]
+        for s in timeline.samples
+        if "num_requests_running" in s.values
+    ]
+    if not running or max(running) <= 0:
+        return None
+    peak = max(running)
+    pinned = sum(
+        1
+        for s in timeline.samples
+        if s.values.get("num_requests_running") == peak
+        and s.values.get("num_requests_waiting", 0) >= 1
+        and s.values.get("kv_cache_usage_perc", 0.0) < POOL_FULL
+    )
+    return int(peak) if pinned >= PLATEAU_MIN_POLLS else None
+
+
+def prefill_tokens(rec: StreamRecord) -> int | None:
+    """Prompt tokens the server had to prefill: prompt minus cached prefix (when reported)."""
+    prompt = rec.prompt_tokens if rec.prompt_tokens is not None else rec.requested_prompt_tokens
+    if prompt is None:
+        return None
+    return max(prompt - (rec.cached_tokens or 0), 1)
+
+
+def _prefill_rate(rec: StreamRecord) -> float | None:
+    ttft = rates.ttft_s(rec)
+    tokens = prefill_tokens(rec)
+    if rec.status != "ok" or ttft is None or ttft <= 0 or tokens is None:
+        return None
+    return tokens / ttft
+
+
+def _alone_ids(records: list[StreamRecord]) -> set[str]:
+    """Streams that no other stream overlapped while they waited for their first token.
+
+    Lives are [t_sent, end); a wait [s, f) overlaps #(starts < f) - #(ends <= s) lives, one of
+    them its own.
+    """
+    lives = [(r.t_sent_ns, end_ns(r) or r.t_sent_ns) for r in records if r.t_sent_ns is not None]
+    starts = sorted(s for s, _ in lives)
+    ends = sorted(e for _, e in lives)
+    out = set()
+    for r in records:
+        if r.t_sent_ns is None or r.t_first_ns is None or r.t_first_ns <= r.t_sent_ns:
+            continue
+        n = bisect.bisect_left(starts, r.t_first_ns) - bisect.bisect_right(ends, r.t_sent_ns)
+        if n <= 1:
+            out.add(r.id)
+    return out
+
+
+def prefill_baseline(records: list[StreamRecord]) -> PrefillBaseline:
+    """The baseline prefill rate (module docstring)."""
+    rated = [(r, _prefill_rate(r)) for r in records]
+    rated = [(r, v) for r, v in rated if v is not None]
+    alone_ids = _alone_ids(records)
+    alone = [(r, v) for r, v in rated if r.id in alone_ids]
+    if alone:
+        groups = sorted({r.group for r, _ in alone})
+        by_group = tuple((g, median(v for r, v in alone if r.group == g) or 0.0) for g in groups)
+        ids = tuple(sorted(r.id for r, _ in alone))
+        return PrefillBaseline(median(v for _, v in alone), "uncontended_streams", ids, by_group)
+    if rated:
+        best, rate = max(rated, key=lambda rv: (rv[1], rv[0].id))
+        return PrefillBaseline(rate, "fastest_stream", (best.id,))
+    return PrefillBaseline(None, "none", ())
+
+
+def expected_prefill_s(
+    rec: StreamRecord, baseline: PrefillBaseline, group_min_ttft: dict[str, float]
+) -> float | None:
+    """Normal prefill time of rec's own prompt (module docstring)."""
+    tokens = prefill_tokens(rec)
+    rate = baseline.rate_for(rec.group)
+    if tokens is not None and rate:
+        return tokens / rate
+    return group_min_ttft.get(rec.group)
+
+
+def group_min_ttft(records: list[StreamRecord]) -> dict[str, float]:
+    """Fastest actual-send TTFT per group among ok streams."""
+    out: dict[str, float] = {}
+    for r in records:
+        t = rates.ttft_s(r)
+        if r.status == "ok" and t is not None:
+            out[r.group] = min(t, out.get(r.group, t))
+    return out

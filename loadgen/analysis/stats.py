@@ -1,0 +1,74 @@
+"""Order statistics and the canonical number format of every analysis output.
+
+Percentiles use linear interpolation between closest ranks (numpy's default, "type 7"): with
+sorted values x_0..x_{n-1}, pXX = x_i + f (x_{i+1} - x_i) where i + f = XX/100 (n - 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import orjson
+
+PERCENTILES = (50, 90, 99)
+# Every float in summary.json is cut to this many significant digits: enough for ns-derived
+# seconds of hour-long runs, and the same bytes on every platform.
+SIGNIFICANT_DIGITS = 9
+
+
+def describe(values: Iterable[float | None]) -> dict[str, Any]:
+    """n, min, median, max, mean and p50/p90/p99 of the non-None values (None when empty)."""
+    xs = np.array([v for v in values if v is not None], dtype=float)
+    if xs.size == 0:
+        out: dict[str, Any] = {"n": 0, "min": None, "median": None, "max": None, "mean": None}
+        out.update({f"p{p}": None for p in PERCENTILES})
+        return out
+    out = {
+        "n": int(xs.size),
+        "min": float(xs.min()),
+        "median": float(np.median(xs)),
+        "max": float(xs.max()),
+        "mean": float(xs.mean()),
+    }
+    for p, v in zip(PERCENTILES, np.percentile(xs, PERCENTILES), strict=True):
+        out[f"p{p}"] = float(v)
+    return out
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """Median of the non-None values, None when there are none."""
+    xs = [v for v in values if v is not None]
+    return float(np.median(xs)) if xs else None
+
+
+def spread(values: Iterable[float | None]) -> float | None:
+    """max - min of the non-None values (the rep-to-rep spread), None when there are none."""
+    xs = [v for v in values if v is not None]
+    return max(xs) - min(xs) if xs else None
+
+
+def canonical(obj: Any) -> Any:
+    """A JSON-ready copy with floats cut to SIGNIFICANT_DIGITS, NaN/inf as None, tuples as lists
+    and numpy scalars as Python numbers, so serialising it is byte-stable."""
+    if isinstance(obj, dict):
+        return {str(k): canonical(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [canonical(v) for v in obj]
+    if isinstance(obj, bool | None | str):
+        return obj
+    if isinstance(obj, int | np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        x = float(obj)
+        if not math.isfinite(x):
+            return None
+        return float(f"{x:.{SIGNIFICANT_DIGITS}g}")
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+def dumps_canonical(obj: Any) -> bytes:
+    """Sorted-key, 2-space indented JSON of canonical(obj), ending in a newline."""
+    return orjson.dumps(canonical(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"

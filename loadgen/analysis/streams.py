@@ -1,0 +1,119 @@
+"""Per-stream quantities (from rates.py's definitions) and decode rates over sub-windows.
+
+A window rate counts the tokens of the chunks that *arrived* inside the window (token counts per
+chunk from rates.chunk_token_counts, so multi-token chunks count all their tokens) and divides by
+the window's length: every WindowRate names its window and token source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.analysis import rates
+from loadgen.analysis.stats import describe
+from loadgen.records import StreamRecord
+
+NS = rates.NS
+MS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRate:
+    """Tokens and chunks that arrived in (from_ns, to_ns], over to_ns - from_ns."""
+
+    from_ns: int
+    to_ns: int
+    tokens: float
+    chunks: int
+    token_source: str
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens * NS / (self.to_ns - self.from_ns)
+
+    @property
+    def chunks_per_s(self) -> float:
+        return self.chunks * NS / (self.to_ns - self.from_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "from_s": self.from_ns / NS,
+            "to_s": self.to_ns / NS,
+            "tokens": self.tokens,
+            "chunks": self.chunks,
+            "tok_s": self.tok_s,
+            "chunks_per_s": self.chunks_per_s,
+            "token_source": self.token_source,
+        }
+
+
+def window_rate(rec: StreamRecord, from_ns: int, to_ns: int) -> WindowRate | None:
+    """Decode rate of the chunks arriving in (from_ns, to_ns]; None for an empty window."""
+    if to_ns <= from_ns:
+        return None
+    tokens, chunks = 0.0, 0
+    for t, k in zip(rec.chunk_ns, rates.chunk_token_counts(rec), strict=True):
+        if from_ns < t <= to_ns:
+            tokens += k
+            chunks += 1
+    return WindowRate(from_ns, to_ns, tokens, chunks, rec.token_source)
+
+
+def rate_after(rec: StreamRecord, split_ns: int) -> WindowRate | None:
+    """Steady decode rate after split_ns: from the first chunk arriving at or after split_ns to
+    the last chunk (that first chunk's own tokens excluded, as decode_tok_s excludes the first
+    token); None without two chunks after the split."""
+    after = [t for t in rec.chunk_ns if t >= split_ns]
+    if len(after) < 2:
+        return None
+    return window_rate(rec, after[0], after[-1])
+
+
+def stream_metrics(rec: StreamRecord) -> dict[str, Any]:
+    """Every per-stream timing quantity of one record (no verdict), times in s from run start."""
+    chunk_gaps_ms = [g / MS for g in rates.chunk_gaps_ns(rec)]
+    token_gaps_ms = [g / MS for g in rates.token_gaps_ns(rec)]
+    late = None if rec.t_sent_ns is None else (rec.t_sent_ns - rec.t_intended_ns) / NS
+    return {
+        "id": rec.id,
+        "group": rec.group,
+        "rep": rec.rep,
+        "phase": rec.phase,
+        "arm": rec.arm,
+        "status": rec.status,
+        "error": rec.error.to_json() if rec.error else None,
+        "http_status": rec.http_status,
+        "prompt_tokens": rec.prompt_tokens,
+        "cached_tokens": rec.cached_tokens,
+        "completion_tokens": rec.completion_tokens,
+        "chunks": rec.chunks,
+        "tokens_per_chunk": rec.completion_tokens / rec.chunks if rec.chunks else None,
+        "token_source": rec.token_source,
+        "late_s": late,
+        "ttft_s": rates.ttft_s(rec),
+        "ttft_intended_s": rates.ttft_s(rec, from_intended=True),
+        # The server does not report a per-request queue time in the record contract.
+        "queue_wait_s": None,
+        "decode_tok_s": rates.decode_tok_s(rec),
+        "chunks_per_s": rates.chunks_per_s(rec),
+        "tpot_s": rates.tpot_s(rec),
+        "itl_chunk_ms": _gap_stats(chunk_gaps_ms),
+        "itl_token_ms": _gap_stats(token_gaps_ms),
+        "e2e_s": rates.e2e_s(rec),
+        "e2e_intended_s": rates.e2e_s(rec, from_intended=True),
+        "t_intended_s": rec.t_intended_ns / NS,
+        "t_sent_s": _s(rec.t_sent_ns),
+        "t_first_s": _s(rec.t_first_ns),
+        "t_last_s": _s(rec.t_last_ns),
+        "t_done_s": _s(rec.t_done_ns),
+    }
+
+
+def _gap_stats(gaps_ms: list[float]) -> dict[str, Any]:
+    d = describe(gaps_ms)
+    return {k: d[k] for k in ("n", "p50", "p90", "p99", "max")}
+
+
+def _s(t_ns: int | None) -> float | None:
+    return None if t_ns is None else t_ns / NS

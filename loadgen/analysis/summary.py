@@ -1,0 +1,332 @@
+"""summary.json: per stream, per group, per rep, per arm and per run, from one run directory.
+
+Only the files of the run directory are read, and nothing in the summary depends on when or
+where it is computed (no report time, no absolute paths; floats in canonical form), so
+`loadgen report` on a copied run directory rewrites summary.json byte for byte. Statistics of
+groups and reps take the measure phase only; whale and minnows are never pooled.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen import __version__
+from loadgen.analysis import rates
+from loadgen.analysis.aggregate import (
+    find_whale,
+    interference,
+    joint_decode,
+    server_window,
+    span_ns,
+    token_source_of,
+    window_json,
+)
+from loadgen.analysis.hist import (
+    HIST_DIGITS,
+    HIST_HIGHEST_US,
+    HIST_LOWEST_US,
+    HIST_METRICS,
+    GroupHistograms,
+    build_histograms,
+    hlog_name,
+)
+from loadgen.analysis.inputs import RunInputs, load_run
+from loadgen.analysis.limits import POOL_FULL
+from loadgen.analysis.stats import canonical, describe, median, spread
+from loadgen.analysis.streams import MS, stream_metrics
+from loadgen.analysis.timeline import Timeline
+from loadgen.analysis.verdicts import (
+    ADMITTED_FACTOR,
+    ADMITTED_SLACK_S,
+    CLIENT_LATE_S,
+    PREEMPT_STALL_FACTOR,
+    RATION_FRACTION,
+    RATION_MIN_SHARE,
+    RATION_MIN_WINDOW_TOKENS,
+    VerdictContext,
+    build_context,
+    classify_streams,
+)
+from loadgen.records import StreamRecord
+
+NS = rates.NS
+SCHEMA = 1
+MEASURE = "measure"
+# Client event-loop lag above this makes every timestamp of the run suspect.
+LOOP_LAG_LIMIT_MS = 50.0
+STAT_FIELDS = (
+    "ttft_s",
+    "ttft_intended_s",
+    "decode_tok_s",
+    "chunks_per_s",
+    "tokens_per_chunk",
+    "tpot_s",
+    "e2e_s",
+    "e2e_intended_s",
+    "completion_tokens",
+    "late_s",
+)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A run's summary (canonical JSON-ready dict) and the histograms behind hist/."""
+
+    summary: dict[str, Any]
+    histograms: dict[str, GroupHistograms]
+    timeline: Timeline
+
+
+def analyze_run(path: Path) -> Analysis:
+    """Reads the run directory at `path` and analyses it."""
+    return analyze(load_run(path))
+
+
+def analyze(inputs: RunInputs) -> Analysis:
+    """The whole analysis of one run directory's contents."""
+    records, manifest = inputs.streams, inputs.manifest
+    timeline = Timeline(inputs.metrics)
+    ctx = build_context(records, timeline, manifest)
+    verdicts = classify_streams(ctx)
+    streams = []
+    for r in sorted(records, key=lambda r: (r.t_intended_ns, r.id)):
+        row = stream_metrics(r)
+        seat = ctx.seats.get(r.id)
+        row["t_admit_s"] = None if seat is None else seat.admit_ns / NS
+        row["verdict"], row["evidence"] = verdicts[r.id].name, verdicts[r.id].evidence
+        streams.append(row)
+    measure = [r for r in records if r.phase == MEASURE]
+    rows = {s["id"]: s for s in streams if s["phase"] == MEASURE}
+    histograms = build_histograms(measure)
+    reps = _reps(measure, records, rows, timeline)
+    summary = {
+        "schema": SCHEMA,
+        "run": _run_section(manifest, records, measure, rows, timeline, ctx),
+        "streams": streams,
+        "groups": _groups(measure, rows, timeline, manifest, reps),
+        "reps": reps,
+        "arms": _arms(records),
+        "mixed": _mixed(measure, records, timeline, ctx.seats),
+        "hist": _hist_section(histograms),
+        "thresholds": {
+            "admitted_factor": ADMITTED_FACTOR,
+            "admitted_slack_s": ADMITTED_SLACK_S,
+            "client_late_s": CLIENT_LATE_S,
+            "loop_lag_limit_ms": LOOP_LAG_LIMIT_MS,
+            "pool_full": POOL_FULL,
+            "ration_fraction": RATION_FRACTION,
+            "ration_min_window_tokens": RATION_MIN_WINDOW_TOKENS,
+            "ration_min_share": RATION_MIN_SHARE,
+            "preempt_stall_factor": PREEMPT_STALL_FACTOR,
+        },
+    }
+    return Analysis(canonical(summary), histograms, timeline)
+
+
+def _run_section(
+    manifest: dict[str, Any],
+    records: list[StreamRecord],
+    measure: list[StreamRecord],
+    rows: dict[str, dict[str, Any]],
+    timeline: Timeline,
+    ctx: VerdictContext,
+) -> dict[str, Any]:
+    scenario = manifest.get("scenario") or {}
+    client = manifest.get("client") or {}
+    lag = client.get("loop_lag_max_ms")
+    span = span_ns(measure)
+    verdict_counts = _count(rows[r.id]["verdict"] for r in measure)
+    reasons = []
+    if verdict_counts.get("client_limited"):
+        reasons.append(f"{verdict_counts['client_limited']} streams sent late")
+    if lag is not None and lag > LOOP_LAG_LIMIT_MS:
+        reasons.append(f"event-loop lag max {lag:.1f} ms > {LOOP_LAG_LIMIT_MS:g} ms")
+    phases = _count(r.phase for r in records)
+    return {
+        "scenario": scenario.get("name") if isinstance(scenario, dict) else scenario,
+        "target": manifest.get("target"),
+        "model": manifest.get("model"),
+        "seed": manifest.get("seed"),
+        "tool_version": manifest.get("tool_version"),
+        "analysis_version": __version__,
+        "interrupted": bool(manifest.get("interrupted", False)),
+        "client_limited": bool(reasons),
+        "client_limited_reasons": reasons,
+        "client": client,
+        "speed": manifest.get("speed", 1.0),
+        "token_counter": manifest.get("token_counter"),
+        "token_sources": sorted({r.token_source for r in measure}),
+        "prompt_shapes": manifest.get("prompt_shapes") or {},
+        "server_facts": manifest.get("server") or {},
+        "cache_checks": manifest.get("cache_checks") or [],
+        "arm": manifest.get("arm"),
+        "cap": ctx.cap.to_json(),
+        "prefill_baseline": ctx.baseline.to_json(),
+        "streams": {
+            "total": len(records),
+            "measure": len(measure),
+            "ok": sum(r.status == "ok" for r in measure),
+            "error": sum(r.status != "ok" for r in measure),
+            "by_phase": phases,
+        },
+        "verdicts": verdict_counts,
+        "window": None if span is None else window_json(*span),
+        "wall_s": None if span is None else (span[1] - span[0]) / NS,
+        "server": (
+            server_window(timeline, *span)
+            if span
+            else {"available": False, "note": "no measured streams"}
+        ),
+    }
+
+
+def _count(items: Iterable[Any]) -> dict[str, int]:
+    return dict(Counter(items))
+
+
+def _field_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {f: describe(row[f] for row in rows) for f in STAT_FIELDS}
+
+
+def _pooled_gaps(recs: list[StreamRecord]) -> dict[str, Any]:
+    chunk = [g / MS for r in recs for g in rates.chunk_gaps_ns(r)]
+    token = [g / MS for r in recs for g in rates.token_gaps_ns(r)]
+    return {"itl_chunk_ms": describe(chunk), "itl_token_ms": describe(token)}
+
+
+def _groups(
+    measure: list[StreamRecord],
+    rows: dict[str, dict[str, Any]],
+    timeline: Timeline,
+    manifest: dict[str, Any],
+    reps_out: list[dict[str, Any]],
+) -> dict[str, Any]:
+    shapes = manifest.get("prompt_shapes") or {}
+    out: dict[str, Any] = {}
+    for group in sorted({r.group for r in measure}):
+        recs = [r for r in measure if r.group == group]
+        grows = [rows[r.id] for r in recs]
+        reps = sorted({r.rep for r in recs})
+        per_rep = {
+            f: [median(rows[r.id][f] for r in recs if r.rep == rep) for rep in reps]
+            for f in ("ttft_s", "decode_tok_s", "e2e_s", "chunks_per_s")
+        }
+        span = span_ns(recs)
+        server = server_window(timeline, *span) if span else None
+        out[group] = {
+            "n": len(recs),
+            "ok": sum(r.status == "ok" for r in recs),
+            "errors": _count(r.error.cls for r in recs if r.error),
+            "reps": len(reps),
+            "prompt_shape": shapes.get(group),
+            "prompt_tokens": describe(r.prompt_tokens for r in recs),
+            "token_source": token_source_of(recs),
+            **_field_stats(grows),
+            **_pooled_gaps(recs),
+            "verdicts": _count(row["verdict"] for row in grows),
+            "rep_medians": per_rep,
+            "rep_spread": {f: spread(v) for f, v in per_rep.items()},
+            "server": server,
+            "cohort": _cohort([r for r in reps_out if r["group"] == group], server),
+        }
+    return out
+
+
+def _cohort(reps: list[dict[str, Any]], server: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ladder row of a group: its cohorts (one per rep) summarised over reps."""
+    jd = [r["joint_decode"] for r in reps if r["joint_decode"] is not None]
+    if not jd:
+        return None
+    srv = server or {}
+    return {
+        "n": max(j["n"] for j in jd),
+        "reps": len(jd),
+        "steady": sum(j["steady"] for j in jd),
+        "per_stream_tok_s": median(j["per_stream_tok_s"]["mean"] for j in jd),
+        "agg_tok_s": median(j["tok_s"] for j in jd),
+        "agg_chunks_per_s": median(j.get("client", {}).get("chunks_per_s") for j in jd),
+        "agg_token_source": "+".join(sorted({j["token_source"] for j in jd if j["token_source"]})),
+        "kv_peak_perc": srv.get("kv_peak_perc"),
+        "duration_s": (srv.get("window") or {}).get("duration_s"),
+        "preemptions": srv.get("preemptions"),
+    }
+
+
+def _reps(
+    measure: list[StreamRecord],
+    everyone: list[StreamRecord],
+    rows: dict[str, dict[str, Any]],
+    timeline: Timeline,
+) -> list[dict[str, Any]]:
+    out = []
+    for group, rep in sorted({(r.group, r.rep) for r in measure}):
+        recs = [r for r in measure if r.group == group and r.rep == rep]
+        span = span_ns(recs)
+        grows = [rows[r.id] for r in recs]
+        out.append(
+            {
+                "group": group,
+                "rep": rep,
+                "n": len(recs),
+                "ttft_s": describe(row["ttft_s"] for row in grows),
+                "decode_tok_s": describe(row["decode_tok_s"] for row in grows),
+                "e2e_s": describe(row["e2e_s"] for row in grows),
+                "wall_s": None if span is None else (span[1] - span[0]) / NS,
+                "joint_decode": joint_decode(recs, everyone, timeline),
+                "server": server_window(timeline, *span) if span else None,
+            }
+        )
+    return out
+
+
+def _arms(records: list[StreamRecord]) -> dict[str, Any]:
+    """Sweep arms present in this run's records (a sweep parent's summary fills in more)."""
+    return {a: {"streams": n} for a, n in sorted(_count(r.arm for r in records if r.arm).items())}
+
+
+def _mixed(
+    measure: list[StreamRecord],
+    everyone: list[StreamRecord],
+    timeline: Timeline,
+    seats: dict[str, Any],
+) -> dict[str, Any] | None:
+    """Whale + minnows: per rep, the interference of each whale's prefill on the minnows."""
+    found = find_whale(measure)
+    if found is None:
+        return None
+    whale_group, minnow_groups = found
+    reps = []
+    for rep in sorted({r.rep for r in measure}):
+        whales = [r for r in measure if r.rep == rep and r.group == whale_group]
+        minnows = [r for r in measure if r.rep == rep and r.group in minnow_groups]
+        if not whales or not minnows:
+            continue
+        cohort = whales + minnows
+        span = span_ns(cohort)
+        reps.append(
+            {
+                "rep": rep,
+                "wall_s": None if span is None else (span[1] - span[0]) / NS,
+                "interference": [interference(w, minnows, seats.get(w.id)) for w in whales],
+                "joint_decode": joint_decode(cohort, everyone, timeline),
+            }
+        )
+    return {"whale": whale_group, "minnows": minnow_groups, "reps": reps}
+
+
+def _hist_section(histograms: dict[str, GroupHistograms]) -> dict[str, Any]:
+    return {
+        "unit": "us",
+        "range_us": [HIST_LOWEST_US, HIST_HIGHEST_US],
+        "significant_digits": HIST_DIGITS,
+        "files": sorted(hlog_name(g, m) for g in histograms for m in HIST_METRICS),
+        "out_of_range": {g: dict(sorted(h.out_of_range.items())) for g, h in histograms.items()},
+        "counts": {
+            g: {m: h.merged(m).get_total_count() for m in HIST_METRICS}
+            for g, h in sorted(histograms.items())
+        },
+    }

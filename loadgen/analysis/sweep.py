@@ -1,0 +1,113 @@
+"""Across sweep arms: one politeness row per arm from its mixed-load interference, and the
+sweep parent's summary (arms/<arm>/ run directories plus the parent's run.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loadgen.analysis.inputs import arm_dirs, read_manifest
+from loadgen.analysis.stats import canonical, median
+from loadgen.analysis.summary import SCHEMA, Analysis, analyze_run
+
+
+def _minmax(values: list[float]) -> dict[str, float | None]:
+    return {
+        "min": min(values) if values else None,
+        "median": median(values),
+        "max": max(values) if values else None,
+        "n": len(values),
+    }
+
+
+def mixed_row(reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whale/minnow figures over the given mixed reps (summary["mixed"]["reps"] items): whale
+    TTFT median, minnow TTFT and decode rates (during the whale's prefill, after it) min/med/max,
+    minnows that only got a first token after the prefill, and the median wall time."""
+    whale_ttft, ttft, during, after, after_only = [], [], [], [], 0
+    for rep in reps:
+        for inter in rep["interference"]:
+            if inter["whale_ttft_s"] is not None:
+                whale_ttft.append(inter["whale_ttft_s"])
+            for m in inter["minnows"]:
+                if m["ttft_s"] is not None:
+                    ttft.append(m["ttft_s"])
+                if m["first_token"] == "after":
+                    after_only += 1
+                elif m["decode_during"] is not None:
+                    during.append(m["decode_during"]["tok_s"])
+                if m["decode_after"] is not None:
+                    after.append(m["decode_after"]["tok_s"])
+    return {
+        "whale_ttft_s": median(whale_ttft),
+        "minnow_ttft_s": _minmax(ttft),
+        "minnow_decode_during_tok_s": _minmax(during),
+        "minnow_decode_after_tok_s": _minmax(after),
+        "minnows_first_token_after_prefill": after_only,
+        "wall_s": median(rep["wall_s"] for rep in reps),
+    }
+
+
+def arm_entry(summary: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
+    """One arm of a sweep parent's summary: its server flags and client-side settings, its
+    politeness row (mixed load) and per-group medians and cohort (ladder) rows."""
+    mixed = summary.get("mixed")
+    return {
+        "flags": arm.get("flags") or {},
+        "settings": arm.get("settings") or {},
+        "row": mixed_row(mixed["reps"]) if mixed else None,
+        "interrupted": summary["run"]["interrupted"],
+        "wall_s": summary["run"]["wall_s"],
+        "groups": {
+            g: {
+                "n": v["n"],
+                "ttft_median_s": v["ttft_s"]["median"],
+                "decode_median_tok_s": v["decode_tok_s"]["median"],
+                "token_source": v["token_source"],
+                "prompt_shape": v["prompt_shape"],
+                "tokens_per_chunk": v["tokens_per_chunk"],
+                "cohort": v["cohort"],
+            }
+            for g, v in summary["groups"].items()
+        },
+    }
+
+
+def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
+    """The parent summary of a sweep directory and each arm's own analysis, by arm name, in the
+    order the parent's run.json declares the arms (then any others by name)."""
+    manifest = read_manifest(path)
+    declared = {a.get("name"): a for a in manifest.get("arms") or [] if isinstance(a, dict)}
+    found = {d.name: d for d in arm_dirs(path)}
+    order = [n for n in declared if n in found] + sorted(n for n in found if n not in declared)
+    arms = {name: analyze_run(found[name]) for name in order}
+    first = next(iter(arms.values())).summary["run"]
+    scenario = manifest.get("scenario") or {}
+    summary = {
+        "schema": SCHEMA,
+        "sweep": True,
+        "run": {
+            "scenario": scenario.get("name") if isinstance(scenario, dict) else scenario,
+            "target": manifest.get("target") or first["target"],
+            "model": manifest.get("model") or first["model"],
+            "seed": manifest.get("seed", first["seed"]),
+            "interrupted": bool(manifest.get("interrupted", False))
+            or any(a.summary["run"]["interrupted"] for a in arms.values()),
+            "client_limited": any(a.summary["run"]["client_limited"] for a in arms.values()),
+            "client_limited_reasons": [
+                f"{name}: {r}"
+                for name, a in arms.items()
+                for r in a.summary["run"]["client_limited_reasons"]
+            ],
+            "speed": first["speed"],
+        },
+        "streams": [],
+        "groups": {},
+        "reps": [],
+        "arm_order": order,
+        "arms": {
+            name: arm_entry(a.summary, declared.get(name) or a.summary["run"].get("arm") or {})
+            for name, a in arms.items()
+        },
+    }
+    return canonical(summary), arms

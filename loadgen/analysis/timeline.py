@@ -1,0 +1,158 @@
+"""The server metrics timeline (metrics.jsonl) as queryable series on the run clock.
+
+Gauges (running, waiting, kv) are read at sample times; counters are read at arbitrary times by
+linear interpolation between the two samples that bracket the time ("interpolated"), or from the
+nearest sample when the time lies outside the polled range ("nearest"): every counter delta says
+which. Failed scrapes (error set) are ignored; an empty timeline answers None everywhere.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from itertools import pairwise
+
+from loadgen.analysis.stats import median
+from loadgen.records import MetricsSample
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A series value at a time, and how it was obtained."""
+
+    value: float
+    method: str  # "exact" | "interpolated" | "nearest"
+
+
+@dataclass(frozen=True, slots=True)
+class Plateau:
+    """The longest contiguous run of polls holding one value."""
+
+    value: float
+    from_ns: int
+    to_ns: int
+    samples: int
+
+    def to_json(self) -> dict[str, float | int]:
+        return {
+            "value": self.value,
+            "from_s": self.from_ns / NS,
+            "to_s": self.to_ns / NS,
+            "duration_s": (self.to_ns - self.from_ns) / NS,
+            "samples": self.samples,
+        }
+
+
+class Timeline:
+    """Successful scrapes sorted by time, with per-metric series."""
+
+    def __init__(self, samples: list[MetricsSample]) -> None:
+        self.samples = sorted((s for s in samples if s.error is None), key=lambda s: s.t_ns)
+        self._ts = [s.t_ns for s in self.samples]
+        self._series: dict[str, tuple[list[int], list[float]]] = {}
+
+    @property
+    def available(self) -> bool:
+        return bool(self.samples)
+
+    def series(self, name: str) -> tuple[list[int], list[float]]:
+        """(times, values) of the samples that exported `name`."""
+        if name not in self._series:
+            pts = [(s.t_ns, float(s.values[name])) for s in self.samples if name in s.values]
+            self._series[name] = ([t for t, _ in pts], [v for _, v in pts])
+        return self._series[name]
+
+    def has(self, name: str) -> bool:
+        return bool(self.series(name)[0])
+
+    def value_at(self, name: str, t_ns: int) -> Reading | None:
+        """The series at t_ns: exact on a sample, interpolated between two, else nearest."""
+        ts, vs = self.series(name)
+        if not ts:
+            return None
+        i = bisect.bisect_left(ts, t_ns)
+        if i < len(ts) and ts[i] == t_ns:
+            return Reading(vs[i], "exact")
+        if i == 0:
+            return Reading(vs[0], "nearest")
+        if i == len(ts):
+            return Reading(vs[-1], "nearest")
+        t0, t1, v0, v1 = ts[i - 1], ts[i], vs[i - 1], vs[i]
+        return Reading(v0 + (v1 - v0) * (t_ns - t0) / (t1 - t0), "interpolated")
+
+    def delta(self, name: str, t0_ns: int, t1_ns: int) -> tuple[float, str, str] | None:
+        """Counter increase over [t0, t1] and how each edge was read (counters are assumed not
+        to reset inside one run: one run is one server boot)."""
+        a, b = self.value_at(name, t0_ns), self.value_at(name, t1_ns)
+        if a is None or b is None:
+            return None
+        return b.value - a.value, a.method, b.method
+
+    def outer_delta(self, name: str, t0_ns: int, t1_ns: int) -> tuple[float, int, int] | None:
+        """Counter increase between the last poll at or before t0 and the first at or after t1
+        (the nearest polls inside when the window overhangs the polled range): whole events
+        for discrete counters, over a window at least as wide as [t0, t1]."""
+        ts, vs = self.series(name)
+        if not ts:
+            return None
+        i = max(bisect.bisect_right(ts, t0_ns) - 1, 0)
+        j = min(bisect.bisect_left(ts, t1_ns), len(ts) - 1)
+        if j < i:
+            return None
+        return vs[j] - vs[i], ts[i], ts[j]
+
+    def samples_between(self, t0_ns: int, t1_ns: int) -> list[MetricsSample]:
+        """Samples with t0 <= t_ns <= t1."""
+        return self.samples[
+            bisect.bisect_left(self._ts, t0_ns) : bisect.bisect_right(self._ts, t1_ns)
+        ]
+
+    def times_between(self, t0_ns: int, t1_ns: int) -> list[int]:
+        """Poll times t0 <= t <= t1."""
+        return self._ts[bisect.bisect_left(self._ts, t0_ns) : bisect.bisect_right(self._ts, t1_ns)]
+
+    def max_between(self, name: str, t0_ns: int, t1_ns: int) -> tuple[float, int] | None:
+        """(peak value, its time) over the polls inside [t0, t1]."""
+        ts, vs = self.series(name)
+        pts = [(v, t) for t, v in zip(ts, vs, strict=True) if t0_ns <= t <= t1_ns]
+        if not pts:
+            return None
+        peak = max(v for v, _ in pts)
+        return peak, min(t for v, t in pts if v == peak)
+
+    def bracket(self, t_ns: int) -> list[MetricsSample]:
+        """The last sample at or before t_ns and the first after it (one near the edges)."""
+        i = bisect.bisect_right(self._ts, t_ns)
+        return self.samples[max(i - 1, 0) : i + 1]
+
+    def plateau(self, name: str, t0_ns: int, t1_ns: int) -> Plateau | None:
+        """Longest-held nonzero value over >= 2 consecutive polls in [t0, t1] (ties: more polls,
+        then the higher value)."""
+        ts, vs = self.series(name)
+        pts = [(t, v) for t, v in zip(ts, vs, strict=True) if t0_ns <= t <= t1_ns]
+        best: Plateau | None = None
+        i = 0
+        while i < len(pts):
+            j = i
+            while j + 1 < len(pts) and pts[j + 1][1] == pts[i][1]:
+                j += 1
+            run = Plateau(pts[i][1], pts[i][0], pts[j][0], j - i + 1)
+            if run.value > 0 and run.samples >= 2 and _longer(run, best):
+                best = run
+            i = j + 1
+        return best
+
+    def poll_interval_s(self) -> float | None:
+        """Median time between successful polls."""
+        gaps = [b - a for a, b in pairwise(self._ts)]
+        typical = median(gaps)
+        return None if typical is None else typical / NS
+
+
+def _longer(run: Plateau, best: Plateau | None) -> bool:
+    if best is None:
+        return True
+    key = (run.to_ns - run.from_ns, run.samples, run.value)
+    return key > (best.to_ns - best.from_ns, best.samples, best.value)

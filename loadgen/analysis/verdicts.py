@@ -1,0 +1,355 @@
+"""Why a stream waited or crawled: one verdict per stream, with the evidence that decided it.
+
+Rules, in order (DESIGN.md's vocabulary; thresholds are the named constants below):
+1. `error`: the stream failed; evidence is the error class and message.
+2. The *excess wait* is [t_sent, t_first - normal prefill time] (limits.py): the part of TTFT
+   beyond the stream's own prefill. Each instant of it is classified, first match wins:
+   `pool_pressure` (a bracketing poll shows kv >= POOL_FULL, or preemptions rose between the
+   bracketing polls), `admission_cap` (the FCFS seat model, occupancy.py, says the stream was
+   still queued), `prefill_hol` (admitted, while a stream ahead of it in arrival order, earlier
+   t_sent, ties by id, was in its prefill interval [admit, t_first): FCFS schedulers give a
+   later arrival's prefill budget only after the earlier ones'), else `unexplained` (e.g. a
+   deep prompt's own prefill judged against a shallow baseline, or a cap nobody reported:
+   without a known or inferred cap a queue cannot be told from a slow prefill, so no cap is
+   blamed).
+3. `client_limited`: loadgen sent it more than CLIENT_LATE_S late and that lateness is at least
+   the excess wait (the client, not the server, was the bigger delay).
+4. If TTFT > ADMITTED_FACTOR x normal prefill + ADMITTED_SLACK_S, the verdict is whichever of
+   pool_pressure / admission_cap / prefill_hol held longest (ties in that order), provided it
+   held at least as long as the unexplained time. A stream waiting first on the cap, then on a
+   prefill, is therefore judged by the longer phase; its evidence lists both phases.
+5. `pool_pressure` too when its decode stalled (a chunk gap >= PREEMPT_STALL_FACTOR x its median
+   gap) across polls where the preemption counter rose.
+6. `rationed_decode`: its decode rate while other streams were in prefill fell below
+   RATION_FRACTION of its own steady rate after those prefills ended. "While": the first
+   contiguous stretch of other streams' prefill intervals inside its decode window, from its
+   first token (or the stretch's start, if later) to the stretch's end, which is the split;
+   "steady": its rate from its first chunk after the split to its last (needs two such chunks).
+   The during-window must be long enough for RATION_MIN_WINDOW_TOKENS tokens at the steady rate
+   and at least RATION_MIN_SHARE of its decode window: a blip in a long decode is no crawl.
+
+7. Otherwise `admitted`. A stream alone on the server never gets another verdict: every rule
+   above needs another stream, a full pool, or its own lateness as evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+from loadgen.analysis import rates
+from loadgen.analysis.limits import (
+    POOL_FULL,
+    Cap,
+    PrefillBaseline,
+    expected_prefill_s,
+    group_min_ttft,
+    prefill_baseline,
+    resolve_cap,
+)
+from loadgen.analysis.occupancy import Seat, in_prefill, seats
+from loadgen.analysis.stats import median
+from loadgen.analysis.streams import rate_after, window_rate
+from loadgen.analysis.timeline import Timeline
+from loadgen.records import MetricsSample, StreamRecord
+
+NS = rates.NS
+VERDICTS = (
+    "admitted",
+    "admission_cap",
+    "prefill_hol",
+    "rationed_decode",
+    "pool_pressure",
+    "client_limited",
+    "error",
+)
+ADMITTED_FACTOR = 1.5
+ADMITTED_SLACK_S = 0.05
+CLIENT_LATE_S = 0.025
+RATION_FRACTION = 0.25
+RATION_MIN_WINDOW_TOKENS = 4
+RATION_MIN_SHARE = 0.1
+PREEMPT_STALL_FACTOR = 10
+MAX_EVIDENCE_SAMPLES = 6
+MAX_EVIDENCE_STREAMS = 8
+# Tie order when two waits held equally long.
+_WAIT_ORDER = ("pool_pressure", "admission_cap", "prefill_hol")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    name: str
+    evidence: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class VerdictContext:
+    """Everything a verdict is judged against, shared by all streams of one run."""
+
+    records: list[StreamRecord]
+    timeline: Timeline
+    cap: Cap
+    baseline: PrefillBaseline
+    seats: dict[str, Seat]
+    group_min_ttft: dict[str, float] = field(default_factory=dict)
+    loop_lag_max_ms: float | None = None
+
+
+def build_context(
+    records: list[StreamRecord], timeline: Timeline, manifest: dict[str, Any]
+) -> VerdictContext:
+    """Resolve the cap and baseline and model every stream's seat."""
+    cap = resolve_cap(manifest, timeline)
+    client = manifest.get("client") or {}
+    return VerdictContext(
+        records=records,
+        timeline=timeline,
+        cap=cap,
+        baseline=prefill_baseline(records),
+        seats=seats(records, cap.value),
+        group_min_ttft=group_min_ttft(records),
+        loop_lag_max_ms=client.get("loop_lag_max_ms"),
+    )
+
+
+def classify_streams(ctx: VerdictContext) -> dict[str, Verdict]:
+    """A verdict for every record of the run, by stream id."""
+    return {r.id: classify(r, ctx) for r in ctx.records}
+
+
+def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
+    """One stream's verdict by the module's rules."""
+    if rec.status == "error" or rec.t_sent_ns is None:
+        err = rec.error
+        cls, msg = (err.cls, err.message) if err else ("unsent", "never sent")
+        return Verdict(
+            "error",
+            {"reason": f"{cls}: {msg}", "class": cls, "message": msg, "http": rec.http_status},
+        )
+    seat = ctx.seats[rec.id]
+    expected = expected_prefill_s(rec, ctx.baseline, ctx.group_min_ttft)
+    base: dict[str, Any] = {
+        "ttft_s": rates.ttft_s(rec),
+        "expected_prefill_s": expected,
+        "baseline": ctx.baseline.source,
+    }
+    wait = _wait(rec, seat, expected, ctx)
+    late_s = (rec.t_sent_ns - rec.t_intended_ns) / NS
+    wait_verdict = wait.pop("verdict")
+    if late_s > CLIENT_LATE_S and late_s >= wait["excess_s"]:
+        reason = f"loadgen sent it {late_s * 1e3:.0f} ms late (> {CLIENT_LATE_S * 1e3:.0f} ms)"
+        ev = {"reason": reason, "late_s": late_s, "threshold_s": CLIENT_LATE_S}
+        return Verdict("client_limited", base | ev | _loop_lag(ctx) | {"wait": wait})
+    if wait_verdict is not None:
+        return Verdict(wait_verdict, base | wait | _cap(ctx) | {"late_s": late_s})
+    stall = _preemption_stall(rec, ctx.timeline)
+    if stall is not None:
+        return Verdict("pool_pressure", base | stall)
+    ration = _rationing(rec, ctx)
+    if ration is not None and ration["rationed"]:
+        return Verdict("rationed_decode", base | ration)
+    ev = base | {"reason": _admitted_reason(rec, expected, wait)}
+    if wait["excess_s"] > 0:
+        ev["wait"] = wait
+    if ration is not None:
+        ev["decode"] = ration
+    return Verdict("admitted", ev)
+
+
+def _admitted_reason(rec: StreamRecord, expected: float | None, wait: dict[str, Any]) -> str:
+    if rec.t_first_ns is None:
+        return "no content chunk (nothing to judge)"
+    if wait["excess_s"] > 0 and wait["held_s"].get("unexplained", 0) > 0:
+        return "first token later than its normal prefill, but no cap, prefill or pool was seen"
+    if expected is None:
+        return "no prefill baseline (no prompt sizes); nothing suggests a wait"
+    return f"first token within {ADMITTED_FACTOR}x its normal prefill time"
+
+
+def _wait(
+    rec: StreamRecord, seat: Seat, expected: float | None, ctx: VerdictContext
+) -> dict[str, Any]:
+    """The excess-wait decomposition (rule 2) and the wait verdict, if any (rule 4)."""
+    out: dict[str, Any] = {"excess_s": 0.0, "verdict": None, "held_s": {}, "phases": []}
+    if rec.t_first_ns is None:
+        return out
+    ttft = (rec.t_first_ns - seat.sent_ns) / NS
+    exp = expected or 0.0
+    t0, t1 = seat.sent_ns, rec.t_first_ns - round(exp * NS)
+    if t1 <= t0:
+        return out
+    # Only streams ahead of it in arrival order (FCFS) can hold its prefill back.
+    ahead = [
+        s
+        for s in ctx.seats.values()
+        if (s.sent_ns, s.id) < (seat.sent_ns, seat.id) and s.admit_ns < t1 and s.end_ns > t0
+    ]
+    phases = _phases(t0, t1, seat, ahead, ctx)
+    held: dict[str, float] = {}
+    for state, a, b in phases:
+        held[state] = held.get(state, 0.0) + (b - a) / NS
+    out.update(
+        excess_s=(t1 - t0) / NS,
+        held_s=held,
+        phases=[{"state": s, "from_s": a / NS, "to_s": b / NS} for s, a, b in phases],
+    )
+    if ttft <= ADMITTED_FACTOR * exp + ADMITTED_SLACK_S:
+        return out
+    best = max(_WAIT_ORDER, key=lambda v: (held.get(v, 0.0), -_WAIT_ORDER.index(v)))
+    if held.get(best, 0.0) <= 0 or held[best] < held.get("unexplained", 0.0):
+        return out
+    blocking = sorted(s.id for s in ahead if s.prefill_end_ns > max(t0, s.admit_ns))
+    out.update(
+        verdict=best,
+        reason=_wait_reason(best, held, ttft, exp),
+        prefilling=blocking[:MAX_EVIDENCE_STREAMS],
+        samples=_samples(ctx.timeline, seat.sent_ns, rec.t_first_ns),
+    )
+    return out
+
+
+def _phases(
+    t0: int, t1: int, seat: Seat, ahead: list[Seat], ctx: VerdictContext
+) -> list[tuple[str, int, int]]:
+    """Merged (state, from_ns, to_ns) pieces of [t0, t1), state constant inside each piece."""
+    cuts = {t0, t1, seat.admit_ns}
+    for s in ahead:
+        cuts.update((s.admit_ns, s.prefill_end_ns, s.end_ns))
+    cuts.update(ctx.timeline.times_between(t0, t1))
+    edges = sorted(c for c in cuts if t0 <= c <= t1)
+    merged: list[tuple[str, int, int]] = []
+    for a, b in pairwise(edges):
+        state = _state_at((a + b) / 2, seat, ahead, ctx)
+        if merged and merged[-1][0] == state and merged[-1][2] == a:
+            merged[-1] = (state, merged[-1][1], b)
+        else:
+            merged.append((state, a, b))
+    return merged
+
+
+def _state_at(t: float, seat: Seat, ahead: list[Seat], ctx: VerdictContext) -> str:
+    if _pool_full_at(ctx.timeline, t):
+        return "pool_pressure"
+    if t < seat.admit_ns:
+        return "admission_cap"
+    if any(in_prefill(s, t) for s in ahead):
+        return "prefill_hol"
+    return "unexplained"
+
+
+def _pool_full_at(timeline: Timeline, t: float) -> bool:
+    around = timeline.bracket(int(t))
+    if any(s.values.get("kv_cache_usage_perc", 0.0) >= POOL_FULL for s in around):
+        return True
+    pre = [s.values.get("num_preemptions_total") for s in around]
+    return len(pre) == 2 and None not in pre and pre[1] > pre[0]
+
+
+def _wait_reason(verdict: str, held: dict[str, float], ttft: float, expected: float) -> str:
+    what = {
+        "admission_cap": "queued for a seat (running at the cap, pool not full)",
+        "prefill_hol": "admitted but behind another request's prefill",
+        "pool_pressure": "KV pool full or preempting",
+    }[verdict]
+    parts = ", ".join(f"{k} {v:.3f}s" for k, v in sorted(held.items()))
+    return f"TTFT {ttft:.3f}s vs normal prefill {expected:.3f}s: {what} longest ({parts})"
+
+
+def _cap(ctx: VerdictContext) -> dict[str, Any]:
+    return {"cap": ctx.cap.value, "cap_source": ctx.cap.source}
+
+
+def _loop_lag(ctx: VerdictContext) -> dict[str, Any]:
+    return {} if ctx.loop_lag_max_ms is None else {"loop_lag_max_ms": ctx.loop_lag_max_ms}
+
+
+def sample_json(s: MetricsSample) -> dict[str, Any]:
+    """A metrics poll as evidence: time and the gauges a verdict reads."""
+    keys = {
+        "running": "num_requests_running",
+        "waiting": "num_requests_waiting",
+        "kv": "kv_cache_usage_perc",
+        "preemptions": "num_preemptions_total",
+    }
+    out: dict[str, Any] = {"t_s": s.t_ns / NS}
+    out.update({k: s.values[name] for k, name in keys.items() if name in s.values})
+    return out
+
+
+def _samples(timeline: Timeline, t0: int, t1: int) -> list[dict[str, Any]]:
+    """Up to MAX_EVIDENCE_SAMPLES polls spread evenly over [t0, t1] (first and last kept)."""
+    inside = timeline.samples_between(t0, t1)
+    if len(inside) > MAX_EVIDENCE_SAMPLES:
+        step = (len(inside) - 1) / (MAX_EVIDENCE_SAMPLES - 1)
+        inside = [inside[round(i * step)] for i in range(MAX_EVIDENCE_SAMPLES)]
+    return [sample_json(s) for s in inside]
+
+
+def _preemption_stall(rec: StreamRecord, timeline: Timeline) -> dict[str, Any] | None:
+    """Rule 5: the longest chunk gap, if a stall across polls where preemptions rose."""
+    gaps = rates.chunk_gaps_ns(rec)
+    if len(gaps) < 2 or not timeline.has("num_preemptions_total"):
+        return None
+    typical = median(gaps)
+    i = max(range(len(gaps)), key=lambda j: gaps[j])
+    if not typical or gaps[i] < PREEMPT_STALL_FACTOR * typical:
+        return None
+    a, b = rec.chunk_ns[i], rec.chunk_ns[i + 1]
+    lo, hi = timeline.bracket(a)[0], timeline.bracket(b)[-1]
+    rise = hi.values.get("num_preemptions_total", 0) - lo.values.get("num_preemptions_total", 0)
+    if rise <= 0:
+        return None
+    return {
+        "reason": f"decode stalled {gaps[i] / NS:.3f}s while preemptions rose by {rise:g}",
+        "stall": {"from_s": a / NS, "to_s": b / NS, "gap_s": gaps[i] / NS},
+        "median_gap_s": typical / NS,
+        "preemptions": rise,
+        "samples": [sample_json(lo), sample_json(hi)],
+    }
+
+
+def _rationing(rec: StreamRecord, ctx: VerdictContext) -> dict[str, Any] | None:
+    """Rule 6's measurement: decode during others' prefills vs its own steady rate after."""
+    if rec.t_first_ns is None or rec.t_last_ns is None or len(rec.chunk_ns) < 3:
+        return None
+    first, last = rec.t_first_ns, rec.t_last_ns
+    overlapping = sorted(
+        (s for s in ctx.seats.values() if s.id != rec.id and s.admit_ns < s.prefill_end_ns),
+        key=lambda s: (s.admit_ns, s.id),
+    )
+    overlapping = [s for s in overlapping if s.admit_ns < last and s.prefill_end_ns > first]
+    if not overlapping:
+        return None
+    # The first contiguous stretch of other prefills inside its decode window: a short prefill
+    # long after (a queued minnow's) must not swallow the steady phase.
+    block = [overlapping[0]]
+    end = overlapping[0].prefill_end_ns
+    for s in overlapping[1:]:
+        if s.admit_ns > end:
+            break
+        block.append(s)
+        end = max(end, s.prefill_end_ns)
+    start, split = max(first, block[0].admit_ns), min(end, last)
+    during, steady = window_rate(rec, start, split), rate_after(rec, split)
+    if during is None or steady is None or steady.tok_s <= 0:
+        return None
+    fraction = during.tok_s / steady.tok_s
+    span = during.to_ns - during.from_ns
+    long_enough = (
+        span / NS * steady.tok_s >= RATION_MIN_WINDOW_TOKENS
+        and span >= RATION_MIN_SHARE * (last - first)
+    )
+    rationed = long_enough and fraction < RATION_FRACTION
+    return {
+        "rationed": rationed,
+        "reason": (
+            f"decode {during.tok_s:.3g} tok/s while others prefilled vs {steady.tok_s:.3g} "
+            f"tok/s after ({fraction:.2f} of steady; threshold {RATION_FRACTION})"
+        ),
+        "during": during.to_json(),
+        "steady": steady.to_json(),
+        "fraction": fraction,
+        "threshold": RATION_FRACTION,
+        "prefilling": sorted(s.id for s in block)[:MAX_EVIDENCE_STREAMS],
+    }

@@ -1,0 +1,116 @@
+"""`loadgen report RUN_DIR` and `loadgen compare RUN_A RUN_B`, plus what the engine calls at the
+end of a run (write_report): everything is recomputed from the run directory's files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from loadgen.analysis.compare import compare_summaries
+from loadgen.analysis.hist import write_hlogs
+from loadgen.analysis.inputs import NotARunDirectory, is_sweep_dir
+from loadgen.analysis.stats import dumps_canonical
+from loadgen.analysis.summary import Analysis, analyze_run
+from loadgen.analysis.sweep import analyze_sweep
+from loadgen.report.html import render_html, render_sweep_html
+from loadgen.report.sweep_text import render_sweep_plain, sweep_tables
+from loadgen.report.tables import DASH, Table, num
+from loadgen.report.text import header, hist_lines, render_plain, render_rich, run_tables
+
+
+def _write_run(path: Path, analysis: Analysis) -> str:
+    s = analysis.summary
+    write_hlogs(path / "hist", analysis.histograms)
+    (path / "summary.json").write_bytes(dumps_canonical(s))
+    (path / "report.txt").write_text(render_plain(s), encoding="utf-8")
+    (path / "report.html").write_text(render_html(analysis), encoding="utf-8")
+    return render_rich(run_tables(s), header(s) + hist_lines(s))
+
+
+def write_report(run_dir: Path) -> str:
+    """(Re)writes summary.json, report.txt, report.html and hist/ of a run directory (for a
+    sweep directory: of every arm, plus the parent's summary.json, report.txt, report.html) and
+    returns the report as the terminal shows it. Raises NotARunDirectory for anything else."""
+    if not is_sweep_dir(run_dir):
+        return _write_run(run_dir, analyze_run(run_dir))
+    sweep, arms = analyze_sweep(run_dir)
+    for name, analysis in arms.items():
+        _write_run(run_dir / "arms" / name, analysis)
+    (run_dir / "summary.json").write_bytes(dumps_canonical(sweep))
+    plain = render_sweep_plain(sweep, {n: a.summary for n, a in arms.items()})
+    (run_dir / "report.txt").write_text(plain, encoding="utf-8")
+    (run_dir / "report.html").write_text(render_sweep_html(sweep, arms), encoding="utf-8")
+    return _sweep_rich(sweep, arms)
+
+
+def _sweep_rich(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:
+    tables = sweep_tables(sweep)
+    for a in arms.values():
+        tables += run_tables(a.summary)
+    return render_rich(tables, header(sweep))
+
+
+def render_report(run_dir: Path) -> str:
+    """The report of a run (or sweep) directory as the terminal shows it, writing nothing."""
+    if is_sweep_dir(run_dir):
+        return _sweep_rich(*analyze_sweep(run_dir))
+    s = analyze_run(run_dir).summary
+    return render_rich(run_tables(s), header(s) + hist_lines(s))
+
+
+@click.command("report")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+def report_cmd(run_dir: Path) -> None:
+    """Recompute summary.json, report.txt, report.html and hist/ of RUN_DIR and print the tables.
+
+    RUN_DIR is a run directory (streams.jsonl, metrics.jsonl, run.json) or a sweep directory
+    (arms/<arm>/ run directories): a sweep reports every arm and the across-arm tables.
+    """
+    try:
+        click.echo(write_report(run_dir), nl=False)
+    except NotARunDirectory as e:
+        raise click.ClickException(str(e)) from None
+
+
+def compare_table(result: dict[str, Any], a: Path, b: Path) -> Table:
+    """group | quantity | A | B | B - A | % | spread A / B | verdict."""
+    rows = []
+    for r in result["rows"]:
+        rows.append(
+            (
+                r["group"],
+                f"{r['label']} ({r['unit']})",
+                num(r["a"], 3),
+                num(r["b"], 3),
+                DASH if r["diff"] is None else f"{r['diff']:+.3f}",
+                DASH if r["diff_pct"] is None else f"{r['diff_pct']:+.1f}%",
+                f"{num(r['spread_a'], 3)} / {num(r['spread_b'], 3)}",
+                r["verdict"],
+            )
+        )
+    notes = [f"A = {a}", f"B = {b}", "noise = max(rep spread A, rep spread B); spread = max - min"]
+    notes += [f"only in A: {g}" for g in result["only_a"]]
+    notes += [f"only in B: {g}" for g in result["only_b"]]
+    return Table(
+        "Compare (B - A, per group; medians over measured streams)",
+        ("group", "quantity", "A", "B", "B - A", "%", "spread A / B", "verdict"),
+        tuple(rows),
+        tuple(notes),
+        left=frozenset({0, 1, 7}),
+    )
+
+
+@click.command("compare")
+@click.argument("run_a", type=click.Path(path_type=Path))
+@click.argument("run_b", type=click.Path(path_type=Path))
+def compare_cmd(run_a: Path, run_b: Path) -> None:
+    """Compare two run directories per group (median TTFT, decode tok/s, chunks/s, e2e): the
+    difference against each run's own rep-to-rep spread, "within noise" when it does not exceed
+    it."""
+    try:
+        result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary)
+    except NotARunDirectory as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(render_rich([compare_table(result, run_a, run_b)], []), nl=False)

@@ -1,0 +1,118 @@
+"""report.html: one self-contained page (figures as base64 PNG data URIs, inline CSS, no
+script, nothing fetched), with the same tables as report.txt."""
+
+from __future__ import annotations
+
+import base64
+import html
+from typing import Any
+
+from loadgen.analysis.summary import Analysis
+from loadgen.report import plots
+from loadgen.report.sweep_text import sweep_tables
+from loadgen.report.tables import DASH, Table, rate, secs, to_html
+from loadgen.report.text import header, hist_lines, run_tables
+
+CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px 32px; color: #1d1d1f; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px; }
+h3 { font-size: 15px; margin: 18px 0 6px; }
+.meta { color: #444; margin: 2px 0; } .warn { color: #b00020; font-weight: 600; margin: 2px 0; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+th, td { border-bottom: 1px solid #ddd; padding: 3px 10px; text-align: right; white-space: nowrap; }
+th.l, td.l { text-align: left; } th { background: #f4f4f6; }
+
+.note { color: #555; font-size: 12px; margin: 2px 0; }
+img.plot { max-width: 100%; border: 1px solid #e3e3e3; margin: 6px 0; }
+.tables { display: flex; flex-wrap: wrap; gap: 8px 40px; }
+details { margin-top: 20px; } summary { cursor: pointer; font-weight: 600; }
+"""
+STREAM_COLUMNS = (
+    ("id", "id", str),
+    ("group", "group", str),
+    ("rep", "rep", str),
+    ("phase", "phase", str),
+    ("verdict", "verdict", str),
+    ("ttft_s", "TTFT s", secs),
+    ("decode_tok_s", "decode tok/s", rate),
+    ("chunks_per_s", "chunks/s", rate),
+    ("completion_tokens", "tokens", str),
+    ("chunks", "chunks", str),
+    ("token_source", "token source", str),
+    ("e2e_s", "e2e s", secs),
+)
+
+
+def _img(png: bytes | None, alt: str, missing: str) -> str:
+    if png is None:
+        return f"<p class='note'>{html.escape(missing)}</p>"
+    data = base64.b64encode(png).decode("ascii")
+    return f"<img class='plot' alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+
+
+def _streams_table(streams: list[dict[str, Any]]) -> str:
+    table = Table(
+        f"All streams ({len(streams)})",
+        tuple(label for _, label, _ in STREAM_COLUMNS),
+        tuple(
+            tuple(DASH if s[k] is None else fmt(s[k]) for k, _, fmt in STREAM_COLUMNS)
+            for s in streams
+        ),
+        left=frozenset({0, 1, 3, 4, 10}),
+    )
+    return f"<details><summary>{len(streams)} streams</summary>{to_html(table)}</details>"
+
+
+def _head_lines(lines: list[str]) -> str:
+    out = []
+    for line in lines:
+        cls = "warn" if line.startswith("!!") else "meta"
+        out.append(f"<p class='{cls}'>{html.escape(line)}</p>")
+    return "".join(out)
+
+
+def run_body(analysis: Analysis) -> str:
+    """The body of one run's report: figures, tables, streams."""
+    s = analysis.summary
+    tables = "".join(to_html(t) for t in run_tables(s))
+    return "".join(
+        [
+            _head_lines(header(s)[1:] + hist_lines(s)),
+            "<h2>Stream timeline</h2>",
+            _img(plots.timeline_png(s["streams"]), "stream timeline", "no streams"),
+            "<h2>Tables</h2>",
+            f"<div class='tables'>{tables}</div>",
+            "<h2>Latency percentiles</h2>",
+            _img(
+                plots.percentiles_png(analysis.histograms),
+                "latency percentiles",
+                "no latencies recorded",
+            ),
+            "<h2>Server metrics</h2>",
+            _img(plots.metrics_png(analysis.timeline), "server metrics", "no server metrics"),
+            _streams_table(s["streams"]),
+        ]
+    )
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head>"
+        f"<body><h1>{html.escape(title)}</h1>{body}</body></html>\n"
+    )
+
+
+def render_html(analysis: Analysis) -> str:
+    """report.html of one run."""
+    head = header(analysis.summary)[0]
+    return _page(head, run_body(analysis))
+
+
+def render_sweep_html(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:
+    """report.html of a sweep parent: the across-arm tables, then each arm's report."""
+    parts = [_head_lines(header(sweep)[1:])]
+    parts += [to_html(t) for t in sweep_tables(sweep)]
+    for name, a in sorted(arms.items()):
+        parts.append(f"<h2>Arm {html.escape(name)}</h2>{run_body(a)}")
+    return _page(header(sweep)[0], "".join(parts))

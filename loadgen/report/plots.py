@@ -1,0 +1,184 @@
+"""The report's figures as PNG bytes (matplotlib's Agg canvas; no pyplot, no global state).
+
+- stream timeline: one row per stream; late (intended -> sent), queued (sent -> modelled
+  admission), prefill (admission -> first token), decode (first -> last token), coloured by
+  verdict;
+- latency percentile curves read from the HDR histograms (TTFT from intended and from actual
+  send; ITL per token and per chunk);
+- the metrics timeline: running / waiting, kv%, and generation tok/s from the counter.
+PNG metadata is stripped so the same run renders the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from itertools import pairwise
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from loadgen.analysis.hist import GroupHistograms, percentile_curve
+from loadgen.analysis.timeline import Timeline
+
+NS = 1_000_000_000
+VERDICT_COLOURS = {
+    "admitted": "#2a9d8f",
+    "admission_cap": "#e9a23b",
+    "prefill_hol": "#d1495b",
+    "rationed_decode": "#7b4fa3",
+    "pool_pressure": "#1d5fa8",
+    "client_limited": "#8d8d8d",
+    "error": "#222222",
+}
+# Segment kind -> opacity: the stream's own decode is solid, waiting is faint.
+SEGMENT_ALPHA = {"late": 0.15, "queued": 0.3, "prefill": 0.6, "decode": 1.0}
+MAX_TIMELINE_ROWS = 400
+PERCENTILES = (0, 50, 75, 90, 95, 99, 99.5, 99.9, 99.99)
+DPI = 100
+
+
+def _png(fig: Figure) -> bytes:
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _segments(s: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(kind, start_s, end_s) of one stream's row."""
+    t_int, sent, admit = s["t_intended_s"], s["t_sent_s"], s["t_admit_s"]
+    first, last, done = s["t_first_s"], s["t_last_s"], s["t_done_s"]
+    out = []
+    if sent is not None and sent > t_int:
+        out.append(("late", t_int, sent))
+    if sent is not None and admit is not None and admit > sent:
+        out.append(("queued", sent, admit))
+    start = admit if admit is not None else sent
+    end_prefill = first if first is not None else done
+    if start is not None and end_prefill is not None and end_prefill > start:
+        out.append(("prefill", start, end_prefill))
+    if first is not None and last is not None:
+        out.append(("decode", first, max(last, first + 1e-3)))
+    return out
+
+
+def timeline_png(streams: list[dict[str, Any]]) -> bytes | None:
+    """The stream timeline (module docstring); None without streams."""
+    rows = streams[:MAX_TIMELINE_ROWS]
+    if not rows:
+        return None
+    height = min(2.0 + 0.22 * len(rows), 30.0)
+    fig = Figure(figsize=(13, height))
+    ax = fig.add_subplot()
+    for y, s in enumerate(rows):
+        colour = VERDICT_COLOURS.get(s["verdict"], "#000000")
+        for kind, a, b in _segments(s):
+            ax.broken_barh(
+                [(a, b - a)], (y - 0.4, 0.8), facecolors=colour, alpha=SEGMENT_ALPHA[kind]
+            )
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    if len(rows) <= 60:
+        ax.set_yticks(range(len(rows)), [f"{s['id']} ({s['group']})" for s in rows], fontsize=8)
+    else:
+        ax.set_yticks([])
+        ax.set_ylabel("streams (by intended send time)")
+    ax.set_xlabel("run time (s)")
+    ax.grid(axis="x", alpha=0.3)
+    present = sorted({s["verdict"] for s in rows}, key=list(VERDICT_COLOURS).index)
+    handles = [Patch(color=VERDICT_COLOURS[v], label=v) for v in present]
+    handles += [Patch(color="#555555", alpha=a, label=k) for k, a in SEGMENT_ALPHA.items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    title = "Stream timeline: late, queued, prefill, decode; colour = verdict"
+    if len(streams) > len(rows):
+        title += f" (first {len(rows)} of {len(streams)})"
+    ax.set_title(title)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _x(p: float) -> float:
+    """Percentile -> x for a log 'nines' axis: 1 / (1 - p)."""
+    return 1.0 / (1.0 - min(p, 99.999) / 100.0)
+
+
+def percentiles_png(histograms: dict[str, GroupHistograms]) -> bytes | None:
+    """TTFT and ITL percentile curves per group from the HDR histograms; None when empty."""
+    if not histograms:
+        return None
+    fig = Figure(figsize=(13, 4.8))
+    panels = (
+        ("TTFT (ms)", (("ttft_corrected", "-", "from intended"), ("ttft_uncorrected", "--", ""))),
+        (
+            "inter-token latency (ms)",
+            (("itl_token", "-", "per token"), ("itl_chunk", ":", "chunk")),
+        ),
+    )
+    drew = False
+    for i, (label, metrics) in enumerate(panels):
+        ax = fig.add_subplot(1, 2, i + 1)
+        values: list[float] = []
+        for j, group in enumerate(sorted(histograms)):
+            colour = f"C{j % 10}"
+            for metric, style, what in metrics:
+                curve = percentile_curve(histograms[group].merged(metric), PERCENTILES)
+                if not curve:
+                    continue
+                drew = True
+                name = f"{group} {what or metric.split('_')[1]}".strip()
+                ys = [v / 1e3 for _, v in curve]
+                values += ys
+                ax.plot([_x(p) for p, _ in curve], ys, style, color=colour, label=name)
+        ax.set_xscale("log")
+        # Groups an order of magnitude apart (whale vs minnows) each stay readable.
+        positive = [v for v in values if v > 0]
+        if positive and max(positive) > 20 * min(positive):
+            ax.set_yscale("log")
+
+        ticks = (50, 90, 99, 99.9, 99.99)
+        ax.set_xticks([_x(p) for p in ticks], [f"p{p:g}" for p in ticks])
+        ax.set_ylabel(label)
+        ax.set_xlabel("percentile (HdrHistogram)")
+        ax.grid(alpha=0.3)
+        if values:
+            ax.legend(fontsize=8)
+    if not drew:
+        return None
+    fig.tight_layout()
+    return _png(fig)
+
+
+def metrics_png(timeline: Timeline) -> bytes | None:
+    """Running / waiting, kv%, generation tok/s over run time; None without metrics."""
+    if not timeline.available:
+        return None
+    fig = Figure(figsize=(13, 7.5))
+    axes = fig.subplots(3, 1, sharex=True)
+    for name, label, colour in (
+        ("num_requests_running", "running", "C0"),
+        ("num_requests_waiting", "waiting", "C3"),
+    ):
+        ts, vs = timeline.series(name)
+        axes[0].step([t / NS for t in ts], vs, where="post", label=label, color=colour)
+    axes[0].set_ylabel("requests")
+    axes[0].legend(fontsize=8, loc="upper right")
+    ts, vs = timeline.series("kv_cache_usage_perc")
+    axes[1].plot([t / NS for t in ts], [v * 100 for v in vs], color="C2")
+    axes[1].fill_between([t / NS for t in ts], [v * 100 for v in vs], alpha=0.2, color="C2")
+    axes[1].set_ylabel("kv %")
+    axes[1].set_ylim(0, 105)
+    ts, vs = timeline.series("generation_tokens_total")
+    mids, tok_s = [], []
+    for (t0, v0), (t1, v1) in pairwise(zip(ts, vs, strict=True)):
+        if t1 > t0:
+            mids.append((t0 + t1) / 2 / NS)
+            tok_s.append((v1 - v0) * NS / (t1 - t0))
+    axes[2].plot(mids, tok_s, color="C1", marker=".", markersize=3)
+    axes[2].set_ylabel("generation tok/s\n(counter)")
+    axes[2].set_xlabel("run time (s)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].set_title("Server metrics timeline (/metrics polls)")
+    fig.tight_layout()
+    return _png(fig)

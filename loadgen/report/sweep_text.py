@@ -1,0 +1,100 @@
+"""The tables of a sweep parent: one row per arm (politeness under mixed load; the
+concurrency ladder when each arm is a cohort size), then every arm's own report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.report.tables import DASH, Table, secs, span, to_plain
+from loadgen.report.text import header, ladder_table, multi_token, render_plain
+
+
+def arm_label(arm: dict[str, Any]) -> str:
+    """An arm's server flags and client settings as k=v pairs."""
+    both = {**(arm.get("settings") or {}), **(arm.get("flags") or {})}
+    return ", ".join(f"{k}={v}" for k, v in sorted(both.items())) or DASH
+
+
+def arm_title(name: str, arm: dict[str, Any]) -> str:
+    """The arm's name, with its flags and settings when the name does not already say them."""
+    label = arm_label(arm)
+    return name if label in (DASH, name) else f"{name}: {label}"
+
+
+def _speed_note(sweep: dict[str, Any]) -> tuple[str, ...]:
+    speed = sweep["run"].get("speed", 1.0)
+    return (f"sim speed x{speed:g}",) if speed not in (None, 1.0) else ()
+
+
+def _source_notes(sweep: dict[str, Any]) -> tuple[str, ...]:
+    groups = [g for a in sweep["arms"].values() for g in a["groups"].values()]
+    sources = sorted({g["token_source"] for g in groups})
+    shapes = sorted({g["prompt_shape"] for g in groups if g.get("prompt_shape")})
+    return (
+        f"tokens: {', '.join(sources) or DASH}",
+        f"prompt shape: {', '.join(shapes) or 'not recorded'}",
+        *_speed_note(sweep),
+    )
+
+
+def politeness_table(sweep: dict[str, Any]) -> Table | None:
+    """budget | whale TTFT | minnow TTFT | minnow decode during whale prefill | after | wall."""
+    rows = []
+    for name, arm in _arms(sweep):
+        row = arm["row"]
+        if row is None:
+            continue
+        during = span(row["minnow_decode_during_tok_s"])
+        if row["minnows_first_token_after_prefill"]:
+            during += f" ({row['minnows_first_token_after_prefill']} queued)"
+        rows.append(
+            (
+                arm_title(name, arm),
+                secs(row["whale_ttft_s"]),
+                span(row["minnow_ttft_s"], secs),
+                during,
+                span(row["minnow_decode_after_tok_s"]),
+                secs(row["wall_s"]),
+            )
+        )
+    if not rows:
+        return None
+    cols = ("arm (budget)", "whale TTFT", "minnow TTFT", "minnow decode during whale prefill")
+    return Table(
+        "Politeness across arms (seconds, tok/s)",
+        (*cols, "after", "wall"),
+        tuple(rows),
+        (*_source_notes(sweep), "'queued' = minnows whose first token came after the prefill"),
+    )
+
+
+def sweep_ladder_table(sweep: dict[str, Any]) -> Table | None:
+    """The concurrency ladder across arms without a whale: one row per arm and group."""
+    cohorts = [
+        (arm_title(name, arm) if len(arm["groups"]) == 1 else f"{name}/{g}", v["cohort"])
+        for name, arm in _arms(sweep)
+        if arm["row"] is None
+        for g, v in sorted(arm["groups"].items())
+        if v["cohort"]
+    ]
+    multi = multi_token(g for a in sweep["arms"].values() for g in a["groups"].values())
+    return ladder_table(cohorts, multi, _source_notes(sweep))
+
+
+def _arms(sweep: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(name, arm entry) in the sweep's declared order."""
+    return [(n, sweep["arms"][n]) for n in sweep.get("arm_order") or sorted(sweep["arms"])]
+
+
+def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
+    return [t for t in (politeness_table(sweep), sweep_ladder_table(sweep)) if t is not None]
+
+
+def render_sweep_plain(sweep: dict[str, Any], arms: dict[str, dict[str, Any]]) -> str:
+    """report.txt of a sweep parent: the across-arm tables, then every arm's report."""
+    parts = ["\n".join(header(sweep))]
+    parts += [to_plain(t) for t in sweep_tables(sweep)]
+    for name in sweep.get("arm_order") or sorted(arms):
+        s = arms[name]
+        parts.append(f"== arm {name} ==\n" + render_plain(s).rstrip("\n"))
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,112 @@
+"""A table as data, rendered as plain text (report.txt), rich (terminal) or HTML, and the
+number formats every report uses."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any
+
+DASH = "-"
+
+
+@dataclass(frozen=True)
+class Table:
+    """Cells as strings; `left` names the columns aligned left (text), the rest align right."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    notes: tuple[str, ...] = ()
+    left: frozenset[int] = frozenset({0})
+
+
+def to_plain(t: Table) -> str:
+    """Fixed-width columns, two spaces apart; notes indented below."""
+    cells = [t.columns, *t.rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(t.columns))]
+
+    def line(row: tuple[str, ...]) -> str:
+        parts = [
+            c.ljust(w) if i in t.left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    out = [t.title, line(t.columns), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in t.rows]
+    out += [f"  {n}" for n in t.notes]
+    return "\n".join(out)
+
+
+def to_rich(t: Table) -> Any:
+    """A rich.table.Table of the same cells."""
+    from rich.table import Table as RichTable
+
+    rt = RichTable(title=t.title, title_justify="left", caption="\n".join(t.notes) or None)
+    rt.caption_justify = "left"
+    for i, c in enumerate(t.columns):
+        rt.add_column(c, justify="left" if i in t.left else "right", no_wrap=i == 0)
+
+    for r in t.rows:
+        rt.add_row(*r)
+    return rt
+
+
+def to_html(t: Table) -> str:
+    """An HTML <table> with its title as caption and notes as a footer paragraph."""
+    esc = html.escape
+
+    def cells(row: tuple[str, ...], tag: str) -> str:
+        return "".join(
+            f"<{tag} class='l'>{esc(c)}</{tag}>" if i in t.left else f"<{tag}>{esc(c)}</{tag}>"
+            for i, c in enumerate(row)
+        )
+
+    head = cells(t.columns, "th")
+    body = "".join(f"<tr>{cells(r, 'td')}</tr>" for r in t.rows)
+
+    notes = "".join(f"<p class='note'>{esc(n)}</p>" for n in t.notes)
+    return (
+        f"<section class='table'><h3>{esc(t.title)}</h3><table><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table>{notes}</section>"
+    )
+
+
+def secs(x: float | None) -> str:
+    """Seconds: 3 decimals under 10 s, 1 above."""
+    if x is None:
+        return DASH
+    return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def rate(x: float | None) -> str:
+    """A rate: 1 decimal under 100, none above."""
+    if x is None:
+        return DASH
+    return f"{x:.1f}" if abs(x) < 100 else f"{x:.0f}"
+
+
+def num(x: float | None, digits: int = 1) -> str:
+    return DASH if x is None else f"{x:.{digits}f}"
+
+
+def count(x: float | None) -> str:
+    return DASH if x is None else f"{x:g}"
+
+
+def triple(d: dict[str, Any] | None, fmt: Any = rate) -> str:
+    """min/median/max of a stats dict."""
+    if not d or d.get("n", 0) == 0:
+        return DASH
+    if d["n"] == 1:
+        return fmt(d["median"])
+    return f"{fmt(d['min'])}/{fmt(d['median'])}/{fmt(d['max'])}"
+
+
+def span(d: dict[str, Any] | None, fmt: Any = rate) -> str:
+    """min-max of a stats dict (one value when they agree)."""
+    if not d or not d.get("n"):
+        return DASH
+    lo, hi = fmt(d["min"]), fmt(d["max"])
+    return lo if lo == hi else f"{lo}-{hi}"

@@ -1,0 +1,350 @@
+"""The report's tables, built from a summary (summary.json's dict) in the seeds' shapes.
+
+Every table names its token source and prompt shape, and the sim speed factor when it is not
+1.0; chunks/s stand beside tokens/s whenever a chunk carried more than one token.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from typing import Any
+
+from loadgen.analysis.sweep import mixed_row
+from loadgen.analysis.verdicts import VERDICTS
+from loadgen.report.tables import (
+    DASH,
+    Table,
+    count,
+    num,
+    rate,
+    secs,
+    span,
+    to_plain,
+    to_rich,
+    triple,
+)
+
+MAX_LISTED_STREAMS = 20
+
+
+def notes(summary: dict[str, Any], groups: list[str] | None = None) -> tuple[str, ...]:
+    """Token source, prompt shape and (when not 1.0) the sim speed of the given groups."""
+    g = summary.get("groups", {})
+    names = sorted(g) if groups is None else groups
+    sources = sorted({g[n]["token_source"] for n in names if n in g})
+    shapes = [f"{n}={g[n]['prompt_shape']}" for n in names if g.get(n, {}).get("prompt_shape")]
+    out = [
+        f"tokens: {', '.join(sources) or DASH}",
+        f"prompt shape: {', '.join(shapes) if shapes else 'not recorded'}",
+    ]
+    speed = summary.get("run", {}).get("speed", 1.0)
+    if speed not in (None, 1.0):
+        out.append(f"sim speed x{speed:g} (times are wall-clock at that speed)")
+    return tuple(out)
+
+
+def multi_token(groups: Iterable[dict[str, Any]]) -> bool:
+    """True when some group's chunks carried more than one token (chunks/s != tok/s)."""
+    for g in groups:
+        tpc = g["tokens_per_chunk"]
+        if tpc["n"] and (tpc["max"] > 1.0 + 1e-9 or tpc["min"] < 1.0 - 1e-9):
+            return True
+    return False
+
+
+def header(summary: dict[str, Any]) -> list[str]:
+    run = summary["run"]
+    target = run.get("target") or {}
+    lines = [
+        f"loadgen report: scenario {run.get('scenario') or DASH}"
+        f" | target {target.get('url', DASH)} ({target.get('kind', DASH)})"
+        f" | model {run.get('model') or DASH} | seed {run.get('seed', DASH)}"
+    ]
+    if "streams" in run and isinstance(run["streams"], dict):
+        st, cap, base = run["streams"], run["cap"], run["prefill_baseline"]
+        lines.append(
+            f"streams: {st['measure']} measured ({st['ok']} ok, {st['error']} errors) of "
+            f"{st['total']} | wall {secs(run['wall_s'])} s | cap {cap['value'] or DASH}"
+            f" ({cap['source'] or 'unknown'}) | prefill baseline {rate(base['tok_s'])} tok/s"
+            f" ({base['source']}) | prompt tokens by {run.get('token_counter') or DASH}"
+        )
+    if run.get("interrupted"):
+        lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
+    if run.get("client_limited"):
+        why = "; ".join(run.get("client_limited_reasons") or [])
+        lines.append(f"!! CLIENT LIMITED: {why} (timings include loadgen's own delays)")
+    return lines
+
+
+def latency_table(summary: dict[str, Any]) -> Table:
+    rows = []
+    for name, g in sorted(summary["groups"].items()):
+        t, ti, e = g["ttft_s"], g["ttft_intended_s"], g["e2e_s"]
+        rows.append(
+            (
+                name,
+                f"{g['ok']}/{g['n']}",
+                num(g["prompt_tokens"]["median"], 0),
+                triple(t, secs),
+                secs(t["p90"]),
+                secs(t["p99"]),
+                secs(ti["p50"]),
+                secs(ti["p99"]),
+                secs(e["p50"]),
+                secs(e["p99"]),
+            )
+        )
+    cols = ("group", "ok/n", "prompt", "TTFT min/med/max", "p90", "p99", "from intended p50", "p99")
+    return Table(
+        "Latency per group (measure phase, seconds)",
+        (*cols, "e2e p50", "p99"),
+        tuple(rows),
+        (*notes(summary), "TTFT from the actual send; 'from intended' adds loadgen's lateness"),
+    )
+
+
+def decode_table(summary: dict[str, Any]) -> Table:
+    multi = multi_token(summary["groups"].values())
+    rows = []
+    for name, g in sorted(summary["groups"].items()):
+        row = [name, triple(g["decode_tok_s"])]
+        if multi:
+            row.append(triple(g["chunks_per_s"]))
+        row += [
+            num(g["tokens_per_chunk"]["median"], 2),
+            num(None if g["tpot_s"]["median"] is None else g["tpot_s"]["median"] * 1e3, 2),
+            f"{num(g['itl_chunk_ms']['p50'], 1)}/{num(g['itl_chunk_ms']['p99'], 1)}",
+            f"{num(g['itl_token_ms']['p50'], 1)}/{num(g['itl_token_ms']['p99'], 1)}",
+            num(g["completion_tokens"]["median"], 0),
+        ]
+        rows.append(tuple(row))
+    cols = ["group", "decode tok/s min/med/max"]
+    if multi:
+        cols.append("chunks/s min/med/max")
+    cols += ["tok/chunk", "TPOT ms", "chunk gap p50/p99 ms", "token gap p50/p99 ms", "tokens"]
+    extra = ("decode-only: (tokens - first chunk's) / (last - first chunk); TTFT split out",)
+    if multi:
+        extra += ("chunks carry several tokens (speculative steps): chunks/s is a step rate",)
+    return Table(
+        "Decode per group (measure phase)", tuple(cols), tuple(rows), notes(summary) + extra
+    )
+
+
+def verdict_table(summary: dict[str, Any]) -> Table:
+    rows = []
+    for name, g in sorted(summary["groups"].items()):
+        rows.append((name, *(str(g["verdicts"].get(v, 0)) for v in VERDICTS)))
+    run = summary["run"]
+    cap = run["cap"]
+    return Table(
+        "Verdicts per group (why a stream waited or crawled)",
+        ("group", *VERDICTS),
+        tuple(rows),
+        (
+            f"cap {cap['value'] or 'unknown'} ({cap['source'] or 'no server facts, no plateau'});"
+            f" normal prefill from {run['prefill_baseline']['source']}",
+            "starvation = prefill_hol + rationed_decode; admission caps = admission_cap",
+        ),
+    )
+
+
+def waits_table(summary: dict[str, Any]) -> Table | None:
+    rows = [
+        (s["id"], s["group"], str(s["rep"]), s["verdict"], secs(s["ttft_s"]), _why(s))
+        for s in summary["streams"]
+        if s["phase"] == "measure" and s["verdict"] != "admitted"
+    ]
+    if not rows:
+        return None
+    more = len(rows) - MAX_LISTED_STREAMS
+    extra = (f"... and {more} more (summary.json has all)",) if more > 0 else ()
+    return Table(
+        "Streams that waited or crawled",
+        ("stream", "group", "rep", "verdict", "TTFT s", "evidence"),
+        tuple(rows[:MAX_LISTED_STREAMS]),
+        extra,
+        left=frozenset({0, 1, 3, 5}),
+    )
+
+
+def _why(s: dict[str, Any]) -> str:
+    ev = s["evidence"]
+    held = ev.get("held_s")
+    if held:
+        return " ".join(f"{k}={v:.2f}s" for k, v in sorted(held.items()) if v > 0)
+    if "fraction" in ev:
+        return f"{ev['during']['tok_s']:.3g} vs {ev['steady']['tok_s']:.3g} tok/s"
+    return str(ev.get("reason", ""))[:60]
+
+
+def ladder_table(
+    cohorts: list[tuple[str, dict[str, Any]]], multi: bool, base_notes: tuple[str, ...]
+) -> Table | None:
+    """N | per-stream | decode agg | kv% | preempt | steady: one row per (label, cohort row)
+    (summary["groups"][g]["cohort"]: a group's cohorts over reps)."""
+    if not cohorts:
+        return None
+    rows, sources = [], set()
+    for label, c in cohorts:
+        sources.add(c["agg_token_source"] or DASH)
+        all_steady = c["steady"] == c["reps"]
+        row = [
+            label,
+            str(c["n"]),
+            rate(c["per_stream_tok_s"]),
+            rate(c["agg_tok_s"]) + ("" if all_steady else "*"),
+        ]
+        if multi:
+            row.append(rate(c["agg_chunks_per_s"]))
+        kv = c["kv_peak_perc"]
+        row += [
+            DASH if kv is None else f"{kv:.1f} ({secs(c['duration_s'])}s)",
+            count(c["preemptions"]),
+            f"{c['steady']}/{c['reps']}",
+        ]
+        rows.append(tuple(row))
+    cols = ["", "N", "per-stream", "decode agg"]
+    if multi:
+        cols.append("agg chunks/s")
+    cols += ["kv% peak (over)", "preempt", "steady"]
+    return Table(
+        "Concurrency (cohort = the streams of one rep; tok/s, medians over reps)",
+        tuple(cols),
+        tuple(rows),
+        (
+            *base_notes,
+            f"decode agg tokens: {', '.join(sorted(sources))}; window = all first tokens -> "
+            "first finish; per-stream = each stream's own decode average (mean over the cohort)",
+            "* not steady: no instant had all N decoding (a tail measurement over the decode span)",
+            "kv% is a peak of polls: compare only between runs of equal length",
+        ),
+    )
+
+
+def run_ladder_table(summary: dict[str, Any]) -> Table | None:
+    """The ladder table of one run: one row per group."""
+    cohorts = [(g, v["cohort"]) for g, v in sorted(summary["groups"].items()) if v["cohort"]]
+    return ladder_table(cohorts, multi_token(summary["groups"].values()), notes(summary))
+
+
+def whale_table(summary: dict[str, Any]) -> Table | None:
+    """whale TTFT | minnow TTFT min/med/max | minnow decode | during/after whale prefill | wall."""
+    mixed = summary.get("mixed")
+    if not mixed or not mixed["reps"]:
+        return None
+    reps = mixed["reps"]
+    rows = [_whale_row(f"rep {r['rep']}", [r]) for r in reps]
+    if len(reps) > 1:
+        rows.append(_whale_row("all reps", reps))
+    return Table(
+        f"Whale + minnows (whale = {mixed['whale']}; minnows = {', '.join(mixed['minnows'])})",
+        (
+            "",
+            "whale TTFT",
+            "minnow TTFT min/med/max",
+            "minnow decode during whale prefill",
+            "after",
+            "wall",
+        ),
+        tuple(rows),
+        (
+            *notes(summary, [mixed["whale"], *mixed["minnows"]]),
+            "decode during whale prefill: minnow tokens arriving between its first token and "
+            "the whale's; 'queued' = first token only after the whale's prefill",
+        ),
+    )
+
+
+def _whale_row(label: str, reps: list[dict[str, Any]]) -> tuple[str, ...]:
+    row = mixed_row(reps)
+    during = span(row["minnow_decode_during_tok_s"])
+    if row["minnows_first_token_after_prefill"]:
+        during += f" ({row['minnows_first_token_after_prefill']} queued)"
+    return (
+        label,
+        secs(row["whale_ttft_s"]),
+        triple(row["minnow_ttft_s"], secs),
+        during,
+        span(row["minnow_decode_after_tok_s"]),
+        secs(row["wall_s"]),
+    )
+
+
+def server_table(summary: dict[str, Any]) -> Table:
+    srv = summary["run"]["server"]
+    if not srv.get("available"):
+        note = srv.get("note", "no server metrics")
+        return Table(
+            "Server (/metrics)", ("", "value"), (("metrics", note),), left=frozenset({0, 1})
+        )
+    w = srv["window"]
+    kv = (
+        f"{num(srv['kv_peak_perc'])} over {secs(w['duration_s'])} s"
+        if srv["polls"]
+        else f"no poll inside the {secs(w['duration_s'])} s window"
+    )
+    rows = [
+        ("kv% peak of polls", kv),
+        ("polls inside", f"{srv['polls']} (one every {secs(srv['poll_interval_s'])} s)"),
+        ("preemptions", count(srv["preemptions"])),
+    ]
+    for key in ("running", "waiting"):
+        p = srv[key]["plateau"]
+        plateau = DASH if p is None else f"{p['value']:g} for {secs(p['duration_s'])} s"
+        rows.append((key, f"max {count(srv[key]['max'])}, plateau {plateau}"))
+    hit = srv["prefix_hit_rate"]
+    rows.append(("prefix hit rate", DASH if hit is None else f"{100 * hit:.1f} %"))
+    rows.append(("generation tok/s (counter)", rate(srv["generation_tok_s"])))
+    if srv["spec_acceptance"] is not None:
+        rows.append(("spec acceptance", num(srv["spec_acceptance"], 3)))
+        rows.append(("emitted tokens/step", num(srv["spec_emitted_per_step"], 2)))
+    if srv["tokens_per_step"] is not None:
+        rows.append(("tokens/engine step", num(srv["tokens_per_step"], 2)))
+    return Table(
+        "Server (/metrics over the measured phase)",
+        ("", "value"),
+        tuple(rows),
+        ("a peak of polls grows with run length: quote kv% with its duration",),
+        left=frozenset({0, 1}),
+    )
+
+
+def hist_lines(summary: dict[str, Any]) -> list[str]:
+    h = summary["hist"]
+    bad = {g: v for g, v in h["out_of_range"].items() if v}
+    lines = [f"histograms: hist/*.hlog ({len(h['files'])} files, values in {h['unit']})"]
+    if bad:
+        lines.append(f"!! values outside {h['range_us']} us, not recorded: {bad}")
+    return lines
+
+
+def run_tables(summary: dict[str, Any]) -> list[Table]:
+    """Every table of one run's report, in print order."""
+    tables = [latency_table(summary), decode_table(summary)]
+    mixed = whale_table(summary)
+    tables.append(mixed if mixed is not None else run_ladder_table(summary))
+    tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
+    return [t for t in tables if t is not None]
+
+
+def render_plain(summary: dict[str, Any]) -> str:
+    """report.txt for one run."""
+    parts = ["\n".join(header(summary))]
+    parts += [to_plain(t) for t in run_tables(summary)]
+    parts.append("\n".join(hist_lines(summary)))
+    return "\n\n".join(parts) + "\n"
+
+
+def render_rich(tables: list[Table], head: list[str], *, width: int = 120) -> str:
+    """The tables as rich renders them on a terminal, captured as text."""
+    from rich.console import Console
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    for line in head:
+        console.print(line, markup=False, highlight=False)
+    for t in tables:
+        console.print()
+        console.print(to_rich(t))
+    return buf.getvalue()

@@ -1,0 +1,202 @@
+"""Joint-decode aggregates, server-window facts and whale interference (exact values)."""
+
+from __future__ import annotations
+
+import pytest
+from run_fixtures import manifest, sample, stream, ticks
+
+from loadgen.analysis.aggregate import joint_decode, server_window
+from loadgen.analysis.inputs import RunInputs
+from loadgen.analysis.summary import analyze
+from loadgen.analysis.timeline import Timeline
+from loadgen.report.text import render_plain
+
+S = 1_000_000_000
+
+
+def cohort(last1: float = 3.0):
+    return [
+        stream("s1", chunks=ticks(1.0, round((last1 - 1.0) / 0.1) + 1, 0.1)),
+        stream("s2", chunks=ticks(1.5, 26, 0.1)),  # 1.5 .. 4.0
+        stream("s3", chunks=ticks(2.0, 31, 0.1)),  # 2.0 .. 5.0
+    ]
+
+
+# Polls every 0.25 s, off the window edges; the counter grows 30 tok/s.
+GEN_POLLS = [sample(0.3 + k / 4, gen=30 * (0.3 + k / 4)) for k in range(21)]
+COARSE_POLLS = [sample(0.0, gen=0), sample(1.5, gen=10), sample(2.5, gen=40), sample(3.5, gen=70)]
+
+
+def test_joint_decode_window_server_counter_and_client_cross_check():
+    recs = cohort()
+    jd = joint_decode(recs, recs, Timeline(GEN_POLLS))
+    assert jd["steady"] is True
+    assert jd["window"] == {"from_s": 2.0, "to_s": 3.0, "duration_s": 1.0, "kind": "joint"}
+    # Counter interpolated at 2.0 s (60) and 3.0 s (90).
+    assert jd["server"]["tokens"] == pytest.approx(30.0)
+    assert jd["server"]["edges"] == {"open": "interpolated", "close": "interpolated"}
+    assert jd["server"]["polls_inside"] == 4
+    assert jd["server"]["resolvable"] is True
+    # Client: each stream's 10 chunks in (2.0, 3.0].
+    assert jd["client"]["tokens"] == 30 and jd["client"]["chunks"] == 30
+    assert (jd["tok_s"], jd["token_source"]) == (pytest.approx(30.0), "server_counter")
+    assert jd["cross_check"] == pytest.approx(1.0)
+    assert jd["per_stream_tok_s"]["mean"] == pytest.approx(10.0)
+    assert jd["shared_with"] == []
+
+
+def test_server_counter_is_not_the_headline_over_a_window_shorter_than_its_polls():
+    recs = cohort()
+    jd = joint_decode(recs, recs, Timeline(COARSE_POLLS))
+    # Counter at 2.0 s: 10 + (40 - 10) * 0.5 = 25; at 3.0 s: 40 + 30 * 0.5 = 55.
+    assert jd["server"]["tokens"] == pytest.approx(30.0)
+    assert jd["server"]["polls_inside"] == 1
+    assert jd["server"]["resolvable"] is False  # 1 s window, polls ~1.2 s apart
+    assert (jd["tok_s"], jd["token_source"]) == (pytest.approx(30.0), "usage_continuous")
+
+
+def test_joint_decode_not_steady_is_a_tail_measurement_over_the_decode_span():
+    recs = cohort(last1=1.8)  # s1 finished before s3's first token
+    jd = joint_decode(recs, recs, Timeline([]))
+    assert jd["steady"] is False
+    assert jd["window"] == {"from_s": 1.0, "to_s": 5.0, "duration_s": 4.0, "kind": "decode_span"}
+    # Every token arriving in (1.0, 5.0], as the server counter would count them: s1's 8 after
+    # its first, all 26 of s2 and all 31 of s3 (their first tokens fall inside the span).
+    assert jd["client"]["tokens"] == 8 + 26 + 31
+    assert (jd["tok_s"], jd["token_source"]) == (pytest.approx(65 / 4), "usage_continuous")
+    assert jd["server"] is None
+
+
+def test_server_counter_is_not_the_headline_when_other_streams_decode_in_the_window():
+    recs = cohort()
+    other = stream("x", group="other", chunks=ticks(0.5, 40, 0.1))
+    jd = joint_decode(recs, [*recs, other], Timeline(GEN_POLLS))
+    assert jd["shared_with"] == ["x"]
+    assert jd["token_source"] == "usage_continuous"
+    assert jd["tok_s"] == pytest.approx(30.0)
+
+
+def test_counter_edges_outside_the_polls_are_nearest():
+    recs = cohort()
+    jd = joint_decode(recs, recs, Timeline([sample(2.5, gen=40), sample(2.75, gen=50)]))
+    assert jd["server"]["edges"] == {"open": "nearest", "close": "nearest"}
+    assert jd["server"]["tokens"] == pytest.approx(10.0)
+
+
+def spec_streams(token_source: str = "usage_continuous"):
+    """Speculative decoding: one chunk per engine step, 3 tokens per step after the first."""
+    tokens = [1] + [3] * 10
+    keep = token_source == "usage_continuous"
+    return [
+        stream(
+            f"s{i}",
+            chunks=ticks(1.0 + i * 0.01, 11, 0.1),
+            tokens=tokens if keep else None,
+            completion=31,
+            token_source=token_source,
+        )
+        for i in range(2)
+    ]
+
+
+@pytest.mark.parametrize("token_source", ["usage_continuous", "usage_final"])
+def test_spec_decoding_rates_are_token_true(token_source):
+    summary = analyze(RunInputs(manifest(), spec_streams(token_source), [])).summary
+    g = summary["groups"]["g"]
+    assert g["decode_tok_s"]["median"] == pytest.approx(30.0)
+    assert g["chunks_per_s"]["median"] == pytest.approx(10.0)
+    assert g["tokens_per_chunk"]["median"] == pytest.approx(31 / 11)
+    assert g["itl_token_ms"]["p50"] == pytest.approx(100 / 3)
+    assert g["itl_chunk_ms"]["p50"] == pytest.approx(100.0)
+    jd = summary["reps"][0]["joint_decode"]
+    # Window (1.01, 2.0]: s0 has 10 chunks in it, s1 9 (its first is the window's opening).
+    assert jd["client"]["chunks"] == 19
+    assert jd["client"]["tokens"] == pytest.approx(57.0)
+    assert jd["client"]["tok_s"] == pytest.approx(57 / 0.99)
+    assert jd["client"]["chunks_per_s"] == pytest.approx(19 / 0.99)
+
+
+def test_spec_decoding_report_shows_chunks_and_tokens_apart():
+    text = render_plain(analyze(RunInputs(manifest(), spec_streams(), [])).summary)
+    assert "decode tok/s min/med/max" in text and "chunks/s min/med/max" in text
+    decode_row = next(
+        line for line in text.splitlines() if line.startswith("g ") and "30.0" in line
+    )
+    assert "10.0" in decode_row and "2.82" in decode_row
+    assert "agg chunks/s" in text
+    assert "chunks carry several tokens" in text
+
+
+def metrics_run():
+    values = {
+        0.0: dict(running=0, waiting=0, kv=0.1, preempt=0, hits=0, queries=0, drafts=0,
+                  draft_tokens=0, accepted=0, step_sum=0, step_count=0, gen=0),
+        1.0: dict(running=4, waiting=2, kv=0.5, preempt=1, hits=50, queries=100, drafts=10,
+                  draft_tokens=70, accepted=21, step_sum=310, step_count=10, gen=31),
+        2.0: dict(running=4, waiting=2, kv=0.985, preempt=2, hits=150, queries=200, drafts=30,
+                  draft_tokens=210, accepted=63, step_sum=930, step_count=30, gen=93),
+        3.0: dict(running=4, waiting=1, kv=0.7, preempt=2, hits=150, queries=300, drafts=40,
+                  draft_tokens=280, accepted=84, step_sum=1240, step_count=40, gen=124),
+    }  # fmt: skip
+    return [sample(t, **v) for t, v in values.items()]
+
+
+def test_server_window_facts():
+    srv = server_window(Timeline(metrics_run()), 0, 3 * S)
+    assert srv["kv_peak_perc"] == pytest.approx(98.5) and srv["kv_peak_t_s"] == 2.0
+    assert srv["window"]["duration_s"] == 3.0 and srv["polls"] == 4
+    assert srv["poll_interval_s"] == 1.0
+    assert srv["preemptions"] == 2
+    assert srv["prefix_hit_rate"] == pytest.approx(0.5)
+    assert srv["spec_acceptance"] == pytest.approx(0.3)
+    assert srv["spec_emitted_per_step"] == pytest.approx((84 + 40) / 40)
+    assert srv["tokens_per_step"] == pytest.approx(31.0)
+    assert srv["generation_tok_s"] == pytest.approx(124 / 3)
+    assert srv["running"] == {
+        "max": 4.0,
+        "plateau": {"value": 4.0, "from_s": 1.0, "to_s": 3.0, "duration_s": 2.0, "samples": 3},
+    }
+    assert srv["waiting"]["plateau"]["value"] == 2.0
+    assert srv["waiting"]["plateau"]["duration_s"] == 1.0
+
+
+def test_no_server_metrics_everything_still_works():
+    summary = analyze(RunInputs({}, cohort(), [])).summary
+    assert summary["run"]["server"] == {"available": False, "note": "no server metrics"}
+    assert "no server metrics" in render_plain(summary)
+    assert summary["reps"][0]["joint_decode"]["token_source"] == "usage_continuous"
+
+
+def test_whale_interference_during_and_after_its_prefill():
+    w = stream("w", group="whale", prompt=60000, chunks=[60.0, *ticks(60.04, 100, 0.04)])
+    live = stream(
+        "m1", group="minnows", prompt=4000, sent=0.001,
+        chunks=[2.0, *ticks(3.0, 58, 1.0), *ticks(60.025, 200, 0.025)],
+    )  # fmt: skip
+    queued = stream("m2", group="minnows", prompt=4000, sent=0.001, chunks=ticks(61.0, 50, 0.05))
+    summary = analyze(RunInputs(manifest(), [w, live, queued], [])).summary
+    mixed = summary["mixed"]
+    assert (mixed["whale"], mixed["minnows"]) == ("whale", ["minnows"])
+    inter = mixed["reps"][0]["interference"][0]
+    assert inter["whale_prefill"] == {"from_s": 0.0, "to_s": 60.0, "duration_s": 60.0}
+    m1, m2 = inter["minnows"]
+    assert (m1["id"], m1["first_token"], m1["ttft_s"]) == ("m1", "during", pytest.approx(1.999))
+    assert m1["decode_during"]["tok_s"] == pytest.approx(1.0)
+    assert m1["decode_during"]["token_source"] == "usage_continuous"
+    assert m1["decode_after"]["tok_s"] == pytest.approx(40.0)
+    assert (m2["first_token"], m2["decode_during"]) == ("after", None)
+    assert m2["decode_after"]["tok_s"] == pytest.approx(20.0)
+    text = render_plain(summary)
+    assert "Whale + minnows" in text
+    row = next(line for line in text.splitlines() if line.startswith("rep 0"))
+    assert row.split() == [
+        "rep",
+        "0",
+        "60.0",
+        "1.999/31.5/61.0",
+        "1.0",
+        "(1",
+        "queued)",
+        "20.0-40.0",
+        "65.0",
+    ]

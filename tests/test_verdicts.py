@@ -1,0 +1,262 @@
+"""Verdicts with their evidence on hand-built records and metrics timelines (exact values)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from run_fixtures import failed, manifest, sample, stream, ticks
+
+from loadgen.analysis.inputs import RunInputs
+from loadgen.analysis.summary import analyze
+
+
+def summarize(streams, metrics=(), cap: int | None = None, source: str = "flags") -> dict:
+    server = {"max_num_seqs": cap, "source": source if cap else None}
+    return analyze(RunInputs(manifest(server=server), list(streams), list(metrics))).summary
+
+
+def by_id(summary: dict) -> dict[str, dict[str, Any]]:
+    return {s["id"]: s for s in summary["streams"]}
+
+
+def test_single_uncontended_stream_is_admitted_however_slow():
+    s = stream("solo", prompt=4000, chunks=[5.0, *ticks(5.1, 20, 0.1)])
+    out = by_id(summarize([s], [sample(t, running=1, waiting=0, kv=0.2) for t in range(8)]))
+    v = out["solo"]
+    assert v["verdict"] == "admitted"
+    assert v["evidence"]["baseline"] == "uncontended_streams"
+    assert v["evidence"]["expected_prefill_s"] == pytest.approx(5.0)
+
+
+def test_sequential_streams_slow_one_is_admitted_with_a_note():
+    fast = stream("a", prompt=1000, chunks=[0.1, 0.2, 0.3])
+    slow = stream("b", prompt=1000, sent=1.0, chunks=[1.9, 2.0, 2.1])
+    out = by_id(summarize([fast, slow]))
+    # Baseline: the median of 10000 and 1111.1 tok/s = 5555.6: normal 0.18 s, excess 0.72 s,
+    # unexplained (nothing else ran), so not blamed on anything.
+    assert out["b"]["verdict"] == "admitted"
+    assert out["b"]["evidence"]["wait"]["held_s"] == {"unexplained": pytest.approx(0.72)}
+    assert "no cap, prefill or pool" in out["b"]["evidence"]["reason"]
+
+
+def whale_and_minnows():
+    """The whale is sent first (1 ms ahead), as a scenario launching it together does."""
+    w = stream("w", group="whale", prompt=60000, chunks=[60.0, *ticks(60.04, 10, 0.04)])
+    minnows = [
+        stream(f"m{i}", group="minnows", prompt=4000, sent=0.001, chunks=ticks(60.0 + i, 10, 0.05))
+        for i in (1, 2, 3)
+    ]
+    return [w, *minnows]
+
+
+def test_prefill_head_of_line_blocking():
+    out = by_id(summarize(whale_and_minnows(), cap=4))
+    assert out["w"]["verdict"] == "admitted"
+    m1 = out["m1"]
+    assert m1["verdict"] == "prefill_hol"
+    ev = m1["evidence"]
+    # Baseline 60000 tok / 60 s = 1000 tok/s (the whale, the fastest prefill): normal 4 s.
+    assert ev["baseline"] == "fastest_stream"
+    assert ev["expected_prefill_s"] == pytest.approx(4.0)
+    assert ev["excess_s"] == pytest.approx(56.999)
+    assert ev["held_s"] == {"prefill_hol": pytest.approx(56.999)}
+    assert ev["phases"] == [{"state": "prefill_hol", "from_s": 0.001, "to_s": 57.0}]
+    assert ev["prefilling"] == ["w"]
+    assert (ev["cap"], ev["cap_source"]) == (4, "flags")
+    # m3 is behind the whale and m1, m2 (same send time, earlier ids): all their prefills.
+    assert out["m3"]["evidence"]["held_s"] == {"prefill_hol": pytest.approx(58.999)}
+    assert out["m3"]["evidence"]["prefilling"] == ["m1", "m2", "w"]
+
+
+def capped_streams(a_end: float = 1.0):
+    return [
+        stream("a", chunks=[0.1, *ticks(0.2, 9, 0.1)]),
+        stream("b", chunks=[0.15, *ticks(0.2, 19, 0.1)]),
+        stream("c", chunks=[1.101, *ticks(1.2, 14, 0.1)]),
+        stream("d", chunks=[2.101, *ticks(2.2, 9, 0.1)]),
+    ]
+
+
+def cap_metrics():
+    waiting = {0.0: 2, 0.5: 2, 1.0: 1, 1.5: 1, 2.0: 1, 2.5: 0, 3.0: 0}
+    return [sample(t, running=2, waiting=w, kv=0.3) for t, w in waiting.items()]
+
+
+def test_admission_cap_from_server_facts():
+    out = by_id(summarize(capped_streams(), cap_metrics(), cap=2))
+    assert out["a"]["verdict"] == "admitted"
+    assert out["b"]["verdict"] == "admitted"  # 0.15 s <= 1.5 x 0.1 + 0.05
+    c, d = out["c"], out["d"]
+    assert c["verdict"] == d["verdict"] == "admission_cap"
+    # c queued until a ended (1.001 s); its own prefill is the last 0.1 s.
+    assert c["t_admit_s"] == pytest.approx(1.001)
+    assert c["evidence"]["phases"] == [
+        {"state": "admission_cap", "from_s": 0.0, "to_s": pytest.approx(1.001)}
+    ]
+    assert d["evidence"]["held_s"] == {"admission_cap": pytest.approx(2.001)}
+    assert [(s["t_s"], s["running"], s["waiting"], s["kv"]) for s in c["evidence"]["samples"]] == [
+        (0.0, 2.0, 2.0, 0.3),
+        (0.5, 2.0, 2.0, 0.3),
+        (1.0, 2.0, 1.0, 0.3),
+    ]
+    assert (c["evidence"]["cap"], c["evidence"]["cap_source"]) == (2, "flags")
+
+
+def test_admission_cap_inferred_from_the_running_plateau():
+    summary = summarize(capped_streams(), cap_metrics())
+    assert summary["run"]["cap"] == {"value": 2, "source": "inferred"}
+    c = by_id(summary)["c"]
+    assert c["verdict"] == "admission_cap"
+    assert c["evidence"]["cap_source"] == "inferred"
+
+
+def test_requests_waiting_below_the_running_peak_do_not_make_a_cap():
+    polls = [sample(0.0, running=3, waiting=1), sample(0.5, running=3, waiting=1)]
+    polls += [sample(1.0, running=4, waiting=0), sample(1.5, running=4, waiting=1)]
+    assert summarize(capped_streams(), polls)["run"]["cap"] == {"value": None, "source": None}
+
+
+def test_no_cap_known_means_no_cap_blamed():
+    c = by_id(summarize(capped_streams()))["c"]
+    assert c["verdict"] == "admitted"
+    assert c["evidence"]["wait"]["held_s"]["unexplained"] > 0
+
+
+def cap_then_prefill(a_end: float):
+    """Cap 2: a and b hold the seats; whale c queues for b's seat, then prefills until 6.0;
+    minnow d queues for a's seat (until a_end + 1 ms), then waits behind c's prefill."""
+    a_chunks = [0.1, *ticks(0.5, round((a_end - 0.5) / 0.5) + 1, 0.5)]
+    return [
+        stream("a", chunks=a_chunks),
+        stream("b", chunks=[0.12, *ticks(0.2, 9, 0.1)]),
+        stream("c", prompt=50000, sent=0.01, chunks=[6.0, *ticks(6.1, 10, 0.1)]),
+        stream("d", sent=0.02, chunks=[6.1, *ticks(6.2, 5, 0.1)]),
+    ]
+
+
+def test_waiting_on_cap_then_on_prefill_longer_prefill_wins():
+    out = by_id(summarize(cap_then_prefill(a_end=3.0), cap=2))
+    assert out["c"]["verdict"] == "admitted"  # 5.99 s for 50000 tokens at 10000 tok/s
+    d = out["d"]
+    assert d["verdict"] == "prefill_hol"
+    assert d["evidence"]["phases"] == [
+        {"state": "admission_cap", "from_s": 0.02, "to_s": pytest.approx(3.001)},
+        {"state": "prefill_hol", "from_s": pytest.approx(3.001), "to_s": 6.0},
+    ]
+    held = d["evidence"]["held_s"]
+    assert held == {"admission_cap": pytest.approx(2.981), "prefill_hol": pytest.approx(2.999)}
+
+
+def test_waiting_on_cap_then_on_prefill_longer_cap_wins():
+    d = by_id(summarize(cap_then_prefill(a_end=3.5), cap=2))["d"]
+    assert d["verdict"] == "admission_cap"
+    held = d["evidence"]["held_s"]
+    assert held == {"admission_cap": pytest.approx(3.481), "prefill_hol": pytest.approx(2.499)}
+    assert [p["state"] for p in d["evidence"]["phases"]] == ["admission_cap", "prefill_hol"]
+
+
+def rationing_pair(during_gap: float):
+    w = stream("w", group="whale", prompt=60000, chunks=[60.0, *ticks(60.04, 100, 0.04)])
+    during = ticks(2.0 + during_gap, round(58 / during_gap), during_gap)
+    m = stream("m", group="minnows", prompt=4000, chunks=[2.0, *during, *ticks(60.025, 200, 0.025)])
+    return [w, m]
+
+
+def test_rationed_decode_during_another_prefill():
+    m = by_id(summarize(rationing_pair(during_gap=1.0)))["m"]
+    assert m["verdict"] == "rationed_decode"
+    ev = m["evidence"]
+    assert ev["during"]["from_s"] == 2.0 and ev["during"]["to_s"] == 60.0
+    assert ev["during"]["tokens"] == 58 and ev["during"]["tok_s"] == pytest.approx(1.0)
+    assert ev["steady"]["tokens"] == 200 and ev["steady"]["tok_s"] == pytest.approx(40.0)
+    assert ev["fraction"] == pytest.approx(0.025)
+    assert ev["threshold"] == 0.25
+    assert ev["prefilling"] == ["w"]
+
+
+def test_a_later_short_prefill_does_not_swallow_the_steady_phase():
+    late = stream("late", group="minnows", prompt=4000, sent=63.0, chunks=[63.1, 63.2, 63.3])
+    m = by_id(summarize([*rationing_pair(during_gap=1.0), late]))["m"]
+    assert m["verdict"] == "rationed_decode"
+    assert m["evidence"]["steady"]["from_s"] == 60.0
+    assert m["evidence"]["prefilling"] == ["w"]
+
+
+def test_rationing_window_opens_when_a_whale_arrives_mid_decode():
+    m = stream(
+        "m",
+        prompt=4000,
+        chunks=[0.5, *ticks(1.0, 10, 0.1), *ticks(3.0, 28, 1.0), *ticks(30.05, 40, 0.05)],
+    )
+    w = stream("w", group="whale", prompt=30000, sent=2.0, chunks=[30.0, *ticks(30.1, 5, 0.1)])
+    out = by_id(summarize([m, w]))["m"]
+    ev = out["evidence"]
+    assert out["verdict"] == "rationed_decode"
+    assert (ev["during"]["from_s"], ev["during"]["to_s"]) == (2.0, 30.0)
+    assert ev["during"]["tok_s"] == pytest.approx(1.0)
+    assert ev["steady"]["tok_s"] == pytest.approx(20.0)
+
+
+def test_a_short_rationed_blip_in_a_long_decode_is_no_crawl():
+    m = stream("m", chunks=[0.5, 1.5, *ticks(1.55, 400, 0.05)])  # 1 s stall, then 20 s steady
+    w = stream("w", group="whale", prompt=30000, sent=0.4, chunks=[1.5, 1.6, 1.7])
+    out = by_id(summarize([m, w]))["m"]
+    assert out["verdict"] == "admitted"
+    assert out["evidence"]["decode"]["fraction"] == pytest.approx(0.05)  # 1 tok/s vs 20
+    assert out["evidence"]["decode"]["rationed"] is False  # 1 s of a 21 s decode
+
+
+def test_decode_at_half_the_steady_rate_is_not_rationed():
+    m = by_id(summarize(rationing_pair(during_gap=0.05)))["m"]
+    assert m["verdict"] == "admitted"
+    assert m["evidence"]["decode"]["fraction"] == pytest.approx(0.5)
+
+
+def test_pool_pressure_while_waiting():
+    a = stream("a", chunks=[0.1, *ticks(0.2, 49, 0.1)])
+    b = stream("b", chunks=[3.0, *ticks(3.1, 10, 0.1)])
+    polls = [sample(t / 2, running=1, waiting=1, kv=0.99, preempt=0) for t in range(6)]
+    polls += [sample(t / 2, running=2, waiting=0, kv=0.6, preempt=0) for t in range(6, 12)]
+    out = by_id(summarize([a, b], polls, cap=4))
+    ev = out["b"]["evidence"]
+    assert out["b"]["verdict"] == "pool_pressure"
+    assert ev["held_s"] == {"pool_pressure": pytest.approx(2.9)}
+    assert len(ev["samples"]) == 6
+    assert ev["samples"][0] == {
+        "t_s": 0.0,
+        "running": 1.0,
+        "waiting": 1.0,
+        "kv": 0.99,
+        "preemptions": 0.0,
+    }
+    assert ev["samples"][-1]["t_s"] == 3.0
+
+
+def test_pool_pressure_from_a_preemption_stall_in_decode():
+    s = stream("a", chunks=[0.1, *ticks(0.15, 18, 0.05), *ticks(3.0, 10, 0.05)])
+    polls = [sample(t, preempt=p, kv=0.97) for t, p in ((0, 0), (1, 0), (2, 1), (3, 1), (4, 1))]
+    a = by_id(summarize([s], polls))["a"]
+    ev = a["evidence"]
+    assert a["verdict"] == "pool_pressure"
+    assert ev["stall"] == {"from_s": 1.0, "to_s": 3.0, "gap_s": 2.0}
+    assert ev["median_gap_s"] == pytest.approx(0.05)
+    assert ev["preemptions"] == 1
+
+
+def test_client_limited_when_loadgen_sent_late():
+    summary = summarize([stream("late", intended=0.0, sent=0.2, chunks=[0.3, 0.4, 0.5])])
+    s = by_id(summary)["late"]
+    assert s["verdict"] == "client_limited"
+    assert s["evidence"]["late_s"] == pytest.approx(0.2)
+    assert s["ttft_intended_s"] == pytest.approx(0.3) and s["ttft_s"] == pytest.approx(0.1)
+    assert summary["run"]["client_limited"] is True
+
+
+def test_error_verdict_names_its_class():
+    summary = summarize([failed("x", sent=0.0, done=0.5), stream("ok", chunks=[0.1, 0.2])])
+    s = by_id(summary)["x"]
+    assert s["verdict"] == "error"
+    assert s["evidence"]["class"] == "http_503"
+    assert s["evidence"]["http"] == 503
+    assert summary["run"]["verdicts"] == {"admitted": 1, "error": 1}
