@@ -24,6 +24,14 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest -q
 
+# Real servers (vLLM CPU, llama-server) and the tiny model, cached in ~/.cache/loadgen.
+.PHONY: setup-real test-real
+setup-real: $(STAMP)
+	$(BIN)/python tools/setup_real.py
+
+test-real: setup-real
+	$(BIN)/pytest -m real tests/real -v
+
 scenario: $(STAMP)
 	$(BIN)/loadgen run $(NAME) $(RUN_ARGS)
 

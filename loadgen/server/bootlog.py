@@ -1,0 +1,71 @@
+"""Server limits read from a boot log (vLLM v1, llama.cpp's llama-server, and the built-in
+simulator, which prints vLLM's wording) and from vLLM's `vllm:cache_config_info` metric.
+
+Each parser returns only the facts it found, keyed by the names of `ServerFacts`' fields:
+block_size, num_gpu_blocks, kv_cache_tokens, max_num_batched_tokens, max_num_seqs, max_model_len.
+When a fact is logged more than once (a log appended across restarts) the last line wins.
+"""
+
+from __future__ import annotations
+
+import re
+
+from loadgen.engine.poller import parse_exposition
+
+_INT = r"(\d[\d,]*)"
+_VLLM_ARGS = r"non-default args: \{.*"  # vLLM echoes the flags it did not default
+
+# (fact, pattern): group 1 is the value; numbers may carry thousands separators.
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (fact, re.compile(pattern))
+    for fact, pattern in (
+        # vLLM v1 (and the simulator). vLLM prints the chunked-prefill line only when the budget
+        # was given on the command line.
+        (
+            "max_num_batched_tokens",
+            rf"Chunked prefill is enabled with max_num_batched_tokens={_INT}",
+        ),
+        ("max_num_batched_tokens", rf"{_VLLM_ARGS}'max_num_batched_tokens': {_INT}"),
+        ("kv_cache_tokens", rf"\b(?:GPU|CPU|XPU|TPU) KV cache size: {_INT} tokens"),
+        ("max_model_len", rf"Maximum concurrency for {_INT} tokens per request"),
+        ("max_model_len", rf"Using max model len {_INT}"),
+        ("block_size", rf"{_VLLM_ARGS}'block_size': {_INT}"),
+        ("block_size", rf"Setting attention block size to {_INT} tokens"),
+        ("max_num_seqs", rf"{_VLLM_ARGS}'max_num_seqs': {_INT}"),
+        # llama.cpp's llama-server. n_ctx_slot is capped at the model's training context; the pool
+        # (n_ctx, all slots' cells) and n_batch are printed only at higher verbosity (-lv 4).
+        ("max_num_seqs", rf"initializing, n_slots = {_INT}"),
+        ("max_model_len", rf"initializing, n_slots = \d+, n_ctx_slot = {_INT}"),
+        ("kv_cache_tokens", rf"llama_context: n_ctx\s+=\s*{_INT}"),
+        ("max_num_batched_tokens", rf"llama_context: n_batch\s+=\s*{_INT}"),
+    )
+)
+
+
+def _as_int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def parse_boot_log(text: str) -> dict[str, int]:
+    """The facts a boot log states, by fact name; a later line overrides an earlier one."""
+    found: dict[str, tuple[int, int]] = {}  # fact -> (offset in text, value)
+    for fact, pattern in _PATTERNS:
+        for match in pattern.finditer(text):
+            if fact not in found or match.start() >= found[fact][0]:
+                found[fact] = (match.start(), _as_int(match.group(1)))
+    return {fact: value for fact, (_, value) in found.items()}
+
+
+def parse_cache_config_info(metrics_text: str) -> dict[str, int]:
+    """Block size, block count and pool tokens from vLLM's `vllm:cache_config_info` labels."""
+    labels = parse_exposition(metrics_text).info.get("cache_config_info", {})
+    facts: dict[str, int] = {}
+    for fact, label in (
+        ("block_size", "block_size"),
+        ("num_gpu_blocks", "num_gpu_blocks"),
+        ("kv_cache_tokens", "kv_cache_size_tokens"),
+    ):
+        value = labels.get(label, "")
+        if value.isdigit():
+            facts[fact] = int(value)
+    return facts

@@ -1,0 +1,354 @@
+"""Starts a real inference server on a free loopback port, waits until it serves, reads its
+limits back, and stops it (only its own process group).
+
+    async with launch("vllm", flags=["--max-num-seqs", "2"], log_dir=tmp) as server:
+        server.url, server.model, server.facts, server.log_path, server.pid
+
+`launch_sync` is the same for synchronous code (module-scoped test fixtures). The server runs in
+a new session, so stopping signals its whole process group (vLLM's engine core included) and
+nothing else: SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadgen.server import installs
+from loadgen.server.bootlog import parse_boot_log, parse_cache_config_info
+from loadgen.server.llamacpp import LlamaCppProfile
+from loadgen.server.profile import Profile, ServerFacts, merge_facts
+from loadgen.server.vllm import VllmProfile
+
+PROFILES: Mapping[str, Profile] = {p.name: p for p in (VllmProfile(), LlamaCppProfile())}
+STOP_GRACE_S = 10.0
+_POLL_S = 0.2
+_LOG_TAIL_LINES = 40
+_PORT_ATTEMPTS = 3
+
+
+class ServerBootError(RuntimeError):
+    """The server exited, timed out or was cancelled before it served; the message holds the
+    tail of its boot log."""
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running server. `boot_ns` is from the process start to the first /v1/models answer."""
+
+    profile: str
+    url: str
+    model: str
+    facts: ServerFacts
+    log_path: Path
+    pid: int
+    argv: tuple[str, ...]
+    flags: tuple[str, ...]
+    boot_ns: int
+    process: subprocess.Popen[bytes] = field(repr=False, compare=False)
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int:
+        """Stops the server's process group; returns the server's exit code."""
+        _RUNNING.discard(self.process)
+        return stop_process_group(self.process, grace_s)
+
+
+# Servers not stopped yet: stopped at interpreter exit should a caller forget.
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+
+
+@atexit.register
+def _stop_forgotten() -> None:
+    for proc in list(_RUNNING):
+        stop_process_group(proc, grace_s=2.0)
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> int:
+    """SIGTERM to the process group the server leads, SIGKILL to what is left after the grace
+    (or once the leader is gone: a child such as vLLM's engine core may outlive it). Returns
+    the server's exit code.
+
+    The leader is reaped only after the SIGKILL, so the group's id cannot have been reused.
+    """
+    if proc.returncode is not None:
+        return proc.returncode  # reaped already: its id may belong to another process now
+    pgid = proc.pid  # start_new_session made the server its group's leader
+    _signal_group(pgid, signal.SIGTERM)
+    _wait_exited(proc, grace_s)
+    _signal_group(pgid, signal.SIGKILL)
+    return proc.wait()
+
+
+def has_exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the process has exited, without reaping it (its id stays reserved)."""
+    if proc.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is not None
+    except ChildProcessError:
+        return True
+
+
+def _wait_exited(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not has_exited(proc) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def free_port() -> int:
+    """A loopback port free right now (bind port 0); the server binds it a moment later."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _http_get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
+    """(status, body); status 0 when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except (OSError, TimeoutError):
+        return 0, ""
+
+
+def _serves_model(models_body: str, model: str) -> bool:
+    try:
+        data = json.loads(models_body).get("data", [])
+    except (ValueError, AttributeError):
+        return False
+    return any(isinstance(m, dict) and m.get("id") == model for m in data)
+
+
+def _boot_error(profile: str, why: str, log_path: Path) -> ServerBootError:
+    return ServerBootError(
+        f"{profile} server {why}; last lines of {log_path}:\n{log_tail(log_path)}"
+    )
+
+
+def wait_ready(
+    proc: subprocess.Popen[bytes],
+    *,
+    profile: str,
+    url: str,
+    model: str,
+    log_path: Path,
+    timeout_s: float,
+    cancel: threading.Event | None = None,
+) -> None:
+    """Returns once /health answers 200 and /v1/models lists `model`; raises ServerBootError
+    when the process exits, the timeout passes or `cancel` is set."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if has_exited(proc):
+            code = stop_process_group(proc)  # its children may still run
+            raise _boot_error(profile, f"exited with code {code} during boot", log_path)
+        if cancel is not None and cancel.is_set():
+            raise _boot_error(profile, "boot was cancelled", log_path)
+        if time.monotonic() > deadline:
+            raise _boot_error(profile, f"was not ready within {timeout_s:.0f} s", log_path)
+        if _http_get(f"{url}/health")[0] == 200:
+            status, body = _http_get(f"{url}/v1/models")
+            if status == 200 and _serves_model(body, model):
+                return
+        # A readiness poll: the condition is re-checked each round, nothing races on the sleep.
+        time.sleep(_POLL_S)
+
+
+def read_facts(profile: Profile, *, url: str, log_path: Path, flags: Sequence[str]) -> ServerFacts:
+    """The server's limits: what it logged, then its cache_config_info metric, then the flags."""
+    boot = parse_boot_log(log_path.read_text(errors="replace"))
+    metrics: dict[str, int] = {}
+    if profile.reads_cache_config_metric:
+        status, body = _http_get(f"{url}/metrics")
+        if status == 200:
+            metrics = parse_cache_config_info(body)
+    return merge_facts(
+        [("boot_log", boot), ("metrics", metrics), ("flags", profile.flag_facts(flags))]
+    )
+
+
+def get_profile(name: str | Profile) -> Profile:
+    if isinstance(name, Profile):
+        return name
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown server profile {name!r}; known: {', '.join(sorted(PROFILES))}"
+        ) from None
+
+
+def _spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+    _RUNNING.add(proc)
+    return proc
+
+
+def _lost_port_race(log_path: Path) -> bool:
+    return "address already in use" in log_tail(log_path).lower()
+
+
+def start_server(
+    profile: str | Profile,
+    *,
+    flags: Sequence[str] = (),
+    log_dir: Path,
+    model: Path | None = None,
+    served_name: str = installs.TINY_MODEL_NAME,
+    boot_timeout_s: float | None = None,
+    cancel: threading.Event | None = None,
+) -> Server:
+    """Starts the server and returns once it serves; the caller must `stop()` it."""
+    prof = get_profile(profile)
+    model_path = model if model is not None else prof.default_model()
+    if not model_path.exists():
+        raise ServerBootError(f"{prof.name}: model {model_path} does not exist (make setup-real)")
+    effective = prof.effective_flags(flags)
+    state = installs.state_dir(prof.name)
+    state.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    timeout_s = boot_timeout_s if boot_timeout_s is not None else prof.boot_timeout_s
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log_path = log_dir / f"{prof.name}-{port}.log"
+        argv = prof.argv(port=port, model=model_path, served_name=served_name, flags=effective)
+        t0 = time.perf_counter_ns()
+        proc = _spawn(argv, prof.env(state), log_path)
+        try:
+            wait_ready(
+                proc,
+                profile=prof.name,
+                url=url,
+                model=served_name,
+                log_path=log_path,
+                timeout_s=timeout_s,
+                cancel=cancel,
+            )
+            boot_ns = time.perf_counter_ns() - t0
+            facts = read_facts(prof, url=url, log_path=log_path, flags=effective)
+        except ServerBootError:
+            _RUNNING.discard(proc)
+            stop_process_group(proc)
+            # Another process took the port between our probe and the server's bind.
+            if attempt < _PORT_ATTEMPTS and _lost_port_race(log_path):
+                continue
+            raise
+        except BaseException:
+            _RUNNING.discard(proc)
+            stop_process_group(proc)
+            raise
+        return Server(
+            profile=prof.name,
+            url=url,
+            model=served_name,
+            facts=facts,
+            log_path=log_path,
+            pid=proc.pid,
+            argv=tuple(argv),
+            flags=tuple(effective),
+            boot_ns=boot_ns,
+            process=proc,
+        )
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+@contextlib.contextmanager
+def launch_sync(
+    profile: str | Profile,
+    *,
+    flags: Sequence[str] = (),
+    log_dir: Path,
+    model: Path | None = None,
+    served_name: str = installs.TINY_MODEL_NAME,
+    boot_timeout_s: float | None = None,
+) -> Iterator[Server]:
+    """A running server for the `with` block; stopped on the way out, also on error."""
+    server = start_server(
+        profile,
+        flags=flags,
+        log_dir=log_dir,
+        model=model,
+        served_name=served_name,
+        boot_timeout_s=boot_timeout_s,
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.asynccontextmanager
+async def launch(
+    profile: str | Profile,
+    *,
+    flags: Sequence[str] = (),
+    log_dir: Path,
+    model: Path | None = None,
+    served_name: str = installs.TINY_MODEL_NAME,
+    boot_timeout_s: float | None = None,
+) -> AsyncIterator[Server]:
+    """A running server for the `async with` block; stopped on the way out, also on error or
+    cancellation (a cancelled boot stops the half-started server before re-raising)."""
+    cancel = threading.Event()
+    boot = asyncio.ensure_future(
+        asyncio.to_thread(
+            start_server,
+            profile,
+            flags=flags,
+            log_dir=log_dir,
+            model=model,
+            served_name=served_name,
+            boot_timeout_s=boot_timeout_s,
+            cancel=cancel,
+        )
+    )
+    try:
+        server = await asyncio.shield(boot)
+    except asyncio.CancelledError:
+        cancel.set()
+        # The boot thread cannot be interrupted: let it see `cancel` and stop its process.
+        with contextlib.suppress(ServerBootError):
+            late = await boot
+            late.stop()
+        raise
+    try:
+        yield server
+    finally:
+        await asyncio.to_thread(server.stop)

@@ -1,0 +1,121 @@
+"""What a server profile is (how to start one kind of server) and the facts a launch reads back.
+
+A profile turns (port, extra flags) into an argv and an environment, and names the flags that
+state the server's limits. The launcher (launcher.py) owns processes; profiles own none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+FactSource = Literal["boot_log", "flags", "metrics"]
+
+# A default flag of a profile: its spellings (the first is used) and the values it takes. The
+# user's flags replace a default given under any of its spellings.
+DefaultFlag = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    """A launched server's limits; `sources[name]` says where each known fact came from.
+
+    block_size: tokens per KV block (vLLM; None for llama.cpp, which has no blocks).
+    num_gpu_blocks: blocks in the KV pool. kv_cache_tokens: tokens the KV pool holds.
+    max_num_batched_tokens: token budget of one engine step (llama.cpp: n_batch).
+    max_num_seqs: sequences running at once (llama.cpp: slots, -np).
+    max_model_len: longest sequence one request may reach (llama.cpp: context per slot).
+    """
+
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    kv_cache_tokens: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    max_model_len: int | None = None
+    sources: Mapping[str, FactSource] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["sources"] = dict(self.sources)
+        return d
+
+
+def merge_facts(layers: Sequence[tuple[FactSource, Mapping[str, int]]]) -> ServerFacts:
+    """Facts from several sources; for each fact the first layer that states it wins."""
+    values: dict[str, int] = {}
+    sources: dict[str, FactSource] = {}
+    for source, facts in layers:
+        for name, value in facts.items():
+            if name not in values:
+                values[name] = value
+                sources[name] = source
+    return ServerFacts(**values, sources=sources)
+
+
+def _names_option(token: str, spellings: Sequence[str]) -> bool:
+    return any(token == s or token.startswith(s + "=") for s in spellings)
+
+
+def merge_flags(defaults: Sequence[DefaultFlag], user: Sequence[str]) -> list[str]:
+    """The defaults the user did not override, followed by the user's flags."""
+    kept = [
+        token
+        for spellings, values in defaults
+        if not any(_names_option(t, spellings) for t in user)
+        for token in (spellings[0], *values)
+    ]
+    return [*kept, *user]
+
+
+def flag_value(flags: Sequence[str], spellings: Sequence[str]) -> str | None:
+    """The value of the last occurrence of an option (`--opt v` or `--opt=v`), else None."""
+    found = None
+    for i, token in enumerate(flags):
+        for s in spellings:
+            if token == s and i + 1 < len(flags):
+                found = flags[i + 1]
+            elif token.startswith(s + "="):
+                found = token[len(s) + 1 :]
+    return found
+
+
+def int_flags(flags: Sequence[str], options: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """Facts stated by integer-valued flags: `options` maps a fact to the option's spellings."""
+    facts = {}
+    for fact, spellings in options.items():
+        value = flag_value(flags, spellings)
+        if value is not None and value.isdigit():
+            facts[fact] = int(value)
+    return facts
+
+
+class Profile:
+    """One kind of server. Subclasses fill in the class attributes and `argv`."""
+
+    name: str = ""
+    boot_timeout_s: float = 120.0
+    # Whether /metrics carries `vllm:cache_config_info` worth reading after boot.
+    reads_cache_config_metric: bool = False
+    default_flags: tuple[DefaultFlag, ...] = ()
+    # Fact name -> spellings of the flag that sets it.
+    fact_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+
+    def default_model(self) -> Path:
+        """The model served when the launch names none (the tiny model, in this format)."""
+        raise NotImplementedError
+
+    def argv(self, *, port: int, model: Path, served_name: str, flags: Sequence[str]) -> list[str]:
+        raise NotImplementedError
+
+    def env(self, state_dir: Path) -> dict[str, str]:
+        """Variables added to the environment; `state_dir` is the profile's writable folder."""
+        return {}
+
+    def effective_flags(self, user: Sequence[str]) -> list[str]:
+        return merge_flags(self.default_flags, user)
+
+    def flag_facts(self, flags: Sequence[str]) -> dict[str, int]:
+        return int_flags(flags, self.fact_flags)

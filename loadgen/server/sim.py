@@ -1,0 +1,53 @@
+"""The `sim` profile: loadgen's own simulated vLLM, launched like any real server.
+
+Running it in its own process keeps the simulator's work off the client's event loop (and on
+the other core), and lets sweeps restart it per arm through the same launcher as vLLM.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from loadgen.server.profile import Profile
+
+
+class SimProfile(Profile):
+    name = "sim"
+    boot_timeout_s = 30.0
+    reads_cache_config_metric = True
+    fact_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "block_size": ("--block-size",),
+        "max_num_batched_tokens": ("--max-num-batched-tokens",),
+        "max_num_seqs": ("--max-num-seqs",),
+        "max_model_len": ("--max-model-len",),
+        "num_gpu_blocks": ("--num-gpu-blocks",),
+    }
+
+    def default_model(self) -> Path:
+        # The sim has no weights; the launcher wants a path that exists, and this one does.
+        return Path(__file__)
+
+    def argv(self, *, port: int, model: Path, served_name: str, flags: Sequence[str]) -> list[str]:
+        return [
+            sys.executable, "-m", "loadgen", "sim", "--host", "127.0.0.1", "--port", str(port),
+            "--model", served_name, *flags,
+        ]  # fmt: skip
+
+
+def sim_flags(settings: Mapping[str, Any]) -> list[str]:
+    """`loadgen sim` options from a scenario's `sim:` block (vLLM flag names, underscores)."""
+    out: list[str] = []
+    for name, value in settings.items():
+        if name == "faults":
+            for fault in value:
+                out += ["--fault", str(fault)]
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            out += [flag, str(value)]
+    return out

