@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from loadgen.client.openai import READ_BUFSIZE, OpenAIClient  # noqa: E402
-from loadgen.client.probe import run_closed_loop  # noqa: E402
+from loadgen.engine.executor import run_closed_loop  # noqa: E402
 from loadgen.request import StreamRequest  # noqa: E402
 
 FIREHOSE_SRC = Path(os.environ.get("FIREHOSE_SRC", REPO.parent / "shared/tools/firehose"))
@@ -100,7 +100,7 @@ async def client_rate(url: str, c: int, n: int, tokens: int) -> float:
     async with OpenAIClient(url, concurrency=c) as client:
         await client.warm(c)
         t0 = time.perf_counter_ns()
-        await run_closed_loop(client, requests(n, tokens), c, count)
+        await run_closed_loop(requests(n, tokens), client, count, concurrency=c, run_start_ns=t0)
         return events / ((time.perf_counter_ns() - t0) / 1e9)
 
 

@@ -11,3 +11,25 @@ from loadgen import __version__
 @click.version_option(__version__, prog_name="loadgen")
 def main() -> None:
     """Load generator and mixed-workload simulator for OpenAI-compatible LLM servers."""
+
+
+from loadgen.client.probe import request_cmd  # noqa: E402
+
+main.add_command(request_cmd)
+
+from loadgen.scenario.validate_cmd import validate_cmd  # noqa: E402
+
+main.add_command(validate_cmd)
+
+from loadgen.engine.cmd import run_cmd  # noqa: E402
+
+main.add_command(run_cmd)
+
+from loadgen.report.cmd import compare_cmd, report_cmd  # noqa: E402
+
+main.add_command(report_cmd)
+main.add_command(compare_cmd)
+
+from loadgen.sim.cli import sim  # noqa: E402
+
+main.add_command(sim)

@@ -125,6 +125,13 @@ def read_streams(run_dir: Path) -> list[StreamRecord]:
     return [StreamRecord.from_json(d) for d in read_jsonl(run_dir / "streams.jsonl")]
 
 
+def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
+    """Writes run.json atomically (a reader never sees half a manifest)."""
+    tmp = folder / "run.json.tmp"
+    tmp.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    tmp.replace(folder / "run.json")
+
+
 class RunDirectory:
     """One run's directory (DESIGN.md's layout): manifest plus append-only streams and metrics."""
 
@@ -135,9 +142,7 @@ class RunDirectory:
         self.metrics = JsonlAppender(path / "metrics.jsonl")
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        tmp = self.path / "run.json.tmp"
-        tmp.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
-        tmp.replace(self.path / "run.json")
+        write_manifest(self.path, manifest)
 
     def append_stream(self, record: StreamRecord) -> None:
         self.streams.append(record.to_json())

@@ -14,7 +14,7 @@ from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer, count_tok
 from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.cli import main
 from loadgen.client.openai import OpenAIClient, resolve_target
-from loadgen.client.sizing import filler_text, sized_prompts
+from loadgen.client.probe import probe_prompts
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
 
@@ -165,27 +165,21 @@ def test_resolve_target_normalises_and_falls_back_to_env(monkeypatch) -> None:
     assert resolve_target("http://flag:1", "flag-key") == ("http://flag:1", "flag-key")
 
 
-@pytest.mark.parametrize(("dialect", "name"), [("vllm", "vllm"), ("llamacpp", "llama.cpp")])
-async def test_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect: str, name: str) -> None:
+@pytest.mark.parametrize("dialect", ["vllm", "llamacpp"])
+async def test_probe_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect: str) -> None:
     async with PacedServer(PacedConfig(tokenize=dialect)) as srv, OpenAIClient(srv.url) as c:
-        prompts, how = await sized_prompts(c, "m", 3, 57)
-    assert how == f"exact, sized by /tokenize ({name})"
+        prompts, how = await probe_prompts(c, "m", 3, 57, chat=False)
+    assert how == "exact, sized by /tokenize"
     assert [count_tokens(p.text) for p in prompts] == [57, 57, 57]
-    assert all(p.exact and p.tokens == 57 for p in prompts)
-    assert len({tuple(p.text.split()[:8]) for p in prompts}) == 3  # no shared first block
+    assert all(p.tokens == 57 and p.method == "tokenize" for p in prompts)
+    assert len({p.text.split()[0] for p in prompts}) == 3  # salted: differ at the first token
 
 
-async def test_prompts_without_tokenize_are_labelled_estimated() -> None:
+async def test_probe_prompts_without_tokenize_are_labelled_estimated() -> None:
     async with PacedServer(PacedConfig(tokenize=None)) as srv, OpenAIClient(srv.url) as c:
-        prompts, how = await sized_prompts(c, "m", 2, 40)
-    assert how == "estimated"
-    assert [(p.tokens, p.exact, len(p.text.split())) for p in prompts] == [(40, False, 40)] * 2
-
-
-def test_filler_is_deterministic_and_extends_as_a_prefix() -> None:
-    assert filler_text(3, 50) == filler_text(3, 50)
-    assert filler_text(3, 80).startswith(filler_text(3, 50))
-    assert filler_text(3, 50) != filler_text(4, 50)
+        prompts, how = await probe_prompts(c, "m", 2, 40, chat=False)
+    assert how == "estimated: no /tokenize"
+    assert [(p.tokens, p.method) for p in prompts] == [(40, "estimate")] * 2
 
 
 def test_cli_request_prints_each_stream_and_writes_the_run_directory(tmp_path: Path) -> None:

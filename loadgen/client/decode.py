@@ -183,6 +183,8 @@ class StreamDecoder:
             id=req.id,
             group=req.group,
             rep=req.rep,
+            phase=req.phase,
+            arm=req.arm,
             status="error" if error else "ok",
             error=error,
             api=req.api,

@@ -41,6 +41,7 @@ from loadgen.request import StreamRequest
 # Long prompts and long SSE lines (echo, logprobs) must not hit a small reader limit: another
 # tool's 64 KiB default turned a 1.3 s TTFT into a reported 134 s.
 READ_BUFSIZE = 4 << 20
+AUX_CONNECTIONS = 4
 _WATCH_PERIOD_S = 0.05
 _CANCELLED = StreamError("cancelled", "cancelled before the stream ended")
 
@@ -107,6 +108,9 @@ class OpenAIClient:
         # Whether the target takes continuous_usage_stats: None until one request tells.
         self.continuous_usage: bool | None = None
         self._session: aiohttp.ClientSession | None = None
+        # Metrics scrapes, /tokenize and /v1/models get their own small pool: with every stream
+        # connection busy they would otherwise queue behind the streams they are observing.
+        self._aux_session: aiohttp.ClientSession | None = None
         self._watchdog: asyncio.Task | None = None
         self._live: set[_Live] = set()
         self._cancelled: list[StreamRecord] = []
@@ -122,6 +126,11 @@ class OpenAIClient:
             read_bufsize=READ_BUFSIZE,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.timeouts.connect_s),
         )
+        self._aux_session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=AUX_CONNECTIONS, keepalive_timeout=120),
+            headers=headers,
+            read_bufsize=READ_BUFSIZE,
+        )
         self._watchdog = asyncio.create_task(self._watch(), name="loadgen-client-watchdog")
         return self
 
@@ -129,8 +138,9 @@ class OpenAIClient:
         if self._watchdog:
             self._watchdog.cancel()
             await asyncio.gather(self._watchdog, return_exceptions=True)
-        if self._session:
-            await self._session.close()
+        for session in (self._session, self._aux_session):
+            if session:
+                await session.close()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -342,7 +352,9 @@ class OpenAIClient:
     async def _aux(self, method: str, path: str, body: dict | None) -> bytes:
         data = None if body is None else orjson.dumps(body)
         try:
-            async with self.session.request(
+            if self._aux_session is None:
+                raise RuntimeError("use OpenAIClient as `async with OpenAIClient(...) as client`")
+            async with self._aux_session.request(
                 method, self.base_url + path, data=data, timeout=self._aux_timeout()
             ) as resp:
                 raw = await resp.read()

@@ -9,7 +9,7 @@ import statistics
 import sys
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
@@ -22,9 +22,12 @@ from rich.table import Table
 from loadgen import __version__
 from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.client.openai import ClientError, OpenAIClient, Timeouts, resolve_target
-from loadgen.client.sizing import sized_prompts
+from loadgen.engine.counters import pick_counter
+from loadgen.engine.executor import run_closed_loop
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
 from loadgen.request import StreamRequest
+from loadgen.scenario.plan import PromptSpec
+from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder
 
 
 @dataclass
@@ -132,8 +135,8 @@ async def _launch(
     keep: Callable[[StreamRecord], None],
 ) -> None:
     outcome.model = opts["model"] or await _first_model(client)
-    prompts, outcome.sizing = await sized_prompts(
-        client, outcome.model, opts["count"], opts["prompt_tokens"]
+    prompts, outcome.sizing = await probe_prompts(
+        client, outcome.model, opts["count"], opts["prompt_tokens"], chat=opts["api"] == "chat"
     )
     requests = [
         StreamRequest(
@@ -153,27 +156,28 @@ async def _launch(
     outcome.start_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     if run_dir:
         run_dir.write_manifest(_manifest(base_url, opts, outcome))
-    await run_closed_loop(client, requests, opts["concurrency"], keep)
+    await run_closed_loop(
+        requests, client, keep, concurrency=opts["concurrency"], run_start_ns=client.run_start_ns
+    )
 
 
-async def run_closed_loop(
-    client: OpenAIClient,
-    requests: list[StreamRequest],
-    concurrency: int,
-    on_record: Callable[[StreamRecord], None],
-) -> None:
-    """`concurrency` workers, each sending its next request as soon as its last one ended;
-    the intended send is that moment (a closed loop has no schedule to fall behind)."""
-    pending = iter(requests)
+async def probe_prompts(
+    client: OpenAIClient, model: str, count: int, tokens: int, *, chat: bool
+) -> tuple[list[BuiltPrompt], str]:
+    """`count` prose prompts of `tokens` tokens, each salted at its start (no stream can hit
+    another's cached blocks), and how they were sized."""
 
-    async def worker() -> None:
-        for req in pending:
-            now = perf_counter_ns() - client.run_start_ns
-            on_record(await client.stream(replace(req, t_intended_ns=now)))
+    def warn(msg: str) -> None:
+        click.echo(f"warning: {msg}", err=True)
 
-    async with asyncio.TaskGroup() as tg:
-        for _ in range(min(concurrency, len(requests))):
-            tg.create_task(worker())
+    counter = await pick_counter(client, model, chat=chat, chat_template_kwargs=None, warn=warn)
+    builder = PromptBuilder(counter)
+    specs = [PromptSpec(tokens, "prose", "salted", f"r{i:04d}", text_seed=i) for i in range(count)]
+    prompts = [await builder.build(spec) for spec in specs]
+    label = (
+        "exact, sized by /tokenize" if counter.method == "tokenize" else "estimated: no /tokenize"
+    )
+    return prompts, label
 
 
 async def _first_model(client: OpenAIClient) -> str:
@@ -208,7 +212,7 @@ def _manifest(base_url: str, opts: dict[str, Any], outcome: ProbeOutcome) -> dic
 def _print_tables(
     console: Console, outcome: ProbeOutcome, base_url: str, opts: dict[str, Any]
 ) -> None:
-    sizing = "estimated: no /tokenize" if outcome.sizing == "estimated" else outcome.sizing
+    sizing = outcome.sizing
     console.print(
         f"{base_url}  model {outcome.model}  api {opts['api']}  prompt ~{opts['prompt_tokens']}"
         f" tokens ({sizing})"

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from loadgen.client.errors import ServerUnreachable
+from loadgen.scenario.prompts import EstimateCounter
+
 
 class JsonPoster(Protocol):
     async def post_json(self, path: str, body: dict[str, Any]) -> Any: ...
@@ -43,6 +46,8 @@ class TokenizeCounter:
         for dialect in ("vllm", "llamacpp"):
             try:
                 n = await self._count_in(dialect, text)
+            except ServerUnreachable:
+                raise  # no server at all: not a tokenizer question
             except Exception as exc:  # a dialect the server does not speak
                 errors.append(f"{dialect}: {exc}")
                 continue
@@ -68,15 +73,6 @@ class TokenizeCounter:
         return len(reply["tokens"])
 
 
-class EstimateCounter:
-    """About four characters per token: only when the server cannot count for us."""
-
-    method = "estimate"
-
-    async def count(self, text: str) -> int:
-        return max(1, round(len(text) / 4))
-
-
 async def pick_counter(
     client: JsonPoster,
     model: str,
@@ -89,7 +85,9 @@ async def pick_counter(
     counter = TokenizeCounter(client, model, chat=chat, chat_template_kwargs=chat_template_kwargs)
     try:
         await counter.count("hello world")
+    except ServerUnreachable:
+        raise
     except Exception as exc:
-        warn(f"prompt sizing: {exc}; prompt token counts are ESTIMATED (about 4 chars/token)")
+        warn(f"prompt sizing: {exc}; prompt token counts are ESTIMATED (4 characters a token)")
         return EstimateCounter()
     return counter

@@ -50,15 +50,12 @@ async def run_closed_loop(
     concurrency: int,
     run_start_ns: int,
 ) -> None:
-    """Keeps `concurrency` requests in flight; each request's intended send is the moment a
-    worker picked it up (a closed loop has no schedule of its own)."""
-    queue: asyncio.Queue[StreamRequest] = asyncio.Queue()
-    for req in requests:
-        queue.put_nowait(req)
+    """`concurrency` workers, each sending its next request as soon as its last one ended;
+    the intended send is that moment (a closed loop has no schedule to fall behind)."""
+    pending = iter(requests)
 
     async def worker() -> None:
-        while not queue.empty():
-            req = queue.get_nowait()
+        for req in pending:
             picked = dataclasses.replace(req, t_intended_ns=time.perf_counter_ns() - run_start_ns)
             await _stream_and_record(backend, picked, on_record)
 

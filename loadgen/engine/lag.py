@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -12,18 +14,30 @@ class LoopLagMonitor:
     """Sleeps `interval_s` repeatedly and records how much later than asked it woke up.
 
     A busy loop (too many streams for one core) delays every timestamp the client takes; this
-    is the measurement that says so instead of blaming the server.
+    is the measurement that says so instead of blaming the server. Only lag inside
+    `measuring()` counts: building a 72k-token prompt between reps stalls the loop too, but
+    no stream is being timed then.
     """
 
     def __init__(self, interval_s: float = 0.01) -> None:
         self._interval_s = interval_s
+        self._active = False
         self.lags_ns: list[int] = []
+
+    @contextmanager
+    def measuring(self) -> Iterator[None]:
+        self._active = True
+        try:
+            yield
+        finally:
+            self._active = False
 
     async def run(self) -> None:
         while True:
             before = time.perf_counter_ns()
             await asyncio.sleep(self._interval_s)
-            self.lags_ns.append(time.perf_counter_ns() - before - int(self._interval_s * 1e9))
+            if self._active:
+                self.lags_ns.append(time.perf_counter_ns() - before - int(self._interval_s * 1e9))
 
     def summary_ms(self) -> dict[str, float]:
         """Max and p99 of observed loop lag in ms (zeros when nothing was observed)."""

@@ -1,0 +1,34 @@
+"""Planned requests become sendable ones: prompts built to size on the target's tokenizer."""
+
+from __future__ import annotations
+
+from loadgen.request import StreamRequest
+from loadgen.scenario.plan import PlannedRequest
+from loadgen.scenario.prompts import PromptBuilder
+
+
+async def materialize(
+    planned: PlannedRequest, builder: PromptBuilder, *, model: str, t_intended_ns: int
+) -> StreamRequest:
+    """The request to send for `planned`, intended at `t_intended_ns` on the run clock.
+
+    The salt opens the prompt text and also goes out as vLLM's `cache_salt`, so a server that
+    takes it isolates the stream twice over; shared and primed streams share their salt."""
+    built = await builder.build(planned.prompt)
+    return StreamRequest(
+        id=planned.id,
+        model=model,
+        prompt=built.text,
+        max_tokens=planned.max_tokens,
+        api=planned.api,  # type: ignore[arg-type]  # validated by the scenario loader
+        group=planned.group,
+        rep=planned.rep,
+        t_intended_ns=t_intended_ns,
+        min_tokens=planned.min_tokens,
+        ignore_eos=planned.ignore_eos,
+        cache_salt=planned.prompt.salt,
+        requested_prompt_tokens=planned.prompt.tokens,
+        chat_template_kwargs=planned.chat_template_kwargs,
+        phase=planned.phase,
+        arm=planned.arm,
+    )

@@ -1,0 +1,111 @@
+"""A live view of a run (rich): streams queued, in flight, done, failed; the server's own
+running / waiting / kv% from the last metrics poll; generation tok/s from its counter."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from loadgen.engine.executor import Backend
+from loadgen.engine.poller import MetricsPoller
+from loadgen.records import StreamRecord
+from loadgen.request import StreamRequest
+from loadgen.scenario.plan import ArmPlan, RepPlan
+
+
+class Progress:
+    """Counts what the run did; renders only when enabled and stderr is a terminal."""
+
+    def __init__(self, arm: ArmPlan, poller: MetricsPoller, *, enabled: bool) -> None:
+        self._arm = arm
+        self._poller = poller
+        self._console = Console(stderr=True)
+        self._enabled = enabled and self._console.is_terminal
+        self._live: Live | None = None
+        self._t0 = time.perf_counter()
+        self._rep = -1
+        self._planned = 0
+        self.sent = 0
+        self.done_ok = 0
+        self.failed = 0
+        self.max_late_ms = 0.0
+        self._prev_gen: tuple[float, float] | None = None
+        self._gen_rate = 0.0
+
+    def __enter__(self) -> Progress:
+        if self._enabled:
+            self._live = Live(
+                get_renderable=self._render, console=self._console, refresh_per_second=4
+            )
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+    def start_rep(self, rep: RepPlan, built: Sequence[StreamRequest]) -> None:
+        self._rep = rep.rep
+        self._planned += len(built)
+
+    def watch(self, backend: Backend) -> Backend:
+        """The backend, counting each send (and its lateness against the intended time)."""
+        return _Counting(backend, self)
+
+    def done(self, rec: StreamRecord) -> None:
+        if rec.status == "ok":
+            self.done_ok += 1
+        else:
+            self.failed += 1
+        if rec.t_sent_ns is not None and rec.phase == "measure":
+            late_ms = (rec.t_sent_ns - rec.t_intended_ns) / 1e6
+            self.max_late_ms = max(self.max_late_ms, round(late_ms, 3))
+
+    def _render(self) -> Any:
+        table = Table(title=f"{self._arm.scenario.name} · arm {self._arm.name} · rep {self._rep}")
+        for col in (
+            "queued", "in flight", "done", "failed", "server run/wait", "kv%", "gen tok/s",
+            "elapsed",
+        ):  # fmt: skip
+            table.add_column(col, justify="right")
+        values = self._poller.last.values if self._poller.last else {}
+        in_flight = self.sent - self.done_ok - self.failed
+        table.add_row(
+            str(max(self._planned - self.sent, 0)),
+            str(max(in_flight, 0)),
+            str(self.done_ok),
+            str(self.failed),
+            f"{values.get('num_requests_running', float('nan')):.0f}/"
+            f"{values.get('num_requests_waiting', float('nan')):.0f}",
+            f"{100 * values.get('kv_cache_usage_perc', float('nan')):.1f}",
+            f"{self._generation_rate(values):.0f}",
+            f"{time.perf_counter() - self._t0:.1f}s",
+        )
+        return table
+
+    def _generation_rate(self, values: dict[str, float]) -> float:
+        """Server generation tokens/s between the last two distinct polls (a token rate)."""
+        gen = values.get("generation_tokens_total")
+        if gen is None or self._poller.last is None:
+            return self._gen_rate
+        now = self._poller.last.t_ns / 1e9
+        if self._prev_gen is not None and now > self._prev_gen[0]:
+            self._gen_rate = (gen - self._prev_gen[1]) / (now - self._prev_gen[0])
+        if self._prev_gen is None or now > self._prev_gen[0]:
+            self._prev_gen = (now, gen)
+        return self._gen_rate
+
+
+class _Counting:
+    def __init__(self, backend: Backend, progress: Progress) -> None:
+        self._backend = backend
+        self._progress = progress
+
+    async def stream(self, req: StreamRequest) -> StreamRecord:
+        self._progress.sent += 1
+        return await self._backend.stream(req)

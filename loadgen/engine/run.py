@@ -1,0 +1,308 @@
+"""`loadgen run`: one scenario, every arm, every rep, into one run directory.
+
+Per arm: start (or reach) the target, open the client, poll metrics and loop lag in the
+background, prime and verify cached prefixes, then send each rep's requests on its schedule.
+Records stream to disk as they complete; the manifest is rewritten at the end (and on Ctrl-C,
+with `interrupted: true`), so a partial run directory is still a readable one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import platform
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen import __version__
+from loadgen.client.openai import OpenAIClient, Timeouts
+from loadgen.engine.cache import CacheCheck, prime_and_verify
+from loadgen.engine.counters import pick_counter
+from loadgen.engine.executor import run_closed_loop, run_open_loop
+from loadgen.engine.lag import LoopLagMonitor
+from loadgen.engine.materialize import materialize
+from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.progress import Progress
+from loadgen.engine.target import Target, open_target
+from loadgen.records import RunDirectory, StreamRecord, write_manifest
+from loadgen.scenario.model import Scenario, scenario_to_json
+from loadgen.scenario.plan import ArmPlan, Plan, PromptSpec, RepPlan, derive_seed
+from loadgen.scenario.prompts import PromptBuilder
+
+# Sends of a rep are scheduled this far ahead of "now", so the first one is not late by the
+# time it takes to create its task.
+SCHEDULE_LEAD_NS = 20_000_000
+# More than one token: a lone first token that decodes to "" comes only on the finishing
+# event, and a probe needs a content chunk to time its TTFT.
+PRIME_MAX_TOKENS = 4
+# The prime and the probe each add their own short tail to the prefix, so the probe is a new
+# request that can only be fast through the cache, never a byte-identical repeat.
+PROBE_TAIL_TOKENS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = None
+    out_root: Path = Path("runs")
+    run_seed: int | None = None
+    progress: bool = True
+    block_size: int | None = None
+
+
+def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{scenario.name}"
+
+
+async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) -> Path:
+    """Runs every arm of the plan; returns the run directory (the parent one for sweeps)."""
+    started = dt.datetime.now(dt.UTC)
+    root = opts.out_root / run_dir_name(plan.scenario, started)
+    single = len(plan.arms) == 1 and not plan.arms[0].flags
+    if single:
+        await run_arm(plan, plan.arms[0], root, opts, warn)
+        return root
+    root.mkdir(parents=True, exist_ok=False)
+    for arm in plan.arms:
+        await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
+    # The parent of a sweep holds only the manifest: its records live in arms/<arm>/.
+    write_manifest(
+        root,
+        _base_manifest(plan, opts, started)
+        | {"arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]},
+    )
+    return root
+
+
+def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[str, Any]:
+    return {
+        "tool_version": __version__,
+        "scenario": scenario_to_json(plan.scenario),
+        "seed": plan.seed,
+        "started_wall": started.isoformat(),
+        "host": platform.node(),
+        "python": platform.python_version(),
+    }
+
+
+async def run_arm(
+    plan: Plan, arm: ArmPlan, path: Path, opts: RunOptions, warn: Callable[[str], None]
+) -> None:
+    started = dt.datetime.now(dt.UTC)
+    rundir = RunDirectory(path)
+    manifest = _base_manifest(plan, opts, started) | {
+        "arm": {"name": arm.name, "flags": arm.flags, "settings": arm.settings},
+        "interrupted": True,  # until the arm completes
+        "cache_checks": [],
+    }
+    try:
+        async with open_target(arm, opts, log_dir=path, warn=warn) as target:
+            manifest |= target.manifest()
+            rundir.write_manifest(manifest)
+            await _drive_arm(arm, target, rundir, manifest, opts, warn)
+            manifest["interrupted"] = False
+    finally:
+        manifest["finished_wall"] = dt.datetime.now(dt.UTC).isoformat()
+        rundir.write_manifest(manifest)
+        rundir.close()
+
+
+async def _drive_arm(
+    arm: ArmPlan,
+    target: Target,
+    rundir: RunDirectory,
+    manifest: dict[str, Any],
+    opts: RunOptions,
+    warn: Callable[[str], None],
+) -> None:
+    scenario = arm.scenario
+    concurrency = _max_in_flight(arm)
+    timeouts = _client_timeouts(scenario)
+    run_start_ns = time.perf_counter_ns()
+    manifest["run_start_perf_ns"] = run_start_ns
+    async with OpenAIClient(
+        target.url, api_key=opts.api_key, concurrency=concurrency, timeouts=timeouts,
+        run_start_ns=run_start_ns,
+    ) as client:  # fmt: skip
+        model = await _resolve_model(client, opts.model or scenario.model or target.model)
+        counter = await pick_counter(
+            client, model, chat=scenario.api == "chat",
+            chat_template_kwargs=scenario.chat_template_kwargs, warn=warn,
+        )  # fmt: skip
+        builder = PromptBuilder(counter)
+        poller = MetricsPoller(
+            lambda: client.get_text("/metrics"),
+            lambda s: rundir.metrics.append(s.to_json()),
+            interval_s=scenario.metrics.poll_interval_s,
+            run_start_ns=run_start_ns,
+            warn=warn,
+        )
+        lag = LoopLagMonitor()
+        await poller.scrape_once()  # the opening sample; also reads cache_config_info
+        target.learn(_cache_config_facts(poller.info), "metrics")
+        progress = Progress(arm, poller, enabled=opts.progress)
+        manifest |= {
+            "model": model,
+            "token_counter": counter.method,
+            "prompt_shapes": {g.name: g.prompt.shape for g in scenario.groups},
+        }
+
+        def record(rec: StreamRecord) -> None:
+            rundir.append_stream(rec)
+            progress.done(rec)
+
+        background = [asyncio.create_task(poller.run()), asyncio.create_task(lag.run())]
+        try:
+            with progress:
+                for warm in arm.warmup:
+                    req = await materialize(warm, builder, model=model, t_intended_ns=0)
+                    record(await client.stream(_now_intended(req, run_start_ns)))
+                for rep in arm.reps:
+                    checks = await _prime_rep(rep, builder, client, poller, model, target, record)
+                    manifest["cache_checks"] += [c.to_json() for c in checks]
+                    await _run_rep(rep, builder, client, model, run_start_ns, record, progress, lag)
+        finally:
+            for task in background:
+                task.cancel()
+            for task in background:
+                with suppress(asyncio.CancelledError):
+                    await task
+            with suppress(Exception):
+                await poller.scrape_once()  # the closing sample bounds every counter delta
+            for rec in client.take_cancelled():
+                record(rec)
+            manifest["client"] = lag.summary_ms() | {
+                "dispatch_late_max_ms": progress.max_late_ms,
+                "concurrency_pool": concurrency,
+            }
+            manifest["server_info"] = poller.info
+            manifest |= target.manifest()
+
+
+def _cache_config_facts(info: dict[str, dict[str, str]]) -> dict[str, int]:
+    labels = info.get("cache_config_info", {})
+    return {
+        k: int(v)
+        for k, v in labels.items()
+        if k in ("block_size", "num_gpu_blocks") and v.isdigit()
+    }
+
+
+def _now_intended(req: Any, run_start_ns: int) -> Any:
+    return dataclasses.replace(req, t_intended_ns=time.perf_counter_ns() - run_start_ns)
+
+
+async def _resolve_model(client: OpenAIClient, model: str | None) -> str:
+    if model:
+        return model
+    models = await client.get_json("/v1/models")
+    return models["data"][0]["id"]
+
+
+def _client_timeouts(scenario: Scenario) -> Timeouts:
+    t = scenario.timeouts
+    return Timeouts(
+        connect_s=t.connect_s or 3600.0,
+        first_byte_s=t.first_token_s or 86_400.0,
+        idle_s=t.idle_s or 86_400.0,
+        total_s=t.total_s,
+    )
+
+
+def _max_in_flight(arm: ArmPlan) -> int:
+    """Connections to open before launch: the most requests any rep can have in flight."""
+    sizes = [rep.concurrency or len(rep.requests) for rep in arm.reps] or [1]
+    return max(max(sizes), 1)
+
+
+async def _prime_rep(
+    rep: RepPlan,
+    builder: PromptBuilder,
+    client: OpenAIClient,
+    poller: MetricsPoller,
+    model: str,
+    target: Target,
+    record: Callable[[StreamRecord], None],
+) -> list[CacheCheck]:
+    checks = []
+    for spec in rep.primes:
+        group = next(r.group for r in rep.requests if r.prompt.prefix_key == spec.prefix_key)
+        planned = next(r for r in rep.requests if r.prompt.prefix_key == spec.prefix_key)
+
+        async def send(phase: str, spec: PromptSpec = spec, planned: Any = planned) -> StreamRecord:
+            probe_spec = dataclasses.replace(
+                spec,
+                tokens=(spec.prefix_tokens or spec.tokens) + PROBE_TAIL_TOKENS,
+                text_seed=derive_seed(spec.text_seed, phase, rep.rep),
+            )
+            probe = dataclasses.replace(
+                planned, id=f"{planned.id}-{phase}", phase=phase, prompt=probe_spec,
+                max_tokens=PRIME_MAX_TOKENS, min_tokens=None,
+            )  # fmt: skip
+            req = await materialize(probe, builder, model=model, t_intended_ns=0)
+            rec = await client.stream(_now_intended(req, client.run_start_ns))
+            record(rec)
+            return rec
+
+        async def read_hits() -> float | None:
+            sample = await poller.scrape_once()
+            return sample.values.get("prefix_cache_hits_total")
+
+        check = await prime_and_verify(
+            group=group, rep=rep.rep, prefix_key=spec.prefix_key or "",
+            probe_tokens=spec.prefix_tokens or spec.tokens,
+            block_size=target.facts.get("block_size"),
+            block_size_source=target.fact_sources.get("block_size"),
+            send=send, read_hits=read_hits,
+        )  # fmt: skip
+        checks.append(check)
+    return checks
+
+
+async def _run_rep(
+    rep: RepPlan,
+    builder: PromptBuilder,
+    client: OpenAIClient,
+    model: str,
+    run_start_ns: int,
+    record: Callable[[StreamRecord], None],
+    progress: Progress,
+    lag: LoopLagMonitor,
+) -> None:
+    # Prompts are built before the clock starts: sizing must not eat into the schedule.
+    built = [await materialize(p, builder, model=model, t_intended_ns=0) for p in rep.requests]
+    await client.warm(min(rep.concurrency or len(built), len(built)) or 1)
+    progress.start_rep(rep, built)
+    with lag.measuring():
+        await _send_rep(rep, built, client, run_start_ns, record, progress)
+
+
+async def _send_rep(
+    rep: RepPlan,
+    built: list[Any],
+    client: OpenAIClient,
+    run_start_ns: int,
+    record: Callable[[StreamRecord], None],
+    progress: Progress,
+) -> None:
+    if rep.concurrency is not None:
+        await run_closed_loop(
+            built,
+            progress.watch(client),
+            record,
+            concurrency=rep.concurrency,
+            run_start_ns=run_start_ns,
+        )
+        return
+    rep_start = time.perf_counter_ns() - run_start_ns + SCHEDULE_LEAD_NS
+    scheduled = [
+        dataclasses.replace(req, t_intended_ns=rep_start + (p.offset_ns or 0))
+        for req, p in zip(built, rep.requests, strict=True)
+    ]
+    await run_open_loop(scheduled, progress.watch(client), record, run_start_ns=run_start_ns)

@@ -1,0 +1,118 @@
+"""`loadgen run` end to end against the built-in sim over loopback, checked against the sim's
+own ground truth (what the engine really did), not against loadgen's numbers."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from loadgen.engine.run import RunOptions, run_plan
+from loadgen.records import read_metrics, read_streams
+from loadgen.scenario.load import load_scenario
+from loadgen.scenario.plan import plan
+from loadgen.sim.engine import EngineConfig
+from loadgen.sim.profiles import get_profile
+from loadgen.sim.server import SimServerConfig, ground_truth_rows, start_sim_server
+
+# whale_c4 shrunk so a test takes seconds: same shape (one whale, three minnows, together).
+SMALL = ["groups.whale.prompt.tokens=6000", "groups.minnows.prompt.tokens=600",
+         "groups.whale.max_tokens=32", "groups.minnows.max_tokens=32"]  # fmt: skip
+
+
+def sim_config() -> SimServerConfig:
+    engine = EngineConfig(
+        max_num_seqs=4, max_num_batched_tokens=512, block_size=16, num_gpu_blocks=4096,
+        enable_prefix_caching=True, profile=get_profile("default"),
+    )  # fmt: skip
+    return SimServerConfig(engine=engine, max_model_len=16384)
+
+
+async def run_against(sim, scenario_name: str, out: Path, overrides=(), seed=None) -> Path:
+    scenario = load_scenario(scenario_name, [*SMALL, *overrides])
+    opts = RunOptions(base_url=sim.url, out_root=out, progress=False, run_seed=seed)
+    return await run_plan(plan(scenario, run_seed=seed), opts, warn=lambda m: None)
+
+
+def measured_truth(sim) -> dict[str, dict]:
+    """Ground-truth rows of the measured streams, keyed by the client's stream id."""
+    rows = ground_truth_rows(sim.state)
+    return {r["client_request_id"]: r for r in rows if r["client_request_id"]}
+
+
+async def test_salted_whale_misses_and_primed_whale_hits_the_cache(tmp_path: Path):
+    async with start_sim_server(sim_config()) as sim:
+        cold_dir = await run_against(sim, "whale_c4", tmp_path / "cold")
+        cold = measured_truth(sim)
+    async with start_sim_server(sim_config()) as sim:
+        warm_dir = await run_against(sim, "whale_c4_cached", tmp_path / "warm")
+        warm = measured_truth(sim)
+    cold_whale = next(r for r in read_streams(cold_dir) if r.group == "whale")
+    warm_whale = next(
+        r for r in read_streams(warm_dir) if r.group == "whale" and r.phase == "measure"
+    )
+    phases = {r.id.rsplit("-", 1)[-1]: r.phase for r in read_streams(warm_dir) if "-" in r.id}
+    assert phases == {"prime": "prime", "probe": "probe"}
+    assert cold[cold_whale.id]["num_cached_tokens"] == 0
+    assert warm[warm_whale.id]["num_cached_tokens"] > 0.9 * 6000
+    check = orjson.loads((warm_dir / "run.json").read_bytes())["cache_checks"][0]
+    assert check["warm"] is True and check["hits_delta"] > 0
+    assert check["block_size"] == 16 and check["block_size_source"] == "metrics"
+
+
+async def test_token_counts_and_ttft_agree_with_ground_truth(tmp_path: Path):
+    async with start_sim_server(sim_config()) as sim:
+        run_dir = await run_against(sim, "whale_c4", tmp_path)
+        truth = measured_truth(sim)
+    records = read_streams(run_dir)
+    assert len(records) == 4
+    for rec in records:
+        row = truth[rec.id]
+        assert rec.status == "ok"
+        assert rec.completion_tokens == row["completion_tokens"] == 32
+        assert rec.prompt_tokens == row["num_prompt_tokens"] == rec.requested_prompt_tokens
+        assert rec.token_source == "usage_continuous"
+        # Engine-side first token (perf_counter ns) vs the client's receipt of it.
+        client_first = (
+            rec.t_first_ns + orjson.loads((run_dir / "run.json").read_bytes())["run_start_perf_ns"]
+        )
+        assert 0 <= client_first - row["first_token_ns"] < 20_000_000
+    assert read_metrics(run_dir), "the poller wrote no samples"
+
+
+async def test_same_seed_sends_byte_identical_prompts(tmp_path: Path, monkeypatch):
+    from loadgen.client.openai import OpenAIClient
+
+    sent: list[list[tuple[str, str]]] = [[], []]
+    original = OpenAIClient.stream
+    which = {"run": 0}
+
+    async def recording(self, req):
+        sent[which["run"]].append((req.id, req.prompt))
+        return await original(self, req)
+
+    monkeypatch.setattr(OpenAIClient, "stream", recording)
+    for i in range(2):
+        which["run"] = i
+        async with start_sim_server(sim_config()) as sim:
+            await run_against(sim, "whale_c4", tmp_path / str(i), seed=7)
+    assert sorted(sent[0]) == sorted(sent[1])
+    assert len(sent[0]) == 4
+
+
+def test_cli_run_whale_c4_prints_the_whale_table(tmp_path: Path):
+    """The main job as a user runs it: the sim booted in its own process, the table printed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", "run", "whale_c4", "--out", str(tmp_path),
+         "--no-progress"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    (run_dir,) = tmp_path.iterdir()
+    records = [r for r in read_streams(run_dir) if r.phase == "measure"]
+    assert sorted(r.group for r in records) == ["minnows"] * 3 + ["whale"]
+    assert all(r.completion_tokens == 256 and r.status == "ok" for r in records)
+    assert "whale TTFT" in proc.stdout
+    for name in ("summary.json", "report.txt", "report.html", "run.json", "metrics.jsonl"):
+        assert (run_dir / name).is_file(), name
