@@ -22,6 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 test: lint
+	tools/ensure_chromium.sh
 	$(BIN)/pytest -q
 
 # Real servers (vLLM CPU, llama-server) and the tiny model, cached in ~/.cache/loadgen.
