@@ -75,9 +75,20 @@ async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) ->
     write_manifest(
         root,
         _base_manifest(plan, opts, started)
-        | {"arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]},
+        | {"arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]}
+        | _boots(plan, opts),
     )
     return root
+
+
+def _boots(plan: Plan, opts: RunOptions) -> dict[str, Any]:
+    """Boots per arm, said out loud: a cross-boot comparison is only as good as its floor."""
+    if opts.base_url:
+        return {"boots_per_arm": 0, "boots_note": "external server: loadgen restarted nothing"}
+    return {
+        "boots_per_arm": 1,
+        "boots_note": "one fresh sim per arm; the sim is deterministic, so one boot is its floor",
+    }
 
 
 def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[str, Any]:

@@ -69,6 +69,8 @@ def header(summary: dict[str, Any]) -> list[str]:
             f" ({cap['source'] or 'unknown'}) | prefill baseline {rate(base['tok_s'])} tok/s"
             f" ({base['source']}) | prompt tokens by {run.get('token_counter') or DASH}"
         )
+    if run.get("boots_per_arm"):
+        lines.append(f"boots per arm: {run['boots_per_arm']} ({run.get('boots_note') or ''})")
     if run.get("interrupted"):
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
     if run.get("client_limited"):
