@@ -148,6 +148,12 @@ class OpenAIClient:
             raise RuntimeError("use OpenAIClient as `async with OpenAIClient(...) as client`")
         return self._session
 
+    def live_counts(self) -> tuple[int, int]:
+        """Streams in flight as (awaiting their first body byte, streaming): for progress
+        views only; the watchdog's per-read timestamp is all it reads, so it costs nothing."""
+        waiting = sum(live.last_ns == 0 for live in self._live)
+        return waiting, len(self._live) - waiting
+
     def take_cancelled(self) -> list[StreamRecord]:
         """Records of streams cancelled from outside since the last call (class `cancelled`)."""
         out, self._cancelled = self._cancelled, []

@@ -4,7 +4,7 @@ running / waiting / kv% from the last metrics poll; generation tok/s from its co
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -21,8 +21,16 @@ from loadgen.scenario.plan import ArmPlan, RepPlan
 class Progress:
     """Counts what the run did; renders only when enabled and stderr is a terminal."""
 
-    def __init__(self, arm: ArmPlan, poller: MetricsPoller, *, enabled: bool) -> None:
+    def __init__(
+        self,
+        arm: ArmPlan,
+        poller: MetricsPoller,
+        *,
+        enabled: bool,
+        live_counts: Callable[[], tuple[int, int]] = lambda: (0, 0),
+    ) -> None:
         self._arm = arm
+        self._live_counts = live_counts
         self._poller = poller
         self._console = Console(stderr=True)
         self._enabled = enabled and self._console.is_terminal
@@ -69,15 +77,16 @@ class Progress:
     def _render(self) -> Any:
         table = Table(title=f"{self._arm.scenario.name} · arm {self._arm.name} · rep {self._rep}")
         for col in (
-            "queued", "in flight", "done", "failed", "server run/wait", "kv%", "gen tok/s",
-            "elapsed",
+            "queued", "awaiting 1st byte", "streaming", "done", "failed", "server run/wait",
+            "kv%", "gen tok/s", "elapsed",
         ):  # fmt: skip
             table.add_column(col, justify="right")
         values = self._poller.last.values if self._poller.last else {}
-        in_flight = self.sent - self.done_ok - self.failed
+        awaiting, streaming = self._live_counts()
         table.add_row(
             str(max(self._planned - self.sent, 0)),
-            str(max(in_flight, 0)),
+            str(awaiting),
+            str(streaming),
             str(self.done_ok),
             str(self.failed),
             f"{values.get('num_requests_running', float('nan')):.0f}/"

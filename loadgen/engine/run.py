@@ -157,7 +157,7 @@ async def _drive_arm(
         lag = LoopLagMonitor()
         await poller.scrape_once()  # the opening sample; also reads cache_config_info
         target.learn(_cache_config_facts(poller.info), "metrics")
-        progress = Progress(arm, poller, enabled=opts.progress)
+        progress = Progress(arm, poller, enabled=opts.progress, live_counts=client.live_counts)
         manifest |= {
             "model": model,
             "token_counter": counter.method,
