@@ -30,9 +30,11 @@ from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.progress import Progress
 from loadgen.engine.target import Target, open_target
 from loadgen.records import RunDirectory, StreamRecord, write_manifest
+from loadgen.request import StreamRequest
 from loadgen.scenario.model import Scenario, scenario_to_json
-from loadgen.scenario.plan import ArmPlan, Plan, PromptSpec, RepPlan, derive_seed
+from loadgen.scenario.plan import ArmPlan, Plan, PlannedRequest, PromptSpec, RepPlan, derive_seed
 from loadgen.scenario.prompts import PromptBuilder
+from loadgen.server.bootlog import cache_config_facts
 
 # Sends of a rep are scheduled this far ahead of "now", so the first one is not late by the
 # time it takes to create its task.
@@ -54,6 +56,11 @@ class RunOptions:
     run_seed: int | None = None
     progress: bool = True
     block_size: int | None = None
+    # Limits of an external server that loadgen did not launch but someone else did (the
+    # launcher's ServerFacts), with each fact's source ("flags", "boot_log", ...); a fact
+    # without a source entry is labelled "flags".
+    server_facts: dict[str, int] | None = None
+    server_facts_sources: dict[str, str] | None = None
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -156,7 +163,7 @@ async def _drive_arm(
         )
         lag = LoopLagMonitor()
         await poller.scrape_once()  # the opening sample; also reads cache_config_info
-        target.learn(_cache_config_facts(poller.info), "metrics")
+        target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
         progress = Progress(arm, poller, enabled=opts.progress, live_counts=client.live_counts)
         manifest |= {
             "model": model,
@@ -196,16 +203,7 @@ async def _drive_arm(
             manifest |= target.manifest()
 
 
-def _cache_config_facts(info: dict[str, dict[str, str]]) -> dict[str, int]:
-    labels = info.get("cache_config_info", {})
-    return {
-        k: int(v)
-        for k, v in labels.items()
-        if k in ("block_size", "num_gpu_blocks") and v.isdigit()
-    }
-
-
-def _now_intended(req: Any, run_start_ns: int) -> Any:
+def _now_intended(req: StreamRequest, run_start_ns: int) -> StreamRequest:
     return dataclasses.replace(req, t_intended_ns=time.perf_counter_ns() - run_start_ns)
 
 
@@ -243,10 +241,11 @@ async def _prime_rep(
 ) -> list[CacheCheck]:
     checks = []
     for spec in rep.primes:
-        group = next(r.group for r in rep.requests if r.prompt.prefix_key == spec.prefix_key)
         planned = next(r for r in rep.requests if r.prompt.prefix_key == spec.prefix_key)
 
-        async def send(phase: str, spec: PromptSpec = spec, planned: Any = planned) -> StreamRecord:
+        async def send(
+            phase: str, spec: PromptSpec = spec, planned: PlannedRequest = planned
+        ) -> StreamRecord:
             probe_spec = dataclasses.replace(
                 spec,
                 tokens=(spec.prefix_tokens or spec.tokens) + PROBE_TAIL_TOKENS,
@@ -266,7 +265,7 @@ async def _prime_rep(
             return sample.values.get("prefix_cache_hits_total")
 
         check = await prime_and_verify(
-            group=group, rep=rep.rep, prefix_key=spec.prefix_key or "",
+            group=planned.group, rep=rep.rep, prefix_key=spec.prefix_key or "",
             probe_tokens=spec.prefix_tokens or spec.tokens,
             block_size=target.facts.get("block_size"),
             block_size_source=target.fact_sources.get("block_size"),

@@ -58,7 +58,11 @@ def parse_boot_log(text: str) -> dict[str, int]:
 
 def parse_cache_config_info(metrics_text: str) -> dict[str, int]:
     """Block size, block count and pool tokens from vLLM's `vllm:cache_config_info` labels."""
-    labels = parse_exposition(metrics_text).info.get("cache_config_info", {})
+    return cache_config_facts(parse_exposition(metrics_text).info.get("cache_config_info", {}))
+
+
+def cache_config_facts(labels: dict[str, str]) -> dict[str, int]:
+    """The numeric facts among cache_config_info's labels, by fact name."""
     facts: dict[str, int] = {}
     for fact, label in (
         ("block_size", "block_size"),

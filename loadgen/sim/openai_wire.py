@@ -344,13 +344,7 @@ class ResponseShaper:
     def content_chunk(self, text: str, finish_reason: str | None, completion_tokens: int) -> bytes:
         """One engine step's tokens as one event; `completion_tokens` is cumulative."""
         if self.api == "completions":
-            choice: dict[str, Any] = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
-            }
+            choice = _completion_choice(text, finish_reason)
         else:
             choice = {
                 "index": 0,
@@ -379,14 +373,7 @@ class ResponseShaper:
         """The non-streaming response body."""
         if self.api == "completions":
             head = self._head("text_completion")
-            choice: dict[str, Any] = {
-                "index": 0,
-                "text": text,
-                "logprobs": None,
-                "finish_reason": finish_reason,
-                "stop_reason": None,
-                "prompt_logprobs": None,
-            }
+            choice = _completion_choice(text, finish_reason) | {"prompt_logprobs": None}
         else:
             head = self._head("chat.completion")
             choice = {
@@ -401,3 +388,14 @@ class ResponseShaper:
             "choices": [choice],
             "usage": final_usage(self.prompt_tokens, completion_tokens, cached_tokens),
         }
+
+
+def _completion_choice(text: str, finish_reason: str | None) -> dict[str, Any]:
+    """A /v1/completions choice as vLLM shapes it, streamed or whole."""
+    return {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": None,
+    }
