@@ -61,6 +61,10 @@ def header(summary: dict[str, Any]) -> list[str]:
         f" | target {target.get('url', DASH)} ({target.get('kind', DASH)})"
         f" | model {run.get('model') or DASH} | seed {run.get('seed', DASH)}"
     ]
+    if target.get("kind") == "sim" and target.get("flags"):
+        # The sim's profile sets its time scale (default = an RTX 4090 shape at 1/10 time), so
+        # no sim figure is quoted without it.
+        lines.append("sim: loadgen sim " + " ".join(str(f) for f in target["flags"]))
     if "streams" in run and isinstance(run["streams"], dict):
         st, cap, base = run["streams"], run["cap"], run["prefill_baseline"]
         lines.append(
