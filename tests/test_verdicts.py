@@ -8,11 +8,24 @@ import pytest
 from run_fixtures import failed, manifest, sample, stream, ticks
 
 from loadgen.analysis.inputs import RunInputs
+from loadgen.analysis.limits import inferred_cap
 from loadgen.analysis.summary import analyze
+from loadgen.analysis.timeline import Timeline
 
 
-def summarize(streams, metrics=(), cap: int | None = None, source: str = "flags") -> dict:
-    server = {"max_num_seqs": cap, "source": source if cap else None}
+def summarize(
+    streams,
+    metrics=(),
+    cap: int | None = None,
+    source: str = "flags",
+    pool_blocks: int | None = None,
+) -> dict:
+    server = {
+        "max_num_seqs": cap,
+        "source": source if cap else None,
+        "block_size": 16,
+        "num_gpu_blocks": pool_blocks,
+    }
     return analyze(RunInputs(manifest(server=server), list(streams), list(metrics))).summary
 
 
@@ -213,6 +226,29 @@ def test_decode_at_half_the_steady_rate_is_not_rationed():
     assert m["evidence"]["decode"]["fraction"] == pytest.approx(0.5)
 
 
+def test_every_prefill_stretch_is_judged_and_steady_skips_them_all():
+    # m decodes at 10 tok/s; a sibling's short prefill [0, 2) overlaps its first decode second
+    # (no slowdown), the whale's [10, 40) rations it to 1 tok/s, a late stream's [44.05, 45.05)
+    # is a hole in the steady phase after the whale.
+    m_chunks = [1.0, *ticks(1.05, 90, 0.1), *ticks(10.5, 30, 1.0), *ticks(40.1, 100, 0.1)]
+    m = stream("m", group="minnows", chunks=m_chunks)
+    sibling = stream("s", group="minnows", chunks=[2.0, 2.1, 2.2])
+    w = stream("w", group="whale", prompt=30000, sent=10.0, chunks=[40.0, 40.1, 40.2])
+    late = stream("late", group="minnows", sent=44.05, chunks=[45.05, 45.15, 45.25])
+    out = by_id(summarize([m, sibling, w, late]))["m"]
+    ev = out["evidence"]
+    assert out["verdict"] == "rationed_decode"
+    assert ev["prefilling"] == ["w"]
+    assert (ev["during"]["from_s"], ev["during"]["to_s"]) == (10.0, 40.0)
+    assert ev["during"]["tokens"] == 30 and ev["during"]["tok_s"] == pytest.approx(1.0)
+    # Steady: (40, 44.05] and (45.05, 50]: 40 + 50 tokens over 9 s.
+    steady = ev["steady"]
+    assert (steady["from_s"], steady["to_s"]) == (40.0, 50.0)
+    assert steady["excluded_s"] == pytest.approx(1.0)
+    assert steady["tokens"] == 90 and steady["tok_s"] == pytest.approx(10.0)
+    assert ev["fraction"] == pytest.approx(0.1)
+
+
 def test_pool_pressure_while_waiting():
     a = stream("a", chunks=[0.1, *ticks(0.2, 49, 0.1)])
     b = stream("b", chunks=[3.0, *ticks(3.1, 10, 0.1)])
@@ -260,3 +296,123 @@ def test_error_verdict_names_its_class():
     assert s["evidence"]["class"] == "http_503"
     assert s["evidence"]["http"] == 503
     assert summary["run"]["verdicts"] == {"admitted": 1, "error": 1}
+
+
+def preempted_queue(waiting_after_preemption: int) -> list:
+    """Cap 4, pool size unknown: p is preempted between the polls at 0.5 and 1.0; q, sent at
+    1.0, waits 2 s while kv climbs 0.82 -> 0.96 and the preemption counter stays flat."""
+    polls = [
+        sample(0.0, running=1, waiting=0, kv=0.3, preempt=0),
+        sample(0.5, running=2, waiting=0, kv=0.6, preempt=0),
+        sample(1.0, running=1, waiting=waiting_after_preemption, kv=0.5, preempt=1),
+    ]
+    polls += [
+        sample(t, running=1, waiting=2, kv=kv, preempt=1)
+        for t, kv in ((1.5, 0.82), (2.0, 0.88), (2.5, 0.96))
+    ]
+    polls += [sample(t, running=2, waiting=0, kv=0.5, preempt=1) for t in (3.0, 3.5)]
+    return polls
+
+
+def preempted_queue_streams() -> list:
+    return [
+        stream("a", chunks=[0.1, *ticks(0.2, 40, 0.1)]),  # alone in its wait: 10000 tok/s
+        stream("p", sent=0.5, chunks=[0.6, *ticks(0.65, 3, 0.05), *ticks(3.05, 5, 0.05)]),
+        stream("q", sent=1.0, chunks=[3.1, *ticks(3.2, 5, 0.1)]),
+    ]
+
+
+def test_a_wait_behind_an_unresolved_preemption_is_pool_pressure():
+    out = by_id(summarize(preempted_queue_streams(), preempted_queue(1), cap=4))
+    q = out["q"]
+    assert q["verdict"] == "pool_pressure"
+    assert q["evidence"]["phases"] == [{"state": "pool_pressure", "from_s": 1.0, "to_s": 3.0}]
+    assert q["evidence"]["held_s"] == {"pool_pressure": pytest.approx(2.0)}
+    assert out["p"]["verdict"] == "pool_pressure"
+    assert out["p"]["evidence"]["stall"]["gap_s"] == pytest.approx(2.3)
+
+
+def test_a_preemption_whose_queue_drained_explains_no_later_wait():
+    q = by_id(summarize(preempted_queue_streams(), preempted_queue(0), cap=4))["q"]
+    assert q["verdict"] == "admitted"
+    assert q["evidence"]["wait"]["held_s"] == {"unexplained": pytest.approx(2.0)}
+
+
+def blocked_prompt_streams() -> list:
+    """Cap 4, 1500-token prompts (94 of 16-token blocks): a, b decode; c prefills slowly until
+    1.0; d, sent at 0.45, waits until 3.0 while the polls show running 3, waiting 1, kv 0.75."""
+    return [
+        stream("a", prompt=1500, chunks=[0.1, *ticks(0.2, 28, 0.1)]),  # alone: 15000 tok/s
+        stream("b", prompt=1500, sent=0.2, chunks=[0.3, *ticks(0.4, 40, 0.1)]),
+        stream("c", prompt=1500, sent=0.4, chunks=[1.0, *ticks(1.1, 30, 0.1)]),
+        stream("d", prompt=1500, sent=0.45, chunks=[3.1, *ticks(3.2, 5, 0.1)]),
+    ]
+
+
+def blocked_prompt_polls() -> list:
+    polls = [sample(0.0, running=1, waiting=0, kv=0.25)]
+    polls += [sample(t / 2, running=3, waiting=1, kv=0.75) for t in range(1, 6)]
+    return [*polls, sample(3.0, running=3, waiting=0, kv=0.75)]
+
+
+def test_a_queued_prompt_the_free_pool_cannot_hold_is_pool_pressure():
+    # 300 blocks: kv 0.75 + 94/300 >= 0.98. d is the one the waiting count covers (the latest
+    # arrival without a first token), so the pool, not c's prefill ahead, holds it.
+    out = by_id(summarize(blocked_prompt_streams(), blocked_prompt_polls(), cap=4, pool_blocks=300))
+    d = out["d"]
+    assert d["verdict"] == "pool_pressure"
+    assert d["evidence"]["phases"] == [{"state": "pool_pressure", "from_s": 0.45, "to_s": 3.0}]
+    # c was running (prefilling), not queued: the same kv is no evidence against it.
+    assert out["c"]["verdict"] == "admitted"
+    assert out["c"]["evidence"]["wait"]["held_s"] == {"unexplained": pytest.approx(0.5)}
+
+
+def test_a_queued_prompt_that_fits_the_free_pool_is_not_pool_pressure():
+    out = by_id(summarize(blocked_prompt_streams(), blocked_prompt_polls(), cap=4, pool_blocks=600))
+    d = out["d"]
+    assert d["verdict"] == "admitted"
+    held = d["evidence"]["wait"]["held_s"]
+    assert held == {"prefill_hol": pytest.approx(0.55), "unexplained": pytest.approx(2.0)}
+
+
+@pytest.mark.parametrize(
+    ("kv", "preempt_step", "cap"),
+    [
+        (0.6, 0, 3),  # room for a 4th at 0.2 each: a cap of 3
+        (0.75, 0, None),  # 0.75 + 0.25 >= 0.98: the pool may hold the 4th
+        (0.3, 1, None),  # preemptions during the plateau: the pool was preempting
+    ],
+)
+def test_a_running_plateau_is_a_cap_only_with_room_in_the_pool(kv, preempt_step, cap):
+    polls = [sample(t / 2, running=3, waiting=1, kv=kv, preempt=t * preempt_step) for t in range(4)]
+    assert inferred_cap(Timeline(polls)) == cap
+
+
+def hol_then_stall(stall_s: float):
+    """b waits 1 s behind a's prefill (a ahead, same send time), then its decode stalls
+    `stall_s` while the preemption counter rises."""
+    a = stream("a", prompt=10000, chunks=[1.0, *ticks(1.05, 60, 0.05)])
+    resume = 2.1 + stall_s
+    b = stream("b", chunks=[1.1, *ticks(1.15, 20, 0.05), *ticks(resume, 20, 0.05)])
+    polls = [sample(t / 2, kv=0.3, preempt=0 if t / 2 <= 2.0 else 1) for t in range(10)]
+    return [a, b], polls
+
+
+def test_one_verdict_a_longer_wait_beats_a_shorter_preemption_stall():
+    b = by_id(summarize(*hol_then_stall(0.6), cap=4))["b"]
+    assert b["verdict"] == "prefill_hol"
+    assert b["evidence"]["held_s"] == {"prefill_hol": pytest.approx(1.0)}
+    assert b["evidence"]["preemption"]["stall"] == {
+        "from_s": 2.1,
+        "to_s": pytest.approx(2.7),
+        "gap_s": pytest.approx(0.6),
+    }
+    assert b["evidence"]["preemption"]["cost_s"] == pytest.approx(0.55)
+
+
+def test_one_verdict_a_longer_preemption_stall_beats_a_shorter_wait():
+    b = by_id(summarize(*hol_then_stall(1.6), cap=4))["b"]
+    assert b["verdict"] == "pool_pressure"
+    assert b["evidence"]["cost_s"] == pytest.approx(1.55)
+    assert b["evidence"]["wait"]["verdict"] == "prefill_hol"
+    assert b["evidence"]["wait"]["held_s"] == {"prefill_hol": pytest.approx(1.0)}

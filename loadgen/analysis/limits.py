@@ -3,8 +3,9 @@
 Seat cap (max_num_seqs), in order of trust:
 1. run.json `server.max_num_seqs`, labelled with `server.source` (sim, flags, boot_log, metrics);
 2. inferred from the metrics timeline: the running plateau (the run's highest
-   `num_requests_running`, held while requests waited and the pool was not full in >= 2
-   polls), labelled `inferred`;
+   `num_requests_running`, held in >= 2 polls while requests waited, no preemption had just
+   happened and the pool had room for another request of the running ones' average KV share:
+   a plateau the pool held is no cap), labelled `inferred`;
 3. unknown (None).
 
 Normal prefill time of a stream = its uncached prompt tokens / a baseline prefill rate:
@@ -32,10 +33,14 @@ from loadgen.analysis import rates
 from loadgen.analysis.occupancy import end_ns
 from loadgen.analysis.stats import median
 from loadgen.analysis.timeline import Timeline
-from loadgen.records import StreamRecord
+from loadgen.records import MetricsSample, StreamRecord
 
 # KV usage at or above this fraction counts as a full pool (vLLM preempts just past it).
 POOL_FULL = 0.98
+KV = "kv_cache_usage_perc"
+RUNNING = "num_requests_running"
+WAITING = "num_requests_waiting"
+PREEMPTIONS = "num_preemptions_total"
 # Polls a running plateau must span before it is taken as the cap.
 PLATEAU_MIN_POLLS = 2
 
@@ -80,24 +85,38 @@ def resolve_cap(manifest: dict[str, Any], timeline: Timeline) -> Cap:
 
 def inferred_cap(timeline: Timeline) -> int | None:
     """The running plateau: the highest `num_requests_running` of the run, if it was held with
-    requests waiting and the pool not full in >= PLATEAU_MIN_POLLS polls; else None (a request
-    waiting below the peak is an arrival between steps, not a cap)."""
-    running = [
-        s.values["num_requests_running"]
-        for s in timeline.samples
-        if "num_requests_running" in s.values
-    ]
+    requests waiting, no preemption since the previous poll and room in the pool for another
+    request in >= PLATEAU_MIN_POLLS polls; else None (a request waiting below the peak is an
+    arrival between steps, and one waiting at a near-full pool may wait for blocks: no cap)."""
+    samples = timeline.samples
+    running = [s.values[RUNNING] for s in samples if RUNNING in s.values]
     if not running or max(running) <= 0:
         return None
     peak = max(running)
     pinned = sum(
         1
-        for s in timeline.samples
-        if s.values.get("num_requests_running") == peak
-        and s.values.get("num_requests_waiting", 0) >= 1
-        and s.values.get("kv_cache_usage_perc", 0.0) < POOL_FULL
+        for prev, s in zip([None, *samples], samples, strict=False)
+        if s.values.get(RUNNING) == peak
+        and s.values.get(WAITING, 0) >= 1
+        and room_for_another(s)
+        and not preemption_rose(prev, s)
     )
     return int(peak) if pinned >= PLATEAU_MIN_POLLS else None
+
+
+def room_for_another(s: MetricsSample) -> bool:
+    """True if one more request holding the running ones' average KV share fits under POOL_FULL
+    (a request waiting without that room may wait for blocks, not for a seat)."""
+    running = s.values.get(RUNNING, 0)
+    return running > 0 and s.values.get(KV, 0.0) * (running + 1) / running < POOL_FULL
+
+
+def preemption_rose(prev: MetricsSample | None, cur: MetricsSample) -> bool:
+    """True if the preemption counter rose from poll `prev` to poll `cur`."""
+    if prev is None:
+        return False
+    a, b = prev.values.get(PREEMPTIONS), cur.values.get(PREEMPTIONS)
+    return a is not None and b is not None and b > a
 
 
 def prefill_tokens(rec: StreamRecord) -> int | None:

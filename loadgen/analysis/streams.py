@@ -2,7 +2,8 @@
 
 A window rate counts the tokens of the chunks that *arrived* inside the window (token counts per
 chunk from rates.chunk_token_counts, so multi-token chunks count all their tokens) and divides by
-the window's length: every WindowRate names its window and token source.
+the window's length: every WindowRate names its window and token source. A window may have holes
+(excluded time, e.g. other streams' prefills): its rate is over the time left.
 """
 
 from __future__ import annotations
@@ -20,21 +21,23 @@ MS = 1_000_000
 
 @dataclass(frozen=True, slots=True)
 class WindowRate:
-    """Tokens and chunks that arrived in (from_ns, to_ns], over to_ns - from_ns."""
+    """Tokens and chunks that arrived in (from_ns, to_ns] outside its holes, over the length of
+    the window minus the holes (excluded_ns)."""
 
     from_ns: int
     to_ns: int
     tokens: float
     chunks: int
     token_source: str
+    excluded_ns: int = 0
 
     @property
     def tok_s(self) -> float:
-        return self.tokens * NS / (self.to_ns - self.from_ns)
+        return self.tokens * NS / (self.to_ns - self.from_ns - self.excluded_ns)
 
     @property
     def chunks_per_s(self) -> float:
-        return self.chunks * NS / (self.to_ns - self.from_ns)
+        return self.chunks * NS / (self.to_ns - self.from_ns - self.excluded_ns)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +48,7 @@ class WindowRate:
             "tok_s": self.tok_s,
             "chunks_per_s": self.chunks_per_s,
             "token_source": self.token_source,
+            "excluded_s": self.excluded_ns / NS,
         }
 
 
@@ -58,6 +62,24 @@ def window_rate(rec: StreamRecord, from_ns: int, to_ns: int) -> WindowRate | Non
             tokens += k
             chunks += 1
     return WindowRate(from_ns, to_ns, tokens, chunks, rec.token_source)
+
+
+def pieces_rate(rec: StreamRecord, pieces: list[tuple[int, int]]) -> WindowRate | None:
+    """Decode rate of the chunks arriving in the union of the disjoint, time-ordered windows
+    (a, b] of `pieces`, over their summed length; None when they hold no time."""
+    pieces = [(a, b) for a, b in pieces if b > a]
+    if not pieces:
+        return None
+    parts = [window_rate(rec, a, b) for a, b in pieces]
+    length = sum(b - a for a, b in pieces)
+    return WindowRate(
+        from_ns=pieces[0][0],
+        to_ns=pieces[-1][1],
+        tokens=sum(p.tokens for p in parts if p is not None),
+        chunks=sum(p.chunks for p in parts if p is not None),
+        token_source=rec.token_source,
+        excluded_ns=pieces[-1][1] - pieces[0][0] - length,
+    )
 
 
 def rate_after(rec: StreamRecord, split_ns: int) -> WindowRate | None:

@@ -3,30 +3,39 @@
 Rules, in order (DESIGN.md's vocabulary; thresholds are the named constants below):
 1. `error`: the stream failed; evidence is the error class and message.
 2. The *excess wait* is [t_sent, t_first - normal prefill time] (limits.py): the part of TTFT
-   beyond the stream's own prefill. Each instant of it is classified, first match wins:
-   `pool_pressure` (a bracketing poll shows kv >= POOL_FULL, or preemptions rose between the
-   bracketing polls), `admission_cap` (the FCFS seat model, occupancy.py, says the stream was
-   still queued), `prefill_hol` (admitted, while a stream ahead of it in arrival order, earlier
-   t_sent, ties by id, was in its prefill interval [admit, t_first): FCFS schedulers give a
-   later arrival's prefill budget only after the earlier ones'), else `unexplained` (e.g. a
-   deep prompt's own prefill judged against a shallow baseline, or a cap nobody reported:
-   without a known or inferred cap a queue cannot be told from a slow prefill, so no cap is
-   blamed).
+   beyond the stream's own prefill. Each instant of it is classified, first match wins
+   (pool.py defines the pool evidence):
+   `pool_pressure` (the pool was full or preempting, or the polls show the stream queued with
+   no room in the pool for its prompt: then it waits for blocks whatever else holds it),
+   `admission_cap` (the FCFS seat model, occupancy.py, says the stream was still queued),
+   `prefill_hol` (admitted, while a stream ahead of it in arrival order, earlier t_sent, ties
+   by id, was in its prefill interval [admit, t_first): FCFS schedulers give a later arrival's
+   prefill budget only after the earlier ones'), `pool_pressure` (an unresolved preemption:
+   a preempted request is still queued for its blocks, running below the cap), else
+   `unexplained` (e.g. a deep prompt's own prefill judged against a shallow baseline, or a cap
+   nobody reported: without a known or inferred cap a queue cannot be told from a slow
+   prefill, so no cap is blamed).
 3. `client_limited`: loadgen sent it more than CLIENT_LATE_S late and that lateness is at least
    the excess wait (the client, not the server, was the bigger delay).
-4. If TTFT > ADMITTED_FACTOR x normal prefill + ADMITTED_SLACK_S, the verdict is whichever of
-   pool_pressure / admission_cap / prefill_hol held longest (ties in that order), provided it
-   held at least as long as the unexplained time. A stream waiting first on the cap, then on a
-   prefill, is therefore judged by the longer phase; its evidence lists both phases.
-5. `pool_pressure` too when its decode stalled (a chunk gap >= PREEMPT_STALL_FACTOR x its median
-   gap) across polls where the preemption counter rose.
+4. If TTFT > ADMITTED_FACTOR x normal prefill + ADMITTED_SLACK_S, the wait verdict is whichever
+   of pool_pressure / admission_cap / prefill_hol held longest (ties in that order), provided
+   it held at least as long as the unexplained time. A stream waiting first on the cap, then
+   on a prefill, is therefore judged by the longer phase; its evidence lists both phases.
+5. A *preemption stall*: its decode stalled (a chunk gap >= PREEMPT_STALL_FACTOR x its median
+   gap) across polls where the preemption counter rose; it cost the gap minus the median gap.
+   One verdict per stream, the phase that cost it most: with both a wait verdict and a stall,
+   `pool_pressure` if the stall cost at least the wait verdict's held time, else the wait
+   verdict (the other phase is kept in the evidence: `preemption` or `wait`); a stall alone
+   gives `pool_pressure`.
 6. `rationed_decode`: its decode rate while other streams were in prefill fell below
-   RATION_FRACTION of its own steady rate after those prefills ended. "While": the first
-   contiguous stretch of other streams' prefill intervals inside its decode window, from its
-   first token (or the stretch's start, if later) to the stretch's end, which is the split;
-   "steady": its rate from its first chunk after the split to its last (needs two such chunks).
-   The during-window must be long enough for RATION_MIN_WINDOW_TOKENS tokens at the steady rate
-   and at least RATION_MIN_SHARE of its decode window: a blip in a long decode is no crawl.
+   RATION_FRACTION of its own later steady rate. The *stretches* are the merged prefill
+   intervals of the other streams, clipped to its decode window [first token, last chunk];
+   each is judged: "during" is the stretch, "steady" its rate over the decode time after the
+   stretch outside every stretch (needs two chunks there). A stretch counts only if long
+   enough for RATION_MIN_WINDOW_TOKENS tokens at the steady rate and at least
+   RATION_MIN_SHARE of its decode window: a blip in a long decode is no crawl. The stream is
+   rationed if any counting stretch is below the fraction; the evidence is the counting
+   stretch with the lowest fraction (else the lowest of all, marked not rationed).
 
 7. Otherwise `admitted`. A stream alone on the server never gets another verdict: every rule
    above needs another stream, a full pool, or its own lateness as evidence.
@@ -40,17 +49,18 @@ from typing import Any
 
 from loadgen.analysis import rates
 from loadgen.analysis.limits import (
-    POOL_FULL,
     Cap,
     PrefillBaseline,
     expected_prefill_s,
     group_min_ttft,
     prefill_baseline,
+    prefill_tokens,
     resolve_cap,
 )
 from loadgen.analysis.occupancy import Seat, in_prefill, seats
+from loadgen.analysis.pool import PoolEvidence
 from loadgen.analysis.stats import median
-from loadgen.analysis.streams import rate_after, window_rate
+from loadgen.analysis.streams import pieces_rate, window_rate
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import MetricsSample, StreamRecord
 
@@ -92,6 +102,7 @@ class VerdictContext:
     cap: Cap
     baseline: PrefillBaseline
     seats: dict[str, Seat]
+    pool: PoolEvidence
     group_min_ttft: dict[str, float] = field(default_factory=dict)
     loop_lag_max_ms: float | None = None
 
@@ -102,12 +113,14 @@ def build_context(
     """Resolve the cap and baseline and model every stream's seat."""
     cap = resolve_cap(manifest, timeline)
     client = manifest.get("client") or {}
+    modelled = seats(records, cap.value)
     return VerdictContext(
         records=records,
         timeline=timeline,
         cap=cap,
         baseline=prefill_baseline(records),
-        seats=seats(records, cap.value),
+        seats=modelled,
+        pool=PoolEvidence(timeline, modelled, cap.value, manifest.get("server") or {}),
         group_min_ttft=group_min_ttft(records),
         loop_lag_max_ms=client.get("loop_lag_max_ms"),
     )
@@ -141,11 +154,15 @@ def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
         reason = f"loadgen sent it {late_s * 1e3:.0f} ms late (> {CLIENT_LATE_S * 1e3:.0f} ms)"
         ev = {"reason": reason, "late_s": late_s, "threshold_s": CLIENT_LATE_S}
         return Verdict("client_limited", base | ev | _loop_lag(ctx) | {"wait": wait})
-    if wait_verdict is not None:
-        return Verdict(wait_verdict, base | wait | _cap(ctx) | {"late_s": late_s})
     stall = _preemption_stall(rec, ctx.timeline)
+    if wait_verdict is not None and (
+        stall is None or stall["cost_s"] < wait["held_s"][wait_verdict]
+    ):
+        extra = {} if stall is None else {"preemption": stall}
+        return Verdict(wait_verdict, base | wait | _cap(ctx) | {"late_s": late_s} | extra)
     if stall is not None:
-        return Verdict("pool_pressure", base | stall)
+        extra = {} if wait_verdict is None else {"wait": wait | {"verdict": wait_verdict}}
+        return Verdict("pool_pressure", base | stall | extra)
     ration = _rationing(rec, ctx)
     if ration is not None and ration["rationed"]:
         return Verdict("rationed_decode", base | ration)
@@ -185,7 +202,7 @@ def _wait(
         for s in ctx.seats.values()
         if (s.sent_ns, s.id) < (seat.sent_ns, seat.id) and s.admit_ns < t1 and s.end_ns > t0
     ]
-    phases = _phases(t0, t1, seat, ahead, ctx)
+    phases = _phases(t0, t1, seat, ahead, prefill_tokens(rec), ctx)
     held: dict[str, float] = {}
     for state, a, b in phases:
         held[state] = held.get(state, 0.0) + (b - a) / NS
@@ -210,7 +227,7 @@ def _wait(
 
 
 def _phases(
-    t0: int, t1: int, seat: Seat, ahead: list[Seat], ctx: VerdictContext
+    t0: int, t1: int, seat: Seat, ahead: list[Seat], tokens: int | None, ctx: VerdictContext
 ) -> list[tuple[str, int, int]]:
     """Merged (state, from_ns, to_ns) pieces of [t0, t1), state constant inside each piece."""
     cuts = {t0, t1, seat.admit_ns}
@@ -220,7 +237,7 @@ def _phases(
     edges = sorted(c for c in cuts if t0 <= c <= t1)
     merged: list[tuple[str, int, int]] = []
     for a, b in pairwise(edges):
-        state = _state_at((a + b) / 2, seat, ahead, ctx)
+        state = _state_at((a + b) / 2, seat, ahead, tokens, ctx)
         if merged and merged[-1][0] == state and merged[-1][2] == a:
             merged[-1] = (state, merged[-1][1], b)
         else:
@@ -228,29 +245,25 @@ def _phases(
     return merged
 
 
-def _state_at(t: float, seat: Seat, ahead: list[Seat], ctx: VerdictContext) -> str:
-    if _pool_full_at(ctx.timeline, t):
+def _state_at(
+    t: float, seat: Seat, ahead: list[Seat], tokens: int | None, ctx: VerdictContext
+) -> str:
+    if ctx.pool.full_at(t) or ctx.pool.no_room_at(t, seat, tokens):
         return "pool_pressure"
     if t < seat.admit_ns:
         return "admission_cap"
     if any(in_prefill(s, t) for s in ahead):
         return "prefill_hol"
+    if ctx.pool.unresolved_preemption_at(t):
+        return "pool_pressure"
     return "unexplained"
-
-
-def _pool_full_at(timeline: Timeline, t: float) -> bool:
-    around = timeline.bracket(int(t))
-    if any(s.values.get("kv_cache_usage_perc", 0.0) >= POOL_FULL for s in around):
-        return True
-    pre = [s.values.get("num_preemptions_total") for s in around]
-    return len(pre) == 2 and None not in pre and pre[1] > pre[0]
 
 
 def _wait_reason(verdict: str, held: dict[str, float], ttft: float, expected: float) -> str:
     what = {
         "admission_cap": "queued for a seat (running at the cap, pool not full)",
         "prefill_hol": "admitted but behind another request's prefill",
-        "pool_pressure": "KV pool full or preempting",
+        "pool_pressure": "KV pool full, preempting or without room for its prompt",
     }[verdict]
     parts = ", ".join(f"{k} {v:.3f}s" for k, v in sorted(held.items()))
     return f"TTFT {ttft:.3f}s vs normal prefill {expected:.3f}s: {what} longest ({parts})"
@@ -304,45 +317,68 @@ def _preemption_stall(rec: StreamRecord, timeline: Timeline) -> dict[str, Any] |
         "reason": f"decode stalled {gaps[i] / NS:.3f}s while preemptions rose by {rise:g}",
         "stall": {"from_s": a / NS, "to_s": b / NS, "gap_s": gaps[i] / NS},
         "median_gap_s": typical / NS,
+        "cost_s": (gaps[i] - typical) / NS,
         "preemptions": rise,
         "samples": [sample_json(lo), sample_json(hi)],
     }
 
 
 def _rationing(rec: StreamRecord, ctx: VerdictContext) -> dict[str, Any] | None:
-    """Rule 6's measurement: decode during others' prefills vs its own steady rate after."""
+    """Rule 6's measurement: decode during others' prefills vs its own later steady rate."""
     if rec.t_first_ns is None or rec.t_last_ns is None or len(rec.chunk_ns) < 3:
         return None
+    stretches = _prefill_stretches(rec, ctx)
+    judged = [_judge_stretch(rec, i, stretches) for i in range(len(stretches))]
+    judged = [j for j in judged if j is not None]
+    if not judged:
+        return None
+    return min(judged, key=lambda j: (not j["rationed"], j["fraction"]))
+
+
+def _prefill_stretches(rec: StreamRecord, ctx: VerdictContext) -> list[tuple[int, int, list[str]]]:
+    """Other streams' prefill intervals merged where they touch, clipped to rec's decode
+    window: (from_ns, to_ns, stream ids), in time order."""
     first, last = rec.t_first_ns, rec.t_last_ns
-    overlapping = sorted(
-        (s for s in ctx.seats.values() if s.id != rec.id and s.admit_ns < s.prefill_end_ns),
+    assert first is not None and last is not None
+    others = sorted(
+        (
+            s
+            for s in ctx.seats.values()
+            if s.id != rec.id
+            and s.admit_ns < min(s.prefill_end_ns, last)
+            and s.prefill_end_ns > first
+        ),
         key=lambda s: (s.admit_ns, s.id),
     )
-    overlapping = [s for s in overlapping if s.admit_ns < last and s.prefill_end_ns > first]
-    if not overlapping:
-        return None
-    # The first contiguous stretch of other prefills inside its decode window: a short prefill
-    # long after (a queued minnow's) must not swallow the steady phase.
-    block = [overlapping[0]]
-    end = overlapping[0].prefill_end_ns
-    for s in overlapping[1:]:
-        if s.admit_ns > end:
-            break
-        block.append(s)
-        end = max(end, s.prefill_end_ns)
-    start, split = max(first, block[0].admit_ns), min(end, last)
-    during, steady = window_rate(rec, start, split), rate_after(rec, split)
-    if during is None or steady is None or steady.tok_s <= 0:
+    merged: list[tuple[int, int, list[str]]] = []
+    for s in others:
+        if merged and s.admit_ns <= merged[-1][1]:
+            a, b, ids = merged[-1]
+            merged[-1] = (a, max(b, s.prefill_end_ns), [*ids, s.id])
+        else:
+            merged.append((s.admit_ns, s.prefill_end_ns, [s.id]))
+    return [(max(a, first), min(b, last), ids) for a, b, ids in merged]
+
+
+def _judge_stretch(
+    rec: StreamRecord, i: int, stretches: list[tuple[int, int, list[str]]]
+) -> dict[str, Any] | None:
+    """Stretch i's during-rate against the steady rate after it, outside every stretch."""
+    start, split, ids = stretches[i]
+    assert rec.t_first_ns is not None and rec.t_last_ns is not None
+    bounds = [(b, nxt[0]) for (_, b, _), nxt in pairwise(stretches[i:])]
+    steady = pieces_rate(rec, [*bounds, (stretches[-1][1], rec.t_last_ns)])
+    during = window_rate(rec, start, split)
+    if during is None or steady is None or steady.chunks < 2 or steady.tok_s <= 0:
         return None
     fraction = during.tok_s / steady.tok_s
-    span = during.to_ns - during.from_ns
+    span = split - start
     long_enough = (
         span / NS * steady.tok_s >= RATION_MIN_WINDOW_TOKENS
-        and span >= RATION_MIN_SHARE * (last - first)
+        and span >= RATION_MIN_SHARE * (rec.t_last_ns - rec.t_first_ns)
     )
-    rationed = long_enough and fraction < RATION_FRACTION
     return {
-        "rationed": rationed,
+        "rationed": long_enough and fraction < RATION_FRACTION,
         "reason": (
             f"decode {during.tok_s:.3g} tok/s while others prefilled vs {steady.tok_s:.3g} "
             f"tok/s after ({fraction:.2f} of steady; threshold {RATION_FRACTION})"
@@ -351,5 +387,5 @@ def _rationing(rec: StreamRecord, ctx: VerdictContext) -> dict[str, Any] | None:
         "steady": steady.to_json(),
         "fraction": fraction,
         "threshold": RATION_FRACTION,
-        "prefilling": sorted(s.id for s in block)[:MAX_EVIDENCE_STREAMS],
+        "prefilling": sorted(ids)[:MAX_EVIDENCE_STREAMS],
     }
