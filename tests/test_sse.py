@@ -262,6 +262,13 @@ def test_usage_first_seen_on_the_finishing_chunk_is_final_not_continuous() -> No
     assert dec.chunk_ns == [1000, 2000]
 
 
+def test_a_lone_token_that_decodes_to_empty_text_arrives_on_the_finishing_event() -> None:
+    # max_tokens 1 on a random-weight model: one event, text "", finish, usage says 1 token.
+    dec = decode(False, completion("", 1, "length"), event_done())
+    assert dec.chunk_ns == [1000]
+    assert dec.token_counts() == (1, None, "usage_final")
+
+
 def test_no_usage_falls_back_to_chunk_count() -> None:
     dec = decode(True, chat({"role": "assistant"}), chat({"content": "x"}), chat({"content": "y"}))
     assert dec.token_counts() == (2, None, "chunk_count")

@@ -12,8 +12,9 @@ Usage is *continuous* once it appears on an event that has choices and no finish
 `choices: []` event is a final total only. Per-chunk tokens (`usage_continuous`) are kept only
 when every content chunk carried usage; otherwise the final total (`usage_final`); without any
 usage, the chunk count (`chunk_count`). The record names the source in `token_source`.
-Known gap: a stream whose single token arrives as "" on its finishing event is not a chunk,
-since usage first seen on a finishing event cannot be told apart from llama.cpp's final total.
+A finishing event with usage is a chunk only when no content chunk came before it: then every
+token decoded to "" and this event is the first (and last) to carry them; otherwise it is
+llama.cpp's final total and carries no new token.
 
 Faults inside the body do not stop reading: invalid JSON or a non-SSE line is counted in
 `parse_errors` and the stream is read to its end (its timing stays complete, its connection
@@ -112,6 +113,11 @@ class StreamDecoder:
                         if ct > self.last_ct:
                             self.last_ct = ct
                             text = True
+                    elif choices and finish and not self.chunk_ns and type(total) is int:
+                        # Nothing came before the finish, yet usage counts tokens: they all
+                        # decoded to "" (a lone 1-token answer does on random-weight models),
+                        # so this event is where the first token arrived.
+                        text = total > 0
                 if text:
                     add_ns(now)
                     add_cum(ct)

@@ -39,9 +39,8 @@ from loadgen.server.bootlog import cache_config_facts
 # Sends of a rep are scheduled this far ahead of "now", so the first one is not late by the
 # time it takes to create its task.
 SCHEDULE_LEAD_NS = 20_000_000
-# More than one token: a lone first token that decodes to "" comes only on the finishing
-# event, and a probe needs a content chunk to time its TTFT.
-PRIME_MAX_TOKENS = 4
+# A prime or probe is timed by its first token only.
+PRIME_MAX_TOKENS = 1
 # The prime and the probe each add their own short tail to the prefix, so the probe is a new
 # request that can only be fast through the cache, never a byte-identical repeat.
 PROBE_TAIL_TOKENS = 16
