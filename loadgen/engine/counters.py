@@ -51,6 +51,10 @@ class TokenizeCounter:
             except Exception as exc:  # a dialect the server does not speak
                 errors.append(f"{dialect}: {exc}")
                 continue
+            if n == 0 and text:
+                # llama-server answers vLLM's body (no "content") with {"tokens": []}.
+                errors.append(f"{dialect}: counted 0 tokens in {len(text)} characters")
+                continue
             self._dialect = dialect
             return n
         raise RuntimeError("/tokenize is not usable: " + "; ".join(errors))
