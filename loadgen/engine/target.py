@@ -64,6 +64,9 @@ async def open_target(
                 "server it did not start; drop --base-url to sweep on the built-in sim"
             )
         target = Target(url=opts.base_url, kind="external", model=opts.model)
+        sources = opts.server_facts_sources or {}
+        for name, value in (opts.server_facts or {}).items():
+            target.learn({name: value}, sources.get(name, "flags"))
         if opts.block_size:
             target.learn({"block_size": opts.block_size}, "flags")
         yield target

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+from loadgen.analysis.summary import analyze_run
 from loadgen.client.openai import OpenAIClient
 from loadgen.engine.poller import MetricsPoller, parse_exposition
 from loadgen.records import MetricsSample
 from loadgen.server.launcher import Server, launch_sync
+
+# tools/compare_sim_vllm.py runs scenarios on launched servers; the tests run theirs with it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from compare_sim_vllm import run_on as run_on  # re-exported for the tests
 
 # (what, value) measured by the tests; conftest prints them at the end of the run.
 NUMBERS: list[tuple[str, str]] = []
@@ -81,3 +88,38 @@ def running_waiting(samples: list[MetricsSample]) -> set[tuple[int, int]]:
         for s in samples
         if "num_requests_running" in s.values and "num_requests_waiting" in s.values
     }
+
+
+UNIFORM = Path(__file__).parents[1] / "data" / "scenarios" / "verdict_uniform.yaml"
+# Four salted 500-token prompts sent together, 200 tokens out each, polled every 50 ms.
+UNIFORM_SET = ("groups.streams.prompt.tokens=500", "metrics.poll_interval_s=0.05")
+
+
+async def run_uniform(server: Server, out: Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The summary of four uniform streams run through run_plan against the server."""
+    return analyze_run(await run_on(server, UNIFORM, out, [*UNIFORM_SET, *overrides])).summary
+
+
+def assert_two_waited_on_the_cap(summary: dict[str, Any], cap_source: str) -> None:
+    """Cap 2 from the launch (`cap_source`), four streams: the two that waited longest for a
+    first token, and only they, are `admission_cap`, with polls showing 2 running and some
+    waiting (the other two may have waited on each other's prefill)."""
+    assert summary["run"]["cap"] == {"value": 2, "source": cap_source}
+    streams = sorted(summary["streams"], key=lambda s: (s["ttft_s"], s["id"]))
+    assert [s["completion_tokens"] for s in streams] == [200] * 4
+    capped = [s["verdict"] == "admission_cap" for s in streams]
+    assert capped == [False, False, True, True], verdict_line(summary)
+    for s in streams[2:]:
+        evidence = s["evidence"]
+        assert (evidence["cap"], evidence["cap_source"]) == (2, cap_source)
+        polls = evidence["samples"]
+        assert any(p.get("running") == 2 and p.get("waiting", 0) >= 1 for p in polls), polls
+
+
+def verdict_line(summary: dict[str, Any]) -> str:
+    """Each stream's verdict and TTFT, in TTFT order."""
+    streams = sorted(summary["streams"], key=lambda s: (s["ttft_s"] or 0.0, s["id"]))
+    return ", ".join(
+        f"{s['group']}/{s['id'].rsplit('/', 1)[-1]} {s['verdict']} {s['ttft_s']:.3f} s"
+        for s in streams
+    )

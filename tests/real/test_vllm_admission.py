@@ -1,13 +1,24 @@
 """loadgen against vLLM with its admission cap at 2 and a 512-token step budget: the launcher
-reads both limits back, and four streams show up in /metrics as two running, two waiting."""
+reads both limits back, four streams show up in /metrics as two running, two waiting, and
+through run_plan the two that waited get `admission_cap` against the cap from the boot log."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from realutil import client, note, polling, running, running_waiting
+from realutil import (
+    assert_two_waited_on_the_cap,
+    client,
+    note,
+    polling,
+    run_uniform,
+    running,
+    running_waiting,
+    verdict_line,
+)
 
 from loadgen.analysis.rates import ttft_s
 from loadgen.request import StreamRequest
@@ -53,3 +64,10 @@ async def test_four_streams_two_run_two_wait(vllm_capped: Server) -> None:
     assert max(running for running, _ in seen) == 2
     ttfts = sorted(t for t in map(ttft_s, recs) if t is not None)
     note("vllm max-num-seqs 2, TTFT of 4 streams", ", ".join(f"{t:.3f} s" for t in ttfts))
+
+
+async def test_streams_over_the_cap_get_admission_cap(vllm_capped: Server, tmp_path: Path) -> None:
+    # Through run_plan, with the launch's facts: the cap comes from vLLM's boot log.
+    summary = await run_uniform(vllm_capped, tmp_path)
+    note("vllm max-num-seqs 2, run_plan verdicts", verdict_line(summary))
+    assert_two_waited_on_the_cap(summary, "boot_log")
