@@ -9,6 +9,7 @@ from run_fixtures import failed, manifest, sample, stream, ticks
 
 from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.limits import inferred_cap
+from loadgen.analysis.occupancy import admission_order
 from loadgen.analysis.summary import analyze
 from loadgen.analysis.timeline import Timeline
 
@@ -134,6 +135,92 @@ def test_no_cap_known_means_no_cap_blamed():
     c = by_id(summarize(capped_streams()))["c"]
     assert c["verdict"] == "admitted"
     assert c["evidence"]["wait"]["held_s"]["unexplained"] > 0
+
+
+def served_out_of_send_order(gap: float):
+    """Cap 2, four 1000-token streams `gap` s apart; the server served 1 and 3 at once (first
+    tokens 0.1 s after sending) and 0 and 2 each when a seat freed (1's at 0.901, 3's at
+    1.401), 0.1 s before their first token."""
+    sent = [i * gap for i in range(4)]
+    return [
+        stream("s0", sent=sent[0], chunks=[1.001, *ticks(1.1, 9, 0.1)]),
+        stream("s1", sent=sent[1], chunks=[sent[1] + 0.1, *ticks(0.2, 8, 0.1)]),
+        stream("s2", sent=sent[2], chunks=[1.501, *ticks(1.6, 5, 0.1)]),
+        stream("s3", sent=sent[3], chunks=[sent[3] + 0.11, *ticks(0.3, 12, 0.1)]),
+    ]
+
+
+def test_streams_sent_together_take_seats_in_the_order_they_were_served():
+    out = by_id(summarize(served_out_of_send_order(gap=0.0003), cap=2))
+    assert {k: v["verdict"] for k, v in out.items()} == {
+        "s0": "admission_cap",
+        "s1": "admitted",
+        "s2": "admission_cap",
+        "s3": "admitted",
+    }
+    assert {k: v["t_admit_s"] for k, v in out.items()} == {
+        "s0": pytest.approx(0.901),
+        "s1": pytest.approx(0.0003),
+        "s2": pytest.approx(1.401),
+        "s3": pytest.approx(0.0009),
+    }
+    assert out["s0"]["evidence"]["phases"] == [
+        {"state": "admission_cap", "from_s": 0.0, "to_s": pytest.approx(0.901)}
+    ]
+    assert out["s2"]["evidence"]["held_s"] == {"admission_cap": pytest.approx(1.4004)}
+
+
+def test_streams_sent_apart_keep_first_come_first_served_seats():
+    # 50 ms apart: s0 and s1 held the seats, whatever their first tokens say; s3's first
+    # token proves it was admitted at 0.26 s, so the model seats it then.
+    out = by_id(summarize(served_out_of_send_order(gap=0.05), cap=2))
+    assert {k: v["t_admit_s"] for k, v in out.items()} == {
+        "s0": 0.0,
+        "s1": pytest.approx(0.05),
+        "s2": pytest.approx(0.901),
+        "s3": pytest.approx(0.26),
+    }
+    assert {k: v["verdict"] for k, v in out.items()} == {
+        "s0": "admitted",
+        "s1": "admitted",
+        "s2": "admission_cap",
+        "s3": "admitted",
+    }
+    assert out["s0"]["evidence"]["wait"]["held_s"] == {"unexplained": pytest.approx(0.901)}
+    assert out["s2"]["evidence"]["held_s"] == {
+        "admission_cap": pytest.approx(0.801),
+        "prefill_hol": pytest.approx(0.1),
+        "unexplained": pytest.approx(0.4),
+    }
+
+
+def test_a_whale_seated_at_once_keeps_its_seat_though_its_first_token_came_last():
+    # Sent together, cap 2: the whale and m1 got the seats, m1's short prefill went first and
+    # m2 queued for m1's seat. By first token alone m2 would hold the whale's seat; less each
+    # stream's normal prefill (10000 tok/s: 5 s, 0.1 s) the whale was seated first.
+    w = stream("w", group="whale", prompt=50000, chunks=[5.0, *ticks(5.1, 10, 0.1)])
+    m1 = stream("m1", sent=0.001, chunks=[0.101, *ticks(0.2, 8, 0.1)])
+    m2 = stream("m2", sent=0.001, chunks=[1.001, *ticks(1.1, 5, 0.1)])
+    out = by_id(summarize([w, m1, m2], cap=2))
+    assert {k: v["verdict"] for k, v in out.items()} == {
+        "w": "admitted",
+        "m1": "admitted",
+        "m2": "admission_cap",
+    }
+    assert out["w"]["t_admit_s"] == 0.0
+    assert out["m2"]["t_admit_s"] == pytest.approx(0.901)
+    assert out["m2"]["evidence"]["held_s"] == {"admission_cap": pytest.approx(0.9)}
+
+
+def test_the_tie_window_is_measured_from_the_first_send_of_the_group():
+    # a and b (4 ms apart) are unordered, so b, served first, goes first; c, 6 ms after a,
+    # opens a new group and stays behind both although its first token came before theirs.
+    records = [
+        stream("a", chunks=[0.5, 0.6]),
+        stream("b", sent=0.004, chunks=[0.104, 0.2]),
+        stream("c", sent=0.006, chunks=[0.056, 0.1]),
+    ]
+    assert [r.id for r in admission_order(records)] == ["b", "a", "c"]
 
 
 def cap_then_prefill(a_end: float):

@@ -2,33 +2,53 @@
 
 The client sees when a stream was sent, when its first token came and when it ended, but not
 when the server admitted it. With a seat cap C (max_num_seqs), an FCFS scheduler (vLLM's
-default) admits a stream at its send time if fewer than C earlier streams still hold a seat,
-else when the earliest of them ends; never before an earlier arrival was admitted. So:
+default) admits a stream at its send time if fewer than C streams ahead of it still hold a
+seat, else when the earliest of them ends; never before a stream ahead of it that queued was
+admitted. So, over the streams in *admission order*:
 
-    admit_i = max(t_sent_i, admit_{i-1}, earliest seat release when all C seats are held)
+    admit_i = max(t_sent_i, admit of the last queued stream j < i,
+                  earliest seat release when all C seats are held)
 
 clamped to t_first_i (a first token proves admission, whatever the model says). Without a cap
 every stream is admitted on sending. A stream's *prefill interval* is [admit, t_first): the
 time it held a seat without a first token; before admit it was *queued*.
+
+Admission order comes from evidence, not from the client's send order alone. A server takes
+requests sent in the same instant in any order (llama-server's HTTP threads race for its
+slots), so streams sent within TIE_WINDOW_NS of the first send of their *tie group* (the
+streams are grouped in send order, each group opened by the first stream sent more than the
+window after the previous group's opening send) are unordered by sending. Within a group the
+seats go in order of the latest admission each stream's first token allows with its normal
+prefill time: t_first - prefill_s (verdicts.py passes limits.expected_prefill_s; without one,
+t_first). The stream served first was admitted first; subtracting its own prefill keeps a whale
+that was seated at once (its first token late only because its prompt is long) ahead of a
+minnow that queued for the seat it held. Streams without a first token come last in their
+group. Ties, and streams in different groups, keep FCFS order: by send time, then id.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from loadgen.analysis.rates import NS
 from loadgen.records import StreamRecord
+
+# Sends closer than this to their tie group's first send are taken as simultaneous.
+TIE_WINDOW_NS = 5_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class Seat:
-    """One stream's modelled occupancy, run-clock ns."""
+    """One stream's modelled occupancy, run-clock ns; `rank` is its place in admission order."""
 
     id: str
     sent_ns: int
     admit_ns: int
     first_ns: int | None
     end_ns: int
+    rank: int
 
     @property
     def prefill_end_ns(self) -> int:
@@ -44,32 +64,65 @@ def end_ns(rec: StreamRecord) -> int | None:
     return None
 
 
-def arrival_order(records: list[StreamRecord]) -> list[StreamRecord]:
-    """Sent streams in FCFS order: by send time, ties by id."""
-    sent = [r for r in records if r.t_sent_ns is not None]
-    return sorted(sent, key=lambda r: (r.t_sent_ns, r.id))
+def admission_order(
+    records: list[StreamRecord], prefill_s: Mapping[str, float | None] | None = None
+) -> list[StreamRecord]:
+    """Sent streams in modelled admission order (module docstring)."""
+    sent = sorted((r for r in records if r.t_sent_ns is not None), key=_send_key)
+    groups: list[list[StreamRecord]] = []
+    for r in sent:
+        if groups and _sent(r) - _sent(groups[-1][0]) <= TIE_WINDOW_NS:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    prefill = prefill_s or {}
+    return [r for g in groups for r in sorted(g, key=lambda r: _served_key(r, prefill))]
 
 
-def seats(records: list[StreamRecord], cap: int | None) -> dict[str, Seat]:
-    """Each sent stream's modelled admission under an FCFS cap (module docstring)."""
+def _sent(r: StreamRecord) -> int:
+    assert r.t_sent_ns is not None
+    return r.t_sent_ns
+
+
+def _send_key(r: StreamRecord) -> tuple[int, str]:
+    return _sent(r), r.id
+
+
+def _served_key(
+    r: StreamRecord, prefill_s: Mapping[str, float | None]
+) -> tuple[bool, int, int, str]:
+    """Order within a tie group: the latest admission its first token allows, first."""
+    if r.t_first_ns is None:
+        return True, 0, *_send_key(r)
+    latest = r.t_first_ns - round((prefill_s.get(r.id) or 0.0) * NS)
+    return False, latest, *_send_key(r)
+
+
+def seats(
+    records: list[StreamRecord],
+    cap: int | None,
+    prefill_s: Mapping[str, float | None] | None = None,
+) -> dict[str, Seat]:
+    """Each sent stream's modelled admission under an FCFS cap (module docstring); `prefill_s`
+    is each stream's normal prefill time by id, for the order within a tie group."""
     held: list[int] = []  # end times of streams holding a seat
-    last_admit = 0
+    queue_front = 0  # admission of the last stream that queued: none behind it goes sooner
     out: dict[str, Seat] = {}
-    for r in arrival_order(records):
-        sent = r.t_sent_ns
-        assert sent is not None
+    for rank, r in enumerate(admission_order(records, prefill_s)):
+        sent = _sent(r)
         while held and held[0] <= sent:
             heapq.heappop(held)
         admit = sent
         while cap is not None and len(held) >= cap:
             admit = heapq.heappop(held)
-        admit = max(admit, last_admit, sent)
+        admit = max(admit, queue_front, sent)
         if r.t_first_ns is not None:
             admit = min(admit, r.t_first_ns)
-        last_admit = admit
+        if admit > sent:
+            queue_front = admit
         end = max(end_ns(r) or sent, admit)
         heapq.heappush(held, end)
-        out[r.id] = Seat(r.id, sent, admit, r.t_first_ns, end)
+        out[r.id] = Seat(r.id, sent, admit, r.t_first_ns, end, rank)
     return out
 
 

@@ -5,7 +5,8 @@ run.json's pool size, the streams' own timestamps):
 - *full*: a poll bracketing t shows kv >= POOL_FULL, or the preemption counter rose between
   the two polls bracketing t;
 - *no room*: a poll bracketing t shows the stream queued (it is among the poll's `waiting`
-  latest arrivals still without a first token: an FCFS queue holds the newest) and the free
+  latest streams in occupancy.py's admission order still without a first token: an FCFS
+  queue holds the newest) and the free
   pool could not take its prompt: kv + its prompt's blocks / num_gpu_blocks >= POOL_FULL. Needs
   run.json's server.num_gpu_blocks and block_size; without them it is never claimed. A preempted
   request counts in `waiting` too, so while one waits an admitted stream can look queued: the
@@ -23,7 +24,7 @@ import math
 from typing import Any
 
 from loadgen.analysis.limits import KV, POOL_FULL, RUNNING, WAITING, preemption_rose
-from loadgen.analysis.occupancy import Seat
+from loadgen.analysis.occupancy import TIE_WINDOW_NS, Seat
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import MetricsSample
 
@@ -41,8 +42,7 @@ class PoolEvidence:
         self.timeline = timeline
         self.cap = cap
         self._ts = [s.t_ns for s in timeline.samples]
-        self._order = sorted(seats.values(), key=lambda s: (s.sent_ns, s.id))
-        self._rank = {s.id: i for i, s in enumerate(self._order)}
+        self._order = sorted(seats.values(), key=lambda s: s.rank)
         blocks, block_size = server.get("num_gpu_blocks"), server.get("block_size")
         sized = isinstance(blocks, int) and isinstance(block_size, int)
         self._pool = (blocks, block_size) if sized and blocks > 0 and block_size > 0 else None
@@ -76,15 +76,16 @@ class PoolEvidence:
 
     def _queued(self, seat: Seat, poll: MetricsSample) -> bool:
         """True if the poll's `waiting` count reaches this stream, counting back from the
-        latest arrival still without a first token at the poll."""
+        latest stream in admission order sent and still without a first token at the poll."""
         t = poll.t_ns
         if not seat.sent_ns <= t < seat.prefill_end_ns:
             return False
         later = 0
-        for s in self._order[self._rank[seat.id] + 1 :]:
-            if s.sent_ns > t:
+        for s in self._order[seat.rank + 1 :]:
+            # Admission order is send order but within a tie window: past it, all sent later.
+            if s.sent_ns > t + TIE_WINDOW_NS:
                 break
-            later += int(t < s.prefill_end_ns)
+            later += int(s.sent_ns <= t < s.prefill_end_ns)
         return later < poll.values.get(WAITING, 0)
 
 

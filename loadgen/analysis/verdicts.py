@@ -8,9 +8,10 @@ Rules, in order (DESIGN.md's vocabulary; thresholds are the named constants belo
    `pool_pressure` (the pool was full or preempting, or the polls show the stream queued with
    no room in the pool for its prompt: then it waits for blocks whatever else holds it),
    `admission_cap` (the FCFS seat model, occupancy.py, says the stream was still queued),
-   `prefill_hol` (admitted, while a stream ahead of it in arrival order, earlier t_sent, ties
-   by id, was in its prefill interval [admit, t_first): FCFS schedulers give a later arrival's
-   prefill budget only after the earlier ones'), `pool_pressure` (an unresolved preemption:
+   `prefill_hol` (admitted, while a stream ahead of it in occupancy.py's admission order, FCFS
+   by t_sent except among streams sent within its tie window, was in its prefill interval
+   [admit, t_first): FCFS schedulers give a later arrival's prefill budget only after the
+   earlier ones'), `pool_pressure` (an unresolved preemption:
    a preempted request is still queued for its blocks, running below the cap), else
    `unexplained` (e.g. a deep prompt's own prefill judged against a shallow baseline, or a cap
    nobody reported: without a known or inferred cap a queue cannot be told from a slow
@@ -113,15 +114,18 @@ def build_context(
     """Resolve the cap and baseline and model every stream's seat."""
     cap = resolve_cap(manifest, timeline)
     client = manifest.get("client") or {}
-    modelled = seats(records, cap.value)
+    baseline = prefill_baseline(records)
+    fastest = group_min_ttft(records)
+    normal = {r.id: expected_prefill_s(r, baseline, fastest) for r in records}
+    modelled = seats(records, cap.value, normal)
     return VerdictContext(
         records=records,
         timeline=timeline,
         cap=cap,
-        baseline=prefill_baseline(records),
+        baseline=baseline,
         seats=modelled,
         pool=PoolEvidence(timeline, modelled, cap.value, manifest.get("server") or {}),
-        group_min_ttft=group_min_ttft(records),
+        group_min_ttft=fastest,
         loop_lag_max_ms=client.get("loop_lag_max_ms"),
     )
 
@@ -196,11 +200,9 @@ def _wait(
     t0, t1 = seat.sent_ns, rec.t_first_ns - round(exp * NS)
     if t1 <= t0:
         return out
-    # Only streams ahead of it in arrival order (FCFS) can hold its prefill back.
+    # Only streams ahead of it in admission order (FCFS) can hold its prefill back.
     ahead = [
-        s
-        for s in ctx.seats.values()
-        if (s.sent_ns, s.id) < (seat.sent_ns, seat.id) and s.admit_ns < t1 and s.end_ns > t0
+        s for s in ctx.seats.values() if s.rank < seat.rank and s.admit_ns < t1 and s.end_ns > t0
     ]
     phases = _phases(t0, t1, seat, ahead, prefill_tokens(rec), ctx)
     held: dict[str, float] = {}
