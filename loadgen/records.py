@@ -177,6 +177,11 @@ CANONICAL_METRICS = (
     "spec_decode_num_accepted_tokens_total",
     "iteration_tokens_total_sum",
     "iteration_tokens_total_count",
+    # Histogram sums and counts: a delta of each over a window gives that window's mean.
+    "time_to_first_token_seconds_sum",
+    "time_to_first_token_seconds_count",
+    "inter_token_latency_seconds_sum",
+    "inter_token_latency_seconds_count",
 )
 
 

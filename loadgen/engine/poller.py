@@ -33,6 +33,10 @@ ALIASES: dict[str, str] = {
     "vllm:spec_decode_num_accepted_tokens_total": "spec_decode_num_accepted_tokens_total",
     "vllm:iteration_tokens_total_sum": "iteration_tokens_total_sum",
     "vllm:iteration_tokens_total_count": "iteration_tokens_total_count",
+    "vllm:time_to_first_token_seconds_sum": "time_to_first_token_seconds_sum",
+    "vllm:time_to_first_token_seconds_count": "time_to_first_token_seconds_count",
+    "vllm:inter_token_latency_seconds_sum": "inter_token_latency_seconds_sum",
+    "vllm:inter_token_latency_seconds_count": "inter_token_latency_seconds_count",
     # vLLM v0
     "vllm:gpu_cache_usage_perc": "kv_cache_usage_perc",
     "vllm:gpu_prefix_cache_queries_total": "prefix_cache_queries_total",

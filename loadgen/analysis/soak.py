@@ -1,0 +1,335 @@
+"""A soak run cut into windows, each with the rate beside its controls, and the drift verdict.
+
+Windows:
+- `thirds` (default): the completed requests in order of sending, split into three runs of
+  consecutive requests (np.array_split: the first windows take the remainder). A window spans
+  from its first request's send to the next window's first send (the last one to the last
+  request's end), so the windows tile the soak and server counters are never counted twice.
+- fixed time windows (`5m`, `300s`, `1h`): [k*w, (k+1)*w) on the run clock; a request belongs
+  to the window it was sent in.
+Per window, from the client's records: token-true decode rate (median, p10 of requests), TTFT,
+prefill rate (prefilled prompt tokens / TTFT), mean decode context (prompt + completion / 2:
+the KV length halfway through its decode), the size mix (mean prompt and completion tokens).
+From the server's own counters (metrics.jsonl deltas over the window, never tokens over wall
+time): generation and prompt tokens, prefix hits/queries, spec-decode accepted/drafted,
+preemptions, kv usage (peak and mean of the polls, with the window's length), TTFT and
+inter-token latency means from histogram sum/count deltas where exported.
+From the client's self-watch (client.jsonl): event-loop lag, CPU share and RSS of loadgen.
+
+Context bins (rate by context per window, the seed's table): CONTEXT_BINS, in tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from loadgen.analysis import rates
+from loadgen.analysis.aggregate import server_window
+from loadgen.analysis.drift import DriftPoint, Verdict, change, drift_verdict
+from loadgen.analysis.limits import prefill_tokens
+from loadgen.analysis.timeline import Timeline
+from loadgen.records import StreamRecord
+
+NS = rates.NS
+# The seed's bins (5-30K / 30-55K / 55-70K / 70-90K / 90K+) and one below them for the short
+# requests of steady soaks: (label, low inclusive, high exclusive).
+CONTEXT_BINS: tuple[tuple[str, float, float], ...] = (
+    ("<5K", 0, 5_000),
+    ("5-30K", 5_000, 30_000),
+    ("30-55K", 30_000, 55_000),
+    ("55-70K", 55_000, 70_000),
+    ("70-90K", 70_000, 90_000),
+    ("90K+", 90_000, math.inf),
+)
+# The client fell behind in a window when its loop woke this late in more than
+# BEHIND_SHARE of the window's self-watch samples, or it used this share of one core.
+BEHIND_LAG_MS = 50.0
+BEHIND_SHARE = 0.1
+BEHIND_CPU = 0.9
+# Client RSS is "flat" when the last window's mean is within this fraction of the first's.
+RSS_FLAT = 0.10
+
+HIST_MEANS = (
+    ("ttft_mean_s", "time_to_first_token_seconds_sum", "time_to_first_token_seconds_count"),
+    ("itl_mean_s", "inter_token_latency_seconds_sum", "inter_token_latency_seconds_count"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SoakPoint:
+    """One completed request of the soak."""
+
+    id: str
+    group: str
+    order: int
+    t_sent_ns: int
+    t_mid_ns: int  # decode midpoint
+    t_done_ns: int
+    rate: float
+    ttft_s: float | None
+    prefill_tok_s: float | None
+    context: float
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    index: int
+    label: str
+    from_ns: int
+    to_ns: int
+    points: tuple[SoakPoint, ...]
+
+
+def parse_window(spec: str) -> float | None:
+    """None for `thirds`, else a fixed window length in seconds from `300`, `300s`, `5m`,
+    `1h`. Raises ValueError with a one-line message naming the accepted forms."""
+    s = spec.strip().lower()
+    if s == "thirds":
+        return None
+    seconds = parse_duration(s)
+    if seconds is None:
+        raise ValueError(f"window {spec!r}: use `thirds` or a length like 300s, 5m, 1h")
+    return seconds
+
+
+def parse_duration(spec: str) -> float | None:
+    """Seconds from `90`, `90s`, `10m`, `1h`, `1.5h`; None when it is none of those or not > 0."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(spec).lower())
+    if not m:
+        return None
+    value = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+    return value if value > 0 else None
+
+
+def soak_points(records: Sequence[StreamRecord]) -> list[SoakPoint]:
+    """Measured requests that decoded (a rate exists), in order of sending."""
+    done = [
+        r
+        for r in records
+        if r.phase == "measure" and r.status == "ok" and rates.decode_tok_s(r) is not None
+    ]
+    done.sort(key=lambda r: (r.t_sent_ns or r.t_intended_ns, r.id))
+    return [_point(i, r) for i, r in enumerate(done)]
+
+
+def _point(order: int, r: StreamRecord) -> SoakPoint:
+    prompt = r.prompt_tokens if r.prompt_tokens is not None else r.requested_prompt_tokens or 0
+    ttft = rates.ttft_s(r)
+    filled = prefill_tokens(r)
+    assert r.t_first_ns is not None and r.t_last_ns is not None  # a rate exists
+    return SoakPoint(
+        id=r.id,
+        group=r.group,
+        order=order,
+        t_sent_ns=r.t_sent_ns or r.t_intended_ns,
+        t_mid_ns=(r.t_first_ns + r.t_last_ns) // 2,
+        t_done_ns=r.t_done_ns or r.t_last_ns,
+        rate=float(rates.decode_tok_s(r) or 0.0),
+        ttft_s=ttft,
+        prefill_tok_s=None if not ttft or filled is None else filled / ttft,
+        context=prompt + r.completion_tokens / 2,
+        prompt_tokens=prompt,
+        completion_tokens=r.completion_tokens,
+    )
+
+
+def thirds(points: Sequence[SoakPoint]) -> list[Window]:
+    """Three windows of consecutive requests by order of sending (see the module docstring)."""
+    if not points:
+        return []
+    end = max(p.t_done_ns for p in points)
+    parts = [tuple(points[i] for i in idx) for idx in np.array_split(np.arange(len(points)), 3)]
+    parts = [p for p in parts if p]
+    starts = [p[0].t_sent_ns for p in parts] + [end]
+    labels = ("first third", "middle third", "last third") if len(parts) == 3 else None
+    return [
+        Window(i, labels[i] if labels else f"part {i + 1}", starts[i], starts[i + 1], part)
+        for i, part in enumerate(parts)
+    ]
+
+
+def time_windows(points: Sequence[SoakPoint], width_s: float) -> list[Window]:
+    """Fixed windows of `width_s` from the run's start, up to the last request's end."""
+    if not points:
+        return []
+    width = round(width_s * NS)
+    end = max(p.t_done_ns for p in points)
+    count = max(1, math.ceil(end / width))
+    out = []
+    for k in range(count):
+        lo, hi = k * width, min((k + 1) * width, end)
+        inside = tuple(p for p in points if lo <= p.t_sent_ns < hi)
+        out.append(Window(k, f"{lo / NS / 60:g}-{hi / NS / 60:.3g} min", lo, hi, inside))
+    return out
+
+
+def window_stats(w: Window) -> dict[str, Any]:
+    """The client's view of one window: rates, TTFT, prefill, context and size mix."""
+    rs = [p.rate for p in w.points]
+    groups: dict[str, int] = {}
+    for p in w.points:
+        groups[p.group] = groups.get(p.group, 0) + 1
+    return {
+        "index": w.index,
+        "label": w.label,
+        "from_s": w.from_ns / NS,
+        "to_s": w.to_ns / NS,
+        "duration_s": (w.to_ns - w.from_ns) / NS,
+        "n": len(w.points),
+        "decode_tok_s_median": _pct(rs, 50),
+        "decode_tok_s_p10": _pct(rs, 10),
+        "decode_tok_s_mean": float(np.mean(rs)) if rs else None,
+        "ttft_s_median": _pct([p.ttft_s for p in w.points if p.ttft_s is not None], 50),
+        "prefill_tok_s_median": _pct(
+            [p.prefill_tok_s for p in w.points if p.prefill_tok_s is not None], 50
+        ),
+        "context_mean": float(np.mean([p.context for p in w.points])) if rs else None,
+        "prompt_tokens_mean": float(np.mean([p.prompt_tokens for p in w.points])) if rs else None,
+        "completion_tokens_mean": (
+            float(np.mean([p.completion_tokens for p in w.points])) if rs else None
+        ),
+        "groups": groups,
+    }
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def server_stats(timeline: Timeline, w: Window) -> dict[str, Any]:
+    """The server's own counters over the window (aggregate.server_window), plus prompt tokens,
+    the mean kv usage of the polls and histogram means where the server exports them."""
+    out = server_window(timeline, w.from_ns, w.to_ns)
+    if not out.get("available"):
+        return out
+    d = timeline.outer_delta("prompt_tokens_total", w.from_ns, w.to_ns)
+    out["prompt_tokens"] = None if d is None else d[0]
+    ts, vs = timeline.series("kv_cache_usage_perc")
+    kv = [v for t, v in zip(ts, vs, strict=True) if w.from_ns <= t <= w.to_ns]
+    out["kv_mean_perc"] = float(np.mean(kv)) * 100 if kv else None
+    for key, total, count in HIST_MEANS:
+        a, b = (
+            timeline.outer_delta(total, w.from_ns, w.to_ns),
+            timeline.outer_delta(count, w.from_ns, w.to_ns),
+        )
+        out[key] = None if a is None or b is None or not b[0] else a[0] / b[0]
+    return out
+
+
+def client_stats(samples: Sequence[dict[str, Any]], w: Window) -> dict[str, Any]:
+    """The client's self-watch over the window; `behind` when it fell behind (see the module
+    constants). No samples (the virtual clock, or an older run): available False."""
+    inside = [s for s in samples if w.from_ns <= s["t_ns"] <= w.to_ns]
+    if len(inside) < 2:
+        return {"available": False, "behind": False}
+    lags = [s["lag_max_ms"] for s in inside]
+    cpu = (inside[-1]["cpu_s"] - inside[0]["cpu_s"]) / (
+        (inside[-1]["t_ns"] - inside[0]["t_ns"]) / NS
+    )
+    late_share = sum(1 for x in lags if x > BEHIND_LAG_MS) / len(lags)
+    rss = [s["rss_bytes"] / 2**20 for s in inside]
+    return {
+        "available": True,
+        "samples": len(inside),
+        "lag_max_ms": max(lags),
+        "lag_median_ms": float(np.median(lags)),
+        "late_share": late_share,
+        "cpu_share": cpu,
+        "rss_mib_mean": float(np.mean(rss)),
+        "rss_mib_max": max(rss),
+        "behind": late_share > BEHIND_SHARE or cpu > BEHIND_CPU,
+    }
+
+
+def context_bins(w: Window) -> list[dict[str, Any]]:
+    """Rate by context bin in one window (bins with no request are left out)."""
+    rows = []
+    for label, lo, hi in CONTEXT_BINS:
+        rs = [p.rate for p in w.points if lo <= p.context < hi]
+        if rs:
+            rows.append({"bin": label, "n": len(rs), "decode_tok_s_mean": float(np.mean(rs))})
+    return rows
+
+
+def acceptance_change(first: dict[str, Any], last: dict[str, Any]) -> float | None:
+    """Decode-rate change that speculative acceptance alone predicts between two windows:
+    emitted tokens per engine step, last over first (None without spec-decode counters)."""
+    a, b = first.get("spec_emitted_per_step"), last.get("spec_emitted_per_step")
+    return None if not a or not b else change(a, b)
+
+
+def memory_flat(client: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Whether loadgen's RSS stayed flat, first window with samples to last."""
+    seen = [c for c in client if c.get("available")]
+    if len(seen) < 2:
+        return {"measured": False}
+    first, last = seen[0]["rss_mib_mean"], seen[-1]["rss_mib_mean"]
+    return {
+        "measured": True,
+        "first_mib": first,
+        "last_mib": last,
+        "change": change(first, last),
+        "flat": abs(change(first, last)) <= RSS_FLAT,
+    }
+
+
+def analyze_soak(
+    records: Sequence[StreamRecord],
+    timeline: Timeline,
+    client_samples: Sequence[dict[str, Any]],
+    *,
+    window_s: float | None = None,
+) -> dict[str, Any]:
+    """The soak's windows (client, server and self-watch stats side by side), the context-bin
+    table per window, the client memory check and the drift verdict."""
+    points = soak_points(records)
+    windows = thirds(points) if window_s is None else time_windows(points, window_s)
+    rows = []
+    for w in windows:
+        rows.append(
+            window_stats(w)
+            | {
+                "server": server_stats(timeline, w),
+                "client": client_stats(client_samples, w),
+                "context_bins": context_bins(w),
+            }
+        )
+    kept = [p for w, r in zip(windows, rows, strict=True) if not r["client"]["behind"]
+            for p in w.points]  # fmt: skip
+    verdict = _verdict(kept, rows)
+    rates_first_last = [r["decode_tok_s_median"] for r in rows if r["n"]]
+    return {
+        "window": "thirds" if window_s is None else f"{window_s:g}s",
+        "requests": len(points),
+        "windows": rows,
+        "first_to_last": (
+            change(rates_first_last[0], rates_first_last[-1]) if len(rates_first_last) > 1 else None
+        ),
+        "excluded_windows": [r["label"] for r in rows if r["client"]["behind"]],
+        "client_memory": memory_flat([r["client"] for r in rows]),
+        "client_watched": any(r["client"]["available"] for r in rows),
+        "verdict": verdict.to_json(),
+        "points": [
+            {"t_s": p.t_mid_ns / NS, "rate": p.rate, "context": p.context, "order": p.order}
+            for p in points
+        ],
+    }
+
+
+def _verdict(kept: list[SoakPoint], rows: list[dict[str, Any]]) -> Verdict:
+    start = min((p.t_sent_ns for p in kept), default=0)
+    drift_points = [DriftPoint((p.t_mid_ns - start) / NS / 3600, p.rate, p.context) for p in kept]
+    filled = [r for r in rows if r["n"] and not r["client"]["behind"]]
+    acc = ctx = None
+    if len(filled) > 1:
+        acc = acceptance_change(filled[0]["server"], filled[-1]["server"])
+        ctx = change(filled[0]["context_mean"], filled[-1]["context_mean"])
+    return drift_verdict(drift_points, acceptance_change=acc, context_change=ctx)
