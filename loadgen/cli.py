@@ -33,3 +33,7 @@ main.add_command(compare_cmd)
 from loadgen.sim.cli import sim  # noqa: E402
 
 main.add_command(sim)
+
+from loadgen.engine.soak_cmd import soak_cmd  # noqa: E402
+
+main.add_command(soak_cmd)

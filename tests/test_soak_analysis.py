@@ -8,12 +8,12 @@ from run_fixtures import S, sample, stream
 from loadgen.analysis.soak import (
     analyze_soak,
     context_bins,
-    parse_window,
     soak_points,
     thirds,
     time_windows,
 )
 from loadgen.analysis.timeline import Timeline
+from loadgen.scenario.soak_block import parse_window
 
 # The seed's before-run thirds: three requests a third whose median is the seed's rate.
 SEED_RATES = [85.0, 84.0, 80.0, 78.0, 77.2, 70.0, 61.0, 59.3, 50.0]

@@ -22,7 +22,6 @@ Context bins (rate by context per window, the seed's table): CONTEXT_BINS, in to
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from loadgen.analysis.drift import DriftPoint, Verdict, change, drift_verdict
 from loadgen.analysis.limits import prefill_tokens
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import StreamRecord
+from loadgen.scenario.soak_block import parse_window
 
 NS = rates.NS
 # The seed's bins (5-30K / 30-55K / 55-70K / 70-90K / 90K+) and one below them for the short
@@ -86,27 +86,6 @@ class Window:
     from_ns: int
     to_ns: int
     points: tuple[SoakPoint, ...]
-
-
-def parse_window(spec: str) -> float | None:
-    """None for `thirds`, else a fixed window length in seconds from `300`, `300s`, `5m`,
-    `1h`. Raises ValueError with a one-line message naming the accepted forms."""
-    s = spec.strip().lower()
-    if s == "thirds":
-        return None
-    seconds = parse_duration(s)
-    if seconds is None:
-        raise ValueError(f"window {spec!r}: use `thirds` or a length like 300s, 5m, 1h")
-    return seconds
-
-
-def parse_duration(spec: str) -> float | None:
-    """Seconds from `90`, `90s`, `10m`, `1h`, `1.5h`; None when it is none of those or not > 0."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(spec).lower())
-    if not m:
-        return None
-    value = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
-    return value if value > 0 else None
 
 
 def soak_points(records: Sequence[StreamRecord]) -> list[SoakPoint]:
@@ -171,26 +150,27 @@ def time_windows(points: Sequence[SoakPoint], width_s: float) -> list[Window]:
     return out
 
 
-def window_stats(w: Window) -> dict[str, Any]:
-    """The client's view of one window: rates, TTFT, prefill, context and size mix."""
-    rs = [p.rate for p in w.points]
+def window_stats(w: Window, speed: float = 1.0) -> dict[str, Any]:
+    """The client's view of one window: rates, TTFT, prefill, context and size mix. `speed`
+    puts times and rates on the server's clock (a sim running `speed` x faster than wall)."""
+    rs = [p.rate / speed for p in w.points]
     groups: dict[str, int] = {}
     for p in w.points:
         groups[p.group] = groups.get(p.group, 0) + 1
+    ttfts = [p.ttft_s * speed for p in w.points if p.ttft_s is not None]
+    prefills = [p.prefill_tok_s / speed for p in w.points if p.prefill_tok_s is not None]
     return {
         "index": w.index,
         "label": w.label,
-        "from_s": w.from_ns / NS,
-        "to_s": w.to_ns / NS,
-        "duration_s": (w.to_ns - w.from_ns) / NS,
+        "from_s": w.from_ns / NS * speed,
+        "to_s": w.to_ns / NS * speed,
+        "duration_s": (w.to_ns - w.from_ns) / NS * speed,
         "n": len(w.points),
         "decode_tok_s_median": _pct(rs, 50),
         "decode_tok_s_p10": _pct(rs, 10),
         "decode_tok_s_mean": float(np.mean(rs)) if rs else None,
-        "ttft_s_median": _pct([p.ttft_s for p in w.points if p.ttft_s is not None], 50),
-        "prefill_tok_s_median": _pct(
-            [p.prefill_tok_s for p in w.points if p.prefill_tok_s is not None], 50
-        ),
+        "ttft_s_median": _pct(ttfts, 50),
+        "prefill_tok_s_median": _pct(prefills, 50),
         "context_mean": float(np.mean([p.context for p in w.points])) if rs else None,
         "prompt_tokens_mean": float(np.mean([p.prompt_tokens for p in w.points])) if rs else None,
         "completion_tokens_mean": (
@@ -249,11 +229,11 @@ def client_stats(samples: Sequence[dict[str, Any]], w: Window) -> dict[str, Any]
     }
 
 
-def context_bins(w: Window) -> list[dict[str, Any]]:
+def context_bins(w: Window, speed: float = 1.0) -> list[dict[str, Any]]:
     """Rate by context bin in one window (bins with no request are left out)."""
     rows = []
     for label, lo, hi in CONTEXT_BINS:
-        rs = [p.rate for p in w.points if lo <= p.context < hi]
+        rs = [p.rate / speed for p in w.points if lo <= p.context < hi]
         if rs:
             rows.append({"bin": label, "n": len(rs), "decode_tok_s_mean": float(np.mean(rs))})
     return rows
@@ -286,28 +266,33 @@ def analyze_soak(
     timeline: Timeline,
     client_samples: Sequence[dict[str, Any]],
     *,
-    window_s: float | None = None,
+    window: str = "thirds",
+    speed: float = 1.0,
 ) -> dict[str, Any]:
-    """The soak's windows (client, server and self-watch stats side by side), the context-bin
-    table per window, the client memory check and the drift verdict."""
+    """The soak's windows (`thirds` or a length like `5m` of the server's clock: client,
+    server and self-watch stats side by side), the context-bin table per window, the client
+    memory check and the drift verdict. Records and metrics are on the run's wall clock; a sim
+    at `speed` runs that many engine seconds per wall second, and every time and rate out of
+    here is on the server's clock."""
+    window_s = parse_window(window)
     points = soak_points(records)
-    windows = thirds(points) if window_s is None else time_windows(points, window_s)
+    windows = thirds(points) if window_s is None else time_windows(points, window_s / speed)
     rows = []
     for w in windows:
         rows.append(
-            window_stats(w)
+            window_stats(w, speed)
             | {
                 "server": server_stats(timeline, w),
                 "client": client_stats(client_samples, w),
-                "context_bins": context_bins(w),
+                "context_bins": context_bins(w, speed),
             }
         )
     kept = [p for w, r in zip(windows, rows, strict=True) if not r["client"]["behind"]
             for p in w.points]  # fmt: skip
-    verdict = _verdict(kept, rows)
+    verdict = _verdict(kept, rows, speed)
     rates_first_last = [r["decode_tok_s_median"] for r in rows if r["n"]]
     return {
-        "window": "thirds" if window_s is None else f"{window_s:g}s",
+        "window": window,
         "requests": len(points),
         "windows": rows,
         "first_to_last": (
@@ -318,15 +303,23 @@ def analyze_soak(
         "client_watched": any(r["client"]["available"] for r in rows),
         "verdict": verdict.to_json(),
         "points": [
-            {"t_s": p.t_mid_ns / NS, "rate": p.rate, "context": p.context, "order": p.order}
+            {
+                "t_s": p.t_mid_ns / NS * speed,
+                "rate": p.rate / speed,
+                "context": p.context,
+                "order": p.order,
+            }
             for p in points
         ],
     }
 
 
-def _verdict(kept: list[SoakPoint], rows: list[dict[str, Any]]) -> Verdict:
+def _verdict(kept: list[SoakPoint], rows: list[dict[str, Any]], speed: float) -> Verdict:
     start = min((p.t_sent_ns for p in kept), default=0)
-    drift_points = [DriftPoint((p.t_mid_ns - start) / NS / 3600, p.rate, p.context) for p in kept]
+    drift_points = [
+        DriftPoint((p.t_mid_ns - start) / NS * speed / 3600, p.rate / speed, p.context)
+        for p in kept
+    ]
     filled = [r for r in rows if r["n"] and not r["client"]["behind"]]
     acc = ctx = None
     if len(filled) > 1:

@@ -49,13 +49,17 @@ async def run_closed_loop(
     *,
     concurrency: int,
     run_start_ns: int,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     """`concurrency` workers, each sending its next request as soon as its last one ended;
-    the intended send is that moment (a closed loop has no schedule to fall behind)."""
+    the intended send is that moment (a closed loop has no schedule to fall behind). With
+    `stop`, no request is sent once it says so (a soak's deadline); those in flight finish."""
     pending = iter(requests)
 
     async def worker() -> None:
         for req in pending:
+            if stop is not None and stop():
+                return
             picked = dataclasses.replace(req, t_intended_ns=time.perf_counter_ns() - run_start_ns)
             await _stream_and_record(backend, picked, on_record)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen import __version__
+from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient, Timeouts
 from loadgen.engine.cache import CacheCheck, prime_and_verify
 from loadgen.engine.counters import pick_counter
@@ -28,8 +29,10 @@ from loadgen.engine.lag import LoopLagMonitor
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.progress import Progress
+from loadgen.engine.selfwatch import SelfWatch
+from loadgen.engine.soak import SoakStop
 from loadgen.engine.target import Target, open_target
-from loadgen.records import RunDirectory, StreamRecord, write_manifest
+from loadgen.records import JsonlAppender, RunDirectory, StreamRecord, write_manifest
 from loadgen.request import StreamRequest
 from loadgen.scenario.model import Scenario, scenario_to_json
 from loadgen.scenario.plan import ArmPlan, Plan, PlannedRequest, PromptSpec, RepPlan, derive_seed
@@ -60,6 +63,10 @@ class RunOptions:
     # without a source entry is labelled "flags".
     server_facts: dict[str, int] | None = None
     server_facts_sources: dict[str, str] | None = None
+    # Soaks: when to stop sending (deadline, server gone), and the client's self-watch
+    # (client.jsonl).
+    stop: SoakStop | None = None
+    self_watch: bool = False
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -170,20 +177,45 @@ async def _drive_arm(
             "prompt_shapes": {g.name: g.prompt.shape for g in scenario.groups},
         }
 
+        stop = opts.stop
+
         def record(rec: StreamRecord) -> None:
             rundir.append_stream(rec)
             progress.done(rec)
+            if stop is not None:
+                stop.see(rec)
 
         background = [asyncio.create_task(poller.run()), asyncio.create_task(lag.run())]
+        if opts.self_watch:
+            client_log = JsonlAppender(rundir.path / "client.jsonl")
+            watch = SelfWatch(client_log.append, run_start_ns=run_start_ns)
+            background.append(asyncio.create_task(watch.run()))
+        if stop is not None:
+            stop.start(run_start_ns, target.speed)
         try:
             with progress:
                 for warm in arm.warmup:
                     req = await materialize(warm, builder, model=model, t_intended_ns=0)
                     record(await client.stream(_now_intended(req, run_start_ns)))
                 for rep in arm.reps:
-                    checks = await _prime_rep(rep, builder, client, poller, model, target, record)
-                    manifest["cache_checks"] += [c.to_json() for c in checks]
-                    await _run_rep(rep, builder, client, model, run_start_ns, record, progress, lag)
+                    if stop is not None and stop.stopped():
+                        break
+                    try:
+                        checks = await _prime_rep(
+                            rep, builder, client, poller, model, target, record
+                        )
+                        manifest["cache_checks"] += [c.to_json() for c in checks]
+                        await _run_rep(
+                            rep, builder, client, model, run_start_ns, record, progress, lag,
+                            stop=None if stop is None else stop.stopped,
+                        )  # fmt: skip
+                    except ClientError as exc:
+                        if stop is None:
+                            raise
+                        stop.server_gone(str(exc))  # a soak ends on it; a report follows
+                else:
+                    if stop is not None:
+                        stop.plan_exhausted()
         finally:
             for task in background:
                 task.cancel()
@@ -200,6 +232,10 @@ async def _drive_arm(
             }
             manifest["server_info"] = poller.info
             manifest |= target.manifest()
+            if stop is not None:
+                manifest["soak_end"] = stop.to_json()
+            if opts.self_watch:
+                client_log.close()
 
 
 def _now_intended(req: StreamRequest, run_start_ns: int) -> StreamRequest:
@@ -283,13 +319,14 @@ async def _run_rep(
     record: Callable[[StreamRecord], None],
     progress: Progress,
     lag: LoopLagMonitor,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.
     built = [await materialize(p, builder, model=model, t_intended_ns=0) for p in rep.requests]
     await client.warm(min(rep.concurrency or len(built), len(built)) or 1)
     progress.start_rep(rep, built)
     with lag.measuring():
-        await _send_rep(rep, built, client, run_start_ns, record, progress)
+        await _send_rep(rep, built, client, run_start_ns, record, progress, stop)
 
 
 async def _send_rep(
@@ -299,6 +336,7 @@ async def _send_rep(
     run_start_ns: int,
     record: Callable[[StreamRecord], None],
     progress: Progress,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     if rep.concurrency is not None:
         await run_closed_loop(
@@ -307,6 +345,7 @@ async def _send_rep(
             record,
             concurrency=rep.concurrency,
             run_start_ns=run_start_ns,
+            stop=stop,
         )
         return
     rep_start = time.perf_counter_ns() - run_start_ns + SCHEDULE_LEAD_NS

@@ -10,11 +10,12 @@ import click
 
 from loadgen.analysis.compare import compare_summaries
 from loadgen.analysis.hist import write_hlogs
-from loadgen.analysis.inputs import NotARunDirectory, is_sweep_dir
+from loadgen.analysis.inputs import NotARunDirectory, is_sweep_dir, read_manifest
 from loadgen.analysis.stats import dumps_canonical
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.report.html import render_html, render_sweep_html
+from loadgen.report.soak_report import is_soak, write_soak_report
 from loadgen.report.sweep_text import render_sweep_plain, sweep_tables
 from loadgen.report.tables import DASH, Table, num
 from loadgen.report.text import header, hist_lines, render_plain, render_rich, run_tables
@@ -33,6 +34,8 @@ def write_report(run_dir: Path) -> str:
     """(Re)writes summary.json, report.txt, report.html and hist/ of a run directory (for a
     sweep directory: of every arm, plus the parent's summary.json, report.txt, report.html) and
     returns the report as the terminal shows it. Raises NotARunDirectory for anything else."""
+    if is_soak(read_manifest(run_dir)):
+        return write_soak_report(run_dir)
     if not is_sweep_dir(run_dir):
         return _write_run(run_dir, analyze_run(run_dir))
     sweep, arms = analyze_sweep(run_dir)

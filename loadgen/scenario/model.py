@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from loadgen.scenario.soak_block import Soak
+
 API_KINDS = ("completions", "chat")
 SHAPES = ("prose", "code", "file")
 CACHE_MODES = ("salted", "shared", "primed")
@@ -233,6 +235,7 @@ class Scenario:
     sim: SimConfig | None = None
     sweep: Sweep | None = None
     source: Path | None = None
+    soak: Soak | None = None
 
     def group(self, name: str) -> Group:
         for g in self.groups:

@@ -37,6 +37,7 @@ from loadgen.scenario.model import (
     Trace,
     default_prefix_tokens,
 )
+from loadgen.scenario.soak_block import soak
 
 TOP_KEYS = (
     "name",
@@ -53,6 +54,7 @@ TOP_KEYS = (
     "timeouts",
     "sim",
     "sweep",
+    "soak",
 )
 GROUP_KEYS = ("name", "count", "prompt", "max_tokens", "min_tokens", "ignore_eos", "start")
 PROMPT_KEYS = ("tokens", "shape", "cache", "prefix_tokens")
@@ -90,6 +92,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         timeouts=blocks.timeouts(c, root),
         sim=blocks.sim(c, root) if root.get("sim") is not None else None,
         source=source,
+        soak=soak(c, root) if root.get("soak") is not None else None,
     )
     if c.errors:
         return None

@@ -1,0 +1,140 @@
+"""`loadgen soak SCENARIO`: back-to-back traffic for a duration, then the soak report."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+from pathlib import Path
+
+import click
+import uvloop
+
+from loadgen.engine.run import RunOptions, run_plan
+from loadgen.engine.soak import SoakStop, soak_scenario
+from loadgen.engine.target import RunError
+from loadgen.scenario.load import ScenarioError, load_scenario
+from loadgen.scenario.model import SimConfig
+from loadgen.scenario.plan import plan
+from loadgen.scenario.soak_block import Soak, parse_duration, parse_window
+from loadgen.server.launcher import ServerBootError
+
+
+@click.command("soak")
+@click.argument("scenario")
+@click.option("--duration", default=None,
+              help="How long, on the server's clock: 600, 10m, 1h (default: the scenario's "
+                   "soak.duration, else 1h).")  # fmt: skip
+@click.option("--window", default=None,
+              help="thirds (by request order) or a fixed length like 5m (default: the "
+                   "scenario's soak.window, else thirds).")  # fmt: skip
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Streams in flight (default: the scenario's soak.concurrency, else 1).",
+)
+@click.option(
+    "--base-url",
+    envvar="OPENAI_BASE_URL",
+    default=None,
+    help="Server to soak (default: boot the built-in sim). Env: OPENAI_BASE_URL.",
+)
+@click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="Env: OPENAI_API_KEY.")
+@click.option("--model", default=None, help="Model name (default: the server's first).")
+@click.option(
+    "--out",
+    "out_root",
+    type=click.Path(path_type=Path),
+    default=Path("runs"),
+    show_default=True,
+    help="Folder that receives the run directory.",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario field, e.g. --set groups.steady.max_tokens=64.",
+)
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    metavar="FAULT",
+    help="A sim fault for this soak, e.g. drift=30 (percent per hour). Repeatable.",
+)
+@click.option("--seed", "run_seed", type=int, default=None, help="Run seed for salts.")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def soak_cmd(
+    scenario: str,
+    duration: str | None,
+    window: str | None,
+    concurrency: int | None,
+    base_url: str | None,
+    api_key: str | None,
+    model: str | None,
+    out_root: Path,
+    overrides: tuple[str, ...],
+    faults: tuple[str, ...],
+    run_seed: int | None,
+    progress: bool,
+) -> None:
+    """Soak a server (or the sim) with SCENARIO's groups back to back; report drift."""
+    try:
+        loaded = load_scenario(scenario, list(overrides))
+    except ScenarioError as exc:
+        raise click.ClickException(str(exc)) from None
+    settings = _soak_settings(loaded.soak or Soak(), duration, window, concurrency)
+    if faults:
+        if base_url:
+            raise click.ClickException("--fault only applies to the built-in sim: drop --base-url")
+        sim = loaded.sim or SimConfig()
+        loaded = dataclasses.replace(loaded, sim=dataclasses.replace(
+            sim, faults=tuple(sim.faults) + faults))  # fmt: skip
+    stop = SoakStop(settings.duration_s)
+    opts = RunOptions(
+        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=run_seed,
+        progress=progress, stop=stop, self_watch=True,
+    )  # fmt: skip
+
+    def warn(msg: str) -> None:
+        click.echo(f"warning: {msg}", err=True)
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    the_plan = plan(soak_scenario(loaded, settings), run_seed=run_seed)
+    try:
+        run_dir = uvloop.run(run_plan(the_plan, opts, warn))
+    except (RunError, ServerBootError) as exc:
+        raise click.ClickException(str(exc).splitlines()[0]) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted: records written so far are kept; `loadgen report DIR` "
+                   "gives the soak so far", err=True)  # fmt: skip
+        sys.exit(130)
+    from loadgen.report.cmd import write_report
+
+    click.echo(write_report(run_dir))
+    click.echo(f"run directory: {run_dir}")
+
+
+def _soak_settings(
+    base: Soak, duration: str | None, window: str | None, concurrency: int | None
+) -> Soak:
+    """The scenario's soak block with the command line's options on top (one-line errors)."""
+    out = base
+    if duration is not None:
+        seconds = parse_duration(duration)
+        if seconds is None:
+            raise click.BadParameter(
+                f"{duration!r}: use seconds or 90s, 10m, 1h", param_hint="--duration"
+            )
+        out = dataclasses.replace(out, duration_s=seconds)
+    if window is not None:
+        try:
+            parse_window(window)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--window") from None
+        out = dataclasses.replace(out, window=window)
+    if concurrency is not None:
+        out = dataclasses.replace(out, concurrency=concurrency)
+    return out

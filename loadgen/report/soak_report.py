@@ -1,0 +1,213 @@
+"""The soak report: windows table (rate beside its controls), context bins per window, the
+drift verdict with its reason, how the soak ended, the client's self-watch, and a rate-over-time
+plot with the windows shaded. Everything is recomputed from the run directory, so a partial
+directory (Ctrl-C, SIGKILL, a dead server) gives the report of what was recorded."""
+
+from __future__ import annotations
+
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from loadgen.analysis.inputs import load_run
+from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak
+from loadgen.analysis.stats import dumps_canonical
+from loadgen.analysis.timeline import Timeline
+from loadgen.records import read_jsonl
+from loadgen.report.html import _img, _page
+from loadgen.report.tables import DASH, Table, num, rate, secs, to_html, to_plain
+
+NS = 1_000_000_000
+SHADES = ("#e8eef7", "#f7efe4")
+
+
+def is_soak(manifest: dict[str, Any]) -> bool:
+    return bool((manifest.get("scenario") or {}).get("soak"))
+
+
+def analyze_soak_dir(path: Path) -> dict[str, Any]:
+    """soak analysis of a run directory, with how it ended (from run.json)."""
+    inputs = load_run(path)
+    m = inputs.manifest
+    block = (m.get("scenario") or {}).get("soak") or {}
+    client = list(read_jsonl(path / "client.jsonl"))
+    target = m.get("target") or {}
+    speed = float(m.get("speed") or 1.0) if target.get("kind") == "sim" else 1.0
+    out = analyze_soak(inputs.streams, Timeline(inputs.metrics), client,
+                       window=str(block.get("window", "thirds")), speed=speed)  # fmt: skip
+    failed = [r for r in inputs.streams if r.phase == "measure" and r.status != "ok"]
+    return out | {
+        "scenario": (m.get("scenario") or {}).get("name"),
+        "target": m.get("target"),
+        "speed": m.get("speed"),
+        "clock": m.get("clock", "wall"),
+        "duration_s": block.get("duration_s"),
+        "end": _end(m),
+        "failed_streams": len(failed),
+        "failed_classes": sorted({r.error.cls for r in failed if r.error}),
+    }
+
+
+def _end(m: dict[str, Any]) -> dict[str, Any]:
+    end = dict(m.get("soak_end") or {})
+    if m.get("interrupted", True) and not end.get("reason"):
+        end["reason"] = "interrupted"
+        end["detail"] = "the run did not finish (Ctrl-C, kill or crash): this is the recorded part"
+    return end
+
+
+def windows_table(s: dict[str, Any]) -> Table:
+    rows = []
+    for w in s["windows"]:
+        srv, cl = w["server"], w["client"]
+        rows.append((
+            w["label"], str(w["n"]), secs(w["duration_s"]),
+            rate(w["decode_tok_s_median"]), rate(w["decode_tok_s_p10"]),
+            secs(w["ttft_s_median"]), rate(w["prefill_tok_s_median"]),
+            num(w["context_mean"], 0), f"{num(w['prompt_tokens_mean'], 0)}/"
+            f"{num(w['completion_tokens_mean'], 0)}",
+            _perc(srv.get("prefix_hit_rate")), _perc(srv.get("spec_acceptance")),
+            f"{num(srv.get('kv_peak_perc'))}/{num(srv.get('kv_mean_perc'))}",
+            num(srv.get("preemptions"), 0), num(srv.get("generation_tokens"), 0),
+            num(srv.get("prompt_tokens"), 0),
+            _client_cell(cl),
+        ))  # fmt: skip
+    return Table(
+        f"Soak windows ({s['window']})",
+        ("window", "n", "length s", "decode tok/s p50", "p10", "TTFT p50 s", "prefill tok/s",
+         "mean ctx", "prompt/out", "prefix hit", "spec accept", "kv% peak/mean", "preempt",
+         "gen tok (server)", "prompt tok (server)", "client lag max ms / cpu / RSS MiB"),
+        tuple(rows),
+        notes=(
+            "decode tok/s: per request, token-true (completion tokens after the first chunk over "
+            "first->last chunk); p50 and p10 of the window's requests",
+            "prefix hit, spec accept, kv%, preempt, gen/prompt tok: deltas and polls of the "
+            "server's own /metrics over the window (never tokens over wall time)",
+            "mean ctx: prompt + completion/2 tokens (the KV length halfway through decode)",
+        ),
+    )  # fmt: skip
+
+
+def _perc(x: float | None) -> str:
+    return DASH if x is None else f"{x * 100:.1f}%"
+
+
+def _client_cell(c: dict[str, Any]) -> str:
+    if not c.get("available"):
+        return DASH
+    flag = " BEHIND" if c["behind"] else ""
+    return (f"{c['lag_max_ms']:.0f} / {c['cpu_share'] * 100:.0f}% / "
+            f"{c['rss_mib_mean']:.0f}{flag}")  # fmt: skip
+
+
+def bins_table(s: dict[str, Any]) -> Table:
+    labels = [b[0] for b in CONTEXT_BINS]
+    rows = []
+    for label in labels:
+        cells = []
+        for w in s["windows"]:
+            hit = next((b for b in w["context_bins"] if b["bin"] == label), None)
+            cells.append(DASH if hit is None else f"{hit['n']} @ {rate(hit['decode_tok_s_mean'])}")
+        if any(c != DASH for c in cells):
+            rows.append((label, *cells))
+    return Table(
+        "Decode tok/s by context bin (n @ mean rate)",
+        ("context", *(w["label"] for w in s["windows"])),
+        tuple(rows),
+        notes=("bins (tokens of mean decode context): "
+               + ", ".join(b[0] for b in CONTEXT_BINS) + "; a rate change within a bin is not "
+               "a change of mix",),
+    )  # fmt: skip
+
+
+def head_lines(s: dict[str, Any]) -> list[str]:
+    v = s["verdict"]
+    target = s.get("target") or {}
+    end = s["end"]
+    lines = [
+        f"soak {s.get('scenario')} against {target.get('kind', '?')} {target.get('url', '')}"
+        f" ({s['requests']} requests decoded, {s['failed_streams']} failed)",
+        f"VERDICT: {v['verdict']}: {v['reason']}",
+        f"method: {v['method']}",
+        f"ended: {end.get('reason') or 'unknown'}"
+        + (f" at {end['at_s']:.1f} s wall" if end.get("at_s") is not None else "")
+        + (f" ({end['detail']})" if end.get("detail") else ""),
+    ]
+    if s["first_to_last"] is not None:
+        lines.append(f"median decode first -> last window: {s['first_to_last'] * 100:+.1f}% "
+                     "(raw, traffic mix not held fixed)")  # fmt: skip
+    if end.get("reason") in ("server unreachable", "server failing"):
+        lines.append(f"!! the server stopped serving mid-soak: {end.get('detail')}")
+    lines.append(_client_line(s))
+    if s["excluded_windows"]:
+        lines.append("!! left out of the verdict (client fell behind): "
+                     + ", ".join(s["excluded_windows"]))  # fmt: skip
+    if s.get("speed") not in (None, 1, 1.0) and target.get("kind") == "sim":
+        lines.append(f"sim at speed {s['speed']:g}: times and rates are on the sim's "
+                     "engine clock (wall x speed)")  # fmt: skip
+    return lines
+
+
+def _client_line(s: dict[str, Any]) -> str:
+    if s.get("clock") == "virtual":
+        return "client: on the virtual clock there is no client in the loop; nothing to watch"
+    mem = s["client_memory"]
+    if not s["client_watched"] or not mem.get("measured"):
+        return "client: self-watch not recorded (too short, or an older run directory)"
+    word = "flat" if mem["flat"] else "NOT flat"
+    return (f"client memory {word}: RSS {mem['first_mib']:.0f} -> {mem['last_mib']:.0f} MiB "
+            f"({mem['change'] * 100:+.1f}%, first to last window; /proc/self/statm)")  # fmt: skip
+
+
+def rate_png(s: dict[str, Any]) -> bytes | None:
+    """Decode rate of every request over time, windows shaded, mean context on a second axis."""
+    pts = s["points"]
+    if not pts:
+        return None
+    fig = Figure(figsize=(10, 4))
+    ax = fig.add_subplot(1, 1, 1)
+    for i, w in enumerate(s["windows"]):
+        ax.axvspan(w["from_s"] / 60, w["to_s"] / 60, color=SHADES[i % 2], zorder=0)
+        ax.text((w["from_s"] + w["to_s"]) / 120, 1.0, w["label"], ha="center", va="bottom",
+                transform=ax.get_xaxis_transform(), fontsize=8)  # fmt: skip
+    ax.scatter([p["t_s"] / 60 for p in pts], [p["rate"] for p in pts], s=6, color="#1d5fa8",
+               label="decode tok/s (per request)", zorder=2)  # fmt: skip
+    ax.set_xlabel("minutes since the soak started (server's clock)")
+    ax.set_ylabel("decode tok/s")
+    ctx = ax.twinx()
+    ctx.plot([p["t_s"] / 60 for p in pts], [p["context"] for p in pts], lw=0.6,
+             color="#e9a23b", label="context (tokens)", zorder=1)  # fmt: skip
+    ctx.set_ylabel("mean decode context, tokens")
+    fig.legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    return buf.getvalue()
+
+
+def render_plain(s: dict[str, Any]) -> str:
+    return "\n\n".join(["\n".join(head_lines(s)), to_plain(windows_table(s)),
+                        to_plain(bins_table(s))]) + "\n"  # fmt: skip
+
+
+def write_soak_report(path: Path) -> str:
+    """(Re)writes soak.json, report.txt, rate.png and report.html; returns the text report."""
+    s = analyze_soak_dir(path)
+    (path / "soak.json").write_bytes(dumps_canonical(s))
+    text = render_plain(s)
+    (path / "report.txt").write_text(text, encoding="utf-8")
+    png = rate_png(s)
+    if png is not None:
+        (path / "rate.png").write_bytes(png)
+    lines = "".join(f"<p class='{'warn' if x.startswith('!!') else 'meta'}'>{html.escape(x)}</p>"
+                    for x in head_lines(s)[1:])  # fmt: skip
+    body = (lines + "<h2>Decode rate over the soak</h2>"
+            + _img(png, "decode rate over time", "no request decoded")
+            + to_html(windows_table(s)) + to_html(bins_table(s)))  # fmt: skip
+    (path / "report.html").write_text(_page(head_lines(s)[0], body), encoding="utf-8")
+    return text
