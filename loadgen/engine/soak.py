@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from loadgen.records import StreamRecord
@@ -46,20 +47,24 @@ class SoakStop:
     def __init__(self, duration_s: float) -> None:
         self.duration_s = duration_s
         self._deadline_ns: int | None = None
-        self._run_start_ns = 0
+        self._clock: Callable[[], int] = lambda: 0
         self._failed_in_row = 0
         self._gone_in_row = 0
         self.reason: str | None = None
         self.detail: str | None = None
         self.at_s: float | None = None
 
-    def start(self, run_start_ns: int, speed: float) -> None:
-        self._run_start_ns = run_start_ns
-        self._deadline_ns = run_start_ns + round(self.duration_s / speed * 1e9)
+    def start(
+        self, run_start_ns: int, speed: float, clock: Callable[[], int] | None = None
+    ) -> None:
+        """Starts the deadline: `clock` gives ns on the run clock (default: wall time since
+        `run_start_ns`); a sim at `speed` covers duration_s of its clock in duration/speed."""
+        self._clock = clock or (lambda: time.perf_counter_ns() - run_start_ns)
+        self._deadline_ns = self._clock() + round(self.duration_s / speed * 1e9)
 
     def stopped(self) -> bool:
         deadline = self._deadline_ns
-        if self.reason is None and deadline is not None and time.perf_counter_ns() >= deadline:
+        if self.reason is None and deadline is not None and self._clock() >= deadline:
             self._stop("duration reached", f"{self.duration_s:g} s on the server's clock")
         return self.reason is not None
 
@@ -87,7 +92,7 @@ class SoakStop:
     def _stop(self, reason: str, detail: str) -> None:
         if self.reason is None:
             self.reason, self.detail = reason, detail
-            self.at_s = (time.perf_counter_ns() - self._run_start_ns) / 1e9
+            self.at_s = self._clock() / 1e9
 
     def to_json(self) -> dict[str, Any]:
         return {

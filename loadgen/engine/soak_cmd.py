@@ -64,6 +64,13 @@ from loadgen.server.launcher import ServerBootError
     metavar="FAULT",
     help="A sim fault for this soak, e.g. drift=30 (percent per hour). Repeatable.",
 )
+@click.option(
+    "--clock",
+    type=click.Choice(["wall", "virtual"]),
+    default=None,
+    help="virtual: the sim's engine on a discrete-event clock, no HTTP (an hour in "
+    "seconds; the default without --base-url); wall: real time over HTTP.",
+)
 @click.option("--seed", "run_seed", type=int, default=None, help="Run seed for salts.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def soak_cmd(
@@ -77,10 +84,15 @@ def soak_cmd(
     out_root: Path,
     overrides: tuple[str, ...],
     faults: tuple[str, ...],
+    clock: str | None,
     run_seed: int | None,
     progress: bool,
 ) -> None:
     """Soak a server (or the sim) with SCENARIO's groups back to back; report drift."""
+    if clock == "virtual" and base_url:
+        raise click.UsageError("--clock virtual runs the built-in sim without HTTP; drop "
+                               "--base-url (or OPENAI_BASE_URL) or use --clock wall")  # fmt: skip
+    clock = clock or ("wall" if base_url else "virtual")
     try:
         loaded = load_scenario(scenario, list(overrides))
     except ScenarioError as exc:
@@ -95,7 +107,7 @@ def soak_cmd(
     stop = SoakStop(settings.duration_s)
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=run_seed,
-        progress=progress, stop=stop, self_watch=True,
+        progress=progress, stop=stop, self_watch=clock == "wall", clock=clock,
     )  # fmt: skip
 
     def warn(msg: str) -> None:

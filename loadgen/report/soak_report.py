@@ -134,7 +134,7 @@ def head_lines(s: dict[str, Any]) -> list[str]:
         f"VERDICT: {v['verdict']}: {v['reason']}",
         f"method: {v['method']}",
         f"ended: {end.get('reason') or 'unknown'}"
-        + (f" at {end['at_s']:.1f} s wall" if end.get("at_s") is not None else "")
+        + (f" at {end['at_s']:.1f} s of the run clock" if end.get("at_s") is not None else "")
         + (f" ({end['detail']})" if end.get("detail") else ""),
     ]
     if s["first_to_last"] is not None:
