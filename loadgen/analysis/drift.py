@@ -151,11 +151,16 @@ def fit_trend(points: Sequence[DriftPoint], *, with_context: bool, seed: int) ->
     tail = (1 - CI_LEVEL) / 2 * 100
     lo, hi = np.percentile(slopes, [tail, 100 - tail])
     return Trend(
-        effect=math.expm1(b * span),
-        lo=math.expm1(float(lo) * span),
-        hi=math.expm1(float(hi) * span),
-        per_hour=math.expm1(b),
+        effect=_growth(b * span),
+        lo=_growth(float(lo) * span),
+        hi=_growth(float(hi) * span),
+        per_hour=_growth(b),
     )
+
+
+def _growth(log_ratio: float) -> float:
+    """exp(x) - 1, saturating to inf (a per-hour slope from seconds of data can be absurd)."""
+    return math.expm1(log_ratio) if log_ratio < 700 else math.inf
 
 
 def needed_requests(n: int, trend: Trend, threshold: float) -> int | None:
