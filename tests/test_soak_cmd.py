@@ -101,6 +101,9 @@ async def test_a_server_that_dies_mid_soak_ends_it_with_that_fact_in_the_report(
     run_dir = await asyncio.wait_for(run, timeout=60)
     manifest = orjson.loads((run_dir / "run.json").read_bytes())
     assert manifest["soak_end"]["reason"] == "server unreachable"
+    # The client watched itself all along, once a second.
+    watched = list(read_jsonl(run_dir / "client.jsonl"))
+    assert watched and all(s["rss_bytes"] > 0 for s in watched)
     result = CliRunner().invoke(main, ["report", str(run_dir)])
     assert result.exit_code == 0, result.output
     assert "!! the server stopped serving mid-soak" in result.output
