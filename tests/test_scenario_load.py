@@ -492,8 +492,8 @@ def test_traces_load_rows_with_limit_and_time_scale(tmp_path: Path) -> None:
     a = load_scenario("s.yaml").arrival
     assert (a.format, a.limit, a.time_scale) == ("mooncake", None, 0.5)
     assert a.rows == (
-        TraceRow(0, 6758, 500), TraceRow(0, 2290, 316), TraceRow(750_000_000, 8, 3),
-        TraceRow(2_125_000_000, 23141, 453),
+        TraceRow(0, 6758, 500, (0, 1, 2)), TraceRow(0, 2290, 316, (0, 42)),
+        TraceRow(750_000_000, 8, 3, (7,)), TraceRow(2_125_000_000, 23141, 453, (0, 68, 69)),
     )  # fmt: skip
     write(tmp_path, head + trace % ("azure_small.csv", ", limit: 3"))
     assert load_scenario("s.yaml").arrival.rows == (

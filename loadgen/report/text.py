@@ -10,6 +10,7 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
+from loadgen.analysis.reuse import reuse_lines
 from loadgen.analysis.sweep import mixed_row
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.report.tables import (
@@ -73,6 +74,7 @@ def header(summary: dict[str, Any]) -> list[str]:
             f" ({cap['source'] or 'unknown'}) | prefill baseline {rate(base['tok_s'])} tok/s"
             f" ({base['source']}) | prompt tokens by {run.get('token_counter') or DASH}"
         )
+    lines += reuse_lines(run.get("trace_reuse"))
     if run.get("boots_per_arm"):
         lines.append(f"boots per arm: {run['boots_per_arm']} ({run.get('boots_note') or ''})")
     if run.get("interrupted"):
