@@ -37,6 +37,7 @@ from loadgen.analysis.hist import (
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.limits import POOL_FULL
 from loadgen.analysis.reuse import trace_reuse
+from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, median, spread
 from loadgen.analysis.streams import MS, stream_metrics
 from loadgen.analysis.timeline import Timeline
@@ -113,6 +114,7 @@ def analyze(inputs: RunInputs) -> Analysis:
         "arms": _arms(records),
         "mixed": _mixed(measure, records, timeline, ctx.seats),
         "hist": _hist_section(histograms),
+        "sessions": session_turns(measure, rows),
         "thresholds": {
             "admitted_factor": ADMITTED_FACTOR,
             "admitted_slack_s": ADMITTED_SLACK_S,

@@ -76,8 +76,30 @@ class PromptConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """A multi-turn conversation per stream of the group (`count` sessions). Turn 0 sends the
+    system prompt + one user message; every later turn resends the conversation so far (the
+    assistant's answers as the server returned them) + a new user message, so the context
+    grows by answer + `user_tokens` per turn, like an agent's tool loop. A turn whose prompt
+    would pass `max_context_tokens` is not sent: the session ends there. `think_s` waits
+    between an answer and the next turn: fixed, or drawn exponential with that mean (seeded).
+    Sizes are content tokens; a chat template adds its own few per message."""
+
+    turns: int
+    system_tokens: int
+    user_tokens: int
+    max_context_tokens: int | None = None
+    think_s: float = 0.0
+    think: str = "fixed"
+
+
+THINK_KINDS = ("fixed", "exponential")
+
+
+@dataclass(frozen=True, slots=True)
 class Group:
-    """`max_tokens` is None only under a trace arrival, where each trace row gives it."""
+    """`max_tokens` is None only under a trace arrival, where each trace row gives it.
+    `session` makes each of the `count` streams a multi-turn conversation."""
 
     name: str
     count: int
@@ -86,6 +108,7 @@ class Group:
     min_tokens: int | None = None
     ignore_eos: bool = True
     start_s: float = 0.0
+    session: SessionConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from loadgen.scenario.model import (
     Group,
     Poisson,
     Scenario,
+    SessionConfig,
     Staggered,
     SweepArm,
     Together,
@@ -94,12 +95,37 @@ class PlannedRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class PlannedTurn:
+    """One turn of a session: its new user message, answer size, and the think time before
+    it is sent (0 for turn 0). The prompt is the conversation so far + this message, built by
+    the engine once the previous answer is in."""
+
+    turn: int
+    user: PromptSpec
+    max_tokens: int
+    think_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedSession:
+    """A conversation: its system prompt (salted, so every session starts cold) and turns.
+    `request` is the template of every turn's request (ids get `/t<turn>`)."""
+
+    id: str
+    offset_ns: int
+    system: PromptSpec
+    turns: tuple[PlannedTurn, ...]
+    request: PlannedRequest
+
+
+@dataclass(frozen=True, slots=True)
 class RepPlan:
     rep: int
     requests: tuple[PlannedRequest, ...]
     concurrency: int | None
     primes: tuple[PromptSpec, ...]
     duration_ns: int | None = None
+    sessions: tuple[PlannedSession, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +282,8 @@ class _Rep:
         a = self.s.arrival
         primes = tuple(self.prompts.prime(g) for g in self.s.groups if g.prompt.cache == "primed")
         if isinstance(a, Together | Staggered):
-            return RepPlan(self.rep, self._from_starts(a), None, primes)
+            sessions = tuple(self._sessions(a))
+            return RepPlan(self.rep, self._from_starts(a), None, primes, None, sessions)
         if isinstance(a, Trace) and a.sharing == "hash_ids":
             return RepPlan(self.rep, self._trace_blocks(a), None, primes)
         if isinstance(a, Trace):
@@ -276,6 +303,38 @@ class _Rep:
         spec = self.prompts.spec(g, i, self.rep, tokens)
         return _request(self.s, self.arm, g, self.rep, i, offset, spec, out or g.max_tokens)
 
+    def _sessions(self, a: Together | Staggered) -> Iterator[PlannedSession]:
+        """Each session group's conversations, started like streams of a plain group."""
+        step = a.interval_s if isinstance(a, Staggered) else 0.0
+        for g in self.s.groups:
+            if g.session is None:
+                continue
+            for i in range(g.count):
+                yield self._session(g, i, round((g.start_s + i * step) * NS))
+
+    def _session(self, g: Group, i: int, offset: int) -> PlannedSession:
+        cfg = g.session
+        assert cfg is not None
+        shape, file = g.prompt.shape, str(g.prompt.file) if g.prompt.file else None
+        system = PromptSpec(
+            cfg.system_tokens, shape, "salted", self.prompts.salts.next(),
+            derive_seed(self.s.seed, "system", g.name, i, self.rep), file=file,
+        )  # fmt: skip
+        template = _request(self.s, self.arm, g, self.rep, i, offset, system, g.max_tokens)
+        sid = template.id
+        rng = np.random.default_rng(derive_seed(self.s.seed, "think", g.name, i, self.rep))
+        turns, context = [], cfg.system_tokens
+        for k in range(cfg.turns):
+            context += cfg.user_tokens
+            if cfg.max_context_tokens is not None and context > cfg.max_context_tokens:
+                break
+            seed = derive_seed(self.s.seed, "user", g.name, i, self.rep, k)
+            # The user message is a tail of the conversation: no salt tag of its own.
+            user = PromptSpec(cfg.user_tokens, shape, "session", "", seed, file=file)
+            turns.append(PlannedTurn(k, user, g.max_tokens, _think_ns(cfg, rng) if k else 0))
+            context += g.max_tokens
+        return PlannedSession(sid, offset, system, tuple(turns), template)
+
     def _trace_blocks(self, a: Trace) -> tuple[PlannedRequest, ...]:
         """One request per trace row, its prompt rebuilt from the row's hash_ids."""
         seen: dict[str, int] = {}
@@ -293,6 +352,7 @@ class _Rep:
         reqs = [
             self._request(g, i, round((g.start_s + i * step) * NS))
             for g in self.s.groups
+            if g.session is None
             for i in range(g.count)
         ]
         return tuple(sorted(reqs, key=lambda r: r.offset_ns))
@@ -305,6 +365,13 @@ class _Rep:
             i = seen[g.name] = seen.get(g.name, -1) + 1
             reqs.append(self._request(g, i, offset, tokens, out))
         return tuple(reqs)
+
+
+def _think_ns(cfg: SessionConfig, rng: np.random.Generator) -> int:
+    """The pause before a turn: `think_s`, or drawn exponential with that mean."""
+    if cfg.think == "exponential" and cfg.think_s > 0:
+        return round(rng.exponential(cfg.think_s) * NS)
+    return round(cfg.think_s * NS)
 
 
 def _count(s: Scenario, a: Closed | Poisson | Gamma) -> int:
