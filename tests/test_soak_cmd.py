@@ -96,7 +96,8 @@ async def test_a_server_that_dies_mid_soak_ends_it_with_that_fact_in_the_report(
             base_url=sim.url, out_root=tmp_path, progress=False, stop=stop, self_watch=True
         )
         run = asyncio.create_task(run_plan(plan(scenario), opts, warn=lambda m: None))
-        await wait_until(lambda: _lines(tmp_path) >= 8, timeout_s=60)
+        await wait_until(lambda: _lines(tmp_path) >= 8 and _lines(tmp_path, "client") >= 2,
+                         timeout_s=60)  # fmt: skip
     # The sim is gone; the soak must notice, stop and leave a readable directory.
     run_dir = await asyncio.wait_for(run, timeout=60)
     manifest = orjson.loads((run_dir / "run.json").read_bytes())
@@ -110,9 +111,9 @@ async def test_a_server_that_dies_mid_soak_ends_it_with_that_fact_in_the_report(
     assert "Traceback" not in result.output
 
 
-def _lines(root: Path) -> int:
+def _lines(root: Path, name: str = "streams") -> int:
     dirs = [p for p in root.iterdir() if p.is_dir()]
-    return sum(1 for d in dirs for _ in read_jsonl(d / "streams.jsonl"))
+    return sum(1 for d in dirs for _ in read_jsonl(d / f"{name}.jsonl"))
 
 
 async def test_sigkill_halfway_keeps_every_completed_stream_and_reports_the_part(tmp_path):

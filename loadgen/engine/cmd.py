@@ -13,6 +13,7 @@ from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
+from loadgen.scenario.prompts import PromptSizeError
 from loadgen.server.launcher import ServerBootError
 
 
@@ -105,7 +106,7 @@ def run_cmd(
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         run_dir = uvloop.run(run_plan(plan(loaded, run_seed=run_seed), opts, warn))
-    except (RunError, ServerBootError) as exc:
+    except (RunError, ServerBootError, PromptSizeError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     except KeyboardInterrupt:
         click.echo("interrupted: records written so far are kept", err=True)

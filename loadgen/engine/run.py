@@ -30,6 +30,7 @@ from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.progress import Progress
 from loadgen.engine.selfwatch import SelfWatch
+from loadgen.engine.sessions import build_sessions, run_sessions
 from loadgen.engine.soak import SoakStop
 from loadgen.engine.target import Target, open_target
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord, write_manifest
@@ -174,6 +175,13 @@ async def _drive_arm(
             chat_template_kwargs=scenario.chat_template_kwargs, warn=warn,
         )  # fmt: skip
         builder = PromptBuilder(counter)
+        # Session messages are sized as content (a chat counter would add a template's tokens).
+        session_builder = builder
+        if scenario.api == "chat" and any(rep.sessions for rep in arm.reps):
+            plain = await pick_counter(
+                client, model, chat=False, chat_template_kwargs=None, warn=warn
+            )
+            session_builder = PromptBuilder(plain)
         poller = MetricsPoller(
             lambda: client.get_text("/metrics"),
             lambda s: rundir.metrics.append(s.to_json()),
@@ -223,8 +231,8 @@ async def _drive_arm(
                         )
                         manifest["cache_checks"] += [c.to_json() for c in checks]
                         await _run_rep(
-                            rep, builder, client, model, run_start_ns, record, progress, lag,
-                            stop=None if stop is None else stop.stopped,
+                            rep, (builder, session_builder), client, model, run_start_ns,
+                            record, progress, lag, stop=None if stop is None else stop.stopped,
                         )  # fmt: skip
                     except ClientError as exc:
                         if stop is None:
@@ -278,7 +286,7 @@ def client_timeouts(scenario: Scenario) -> Timeouts:
 
 def _max_in_flight(arm: ArmPlan) -> int:
     """Connections to open before launch: the most requests any rep can have in flight."""
-    sizes = [rep.concurrency or len(rep.requests) for rep in arm.reps] or [1]
+    sizes = [(rep.concurrency or len(rep.requests)) + len(rep.sessions) for rep in arm.reps] or [1]
     return max(max(sizes), 1)
 
 
@@ -336,7 +344,7 @@ async def prime_rep(
 
 async def _run_rep(
     rep: RepPlan,
-    builder: PromptBuilder,
+    builders: tuple[PromptBuilder, PromptBuilder],
     client: OpenAIClient,
     model: str,
     run_start_ns: int,
@@ -346,11 +354,22 @@ async def _run_rep(
     stop: Callable[[], bool] | None = None,
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.
+    builder, session_builder = builders
     built = [await materialize(p, builder, model=model, t_intended_ns=0) for p in rep.requests]
-    await client.warm(min(rep.concurrency or len(built), len(built)) or 1)
+    sessions = await build_sessions(rep.sessions, session_builder)
+    await client.warm(min(rep.concurrency or len(built), len(built)) + len(sessions) or 1)
     progress.start_rep(rep, built)
     with lag.measuring():
-        await _send_rep(rep, built, client, run_start_ns, record, progress, stop)
+        if not sessions:
+            await _send_rep(rep, built, client, run_start_ns, record, progress, stop)
+            return
+        rep_start = time.perf_counter_ns() - run_start_ns + SCHEDULE_LEAD_NS
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(_send_rep(rep, built, client, run_start_ns, record, progress, stop))
+            tg.create_task(run_sessions(
+                sessions, progress.watch(client), record, model=model,
+                run_start_ns=run_start_ns, rep_start_ns=rep_start,
+            ))  # fmt: skip
 
 
 async def _send_rep(

@@ -2,7 +2,8 @@
 
 Formats (the public traces' own schemas):
 - `mooncake`: JSONL `{timestamp (ms, relative), input_length, output_length, hash_ids}`.
-  hash_ids (512-token prefix blocks) are not replayed: every row is sent salted.
+  hash_ids name 512-token prefix blocks: rows sharing leading ids share those leading blocks
+  (the planner rebuilds them, see blocks.py); a row's last id may name a partial block.
 - `azure`: CSV `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP an absolute wall-clock
   string with up to 9 fractional digits (Azure LLM inference trace 2023).
 - `burstgpt`: CSV with `Timestamp` (s), `Request tokens`, `Response tokens`; rows with 0
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from loadgen.scenario.model import TraceRow
+from loadgen.scenario.model import TraceReuse, TraceRow
 
 
 class TraceError(ValueError):
@@ -43,21 +44,61 @@ def infer_format(path: Path) -> str | None:
 
 def read_trace(path: Path, fmt: str, limit: int | None, time_scale: float) -> tuple[TraceRow, ...]:
     """The first `limit` usable rows of the trace, as time-scaled offsets from the earliest."""
-    raw: list[tuple[int, int, int]] = []
-    for t_ns, n_in, n_out in _ROWS[fmt](path):
+    raw: list[tuple[int, int, int, tuple[int, ...]]] = []
+    for t_ns, n_in, n_out, *ids in _ROWS[fmt](path):
         if n_out <= 0:
             continue
-        raw.append((t_ns, n_in, n_out))
+        raw.append((t_ns, n_in, n_out, ids[0] if ids else ()))
         if limit is not None and len(raw) >= limit:
             break
     if not raw:
         raise TraceError(f"{path}: no usable rows")
-    t0 = min(t for t, _, _ in raw)
-    rows = [TraceRow(round((t - t0) * time_scale), n_in, n_out) for t, n_in, n_out in raw]
+    t0 = min(r[0] for r in raw)
+    rows = [TraceRow(round((t - t0) * time_scale), n, out, ids) for t, n, out, ids in raw]
     return tuple(sorted(rows, key=lambda r: r.offset_ns))
 
 
-def _mooncake(path: Path) -> Iterator[tuple[int, int, int]]:
+def full_blocks(row: TraceRow, block_tokens: int) -> tuple[int, ...]:
+    """The row's hash_ids that name whole blocks inside its prompt (a last partial block, or
+    ids beyond input_length, are not a shareable prefix: those tokens are the row's own)."""
+    return row.hash_ids[: row.input_tokens // block_tokens]
+
+
+def implied_reuse(rows: tuple[TraceRow, ...], block_tokens: int) -> TraceReuse:
+    """Reuse with an unbounded prefix cache, rows in trace order: a row hits its leading full
+    blocks whose ids an earlier row carried (a prefix cache stops at the first miss)."""
+    seen: set[int] = set()
+    hit_tokens = prompt_tokens = blocks_seen = blocks = 0
+    for row in rows:
+        lead = 0
+        for h in full_blocks(row, block_tokens):
+            if h not in seen:
+                break
+            lead += 1
+        hit_tokens += lead * block_tokens
+        prompt_tokens += row.input_tokens
+        blocks_seen += sum(h in seen for h in row.hash_ids)
+        blocks += len(row.hash_ids)
+        seen.update(row.hash_ids)
+    return TraceReuse(
+        token_rate=hit_tokens / prompt_tokens if prompt_tokens else 0.0,
+        block_rate=blocks_seen / blocks if blocks else 0.0,
+        hit_tokens=hit_tokens,
+        prompt_tokens=prompt_tokens,
+        blocks_seen=blocks_seen,
+        blocks=blocks,
+    )
+
+
+def _hash_ids(value: object) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(type(h) is int for h in value):
+        raise ValueError(f"hash_ids must be a list of integers, got {str(value)[:40]}")
+    return tuple(value)
+
+
+def _mooncake(path: Path) -> Iterator[tuple[int, int, int, tuple[int, ...]]]:
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -68,11 +109,12 @@ def _mooncake(path: Path) -> Iterator[tuple[int, int, int]]:
                     int(row["timestamp"]) * 1_000_000,
                     int(row["input_length"]),
                     int(row["output_length"]),
+                    _hash_ids(row.get("hash_ids")),
                 )
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise TraceError(
                     f"{path}:{lineno}: bad mooncake row ({exc.__class__.__name__}: {exc}; expected "
-                    "timestamp, input_length, output_length)"
+                    "timestamp, input_length, output_length, hash_ids)"
                 ) from None
 
 
