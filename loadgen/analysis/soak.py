@@ -21,6 +21,7 @@ Context bins (rate by context per window, the seed's table): CONTEXT_BINS, in to
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -290,6 +291,10 @@ def analyze_soak(
     kept = [p for w, r in zip(windows, rows, strict=True) if not r["client"]["behind"]
             for p in w.points]  # fmt: skip
     verdict = _verdict(kept, rows, speed)
+    excluded = [r["label"] for r in rows if r["client"]["behind"]]
+    if excluded:
+        left = f"{len(excluded)} of {len(rows)} windows left out (the client fell behind): "
+        verdict = dataclasses.replace(verdict, reason=left + verdict.reason)
     rates_first_last = [r["decode_tok_s_median"] for r in rows if r["n"]]
     return {
         "window": window,
@@ -298,7 +303,7 @@ def analyze_soak(
         "first_to_last": (
             change(rates_first_last[0], rates_first_last[-1]) if len(rates_first_last) > 1 else None
         ),
-        "excluded_windows": [r["label"] for r in rows if r["client"]["behind"]],
+        "excluded_windows": excluded,
         "client_memory": memory_flat([r["client"] for r in rows]),
         "client_watched": any(r["client"]["available"] for r in rows),
         "verdict": verdict.to_json(),

@@ -29,11 +29,14 @@ GONE_CLASSES = ("connect_error", "connect_timeout")
 
 def soak_scenario(scenario: Scenario, soak: Soak) -> Scenario:
     """The scenario as a soak: one closed-loop pass over the groups per rep, enough reps to
-    reach the request cap (the deadline ends it long before, normally)."""
-    per_pass = sum(g.count for g in scenario.groups)
+    reach the request cap (the deadline ends it long before, normally). Session groups keep
+    their arrival: a conversation is already a closed loop of its turns, and a pass ends when
+    its conversations do (a conversation under way at the deadline is finished)."""
+    per_pass = sum(g.count * (g.session.turns if g.session else 1) for g in scenario.groups)
+    sessions = any(g.session for g in scenario.groups)
     return dataclasses.replace(
         scenario,
-        arrival=Closed(concurrency=soak.concurrency, count=per_pass),
+        arrival=scenario.arrival if sessions else Closed(soak.concurrency, count=per_pass),
         repetitions=max(1, math.ceil(DURATION_REQUEST_CAP / per_pass)),
         sweep=None,
         soak=soak,

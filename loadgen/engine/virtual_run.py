@@ -24,6 +24,7 @@ from typing import Any
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.run import RunOptions, client_timeouts, prime_rep
+from loadgen.engine.sessions import BuiltSession, build_sessions, turn_request
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.records import RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
@@ -130,14 +131,21 @@ class VirtualArm:
         (rec,) = got
         return rec
 
-    async def rep(self, rep: RepPlan) -> None:
-        """A rep's measured requests from now: on their offsets, or closed loop."""
+    async def rep(self, rep: RepPlan, sessions: list[BuiltSession] | None = None) -> None:
+        """A rep's measured requests from now: on their offsets, or closed loop; sessions
+        beside them, each turn sent at the previous answer's end + its think time."""
         start = self.sim.now_ns
         schedule = _Schedule()
+        on_turn = self._conversations(schedule, sessions or [], start)
         if rep.concurrency is None:
             for p in rep.requests:
                 schedule.add(start + (p.offset_ns or 0), p)
-            await self.run(schedule, self.record)
+
+            def open_loop(rec: StreamRecord) -> None:
+                if not on_turn(rec):
+                    self.record(rec)
+
+            await self.run(schedule, open_loop)
             return
         pending = iter(rep.requests)
         stop = None if rep.duration_ns is None else start + rep.duration_ns
@@ -152,12 +160,47 @@ class VirtualArm:
                 schedule.add(t_ns, nxt)
 
         def done(rec: StreamRecord) -> None:
+            if on_turn(rec):
+                return
             self.record(rec)
             pull(rec.t_done_ns if rec.t_done_ns is not None else self.sim.now_ns)
 
         for _ in range(min(rep.concurrency, len(rep.requests))):
             pull(start)
         await self.run(schedule, done)
+
+    def _conversations(
+        self, schedule: _Schedule, sessions: list[BuiltSession], start: int
+    ) -> Callable[[StreamRecord], bool]:
+        """Schedules every session's first turn; returns the record handler that writes a
+        turn's record and schedules the next turn with the answer as the server gave it
+        (True when the record was a session turn)."""
+        answers: dict[str, tuple[BuiltSession, list[str]]] = {}
+        for s in sessions:
+            answers[s.plan.id] = (s, [])
+            self._schedule_turn(schedule, s, 0, [], start + s.plan.offset_ns)
+
+        def on_turn(rec: StreamRecord) -> bool:
+            if rec.session is None or rec.session not in answers:
+                return False
+            self.record(dataclasses.replace(rec, answer=None))
+            s, said = answers[rec.session]
+            nxt = (rec.turn or 0) + 1
+            if rec.status == "ok" and nxt < len(s.plan.turns):
+                said.append(rec.answer or "")
+                done = rec.t_done_ns if rec.t_done_ns is not None else self.sim.now_ns
+                self._schedule_turn(schedule, s, nxt, said, done)
+            return True
+
+        return on_turn
+
+    def _schedule_turn(
+        self, schedule: _Schedule, s: BuiltSession, index: int, said: list[str], after_ns: int
+    ) -> None:
+        turn = s.plan.turns[index]
+        t = after_ns + turn.think_ns
+        req = turn_request(s, turn.turn, turn.max_tokens, said, self.model, t)
+        schedule.add(t, req)
 
 
 async def drive_virtual_arm(
@@ -183,6 +226,8 @@ async def drive_virtual_arm(
     model = opts.model or scenario.model or SIM_MODEL
     chat = scenario.api == "chat"
     builder = PromptBuilder(SimTokenCounter(sim, chat=chat, template=scenario.chat_template_kwargs))
+    # Session messages are sized as content (the template adds its own tokens when sent).
+    session_builder = PromptBuilder(SimTokenCounter(sim, chat=False, template=None))
     poller = MetricsPoller(
         _fetch(sim),
         lambda s: rundir.metrics.append(s.to_json()),
@@ -227,7 +272,7 @@ async def drive_virtual_arm(
                 break
             checks = await prime_rep(rep, builder, send_now, poller, model, target, record)
             manifest["cache_checks"] += [c.to_json() for c in checks]
-            await driver.rep(rep)
+            await driver.rep(rep, await build_sessions(rep.sessions, session_builder))
         else:
             if soak is not None:
                 soak.plan_exhausted()

@@ -120,6 +120,8 @@ class _Flight:
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     stall_until: int = 0
+    # The answer's token ids, kept only when the request wants its text back (session turns).
+    token_ids: list[int] | None = None
 
 
 class VirtualSim:
@@ -218,11 +220,17 @@ class VirtualSim:
         """The request arrives now; `on_record` gets its record when it ends (maybe now)."""
         s = self.state
         t = self.now_ns
-        chat = req.api == "chat"
+        chat = req.api == "chat" or req.messages is not None
         if req.model != self.model:
             self._refuse(req, on_record, WireError(404, f"The model `{req.model}` does not exist."))
             return
-        ids = self.prompt_ids(req.prompt, chat=chat, template=req.chat_template_kwargs)
+        if req.messages is not None:  # a session turn: the whole conversation, templated
+            rendered = self.tokenizer.apply_chat_template(
+                list(req.messages), req.chat_template_kwargs
+            )
+            ids = self.tokenizer.encode(rendered)
+        else:
+            ids = self.prompt_ids(req.prompt, chat=chat, template=req.chat_template_kwargs)
         try:
             max_tokens = resolve_max_tokens(req.max_tokens, len(ids), s.config.max_model_len)
         except WireError as e:
@@ -254,7 +262,9 @@ class VirtualSim:
         except ValueError as e:
             self._refuse(req, on_record, WireError(400, str(e)))
             return
-        self._flights[engine_id] = _Flight(req, engine_id, t, len(ids), faults, on_record)
+        flight = _Flight(req, engine_id, t, len(ids), faults, on_record)
+        flight.token_ids = [] if req.keep_text else None
+        self._flights[engine_id] = flight
         self._arm_deadline(engine_id)
 
     def _refuse(self, req: StreamRequest, on_record: OnRecord, e: WireError) -> None:
@@ -273,6 +283,8 @@ class VirtualSim:
         first = not flight.chunk_ns
         flight.chunk_ns.append(arrival)
         flight.chunk_tokens.append(len(out.token_ids))
+        if flight.token_ids is not None:
+            flight.token_ids.extend(out.token_ids)
         stats = self.state.http_stats
         if out.finished:
             stats.finished[out.finish_reason or "length"] += 1
@@ -314,6 +326,8 @@ class VirtualSim:
             flight.req, flight.t_sent, flight.prompt_tokens, flight.chunk_ns,
             flight.chunk_tokens, 200, t_done, error, cached, finish,
         )  # fmt: skip
+        if flight.token_ids is not None:
+            rec = dataclasses.replace(rec, answer=self.tokenizer.decode(flight.token_ids))
         flight.on_record(rec)
 
     # -- client timeouts -------------------------------------------------------------------
@@ -371,7 +385,8 @@ def _record(
     """The record the client writes for what it saw; usage came with every content chunk."""
     ok = http_status < 400
     # The client counts every data: event but [DONE]: chat's role delta, content, final usage.
-    events = len(chunk_ns) + (1 if req.api == "chat" and chunk_ns else 0) + (finish is not None)
+    chat = req.api == "chat" or req.messages is not None
+    events = len(chunk_ns) + (1 if chat and chunk_ns else 0) + (finish is not None)
     return StreamRecord(
         id=req.id,
         group=req.group,
@@ -401,4 +416,6 @@ def _record(
         chunk_ns=list(chunk_ns),
         chunk_tokens=list(chunk_tokens) if chunk_ns else None,
         max_tokens=req.max_tokens,
+        session=req.session,
+        turn=req.turn,
     )

@@ -57,3 +57,12 @@ def test_a_three_minute_soak_ends_with_a_verdict_and_server_counters(
     note("vllm soak thirds decode p50 tok/s",
          " / ".join(f"{w['decode_tok_s_median']:.0f}" for w in windows))  # fmt: skip
     note("vllm soak client memory", str(soak["client_memory"]))
+    for w in windows:
+        c = w["client"]
+        note(f"vllm soak {w['label']} client",
+             "not watched" if not c["available"] else
+             f"lag max {c['lag_max_ms']:.0f} ms, median {c['lag_median_ms']:.1f} ms, late share "
+             f"{c['late_share']:.2f}, cpu {c['cpu_share']:.2f}, behind {c['behind']}")  # fmt: skip
+        note(f"vllm soak {w['label']} server", f"gen {w['server']['generation_tokens']:.0f} tok, "
+             f"prompt {w['server']['prompt_tokens']:.0f} tok, kv peak/mean "
+             f"{w['server']['kv_peak_perc']:.2f}/{w['server']['kv_mean_perc']:.2f}%")  # fmt: skip
