@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import orjson
@@ -27,6 +28,12 @@ def test_an_hour_of_agent_sessions_without_drift_is_not_called_drift(tmp_path: P
     turns = [r.turn for r in records]
     assert turns.count(0) >= 10 and max(turns) == 14
     assert max(r.prompt_tokens for r in records) > 70_000
+    # Each turn resends the whole answer before it: prompt grows by exactly the answer's
+    # tokens + the new 4.5k user message (+ the same few template tokens every time).
+    first = [r for r in records if r.session == records[0].session]
+    growth = {b.prompt_tokens - a.prompt_tokens - a.completion_tokens
+              for a, b in itertools.pairwise(first)}  # fmt: skip
+    assert len(growth) == 1 and 4500 <= growth.pop() < 4550
     s = orjson.loads((run / "soak.json").read_bytes())
     assert s["duration_s"] == 3600
     v = s["verdict"]

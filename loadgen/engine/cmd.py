@@ -12,7 +12,7 @@ import uvloop
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
-from loadgen.scenario.plan import plan
+from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.prompts import PromptSizeError
 from loadgen.server.launcher import ServerBootError
 
@@ -98,6 +98,12 @@ def run_cmd(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=run_seed,
         progress=progress, block_size=block_size, clock=clock,
     )  # fmt: skip
+    report_run(execute(plan(loaded, run_seed=run_seed), opts))
+
+
+def execute(the_plan: Plan, opts: RunOptions, interrupted: str = "") -> Path:
+    """Runs the plan and returns its run directory; a run that cannot start is a one-line
+    error, Ctrl-C or SIGTERM exits 130 with the records kept (`interrupted` adds a hint)."""
 
     def warn(msg: str) -> None:
         click.echo(f"warning: {msg}", err=True)
@@ -105,13 +111,12 @@ def run_cmd(
     # SIGTERM stops a run the way Ctrl-C does: tasks cancelled, records and manifest flushed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        run_dir = uvloop.run(run_plan(plan(loaded, run_seed=run_seed), opts, warn))
+        return uvloop.run(run_plan(the_plan, opts, warn))
     except (RunError, ServerBootError, PromptSizeError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     except KeyboardInterrupt:
-        click.echo("interrupted: records written so far are kept", err=True)
+        click.echo(f"interrupted: records written so far are kept{interrupted}", err=True)
         sys.exit(130)
-    report_run(run_dir)
 
 
 def report_run(run_dir: Path) -> None:

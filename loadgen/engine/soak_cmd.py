@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import signal
-import sys
 from pathlib import Path
 
 import click
-import uvloop
 
-from loadgen.engine.run import RunOptions, run_plan
+from loadgen.engine.cmd import execute, report_run
+from loadgen.engine.run import RunOptions
 from loadgen.engine.soak import SoakStop, soak_scenario
-from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.model import SimConfig
 from loadgen.scenario.plan import plan
 from loadgen.scenario.soak_block import Soak, parse_duration, parse_window
-from loadgen.server.launcher import ServerBootError
 
 
 @click.command("soak")
@@ -110,23 +106,9 @@ def soak_cmd(
         progress=progress, stop=stop, self_watch=clock == "wall", clock=clock,
     )  # fmt: skip
 
-    def warn(msg: str) -> None:
-        click.echo(f"warning: {msg}", err=True)
-
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     the_plan = plan(soak_scenario(loaded, settings), run_seed=run_seed)
-    try:
-        run_dir = uvloop.run(run_plan(the_plan, opts, warn))
-    except (RunError, ServerBootError) as exc:
-        raise click.ClickException(str(exc).splitlines()[0]) from None
-    except KeyboardInterrupt:
-        click.echo("interrupted: records written so far are kept; `loadgen report DIR` "
-                   "gives the soak so far", err=True)  # fmt: skip
-        sys.exit(130)
-    from loadgen.report.cmd import write_report
-
-    click.echo(write_report(run_dir))
-    click.echo(f"run directory: {run_dir}")
+    hint = "; `loadgen report DIR` gives the soak so far"
+    report_run(execute(the_plan, opts, interrupted=hint))
 
 
 def _soak_settings(
