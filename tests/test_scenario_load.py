@@ -423,7 +423,7 @@ def test_every_shipped_scenario_validates(name: str) -> None:
 def test_shipped_set_is_complete() -> None:
     assert SHIPPED == [
         "agent_sessions", "deep_decode", "ladder", "politeness", "prose_vs_code", "smoke",
-        "soak_steady", "whale_c2", "whale_c4", "whale_c4_cached", "whale_c8",
+        "soak_agent", "soak_steady", "whale_c2", "whale_c4", "whale_c4_cached", "whale_c8",
     ]  # fmt: skip
 
 
