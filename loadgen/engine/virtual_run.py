@@ -58,7 +58,7 @@ class SimTokenCounter:
         return len(self._sim.prompt_ids(text, chat=self._chat, template=self._template))
 
 
-class _Schedule:
+class Schedule:
     """Requests due at run-clock instants, earliest first (ties in the order they were added)."""
 
     def __init__(self) -> None:
@@ -93,7 +93,7 @@ class VirtualArm:
         self.next_poll_ns = self.interval_ns
         self.record = record
 
-    async def run(self, schedule: _Schedule, on_record: Callable[[StreamRecord], None]) -> None:
+    async def run(self, schedule: Schedule, on_record: Callable[[StreamRecord], None]) -> None:
         """Until the schedule is empty and the server idle: each event in time order, polls
         before anything else due at the same instant."""
         sim = self.sim
@@ -122,7 +122,7 @@ class VirtualArm:
     async def one(self, req: StreamRequest) -> StreamRecord:
         """Sends `req` now, alone, and runs the clock until its record is in."""
         got: list[StreamRecord] = []
-        schedule = _Schedule()
+        schedule = Schedule()
         schedule.add(self.sim.now_ns, req)
         await self.run(schedule, got.append)
         (rec,) = got
@@ -131,7 +131,7 @@ class VirtualArm:
     async def rep(self, rep: RepPlan) -> None:
         """A rep's measured requests from now: on their offsets, or closed loop."""
         start = self.sim.now_ns
-        schedule = _Schedule()
+        schedule = Schedule()
         if rep.concurrency is None:
             for p in rep.requests:
                 schedule.add(start + (p.offset_ns or 0), p)
@@ -180,7 +180,7 @@ async def drive_virtual_arm(
     chat = scenario.api == "chat"
     builder = PromptBuilder(SimTokenCounter(sim, chat=chat, template=scenario.chat_template_kwargs))
     poller = MetricsPoller(
-        _fetch(sim),
+        metrics_fetch(sim),
         lambda s: rundir.metrics.append(s.to_json()),
         interval_s=scenario.metrics.poll_interval_s,
         run_start_ns=0,
@@ -224,7 +224,7 @@ async def drive_virtual_arm(
         }
 
 
-def _fetch(sim: VirtualSim) -> Callable[[], Any]:
+def metrics_fetch(sim: VirtualSim) -> Callable[[], Any]:
     async def fetch() -> str:
         return sim.metrics_text()
 
