@@ -15,6 +15,7 @@ stays a server without HTTP and knows nothing of plans.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import itertools
@@ -47,15 +48,34 @@ CLIENT_NOTE = (
 
 
 class SimTokenCounter:
-    """Counts a prompt on the sim's own tokenizer, as its /tokenize does (chat: templated)."""
+    """Counts a prompt on the sim's own tokenizer, as its /tokenize does (chat: templated).
+
+    Sizing a prompt counts ever shorter cuts of one long text; the sim tokenizer encodes each
+    pre-split piece alone, so a cut at a piece end of the last text encoded is counted from
+    that encoding's running totals instead of encoding it again. A chat template only adds a
+    fixed frame around the content (its pieces end at the content's edges). The record's
+    prompt_tokens still come from encoding the prompt sent, so a wrong count would show as
+    prompt_tokens != requested_prompt_tokens."""
 
     method = "local"
 
     def __init__(self, sim: VirtualSim, *, chat: bool, template: dict[str, Any] | None) -> None:
-        self._sim, self._chat, self._template = sim, chat, template
+        tok = sim.tokenizer
+        self._tok = tok
+        self._frame = len(sim.prompt_ids("x", chat=chat, template=template)) - tok.count("x")
+        self._text = ""
+        self._ends: list[int] = []
+        self._counts: list[int] = []
 
     async def count(self, text: str) -> int:
-        return len(self._sim.prompt_ids(text, chat=self._chat, template=self._template))
+        n = len(text)
+        if n and self._text.startswith(text) and text[-1].strip():
+            i = bisect.bisect_left(self._ends, n)
+            if i < len(self._ends) and self._ends[i] == n:
+                return self._frame + self._counts[i]
+        self._text = text
+        self._ends, self._counts = self._tok.piece_counts(text)
+        return self._frame + (self._counts[-1] if self._counts else 0)
 
 
 class Schedule:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,7 +56,6 @@ _ENGINE_FLAGS = (
     "acceptance_rate",
     "seed",
 )
-_COUNT_MEMO = 16
 
 OnRecord = Callable[[StreamRecord], None]
 
@@ -138,7 +136,6 @@ class VirtualSim:
         self._flights: dict[str, _Flight] = {}
         self._deadlines: list[tuple[int, int, str]] = []
         self._seq = itertools.count()
-        self._ids: OrderedDict[tuple[str, bool, str], list[int]] = OrderedDict()
 
     # -- what a client could ask over HTTP -------------------------------------------------
 
@@ -147,21 +144,11 @@ class VirtualSim:
         return generate_latest(self.state.registry).decode("utf-8")
 
     def prompt_ids(self, text: str, *, chat: bool, template: Mapping[str, Any] | None) -> list[int]:
-        """The prompt's token ids as the server tokenizes it (POST /tokenize counts these);
-        the last few are kept, since a prompt is counted while sized and again when sent."""
-        key = (text, chat, repr(sorted((template or {}).items())))
-        ids = self._ids.get(key)
-        if ids is None:
-            tok = self.tokenizer
-            rendered = (
-                tok.apply_chat_template([{"role": "user", "content": text}], template)
-                if chat
-                else text
-            )
-            ids = self._ids[key] = tok.encode(rendered)
-            if len(self._ids) > _COUNT_MEMO:
-                self._ids.popitem(last=False)
-        return ids
+        """The prompt's token ids as the server tokenizes it (chat: through its template)."""
+        tok = self.tokenizer
+        if chat:
+            text = tok.apply_chat_template([{"role": "user", "content": text}], template)
+        return tok.encode(text)
 
     def truth_rows(self) -> list[dict[str, Any]]:
         """GET /sim/requests: the engine's truth, `*_ns` on the run clock."""
