@@ -34,7 +34,7 @@ from prometheus_client import generate_latest
 
 from loadgen.client.openai import Timeouts, timeout_error
 from loadgen.records import StreamError, StreamRecord
-from loadgen.request import StreamRequest
+from loadgen.request import StreamRequest, record_fields
 from loadgen.sim.engine import AdmissionRejected, EngineConfig, SimRequest, TokenOutput
 from loadgen.sim.faults import RequestFaults, parse_fault_options
 from loadgen.sim.openai_wire import WireError, resolve_max_tokens
@@ -360,17 +360,10 @@ def _record(
     # The client counts every data: event but [DONE]: chat's role delta, content, final usage.
     events = len(chunk_ns) + (1 if req.api == "chat" and chunk_ns else 0) + (finish is not None)
     return StreamRecord(
-        id=req.id,
-        group=req.group,
-        rep=req.rep,
-        phase=req.phase,
-        arm=req.arm,
+        **record_fields(req),
         status="error" if error else "ok",
         error=error,
-        api=req.api,
-        model=req.model,
         prompt_tokens=prompt_tokens if chunk_ns else None,
-        requested_prompt_tokens=req.requested_prompt_tokens,
         completion_tokens=sum(chunk_tokens),
         cached_tokens=cached,
         chunks=len(chunk_ns),
@@ -379,7 +372,6 @@ def _record(
         token_source="usage_continuous" if chunk_ns else "chunk_count",
         finish_reason=finish,
         http_status=http_status,
-        t_intended_ns=req.t_intended_ns,
         t_sent_ns=t_sent,
         t_headers_ns=t_sent if ok else t_done,
         t_first_ns=chunk_ns[0] if chunk_ns else None,
@@ -387,5 +379,4 @@ def _record(
         t_done_ns=t_done,
         chunk_ns=list(chunk_ns),
         chunk_tokens=list(chunk_tokens) if chunk_ns else None,
-        max_tokens=req.max_tokens,
     )
