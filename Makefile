@@ -9,7 +9,7 @@ BASE_URL ?=
 MODEL ?=
 RUN_ARGS := $(if $(BASE_URL),--base-url $(BASE_URL)) $(if $(MODEL),--model $(MODEL))
 
-.PHONY: test lint scenario bench clean
+.PHONY: test test-busy lint scenario bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,17 @@ lint: $(STAMP)
 test: lint
 	tools/ensure_chromium.sh
 	$(BIN)/pytest -q
+
+# The wall-clock tests of the HTTP path (sim over loopback, client, SSE, poller) with one core
+# kept busy by a bounded busy loop, so timing fragility shows in CI and not on a user's laptop.
+# Verdicts and rates against the sim's truth run on the virtual clock and need no such guard.
+WALL_SIM_TESTS := tests/test_run_integration.py tests/test_sim_server.py tests/test_sim_faults.py \
+	tests/test_sim_metrics.py tests/test_sim_runner.py tests/test_client.py tests/test_client_faults.py
+HOG_SECONDS ?= 240
+test-busy: $(STAMP)
+	@timeout $(HOG_SECONDS) sh -c 'while :; do :; done' & hog=$$!; \
+	$(BIN)/pytest -q -p no:cacheprovider $(WALL_SIM_TESTS); rc=$$?; \
+	kill $$hog 2>/dev/null; wait $$hog 2>/dev/null; exit $$rc
 
 # Real servers (vLLM CPU, llama-server) and the tiny model, cached in ~/.cache/loadgen.
 .PHONY: setup-real test-real

@@ -38,3 +38,13 @@ class StreamRequest:
     keep_text: bool = False
     # Pass-through body fields (temperature, seed, ...); they override nothing above.
     extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+def record_fields(req: StreamRequest) -> dict[str, Any]:
+    """What a StreamRecord takes from its request as sent (the client's and the virtual sim's
+    records name the request the same way)."""
+    return {
+        "id": req.id, "group": req.group, "rep": req.rep, "phase": req.phase, "arm": req.arm,
+        "api": req.api, "model": req.model, "requested_prompt_tokens": req.requested_prompt_tokens,
+        "t_intended_ns": req.t_intended_ns, "max_tokens": req.max_tokens,
+    }  # fmt: skip

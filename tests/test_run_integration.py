@@ -76,7 +76,10 @@ async def test_token_counts_and_ttft_agree_with_ground_truth(tmp_path: Path):
         client_first = (
             rec.t_first_ns + orjson.loads((run_dir / "run.json").read_bytes())["run_start_perf_ns"]
         )
-        assert 0 <= client_first - row["first_token_ns"] < 20_000_000
+        # The client stamps a chunk after the engine made it; how long after is loopback
+        # delivery on a possibly busy machine (make test-busy runs this beside a CPU hog), so
+        # the bound is loose. Exact timing is the virtual clock's job (test_verdicts_sim.py).
+        assert 0 <= client_first - row["first_token_ns"] < 500_000_000
     assert read_metrics(run_dir), "the poller wrote no samples"
 
 

@@ -17,6 +17,7 @@ from loadgen.analysis.summary import analyze_run
 from loadgen.records import read_streams
 from loadgen.report.cmd import write_report
 from loadgen.scenario.load import load_scenario
+from loadgen.scenario.model import MIN_PROMPT_TOKENS
 
 DATA = Path(__file__).parent / "data"
 SCENARIOS = DATA / "scenarios"
@@ -225,3 +226,22 @@ def test_cli_virtual_run_says_its_clock_in_the_report(tmp_path: Path):
     (run_dir,) = tmp_path.iterdir()
     assert "clock: virtual" in (run_dir / "report.txt").read_text()
     assert "clock: virtual" in (run_dir / "report.html").read_text()
+
+
+AZURE_CODE = Path("/work/shared/traces/azure_llm_2023/AzureLLMInferenceTrace_code.csv")
+
+
+@pytest.mark.skipif(not AZURE_CODE.is_file(), reason="the full Azure code trace is not here")
+async def test_the_azure_code_trace_replays_on_64_seats(tmp_path: Path):
+    # The first 300 rows of the hour (the whole hour is bench/virtual_scale.py's job).
+    sets = [f"arrival.trace.path={AZURE_CODE}", "arrival.trace.limit=300"]
+    run = await run_virtual("azure_code", sets, tmp_path)
+    rows = load_scenario("azure_code", sets).arrival.rows
+    recs = sorted(run.records.values(), key=lambda r: (r.t_intended_ns, r.id))
+    assert len(recs) == 300 and all(r.status == "ok" for r in recs)
+    # Prompts are sized exactly, never below the salt tag's floor (a 14-token row sends 16).
+    assert all(r.prompt_tokens == r.requested_prompt_tokens for r in recs)
+    assert sorted((r.t_intended_ns, r.prompt_tokens, r.completion_tokens) for r in recs) == sorted(
+        (row.offset_ns, max(row.input_tokens, MIN_PROMPT_TOKENS), row.output_tokens) for row in rows
+    )
+    assert max(m.values["num_requests_running"] for m in run.metrics) <= 64

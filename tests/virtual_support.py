@@ -8,12 +8,19 @@ from typing import Any
 from unittest import mock
 
 from loadgen.analysis.summary import analyze_run
+from loadgen.client.openai import Timeouts
 from loadgen.engine import virtual_run
+from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.run import RunOptions, run_plan
+from loadgen.engine.virtual_run import Schedule, VirtualArm, metrics_fetch
 from loadgen.records import MetricsSample, StreamRecord, read_metrics, read_streams
+from loadgen.request import StreamRequest
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
+from loadgen.sim.server import SimServerConfig
 from loadgen.sim.virtual import VirtualSim
+
+MODEL = "loadgen-sim"
 
 NS = 1_000_000_000
 
@@ -90,3 +97,46 @@ async def run_virtual(
 
 def _no_warn(message: str) -> None:
     raise AssertionError(f"the run warned: {message}")
+
+
+@dataclass(frozen=True)
+class Driven:
+    """Requests sent straight to one VirtualSim at chosen instants: records by id, the metrics
+    samples taken on the poll grid, and the sim itself (truth, counters)."""
+
+    records: dict[str, StreamRecord]
+    metrics: list[MetricsSample]
+    sim: VirtualSim
+
+    def truth(self) -> dict[str, dict[str, Any]]:
+        return {r["client_request_id"]: r for r in self.sim.truth_rows()}
+
+
+async def drive(
+    config: SimServerConfig,
+    sends: list[tuple[float, StreamRequest]],
+    *,
+    poll_s: float = 0.05,
+    sim: VirtualSim | None = None,
+    metrics: list[MetricsSample] | None = None,
+) -> Driven:
+    """Sends each request at its instant (seconds on the run clock) and runs until all ended;
+    pass the `sim` (and `metrics`) of an earlier drive() to go on from where it stopped."""
+    sim = sim or VirtualSim(config, Timeouts(), model=MODEL)
+    samples = [] if metrics is None else metrics
+    poller = MetricsPoller(
+        metrics_fetch(sim),
+        samples.append,
+        interval_s=poll_s,
+        run_start_ns=0,
+        clock=lambda: sim.now_ns,
+    )
+    records: dict[str, StreamRecord] = {}
+    arm = VirtualArm(sim, poller, round(poll_s * NS), None, MODEL, lambda r: None)  # type: ignore[arg-type]
+    arm.next_poll_ns = sim.now_ns
+    schedule = Schedule()
+    for t_s, req in sends:
+        schedule.add(sim.now_ns + round(t_s * NS), req)
+    await arm.run(schedule, lambda rec: records.__setitem__(rec.id, rec))
+    await poller.scrape_once()
+    return Driven(records, samples, sim)

@@ -28,7 +28,7 @@ import orjson
 
 from loadgen.client.sse import DONE, MESSAGE, SSEParser
 from loadgen.records import StreamError, StreamRecord, TokenSource
-from loadgen.request import StreamRequest
+from loadgen.request import StreamRequest, record_fields
 
 _loads = orjson.loads
 # What a structurally wrong event raises on the decode path below.
@@ -191,17 +191,10 @@ class StreamDecoder:
         details = (self.usage or {}).get("prompt_tokens_details")
         cached = _usage_int(details, "cached_tokens") if isinstance(details, dict) else None
         return StreamRecord(
-            id=req.id,
-            group=req.group,
-            rep=req.rep,
-            phase=req.phase,
-            arm=req.arm,
+            **record_fields(req),
             status="error" if error else "ok",
             error=error,
-            api=req.api,
-            model=req.model,
             prompt_tokens=_usage_int(self.usage, "prompt_tokens"),
-            requested_prompt_tokens=req.requested_prompt_tokens,
             completion_tokens=completion,
             cached_tokens=cached,
             chunks=len(ns),
@@ -210,7 +203,6 @@ class StreamDecoder:
             token_source=source,
             finish_reason=self.finish_reason,
             http_status=http_status,
-            t_intended_ns=req.t_intended_ns,
             t_sent_ns=rel(t_sent),
             t_headers_ns=rel(t_headers),
             t_first_ns=ns[0] if ns else None,
@@ -218,7 +210,6 @@ class StreamDecoder:
             t_done_ns=rel(self.done_ns if self.done_ns is not None else t_end),
             chunk_ns=ns,
             chunk_tokens=per_chunk,
-            max_tokens=req.max_tokens,
             parse_errors=self.parse_errors,
             session=req.session,
             turn=req.turn,

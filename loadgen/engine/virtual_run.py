@@ -15,6 +15,7 @@ stays a server without HTTP and knows nothing of plans.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import itertools
@@ -48,18 +49,37 @@ CLIENT_NOTE = (
 
 
 class SimTokenCounter:
-    """Counts a prompt on the sim's own tokenizer, as its /tokenize does (chat: templated)."""
+    """Counts a prompt on the sim's own tokenizer, as its /tokenize does (chat: templated).
+
+    Sizing a prompt counts ever shorter cuts of one long text; the sim tokenizer encodes each
+    pre-split piece alone, so a cut at a piece end of the last text encoded is counted from
+    that encoding's running totals instead of encoding it again. A chat template only adds a
+    fixed frame around the content (its pieces end at the content's edges). The record's
+    prompt_tokens still come from encoding the prompt sent, so a wrong count would show as
+    prompt_tokens != requested_prompt_tokens."""
 
     method = "local"
 
     def __init__(self, sim: VirtualSim, *, chat: bool, template: dict[str, Any] | None) -> None:
-        self._sim, self._chat, self._template = sim, chat, template
+        tok = sim.tokenizer
+        self._tok = tok
+        self._frame = len(sim.prompt_ids("x", chat=chat, template=template)) - tok.count("x")
+        self._text = ""
+        self._ends: list[int] = []
+        self._counts: list[int] = []
 
     async def count(self, text: str) -> int:
-        return len(self._sim.prompt_ids(text, chat=self._chat, template=self._template))
+        n = len(text)
+        if n and self._text.startswith(text) and text[-1].strip():
+            i = bisect.bisect_left(self._ends, n)
+            if i < len(self._ends) and self._ends[i] == n:
+                return self._frame + self._counts[i]
+        self._text = text
+        self._ends, self._counts = self._tok.piece_counts(text)
+        return self._frame + (self._counts[-1] if self._counts else 0)
 
 
-class _Schedule:
+class Schedule:
     """Requests due at run-clock instants, earliest first (ties in the order they were added)."""
 
     def __init__(self) -> None:
@@ -96,7 +116,7 @@ class VirtualArm:
         # A soak's stop rule: no new request once it says so.
         self.stop: Callable[[], bool] | None = None
 
-    async def run(self, schedule: _Schedule, on_record: Callable[[StreamRecord], None]) -> None:
+    async def run(self, schedule: Schedule, on_record: Callable[[StreamRecord], None]) -> None:
         """Until the schedule is empty and the server idle: each event in time order, polls
         before anything else due at the same instant."""
         sim = self.sim
@@ -125,7 +145,7 @@ class VirtualArm:
     async def one(self, req: StreamRequest) -> StreamRecord:
         """Sends `req` now, alone, and runs the clock until its record is in."""
         got: list[StreamRecord] = []
-        schedule = _Schedule()
+        schedule = Schedule()
         schedule.add(self.sim.now_ns, req)
         await self.run(schedule, got.append)
         (rec,) = got
@@ -135,7 +155,7 @@ class VirtualArm:
         """A rep's measured requests from now: on their offsets, or closed loop; sessions
         beside them, each turn sent at the previous answer's end + its think time."""
         start = self.sim.now_ns
-        schedule = _Schedule()
+        schedule = Schedule()
         on_turn = self._conversations(schedule, sessions or [], start)
         if rep.concurrency is None:
             for p in rep.requests:
@@ -170,7 +190,7 @@ class VirtualArm:
         await self.run(schedule, done)
 
     def _conversations(
-        self, schedule: _Schedule, sessions: list[BuiltSession], start: int
+        self, schedule: Schedule, sessions: list[BuiltSession], start: int
     ) -> Callable[[StreamRecord], bool]:
         """Schedules every session's first turn; returns the record handler that writes a
         turn's record and schedules the next turn with the answer as the server gave it
@@ -195,7 +215,7 @@ class VirtualArm:
         return on_turn
 
     def _schedule_turn(
-        self, schedule: _Schedule, s: BuiltSession, index: int, said: list[str], after_ns: int
+        self, schedule: Schedule, s: BuiltSession, index: int, said: list[str], after_ns: int
     ) -> None:
         turn = s.plan.turns[index]
         t = after_ns + turn.think_ns
@@ -229,7 +249,7 @@ async def drive_virtual_arm(
     # Session messages are sized as content (the template adds its own tokens when sent).
     session_builder = PromptBuilder(SimTokenCounter(sim, chat=False, template=None))
     poller = MetricsPoller(
-        _fetch(sim),
+        metrics_fetch(sim),
         lambda s: rundir.metrics.append(s.to_json()),
         interval_s=scenario.metrics.poll_interval_s,
         run_start_ns=0,
@@ -287,7 +307,7 @@ async def drive_virtual_arm(
             manifest["soak_end"] = soak.to_json()
 
 
-def _fetch(sim: VirtualSim) -> Callable[[], Any]:
+def metrics_fetch(sim: VirtualSim) -> Callable[[], Any]:
     async def fetch() -> str:
         return sim.metrics_text()
 

@@ -17,6 +17,7 @@ from loadgen.analysis.sweep import analyze_sweep
 from loadgen.report.html import render_html, render_sweep_html
 from loadgen.report.plots import sessions_png
 from loadgen.report.soak_report import is_soak, write_soak_report
+from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
 from loadgen.report.sweep_text import render_sweep_plain, sweep_tables
 from loadgen.report.tables import DASH, Table, num
 from loadgen.report.text import header, hist_lines, render_plain, render_rich, run_tables
@@ -48,7 +49,10 @@ def write_report(run_dir: Path) -> str:
     (run_dir / "summary.json").write_bytes(dumps_canonical(sweep))
     plain = render_sweep_plain(sweep, {n: a.summary for n, a in arms.items()})
     (run_dir / "report.txt").write_text(plain, encoding="utf-8")
-    (run_dir / "report.html").write_text(render_sweep_html(sweep, arms), encoding="utf-8")
+    figure = sweep_figure(sweep)
+    if figure is not None:
+        (run_dir / SWEEP_PNG).write_bytes(figure)
+    (run_dir / "report.html").write_text(render_sweep_html(sweep, arms, figure), encoding="utf-8")
     return _sweep_rich(sweep, arms)
 
 

@@ -115,10 +115,15 @@ def render_html(analysis: Analysis) -> str:
     return _page(head, run_body(analysis))
 
 
-def render_sweep_html(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:
-    """report.html of a sweep parent: the across-arm tables, then each arm's report."""
+def render_sweep_html(
+    sweep: dict[str, Any], arms: dict[str, Analysis], figure: bytes | None = None
+) -> str:
+    """report.html of a sweep parent: the across-arm tables and figure (sweep_plot's, drawn
+    against the swept flag), then each arm's report."""
     parts = [_head_lines(header(sweep)[1:])]
     parts += [to_html(t) for t in sweep_tables(sweep)]
+    if figure is not None:
+        parts.append("<h2>Across the sweep</h2>" + _img(figure, "sweep figure", ""))
     for name, a in sorted(arms.items()):
         parts.append(f"<h2>Arm {html.escape(name)}</h2>{run_body(a)}")
     return _page(header(sweep)[0], "".join(parts))

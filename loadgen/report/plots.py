@@ -39,7 +39,8 @@ PERCENTILES = (0, 50, 75, 90, 95, 99, 99.5, 99.9, 99.99)
 DPI = 100
 
 
-def _png(fig: Figure) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
+    """The figure as PNG bytes, metadata stripped (the same figure renders the same bytes)."""
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
@@ -95,7 +96,7 @@ def timeline_png(streams: list[dict[str, Any]]) -> bytes | None:
         title += f" (first {len(rows)} of {len(streams)})"
     ax.set_title(title)
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _x(p: float) -> float:
@@ -146,7 +147,7 @@ def percentiles_png(histograms: dict[str, GroupHistograms]) -> bytes | None:
     if not drew:
         return None
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def metrics_png(timeline: Timeline) -> bytes | None:
@@ -181,7 +182,7 @@ def metrics_png(timeline: Timeline) -> bytes | None:
         ax.grid(alpha=0.3)
     axes[0].set_title("Server metrics timeline (/metrics polls)")
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def sessions_png(streams: list[dict[str, Any]]) -> bytes | None:
@@ -207,4 +208,4 @@ def sessions_png(streams: list[dict[str, Any]]) -> bytes | None:
     ax_decode.set_ylabel("decode tok/s (per stream)")
     ax_decode.set_title("decode rate against context length")
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)

@@ -6,11 +6,9 @@ directory (Ctrl-C, SIGKILL, a dead server) gives the report of what was recorded
 from __future__ import annotations
 
 import html
-import io
 from pathlib import Path
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from loadgen.analysis.inputs import load_run
@@ -19,6 +17,7 @@ from loadgen.analysis.stats import dumps_canonical
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import read_jsonl
 from loadgen.report.html import _img, _page
+from loadgen.report.plots import png_bytes
 from loadgen.report.tables import DASH, Table, num, rate, secs, to_html, to_plain
 
 NS = 1_000_000_000
@@ -184,10 +183,7 @@ def rate_png(s: dict[str, Any]) -> bytes | None:
     ctx.set_ylabel("mean decode context, tokens")
     fig.legend(loc="lower left", fontsize=8)
     fig.tight_layout()
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    return buf.getvalue()
+    return png_bytes(fig)
 
 
 def render_plain(s: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -238,7 +239,9 @@ class _Pieces:
             self._parts.append(part)
             size += len(part)
         self.text = "".join(self._parts)
-        self.ends = [m.end() for m in _PIECE_RE.finditer(self.text)]
+        # Pieces are contiguous (each starts with the whitespace after the last), so their
+        # ends are the running sum of their lengths; only trailing whitespace is left out.
+        self.ends = list(accumulate(map(len, _PIECE_RE.findall(self.text))))
 
     def __len__(self) -> int:
         return len(self.ends)

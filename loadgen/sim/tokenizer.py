@@ -117,6 +117,20 @@ def _encode_piece(piece: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+class _PieceLengths(dict):
+    """Tokens per piece, filled on first sight: counting a long prompt is one dict lookup per
+    piece (a bounded memo, like _encode_piece's)."""
+
+    def __missing__(self, piece: str) -> int:
+        if len(self) >= 1 << 16:
+            self.clear()
+        n = self[piece] = len(_encode_piece(piece))
+        return n
+
+
+_PIECE_LENGTHS = _PieceLengths()
+
+
 class SimTokenizer:
     """Encode, decode, count and render chat prompts for the simulated engine."""
 
@@ -137,6 +151,16 @@ class SimTokenizer:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    def piece_counts(self, text: str) -> tuple[list[int], list[int]]:
+        """Where each pre-split piece of `text` ends, and the tokens up to that end. Pieces are
+        encoded alone, so a prefix of `text` cut at one of these ends (and ending in a word or
+        punctuation mark: no whitespace lookahead reaches past it) counts exactly as given."""
+        # The split tiles the text (every character belongs to some alternative), so the ends
+        # are the running sum of the pieces' lengths.
+        pieces = _SPLIT.findall(text)
+        ends = list(itertools.accumulate(map(len, pieces)))
+        return ends, list(itertools.accumulate(map(_PIECE_LENGTHS.__getitem__, pieces)))
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         parts: list[str] = []

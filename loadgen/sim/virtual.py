@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +34,7 @@ from prometheus_client import generate_latest
 
 from loadgen.client.openai import Timeouts, timeout_error
 from loadgen.records import StreamError, StreamRecord
-from loadgen.request import StreamRequest
+from loadgen.request import StreamRequest, record_fields
 from loadgen.sim.engine import AdmissionRejected, EngineConfig, SimRequest, TokenOutput
 from loadgen.sim.faults import RequestFaults, parse_fault_options
 from loadgen.sim.openai_wire import WireError, resolve_max_tokens
@@ -57,7 +56,6 @@ _ENGINE_FLAGS = (
     "acceptance_rate",
     "seed",
 )
-_COUNT_MEMO = 16
 
 OnRecord = Callable[[StreamRecord], None]
 
@@ -140,7 +138,6 @@ class VirtualSim:
         self._flights: dict[str, _Flight] = {}
         self._deadlines: list[tuple[int, int, str]] = []
         self._seq = itertools.count()
-        self._ids: OrderedDict[tuple[str, bool, str], list[int]] = OrderedDict()
 
     # -- what a client could ask over HTTP -------------------------------------------------
 
@@ -149,21 +146,11 @@ class VirtualSim:
         return generate_latest(self.state.registry).decode("utf-8")
 
     def prompt_ids(self, text: str, *, chat: bool, template: Mapping[str, Any] | None) -> list[int]:
-        """The prompt's token ids as the server tokenizes it (POST /tokenize counts these);
-        the last few are kept, since a prompt is counted while sized and again when sent."""
-        key = (text, chat, repr(sorted((template or {}).items())))
-        ids = self._ids.get(key)
-        if ids is None:
-            tok = self.tokenizer
-            rendered = (
-                tok.apply_chat_template([{"role": "user", "content": text}], template)
-                if chat
-                else text
-            )
-            ids = self._ids[key] = tok.encode(rendered)
-            if len(self._ids) > _COUNT_MEMO:
-                self._ids.popitem(last=False)
-        return ids
+        """The prompt's token ids as the server tokenizes it (chat: through its template)."""
+        tok = self.tokenizer
+        if chat:
+            text = tok.apply_chat_template([{"role": "user", "content": text}], template)
+        return tok.encode(text)
 
     def truth_rows(self) -> list[dict[str, Any]]:
         """GET /sim/requests: the engine's truth, `*_ns` on the run clock."""
@@ -388,17 +375,10 @@ def _record(
     chat = req.api == "chat" or req.messages is not None
     events = len(chunk_ns) + (1 if chat and chunk_ns else 0) + (finish is not None)
     return StreamRecord(
-        id=req.id,
-        group=req.group,
-        rep=req.rep,
-        phase=req.phase,
-        arm=req.arm,
+        **record_fields(req),
         status="error" if error else "ok",
         error=error,
-        api=req.api,
-        model=req.model,
         prompt_tokens=prompt_tokens if chunk_ns else None,
-        requested_prompt_tokens=req.requested_prompt_tokens,
         completion_tokens=sum(chunk_tokens),
         cached_tokens=cached,
         chunks=len(chunk_ns),
@@ -407,7 +387,6 @@ def _record(
         token_source="usage_continuous" if chunk_ns else "chunk_count",
         finish_reason=finish,
         http_status=http_status,
-        t_intended_ns=req.t_intended_ns,
         t_sent_ns=t_sent,
         t_headers_ns=t_sent if ok else t_done,
         t_first_ns=chunk_ns[0] if chunk_ns else None,
@@ -415,7 +394,6 @@ def _record(
         t_done_ns=t_done,
         chunk_ns=list(chunk_ns),
         chunk_tokens=list(chunk_tokens) if chunk_ns else None,
-        max_tokens=req.max_tokens,
         session=req.session,
         turn=req.turn,
     )

@@ -1,0 +1,91 @@
+"""Where the virtual clock's time goes: a scenario run with --clock virtual under cProfile.
+
+    .venv/bin/python bench/virtual_scale.py SCENARIO [--set k=v ...] [--no-profile]
+
+e.g. the Azure LLM code trace (8,819 rows, an hour) on a 64-seat sim:
+
+    .venv/bin/python bench/virtual_scale.py scenarios/azure_code.yaml \
+        --set arrival.trace.path=/work/shared/traces/azure_llm_2023/AzureLLMInferenceTrace_code.csv
+
+Prints the wall and CPU time of the run (report writing excluded), the virtual time it covered
+(the speed-up over real time), and the share of self time per stage: prompt text generation,
+prompt sizing, the sim tokenizer, the engine core (scheduler, KV pool), /metrics exposition and
+parsing, record writing, the driver itself. Shares are of the same run's profiled total, so
+they compare stages with each other, not with another machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from loadgen.engine.run import RunOptions, run_plan
+from loadgen.records import read_streams
+from loadgen.scenario.load import load_scenario
+from loadgen.scenario.plan import plan
+
+STAGES = (
+    ("prompt text (scenario/textgen)", ("loadgen/scenario/textgen", "/random.py")),
+    ("prompt sizing (scenario/prompts)", ("loadgen/scenario/prompts",)),
+    ("sim tokenizer", ("loadgen/sim/tokenizer", "{method 'findall'")),
+    ("engine core (sim/engine, kvcache, requests)", ("loadgen/sim/engine", "loadgen/sim/kv",
+                                                      "loadgen/sim/requests", "hashlib")),
+    ("/metrics exposition + poller parse", ("prometheus_client", "loadgen/sim/metrics",
+                                            "loadgen/engine/poller")),
+    ("records (json, files)", ("loadgen/records", "orjson", "dataclasses")),
+    ("virtual driver (sim/virtual, engine/virtual_run)", ("loadgen/sim/virtual",
+                                                          "loadgen/engine/virtual_run")),
+)  # fmt: skip
+
+
+def stage_of(key: tuple[str, int, str]) -> str:
+    where = f"{key[0]}:{key[2]}"
+    for name, needles in STAGES:
+        if any(n in where for n in needles):
+            return name
+    return "other"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenario")
+    ap.add_argument("--set", dest="sets", action="append", default=[])
+    ap.add_argument("--no-profile", action="store_true", help="time only (no profiler overhead)")
+    args = ap.parse_args()
+    scenario = load_scenario(args.scenario, args.sets)
+    with tempfile.TemporaryDirectory() as out:
+        opts = RunOptions(out_root=Path(out), progress=False, clock="virtual")
+        prof = None if args.no_profile else cProfile.Profile()
+        t0, c0 = time.perf_counter(), time.process_time()
+        if prof:
+            prof.enable()
+        run_dir = asyncio.run(run_plan(plan(scenario), opts, warn=print))
+        if prof:
+            prof.disable()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        records = read_streams(run_dir)
+    virtual_s = max((r.t_done_ns or 0) for r in records) / 1e9
+    ok = sum(r.status == "ok" for r in records)
+    mismatched = sum(r.prompt_tokens != r.requested_prompt_tokens for r in records)
+    print(f"{scenario.name}: {len(records)} streams ({ok} ok), {virtual_s:.0f} s of virtual time")
+    print(f"run: {wall:.1f} s wall, {cpu:.1f} s CPU ({virtual_s / wall:.0f}x real time)"
+          f"{' under cProfile' if prof else ''}; prompts off their size: {mismatched}")  # fmt: skip
+    if prof is None:
+        return
+    by_stage: dict[str, float] = defaultdict(float)
+    stats = pstats.Stats(prof)
+    for key, (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        by_stage[stage_of(key)] += tottime
+    total = sum(by_stage.values())
+    for name, t in sorted(by_stage.items(), key=lambda kv: -kv[1]):
+        print(f"  {t / total * 100:5.1f}%  {name}")
+
+
+if __name__ == "__main__":
+    main()
