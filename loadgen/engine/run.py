@@ -61,6 +61,8 @@ class RunOptions:
     # without a source entry is labelled "flags".
     server_facts: dict[str, int] | None = None
     server_facts_sources: dict[str, str] | None = None
+    # SLOs from `--slo`; each field overrides the scenario's `slo` of the same name.
+    slo: dict[str, float] | None = None
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -106,6 +108,7 @@ def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[s
         "started_wall": started.isoformat(),
         "host": platform.node(),
         "python": platform.python_version(),
+        "slo": {**(plan.scenario.slo or {}), **(opts.slo or {})} or None,
     }
 
 

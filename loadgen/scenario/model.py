@@ -285,6 +285,8 @@ class Scenario:
     sim: SimConfig | None = None
     sweep: Sweep | None = None
     source: Path | None = None
+    # Service-level objectives for goodput: any of ttft_s, tpot_ms, e2e_s.
+    slo: dict[str, float] | None = None
 
     def group(self, name: str) -> Group:
         for g in self.groups:

@@ -54,6 +54,7 @@ TOP_KEYS = (
     "timeouts",
     "sim",
     "sweep",
+    "slo",
 )
 GROUP_KEYS = (
     "name", "count", "prompt", "max_tokens", "min_tokens", "ignore_eos", "start", "session",
@@ -93,6 +94,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         metrics=Metrics(c.field(metrics, "poll_interval_s", "metrics", blocks.SECONDS, 0.25)),
         timeouts=blocks.timeouts(c, root),
         sim=blocks.sim(c, root) if root.get("sim") is not None else None,
+        slo=blocks.slo(c, root),
         source=source,
     )
     if c.errors:

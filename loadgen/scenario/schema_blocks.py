@@ -195,3 +195,17 @@ def _fault_problem(item: Any) -> str | None:
     except ValueError as exc:
         return f"{str(exc).partition('; ')[0]} (expected {FAULT_FORMS})"
     return None
+
+
+def slo(c: Checker, root: MarkedMap) -> dict[str, float] | None:
+    """`slo: {ttft_s, tpot_ms, e2e_s}`: any of them, each a number > 0."""
+    if root.get("slo") is None:
+        return None
+    m = c.mapping(root, "slo", "")
+    keys = ("ttft_s", "tpot_ms", "e2e_s")
+    c.keys(m, "slo", keys)
+    values = {k: c.field(m, k, "slo", MAYBE_SECONDS, None) for k in keys}
+    out = {k: float(v) for k, v in values.items() if v is not None}
+    if not out and not c.errors:
+        c.at_key(root, "slo", "", "got no objective (expected any of ttft_s, tpot_ms, e2e_s)")
+    return out or None
