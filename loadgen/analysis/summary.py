@@ -168,6 +168,7 @@ def _run_section(
         "client_limited_reasons": reasons,
         "client": client,
         "speed": manifest.get("speed", 1.0),
+        "clock": manifest.get("clock", "wall"),
         "token_counter": manifest.get("token_counter"),
         "token_sources": sorted({r.token_source for r in measure}),
         "prompt_shapes": manifest.get("prompt_shapes") or {},

@@ -100,6 +100,7 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
                 for r in a.summary["run"]["client_limited_reasons"]
             ],
             "speed": first["speed"],
+            "clock": first.get("clock", "wall"),
             "boots_per_arm": manifest.get("boots_per_arm"),
             "boots_note": manifest.get("boots_note"),
         },

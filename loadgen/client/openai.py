@@ -57,6 +57,17 @@ class Timeouts:
     total_s: float | None = None
 
 
+def timeout_error(kind: str, t: Timeouts) -> StreamError:
+    """The record's error when timeout `kind` (total, first_byte, idle) of `t` expired."""
+    if kind == "total":
+        return StreamError("total_timeout", f"stream exceeded {t.total_s} s")
+    if kind == "first_byte":
+        return StreamError(
+            "first_byte_timeout", f"no response data within {t.first_byte_s} s of send"
+        )
+    return StreamError("idle_timeout", f"no data for {t.idle_s} s mid-stream")
+
+
 def resolve_target(base_url: str | None, api_key: str | None) -> tuple[str, str | None]:
     """The server root URL (no trailing /v1) and API key: flags first, then OPENAI_BASE_URL /
     OPENAI_API_KEY. Raises ValueError with a one-line message when no usable URL is given."""
@@ -295,13 +306,11 @@ class OpenAIClient:
             if live.timeout is not None:
                 continue
             if total is not None and now - live.t_sent > total:
-                live.timeout = StreamError("total_timeout", f"stream exceeded {t.total_s} s")
+                live.timeout = timeout_error("total", t)
             elif live.last_ns == 0 and now - live.t_sent > first_byte:
-                live.timeout = StreamError(
-                    "first_byte_timeout", f"no response data within {t.first_byte_s} s of send"
-                )
+                live.timeout = timeout_error("first_byte", t)
             elif live.last_ns and now - live.last_ns > idle:
-                live.timeout = StreamError("idle_timeout", f"no data for {t.idle_s} s mid-stream")
+                live.timeout = timeout_error("idle", t)
             if live.timeout is not None:
                 live.task.cancel()
 

@@ -68,6 +68,14 @@ from loadgen.server.launcher import ServerBootError
     metavar="ttft=S,tpot=MS,e2e=S",
     help="SLOs for goodput (TTFT, E2E in s; TPOT in ms); override the scenario's slo.",
 )
+@click.option(
+    "--clock",
+    type=click.Choice(["wall", "virtual"]),
+    default="wall",
+    show_default=True,
+    help="virtual: the built-in sim's engine on a discrete-event clock, no HTTP (exact, "
+    "repeatable, faster than real time); wall: real time over HTTP.",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def run_cmd(
     scenario: str,
@@ -80,9 +88,15 @@ def run_cmd(
     run_seed: int | None,
     block_size: int | None,
     slo: str | None,
+    clock: str,
     progress: bool,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
+    if clock == "virtual" and base_url:
+        raise click.UsageError(
+            "--clock virtual runs the built-in sim without HTTP; drop --base-url (or "
+            "OPENAI_BASE_URL) or use --clock wall"
+        )
     sets = list(overrides) + ([f"api={api}"] if api else [])
     try:
         loaded = load_scenario(scenario, sets)
@@ -94,7 +108,7 @@ def run_cmd(
         raise click.ClickException(str(exc)) from None
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=run_seed,
-        progress=progress, block_size=block_size, slo=slos,
+        progress=progress, block_size=block_size, slo=slos, clock=clock,
     )  # fmt: skip
 
     def warn(msg: str) -> None:

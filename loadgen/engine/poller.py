@@ -92,8 +92,11 @@ class MetricsPoller:
         interval_s: float,
         run_start_ns: int,
         warn: Callable[[str], None] = lambda msg: None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self._fetch = fetch
+        # A virtual run reads its own clock (run-clock ns); run() is for the wall clock only.
+        self._clock = clock
         self._sink = sink
         self._interval_ns = int(interval_s * 1e9)
         self._run_start_ns = run_start_ns
@@ -131,4 +134,6 @@ class MetricsPoller:
             await asyncio.sleep(delay)
 
     def _now(self) -> int:
+        if self._clock is not None:
+            return self._clock()
         return time.perf_counter_ns() - self._run_start_ns

@@ -13,7 +13,7 @@ import dataclasses
 import datetime as dt
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +63,9 @@ class RunOptions:
     server_facts_sources: dict[str, str] | None = None
     # SLOs from `--slo`; each field overrides the scenario's `slo` of the same name.
     slo: dict[str, float] | None = None
+    # "wall": the sim (or a server) over HTTP in real time; "virtual": the sim's engine on a
+    # discrete-event clock, no HTTP (loadgen/engine/virtual_run.py).
+    clock: str = "wall"
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -94,6 +97,11 @@ def _boots(plan: Plan, opts: RunOptions) -> dict[str, Any]:
     """Boots per arm, said out loud: a cross-boot comparison is only as good as its floor."""
     if opts.base_url:
         return {"boots_per_arm": 0, "boots_note": "external server: loadgen restarted nothing"}
+    if opts.clock == "virtual":
+        return {
+            "boots_per_arm": 1,
+            "boots_note": "one fresh engine per arm on the virtual clock: exact, one is its floor",
+        }
     return {
         "boots_per_arm": 1,
         "boots_note": "one fresh sim per arm; the sim is deterministic, so one boot is its floor",
@@ -123,11 +131,17 @@ async def run_arm(
         "cache_checks": [],
     }
     try:
-        async with open_target(arm, opts, log_dir=path, warn=warn) as target:
-            manifest |= target.manifest()
-            rundir.write_manifest(manifest)
-            await _drive_arm(arm, target, rundir, manifest, opts, warn)
-            manifest["interrupted"] = False
+        if opts.clock == "virtual":
+            # Imported here: the virtual driver reuses this module's phases.
+            from loadgen.engine.virtual_run import drive_virtual_arm
+
+            await drive_virtual_arm(arm, rundir, manifest, opts, warn)
+        else:
+            async with open_target(arm, opts, log_dir=path, warn=warn) as target:
+                manifest |= target.manifest()
+                rundir.write_manifest(manifest)
+                await _drive_arm(arm, target, rundir, manifest, opts, warn)
+        manifest["interrupted"] = False
     finally:
         manifest["finished_wall"] = dt.datetime.now(dt.UTC).isoformat()
         rundir.write_manifest(manifest)
@@ -144,7 +158,7 @@ async def _drive_arm(
 ) -> None:
     scenario = arm.scenario
     concurrency = _max_in_flight(arm)
-    timeouts = _client_timeouts(scenario)
+    timeouts = client_timeouts(scenario)
     run_start_ns = time.perf_counter_ns()
     manifest["run_start_perf_ns"] = run_start_ns
     async with OpenAIClient(
@@ -185,6 +199,9 @@ async def _drive_arm(
             rundir.append_stream(rec)
             progress.done(rec)
 
+        async def send_now(req: StreamRequest) -> StreamRecord:
+            return await client.stream(_now_intended(req, run_start_ns))
+
         background = [asyncio.create_task(poller.run()), asyncio.create_task(lag.run())]
         try:
             with progress:
@@ -192,7 +209,7 @@ async def _drive_arm(
                     req = await materialize(warm, builder, model=model, t_intended_ns=0)
                     record(await client.stream(_now_intended(req, run_start_ns)))
                 for rep in arm.reps:
-                    checks = await _prime_rep(rep, builder, client, poller, model, target, record)
+                    checks = await prime_rep(rep, builder, send_now, poller, model, target, record)
                     manifest["cache_checks"] += [c.to_json() for c in checks]
                     await _run_rep(
                         rep, (builder, session_builder), client, model, run_start_ns, record,
@@ -227,7 +244,7 @@ async def _resolve_model(client: OpenAIClient, model: str | None) -> str:
     return models["data"][0]["id"]
 
 
-def _client_timeouts(scenario: Scenario) -> Timeouts:
+def client_timeouts(scenario: Scenario) -> Timeouts:
     t = scenario.timeouts
     return Timeouts(
         connect_s=t.connect_s or 3600.0,
@@ -243,10 +260,25 @@ def _max_in_flight(arm: ArmPlan) -> int:
     return max(max(sizes), 1)
 
 
-async def _prime_rep(
+def probe_request(
+    spec: PromptSpec, planned: PlannedRequest, phase: str, rep: int
+) -> PlannedRequest:
+    """The prime or probe of a primed prefix: the prefix plus a short tail of its own."""
+    probe_spec = dataclasses.replace(
+        spec,
+        tokens=(spec.prefix_tokens or spec.tokens) + PROBE_TAIL_TOKENS,
+        text_seed=derive_seed(spec.text_seed, phase, rep),
+    )
+    return dataclasses.replace(
+        planned, id=f"{planned.id}-{phase}", phase=phase, prompt=probe_spec,
+        max_tokens=PRIME_MAX_TOKENS, min_tokens=None,
+    )  # fmt: skip
+
+
+async def prime_rep(
     rep: RepPlan,
     builder: PromptBuilder,
-    client: OpenAIClient,
+    send_now: Callable[[StreamRequest], Awaitable[StreamRecord]],
     poller: MetricsPoller,
     model: str,
     target: Target,
@@ -259,17 +291,9 @@ async def _prime_rep(
         async def send(
             phase: str, spec: PromptSpec = spec, planned: PlannedRequest = planned
         ) -> StreamRecord:
-            probe_spec = dataclasses.replace(
-                spec,
-                tokens=(spec.prefix_tokens or spec.tokens) + PROBE_TAIL_TOKENS,
-                text_seed=derive_seed(spec.text_seed, phase, rep.rep),
-            )
-            probe = dataclasses.replace(
-                planned, id=f"{planned.id}-{phase}", phase=phase, prompt=probe_spec,
-                max_tokens=PRIME_MAX_TOKENS, min_tokens=None,
-            )  # fmt: skip
+            probe = probe_request(spec, planned, phase, rep.rep)
             req = await materialize(probe, builder, model=model, t_intended_ns=0)
-            rec = await client.stream(_now_intended(req, client.run_start_ns))
+            rec = await send_now(req)
             record(rec)
             return rec
 

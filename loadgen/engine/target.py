@@ -71,7 +71,7 @@ async def open_target(
             target.learn({"block_size": opts.block_size}, "flags")
         yield target
         return
-    settings = _sim_settings(arm)
+    settings = sim_settings(arm)
     flags = sim_flags(settings)
     async with launch(SimProfile(), flags=flags, log_dir=log_dir, served_name=SIM_MODEL) as server:
         target = Target(
@@ -82,7 +82,7 @@ async def open_target(
         yield target
 
 
-def _sim_settings(arm: ArmPlan) -> dict[str, Any]:
+def sim_settings(arm: ArmPlan) -> dict[str, Any]:
     sim = arm.scenario.sim
     if sim is None:
         return dict(arm.flags)

@@ -66,6 +66,11 @@ def header(summary: dict[str, Any]) -> list[str]:
         # The sim's profile sets its time scale (default = an RTX 4090 shape at 1/10 time), so
         # no sim figure is quoted without it.
         lines.append("sim: loadgen sim " + " ".join(str(f) for f in target["flags"]))
+    if run.get("clock") == "virtual":
+        lines.append(
+            "clock: virtual (the sim's engine on a discrete-event clock; the client and the "
+            "HTTP path were not in the loop: figures are the engine model's, exact)"
+        )
     if "streams" in run and isinstance(run["streams"], dict):
         st, cap, base = run["streams"], run["cap"], run["prefill_baseline"]
         lines.append(

@@ -196,6 +196,14 @@ class Engine:
     def has_unfinished(self) -> bool:
         return bool(self._live)
 
+    def next_step_start_s(self) -> float | None:
+        """When step() would start its next step: now when requests wait or run, else the
+        next arrival (None: nothing left). A discrete-event driver advances to this instant."""
+        if self._running or self._waiting:
+            return self.now_s
+        pending = self._live_pending()
+        return max(self.now_s, pending[0][0]) if pending else None
+
     def ground_truth(self) -> list[dict]:
         return [t.to_dict() for t in self._truth.values()]
 
@@ -226,10 +234,15 @@ class Engine:
     def _num_queued(self) -> int:
         return len(self._waiting) + sum(1 for *_, r in self._pending if r.state == "pending")
 
-    def _release_arrivals(self) -> None:
+    def _live_pending(self) -> list[tuple[float, int, LiveRequest]]:
+        """The arrival heap, its head no longer a request aborted before it arrived."""
         pending = self._pending
         while pending and pending[0][2].state != "pending":
-            heapq.heappop(pending)  # aborted before it arrived
+            heapq.heappop(pending)
+        return pending
+
+    def _release_arrivals(self) -> None:
+        pending = self._live_pending()
         if not self._running and not self._waiting and pending:
             # Idle: jump to the next arrival.
             self.now_s = max(self.now_s, pending[0][0])

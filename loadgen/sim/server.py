@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -370,10 +370,13 @@ class _Outcome:
     finished: bool = False
 
 
-def ground_truth_rows(state: SimState) -> list[dict[str, Any]]:
+def ground_truth_rows(
+    state: SimState, ns: Callable[[float], int] | None = None
+) -> list[dict[str, Any]]:
     """The engine's per-request truth, every engine time also given as a perf_counter_ns
-    instant (`*_ns` beside each `*_s`), so a client record can be checked against it."""
-    ns = state.runner.wall_ns
+    instant (`*_ns` beside each `*_s`), so a client record can be checked against it.
+    `ns` maps engine seconds to another clock's ns (the virtual run clock)."""
+    ns = ns or state.runner.wall_ns
     rows = []
     for row in state.engine.ground_truth():
         first, finished = row["first_token_s"], row["finished_s"]

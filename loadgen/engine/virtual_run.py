@@ -1,0 +1,231 @@
+"""`loadgen run --clock virtual`: one arm's plan on the sim's engine, on a discrete-event clock.
+
+The same phases as the wall-clock `_drive_arm` (warmups one at a time, then per rep: prime and
+verify cached prefixes, then the measured requests, open or closed loop), the same prompts
+(sized on the sim's tokenizer, as its /tokenize would), the same records and metrics.jsonl, so
+analysis and reports run unchanged. What changes is time: the run clock is VirtualSim's, which
+jumps from event to event (an arrival, a step start, a client timeout, a poll instant on the
+scenario's poll grid), so the result is exact and repeatable and does not depend on the load
+on the machine. Nothing here awaits anything real: the coroutines are the shared phases'.
+
+The driver lives in engine/ and not in sim/ because it executes a Plan (scenario, prompts,
+cache checks, records), which is the engine stage's job; the sim side (loadgen/sim/virtual.py)
+stays a server without HTTP and knows nothing of plans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from loadgen.engine.materialize import materialize
+from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.run import RunOptions, client_timeouts, prime_rep
+from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
+from loadgen.records import RunDirectory, StreamRecord
+from loadgen.request import StreamRequest
+from loadgen.scenario.plan import ArmPlan, PlannedRequest, RepPlan
+from loadgen.scenario.prompts import PromptBuilder
+from loadgen.server.bootlog import cache_config_facts
+from loadgen.server.sim import sim_flags
+from loadgen.sim.virtual import (
+    NS,
+    SettingsError,
+    VirtualSim,
+    config_from_settings,
+    sim_facts,
+)
+
+VIRTUAL_URL = "virtual://loadgen-sim"
+CLIENT_NOTE = (
+    "virtual clock: requests went straight from the plan into the sim's engine; no client, "
+    "no HTTP, no event loop in the measurement"
+)
+
+
+class SimTokenCounter:
+    """Counts a prompt on the sim's own tokenizer, as its /tokenize does (chat: templated)."""
+
+    method = "local"
+
+    def __init__(self, sim: VirtualSim, *, chat: bool, template: dict[str, Any] | None) -> None:
+        self._sim, self._chat, self._template = sim, chat, template
+
+    async def count(self, text: str) -> int:
+        return len(self._sim.prompt_ids(text, chat=self._chat, template=self._template))
+
+
+class _Schedule:
+    """Requests due at run-clock instants, earliest first (ties in the order they were added)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, PlannedRequest | StreamRequest]] = []
+        self._seq = itertools.count()
+
+    def add(self, t_ns: int, item: PlannedRequest | StreamRequest) -> None:
+        heapq.heappush(self._heap, (t_ns, next(self._seq), item))
+
+    def next_ns(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def pop(self) -> tuple[int, PlannedRequest | StreamRequest]:
+        t, _, item = heapq.heappop(self._heap)
+        return t, item
+
+
+class VirtualArm:
+    """One arm on one fresh VirtualSim: its clock, its poll grid, its records."""
+
+    def __init__(
+        self,
+        sim: VirtualSim,
+        poller: MetricsPoller,
+        interval_ns: int,
+        builder: PromptBuilder,
+        model: str,
+        record: Callable[[StreamRecord], None],
+    ) -> None:
+        self.sim, self.poller, self.builder, self.model = sim, poller, builder, model
+        self.interval_ns = max(interval_ns, 1)
+        self.next_poll_ns = self.interval_ns
+        self.record = record
+
+    async def run(self, schedule: _Schedule, on_record: Callable[[StreamRecord], None]) -> None:
+        """Until the schedule is empty and the server idle: each event in time order, polls
+        before anything else due at the same instant."""
+        sim = self.sim
+        while True:
+            t_arrival, t_sim = schedule.next_ns(), sim.next_event_ns()
+            if t_arrival is None and t_sim is None:
+                return
+            t = min(x for x in (t_arrival, t_sim) if x is not None)
+            if self.next_poll_ns <= t:
+                sim.advance_to(self.next_poll_ns)
+                await self.poller.scrape_once()
+                self.next_poll_ns += self.interval_ns
+            elif t_arrival is not None and t_arrival <= t:
+                t_due, item = schedule.pop()
+                sim.advance_to(t_due)
+                req = await self._request(item, t_due)
+                sim.submit(req, on_record)
+            else:
+                sim.step_next()
+
+    async def _request(self, item: PlannedRequest | StreamRequest, t_ns: int) -> StreamRequest:
+        if isinstance(item, StreamRequest):
+            return dataclasses.replace(item, t_intended_ns=t_ns)
+        return await materialize(item, self.builder, model=self.model, t_intended_ns=t_ns)
+
+    async def one(self, req: StreamRequest) -> StreamRecord:
+        """Sends `req` now, alone, and runs the clock until its record is in."""
+        got: list[StreamRecord] = []
+        schedule = _Schedule()
+        schedule.add(self.sim.now_ns, req)
+        await self.run(schedule, got.append)
+        (rec,) = got
+        return rec
+
+    async def rep(self, rep: RepPlan) -> None:
+        """A rep's measured requests from now: on their offsets, or closed loop."""
+        start = self.sim.now_ns
+        schedule = _Schedule()
+        if rep.concurrency is None:
+            for p in rep.requests:
+                schedule.add(start + (p.offset_ns or 0), p)
+            await self.run(schedule, self.record)
+            return
+        pending = iter(rep.requests)
+        stop = None if rep.duration_ns is None else start + rep.duration_ns
+
+        def pull(t_ns: int) -> None:
+            if stop is not None and t_ns >= stop:
+                return
+            nxt = next(pending, None)
+            if nxt is not None:
+                schedule.add(t_ns, nxt)
+
+        def done(rec: StreamRecord) -> None:
+            self.record(rec)
+            pull(rec.t_done_ns if rec.t_done_ns is not None else self.sim.now_ns)
+
+        for _ in range(min(rep.concurrency, len(rep.requests))):
+            pull(start)
+        await self.run(schedule, done)
+
+
+async def drive_virtual_arm(
+    arm: ArmPlan,
+    rundir: RunDirectory,
+    manifest: dict[str, Any],
+    opts: RunOptions,
+    warn: Callable[[str], None],
+) -> None:
+    """The arm's warmups, primes and reps on a fresh VirtualSim, into `rundir`."""
+    scenario = arm.scenario
+    settings = sim_settings(arm)
+    try:
+        config = config_from_settings(settings)
+    except SettingsError as e:
+        raise RunError(f"arm {arm.name!r}: {e}") from None
+    sim = VirtualSim(config, client_timeouts(scenario), model=SIM_MODEL)
+    target = Target(
+        url=VIRTUAL_URL, kind="sim", model=SIM_MODEL, flags=sim_flags(settings),
+        speed=config.speed,
+    )  # fmt: skip
+    target.learn(sim_facts(config), "sim")
+    model = opts.model or scenario.model or SIM_MODEL
+    chat = scenario.api == "chat"
+    builder = PromptBuilder(SimTokenCounter(sim, chat=chat, template=scenario.chat_template_kwargs))
+    poller = MetricsPoller(
+        _fetch(sim),
+        lambda s: rundir.metrics.append(s.to_json()),
+        interval_s=scenario.metrics.poll_interval_s,
+        run_start_ns=0,
+        warn=warn,
+        clock=lambda: sim.now_ns,
+    )
+    await poller.scrape_once()  # the opening sample; also reads cache_config_info
+    target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
+    manifest |= target.manifest() | {
+        "clock": "virtual",
+        "model": model,
+        "token_counter": builder.counter.method,
+        "prompt_shapes": {g.name: g.prompt.shape for g in scenario.groups},
+        "client": {"in_loop": False, "note": CLIENT_NOTE},
+    }
+    rundir.write_manifest(manifest)
+    driver = VirtualArm(
+        sim, poller, round(scenario.metrics.poll_interval_s * NS), builder, model,
+        rundir.append_stream,
+    )  # fmt: skip
+
+    async def send_now(req: StreamRequest) -> StreamRecord:
+        return await driver.one(req)
+
+    try:
+        for warm in arm.warmup:
+            req = await materialize(warm, builder, model=model, t_intended_ns=sim.now_ns)
+            rundir.append_stream(await driver.one(req))
+        for rep in arm.reps:
+            checks = await prime_rep(
+                rep, builder, send_now, poller, model, target, rundir.append_stream
+            )
+            manifest["cache_checks"] += [c.to_json() for c in checks]
+            await driver.rep(rep)
+    finally:
+        await poller.scrape_once()  # the closing sample bounds every counter delta
+        manifest["server_info"] = poller.info
+        manifest["virtual"] = {
+            "end_ns": sim.now_ns,
+            "engine_steps": len(sim.engine.iteration_tokens),
+        }
+
+
+def _fetch(sim: VirtualSim) -> Callable[[], Any]:
+    async def fetch() -> str:
+        return sim.metrics_text()
+
+    return fetch
