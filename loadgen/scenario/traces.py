@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from loadgen.scenario.model import TraceReuse, TraceRow
 
@@ -106,51 +107,52 @@ def _hash_ids(value: object) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _mooncake(path: Path) -> Iterator[tuple[int, int, int, tuple[int, ...]]]:
+def _json_rows(path: Path, fmt: str, expected: str, parse: Callable[[Any], tuple]) -> Iterator:
+    """`parse` of each JSONL row; a row it cannot read names the file, line and fields."""
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-                yield (
-                    int(row["timestamp"]) * 1_000_000,
-                    int(row["input_length"]),
-                    int(row["output_length"]),
-                    _hash_ids(row.get("hash_ids")),
-                )
+                out = parse(json.loads(line))
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise TraceError(
-                    f"{path}:{lineno}: bad mooncake row ({exc.__class__.__name__}: {exc}; expected "
-                    "timestamp, input_length, output_length, hash_ids)"
+                    f"{path}:{lineno}: bad {fmt} row ({exc.__class__.__name__}: {exc}; expected "
+                    f"{expected})"
                 ) from None
+            yield out
+
+
+def _mooncake(path: Path) -> Iterator[tuple[int, int, int, tuple[int, ...]]]:
+    def parse(row: Any) -> tuple[int, int, int, tuple[int, ...]]:
+        return (
+            int(row["timestamp"]) * 1_000_000,
+            int(row["input_length"]),
+            int(row["output_length"]),
+            _hash_ids(row.get("hash_ids")),
+        )
+
+    return _json_rows(path, "mooncake", "timestamp, input_length, output_length, hash_ids", parse)
 
 
 def _bailian(path: Path) -> Iterator[tuple[int, int, int, tuple[int, ...], str, int]]:
     root: dict[int, int] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                chat, parent = int(row["chat_id"]), int(row["parent_chat_id"])
-                # A parent outside the file (a sampled trace) roots its own session.
-                root[chat] = chat if parent == -1 else root.get(parent, parent)
-                yield (
-                    round(float(row["timestamp"]) * 1e9),
-                    int(row["input_length"]),
-                    int(row["output_length"]),
-                    _hash_ids(row.get("hash_ids")),
-                    str(root[chat]),
-                    int(row["turn"]),
-                )
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise TraceError(
-                    f"{path}:{lineno}: bad bailian row ({exc.__class__.__name__}: {exc}; expected "
-                    "chat_id, parent_chat_id, timestamp, input_length, output_length, turn, "
-                    "hash_ids)"
-                ) from None
+
+    def parse(row: Any) -> tuple[int, int, int, tuple[int, ...], str, int]:
+        chat, parent = int(row["chat_id"]), int(row["parent_chat_id"])
+        # A parent outside the file (a sampled trace) roots its own session.
+        root[chat] = chat if parent == -1 else root.get(parent, parent)
+        return (
+            round(float(row["timestamp"]) * 1e9),
+            int(row["input_length"]),
+            int(row["output_length"]),
+            _hash_ids(row.get("hash_ids")),
+            str(root[chat]),
+            int(row["turn"]),
+        )
+
+    expected = "chat_id, parent_chat_id, timestamp, input_length, output_length, turn, hash_ids"
+    return _json_rows(path, "bailian", expected, parse)
 
 
 def _csv_rows(path: Path, columns: tuple[str, str, str]) -> Iterator[tuple[int, list[str]]]:
