@@ -172,3 +172,35 @@ def test_agent_sessions_grows_from_10k_to_45k() -> None:
     contexts = [cfg.system_tokens + cfg.user_tokens + k * (cfg.user_tokens + g.max_tokens)
                 for k in range(8)]  # fmt: skip
     assert (contexts[0], contexts[-1]) == (10_000, 45_000)
+
+
+async def test_agent_sessions_on_the_virtual_clock(tmp_path: Path) -> None:
+    """Exact on the virtual clock: the engine prefills only each turn's new tokens, the cache
+    holds every earlier turn, and TTFT follows the new tokens, not the context."""
+    from virtual_support import run_virtual
+
+    run = await run_virtual("agent_sessions", [], tmp_path / "four")
+    recs = [r for r in run.records.values() if r.phase == "measure"]
+    assert len(recs) == 32 and all(r.status == "ok" for r in recs)
+    for sid in {r.session for r in recs}:
+        turns = sorted((r for r in recs if r.session == sid), key=lambda r: r.turn)
+        assert [r.turn for r in turns] == list(range(8))
+        assert turns[0].cached_tokens == 0
+        growth = set()
+        for prev, cur in itertools.pairwise(turns):
+            # Every full block of the previous prompt and its answer is a hit.
+            assert cur.cached_tokens == (prev.prompt_tokens + 500 - 1) // 16 * 16
+            growth.add(cur.prompt_tokens - prev.prompt_tokens - prev.completion_tokens)
+        assert len(growth) == 1 and 4500 <= growth.pop() < 4520  # the message + its template
+        for r in turns:
+            prefilled = sum(c[3] for c in run.truth[r.id]["prefill_chunks"])
+            assert prefilled == r.prompt_tokens - r.cached_tokens
+    # One session alone: no neighbour's prefill in the way, so TTFT is the turn's own work.
+    solo = await run_virtual("agent_sessions", ["groups.agents.count=1"], tmp_path / "one")
+    turns = sorted(solo.records.values(), key=lambda r: r.turn)
+    ttft = [(r.t_first_ns - r.t_sent_ns) / 1e9 for r in turns]
+    # A cold prefill grows at least linearly with its tokens; every later turn stays under
+    # half of that bound for its whole context (it grows only by attention over the cache).
+    cold_rate = ttft[0] / turns[0].prompt_tokens
+    for r, t in zip(turns[1:], ttft[1:], strict=True):
+        assert t < 0.5 * cold_rate * r.prompt_tokens, (r.turn, t)

@@ -182,3 +182,40 @@ async def test_small_pool_falls_below_the_implied_reuse_and_says_so(tmp_path: Pa
     assert reuse["below_implied"] is True
     report = (run_dir / "report.txt").read_text()
     assert "below the trace's implied 32.5 %" in report
+
+
+BAILIAN_ROWS = [  # Qwen-Bailian's schema (SOURCE.txt): 16-token blocks, full context per turn
+    {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 40,
+     "output_length": 5, "type": "text", "turn": 1, "hash_ids": [1, 2, 3]},
+    {"chat_id": 2, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 20,
+     "output_length": 5, "type": "text", "turn": 1, "hash_ids": [10, 11]},
+    {"chat_id": 3, "parent_chat_id": 1, "timestamp": 1.0, "input_length": 70,
+     "output_length": 5, "type": "text", "turn": 2, "hash_ids": [1, 2, 4, 5, 6]},
+    {"chat_id": 4, "parent_chat_id": 3, "timestamp": 2.0, "input_length": 100,
+     "output_length": 5, "type": "search", "turn": 3, "hash_ids": [1, 2, 4, 5, 7, 8, 9]},
+]  # fmt: skip
+
+
+async def test_bailian_rows_replay_as_sessions_with_their_sharing(tmp_path: Path) -> None:
+    trace = tmp_path / "qwen_traceA_blksz_16.jsonl"
+    trace.write_text("".join(orjson.dumps(r).decode() + "\n" for r in BAILIAN_ROWS))
+    s = load_scenario(write_scenario(tmp_path, trace))
+    assert (s.arrival.format, s.arrival.block_tokens, s.arrival.sharing) == (
+        "bailian", 16, "hash_ids",
+    )  # fmt: skip
+    assert [(r.session, r.turn) for r in s.arrival.rows] == [
+        ("1", 1), ("2", 1), ("1", 2), ("1", 3),
+    ]  # fmt: skip
+    # Chat 3 shares blocks 1, 2 (32 tokens); chat 4 shares 1, 2, 4, 5 (64 tokens).
+    assert s.arrival.implied.hit_tokens == 96 and s.arrival.implied.prompt_tokens == 230
+    run_dir, _ = await replay(tmp_path / "run", trace)
+    recs = sorted(read_streams(run_dir), key=lambda r: r.t_intended_ns)
+    assert [r.prompt_tokens for r in recs] == [40, 20, 70, 100]
+    assert [r.cached_tokens for r in recs] == [0, 0, 32, 64]
+    assert [(r.session, r.turn) for r in recs] == [
+        ("default/r0/1", 1), ("default/r0/2", 1), ("default/r0/1", 2), ("default/r0/1", 3),
+    ]  # fmt: skip
+    turns = analyze_run(run_dir).summary["sessions"]["rows"]
+    assert [(t["turn"], t["sessions"], t["cached_tokens"]) for t in turns] == [
+        (1, 2, 0), (2, 1, 32), (3, 1, 64),
+    ]  # fmt: skip

@@ -25,6 +25,7 @@ from loadgen.analysis.aggregate import (
     token_source_of,
     window_json,
 )
+from loadgen.analysis.goodput import goodput
 from loadgen.analysis.hist import (
     HIST_DIGITS,
     HIST_HIGHEST_US,
@@ -115,6 +116,7 @@ def analyze(inputs: RunInputs) -> Analysis:
         "mixed": _mixed(measure, records, timeline, ctx.seats),
         "hist": _hist_section(histograms),
         "sessions": session_turns(measure, rows),
+        "goodput": goodput(measure, rows, manifest.get("slo")),
         "thresholds": {
             "admitted_factor": ADMITTED_FACTOR,
             "admitted_slack_s": ADMITTED_SLACK_S,

@@ -68,6 +68,8 @@ class RunOptions:
     # (client.jsonl).
     stop: SoakStop | None = None
     self_watch: bool = False
+    # SLOs from `--slo`; each field overrides the scenario's `slo` of the same name.
+    slo: dict[str, float] | None = None
     # "wall": the sim (or a server) over HTTP in real time; "virtual": the sim's engine on a
     # discrete-event clock, no HTTP (loadgen/engine/virtual_run.py).
     clock: str = "wall"
@@ -121,6 +123,7 @@ def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[s
         "started_wall": started.isoformat(),
         "host": platform.node(),
         "python": platform.python_version(),
+        "slo": {**(plan.scenario.slo or {}), **(opts.slo or {})} or None,
     }
 
 

@@ -95,7 +95,7 @@ async def _converse(
     for turn in p.turns:
         intended += turn.think_ns
         await _sleep_until(run_start_ns + intended)
-        req = turn_request(s, turn.turn, turn.max_tokens, answers, model, intended)
+        req = turn_request(s, turn.turn, answers, model, intended)
         rec = await backend.stream(req)
         on_record(dataclasses.replace(rec, answer=None))
         if rec.status != "ok":
@@ -105,10 +105,13 @@ async def _converse(
 
 
 def turn_request(
-    s: BuiltSession, turn: int, max_tokens: int, answers: list[str], model: str, intended: int
+    s: BuiltSession, turn: int, answers: Sequence[str], model: str, intended: int
 ) -> StreamRequest:
+    """Turn `turn` of the session (the conversation so far with `answers`), intended at
+    `intended` on the run clock."""
     p = s.plan
     t = p.request
+    max_tokens = p.turns[turn].max_tokens
     messages, prompt = conversation(t.api, s.system, s.users[: turn + 1], answers)
     return StreamRequest(
         id=f"{p.id}/t{turn}",

@@ -19,7 +19,7 @@ import bisect
 import dataclasses
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from loadgen.engine.materialize import materialize
@@ -142,6 +142,30 @@ class VirtualArm:
             return dataclasses.replace(item, t_intended_ns=t_ns)
         return await materialize(item, self.builder, model=self.model, t_intended_ns=t_ns)
 
+    def _sessions(
+        self, sessions: Sequence[BuiltSession], schedule: Schedule, start: int
+    ) -> Callable[[StreamRecord], None]:
+        """Schedules every session's turn 0; the returned on_record schedules each next turn
+        once its answer is in (a failed turn ends its session, as on the wall clock)."""
+        by_id = {s.plan.id: s for s in sessions}
+        answers: dict[str, list[str]] = {s.plan.id: [] for s in sessions}
+        for s in sessions:
+            t0 = start + s.plan.offset_ns
+            schedule.add(t0, turn_request(s, 0, [], self.model, t0))
+
+        def done(rec: StreamRecord) -> None:
+            self.record(dataclasses.replace(rec, answer=None))
+            s = by_id.get(rec.session or "")
+            if s is None or rec.status != "ok" or rec.turn is None:
+                return
+            answers[s.plan.id].append(rec.answer or "")
+            nxt = rec.turn + 1
+            if nxt < len(s.plan.turns):
+                t = (rec.t_done_ns or self.sim.now_ns) + s.plan.turns[nxt].think_ns
+                schedule.add(t, turn_request(s, nxt, answers[s.plan.id], self.model, t))
+
+        return done
+
     async def one(self, req: StreamRequest) -> StreamRecord:
         """Sends `req` now, alone, and runs the clock until its record is in."""
         got: list[StreamRecord] = []
@@ -151,21 +175,15 @@ class VirtualArm:
         (rec,) = got
         return rec
 
-    async def rep(self, rep: RepPlan, sessions: list[BuiltSession] | None = None) -> None:
-        """A rep's measured requests from now: on their offsets, or closed loop; sessions
-        beside them, each turn sent at the previous answer's end + its think time."""
+    async def rep(self, rep: RepPlan, sessions: Sequence[BuiltSession] = ()) -> None:
+        """A rep's measured requests from now: on their offsets, or closed loop; session
+        turns each after the previous answer and its think time."""
         start = self.sim.now_ns
         schedule = Schedule()
-        on_turn = self._conversations(schedule, sessions or [], start)
         if rep.concurrency is None:
             for p in rep.requests:
                 schedule.add(start + (p.offset_ns or 0), p)
-
-            def open_loop(rec: StreamRecord) -> None:
-                if not on_turn(rec):
-                    self.record(rec)
-
-            await self.run(schedule, open_loop)
+            await self.run(schedule, self._sessions(sessions, schedule, start))
             return
         pending = iter(rep.requests)
         stop = None if rep.duration_ns is None else start + rep.duration_ns
@@ -180,47 +198,12 @@ class VirtualArm:
                 schedule.add(t_ns, nxt)
 
         def done(rec: StreamRecord) -> None:
-            if on_turn(rec):
-                return
             self.record(rec)
             pull(rec.t_done_ns if rec.t_done_ns is not None else self.sim.now_ns)
 
         for _ in range(min(rep.concurrency, len(rep.requests))):
             pull(start)
         await self.run(schedule, done)
-
-    def _conversations(
-        self, schedule: Schedule, sessions: list[BuiltSession], start: int
-    ) -> Callable[[StreamRecord], bool]:
-        """Schedules every session's first turn; returns the record handler that writes a
-        turn's record and schedules the next turn with the answer as the server gave it
-        (True when the record was a session turn)."""
-        answers: dict[str, tuple[BuiltSession, list[str]]] = {}
-        for s in sessions:
-            answers[s.plan.id] = (s, [])
-            self._schedule_turn(schedule, s, 0, [], start + s.plan.offset_ns)
-
-        def on_turn(rec: StreamRecord) -> bool:
-            if rec.session is None or rec.session not in answers:
-                return False
-            self.record(dataclasses.replace(rec, answer=None))
-            s, said = answers[rec.session]
-            nxt = (rec.turn or 0) + 1
-            if rec.status == "ok" and nxt < len(s.plan.turns):
-                said.append(rec.answer or "")
-                done = rec.t_done_ns if rec.t_done_ns is not None else self.sim.now_ns
-                self._schedule_turn(schedule, s, nxt, said, done)
-            return True
-
-        return on_turn
-
-    def _schedule_turn(
-        self, schedule: Schedule, s: BuiltSession, index: int, said: list[str], after_ns: int
-    ) -> None:
-        turn = s.plan.turns[index]
-        t = after_ns + turn.think_ns
-        req = turn_request(s, turn.turn, turn.max_tokens, said, self.model, t)
-        schedule.add(t, req)
 
 
 async def drive_virtual_arm(
@@ -246,7 +229,7 @@ async def drive_virtual_arm(
     model = opts.model or scenario.model or SIM_MODEL
     chat = scenario.api == "chat"
     builder = PromptBuilder(SimTokenCounter(sim, chat=chat, template=scenario.chat_template_kwargs))
-    # Session messages are sized as content (the template adds its own tokens when sent).
+    # Session messages are sized as content, as on the wall clock.
     session_builder = PromptBuilder(SimTokenCounter(sim, chat=False, template=None))
     poller = MetricsPoller(
         metrics_fetch(sim),

@@ -359,6 +359,31 @@ def sessions_table(summary: dict[str, Any]) -> Table | None:
     )
 
 
+def goodput_table(summary: dict[str, Any]) -> Table | None:
+    """Per group: requests meeting every SLO, goodput beside throughput (requests/s)."""
+    g = summary.get("goodput")
+    if not g:
+        return None
+    rows = tuple(
+        (
+            group, f"{v['good']}/{v['n']}",
+            DASH if v["attainment"] is None else f"{100 * v['attainment']:.1f}",
+            num(v["goodput_req_s"], 3), num(v["throughput_req_s"], 3), secs(v["span_s"]),
+        )
+        for group, v in g["groups"].items()
+    )  # fmt: skip
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in g["slo"].items())
+    return Table(
+        "Goodput (requests meeting every SLO)",
+        ("group", "good/n", "SLO met %", "goodput req/s", "throughput req/s", "span s"),
+        rows,
+        (
+            f"SLO: {slo}; TTFT and E2E from the actual send, TPOT = decode window / decode "
+            "tokens; per group span: first intended send -> last end (vLLM's goodput)",
+        ),
+    )
+
+
 def hist_lines(summary: dict[str, Any]) -> list[str]:
     h = summary["hist"]
     bad = {g: v for g, v in h["out_of_range"].items() if v}
@@ -374,7 +399,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     mixed = whale_table(summary)
     tables.append(mixed if mixed is not None else run_ladder_table(summary))
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
-    tables.append(sessions_table(summary))
+    tables += [sessions_table(summary), goodput_table(summary)]
     return [t for t in tables if t is not None]
 
 

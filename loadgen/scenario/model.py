@@ -25,11 +25,12 @@ from loadgen.scenario.soak_block import Soak
 API_KINDS = ("completions", "chat")
 SHAPES = ("prose", "code", "file")
 CACHE_MODES = ("salted", "shared", "primed")
-TRACE_FORMATS = ("mooncake", "azure", "burstgpt")
+TRACE_FORMATS = ("mooncake", "bailian", "azure", "burstgpt")
 # How trace rows reach the server: `hash_ids` rebuilds each row's shared prefix blocks from its
 # hash_ids (Mooncake); `salted` sends every row salted, so nothing can hit the cache.
 TRACE_SHARING = ("hash_ids", "salted")
-# Mooncake's prefix blocks are 512 tokens.
+# Prefix block size of each trace's hash_ids: Mooncake 512 tokens, Qwen-Bailian 16.
+TRACE_BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
 DEFAULT_TRACE_BLOCK_TOKENS = 512
 # Server flags a sweep may vary (vLLM's names, dashes as underscores). Sim-only knobs included.
 SERVER_FLAGS = (
@@ -160,6 +161,9 @@ class TraceRow:
     output_tokens: int
     # Prefix-block ids (Mooncake's hash_ids): equal leading ids mean an equal leading prefix.
     hash_ids: tuple[int, ...] = ()
+    # Traces with conversations (Qwen-Bailian): the root chat's id and the row's turn.
+    session: str | None = None
+    turn: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +287,8 @@ class Scenario:
     sim: SimConfig | None = None
     sweep: Sweep | None = None
     source: Path | None = None
+    # Service-level objectives for goodput: any of ttft_s, tpot_ms, e2e_s.
+    slo: dict[str, float] | None = None
     soak: Soak | None = None
 
     def group(self, name: str) -> Group:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -92,6 +92,9 @@ class PlannedRequest:
     ignore_eos: bool
     api: str
     chat_template_kwargs: dict[str, Any] | None
+    # A trace row that belongs to a conversation (Qwen-Bailian): its session id and turn.
+    session: str | None = None
+    turn: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,8 +345,10 @@ class _Rep:
         for row, g in zip(a.rows, _mix(self.s.groups, len(a.rows)), strict=True):
             i = seen[g.name] = seen.get(g.name, -1) + 1
             spec = self.prompts.blocks(g, i, self.rep, row, a)
-            reqs.append(_request(self.s, self.arm, g, self.rep, i, row.offset_ns, spec,
-                                 row.output_tokens))  # fmt: skip
+            req = _request(self.s, self.arm, g, self.rep, i, row.offset_ns, spec, row.output_tokens)
+            if row.session is not None:
+                req = replace(req, session=f"{req.arm}/r{self.rep}/{row.session}", turn=row.turn)
+            reqs.append(req)
         return tuple(reqs)
 
     def _from_starts(self, a: Together | Staggered) -> tuple[PlannedRequest, ...]:

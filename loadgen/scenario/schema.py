@@ -55,6 +55,7 @@ TOP_KEYS = (
     "timeouts",
     "sim",
     "sweep",
+    "slo",
     "soak",
 )
 GROUP_KEYS = (
@@ -95,6 +96,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         metrics=Metrics(c.field(metrics, "poll_interval_s", "metrics", blocks.SECONDS, 0.25)),
         timeouts=blocks.timeouts(c, root),
         sim=blocks.sim(c, root) if root.get("sim") is not None else None,
+        slo=blocks.slo(c, root),
         source=source,
         soak=soak(c, root) if root.get("soak") is not None else None,
     )

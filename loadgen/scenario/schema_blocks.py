@@ -21,6 +21,7 @@ from loadgen.scenario.marked_yaml import MarkedMap
 from loadgen.scenario.model import (
     DEFAULT_TRACE_BLOCK_TOKENS,
     MIN_PROMPT_TOKENS,
+    TRACE_BLOCK_TOKENS,
     TRACE_FORMATS,
     TRACE_SHARING,
     Arrival,
@@ -117,8 +118,8 @@ def _trace(c: Checker, params: MarkedMap, path: str, base_dir: Path) -> Trace | 
     limit = c.field(params, "limit", path, MAYBE_POSITIVE, None)
     scale = c.field(params, "time_scale", path, SECONDS, 1.0)
     sharing = c.field(params, "sharing", path, choice(TRACE_SHARING), None)
-    block_tokens = c.field(params, "block_tokens", path, POSITIVE, DEFAULT_TRACE_BLOCK_TOKENS)
-    if name is None or scale is None or block_tokens is None:
+    block_tokens = c.field(params, "block_tokens", path, MAYBE_POSITIVE, None)
+    if name is None or scale is None:
         return None
     file = (base_dir / name).resolve()
     if not file.is_file():
@@ -136,6 +137,7 @@ def _trace(c: Checker, params: MarkedMap, path: str, base_dir: Path) -> Trace | 
     except (TraceError, OSError, UnicodeDecodeError) as exc:
         c.at_value(params, "path", path, f"unreadable trace: {exc} (expected a {fmt} trace)")
         return None
+    block_tokens = block_tokens or TRACE_BLOCK_TOKENS.get(fmt, DEFAULT_TRACE_BLOCK_TOKENS)
     has_ids = any(r.hash_ids for r in rows)
     if sharing == "hash_ids" and not has_ids:
         why = f"got hash_ids but {name} has no hash_ids column"
@@ -193,3 +195,17 @@ def _fault_problem(item: Any) -> str | None:
     except ValueError as exc:
         return f"{str(exc).partition('; ')[0]} (expected {FAULT_FORMS})"
     return None
+
+
+def slo(c: Checker, root: MarkedMap) -> dict[str, float] | None:
+    """`slo: {ttft_s, tpot_ms, e2e_s}`: any of them, each a number > 0."""
+    if root.get("slo") is None:
+        return None
+    m = c.mapping(root, "slo", "")
+    keys = ("ttft_s", "tpot_ms", "e2e_s")
+    c.keys(m, "slo", keys)
+    values = {k: c.field(m, k, "slo", MAYBE_SECONDS, None) for k in keys}
+    out = {k: float(v) for k, v in values.items() if v is not None}
+    if not out and not c.errors:
+        c.at_key(root, "slo", "", "got no objective (expected any of ttft_s, tpot_ms, e2e_s)")
+    return out or None
