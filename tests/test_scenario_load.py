@@ -422,8 +422,8 @@ def test_every_shipped_scenario_validates(name: str) -> None:
 
 def test_shipped_set_is_complete() -> None:
     assert SHIPPED == [
-        "deep_decode", "ladder", "politeness", "prose_vs_code", "smoke", "whale_c2", "whale_c4",
-        "whale_c4_cached", "whale_c8",
+        "azure_code", "deep_decode", "ladder", "politeness", "politeness_fine", "prose_vs_code",
+        "smoke", "whale_c2", "whale_c4", "whale_c4_cached", "whale_c8",
     ]  # fmt: skip
 
 
@@ -480,7 +480,7 @@ def test_bare_names_resolve_through_the_env_var(
     with pytest.raises(ScenarioError) as info:
         load_scenario("nosuch")
     assert info.value.errors[0].startswith(f"nosuch: no such scenario (looked in {folder}, ")
-    assert "known: deep_decode, ladder, local_one, politeness," in info.value.errors[0]
+    assert "known: azure_code, deep_decode, ladder, local_one, politeness," in info.value.errors[0]
 
 
 def test_traces_load_rows_with_limit_and_time_scale(tmp_path: Path) -> None:
