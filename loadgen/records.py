@@ -74,9 +74,16 @@ class StreamRecord:
     phase: str = "measure"
     # Sweep arm this stream belongs to (None outside sweeps).
     arm: str | None = None
+    # Multi-turn sessions: the conversation's id and this turn's index (None elsewhere).
+    session: str | None = None
+    turn: int | None = None
+    # The answer's text, kept only for requests that asked (session turns) so the next turn
+    # can resend it; never written to streams.jsonl.
+    answer: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        del d["answer"]
         d["error"] = self.error.to_json() if self.error else None
         return d
 

@@ -29,6 +29,13 @@ class StreamRequest:
     chat_template_kwargs: dict[str, Any] | None = None
     phase: str = "measure"
     arm: str | None = None
+    # A session turn: the whole conversation as chat messages (then `prompt` is unused), its
+    # session id and turn index, and whether to keep the answer's text (only session turns
+    # need it: the next turn resends it).
+    messages: tuple[dict[str, str], ...] | None = None
+    session: str | None = None
+    turn: int | None = None
+    keep_text: bool = False
     # Pass-through body fields (temperature, seed, ...); they override nothing above.
     extra_body: dict[str, Any] = field(default_factory=dict)
 

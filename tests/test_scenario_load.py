@@ -41,9 +41,9 @@ groups:
 """
 TOP = (
     "name, description, api, chat_template_kwargs, seed, model, groups, arrival, repetitions, "
-    "warmup, metrics, timeouts, sim, sweep"
+    "warmup, metrics, timeouts, sim, sweep, slo"
 )
-GROUP = "name, count, prompt, max_tokens, min_tokens, ignore_eos, start"
+GROUP = "name, count, prompt, max_tokens, min_tokens, ignore_eos, start, session"
 
 
 def write(folder: Path, text: str, name: str = "s.yaml") -> Path:
@@ -422,8 +422,8 @@ def test_every_shipped_scenario_validates(name: str) -> None:
 
 def test_shipped_set_is_complete() -> None:
     assert SHIPPED == [
-        "azure_code", "deep_decode", "ladder", "politeness", "politeness_fine", "prose_vs_code",
-        "smoke", "whale_c2", "whale_c4", "whale_c4_cached", "whale_c8",
+        "agent_sessions", "azure_code", "deep_decode", "ladder", "politeness", "politeness_fine",
+        "prose_vs_code", "smoke", "whale_c2", "whale_c4", "whale_c4_cached", "whale_c8",
     ]  # fmt: skip
 
 
@@ -480,7 +480,8 @@ def test_bare_names_resolve_through_the_env_var(
     with pytest.raises(ScenarioError) as info:
         load_scenario("nosuch")
     assert info.value.errors[0].startswith(f"nosuch: no such scenario (looked in {folder}, ")
-    assert "known: azure_code, deep_decode, ladder, local_one, politeness," in info.value.errors[0]
+    known = "known: agent_sessions, azure_code, deep_decode, ladder, local_one, politeness,"
+    assert known in info.value.errors[0]
 
 
 def test_traces_load_rows_with_limit_and_time_scale(tmp_path: Path) -> None:
@@ -492,8 +493,8 @@ def test_traces_load_rows_with_limit_and_time_scale(tmp_path: Path) -> None:
     a = load_scenario("s.yaml").arrival
     assert (a.format, a.limit, a.time_scale) == ("mooncake", None, 0.5)
     assert a.rows == (
-        TraceRow(0, 6758, 500), TraceRow(0, 2290, 316), TraceRow(750_000_000, 8, 3),
-        TraceRow(2_125_000_000, 23141, 453),
+        TraceRow(0, 6758, 500, (0, 1, 2)), TraceRow(0, 2290, 316, (0, 42)),
+        TraceRow(750_000_000, 8, 3, (7,)), TraceRow(2_125_000_000, 23141, 453, (0, 68, 69)),
     )  # fmt: skip
     write(tmp_path, head + trace % ("azure_small.csv", ", limit: 3"))
     assert load_scenario("s.yaml").arrival.rows == (

@@ -103,6 +103,8 @@ def stream_metrics(rec: StreamRecord) -> dict[str, Any]:
         "rep": rec.rep,
         "phase": rec.phase,
         "arm": rec.arm,
+        "session": rec.session,
+        "turn": rec.turn,
         "status": rec.status,
         "error": rec.error.to_json() if rec.error else None,
         "http_status": rec.http_status,

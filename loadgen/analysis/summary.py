@@ -25,6 +25,7 @@ from loadgen.analysis.aggregate import (
     token_source_of,
     window_json,
 )
+from loadgen.analysis.goodput import goodput
 from loadgen.analysis.hist import (
     HIST_DIGITS,
     HIST_HIGHEST_US,
@@ -36,6 +37,8 @@ from loadgen.analysis.hist import (
 )
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.limits import POOL_FULL
+from loadgen.analysis.reuse import trace_reuse
+from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, median, spread
 from loadgen.analysis.streams import MS, stream_metrics
 from loadgen.analysis.timeline import Timeline
@@ -112,6 +115,8 @@ def analyze(inputs: RunInputs) -> Analysis:
         "arms": _arms(records),
         "mixed": _mixed(measure, records, timeline, ctx.seats),
         "hist": _hist_section(histograms),
+        "sessions": session_turns(measure, rows),
+        "goodput": goodput(measure, rows, manifest.get("slo")),
         "thresholds": {
             "admitted_factor": ADMITTED_FACTOR,
             "admitted_slack_s": ADMITTED_SLACK_S,
@@ -146,6 +151,11 @@ def _run_section(
     if lag is not None and lag > LOOP_LAG_LIMIT_MS:
         reasons.append(f"event-loop lag max {lag:.1f} ms > {LOOP_LAG_LIMIT_MS:g} ms")
     phases = _count(r.phase for r in records)
+    server = (
+        server_window(timeline, *span)
+        if span
+        else {"available": False, "note": "no measured streams"}
+    )
     return {
         "scenario": scenario.get("name") if isinstance(scenario, dict) else scenario,
         "target": manifest.get("target"),
@@ -177,11 +187,8 @@ def _run_section(
         "verdicts": verdict_counts,
         "window": None if span is None else window_json(*span),
         "wall_s": None if span is None else (span[1] - span[0]) / NS,
-        "server": (
-            server_window(timeline, *span)
-            if span
-            else {"available": False, "note": "no measured streams"}
-        ),
+        "server": server,
+        "trace_reuse": trace_reuse(manifest, server),
     }
 
 

@@ -40,10 +40,12 @@ class StreamDecoder:
 
     __slots__ = ("_parser", "_sse_errors", "chat", "chunk_cum", "chunk_ns", "continuous",
                  "done_ns", "error", "events", "finish_reason", "json_errors", "last_ct", "nbytes",
-                 "usage")  # fmt: skip
+                 "texts", "usage")  # fmt: skip
 
-    def __init__(self, chat: bool) -> None:
+    def __init__(self, chat: bool, keep_text: bool = False) -> None:
         self.chat = chat
+        # The answer's text pieces, for requests that need it back (session turns) only.
+        self.texts: list[str] | None = [] if keep_text else None
         self._parser = SSEParser()
         self._sse_errors = 0
         self.events = 0
@@ -74,6 +76,7 @@ class StreamDecoder:
         chat = self.chat
         add_ns = self.chunk_ns.append
         add_cum = self.chunk_cum.append
+        texts = self.texts
         for data, name in self._parser.feed(chunk):
             if data == DONE:
                 if self.done_ns is None:
@@ -102,6 +105,8 @@ class StreamDecoder:
                             text = delta.get("content") or delta.get("reasoning_content")
                     else:
                         text = c0.get("text")
+                    if texts is not None and text:
+                        texts.append(text)
                     if usage and not finish:
                         self.continuous = True
                 ct = -1
@@ -206,6 +211,9 @@ class StreamDecoder:
             chunk_ns=ns,
             chunk_tokens=per_chunk,
             parse_errors=self.parse_errors,
+            session=req.session,
+            turn=req.turn,
+            answer=None if self.texts is None else "".join(self.texts),
         )
 
 

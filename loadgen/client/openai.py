@@ -192,7 +192,9 @@ class OpenAIClient:
     def request_body(self, req: StreamRequest, *, continuous: bool) -> dict[str, Any]:
         """The JSON body for `req`; extra_body fills in fields but overrides none."""
         body: dict[str, Any] = {"model": req.model, "stream": True, "max_tokens": req.max_tokens}
-        if req.api == "chat":
+        if req.messages is not None:
+            body["messages"] = list(req.messages)
+        elif req.api == "chat":
             body["messages"] = [{"role": "user", "content": req.prompt}]
         else:
             body["prompt"] = req.prompt
@@ -213,11 +215,12 @@ class OpenAIClient:
         return body
 
     async def _attempt(self, req: StreamRequest, *, continuous: bool) -> StreamRecord:
-        path = "/v1/chat/completions" if req.api == "chat" else "/v1/completions"
+        chat = req.messages is not None or req.api == "chat"
+        path = "/v1/chat/completions" if chat else "/v1/completions"
         url = self.base_url + path
         data = orjson.dumps(self.request_body(req, continuous=continuous))
         headers = {"X-Request-Id": req.id}
-        dec = StreamDecoder(chat=req.api == "chat")
+        dec = StreamDecoder(chat=chat, keep_text=req.keep_text)
         task = asyncio.current_task()
         assert task is not None
         t_sent = perf_counter_ns()

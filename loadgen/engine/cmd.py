@@ -9,10 +9,12 @@ from pathlib import Path
 import click
 import uvloop
 
+from loadgen.analysis.goodput import parse_slo_flag
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
+from loadgen.scenario.prompts import PromptSizeError
 from loadgen.server.launcher import ServerBootError
 
 
@@ -61,6 +63,12 @@ from loadgen.server.launcher import ServerBootError
     help="Cache block size of an external server that does not report it.",
 )
 @click.option(
+    "--slo",
+    default=None,
+    metavar="ttft=S,tpot=MS,e2e=S",
+    help="SLOs for goodput (TTFT, E2E in s; TPOT in ms); override the scenario's slo.",
+)
+@click.option(
     "--clock",
     type=click.Choice(["wall", "virtual"]),
     default="wall",
@@ -79,6 +87,7 @@ def run_cmd(
     overrides: tuple[str, ...],
     run_seed: int | None,
     block_size: int | None,
+    slo: str | None,
     clock: str,
     progress: bool,
 ) -> None:
@@ -93,9 +102,13 @@ def run_cmd(
         loaded = load_scenario(scenario, sets)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
+    try:
+        slos = parse_slo_flag(slo) if slo is not None else None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=run_seed,
-        progress=progress, block_size=block_size, clock=clock,
+        progress=progress, block_size=block_size, slo=slos, clock=clock,
     )  # fmt: skip
 
     def warn(msg: str) -> None:
@@ -105,7 +118,7 @@ def run_cmd(
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         run_dir = uvloop.run(run_plan(plan(loaded, run_seed=run_seed), opts, warn))
-    except (RunError, ServerBootError) as exc:
+    except (RunError, ServerBootError, PromptSizeError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     except KeyboardInterrupt:
         click.echo("interrupted: records written so far are kept", err=True)

@@ -31,4 +31,6 @@ async def materialize(
         chat_template_kwargs=planned.chat_template_kwargs,
         phase=planned.phase,
         arm=planned.arm,
+        session=planned.session,
+        turn=planned.turn,
     )

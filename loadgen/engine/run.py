@@ -28,6 +28,7 @@ from loadgen.engine.lag import LoopLagMonitor
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.progress import Progress
+from loadgen.engine.sessions import build_sessions, run_sessions
 from loadgen.engine.target import Target, open_target
 from loadgen.records import RunDirectory, StreamRecord, write_manifest
 from loadgen.request import StreamRequest
@@ -60,6 +61,8 @@ class RunOptions:
     # without a source entry is labelled "flags".
     server_facts: dict[str, int] | None = None
     server_facts_sources: dict[str, str] | None = None
+    # SLOs from `--slo`; each field overrides the scenario's `slo` of the same name.
+    slo: dict[str, float] | None = None
     # "wall": the sim (or a server) over HTTP in real time; "virtual": the sim's engine on a
     # discrete-event clock, no HTTP (loadgen/engine/virtual_run.py).
     clock: str = "wall"
@@ -113,6 +116,7 @@ def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[s
         "started_wall": started.isoformat(),
         "host": platform.node(),
         "python": platform.python_version(),
+        "slo": {**(plan.scenario.slo or {}), **(opts.slo or {})} or None,
     }
 
 
@@ -167,6 +171,13 @@ async def _drive_arm(
             chat_template_kwargs=scenario.chat_template_kwargs, warn=warn,
         )  # fmt: skip
         builder = PromptBuilder(counter)
+        # Session messages are sized as content (a chat counter would add a template's tokens).
+        session_builder = builder
+        if scenario.api == "chat" and any(rep.sessions for rep in arm.reps):
+            plain = await pick_counter(
+                client, model, chat=False, chat_template_kwargs=None, warn=warn
+            )
+            session_builder = PromptBuilder(plain)
         poller = MetricsPoller(
             lambda: client.get_text("/metrics"),
             lambda s: rundir.metrics.append(s.to_json()),
@@ -200,7 +211,10 @@ async def _drive_arm(
                 for rep in arm.reps:
                     checks = await prime_rep(rep, builder, send_now, poller, model, target, record)
                     manifest["cache_checks"] += [c.to_json() for c in checks]
-                    await _run_rep(rep, builder, client, model, run_start_ns, record, progress, lag)
+                    await _run_rep(
+                        rep, (builder, session_builder), client, model, run_start_ns, record,
+                        progress, lag,
+                    )  # fmt: skip
         finally:
             for task in background:
                 task.cancel()
@@ -242,7 +256,7 @@ def client_timeouts(scenario: Scenario) -> Timeouts:
 
 def _max_in_flight(arm: ArmPlan) -> int:
     """Connections to open before launch: the most requests any rep can have in flight."""
-    sizes = [rep.concurrency or len(rep.requests) for rep in arm.reps] or [1]
+    sizes = [(rep.concurrency or len(rep.requests)) + len(rep.sessions) for rep in arm.reps] or [1]
     return max(max(sizes), 1)
 
 
@@ -300,7 +314,7 @@ async def prime_rep(
 
 async def _run_rep(
     rep: RepPlan,
-    builder: PromptBuilder,
+    builders: tuple[PromptBuilder, PromptBuilder],
     client: OpenAIClient,
     model: str,
     run_start_ns: int,
@@ -309,11 +323,22 @@ async def _run_rep(
     lag: LoopLagMonitor,
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.
+    builder, session_builder = builders
     built = [await materialize(p, builder, model=model, t_intended_ns=0) for p in rep.requests]
-    await client.warm(min(rep.concurrency or len(built), len(built)) or 1)
+    sessions = await build_sessions(rep.sessions, session_builder)
+    await client.warm(min(rep.concurrency or len(built), len(built)) + len(sessions) or 1)
     progress.start_rep(rep, built)
     with lag.measuring():
-        await _send_rep(rep, built, client, run_start_ns, record, progress)
+        if not sessions:
+            await _send_rep(rep, built, client, run_start_ns, record, progress)
+            return
+        rep_start = time.perf_counter_ns() - run_start_ns + SCHEDULE_LEAD_NS
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(_send_rep(rep, built, client, run_start_ns, record, progress))
+            tg.create_task(run_sessions(
+                sessions, progress.watch(client), record, model=model,
+                run_start_ns=run_start_ns, rep_start_ns=rep_start,
+            ))  # fmt: skip
 
 
 async def _send_rep(

@@ -19,12 +19,13 @@ import bisect
 import dataclasses
 import heapq
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.run import RunOptions, client_timeouts, prime_rep
+from loadgen.engine.sessions import BuiltSession, build_sessions, turn_request
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.records import RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
@@ -139,6 +140,30 @@ class VirtualArm:
             return dataclasses.replace(item, t_intended_ns=t_ns)
         return await materialize(item, self.builder, model=self.model, t_intended_ns=t_ns)
 
+    def _sessions(
+        self, sessions: Sequence[BuiltSession], schedule: _Schedule, start: int
+    ) -> Callable[[StreamRecord], None]:
+        """Schedules every session's turn 0; the returned on_record schedules each next turn
+        once its answer is in (a failed turn ends its session, as on the wall clock)."""
+        by_id = {s.plan.id: s for s in sessions}
+        answers: dict[str, list[str]] = {s.plan.id: [] for s in sessions}
+        for s in sessions:
+            t0 = start + s.plan.offset_ns
+            schedule.add(t0, turn_request(s, 0, [], self.model, t0))
+
+        def done(rec: StreamRecord) -> None:
+            self.record(dataclasses.replace(rec, answer=None))
+            s = by_id.get(rec.session or "")
+            if s is None or rec.status != "ok" or rec.turn is None:
+                return
+            answers[s.plan.id].append(rec.answer or "")
+            nxt = rec.turn + 1
+            if nxt < len(s.plan.turns):
+                t = (rec.t_done_ns or self.sim.now_ns) + s.plan.turns[nxt].think_ns
+                schedule.add(t, turn_request(s, nxt, answers[s.plan.id], self.model, t))
+
+        return done
+
     async def one(self, req: StreamRequest) -> StreamRecord:
         """Sends `req` now, alone, and runs the clock until its record is in."""
         got: list[StreamRecord] = []
@@ -148,14 +173,15 @@ class VirtualArm:
         (rec,) = got
         return rec
 
-    async def rep(self, rep: RepPlan) -> None:
-        """A rep's measured requests from now: on their offsets, or closed loop."""
+    async def rep(self, rep: RepPlan, sessions: Sequence[BuiltSession] = ()) -> None:
+        """A rep's measured requests from now: on their offsets, or closed loop; session
+        turns each after the previous answer and its think time."""
         start = self.sim.now_ns
         schedule = Schedule()
         if rep.concurrency is None:
             for p in rep.requests:
                 schedule.add(start + (p.offset_ns or 0), p)
-            await self.run(schedule, self.record)
+            await self.run(schedule, self._sessions(sessions, schedule, start))
             return
         pending = iter(rep.requests)
         stop = None if rep.duration_ns is None else start + rep.duration_ns
@@ -199,6 +225,8 @@ async def drive_virtual_arm(
     model = opts.model or scenario.model or SIM_MODEL
     chat = scenario.api == "chat"
     builder = PromptBuilder(SimTokenCounter(sim, chat=chat, template=scenario.chat_template_kwargs))
+    # Session messages are sized as content, as on the wall clock.
+    session_builder = PromptBuilder(SimTokenCounter(sim, chat=False, template=None))
     poller = MetricsPoller(
         metrics_fetch(sim),
         lambda s: rundir.metrics.append(s.to_json()),
@@ -234,7 +262,7 @@ async def drive_virtual_arm(
                 rep, builder, send_now, poller, model, target, rundir.append_stream
             )
             manifest["cache_checks"] += [c.to_json() for c in checks]
-            await driver.rep(rep)
+            await driver.rep(rep, await build_sessions(rep.sessions, session_builder))
     finally:
         await poller.scrape_once()  # the closing sample bounds every counter delta
         manifest["server_info"] = poller.info

@@ -15,6 +15,7 @@ from loadgen.analysis.stats import dumps_canonical
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.report.html import render_html, render_sweep_html
+from loadgen.report.plots import sessions_png
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
 from loadgen.report.sweep_text import render_sweep_plain, sweep_tables
 from loadgen.report.tables import DASH, Table, num
@@ -27,6 +28,9 @@ def _write_run(path: Path, analysis: Analysis) -> str:
     (path / "summary.json").write_bytes(dumps_canonical(s))
     (path / "report.txt").write_text(render_plain(s), encoding="utf-8")
     (path / "report.html").write_text(render_html(analysis), encoding="utf-8")
+    sessions = sessions_png(s["streams"])
+    if sessions is not None:
+        (path / "sessions.png").write_bytes(sessions)
     return render_rich(run_tables(s), header(s) + hist_lines(s))
 
 

@@ -88,11 +88,17 @@ def run_body(analysis: Analysis) -> str:
                 "latency percentiles",
                 "no latencies recorded",
             ),
+            *_sessions_section(s["streams"]),
             "<h2>Server metrics</h2>",
             _img(plots.metrics_png(analysis.timeline), "server metrics", "no server metrics"),
             _streams_table(s["streams"]),
         ]
     )
+
+
+def _sessions_section(streams: list[dict[str, Any]]) -> list[str]:
+    png = plots.sessions_png(streams)
+    return [] if png is None else ["<h2>Sessions</h2>", _img(png, "sessions", "")]
 
 
 def _page(title: str, body: str) -> str:

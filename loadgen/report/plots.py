@@ -183,3 +183,29 @@ def metrics_png(timeline: Timeline) -> bytes | None:
     axes[0].set_title("Server metrics timeline (/metrics polls)")
     fig.tight_layout()
     return png_bytes(fig)
+
+
+def sessions_png(streams: list[dict[str, Any]]) -> bytes | None:
+    """Session turns: TTFT by turn (one line per session) and decode rate against context
+    length (prompt tokens from usage). None when the run had no sessions."""
+    turns = [s for s in streams if s.get("turn") is not None and s["status"] == "ok"]
+    if not turns:
+        return None
+    fig = Figure(figsize=(11, 4))
+    ax_ttft, ax_decode = fig.subplots(1, 2)
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for s in turns:
+        by_session.setdefault(s["session"], []).append(s)
+    for rows in by_session.values():
+        rows.sort(key=lambda s: s["turn"])
+        ax_ttft.plot([s["turn"] for s in rows], [s["ttft_s"] for s in rows], marker="o", lw=1)
+    ax_ttft.set_xlabel("turn")
+    ax_ttft.set_ylabel("TTFT (s)")
+    ax_ttft.set_title("TTFT per turn (one line per session)")
+    points = [(s["prompt_tokens"], s["decode_tok_s"]) for s in turns if s["prompt_tokens"]]
+    ax_decode.scatter([p[0] for p in points], [p[1] for p in points], s=14)
+    ax_decode.set_xlabel("context: prompt tokens (usage)")
+    ax_decode.set_ylabel("decode tok/s (per stream)")
+    ax_decode.set_title("decode rate against context length")
+    fig.tight_layout()
+    return png_bytes(fig)

@@ -10,6 +10,7 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
+from loadgen.analysis.reuse import reuse_lines
 from loadgen.analysis.sweep import mixed_row
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.report.tables import (
@@ -78,6 +79,7 @@ def header(summary: dict[str, Any]) -> list[str]:
             f" ({cap['source'] or 'unknown'}) | prefill baseline {rate(base['tok_s'])} tok/s"
             f" ({base['source']}) | prompt tokens by {run.get('token_counter') or DASH}"
         )
+    lines += reuse_lines(run.get("trace_reuse"))
     if run.get("boots_per_arm"):
         lines.append(f"boots per arm: {run['boots_per_arm']} ({run.get('boots_note') or ''})")
     if run.get("interrupted"):
@@ -321,6 +323,67 @@ def server_table(summary: dict[str, Any]) -> Table:
     )
 
 
+def sessions_table(summary: dict[str, Any]) -> Table | None:
+    """Per session group and turn: context, prefix hits, new tokens, TTFT, decode rate."""
+    sessions = summary.get("sessions") or {}
+    rows = []
+    for group, turns in sessions.items():
+        for t in turns:
+            hit = t["hit_share"]
+            rows.append((
+                group, str(t["turn"]), f"{t['ok']}/{t['sessions']}", count(t["prompt_tokens"]),
+                count(t["cached_tokens"]), count(t["new_tokens"]),
+                DASH if hit is None else f"{100 * hit:.1f}", secs(t["ttft_s"]),
+                rate(t["decode_tok_s"]),
+            ))  # fmt: skip
+    if not rows:
+        return None
+    return Table(
+        "Sessions per turn (medians over sessions)",
+        (
+            "group",
+            "turn",
+            "ok",
+            "context tok",
+            "cached tok",
+            "new tok",
+            "hit %",
+            "TTFT s",
+            "decode tok/s",
+        ),
+        tuple(rows),
+        (
+            "tokens from usage: prompt_tokens and prompt_tokens_details.cached_tokens (- when the "
+            "server does not report it); new = prompt - cached",
+        ),
+    )
+
+
+def goodput_table(summary: dict[str, Any]) -> Table | None:
+    """Per group: requests meeting every SLO, goodput beside throughput (requests/s)."""
+    g = summary.get("goodput")
+    if not g:
+        return None
+    rows = tuple(
+        (
+            group, f"{v['good']}/{v['n']}",
+            DASH if v["attainment"] is None else f"{100 * v['attainment']:.1f}",
+            num(v["goodput_req_s"], 3), num(v["throughput_req_s"], 3), secs(v["span_s"]),
+        )
+        for group, v in g["groups"].items()
+    )  # fmt: skip
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in g["slo"].items())
+    return Table(
+        "Goodput (requests meeting every SLO)",
+        ("group", "good/n", "SLO met %", "goodput req/s", "throughput req/s", "span s"),
+        rows,
+        (
+            f"SLO: {slo}; TTFT and E2E from the actual send, TPOT = decode window / decode "
+            "tokens; per group span: first intended send -> last end (vLLM's goodput)",
+        ),
+    )
+
+
 def hist_lines(summary: dict[str, Any]) -> list[str]:
     h = summary["hist"]
     bad = {g: v for g, v in h["out_of_range"].items() if v}
@@ -336,6 +399,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     mixed = whale_table(summary)
     tables.append(mixed if mixed is not None else run_ladder_table(summary))
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
+    tables += [sessions_table(summary), goodput_table(summary)]
     return [t for t in tables if t is not None]
 
 

@@ -23,7 +23,13 @@ from typing import Any, ClassVar
 API_KINDS = ("completions", "chat")
 SHAPES = ("prose", "code", "file")
 CACHE_MODES = ("salted", "shared", "primed")
-TRACE_FORMATS = ("mooncake", "azure", "burstgpt")
+TRACE_FORMATS = ("mooncake", "bailian", "azure", "burstgpt")
+# How trace rows reach the server: `hash_ids` rebuilds each row's shared prefix blocks from its
+# hash_ids (Mooncake); `salted` sends every row salted, so nothing can hit the cache.
+TRACE_SHARING = ("hash_ids", "salted")
+# Prefix block size of each trace's hash_ids: Mooncake 512 tokens, Qwen-Bailian 16.
+TRACE_BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
+DEFAULT_TRACE_BLOCK_TOKENS = 512
 # Server flags a sweep may vary (vLLM's names, dashes as underscores). Sim-only knobs included.
 SERVER_FLAGS = (
     "max_num_seqs",
@@ -71,8 +77,30 @@ class PromptConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionConfig:
+    """A multi-turn conversation per stream of the group (`count` sessions). Turn 0 sends the
+    system prompt + one user message; every later turn resends the conversation so far (the
+    assistant's answers as the server returned them) + a new user message, so the context
+    grows by answer + `user_tokens` per turn, like an agent's tool loop. A turn whose prompt
+    would pass `max_context_tokens` is not sent: the session ends there. `think_s` waits
+    between an answer and the next turn: fixed, or drawn exponential with that mean (seeded).
+    Sizes are content tokens; a chat template adds its own few per message."""
+
+    turns: int
+    system_tokens: int
+    user_tokens: int
+    max_context_tokens: int | None = None
+    think_s: float = 0.0
+    think: str = "fixed"
+
+
+THINK_KINDS = ("fixed", "exponential")
+
+
+@dataclass(frozen=True, slots=True)
 class Group:
-    """`max_tokens` is None only under a trace arrival, where each trace row gives it."""
+    """`max_tokens` is None only under a trace arrival, where each trace row gives it.
+    `session` makes each of the `count` streams a multi-turn conversation."""
 
     name: str
     count: int
@@ -81,6 +109,7 @@ class Group:
     min_tokens: int | None = None
     ignore_eos: bool = True
     start_s: float = 0.0
+    session: SessionConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +157,26 @@ class TraceRow:
     offset_ns: int
     input_tokens: int
     output_tokens: int
+    # Prefix-block ids (Mooncake's hash_ids): equal leading ids mean an equal leading prefix.
+    hash_ids: tuple[int, ...] = ()
+    # Traces with conversations (Qwen-Bailian): the root chat's id and the row's turn.
+    session: str | None = None
+    turn: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceReuse:
+    """The prefix reuse a trace implies with an unbounded cache: of all prompt tokens, the
+    share in leading full blocks whose id appeared in an earlier row (`token_rate`, what vLLM's
+    prefix_cache_hits/queries counters measure), and of all hash_ids, the share seen before
+    (`block_rate`)."""
+
+    token_rate: float
+    block_rate: float
+    hit_tokens: int
+    prompt_tokens: int
+    blocks_seen: int
+    blocks: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +186,9 @@ class Trace:
     limit: int | None
     time_scale: float
     rows: tuple[TraceRow, ...]
+    sharing: str = "salted"
+    block_tokens: int = DEFAULT_TRACE_BLOCK_TOKENS
+    implied: TraceReuse | None = None
     kind: ClassVar[str] = "trace"
 
 
@@ -233,6 +285,8 @@ class Scenario:
     sim: SimConfig | None = None
     sweep: Sweep | None = None
     source: Path | None = None
+    # Service-level objectives for goodput: any of ttft_s, tpot_ms, e2e_s.
+    slo: dict[str, float] | None = None
 
     def group(self, name: str) -> Group:
         for g in self.groups:
@@ -250,7 +304,10 @@ def scenario_to_json(scenario: Scenario) -> dict[str, Any]:
 def _jsonable(value: Any) -> Any:
     if isinstance(value, Trace):
         out = {"kind": "trace", "path": str(value.path), "format": value.format}
-        return out | {"limit": value.limit, "time_scale": value.time_scale, "rows": len(value.rows)}
+        out |= {"limit": value.limit, "time_scale": value.time_scale, "rows": len(value.rows)}
+        implied = None if value.implied is None else _jsonable(value.implied)
+        return out | {"sharing": value.sharing, "block_tokens": value.block_tokens,
+                      "implied_reuse": implied}  # fmt: skip
     if isinstance(value, SweepArm):
         return {"name": value.name, "flags": value.flags, "settings": value.settings}
     if is_dataclass(value):

@@ -17,6 +17,8 @@ seed, so a server that kept an earlier run's cache cannot hit. Pass a fresh run 
 (and record it) to stay cold against a long-lived server; pass the recorded one to replay.
 Shared prefixes are salted per (arm, rep, group): each rep's first stream pays the prefill.
 Primed prefixes per (arm, group): each rep re-verifies a prefix that is already warm.
+Trace rows with hash_ids (`sharing: hash_ids`) share one salt per (arm, rep): every block is
+new to the server at the rep's start, and rows of the rep that name the same block share it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,12 +39,15 @@ from loadgen.scenario.model import (
     Group,
     Poisson,
     Scenario,
+    SessionConfig,
     Staggered,
     SweepArm,
     Together,
     Trace,
+    TraceRow,
     default_prefix_tokens,
 )
+from loadgen.scenario.traces import full_blocks
 from loadgen.scenario.vocab import SALT_WORDS
 
 NS = 1_000_000_000
@@ -54,8 +59,10 @@ _GAP_BLOCK = 4096
 class PromptSpec:
     """What to build. Text = tag(salt) + body, the body from `text_seed`; or, for shared and
     primed prompts, prefix (tag(salt) + body from `prefix_seed`, `prefix_tokens` long) + a tail
-    from `text_seed`. Equal `prefix_key` means equal prefix text and equal salt; the salt is
-    also what the engine passes as vLLM's `cache_salt`."""
+    from `text_seed`; or, for a trace row with hash_ids, one `block_tokens` block per id in
+    `blocks` (its text from the salt and the id) + a tail from `text_seed`. Equal `prefix_key`
+    means equal prefix text and equal salt; the salt is also what the engine passes as vLLM's
+    `cache_salt`."""
 
     tokens: int
     shape: str
@@ -66,6 +73,8 @@ class PromptSpec:
     prefix_tokens: int | None = None
     prefix_seed: int | None = None
     file: str | None = None
+    blocks: tuple[int, ...] | None = None
+    block_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +92,33 @@ class PlannedRequest:
     ignore_eos: bool
     api: str
     chat_template_kwargs: dict[str, Any] | None
+    # A trace row that belongs to a conversation (Qwen-Bailian): its session id and turn.
+    session: str | None = None
+    turn: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTurn:
+    """One turn of a session: its new user message, answer size, and the think time before
+    it is sent (0 for turn 0). The prompt is the conversation so far + this message, built by
+    the engine once the previous answer is in."""
+
+    turn: int
+    user: PromptSpec
+    max_tokens: int
+    think_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedSession:
+    """A conversation: its system prompt (salted, so every session starts cold) and turns.
+    `request` is the template of every turn's request (ids get `/t<turn>`)."""
+
+    id: str
+    offset_ns: int
+    system: PromptSpec
+    turns: tuple[PlannedTurn, ...]
+    request: PlannedRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +128,7 @@ class RepPlan:
     concurrency: int | None
     primes: tuple[PromptSpec, ...]
     duration_ns: int | None = None
+    sessions: tuple[PlannedSession, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +195,7 @@ class _Prompts:
 
     def __init__(self, scenario: Scenario, arm: str, salts: _Salts) -> None:
         self.scenario, self.arm, self.salts = scenario, arm, salts
-        self.prefixes: dict[tuple[int | None, str], str] = {}
+        self.prefixes: dict[tuple[Any, ...], str] = {}
 
     def spec(self, group: Group, index: int, rep: int, tokens: int | None = None) -> PromptSpec:
         p = group.prompt
@@ -167,11 +204,22 @@ class _Prompts:
         file = str(p.file) if p.file else None
         if p.cache == "salted":
             return PromptSpec(size, p.shape, "salted", self.salts.next(), text_seed, file=file)
-        salt = self._prefix_salt(group, None if p.cache == "primed" else rep)
+        salt = self._prefix_salt((None if p.cache == "primed" else rep, group.name))
         prefix_seed = derive_seed(self.scenario.seed, "prefix", group.name)
         key = f"{self.arm}/{group.name}/{salt}"
         prefix = default_prefix_tokens(size) if p.prefix_tokens is None else p.prefix_tokens
         return PromptSpec(size, p.shape, p.cache, salt, text_seed, key, prefix, prefix_seed, file)
+
+    def blocks(self, group: Group, index: int, rep: int, row: TraceRow, trace: Trace) -> PromptSpec:
+        """A trace row rebuilt from its hash_ids: one salt per (arm, rep) makes every block of
+        the rep new to the server, and equal ids within the rep give equal blocks."""
+        salt = self._prefix_salt(("hash_ids", rep))
+        blocks = full_blocks(row, trace.block_tokens)
+        text_seed = derive_seed(salt, "tail", group.name, index)
+        return PromptSpec(
+            row.input_tokens, "prose", "hash_ids", salt, text_seed,
+            blocks=blocks, block_tokens=trace.block_tokens,
+        )  # fmt: skip
 
     def prime(self, group: Group) -> PromptSpec:
         """The primed prefix alone: its text is exactly the prefix of the group's prompts."""
@@ -188,8 +236,7 @@ class _Prompts:
             full.file,
         )
 
-    def _prefix_salt(self, group: Group, rep: int | None) -> str:
-        key = (rep, group.name)
+    def _prefix_salt(self, key: tuple[Any, ...]) -> str:
         if key not in self.prefixes:
             self.prefixes[key] = self.salts.next()
         return self.prefixes[key]
@@ -238,7 +285,10 @@ class _Rep:
         a = self.s.arrival
         primes = tuple(self.prompts.prime(g) for g in self.s.groups if g.prompt.cache == "primed")
         if isinstance(a, Together | Staggered):
-            return RepPlan(self.rep, self._from_starts(a), None, primes)
+            sessions = tuple(self._sessions(a))
+            return RepPlan(self.rep, self._from_starts(a), None, primes, None, sessions)
+        if isinstance(a, Trace) and a.sharing == "hash_ids":
+            return RepPlan(self.rep, self._trace_blocks(a), None, primes)
         if isinstance(a, Trace):
             rows = [(r.offset_ns, r.input_tokens, r.output_tokens) for r in a.rows]
             return RepPlan(self.rep, self._mixed(rows), None, primes)
@@ -256,12 +306,58 @@ class _Rep:
         spec = self.prompts.spec(g, i, self.rep, tokens)
         return _request(self.s, self.arm, g, self.rep, i, offset, spec, out or g.max_tokens)
 
+    def _sessions(self, a: Together | Staggered) -> Iterator[PlannedSession]:
+        """Each session group's conversations, started like streams of a plain group."""
+        step = a.interval_s if isinstance(a, Staggered) else 0.0
+        for g in self.s.groups:
+            if g.session is None:
+                continue
+            for i in range(g.count):
+                yield self._session(g, i, round((g.start_s + i * step) * NS))
+
+    def _session(self, g: Group, i: int, offset: int) -> PlannedSession:
+        cfg = g.session
+        assert cfg is not None
+        shape, file = g.prompt.shape, str(g.prompt.file) if g.prompt.file else None
+        system = PromptSpec(
+            cfg.system_tokens, shape, "salted", self.prompts.salts.next(),
+            derive_seed(self.s.seed, "system", g.name, i, self.rep), file=file,
+        )  # fmt: skip
+        template = _request(self.s, self.arm, g, self.rep, i, offset, system, g.max_tokens)
+        sid = template.id
+        rng = np.random.default_rng(derive_seed(self.s.seed, "think", g.name, i, self.rep))
+        turns, context = [], cfg.system_tokens
+        for k in range(cfg.turns):
+            context += cfg.user_tokens
+            if cfg.max_context_tokens is not None and context > cfg.max_context_tokens:
+                break
+            seed = derive_seed(self.s.seed, "user", g.name, i, self.rep, k)
+            # The user message is a tail of the conversation: no salt tag of its own.
+            user = PromptSpec(cfg.user_tokens, shape, "session", "", seed, file=file)
+            turns.append(PlannedTurn(k, user, g.max_tokens, _think_ns(cfg, rng) if k else 0))
+            context += g.max_tokens
+        return PlannedSession(sid, offset, system, tuple(turns), template)
+
+    def _trace_blocks(self, a: Trace) -> tuple[PlannedRequest, ...]:
+        """One request per trace row, its prompt rebuilt from the row's hash_ids."""
+        seen: dict[str, int] = {}
+        reqs = []
+        for row, g in zip(a.rows, _mix(self.s.groups, len(a.rows)), strict=True):
+            i = seen[g.name] = seen.get(g.name, -1) + 1
+            spec = self.prompts.blocks(g, i, self.rep, row, a)
+            req = _request(self.s, self.arm, g, self.rep, i, row.offset_ns, spec, row.output_tokens)
+            if row.session is not None:
+                req = replace(req, session=f"{req.arm}/r{self.rep}/{row.session}", turn=row.turn)
+            reqs.append(req)
+        return tuple(reqs)
+
     def _from_starts(self, a: Together | Staggered) -> tuple[PlannedRequest, ...]:
         """Each group's streams from its start: together, or `interval_s` apart."""
         step = a.interval_s if isinstance(a, Staggered) else 0.0
         reqs = [
             self._request(g, i, round((g.start_s + i * step) * NS))
             for g in self.s.groups
+            if g.session is None
             for i in range(g.count)
         ]
         return tuple(sorted(reqs, key=lambda r: r.offset_ns))
@@ -274,6 +370,13 @@ class _Rep:
             i = seen[g.name] = seen.get(g.name, -1) + 1
             reqs.append(self._request(g, i, offset, tokens, out))
         return tuple(reqs)
+
+
+def _think_ns(cfg: SessionConfig, rng: np.random.Generator) -> int:
+    """The pause before a turn: `think_s`, or drawn exponential with that mean."""
+    if cfg.think == "exponential" and cfg.think_s > 0:
+        return round(rng.exponential(cfg.think_s) * NS)
+    return round(cfg.think_s * NS)
 
 
 def _count(s: Scenario, a: Closed | Poisson | Gamma) -> int:

@@ -22,10 +22,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from loadgen.scenario.plan import PromptSpec
+from loadgen.scenario.plan import PromptSpec, derive_seed
 from loadgen.scenario.textgen import text_chunks
+
+if TYPE_CHECKING:
+    from loadgen.scenario.blocks import BlockComposer
 
 _PIECE_RE = re.compile(r"\s*(?:\w+|[^\w\s])")
 _WORD_RE = re.compile(r"\w+|[^\w\s]")
@@ -100,9 +103,12 @@ class PromptBuilder:
         self.count_calls = 0
         self._prefixes: dict[tuple[str, int], tuple[str, int]] = {}
         self._files: dict[str, str] = {}
+        self._blocks: BlockComposer | None = None
 
     async def build(self, spec: PromptSpec) -> BuiltPrompt:
         method = self.counter.method
+        if spec.blocks is not None:
+            return await self._block_prompt(spec)
         if spec.prefix_key is None or spec.prefix_tokens is None:
             text, tokens = await self._fit(
                 salt_tag(spec.salt), None, self._chunks(spec, spec.text_seed), spec.tokens
@@ -114,6 +120,24 @@ class PromptBuilder:
         tail = _separated(self._chunks(spec, spec.text_seed))
         text, tokens = await self._fit(prefix, prefix_tokens, tail, spec.tokens)
         return BuiltPrompt(text, tokens, method, len(prefix))
+
+    async def _block_prompt(self, spec: PromptSpec) -> BuiltPrompt:
+        """The trace row's blocks (one text per block id, from the salt and the id), then its
+        own tail; `prefix_chars` spans the blocks."""
+        from loadgen.scenario.blocks import BlockComposer  # blocks.py builds on this module
+
+        if self._blocks is None:
+            self._blocks = BlockComposer(self.counter)
+        composer = self._blocks
+        await composer.learn()
+        size = spec.block_tokens or 0
+        ids = spec.blocks or ()
+        head = "".join(composer.compose(size, derive_seed(spec.salt, "block", h)) for h in ids)
+        tail_tokens = max(spec.tokens - len(ids) * size - composer.overhead, 0)
+        text = head + composer.compose(tail_tokens, spec.text_seed)
+        tokens = len(ids) * size + tail_tokens + composer.overhead
+        await composer.verify(text, tokens)
+        return BuiltPrompt(text, tokens, self.counter.method, len(head))
 
     async def _prefix(self, spec: PromptSpec) -> tuple[str, int]:
         key = (spec.prefix_key, spec.prefix_tokens)
@@ -131,7 +155,8 @@ class PromptBuilder:
             self._files[spec.file] = Path(spec.file).read_text(encoding="utf-8")
         return text_chunks("file", seed, self._files[spec.file])
 
-    async def _count(self, text: str) -> int:
+    async def count(self, text: str) -> int:
+        """The counter's count, tallied in `count_calls`."""
         self.count_calls += 1
         return await self.counter.count(text)
 
@@ -140,7 +165,7 @@ class PromptBuilder:
     ) -> tuple[str, int]:
         """head + the longest run of pieces from `chunks` that counts `target` tokens."""
         if head_tokens is None:
-            head_tokens = await self._count(head)
+            head_tokens = await self.count(head)
         if head_tokens > target:
             raise PromptSizeError(
                 f"{target} tokens requested but the fixed start alone is {head_tokens}"
@@ -148,21 +173,21 @@ class PromptBuilder:
         if head_tokens == target:
             return head, target
         body = _Pieces(chunks, (target - head_tokens) * _CHARS_PER_TOKEN)
-        full = await self._count(head + body.text)
+        full = await self.count(head + body.text)
         for _ in range(_MAX_GROWTHS):
             if full > target:
                 break
             # Aim 25% past the target at the density seen so far, at most 4x per step.
             factor = min((target - head_tokens) / max(full - head_tokens, 1) * 1.25, 4.0)
             body.extend(int(len(body.text) * (factor - 1)) + 64)
-            full = await self._count(head + body.text)
+            full = await self.count(head + body.text)
         else:
             raise PromptSizeError(f"{len(body.text):,} characters still count {full} tokens")
         lo, lo_count, hi, hi_count = 0, head_tokens, len(body), full
         error, secant = math.inf, True
         while hi - lo > 1:
             k = body.secant(lo, lo_count, hi, hi_count, target) if secant else (lo + hi) // 2
-            c = await self._count(head + body.prefix(k))
+            c = await self.count(head + body.prefix(k))
             if c == target:
                 return head + body.prefix(k), c
             if c < target:
@@ -180,7 +205,7 @@ class PromptBuilder:
         while tokens < target and calls < _MAX_PAD_CALLS:
             for filler in _FILLERS:
                 calls += 1
-                c = await self._count(text + filler)
+                c = await self.count(text + filler)
                 if c <= target:
                     text, tokens = text + filler, c
                     break

@@ -37,6 +37,7 @@ from loadgen.scenario.model import (
     Trace,
     default_prefix_tokens,
 )
+from loadgen.scenario.schema_session import session as session_block
 
 TOP_KEYS = (
     "name",
@@ -53,8 +54,11 @@ TOP_KEYS = (
     "timeouts",
     "sim",
     "sweep",
+    "slo",
 )
-GROUP_KEYS = ("name", "count", "prompt", "max_tokens", "min_tokens", "ignore_eos", "start")
+GROUP_KEYS = (
+    "name", "count", "prompt", "max_tokens", "min_tokens", "ignore_eos", "start", "session",
+)  # fmt: skip
 PROMPT_KEYS = ("tokens", "shape", "cache", "prefix_tokens")
 TOKENS = integer(MIN_PROMPT_TOKENS)
 MAYBE_TOKENS = integer(MIN_PROMPT_TOKENS, nullable=True)
@@ -62,6 +66,7 @@ POSITIVE = integer(1)
 OPTIONAL_TEXT = Rule("a string or null", lambda v: v is None or isinstance(v, str), nullable=True)
 SHAPE_EXPECT = "prose, code or {file: path}"
 FROM_TRACE = "set by each trace row (expected no value here: remove it)"
+FROM_SESSION = "set by the session block (expected no value here: remove it)"
 
 
 def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenario | None:
@@ -89,6 +94,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         metrics=Metrics(c.field(metrics, "poll_interval_s", "metrics", blocks.SECONDS, 0.25)),
         timeouts=blocks.timeouts(c, root),
         sim=blocks.sim(c, root) if root.get("sim") is not None else None,
+        slo=blocks.slo(c, root),
         source=source,
     )
     if c.errors:
@@ -141,26 +147,31 @@ def _group(c: Checker, m: MarkedMap, path: str, base_dir: Path, arrival: Arrival
     if start and arrival is not None and arrival.kind not in OPEN_LOOP_START_KINDS:
         why = f"got {show(m['start'])} under a {arrival.kind} arrival"
         c.at_value(m, "start", path, f"{why} (expected start only with together or staggered)")
+    session = session_block(c, m, path, arrival)
     return Group(
         name=c.field(m, "name", path, NAME),
         count=c.field(m, "count", path, POSITIVE, *((1,) if trace_mode else ())),
-        prompt=_prompt(c, m, path, base_dir, trace_mode),
+        prompt=_prompt(c, m, path, base_dir, "session" if "session" in m else trace_mode),
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         ignore_eos=c.field(m, "ignore_eos", path, BOOL, True),
         start_s=start or 0.0,
+        session=session,
     )
 
 
 def _prompt(
-    c: Checker, group: MarkedMap, group_path: str, base_dir: Path, trace_mode: bool
+    c: Checker, group: MarkedMap, group_path: str, base_dir: Path, sized: bool | str
 ) -> PromptConfig:
-    m = c.mapping(group, "prompt", group_path, required=True)
+    """`sized`: True under a trace arrival, "session" for a session group (whose block sizes
+    the turns and makes `prompt` optional), else False."""
+    m = c.mapping(group, "prompt", group_path, required=sized != "session")
     path = join(group_path, "prompt")
     c.keys(m, path, PROMPT_KEYS)
-    if trace_mode and "tokens" in m:
-        c.at_key(m, "tokens", path, FROM_TRACE)
-    tokens = None if trace_mode else c.field(m, "tokens", path, TOKENS)
+    trace_mode = sized is True
+    if sized and "tokens" in m:
+        c.at_key(m, "tokens", path, FROM_SESSION if sized == "session" else FROM_TRACE)
+    tokens = None if sized else c.field(m, "tokens", path, TOKENS)
     cache = c.field(m, "cache", path, choice(CACHE_MODES), "salted")
     if trace_mode and cache not in (None, "salted"):
         why = f"got {show(cache)} under a trace arrival"

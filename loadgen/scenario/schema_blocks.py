@@ -19,8 +19,11 @@ from loadgen.scenario.checks import (
 )
 from loadgen.scenario.marked_yaml import MarkedMap
 from loadgen.scenario.model import (
+    DEFAULT_TRACE_BLOCK_TOKENS,
     MIN_PROMPT_TOKENS,
+    TRACE_BLOCK_TOKENS,
     TRACE_FORMATS,
+    TRACE_SHARING,
     Arrival,
     Closed,
     Gamma,
@@ -32,7 +35,7 @@ from loadgen.scenario.model import (
     Trace,
     Warmup,
 )
-from loadgen.scenario.traces import TraceError, infer_format, read_trace
+from loadgen.scenario.traces import TraceError, implied_reuse, infer_format, read_trace
 from loadgen.sim.faults import parse_fault_options
 from loadgen.sim.profiles import PROFILES
 
@@ -42,7 +45,7 @@ ARRIVAL_KEYS = {
     "closed": ("concurrency", "count", "duration_s"),
     "poisson": ("rate_per_s", "count", "duration_s"),
     "gamma": ("rate_per_s", "burstiness", "count", "duration_s"),
-    "trace": ("path", "format", "limit", "time_scale"),
+    "trace": ("path", "format", "limit", "time_scale", "sharing", "block_tokens"),
 }
 SIM_RULES = {
     "max_num_seqs": integer(1),
@@ -114,6 +117,8 @@ def _trace(c: Checker, params: MarkedMap, path: str, base_dir: Path) -> Trace | 
     fmt = c.field(params, "format", path, choice(TRACE_FORMATS), None)
     limit = c.field(params, "limit", path, MAYBE_POSITIVE, None)
     scale = c.field(params, "time_scale", path, SECONDS, 1.0)
+    sharing = c.field(params, "sharing", path, choice(TRACE_SHARING), None)
+    block_tokens = c.field(params, "block_tokens", path, MAYBE_POSITIVE, None)
     if name is None or scale is None:
         return None
     file = (base_dir / name).resolve()
@@ -132,7 +137,14 @@ def _trace(c: Checker, params: MarkedMap, path: str, base_dir: Path) -> Trace | 
     except (TraceError, OSError, UnicodeDecodeError) as exc:
         c.at_value(params, "path", path, f"unreadable trace: {exc} (expected a {fmt} trace)")
         return None
-    return Trace(file, fmt, limit, scale, rows)
+    block_tokens = block_tokens or TRACE_BLOCK_TOKENS.get(fmt, DEFAULT_TRACE_BLOCK_TOKENS)
+    has_ids = any(r.hash_ids for r in rows)
+    if sharing == "hash_ids" and not has_ids:
+        why = f"got hash_ids but {name} has no hash_ids column"
+        c.at_value(params, "sharing", path, f"{why} (expected salted, or a mooncake trace)")
+    sharing = sharing or ("hash_ids" if has_ids else "salted")
+    implied = implied_reuse(rows, block_tokens) if has_ids else None
+    return Trace(file, fmt, limit, scale, rows, sharing, block_tokens, implied)
 
 
 def warmup(c: Checker, root: MarkedMap, trace_mode: bool) -> Warmup:
@@ -183,3 +195,17 @@ def _fault_problem(item: Any) -> str | None:
     except ValueError as exc:
         return f"{str(exc).partition('; ')[0]} (expected {FAULT_FORMS})"
     return None
+
+
+def slo(c: Checker, root: MarkedMap) -> dict[str, float] | None:
+    """`slo: {ttft_s, tpot_ms, e2e_s}`: any of them, each a number > 0."""
+    if root.get("slo") is None:
+        return None
+    m = c.mapping(root, "slo", "")
+    keys = ("ttft_s", "tpot_ms", "e2e_s")
+    c.keys(m, "slo", keys)
+    values = {k: c.field(m, k, "slo", MAYBE_SECONDS, None) for k in keys}
+    out = {k: float(v) for k, v in values.items() if v is not None}
+    if not out and not c.errors:
+        c.at_key(root, "slo", "", "got no objective (expected any of ttft_s, tpot_ms, e2e_s)")
+    return out or None

@@ -2,7 +2,13 @@
 
 Formats (the public traces' own schemas):
 - `mooncake`: JSONL `{timestamp (ms, relative), input_length, output_length, hash_ids}`.
-  hash_ids (512-token prefix blocks) are not replayed: every row is sent salted.
+  hash_ids name 512-token prefix blocks: rows sharing leading ids share those leading blocks
+  (the planner rebuilds them, see blocks.py); a row's last id may name a partial block.
+- `bailian`: JSONL `{chat_id, parent_chat_id (-1 = root), timestamp (s), input_length,
+  output_length, type, turn, hash_ids}` (Qwen-Bailian, "KVCache Cache in the Wild"): 16-token
+  block ids, and a follow-up turn carries its whole context in input_length and hash_ids, so
+  replaying the ids replays the conversation's sharing. Rows are read as sessions: a row's
+  session is its root chat (followed through parent_chat_id), its turn the trace's `turn`.
 - `azure`: CSV `TIMESTAMP,ContextTokens,GeneratedTokens`, TIMESTAMP an absolute wall-clock
   string with up to 9 fractional digits (Azure LLM inference trace 2023).
 - `burstgpt`: CSV with `Timestamp` (s), `Request tokens`, `Response tokens`; rows with 0
@@ -15,11 +21,13 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from loadgen.scenario.model import TraceRow
+from loadgen.scenario.model import TraceReuse, TraceRow
 
 
 class TraceError(ValueError):
@@ -29,7 +37,9 @@ class TraceError(ValueError):
 def infer_format(path: Path) -> str | None:
     """The trace format from the file's suffix and header, or None when it cannot tell."""
     if path.suffix in (".jsonl", ".json"):
-        return "mooncake"
+        with path.open(encoding="utf-8") as f:
+            first = f.readline()
+        return "bailian" if '"chat_id"' in first else "mooncake"
     if path.suffix != ".csv":
         return None
     with path.open(encoding="utf-8", newline="") as f:
@@ -43,37 +53,106 @@ def infer_format(path: Path) -> str | None:
 
 def read_trace(path: Path, fmt: str, limit: int | None, time_scale: float) -> tuple[TraceRow, ...]:
     """The first `limit` usable rows of the trace, as time-scaled offsets from the earliest."""
-    raw: list[tuple[int, int, int]] = []
-    for t_ns, n_in, n_out in _ROWS[fmt](path):
+    raw: list[TraceRow] = []
+    for t_ns, n_in, n_out, *more in _ROWS[fmt](path):
         if n_out <= 0:
             continue
-        raw.append((t_ns, n_in, n_out))
+        raw.append(TraceRow(t_ns, n_in, n_out, *more))
         if limit is not None and len(raw) >= limit:
             break
     if not raw:
         raise TraceError(f"{path}: no usable rows")
-    t0 = min(t for t, _, _ in raw)
-    rows = [TraceRow(round((t - t0) * time_scale), n_in, n_out) for t, n_in, n_out in raw]
+    t0 = min(r.offset_ns for r in raw)
+    rows = [replace(r, offset_ns=round((r.offset_ns - t0) * time_scale)) for r in raw]
     return tuple(sorted(rows, key=lambda r: r.offset_ns))
 
 
-def _mooncake(path: Path) -> Iterator[tuple[int, int, int]]:
+def full_blocks(row: TraceRow, block_tokens: int) -> tuple[int, ...]:
+    """The row's hash_ids that name whole blocks inside its prompt (a last partial block, or
+    ids beyond input_length, are not a shareable prefix: those tokens are the row's own)."""
+    return row.hash_ids[: row.input_tokens // block_tokens]
+
+
+def implied_reuse(rows: tuple[TraceRow, ...], block_tokens: int) -> TraceReuse:
+    """Reuse with an unbounded prefix cache, rows in trace order: a row hits its leading full
+    blocks whose ids an earlier row carried (a prefix cache stops at the first miss)."""
+    seen: set[int] = set()
+    hit_tokens = prompt_tokens = blocks_seen = blocks = 0
+    for row in rows:
+        lead = 0
+        for h in full_blocks(row, block_tokens):
+            if h not in seen:
+                break
+            lead += 1
+        hit_tokens += lead * block_tokens
+        prompt_tokens += row.input_tokens
+        blocks_seen += sum(h in seen for h in row.hash_ids)
+        blocks += len(row.hash_ids)
+        seen.update(row.hash_ids)
+    return TraceReuse(
+        token_rate=hit_tokens / prompt_tokens if prompt_tokens else 0.0,
+        block_rate=blocks_seen / blocks if blocks else 0.0,
+        hit_tokens=hit_tokens,
+        prompt_tokens=prompt_tokens,
+        blocks_seen=blocks_seen,
+        blocks=blocks,
+    )
+
+
+def _hash_ids(value: object) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(type(h) is int for h in value):
+        raise ValueError(f"hash_ids must be a list of integers, got {str(value)[:40]}")
+    return tuple(value)
+
+
+def _json_rows(path: Path, fmt: str, expected: str, parse: Callable[[Any], tuple]) -> Iterator:
+    """`parse` of each JSONL row; a row it cannot read names the file, line and fields."""
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-                yield (
-                    int(row["timestamp"]) * 1_000_000,
-                    int(row["input_length"]),
-                    int(row["output_length"]),
-                )
-            except (ValueError, KeyError, TypeError) as exc:
+                out = parse(json.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise TraceError(
-                    f"{path}:{lineno}: bad mooncake row ({exc.__class__.__name__}: {exc}; expected "
-                    "timestamp, input_length, output_length)"
+                    f"{path}:{lineno}: bad {fmt} row ({exc.__class__.__name__}: {exc}; expected "
+                    f"{expected})"
                 ) from None
+            yield out
+
+
+def _mooncake(path: Path) -> Iterator[tuple[int, int, int, tuple[int, ...]]]:
+    def parse(row: Any) -> tuple[int, int, int, tuple[int, ...]]:
+        return (
+            int(row["timestamp"]) * 1_000_000,
+            int(row["input_length"]),
+            int(row["output_length"]),
+            _hash_ids(row.get("hash_ids")),
+        )
+
+    return _json_rows(path, "mooncake", "timestamp, input_length, output_length, hash_ids", parse)
+
+
+def _bailian(path: Path) -> Iterator[tuple[int, int, int, tuple[int, ...], str, int]]:
+    root: dict[int, int] = {}
+
+    def parse(row: Any) -> tuple[int, int, int, tuple[int, ...], str, int]:
+        chat, parent = int(row["chat_id"]), int(row["parent_chat_id"])
+        # A parent outside the file (a sampled trace) roots its own session.
+        root[chat] = chat if parent == -1 else root.get(parent, parent)
+        return (
+            round(float(row["timestamp"]) * 1e9),
+            int(row["input_length"]),
+            int(row["output_length"]),
+            _hash_ids(row.get("hash_ids")),
+            str(root[chat]),
+            int(row["turn"]),
+        )
+
+    expected = "chat_id, parent_chat_id, timestamp, input_length, output_length, turn, hash_ids"
+    return _json_rows(path, "bailian", expected, parse)
 
 
 def _csv_rows(path: Path, columns: tuple[str, str, str]) -> Iterator[tuple[int, list[str]]]:
@@ -115,4 +194,4 @@ def _burstgpt(path: Path) -> Iterator[tuple[int, int, int]]:
             raise TraceError(f"{path}:{lineno}: bad burstgpt row ({exc})") from None
 
 
-_ROWS = {"mooncake": _mooncake, "azure": _azure, "burstgpt": _burstgpt}
+_ROWS = {"mooncake": _mooncake, "bailian": _bailian, "azure": _azure, "burstgpt": _burstgpt}

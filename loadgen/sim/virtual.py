@@ -118,6 +118,8 @@ class _Flight:
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     stall_until: int = 0
+    # The answer's token ids, for requests that keep their text (session turns) only.
+    answer_ids: list[int] | None = None
 
 
 class VirtualSim:
@@ -149,6 +151,15 @@ class VirtualSim:
         if chat:
             text = tok.apply_chat_template([{"role": "user", "content": text}], template)
         return tok.encode(text)
+
+    def _request_ids(self, req: StreamRequest) -> list[int]:
+        """The ids the server would compute for `req`: a session turn's whole conversation
+        through the chat template, else the prompt (templated as one user message for chat)."""
+        if req.messages is None:
+            chat = req.api == "chat"
+            return self.prompt_ids(req.prompt, chat=chat, template=req.chat_template_kwargs)
+        tok = self.tokenizer
+        return tok.encode(tok.apply_chat_template(list(req.messages), req.chat_template_kwargs))
 
     def truth_rows(self) -> list[dict[str, Any]]:
         """GET /sim/requests: the engine's truth, `*_ns` on the run clock."""
@@ -205,11 +216,11 @@ class VirtualSim:
         """The request arrives now; `on_record` gets its record when it ends (maybe now)."""
         s = self.state
         t = self.now_ns
-        chat = req.api == "chat"
+        chat = req.messages is not None or req.api == "chat"
         if req.model != self.model:
             self._refuse(req, on_record, WireError(404, f"The model `{req.model}` does not exist."))
             return
-        ids = self.prompt_ids(req.prompt, chat=chat, template=req.chat_template_kwargs)
+        ids = self._request_ids(req)
         try:
             max_tokens = resolve_max_tokens(req.max_tokens, len(ids), s.config.max_model_len)
         except WireError as e:
@@ -241,7 +252,9 @@ class VirtualSim:
         except ValueError as e:
             self._refuse(req, on_record, WireError(400, str(e)))
             return
-        self._flights[engine_id] = _Flight(req, engine_id, t, len(ids), faults, on_record)
+        self._flights[engine_id] = _Flight(
+            req, engine_id, t, len(ids), faults, on_record, answer_ids=[] if req.keep_text else None
+        )
         self._arm_deadline(engine_id)
 
     def _refuse(self, req: StreamRequest, on_record: OnRecord, e: WireError) -> None:
@@ -260,6 +273,8 @@ class VirtualSim:
         first = not flight.chunk_ns
         flight.chunk_ns.append(arrival)
         flight.chunk_tokens.append(len(out.token_ids))
+        if flight.answer_ids is not None:
+            flight.answer_ids.extend(out.token_ids)
         stats = self.state.http_stats
         if out.finished:
             stats.finished[out.finish_reason or "length"] += 1
@@ -301,6 +316,8 @@ class VirtualSim:
             flight.req, flight.t_sent, flight.prompt_tokens, flight.chunk_ns,
             flight.chunk_tokens, 200, t_done, error, cached, finish,
         )  # fmt: skip
+        if flight.answer_ids is not None:
+            rec = dataclasses.replace(rec, answer=self.tokenizer.decode(flight.answer_ids))
         flight.on_record(rec)
 
     # -- client timeouts -------------------------------------------------------------------
@@ -376,6 +393,8 @@ def _record(
         t_headers_ns=t_sent if ok else t_done,
         t_first_ns=chunk_ns[0] if chunk_ns else None,
         t_last_ns=chunk_ns[-1] if chunk_ns else None,
+        session=req.session,
+        turn=req.turn,
         t_done_ns=t_done,
         chunk_ns=list(chunk_ns),
         chunk_tokens=list(chunk_tokens) if chunk_ns else None,

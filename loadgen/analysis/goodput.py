@@ -1,0 +1,81 @@
+"""Goodput: requests that meet every SLO, per second, beside plain throughput.
+
+As vLLM's benchmark defines it (`--goodput ttft:MS tpot:MS e2el:MS`, after DistServe): a
+request is good when it completed and each SLO given is met (TTFT from the actual send; TPOT
+= decode window / decode tokens, the summary's `tpot_s`; E2E from the actual send); goodput =
+good requests / the group's span (earliest intended send -> latest end), throughput = ok
+requests / the same span. DistServe's own headline (the highest rate whose SLO attainment
+stays >= 90%) needs a rate sweep; the attainment share here is its per-run ingredient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.analysis.aggregate import span_ns
+from loadgen.records import StreamRecord
+
+NS = 1_000_000_000
+# SLO field -> (summary stream field, factor from the SLO's unit to the field's).
+SLO_FIELDS = {"ttft_s": ("ttft_s", 1.0), "tpot_ms": ("tpot_s", 1e-3), "e2e_s": ("e2e_s", 1.0)}
+
+
+def meets(row: dict[str, Any], slo: dict[str, float]) -> bool:
+    """A completed stream within every SLO given (a missing measurement fails it)."""
+    if row["status"] != "ok":
+        return False
+    for key, limit in slo.items():
+        field, factor = SLO_FIELDS[key]
+        value = row[field]
+        if value is None or value > limit * factor:
+            return False
+    return True
+
+
+def goodput(
+    records: list[StreamRecord], rows: dict[str, dict[str, Any]], slo: dict[str, float] | None
+) -> dict[str, Any] | None:
+    """Per group: SLO attainment, goodput and throughput in requests/s (None without SLOs)."""
+    if not slo:
+        return None
+    out: dict[str, Any] = {}
+    for group in sorted({r.group for r in records}):
+        recs = [r for r in records if r.group == group]
+        span = span_ns(recs)
+        seconds = (span[1] - span[0]) / NS if span else 0.0
+        good = sum(meets(rows[r.id], slo) for r in recs)
+        ok = sum(r.status == "ok" for r in recs)
+        out[group] = {
+            "n": len(recs),
+            "ok": ok,
+            "good": good,
+            "attainment": good / len(recs) if recs else None,
+            "span_s": seconds,
+            "goodput_req_s": good / seconds if seconds > 0 else None,
+            "throughput_req_s": ok / seconds if seconds > 0 else None,
+        }
+    return {"slo": dict(slo), "groups": out}
+
+
+def parse_slo_flag(text: str) -> dict[str, float]:
+    """`ttft=2,tpot=50,e2e=10` (TTFT and E2E in s, TPOT in ms) as SLO fields; ValueError with
+    a one-line message otherwise."""
+    names = {"ttft": "ttft_s", "tpot": "tpot_ms", "e2e": "e2e_s"}
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in names:
+            raise ValueError(
+                f"--slo {text!r}: bad item {part!r} (expected ttft=S, tpot=MS, e2e=S, "
+                "comma-separated)"
+            )
+        try:
+            limit = float(value)
+        except ValueError:
+            raise ValueError(f"--slo {text!r}: {value!r} is not a number") from None
+        if limit <= 0:
+            raise ValueError(f"--slo {text!r}: {key} must be > 0")
+        out[names[key.strip()]] = limit
+    if not out:
+        raise ValueError(f"--slo {text!r}: no SLO given (expected e.g. ttft=2,tpot=50)")
+    return out

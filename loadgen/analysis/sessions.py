@@ -1,0 +1,51 @@
+"""Multi-turn sessions, turn by turn: how TTFT, prefix hits and decode move as the context
+grows. Token counts are the server's (`usage`: prompt_tokens, and cached_tokens where the
+server reports usage.prompt_tokens_details); `new_tokens` = prompt - cached, the part the
+server had to prefill. TTFT and decode rate are the streams' own (summary `streams` rows)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from loadgen.analysis.stats import median
+from loadgen.records import StreamRecord
+
+
+def session_turns(
+    records: list[StreamRecord], rows: dict[str, dict[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
+    """Per session group, one row per turn index (medians over the group's sessions)."""
+    by_turn: dict[tuple[str, int], list[StreamRecord]] = defaultdict(list)
+    for r in records:
+        if r.turn is not None:
+            by_turn[(r.group, r.turn)].append(r)
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (group, turn), recs in sorted(by_turn.items()):
+        ok = [r for r in recs if r.status == "ok"]
+        out[group].append(
+            {
+                "turn": turn,
+                "sessions": len(recs),
+                "ok": len(ok),
+                "prompt_tokens": median(r.prompt_tokens for r in ok),
+                "cached_tokens": median(r.cached_tokens for r in ok),
+                "new_tokens": median(_new_tokens(r) for r in ok),
+                "hit_share": median(_hit_share(r) for r in ok),
+                "ttft_s": median(rows[r.id]["ttft_s"] for r in ok if r.id in rows),
+                "decode_tok_s": median(rows[r.id]["decode_tok_s"] for r in ok if r.id in rows),
+            }
+        )
+    return dict(out)
+
+
+def _new_tokens(r: StreamRecord) -> int | None:
+    if r.prompt_tokens is None or r.cached_tokens is None:
+        return None
+    return r.prompt_tokens - r.cached_tokens
+
+
+def _hit_share(r: StreamRecord) -> float | None:
+    if not r.prompt_tokens or r.cached_tokens is None:
+        return None
+    return r.cached_tokens / r.prompt_tokens

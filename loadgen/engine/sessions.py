@@ -1,0 +1,141 @@
+"""Multi-turn sessions at run time: each turn resends the conversation so far, with the
+assistant's answers exactly as the server returned them, plus the turn's new user message.
+
+The plan fixes sizes, seeds, start offsets and think times; only the answers are unknown
+until the server gives them, so turns are assembled here. Every message text is built before
+the rep's clock starts (sizing must not eat into the schedule). A turn is intended at its
+session's start (turn 0) or at the previous answer's end + its think time: a conversation is a
+closed loop of one, so a slow answer delays the rest of its session, as it would a user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from loadgen.records import StreamRecord
+from loadgen.request import StreamRequest
+from loadgen.scenario.plan import PlannedSession
+from loadgen.scenario.prompts import PromptBuilder
+
+
+class AnswerBackend(Protocol):
+    async def stream(self, req: StreamRequest) -> StreamRecord: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltSession:
+    plan: PlannedSession
+    system: str
+    users: tuple[str, ...]
+
+
+async def build_sessions(
+    sessions: Sequence[PlannedSession], builder: PromptBuilder
+) -> list[BuiltSession]:
+    """Every session's system prompt and user messages, sized on the target's tokenizer."""
+    out = []
+    for s in sessions:
+        system = (await builder.build(s.system)).text
+        users = tuple([(await builder.build(t.user)).text for t in s.turns])
+        out.append(BuiltSession(s, system, users))
+    return out
+
+
+def conversation(
+    api: str, system: str, users: Sequence[str], answers: Sequence[str]
+) -> tuple[tuple[dict[str, str], ...] | None, str]:
+    """(chat messages, or None) and the completions prompt for a turn: the system prompt,
+    then each earlier user message with its answer, then the new user message."""
+    if api == "chat":
+        messages = [{"role": "system", "content": system}]
+        for i, user in enumerate(users):
+            messages.append({"role": "user", "content": user})
+            if i < len(answers):
+                messages.append({"role": "assistant", "content": answers[i]})
+        return tuple(messages), ""
+    parts = [system]
+    for i, user in enumerate(users):
+        parts.append(user)
+        if i < len(answers):
+            parts.append(answers[i])
+    return None, "".join(parts)
+
+
+async def run_sessions(
+    sessions: Sequence[BuiltSession],
+    backend: AnswerBackend,
+    on_record: Callable[[StreamRecord], None],
+    *,
+    model: str,
+    run_start_ns: int,
+    rep_start_ns: int,
+) -> None:
+    """Runs every session concurrently, each turn after the previous answer + think time."""
+    async with asyncio.TaskGroup() as tg:
+        for s in sessions:
+            tg.create_task(_converse(s, backend, on_record, model, run_start_ns, rep_start_ns))
+
+
+async def _converse(
+    s: BuiltSession,
+    backend: AnswerBackend,
+    on_record: Callable[[StreamRecord], None],
+    model: str,
+    run_start_ns: int,
+    rep_start_ns: int,
+) -> None:
+    p = s.plan
+    intended = rep_start_ns + p.offset_ns
+    answers: list[str] = []
+    for turn in p.turns:
+        intended += turn.think_ns
+        await _sleep_until(run_start_ns + intended)
+        req = turn_request(s, turn.turn, answers, model, intended)
+        rec = await backend.stream(req)
+        on_record(dataclasses.replace(rec, answer=None))
+        if rec.status != "ok":
+            return  # the conversation cannot go on without its answer
+        answers.append(rec.answer or "")
+        intended = time.perf_counter_ns() - run_start_ns
+
+
+def turn_request(
+    s: BuiltSession, turn: int, answers: Sequence[str], model: str, intended: int
+) -> StreamRequest:
+    """Turn `turn` of the session (the conversation so far with `answers`), intended at
+    `intended` on the run clock."""
+    p = s.plan
+    t = p.request
+    max_tokens = p.turns[turn].max_tokens
+    messages, prompt = conversation(t.api, s.system, s.users[: turn + 1], answers)
+    return StreamRequest(
+        id=f"{p.id}/t{turn}",
+        model=model,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        api=t.api,  # type: ignore[arg-type]  # validated by the scenario loader
+        group=t.group,
+        rep=t.rep,
+        t_intended_ns=intended,
+        min_tokens=t.min_tokens,
+        ignore_eos=t.ignore_eos,
+        cache_salt=p.system.salt,
+        chat_template_kwargs=t.chat_template_kwargs,
+        phase=t.phase,
+        arm=t.arm,
+        messages=messages,
+        session=p.id,
+        turn=turn,
+        keep_text=True,
+    )
+
+
+async def _sleep_until(t_ns: int) -> None:
+    delay = t_ns - time.perf_counter_ns()
+    if delay > 0:
+        await asyncio.sleep(delay / 1e9)

@@ -1,0 +1,46 @@
+"""Schema of a group's `session` block (multi-turn conversations). Same conventions as
+schema.py: every error noted with its file:line, None returned for a bad block."""
+
+from __future__ import annotations
+
+from loadgen.scenario.checks import Checker, choice, integer, join, number, show
+from loadgen.scenario.marked_yaml import MarkedMap
+from loadgen.scenario.model import (
+    MIN_PROMPT_TOKENS,
+    OPEN_LOOP_START_KINDS,
+    THINK_KINDS,
+    Arrival,
+    SessionConfig,
+)
+
+SESSION_KEYS = (
+    "turns", "system_tokens", "user_tokens", "max_context_tokens", "think_s", "think",
+)  # fmt: skip
+TOKENS = integer(MIN_PROMPT_TOKENS)
+
+
+def session(
+    c: Checker, group: MarkedMap, path: str, arrival: Arrival | None
+) -> SessionConfig | None:
+    """The group's session block, or None when the group has none (or it is wrong)."""
+    if "session" not in group:
+        return None
+    m = c.mapping(group, "session", path)
+    spath = join(path, "session")
+    c.keys(m, spath, SESSION_KEYS)
+    if arrival is not None and arrival.kind not in OPEN_LOOP_START_KINDS:
+        why = f"got a session group under a {arrival.kind} arrival"
+        c.at_key(group, "session", path, f"{why} (expected arrival together or staggered)")
+    turns = c.field(m, "turns", spath, integer(1))
+    system = c.field(m, "system_tokens", spath, TOKENS)
+    user = c.field(m, "user_tokens", spath, TOKENS)
+    cap = c.field(m, "max_context_tokens", spath, integer(MIN_PROMPT_TOKENS, nullable=True), None)
+    think_s = c.field(m, "think_s", spath, number(ge=0), 0.0)
+    think = c.field(m, "think", spath, choice(THINK_KINDS), "fixed")
+    if None not in (cap, system, user) and cap < system + user:
+        first = system + user
+        message = f"got {show(cap)} (expected >= the first turn, system + user = {first})"
+        c.at_value(m, "max_context_tokens", spath, message)
+    if None in (turns, system, user, think_s, think):
+        return None
+    return SessionConfig(turns, system, user, cap, think_s, think)

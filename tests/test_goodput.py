@@ -1,0 +1,100 @@
+"""Goodput against SLOs: exact values on hand-made records, and `loadgen run --slo`."""
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from loadgen.analysis.goodput import goodput, parse_slo_flag
+from loadgen.analysis.streams import stream_metrics
+from loadgen.cli import main
+from loadgen.records import StreamError, StreamRecord
+
+MS = 1_000_000
+
+
+def rec(rid: str, sent_ms: int, ttft_ms: int, tpot_ms: int, *, error: bool = False,
+        group: str = "g") -> StreamRecord:  # fmt: skip
+    chunks = [(sent_ms + ttft_ms + k * tpot_ms) * MS for k in range(5)]
+    return StreamRecord(
+        id=rid, group=group, rep=0, status="error" if error else "ok",
+        error=StreamError("http_500", "boom") if error else None, api="completions", model="m",
+        prompt_tokens=10, requested_prompt_tokens=10, completion_tokens=5, cached_tokens=None,
+        chunks=5, events=6, bytes=100, token_source="usage_continuous", finish_reason="length",
+        http_status=500 if error else 200, t_intended_ns=sent_ms * MS, t_sent_ns=sent_ms * MS,
+        t_headers_ns=sent_ms * MS, t_first_ns=chunks[0], t_last_ns=chunks[-1],
+        t_done_ns=chunks[-1] + MS, chunk_ns=chunks, chunk_tokens=[1] * 5,
+    )  # fmt: skip
+
+
+def test_goodput_counts_requests_meeting_every_slo() -> None:
+    records = [
+        rec("a", 0, 500, 20),  # good
+        rec("b", 1000, 2500, 20),  # TTFT 2.5 s > 2 s
+        rec("c", 2000, 100, 60),  # TPOT 60 ms > 50 ms
+        rec("d", 3000, 300, 40),  # good
+        rec("e", 3500, 50, 10, error=True),  # failed: never good, not throughput
+    ]
+    rows = {r.id: stream_metrics(r) for r in records}
+    out = goodput(records, rows, {"ttft_s": 2.0, "tpot_ms": 50.0})
+    g = out["groups"]["g"]
+    # Span: first intended send (0) -> last end (e: 3500 + 50 + 4 x 10 + 1 = 3591 ms).
+    assert g["span_s"] == pytest.approx(3.591)
+    assert (g["n"], g["ok"], g["good"]) == (5, 4, 2)
+    assert g["attainment"] == pytest.approx(0.4)
+    assert g["goodput_req_s"] == pytest.approx(2 / 3.591)
+    assert g["throughput_req_s"] == pytest.approx(4 / 3.591)
+    # An E2E SLO of 1 s also fails b (e2e 2.581 s); a and d stay good.
+    e2e = goodput(records, rows, {"e2e_s": 1.0})["groups"]["g"]
+    assert e2e["good"] == 3  # a, c (0.341 s), d
+    assert goodput(records, rows, None) is None
+
+
+def test_slo_flag_parses_and_refuses_in_one_line() -> None:
+    assert parse_slo_flag("ttft=2,tpot=50") == {"ttft_s": 2.0, "tpot_ms": 50.0}
+    assert parse_slo_flag("e2e=10") == {"e2e_s": 10.0}
+    with pytest.raises(ValueError, match=r"bad item 'ttfb=2' \(expected ttft=S"):
+        parse_slo_flag("ttfb=2")
+
+
+def test_loadgen_run_with_slo_prints_goodput(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(
+        main,
+        [
+            "run",
+            "smoke",
+            "--slo",
+            "ttft=30,tpot=1000",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "Goodput (requests meeting every SLO)" in result.output
+    (run_dir,) = tmp_path.iterdir()
+    report = (run_dir / "report.txt").read_text()
+    assert "SLO: tpot_ms <= 1000, ttft_s <= 30" in report
+    # smoke: 1 long and 3 short streams, all well inside these generous SLOs on the tiny sim.
+    table = report.split("Goodput")[1].splitlines()
+    assert table[3].split()[:3] == ["long", "1/1", "100.0"]
+    assert table[4].split()[:3] == ["short", "3/3", "100.0"]
+    bad = runner.invoke(main, ["run", "smoke", "--slo", "ttft=x", "--out", str(tmp_path)])
+    assert bad.exit_code != 0 and "'x' is not a number" in bad.output
+    assert "Traceback" not in bad.output
+
+
+def test_scenario_slo_is_validated_with_file_and_line(tmp_path: Path) -> None:
+    from loadgen.scenario.load import ScenarioError, load_scenario
+
+    body = (
+        "name: s\nseed: 1\ngroups:\n  - {name: a, count: 1, prompt: {tokens: 32}, max_tokens: 4}\n"
+    )
+    (tmp_path / "ok.yaml").write_text(body + "slo: {ttft_s: 2, tpot_ms: 50}\n")
+    assert load_scenario(tmp_path / "ok.yaml").slo == {"ttft_s": 2.0, "tpot_ms": 50.0}
+    (tmp_path / "bad.yaml").write_text(body + "slo:\n  ttft_s: -1\n  tpot: 50\n")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(tmp_path / "bad.yaml")
+    assert "bad.yaml:6: slo.ttft_s: got -1" in str(err.value)
+    assert "bad.yaml:7: slo.tpot: unknown key" in str(err.value)
