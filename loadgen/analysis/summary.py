@@ -37,7 +37,7 @@ from loadgen.analysis.hist import (
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.limits import POOL_FULL
 from loadgen.analysis.stats import canonical, describe, median, spread
-from loadgen.analysis.streams import MS, stream_metrics
+from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.verdicts import (
     ADMITTED_FACTOR,
@@ -225,6 +225,7 @@ def _groups(
             "prompt_shape": shapes.get(group),
             "prompt_tokens": describe(r.prompt_tokens for r in recs),
             "token_source": token_source_of(recs),
+            "chunk_tokens": chunk_token_tally(recs),
             **_field_stats(grows),
             **_pooled_gaps(recs),
             "verdicts": _count(row["verdict"] for row in grows),

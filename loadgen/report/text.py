@@ -131,10 +131,43 @@ def decode_table(summary: dict[str, Any]) -> Table:
     cols += ["tok/chunk", "TPOT ms", "chunk gap p50/p99 ms", "token gap p50/p99 ms", "tokens"]
     extra = ("decode-only: (tokens - first chunk's) / (last - first chunk); TTFT split out",)
     if multi:
-        extra += ("chunks carry several tokens (speculative steps): chunks/s is a step rate",)
+        extra += (*chunk_notes(summary),)
     return Table(
         "Decode per group (measure phase)", tuple(cols), tuple(rows), notes(summary) + extra
     )
+
+
+def chunk_notes(summary: dict[str, Any]) -> list[str]:
+    """What the chunks carried, as seen; a cause (speculative decoding) only when the server
+    says it runs it: its spec-decode counters moved, or its facts name draft tokens."""
+    out = []
+    for name, g in sorted(summary["groups"].items()):
+        tally = g.get("chunk_tokens") or {}
+        if tally.get("multi"):
+            out.append(
+                f"{name}: {tally['multi']} of {tally['chunks']} chunks carried >1 token;"
+                f" tokens/chunk = {tally['tokens'] / tally['chunks']:.2f}"
+            )
+        elif not tally.get("chunks") and g["tokens_per_chunk"]["n"]:
+            tpc = g["tokens_per_chunk"]
+            out.append(
+                f"{name}: tokens/chunk {num(tpc['min'], 2)}..{num(tpc['max'], 2)} per stream"
+                " (the server did not say what each chunk carried)"
+            )
+    run = summary["run"]
+    acceptance = (run.get("server") or {}).get("spec_acceptance")
+    drafts = (run.get("server_facts") or {}).get("num_speculative_tokens")
+    if acceptance is not None:
+        out.append(
+            f"the server reports speculative decoding (acceptance {acceptance:.3f}): a chunk can"
+            " carry one engine step of several tokens, so chunks/s is a step rate"
+        )
+    elif drafts:
+        out.append(
+            f"the server runs speculative decoding ({drafts} draft tokens, from its facts):"
+            " a chunk can carry one engine step of several tokens, so chunks/s is a step rate"
+        )
+    return out
 
 
 def verdict_table(summary: dict[str, Any]) -> Table:
