@@ -151,6 +151,7 @@ def _run_section(
         "target": manifest.get("target"),
         "model": manifest.get("model"),
         "seed": manifest.get("seed"),
+        "seed_source": manifest.get("seed_source"),
         "tool_version": manifest.get("tool_version"),
         "analysis_version": __version__,
         "interrupted": bool(manifest.get("interrupted", False)),

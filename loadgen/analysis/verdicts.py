@@ -63,6 +63,7 @@ from loadgen.analysis.pool import PoolEvidence
 from loadgen.analysis.stats import median
 from loadgen.analysis.streams import pieces_rate, window_rate
 from loadgen.analysis.timeline import Timeline
+from loadgen.analysis.warmth import cache_warmth, salted_groups
 from loadgen.records import MetricsSample, StreamRecord
 
 NS = rates.NS
@@ -106,6 +107,9 @@ class VerdictContext:
     pool: PoolEvidence
     group_min_ttft: dict[str, float] = field(default_factory=dict)
     loop_lag_max_ms: float | None = None
+    # Groups whose prompts were meant to be cold (warmth.py), and whether they are all groups.
+    salted: frozenset[str] = frozenset()
+    all_salted: bool = False
 
 
 def build_context(
@@ -114,6 +118,7 @@ def build_context(
     """Resolve the cap and baseline and model every stream's seat."""
     cap = resolve_cap(manifest, timeline)
     client = manifest.get("client") or {}
+    salted = salted_groups(manifest)
     baseline = prefill_baseline(records)
     fastest = group_min_ttft(records)
     normal = {r.id: expected_prefill_s(r, baseline, fastest) for r in records}
@@ -127,12 +132,22 @@ def build_context(
         pool=PoolEvidence(timeline, modelled, cap.value, manifest.get("server") or {}),
         group_min_ttft=fastest,
         loop_lag_max_ms=client.get("loop_lag_max_ms"),
+        salted=salted,
+        all_salted=bool(salted) and {r.group for r in records if r.phase == "measure"} <= salted,
     )
 
 
 def classify_streams(ctx: VerdictContext) -> dict[str, Verdict]:
-    """A verdict for every record of the run, by stream id."""
-    return {r.id: classify(r, ctx) for r in ctx.records}
+    """A verdict for every record of the run, by stream id; a stream meant to be cold that was
+    served from cache says so in its evidence (`cache_warm`, warmth.py)."""
+    out = {}
+    for r in ctx.records:
+        verdict = classify(r, ctx)
+        warm = cache_warmth(r, ctx.timeline, ctx.salted, counter_usable=ctx.all_salted)
+        if warm is not None:
+            verdict = Verdict(verdict.name, verdict.evidence | {"cache_warm": warm})
+        out[r.id] = verdict
+    return out
 
 
 def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:

@@ -24,9 +24,10 @@ from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.client.openai import ClientError, OpenAIClient, Timeouts, resolve_target
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
+from loadgen.engine.seeds import fresh_seed
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
 from loadgen.request import StreamRequest
-from loadgen.scenario.plan import PromptSpec
+from loadgen.scenario.plan import PromptSpec, salt_tags
 from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder
 
 
@@ -52,8 +53,18 @@ class ProbeOutcome:
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
 @click.option("--first-byte-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0)
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed of the prompt salts (default: fresh per invocation, so no stream hits the "
+    "cache an earlier one left; recorded in run.json).",
+)
 def request_cmd(**opts: Any) -> None:
     """Fire COUNT streams at CONCURRENCY and print TTFT, decode-only tok/s, tokens and chunks."""
+    opts["seed_source"] = "fresh" if opts["seed"] is None else "user"
+    if opts["seed"] is None:
+        opts["seed"] = fresh_seed()
     try:
         base_url, api_key = resolve_target(opts["base_url"], opts["api_key"])
     except ValueError as exc:
@@ -136,8 +147,9 @@ async def _launch(
 ) -> None:
     outcome.model = opts["model"] or await _first_model(client)
     prompts, outcome.sizing = await probe_prompts(
-        client, outcome.model, opts["count"], opts["prompt_tokens"], chat=opts["api"] == "chat"
-    )
+        client, outcome.model, opts["count"], opts["prompt_tokens"], chat=opts["api"] == "chat",
+        seed=opts["seed"],
+    )  # fmt: skip
     requests = [
         StreamRequest(
             id=f"r{i:04d}",
@@ -148,8 +160,9 @@ async def _launch(
             group="request",
             ignore_eos=opts["ignore_eos"],
             requested_prompt_tokens=opts["prompt_tokens"],
+            cache_salt=salt,
         )
-        for i, p in enumerate(prompts)
+        for i, (p, salt) in enumerate(prompts)
     ]
     await client.warm(min(opts["concurrency"], opts["count"]))
     client.run_start_ns = perf_counter_ns()
@@ -162,18 +175,22 @@ async def _launch(
 
 
 async def probe_prompts(
-    client: OpenAIClient, model: str, count: int, tokens: int, *, chat: bool
-) -> tuple[list[BuiltPrompt], str]:
-    """`count` prose prompts of `tokens` tokens, each salted at its start (no stream can hit
-    another's cached blocks), and how they were sized."""
+    client: OpenAIClient, model: str, count: int, tokens: int, *, chat: bool, seed: int
+) -> tuple[list[tuple[BuiltPrompt, str]], str]:
+    """`count` prose prompts of `tokens` tokens with their salts, each salted at its start from
+    `seed` (no stream can hit another's cached blocks, nor an earlier invocation's unless it
+    had the same seed), and how they were sized."""
 
     def warn(msg: str) -> None:
         click.echo(f"warning: {msg}", err=True)
 
     counter = await pick_counter(client, model, chat=chat, chat_template_kwargs=None, warn=warn)
     builder = PromptBuilder(counter)
-    specs = [PromptSpec(tokens, "prose", "salted", f"r{i:04d}", text_seed=i) for i in range(count)]
-    prompts = [await builder.build(spec) for spec in specs]
+    salts = salt_tags(seed, "request", count)
+    specs = [
+        PromptSpec(tokens, "prose", "salted", salt, text_seed=i) for i, salt in enumerate(salts)
+    ]
+    prompts = [(await builder.build(spec), spec.salt) for spec in specs]
     label = (
         "exact, sized by /tokenize" if counter.method == "tokenize" else "estimated: no /tokenize"
     )
@@ -202,6 +219,8 @@ def _manifest(base_url: str, opts: dict[str, Any], outcome: ProbeOutcome) -> dic
         "command": "request",
         "target": base_url,
         "model": outcome.model,
+        "seed": opts["seed"],
+        "seed_source": opts["seed_source"],
         "args": args,
         "prompt_sizing": outcome.sizing,
         "start_wall": outcome.start_wall,

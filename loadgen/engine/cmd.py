@@ -10,6 +10,7 @@ import click
 import uvloop
 
 from loadgen.engine.run import RunOptions, run_plan
+from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
@@ -52,7 +53,13 @@ from loadgen.server.launcher import ServerBootError
     "run_seed",
     type=int,
     default=None,
-    help="Run seed for salts (default: the scenario's seed; recorded in run.json).",
+    help="Run seed for salts (default: a fresh one per run; recorded in run.json).",
+)
+@click.option(
+    "--replay",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Reuse the run seed (so the salts) a run recorded in RUN_DIR/run.json.",
 )
 @click.option(
     "--block-size",
@@ -70,6 +77,7 @@ def run_cmd(
     out_root: Path,
     overrides: tuple[str, ...],
     run_seed: int | None,
+    replay: Path | None,
     block_size: int | None,
     progress: bool,
 ) -> None:
@@ -79,9 +87,13 @@ def run_cmd(
         loaded = load_scenario(scenario, sets)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
+    try:
+        seed = resolve_run_seed(run_seed, replay)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     opts = RunOptions(
-        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=run_seed,
-        progress=progress, block_size=block_size,
+        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
+        progress=progress, block_size=block_size, seed_source=seed.source,
     )  # fmt: skip
 
     def warn(msg: str) -> None:
@@ -90,7 +102,7 @@ def run_cmd(
     # SIGTERM stops a run the way Ctrl-C does: tasks cancelled, records and manifest flushed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        run_dir = uvloop.run(run_plan(plan(loaded, run_seed=run_seed), opts, warn))
+        run_dir = uvloop.run(run_plan(plan(loaded, run_seed=seed.value), opts, warn))
     except (RunError, ServerBootError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     except KeyboardInterrupt:

@@ -60,6 +60,8 @@ class RunOptions:
     # without a source entry is labelled "flags".
     server_facts: dict[str, int] | None = None
     server_facts_sources: dict[str, str] | None = None
+    # Where run_seed came from (engine/seeds.py: "fresh", "user", "replay:<dir>").
+    seed_source: str | None = None
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -102,6 +104,7 @@ def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[s
         "tool_version": __version__,
         "scenario": scenario_to_json(plan.scenario),
         "seed": plan.seed,
+        "seed_source": opts.seed_source or ("user" if opts.run_seed is not None else "scenario"),
         "started_wall": started.isoformat(),
         "host": platform.node(),
         "python": platform.python_version(),

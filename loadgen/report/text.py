@@ -12,6 +12,7 @@ from typing import Any
 
 from loadgen.analysis.sweep import mixed_row
 from loadgen.analysis.verdicts import VERDICTS
+from loadgen.analysis.warmth import warm_note
 from loadgen.report.tables import (
     DASH,
     Table,
@@ -60,6 +61,7 @@ def header(summary: dict[str, Any]) -> list[str]:
         f"loadgen report: scenario {run.get('scenario') or DASH}"
         f" | target {target.get('url', DASH)} ({target.get('kind', DASH)})"
         f" | model {run.get('model') or DASH} | seed {run.get('seed', DASH)}"
+        + (f" ({run['seed_source']})" if run.get("seed_source") else "")
     ]
     if target.get("kind") == "sim" and target.get("flags"):
         # The sim's profile sets its time scale (default = an RTX 4090 shape at 1/10 time), so
@@ -77,6 +79,8 @@ def header(summary: dict[str, Any]) -> list[str]:
         lines.append(f"boots per arm: {run['boots_per_arm']} ({run.get('boots_note') or ''})")
     if run.get("interrupted"):
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
+    if (warm := warm_note(summary.get("streams") or [])) is not None:
+        lines.append(warm)
     if run.get("client_limited"):
         why = "; ".join(run.get("client_limited_reasons") or [])
         lines.append(f"!! CLIENT LIMITED: {why} (timings include loadgen's own delays)")
