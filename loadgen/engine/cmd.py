@@ -15,6 +15,7 @@ from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.server.launcher import ServerBootError
+from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 
 
 @click.command("run")
@@ -67,6 +68,21 @@ from loadgen.server.launcher import ServerBootError
     default=None,
     help="Cache block size of an external server that does not report it.",
 )
+@click.option(
+    "--server-facts",
+    "server_facts",
+    multiple=True,
+    metavar="KEY=N[,KEY=N]",
+    help="Known limits of an external server, e.g. max_num_seqs=4,max_num_batched_tokens=512"
+    " (verdicts label them 'user').",
+)
+@click.option(
+    "--server-flags",
+    "server_flags",
+    multiple=True,
+    metavar="FLAGS",
+    help="The flags an external server was launched with, recorded in run.json and reports.",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def run_cmd(
     scenario: str,
@@ -79,6 +95,8 @@ def run_cmd(
     run_seed: int | None,
     replay: Path | None,
     block_size: int | None,
+    server_facts: tuple[str, ...],
+    server_flags: tuple[str, ...],
     progress: bool,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
@@ -89,11 +107,19 @@ def run_cmd(
         raise click.ClickException(str(exc)) from None
     try:
         seed = resolve_run_seed(run_seed, replay)
+        facts, flags = parse_server_facts(server_facts), parse_server_flags(server_flags)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if (facts or flags) and not base_url:
+        raise click.UsageError(
+            "--server-facts/--server-flags describe an external server: pass --base-url too"
+            " (the built-in sim reports its own)"
+        )
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
         progress=progress, block_size=block_size, seed_source=seed.source,
+        server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
+        server_flags=tuple(flags),
     )  # fmt: skip
 
     def warn(msg: str) -> None:

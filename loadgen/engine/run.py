@@ -62,6 +62,8 @@ class RunOptions:
     server_facts_sources: dict[str, str] | None = None
     # Where run_seed came from (engine/seeds.py: "fresh", "user", "replay:<dir>").
     seed_source: str | None = None
+    # The launch flags of an external server, as the user gave them (server/user_facts.py).
+    server_flags: tuple[str, ...] = ()
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:

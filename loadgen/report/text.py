@@ -27,6 +27,7 @@ from loadgen.report.tables import (
 )
 
 MAX_LISTED_STREAMS = 20
+_NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seqs=N"
 
 
 def notes(summary: dict[str, Any], groups: list[str] | None = None) -> tuple[str, ...]:
@@ -67,6 +68,7 @@ def header(summary: dict[str, Any]) -> list[str]:
         # The sim's profile sets its time scale (default = an RTX 4090 shape at 1/10 time), so
         # no sim figure is quoted without it.
         lines.append("sim: loadgen sim " + " ".join(str(f) for f in target["flags"]))
+    lines += user_server_lines(run)
     if "streams" in run and isinstance(run["streams"], dict):
         st, cap, base = run["streams"], run["cap"], run["prefill_baseline"]
         lines.append(
@@ -85,6 +87,19 @@ def header(summary: dict[str, Any]) -> list[str]:
         why = "; ".join(run.get("client_limited_reasons") or [])
         lines.append(f"!! CLIENT LIMITED: {why} (timings include loadgen's own delays)")
     return lines
+
+
+def user_server_lines(run: dict[str, Any]) -> list[str]:
+    """What the user said about an external server: its launch flags and its limits."""
+    target, facts = run.get("target") or {}, run.get("server_facts") or {}
+    out = []
+    if target.get("kind") == "external" and target.get("flags"):
+        out.append("server flags (user): " + " ".join(str(f) for f in target["flags"]))
+    sources = facts.get("sources") or {}
+    stated = [f"{k}={facts[k]}" for k, src in sorted(sources.items()) if src == "user"]
+    if stated:
+        out.append("server facts (user): " + ", ".join(stated))
+    return out
 
 
 def latency_table(summary: dict[str, Any]) -> Table:
@@ -185,7 +200,8 @@ def verdict_table(summary: dict[str, Any]) -> Table:
         ("group", *VERDICTS),
         tuple(rows),
         (
-            f"cap {cap['value'] or 'unknown'} ({cap['source'] or 'no server facts, no plateau'});"
+            f"cap {cap['value'] or 'unknown'}"
+            f" ({cap['source'] or _NO_CAP});"
             f" normal prefill from {run['prefill_baseline']['source']}",
             "starvation = prefill_hol + rationed_decode; admission caps = admission_cap",
         ),
