@@ -49,6 +49,7 @@ from itertools import pairwise
 from typing import Any
 
 from loadgen.analysis import rates
+from loadgen.analysis.cached import CacheEstimates, estimate_cached
 from loadgen.analysis.limits import (
     Cap,
     PrefillBaseline,
@@ -110,6 +111,7 @@ class VerdictContext:
     # Groups whose prompts were meant to be cold (warmth.py), and whether they are all groups.
     salted: frozenset[str] = frozenset()
     all_salted: bool = False
+    cached: CacheEstimates = field(default_factory=CacheEstimates)
 
 
 def build_context(
@@ -119,9 +121,10 @@ def build_context(
     cap = resolve_cap(manifest, timeline)
     client = manifest.get("client") or {}
     salted = salted_groups(manifest)
-    baseline = prefill_baseline(records)
+    est = estimate_cached(records, timeline, manifest)
+    baseline = prefill_baseline(records, est.tokens, est.suspect)
     fastest = group_min_ttft(records)
-    normal = {r.id: expected_prefill_s(r, baseline, fastest) for r in records}
+    normal = {r.id: expected_prefill_s(r, baseline, fastest, est.tokens.get(r.id)) for r in records}
     modelled = seats(records, cap.value, normal)
     return VerdictContext(
         records=records,
@@ -133,6 +136,7 @@ def build_context(
         group_min_ttft=fastest,
         loop_lag_max_ms=client.get("loop_lag_max_ms"),
         salted=salted,
+        cached=est,
         all_salted=bool(salted) and {r.group for r in records if r.phase == "measure"} <= salted,
     )
 
@@ -160,12 +164,15 @@ def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
             {"reason": f"{cls}: {msg}", "class": cls, "message": msg, "http": rec.http_status},
         )
     seat = ctx.seats[rec.id]
-    expected = expected_prefill_s(rec, ctx.baseline, ctx.group_min_ttft)
+    cached = ctx.cached.tokens.get(rec.id)
+    expected = expected_prefill_s(rec, ctx.baseline, ctx.group_min_ttft, cached)
     base: dict[str, Any] = {
         "ttft_s": rates.ttft_s(rec),
         "expected_prefill_s": expected,
         "baseline": ctx.baseline.source,
     }
+    if cached:
+        base["cached_tokens"] = {"tokens": cached, "source": ctx.cached.source[rec.id]}
     wait = _wait(rec, seat, expected, ctx)
     late_s = (rec.t_sent_ns - rec.t_intended_ns) / NS
     wait_verdict = wait.pop("verdict")
@@ -219,7 +226,7 @@ def _wait(
     ahead = [
         s for s in ctx.seats.values() if s.rank < seat.rank and s.admit_ns < t1 and s.end_ns > t0
     ]
-    phases = _phases(t0, t1, seat, ahead, prefill_tokens(rec), ctx)
+    phases = _phases(t0, t1, seat, ahead, prefill_tokens(rec, ctx.cached.tokens.get(rec.id)), ctx)
     held: dict[str, float] = {}
     for state, a, b in phases:
         held[state] = held.get(state, 0.0) + (b - a) / NS
