@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.analysis.limits import alone_ids
+from loadgen.analysis.limits import alone_ids, prompt_size
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import StreamRecord
 
@@ -45,7 +45,7 @@ def estimate_cached(
     source: dict[str, str] = {}
     suspect = set()
     for r in records:
-        prompt = r.prompt_tokens if r.prompt_tokens is not None else r.requested_prompt_tokens
+        prompt = prompt_size(r)
         if r.cached_tokens is not None:
             tokens[r.id], source[r.id] = r.cached_tokens, "usage"
         elif (r.group, r.rep) in warm:

@@ -126,10 +126,15 @@ def preemption_rose(prev: MetricsSample | None, cur: MetricsSample) -> bool:
     return a is not None and b is not None and b > a
 
 
+def prompt_size(rec: StreamRecord) -> int | None:
+    """Prompt tokens as the server counted them, else as the plan asked."""
+    return rec.prompt_tokens if rec.prompt_tokens is not None else rec.requested_prompt_tokens
+
+
 def prefill_tokens(rec: StreamRecord, cached: int | None = None) -> int | None:
     """Prompt tokens the server had to prefill: prompt minus cached prefix (as reported, else
     `cached`, an estimate from cached.py)."""
-    prompt = rec.prompt_tokens if rec.prompt_tokens is not None else rec.requested_prompt_tokens
+    prompt = prompt_size(rec)
     if prompt is None:
         return None
     known = rec.cached_tokens if rec.cached_tokens is not None else cached
@@ -139,7 +144,7 @@ def prefill_tokens(rec: StreamRecord, cached: int | None = None) -> int | None:
 def mostly_cached(rec: StreamRecord, cached: int | None = None) -> bool:
     """True if more than MOSTLY_CACHED of the prompt came from cache: its TTFT is request
     overhead and a cache lookup, which says nothing about the rate of a prefill."""
-    prompt = rec.prompt_tokens if rec.prompt_tokens is not None else rec.requested_prompt_tokens
+    prompt = prompt_size(rec)
     known = rec.cached_tokens if rec.cached_tokens is not None else cached
     return bool(prompt and known and known > MOSTLY_CACHED * prompt)
 

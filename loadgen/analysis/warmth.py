@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadgen.analysis.limits import prompt_size
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import StreamRecord
 
@@ -45,7 +46,7 @@ def cache_warmth(
     """Evidence that a salted measured stream was served from cache, or None."""
     if rec.phase != "measure" or rec.group not in salted or rec.status != "ok":
         return None
-    prompt = rec.prompt_tokens or rec.requested_prompt_tokens
+    prompt = prompt_size(rec)
     if not prompt or rec.t_sent_ns is None or rec.t_first_ns is None:
         return None
     if rec.cached_tokens is not None:
