@@ -58,3 +58,13 @@ def test_request_salts_are_fresh_per_invocation_unless_seeded(tmp_path: Path):
     assert m1["seed_source"] == "fresh" and m1["seed"] != m2["seed"]
     again, m3 = _request_prompts(tmp_path, "c", "--seed", str(m1["seed"]))
     assert again == first and m3["seed_source"] == "user"
+
+
+def test_a_prompt_shorter_than_the_salt_tag_keeps_one_salt_word(tmp_path: Path):
+    with ThreadedPacedServer(PacedConfig(ttft_s=0.001, gap_s=0.001)) as srv:
+        args = ["request", "--base-url", srv.url + "/v1", "--prompt-tokens", "1", "-n", "2"]
+        result = CliRunner().invoke(main, [*args, "--max-tokens", "2"])
+        assert result.exit_code == 0, result.output
+    prompts = [s.body["prompt"] for s in srv.served]
+    assert len(set(prompts)) == 2 and all(len(p.split()) == 1 for p in prompts)
+    assert all(len(s.body["cache_salt"].split("-")) == 4 for s in srv.served)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import signal
 import statistics
@@ -28,7 +29,7 @@ from loadgen.engine.seeds import fresh_seed
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PromptSpec, salt_tags
-from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder
+from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder, PromptSizeError
 
 
 @dataclass
@@ -190,11 +191,25 @@ async def probe_prompts(
     specs = [
         PromptSpec(tokens, "prose", "salted", salt, text_seed=i) for i, salt in enumerate(salts)
     ]
-    prompts = [(await builder.build(spec), spec.salt) for spec in specs]
+    prompts = [(await _build_salted(builder, spec), spec.salt) for spec in specs]
     label = (
         "exact, sized by /tokenize" if counter.method == "tokenize" else "estimated: no /tokenize"
     )
     return prompts, label
+
+
+async def _build_salted(builder: PromptBuilder, spec: PromptSpec) -> BuiltPrompt:
+    """The prompt with its whole salt tag; one shorter than the tag keeps only the tag's first
+    word (unique per stream of one invocation): a prompt that small spans no cache block, so
+    it cannot hit one, and the full salt still goes out as cache_salt."""
+    try:
+        return await builder.build(spec)
+    except PromptSizeError:
+        short = dataclasses.replace(spec, salt=spec.salt.split("-")[0])
+        try:
+            return await builder.build(short)
+        except PromptSizeError as exc:
+            raise click.UsageError(f"--prompt-tokens {spec.tokens}: {exc}") from None
 
 
 async def _first_model(client: OpenAIClient) -> str:
