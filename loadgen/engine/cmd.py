@@ -11,11 +11,13 @@ import uvloop
 
 from loadgen.analysis.goodput import parse_slo_flag
 from loadgen.engine.run import RunOptions, run_plan
+from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.scenario.prompts import PromptSizeError
 from loadgen.server.launcher import ServerBootError
+from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 
 
 @click.command("run")
@@ -54,7 +56,13 @@ from loadgen.server.launcher import ServerBootError
     "run_seed",
     type=int,
     default=None,
-    help="Run seed for salts (default: the scenario's seed; recorded in run.json).",
+    help="Run seed for salts (default: a fresh one per run; recorded in run.json).",
+)
+@click.option(
+    "--replay",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Reuse the run seed (so the salts) a run recorded in RUN_DIR/run.json.",
 )
 @click.option(
     "--block-size",
@@ -76,6 +84,21 @@ from loadgen.server.launcher import ServerBootError
     help="virtual: the built-in sim's engine on a discrete-event clock, no HTTP (exact, "
     "repeatable, faster than real time); wall: real time over HTTP.",
 )
+@click.option(
+    "--server-facts",
+    "server_facts",
+    multiple=True,
+    metavar="KEY=N[,KEY=N]",
+    help="Known limits of an external server, e.g. max_num_seqs=4,max_num_batched_tokens=512"
+    " (verdicts label them 'user').",
+)
+@click.option(
+    "--server-flags",
+    "server_flags",
+    multiple=True,
+    metavar="FLAGS",
+    help="The flags an external server was launched with, recorded in run.json and reports.",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def run_cmd(
     scenario: str,
@@ -86,9 +109,12 @@ def run_cmd(
     out_root: Path,
     overrides: tuple[str, ...],
     run_seed: int | None,
+    replay: Path | None,
     block_size: int | None,
     slo: str | None,
     clock: str,
+    server_facts: tuple[str, ...],
+    server_flags: tuple[str, ...],
     progress: bool,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
@@ -106,9 +132,21 @@ def run_cmd(
         slos = parse_slo_flag(slo) if slo is not None else None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    try:
+        seed = resolve_run_seed(run_seed, replay)
+        facts, flags = parse_server_facts(server_facts), parse_server_flags(server_flags)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if (facts or flags) and not base_url:
+        raise click.UsageError(
+            "--server-facts/--server-flags describe an external server: pass --base-url too"
+            " (the built-in sim reports its own)"
+        )
     opts = RunOptions(
-        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=run_seed,
-        progress=progress, block_size=block_size, slo=slos, clock=clock,
+        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
+        progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
+        server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
+        server_flags=tuple(flags),
     )  # fmt: skip
 
     def warn(msg: str) -> None:
@@ -117,7 +155,7 @@ def run_cmd(
     # SIGTERM stops a run the way Ctrl-C does: tasks cancelled, records and manifest flushed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        run_dir = uvloop.run(run_plan(plan(loaded, run_seed=run_seed), opts, warn))
+        run_dir = uvloop.run(run_plan(plan(loaded, run_seed=seed.value), opts, warn))
     except (RunError, ServerBootError, PromptSizeError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     except KeyboardInterrupt:

@@ -66,6 +66,10 @@ class RunOptions:
     # "wall": the sim (or a server) over HTTP in real time; "virtual": the sim's engine on a
     # discrete-event clock, no HTTP (loadgen/engine/virtual_run.py).
     clock: str = "wall"
+    # Where run_seed came from (engine/seeds.py: "fresh", "user", "replay:<dir>").
+    seed_source: str | None = None
+    # The launch flags of an external server, as the user gave them (server/user_facts.py).
+    server_flags: tuple[str, ...] = ()
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -113,6 +117,7 @@ def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[s
         "tool_version": __version__,
         "scenario": scenario_to_json(plan.scenario),
         "seed": plan.seed,
+        "seed_source": opts.seed_source or ("user" if opts.run_seed is not None else "scenario"),
         "started_wall": started.isoformat(),
         "host": platform.node(),
         "python": platform.python_version(),

@@ -63,7 +63,10 @@ async def open_target(
                 f"arm {arm.name!r} sets server flags {arm.flags}: loadgen cannot restart a "
                 "server it did not start; drop --base-url to sweep on the built-in sim"
             )
-        target = Target(url=opts.base_url, kind="external", model=opts.model)
+        target = Target(
+            url=opts.base_url, kind="external", model=opts.model,
+            flags=list(opts.server_flags),
+        )  # fmt: skip
         sources = opts.server_facts_sources or {}
         for name, value in (opts.server_facts or {}).items():
             target.learn({name: value}, sources.get(name, "flags"))

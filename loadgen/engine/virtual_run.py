@@ -141,7 +141,7 @@ class VirtualArm:
         return await materialize(item, self.builder, model=self.model, t_intended_ns=t_ns)
 
     def _sessions(
-        self, sessions: Sequence[BuiltSession], schedule: _Schedule, start: int
+        self, sessions: Sequence[BuiltSession], schedule: Schedule, start: int
     ) -> Callable[[StreamRecord], None]:
         """Schedules every session's turn 0; the returned on_record schedules each next turn
         once its answer is in (a failed turn ends its session, as on the wall clock)."""
