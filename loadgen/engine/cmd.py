@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import uvloop
 
+from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
@@ -60,6 +61,13 @@ from loadgen.server.launcher import ServerBootError
     default=None,
     help="Cache block size of an external server that does not report it.",
 )
+@server_options
+@click.option(
+    "--boot-order-seed",
+    type=int,
+    default=None,
+    help="Shuffle each round of a sweep's boots with this seed (default: A B C A B C).",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def run_cmd(
     scenario: str,
@@ -71,6 +79,10 @@ def run_cmd(
     overrides: tuple[str, ...],
     run_seed: int | None,
     block_size: int | None,
+    server_kind: str | None,
+    server_args: tuple[str, ...],
+    model_path: Path | None,
+    boot_order_seed: int | None,
     progress: bool,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
@@ -79,9 +91,12 @@ def run_cmd(
         loaded = load_scenario(scenario, sets)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
+    server = server_spec(server_kind, server_args, model_path)
+    if server is not None and base_url:
+        raise click.UsageError("give --base-url or --server, not both")
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=run_seed,
-        progress=progress, block_size=block_size,
+        progress=progress, block_size=block_size, server=server, boot_order_seed=boot_order_seed,
     )  # fmt: skip
 
     def warn(msg: str) -> None:

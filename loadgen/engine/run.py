@@ -14,13 +14,14 @@ import datetime as dt
 import platform
 import time
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loadgen import __version__
 from loadgen.client.openai import OpenAIClient, Timeouts
+from loadgen.engine.boots import run_boots
 from loadgen.engine.cache import CacheCheck, prime_and_verify
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop, run_open_loop
@@ -35,6 +36,7 @@ from loadgen.scenario.model import Scenario, scenario_to_json
 from loadgen.scenario.plan import ArmPlan, Plan, PlannedRequest, PromptSpec, RepPlan, derive_seed
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
+from loadgen.server.spec import ServerSpec
 
 # Sends of a rep are scheduled this far ahead of "now", so the first one is not late by the
 # time it takes to create its task.
@@ -60,6 +62,10 @@ class RunOptions:
     # without a source entry is labelled "flags".
     server_facts: dict[str, int] | None = None
     server_facts_sources: dict[str, str] | None = None
+    # The server loadgen launches per boot (None: the built-in sim), and the seed that shuffles
+    # each round of boots (None: the arms in declared order, A B C A B C).
+    server: ServerSpec | None = None
+    boot_order_seed: int | None = None
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -75,26 +81,40 @@ async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) ->
         await run_arm(plan, plan.arms[0], root, opts, warn)
         return root
     root.mkdir(parents=True, exist_ok=False)
-    for arm in plan.arms:
-        await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
+    parent = _base_manifest(plan, opts, started) | {
+        "arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]
+    }
     # The parent of a sweep holds only the manifest: its records live in arms/<arm>/.
-    write_manifest(
-        root,
-        _base_manifest(plan, opts, started)
-        | {"arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]}
-        | _boots(plan, opts),
-    )
+    if opts.base_url:
+        for arm in plan.arms:
+            await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
+        write_manifest(root, parent | _boots(plan, opts))
+        return root
+
+    def on_boot(boots: list[dict[str, Any]], per_arm: int) -> None:
+        write_manifest(root, parent | _launched_boots(opts, per_arm) | {"boots": boots})
+
+    async def arm_on_boot(arm: ArmPlan, path: Path, target: Target, boot: dict[str, Any]) -> None:
+        await run_arm(plan, arm, path, opts, warn, target=target, boot=boot)
+
+    await run_boots(plan, root, opts, warn, arm_on_boot, on_boot)
     return root
 
 
 def _boots(plan: Plan, opts: RunOptions) -> dict[str, Any]:
     """Boots per arm, said out loud: a cross-boot comparison is only as good as its floor."""
-    if opts.base_url:
-        return {"boots_per_arm": 0, "boots_note": "external server: loadgen restarted nothing"}
-    return {
-        "boots_per_arm": 1,
-        "boots_note": "one fresh sim per arm; the sim is deterministic, so one boot is its floor",
-    }
+    return {"boots_per_arm": 0, "boots_note": "external server: loadgen restarted nothing"}
+
+
+def _launched_boots(opts: RunOptions, per_arm: int) -> dict[str, Any]:
+    kind = opts.server.kind if opts.server else "sim"
+    if per_arm == 1:
+        note = f"one {kind} boot per arm: no boot-to-boot floor, every effect is unresolved"
+        if kind == "sim":
+            note += " (the sim is deterministic, so its boots would agree)"
+    else:
+        note = f"{per_arm} {kind} boots per arm, interleaved; effects are read against the floor"
+    return {"boots_per_arm": per_arm, "boots_note": note, "server_kind": kind}
 
 
 def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[str, Any]:
@@ -109,17 +129,26 @@ def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[s
 
 
 async def run_arm(
-    plan: Plan, arm: ArmPlan, path: Path, opts: RunOptions, warn: Callable[[str], None]
+    plan: Plan,
+    arm: ArmPlan,
+    path: Path,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    *,
+    target: Target | None = None,
+    boot: dict[str, Any] | None = None,
 ) -> None:
+    """Runs one arm into `path`, on `target` when given (a sweep's boot), else on its own."""
     started = dt.datetime.now(dt.UTC)
     rundir = RunDirectory(path)
     manifest = _base_manifest(plan, opts, started) | {
         "arm": {"name": arm.name, "flags": arm.flags, "settings": arm.settings},
         "interrupted": True,  # until the arm completes
         "cache_checks": [],
-    }
+    } | ({"boot": boot} if boot else {})  # fmt: skip
+    given = nullcontext(target) if target is not None else None
     try:
-        async with open_target(arm, opts, log_dir=path, warn=warn) as target:
+        async with given or open_target(arm, opts, log_dir=path, warn=warn) as target:
             manifest |= target.manifest()
             rundir.write_manifest(manifest)
             await _drive_arm(arm, target, rundir, manifest, opts, warn)

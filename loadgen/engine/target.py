@@ -52,7 +52,7 @@ class Target:
             },
             "server": server,
             "speed": self.speed,
-        } | ({"boot": self.boot} if self.boot else {})  # fmt: skip
+        } | ({"launch": self.boot} if self.boot else {})  # fmt: skip
 
 
 @asynccontextmanager
@@ -88,7 +88,8 @@ async def launch_target(
     settings: dict[str, Any] = {}
     if spec.is_sim:
         settings = _sim_settings(arm)
-        flags = sim_flags(settings)
+        literal = {k: settings.pop(k) for k in list(settings) if k.startswith("-")}
+        flags = sim_flags(settings) + flag_args(profile_for(spec), literal)
     else:
         if arm.scenario.sim is not None:
             warn(f"scenario's sim: block is ignored: the run launches {spec.kind}")

@@ -58,9 +58,10 @@ def server_version(url: str) -> str | None:
     return None
 
 
-def first_token(url: str, model: str, timeout_s: float = 120.0) -> int:
-    """Generates one token; returns the completion tokens the server counted. Raises OSError
-    (urllib's errors) when the server cannot serve it."""
-    body = {"model": model, "prompt": "hello", "max_tokens": 1}
+def first_token(url: str, model: str, max_tokens: int = 1, timeout_s: float = 120.0) -> int:
+    """Generates `max_tokens` tokens (one: readiness; more: a warm-up that is not measured);
+    returns the completion tokens the server counted. Raises OSError (urllib's errors) when the
+    server cannot serve it."""
+    body = {"model": model, "prompt": "hello", "max_tokens": max_tokens, "ignore_eos": True}
     reply = _request(url + "/v1/completions", body, timeout_s)
     return int((reply.get("usage") or {}).get("completion_tokens") or 0)
