@@ -17,6 +17,7 @@ from loadgen.analysis.sweep_boots import boot_points, floor_rows
 from loadgen.engine.boots import arm_run_dir, boot_order, flag_groups
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.report.cmd import write_report
+from loadgen.report.sweep_plot import _x_axis, sweep_png
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 
@@ -87,6 +88,18 @@ def test_points_and_floor_from_boot_records() -> None:
     assert row["verdict"] == "unresolved by construction"
 
 
+def test_plot_x_is_the_flag_value_or_the_arm() -> None:
+    def point(arm: str, flags: dict, order: int) -> dict:
+        return {"arm": arm, "flags": flags, "order": order, "boot": 1, "values": {"wall_s": 1.0}}
+
+    numeric = [point("a", {"budget": 512}, 1), point("b", {"budget": 2048}, 2)]
+    assert _x_axis(numeric) == ("budget", {"a": 512.0, "b": 2048.0}, None)
+    literal = [point("x", {"--fault": "cache_dead"}, 1), point("y", {"--fault": "stall=0"}, 2)]
+    assert _x_axis(literal) == ("arm", {"x": 0.0, "y": 1.0}, ["x", "y"])
+    assert sweep_png({"boots": numeric}).startswith(b"\x89PNG")
+    assert sweep_png({"boots": [{**numeric[0], "values": None}]}) is None
+
+
 async def run(path: Path, out: Path, *sets: str) -> Path:
     scenario = load_scenario(path, list(sets))
     opts = RunOptions(out_root=out, progress=False)
@@ -129,6 +142,8 @@ async def test_two_boots_per_arm_interleaved_with_records_and_floor(tmp_path: Pa
         assert r["verdict"] == ("stands" if r["multiple"] is None or r["multiple"] > 2 else
                                 "unresolved")  # fmt: skip
     assert "Arms over boots, with the boot-floor verdict" in (root / "report.txt").read_text()
+    assert (root / "sweep.png").read_bytes().startswith(b"\x89PNG")
+    assert "metrics against the swept flag, every boot" in (root / "report.html").read_text()
 
 
 async def test_a_cache_dead_boot_is_restarted_once_then_reported(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ def _fmt(metric: str, x: float | None) -> str:
     return rate(x) if metric.endswith("tok_s") else secs(x)
 
 
-def _label(metric: str) -> str:
+def metric_label(metric: str) -> str:
     label, _unit = _LABELS.get(metric, (metric, ""))
     return label
 
@@ -56,13 +56,13 @@ def arms_over_boots_table(sweep: dict[str, Any]) -> Table | None:
         rows.append(tuple(cells))
     columns = ["arm", "boots measured"]
     for m in metrics:
-        columns += [_label(m), "vs first arm"]
+        columns += [metric_label(m), "vs first arm"]
     floors = {r["metric"]: r["floor"] for r in verdicts or []}
     notes = [
         "each cell: mean over measured boots (each boot's value in run order)",
         "floor = largest (max-min)/mean between boots of one arm; stands above 2x the floor",
     ] + [
-        f"floor of {_label(m)}: " + (DASH if f is None else f"{100 * f:.3f}%")
+        f"floor of {metric_label(m)}: " + (DASH if f is None else f"{100 * f:.3f}%")
         for m, f in floors.items()
     ]
     return Table(

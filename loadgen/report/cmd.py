@@ -15,6 +15,7 @@ from loadgen.analysis.stats import dumps_canonical
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.report.html import render_html, render_sweep_html
+from loadgen.report.sweep_plot import sweep_png
 from loadgen.report.sweep_text import render_sweep_plain, sweep_tables
 from loadgen.report.tables import DASH, Table, num
 from loadgen.report.text import header, hist_lines, render_plain, render_rich, run_tables
@@ -42,6 +43,9 @@ def write_report(run_dir: Path) -> str:
     plain = render_sweep_plain(sweep, {n: a.summary for n, a in arms.items()})
     (run_dir / "report.txt").write_text(plain, encoding="utf-8")
     (run_dir / "report.html").write_text(render_sweep_html(sweep, arms), encoding="utf-8")
+    png = sweep_png(sweep) if sweep.get("boots") else None
+    if png is not None:
+        (run_dir / "sweep.png").write_bytes(png)
     return _sweep_rich(sweep, arms)
 
 

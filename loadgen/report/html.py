@@ -9,6 +9,7 @@ from typing import Any
 
 from loadgen.analysis.summary import Analysis
 from loadgen.report import plots
+from loadgen.report.sweep_plot import sweep_png
 from loadgen.report.sweep_text import sweep_tables
 from loadgen.report.tables import DASH, Table, rate, secs, to_html
 from loadgen.report.text import header, hist_lines, run_tables
@@ -113,6 +114,9 @@ def render_sweep_html(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:
     """report.html of a sweep parent: the across-arm tables, then each arm's report."""
     parts = [_head_lines(header(sweep)[1:])]
     parts += [to_html(t) for t in sweep_tables(sweep)]
+    if sweep.get("boots"):
+        png = sweep_png(sweep)
+        parts.append(_img(png, "metrics against the swept flag, every boot", "no measured boot"))
     for name, a in sorted(arms.items()):
         parts.append(f"<h2>Arm {html.escape(name)}</h2>{run_body(a)}")
     return _page(header(sweep)[0], "".join(parts))
