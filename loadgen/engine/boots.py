@@ -23,7 +23,7 @@ from typing import Any
 from loadgen.client.openai import OpenAIClient
 from loadgen.engine.cache import CacheCheck
 from loadgen.engine.probe_cache import ProbeRefused, probe_cache, probe_size
-from loadgen.engine.target import DEFAULT_SERVER, Target, launch_target
+from loadgen.engine.target import Target, launch_target, server_spec_for
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan, Plan
 from loadgen.server.readback import first_token
@@ -98,7 +98,7 @@ async def run_boots(
     """Boots every group `boots_per_arm` times in interleaved order and runs its arms on each
     healthy boot. `on_boot(boots, boots_per_arm)` is called whenever a boot's record changes
     (so run.json names the server's pid while it runs)."""
-    spec = getattr(opts, "server", None) or DEFAULT_SERVER
+    spec = server_spec_for(plan.scenario, opts)
     n = boots_per_arm(plan, spec.is_sim)
     groups = flag_groups(plan.arms)
     probe = uses_cache(plan.scenario)

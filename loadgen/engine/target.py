@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan
 from loadgen.server.boot import SIM_MODEL as SIM_MODEL
 from loadgen.server.boot import Boot, boot_server
@@ -84,7 +85,7 @@ async def launch_target(
     arm: ArmPlan, opts: Any, *, log_dir: Path, warn: Callable[[str], None]
 ) -> AsyncIterator[Target]:
     """A fresh boot of the run's server (opts.server, default the sim) with the arm's flags."""
-    spec: ServerSpec = getattr(opts, "server", None) or DEFAULT_SERVER
+    spec = server_spec_for(arm.scenario, opts)
     settings: dict[str, Any] = {}
     if spec.is_sim:
         settings = _sim_settings(arm)
@@ -93,9 +94,22 @@ async def launch_target(
     else:
         if arm.scenario.sim is not None:
             warn(f"scenario's sim: block is ignored: the run launches {spec.kind}")
-        flags = flag_args(profile_for(spec), arm.flags)
-    async with boot_server(spec, flags, log_dir=log_dir) as booted:
+        flags = flag_args(profile_for(spec, arm.flags), arm.flags)
+    async with boot_server(spec, flags, log_dir=log_dir, values=arm.flags) as booted:
         yield _launched(spec, booted, float(settings.get("speed", 1.0)), log_dir)
+
+
+def server_spec_for(scenario: Scenario, opts: Any) -> ServerSpec:
+    """The server a run launches: --server, else the scenario's `server:` block, else the sim."""
+    given: ServerSpec | None = getattr(opts, "server", None)
+    if given is not None:
+        return given
+    block = scenario.server
+    if block is None:
+        return DEFAULT_SERVER
+    return ServerSpec(
+        block.kind, block.args, block.model_path, block.env, block.command, block.served_name
+    )
 
 
 def _launched(spec: ServerSpec, booted: Boot, speed: float, log_dir: Path) -> Target:

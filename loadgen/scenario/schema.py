@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.scenario import schema_blocks as blocks
+from loadgen.scenario import schema_server
 from loadgen.scenario.checks import (
     BOOL,
     NAME,
@@ -53,6 +54,7 @@ TOP_KEYS = (
     "timeouts",
     "sim",
     "sweep",
+    "server",
 )
 GROUP_KEYS = ("name", "count", "prompt", "max_tokens", "min_tokens", "ignore_eos", "start")
 PROMPT_KEYS = ("tokens", "shape", "cache", "prefix_tokens")
@@ -89,6 +91,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         metrics=Metrics(c.field(metrics, "poll_interval_s", "metrics", blocks.SECONDS, 0.25)),
         timeouts=blocks.timeouts(c, root),
         sim=blocks.sim(c, root) if root.get("sim") is not None else None,
+        server=schema_server.server(c, root, base_dir) if root.get("server") is not None else None,
         source=source,
     )
     if c.errors:

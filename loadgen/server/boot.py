@@ -8,7 +8,7 @@ generated, its environment read back from /proc and its version asked for.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,8 @@ class Boot:
 
 
 def served_name(spec: ServerSpec) -> str:
+    if spec.served_name:
+        return spec.served_name
     if spec.is_sim:
         return SIM_MODEL
     return spec.model_path.name if spec.model_path else installs.TINY_MODEL_NAME
@@ -46,11 +48,16 @@ def served_name(spec: ServerSpec) -> str:
 
 @asynccontextmanager
 async def boot_server(
-    spec: ServerSpec, flags: Sequence[str], *, log_dir: Path
+    spec: ServerSpec,
+    flags: Sequence[str],
+    *,
+    log_dir: Path,
+    values: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Boot]:
     """A ready server for the block; its process group is stopped on the way out, also on error
-    or cancellation (the launcher's guarantee)."""
-    profile = profile_for(spec)
+    or cancellation (the launcher's guarantee). `values`: the swept flags, for a command
+    template."""
+    profile = profile_for(spec, values)
     name = served_name(spec)
     async with launch(
         profile, flags=[*spec.args, *flags], log_dir=log_dir, model=spec.model_path,
