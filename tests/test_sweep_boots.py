@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from loadgen.analysis.sweep_boots import boot_points, floor_rows
-from loadgen.engine.boots import arm_run_dir, boot_order, flag_groups
+from loadgen.engine.boots import arm_run_dir, boot_order, flag_groups, run_boots
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.report.cmd import write_report
 from loadgen.report.sweep_plot import _x_axis, sweep_png
@@ -211,3 +211,20 @@ def wait_for_measuring_pid(out: Path, proc: subprocess.Popen, timeout_s: float) 
 
 def test_pid_check_sees_this_process() -> None:
     assert alive(os.getpid())
+
+
+async def test_a_crash_inside_a_boot_stops_that_server(tmp_path: Path) -> None:
+    scenario = load_scenario(DATA / "sweep_boots.yaml")
+    seen: list[int] = []
+
+    async def crashing_arm(arm, path, target, boot) -> None:
+        seen.append(boot["pid"])
+        assert alive(boot["pid"])
+        raise RuntimeError("loadgen bug")
+
+    opts = RunOptions(out_root=tmp_path, progress=False)
+    with pytest.raises(RuntimeError, match="loadgen bug"):
+        await run_boots(plan(scenario), tmp_path, opts, lambda m: None, crashing_arm,
+                        lambda boots, n: None)  # fmt: skip
+    (pid,) = seen
+    assert not alive(pid)

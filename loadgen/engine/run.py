@@ -29,7 +29,7 @@ from loadgen.engine.lag import LoopLagMonitor
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.progress import Progress
-from loadgen.engine.target import Target, open_target
+from loadgen.engine.target import Target, open_target, server_spec_for
 from loadgen.records import RunDirectory, StreamRecord, write_manifest
 from loadgen.request import StreamRequest
 from loadgen.scenario.model import Scenario, scenario_to_json
@@ -88,11 +88,13 @@ async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) ->
     if opts.base_url:
         for arm in plan.arms:
             await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
-        write_manifest(root, parent | _boots(plan, opts))
+        external = {"boots_per_arm": 0, "boots_note": "external server: loadgen restarted nothing"}
+        write_manifest(root, parent | external)
         return root
 
     def on_boot(boots: list[dict[str, Any]], per_arm: int) -> None:
-        write_manifest(root, parent | _launched_boots(opts, per_arm) | {"boots": boots})
+        kind = server_spec_for(plan.scenario, opts).kind
+        write_manifest(root, parent | _launched_boots(kind, per_arm) | {"boots": boots})
 
     async def arm_on_boot(arm: ArmPlan, path: Path, target: Target, boot: dict[str, Any]) -> None:
         await run_arm(plan, arm, path, opts, warn, target=target, boot=boot)
@@ -101,13 +103,8 @@ async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) ->
     return root
 
 
-def _boots(plan: Plan, opts: RunOptions) -> dict[str, Any]:
+def _launched_boots(kind: str, per_arm: int) -> dict[str, Any]:
     """Boots per arm, said out loud: a cross-boot comparison is only as good as its floor."""
-    return {"boots_per_arm": 0, "boots_note": "external server: loadgen restarted nothing"}
-
-
-def _launched_boots(opts: RunOptions, per_arm: int) -> dict[str, Any]:
-    kind = opts.server.kind if opts.server else "sim"
     if per_arm == 1:
         note = f"one {kind} boot per arm: no boot-to-boot floor, every effect is unresolved"
         if kind == "sim":
