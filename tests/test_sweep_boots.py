@@ -113,7 +113,7 @@ def manifest(path: Path) -> dict:
 async def test_two_boots_per_arm_interleaved_with_records_and_floor(tmp_path: Path) -> None:
     root = await run(DATA / "sweep_boots.yaml", tmp_path)
     m = manifest(root)
-    assert m["boots_per_arm"] == 2
+    assert m["boots_per_arm"] == 2 and m["interrupted"] is False
     boots = m["boots"]
     assert [(b["flags"]["max_num_batched_tokens"], b["boot"]) for b in boots] == [
         (128, 1), (2048, 1), (128, 2), (2048, 2)
@@ -191,6 +191,10 @@ def test_ctrl_c_during_a_sweep_leaves_no_server_running(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 130, proc.stderr.read().decode() if proc.stderr else ""
     assert not alive(pid)
+    (run_json,) = tmp_path.glob("*/run.json")
+    parent = orjson.loads(run_json.read_bytes())
+    assert parent["interrupted"] is True
+    assert parent["boots"][0]["status"] == "measuring"
 
 
 def wait_for_measuring_pid(out: Path, proc: subprocess.Popen, timeout_s: float) -> int:

@@ -92,14 +92,21 @@ async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) ->
         write_manifest(root, parent | external)
         return root
 
+    kind = server_spec_for(plan.scenario, opts).kind
+    latest: dict[str, Any] = {"interrupted": True}  # until every boot is done
+
     def on_boot(boots: list[dict[str, Any]], per_arm: int) -> None:
-        kind = server_spec_for(plan.scenario, opts).kind
-        write_manifest(root, parent | _launched_boots(kind, per_arm) | {"boots": boots})
+        latest.update(_launched_boots(kind, per_arm) | {"boots": boots})
+        write_manifest(root, parent | latest)
 
     async def arm_on_boot(arm: ArmPlan, path: Path, target: Target, boot: dict[str, Any]) -> None:
         await run_arm(plan, arm, path, opts, warn, target=target, boot=boot)
 
-    await run_boots(plan, root, opts, warn, arm_on_boot, on_boot)
+    try:
+        await run_boots(plan, root, opts, warn, arm_on_boot, on_boot)
+        latest["interrupted"] = False
+    finally:
+        write_manifest(root, parent | latest)
     return root
 
 
