@@ -132,6 +132,9 @@ async def test_two_boots_per_arm_interleaved_with_records_and_floor(tmp_path: Pa
         run_json = manifest(root / b["runs"][0]["dir"])
         assert run_json["boot"]["order"] == b["order"]
         assert run_json["boot"]["warm_state"]["boot_of_this_arm"] == b["boot"]
+        # The sim keeps no caches of its own: nothing to inherit from an earlier boot.
+        assert attempt["warm_state"]["state_dir"].endswith("state/sim")
+        assert attempt["warm_state"]["state_inherited"] is False
     write_report(root)
     summary = orjson.loads((root / "summary.json").read_bytes())
     metrics = [r["metric"] for r in summary["boot_floor"]]

@@ -26,6 +26,7 @@ from loadgen.engine.probe_cache import ProbeRefused, probe_cache, probe_size
 from loadgen.engine.target import Target, launch_target, server_spec_for
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan, Plan
+from loadgen.server import installs
 from loadgen.server.readback import first_token
 
 REAL_BOOTS_PER_ARM = 2
@@ -112,8 +113,10 @@ async def run_boots(
         records.append(record)
         for attempt in range(1, CACHE_ATTEMPTS + 1):
             boot_dir = root / "boots" / f"{order:02d}-b{boot}-a{attempt}"
+            inherited = _inherited_state(spec.kind)
             async with launch_target(group.arms[0], opts, log_dir=boot_dir, warn=warn) as target:
                 tried = _attempt_record(target, attempt, boot, order, records, root, boot_dir)
+                tried["warm_state"] |= inherited
                 record["attempts"].append(tried)
                 on_boot(records, n)
                 if probe:
@@ -144,6 +147,16 @@ async def run_boots(
 
 def _label(group: BootGroup) -> str:
     return ",".join(f"{k}={v}" for k, v in group.flags.items()) or "base flags"
+
+
+def _inherited_state(kind: str) -> dict[str, Any]:
+    """Whether the server's own cache folder (compile and JIT caches) held anything before this
+    boot: a boot that inherits warm caches and one that starts cold differ (seed 002)."""
+    state = installs.state_dir(kind)
+    return {
+        "state_dir": str(state),
+        "state_inherited": state.is_dir() and any(state.iterdir()),
+    }
 
 
 def _attempt_record(
