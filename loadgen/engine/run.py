@@ -28,6 +28,7 @@ from loadgen.engine.executor import run_closed_loop, run_open_loop
 from loadgen.engine.lag import LoopLagMonitor
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.probe_cache import PROBE_TAIL_TOKENS
 from loadgen.engine.progress import Progress
 from loadgen.engine.target import Target, open_target, server_spec_for
 from loadgen.records import RunDirectory, StreamRecord, write_manifest
@@ -43,9 +44,6 @@ from loadgen.server.spec import ServerSpec
 SCHEDULE_LEAD_NS = 20_000_000
 # A prime or probe is timed by its first token only.
 PRIME_MAX_TOKENS = 1
-# The prime and the probe each add their own short tail to the prefix, so the probe is a new
-# request that can only be fast through the cache, never a byte-identical repeat.
-PROBE_TAIL_TOKENS = 16
 
 
 @dataclass(frozen=True, slots=True)
