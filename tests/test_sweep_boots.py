@@ -98,6 +98,14 @@ def test_plot_x_is_the_flag_value_or_the_arm() -> None:
     assert _x_axis(literal) == ("arm", {"x": 0.0, "y": 1.0}, ["x", "y"])
     assert sweep_png({"boots": numeric}).startswith(b"\x89PNG")
     assert sweep_png({"boots": [{**numeric[0], "values": None}]}) is None
+    # A metric no boot measured (minnows that never decoded during the whale's prefill).
+    # Two boots per arm on a log-scaled x axis (the real vLLM sweep's shape).
+    wide = [point(arm, {"budget": b}, order) | {"boot": boot}
+            for order, (arm, b, boot) in enumerate(
+                [("a", 256, 1), ("b", 4096, 1), ("a", 256, 2), ("b", 4096, 2)], 1)]  # fmt: skip
+    unmeasured = [{**p, "values": {"wall_s": 1.0, "minnow_decode_during_tok_s": None}}
+                  for p in wide]  # fmt: skip
+    assert sweep_png({"boots": unmeasured}).startswith(b"\x89PNG")
 
 
 async def run(path: Path, out: Path, *sets: str) -> Path:

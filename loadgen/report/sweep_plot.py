@@ -39,6 +39,10 @@ def sweep_png(sweep: dict[str, Any]) -> bytes | None:
     fig = Figure(figsize=(4.2 * len(metrics), 3.4))
     for i, metric in enumerate(metrics, 1):
         ax = fig.add_subplot(1, len(metrics), i)
+        ax.set_title(metric_label(metric), fontsize=9)
+        if all(p["values"].get(metric) is None for p in points):
+            ax.text(0.5, 0.5, "no boot measured this", ha="center", transform=ax.transAxes)
+            continue
         for boot in sorted({p["boot"] for p in points}):
             mine = [p for p in points if p["boot"] == boot and p["values"].get(metric) is not None]
             ax.scatter(
@@ -54,7 +58,6 @@ def sweep_png(sweep: dict[str, Any]) -> bytes | None:
                 means.append((x, sum(vals) / len(vals)))
         if means:
             ax.plot(*zip(*means, strict=True), color="#555555", lw=1, label="arm mean")
-        ax.set_title(metric_label(metric), fontsize=9)
         ax.set_xlabel(xlabel, fontsize=8)
         if ticks is not None:
             ax.set_xticks(range(len(ticks)), ticks, rotation=20, fontsize=7)
