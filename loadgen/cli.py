@@ -33,3 +33,7 @@ main.add_command(compare_cmd)
 from loadgen.sim.cli import sim  # noqa: E402
 
 main.add_command(sim)
+
+from loadgen.engine.probe_cmd import probe_cache_cmd  # noqa: E402
+
+main.add_command(probe_cache_cmd)

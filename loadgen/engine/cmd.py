@@ -10,6 +10,7 @@ import click
 import uvloop
 
 from loadgen.analysis.goodput import parse_slo_flag
+from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.target import RunError
@@ -99,6 +100,13 @@ from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_ser
     metavar="FLAGS",
     help="The flags an external server was launched with, recorded in run.json and reports.",
 )
+@server_options
+@click.option(
+    "--boot-order-seed",
+    type=int,
+    default=None,
+    help="Shuffle each round of a sweep's boots with this seed (default: A B C A B C).",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def run_cmd(
     scenario: str,
@@ -115,6 +123,10 @@ def run_cmd(
     clock: str,
     server_facts: tuple[str, ...],
     server_flags: tuple[str, ...],
+    server_kind: str | None,
+    server_args: tuple[str, ...],
+    model_path: Path | None,
+    boot_order_seed: int | None,
     progress: bool,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
@@ -142,11 +154,16 @@ def run_cmd(
             "--server-facts/--server-flags describe an external server: pass --base-url too"
             " (the built-in sim reports its own)"
         )
+    server = server_spec(server_kind, server_args, model_path)
+    if server is not None and base_url:
+        raise click.UsageError("give --base-url or --server, not both")
+    if server is not None and clock == "virtual":
+        raise click.UsageError("--clock virtual runs the built-in sim's engine; drop --server")
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
         progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
         server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
-        server_flags=tuple(flags),
+        server_flags=tuple(flags), server=server, boot_order_seed=boot_order_seed,
     )  # fmt: skip
 
     def warn(msg: str) -> None:

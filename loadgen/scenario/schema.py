@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.scenario import schema_blocks as blocks
+from loadgen.scenario import schema_server
 from loadgen.scenario.checks import (
     BOOL,
     NAME,
@@ -55,6 +56,7 @@ TOP_KEYS = (
     "sim",
     "sweep",
     "slo",
+    "server",
 )
 GROUP_KEYS = (
     "name", "count", "prompt", "max_tokens", "min_tokens", "ignore_eos", "start", "session",
@@ -95,6 +97,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         timeouts=blocks.timeouts(c, root),
         sim=blocks.sim(c, root) if root.get("sim") is not None else None,
         slo=blocks.slo(c, root),
+        server=schema_server.server(c, root, base_dir) if root.get("server") is not None else None,
         source=source,
     )
     if c.errors:
