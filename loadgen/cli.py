@@ -34,6 +34,10 @@ from loadgen.sim.cli import sim  # noqa: E402
 
 main.add_command(sim)
 
+from loadgen.engine.probe_cmd import probe_cache_cmd  # noqa: E402
+
+main.add_command(probe_cache_cmd)
+
 from loadgen.engine.soak_cmd import soak_cmd  # noqa: E402
 
 main.add_command(soak_cmd)

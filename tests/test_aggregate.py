@@ -124,7 +124,9 @@ def test_spec_decoding_report_shows_chunks_and_tokens_apart():
     )
     assert "10.0" in decode_row and "2.82" in decode_row
     assert "agg chunks/s" in text
-    assert "chunks carry several tokens" in text
+    # What was seen, not a cause: this run's server reported no speculative decoding.
+    assert "g: 20 of 22 chunks carried >1 token; tokens/chunk = 2.82" in text
+    assert "specul" not in text
 
 
 def metrics_run():

@@ -168,7 +168,8 @@ def test_resolve_target_normalises_and_falls_back_to_env(monkeypatch) -> None:
 @pytest.mark.parametrize("dialect", ["vllm", "llamacpp"])
 async def test_probe_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect: str) -> None:
     async with PacedServer(PacedConfig(tokenize=dialect)) as srv, OpenAIClient(srv.url) as c:
-        prompts, how = await probe_prompts(c, "m", 3, 57, chat=False)
+        built, how = await probe_prompts(c, "m", 3, 57, chat=False, seed=1)
+    prompts = [p for p, _ in built]
     assert how == "exact, sized by /tokenize"
     assert [count_tokens(p.text) for p in prompts] == [57, 57, 57]
     assert all(p.tokens == 57 and p.method == "tokenize" for p in prompts)
@@ -177,7 +178,8 @@ async def test_probe_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect:
 
 async def test_probe_prompts_without_tokenize_are_labelled_estimated() -> None:
     async with PacedServer(PacedConfig(tokenize=None)) as srv, OpenAIClient(srv.url) as c:
-        prompts, how = await probe_prompts(c, "m", 2, 40, chat=False)
+        built, how = await probe_prompts(c, "m", 2, 40, chat=False, seed=1)
+    prompts = [p for p, _ in built]
     assert how == "estimated: no /tokenize"
     assert [(p.tokens, p.method) for p in prompts] == [(40, "estimate")] * 2
 

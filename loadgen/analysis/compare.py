@@ -31,6 +31,7 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "only_a": sorted(set(ga) - set(gb)),
         "only_b": sorted(set(gb) - set(ga)),
         "scenario": [a.get("run", {}).get("scenario"), b.get("run", {}).get("scenario")],
+        "runs": [a.get("run", {}), b.get("run", {})],
     }
 
 

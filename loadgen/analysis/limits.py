@@ -8,7 +8,8 @@ Seat cap (max_num_seqs), in order of trust:
    a plateau the pool held is no cap), labelled `inferred`;
 3. unknown (None).
 
-Normal prefill time of a stream = its uncached prompt tokens / a baseline prefill rate:
+Normal prefill time of a stream = its uncached prompt tokens (usage cached_tokens, else
+cached.py's estimate) / a baseline prefill rate taken over streams not mostly served from cache:
 1. `uncontended_streams`: the median of prompt_tokens / TTFT over streams whose whole wait for a
    first token overlapped no other stream's life (they prefilled alone); taken over the
    stream's own group when that group has such streams (prefill slows with depth, so a 4k
@@ -26,6 +27,7 @@ its group's fastest TTFT stands in for its normal prefill time.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,8 @@ KV = "kv_cache_usage_perc"
 RUNNING = "num_requests_running"
 WAITING = "num_requests_waiting"
 PREEMPTIONS = "num_preemptions_total"
+# More than this share of a prompt served from cache: its TTFT is no prefill measurement.
+MOSTLY_CACHED = 0.5
 # Polls a running plateau must span before it is taken as the cap.
 PLATEAU_MIN_POLLS = 2
 
@@ -60,6 +64,8 @@ class PrefillBaseline:
     source: str  # "uncontended_streams" | "fastest_stream" | "none"
     streams: tuple[str, ...]
     by_group: tuple[tuple[str, float], ...] = ()  # groups with their own uncontended streams
+    # Streams left out because (maybe) served from cache: their TTFT is no prefill.
+    cached_excluded: tuple[str, ...] = ()
 
     def rate_for(self, group: str) -> float | None:
         return dict(self.by_group).get(group, self.tok_s)
@@ -70,6 +76,7 @@ class PrefillBaseline:
             "source": self.source,
             "streams": list(self.streams),
             "by_group": dict(self.by_group),
+            "cached_excluded": list(self.cached_excluded),
         }
 
 
@@ -119,23 +126,38 @@ def preemption_rose(prev: MetricsSample | None, cur: MetricsSample) -> bool:
     return a is not None and b is not None and b > a
 
 
-def prefill_tokens(rec: StreamRecord) -> int | None:
-    """Prompt tokens the server had to prefill: prompt minus cached prefix (when reported)."""
-    prompt = rec.prompt_tokens if rec.prompt_tokens is not None else rec.requested_prompt_tokens
+def prompt_size(rec: StreamRecord) -> int | None:
+    """Prompt tokens as the server counted them, else as the plan asked."""
+    return rec.prompt_tokens if rec.prompt_tokens is not None else rec.requested_prompt_tokens
+
+
+def prefill_tokens(rec: StreamRecord, cached: int | None = None) -> int | None:
+    """Prompt tokens the server had to prefill: prompt minus cached prefix (as reported, else
+    `cached`, an estimate from cached.py)."""
+    prompt = prompt_size(rec)
     if prompt is None:
         return None
-    return max(prompt - (rec.cached_tokens or 0), 1)
+    known = rec.cached_tokens if rec.cached_tokens is not None else cached
+    return max(prompt - (known or 0), 1)
 
 
-def _prefill_rate(rec: StreamRecord) -> float | None:
+def mostly_cached(rec: StreamRecord, cached: int | None = None) -> bool:
+    """True if more than MOSTLY_CACHED of the prompt came from cache: its TTFT is request
+    overhead and a cache lookup, which says nothing about the rate of a prefill."""
+    prompt = prompt_size(rec)
+    known = rec.cached_tokens if rec.cached_tokens is not None else cached
+    return bool(prompt and known and known > MOSTLY_CACHED * prompt)
+
+
+def _prefill_rate(rec: StreamRecord, cached: int | None) -> float | None:
     ttft = rates.ttft_s(rec)
-    tokens = prefill_tokens(rec)
+    tokens = prefill_tokens(rec, cached)
     if rec.status != "ok" or ttft is None or ttft <= 0 or tokens is None:
         return None
     return tokens / ttft
 
 
-def _alone_ids(records: list[StreamRecord]) -> set[str]:
+def alone_ids(records: list[StreamRecord]) -> set[str]:
     """Streams that no other stream overlapped while they waited for their first token.
 
     Lives are [t_sent, end); a wait [s, f) overlaps #(starts < f) - #(ends <= s) lives, one of
@@ -154,28 +176,41 @@ def _alone_ids(records: list[StreamRecord]) -> set[str]:
     return out
 
 
-def prefill_baseline(records: list[StreamRecord]) -> PrefillBaseline:
-    """The baseline prefill rate (module docstring)."""
-    rated = [(r, _prefill_rate(r)) for r in records]
+def prefill_baseline(
+    records: list[StreamRecord],
+    cached: Mapping[str, int] | None = None,
+    suspect: frozenset[str] = frozenset(),
+) -> PrefillBaseline:
+    """The baseline prefill rate (module docstring). `cached` holds estimated cached tokens by
+    stream id where usage did not report them; streams mostly served from cache, and `suspect`
+    ones (cached.py: the hit counter rose while they shared the server), are left out."""
+    est = cached or {}
+    skipped = {r.id for r in records if r.id in suspect or mostly_cached(r, est.get(r.id))}
+    rated = [(r, _prefill_rate(r, est.get(r.id))) for r in records if r.id not in skipped]
     rated = [(r, v) for r, v in rated if v is not None]
-    alone_ids = _alone_ids(records)
-    alone = [(r, v) for r, v in rated if r.id in alone_ids]
+    lone = alone_ids(records)
+    alone = [(r, v) for r, v in rated if r.id in lone]
+    left_out = tuple(sorted(skipped))
     if alone:
         groups = sorted({r.group for r, _ in alone})
         by_group = tuple((g, median(v for r, v in alone if r.group == g) or 0.0) for g in groups)
         ids = tuple(sorted(r.id for r, _ in alone))
-        return PrefillBaseline(median(v for _, v in alone), "uncontended_streams", ids, by_group)
+        rate = median(v for _, v in alone)
+        return PrefillBaseline(rate, "uncontended_streams", ids, by_group, left_out)
     if rated:
         best, rate = max(rated, key=lambda rv: (rv[1], rv[0].id))
-        return PrefillBaseline(rate, "fastest_stream", (best.id,))
-    return PrefillBaseline(None, "none", ())
+        return PrefillBaseline(rate, "fastest_stream", (best.id,), cached_excluded=left_out)
+    return PrefillBaseline(None, "none", (), cached_excluded=left_out)
 
 
 def expected_prefill_s(
-    rec: StreamRecord, baseline: PrefillBaseline, group_min_ttft: dict[str, float]
+    rec: StreamRecord,
+    baseline: PrefillBaseline,
+    group_min_ttft: dict[str, float],
+    cached: int | None = None,
 ) -> float | None:
-    """Normal prefill time of rec's own prompt (module docstring)."""
-    tokens = prefill_tokens(rec)
+    """Normal prefill time of rec's own prompt, less its cached tokens (module docstring)."""
+    tokens = prefill_tokens(rec, cached)
     rate = baseline.rate_for(rec.group)
     if tokens is not None and rate:
         return tokens / rate

@@ -141,3 +141,12 @@ def _gap_stats(gaps_ms: list[float]) -> dict[str, Any]:
 
 def _s(t_ns: int | None) -> float | None:
     return None if t_ns is None else t_ns / NS
+
+
+def chunk_token_tally(records: list[StreamRecord]) -> dict[str, int]:
+    """Content chunks, those that carried more than one token, and their tokens, over the
+    records whose server said how many tokens each chunk carried (continuous usage); the
+    rest cannot tell a 2-token chunk from two 1-token ones, so they are left out."""
+    per_chunk = [k for r in records if r.chunk_tokens is not None for k in r.chunk_tokens]
+    return {"chunks": len(per_chunk), "multi": sum(k > 1 for k in per_chunk),
+            "tokens": sum(per_chunk)}  # fmt: skip

@@ -40,7 +40,7 @@ from loadgen.analysis.limits import POOL_FULL
 from loadgen.analysis.reuse import trace_reuse
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, median, spread
-from loadgen.analysis.streams import MS, stream_metrics
+from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.verdicts import (
     ADMITTED_FACTOR,
@@ -161,6 +161,7 @@ def _run_section(
         "target": manifest.get("target"),
         "model": manifest.get("model"),
         "seed": manifest.get("seed"),
+        "seed_source": manifest.get("seed_source"),
         "tool_version": manifest.get("tool_version"),
         "analysis_version": __version__,
         "interrupted": bool(manifest.get("interrupted", False)),
@@ -233,6 +234,7 @@ def _groups(
             "prompt_shape": shapes.get(group),
             "prompt_tokens": describe(r.prompt_tokens for r in recs),
             "token_source": token_source_of(recs),
+            "chunk_tokens": chunk_token_tally(recs),
             **_field_stats(grows),
             **_pooled_gaps(recs),
             "verdicts": _count(row["verdict"] for row in grows),

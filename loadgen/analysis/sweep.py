@@ -9,6 +9,7 @@ from typing import Any
 from loadgen.analysis.inputs import arm_dirs, read_manifest
 from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import SCHEMA, Analysis, analyze_run
+from loadgen.analysis.sweep_boots import boot_points, floor_rows
 
 
 def _minmax(values: list[float]) -> dict[str, float | None]:
@@ -113,4 +114,10 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
             for name, a in arms.items()
         },
     }
+    boots = manifest.get("boots")
+    if isinstance(boots, list):
+        declared_order = [n for n in declared if isinstance(n, str)]
+        points = boot_points(boots, summary["arms"])
+        summary["boots"] = points
+        summary["boot_floor"] = floor_rows(points, declared_order)
     return canonical(summary), arms

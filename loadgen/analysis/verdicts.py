@@ -49,6 +49,7 @@ from itertools import pairwise
 from typing import Any
 
 from loadgen.analysis import rates
+from loadgen.analysis.cached import CacheEstimates, estimate_cached
 from loadgen.analysis.limits import (
     Cap,
     PrefillBaseline,
@@ -63,6 +64,7 @@ from loadgen.analysis.pool import PoolEvidence
 from loadgen.analysis.stats import median
 from loadgen.analysis.streams import pieces_rate, window_rate
 from loadgen.analysis.timeline import Timeline
+from loadgen.analysis.warmth import cache_warmth, salted_groups
 from loadgen.records import MetricsSample, StreamRecord
 
 NS = rates.NS
@@ -106,6 +108,10 @@ class VerdictContext:
     pool: PoolEvidence
     group_min_ttft: dict[str, float] = field(default_factory=dict)
     loop_lag_max_ms: float | None = None
+    # Groups whose prompts were meant to be cold (warmth.py), and whether they are all groups.
+    salted: frozenset[str] = frozenset()
+    all_salted: bool = False
+    cached: CacheEstimates = field(default_factory=CacheEstimates)
 
 
 def build_context(
@@ -114,9 +120,11 @@ def build_context(
     """Resolve the cap and baseline and model every stream's seat."""
     cap = resolve_cap(manifest, timeline)
     client = manifest.get("client") or {}
-    baseline = prefill_baseline(records)
+    salted = salted_groups(manifest)
+    est = estimate_cached(records, timeline, manifest)
+    baseline = prefill_baseline(records, est.tokens, est.suspect)
     fastest = group_min_ttft(records)
-    normal = {r.id: expected_prefill_s(r, baseline, fastest) for r in records}
+    normal = {r.id: expected_prefill_s(r, baseline, fastest, est.tokens.get(r.id)) for r in records}
     modelled = seats(records, cap.value, normal)
     return VerdictContext(
         records=records,
@@ -127,12 +135,23 @@ def build_context(
         pool=PoolEvidence(timeline, modelled, cap.value, manifest.get("server") or {}),
         group_min_ttft=fastest,
         loop_lag_max_ms=client.get("loop_lag_max_ms"),
+        salted=salted,
+        cached=est,
+        all_salted=bool(salted) and {r.group for r in records if r.phase == "measure"} <= salted,
     )
 
 
 def classify_streams(ctx: VerdictContext) -> dict[str, Verdict]:
-    """A verdict for every record of the run, by stream id."""
-    return {r.id: classify(r, ctx) for r in ctx.records}
+    """A verdict for every record of the run, by stream id; a stream meant to be cold that was
+    served from cache says so in its evidence (`cache_warm`, warmth.py)."""
+    out = {}
+    for r in ctx.records:
+        verdict = classify(r, ctx)
+        warm = cache_warmth(r, ctx.timeline, ctx.salted, counter_usable=ctx.all_salted)
+        if warm is not None:
+            verdict = Verdict(verdict.name, verdict.evidence | {"cache_warm": warm})
+        out[r.id] = verdict
+    return out
 
 
 def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
@@ -145,12 +164,15 @@ def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
             {"reason": f"{cls}: {msg}", "class": cls, "message": msg, "http": rec.http_status},
         )
     seat = ctx.seats[rec.id]
-    expected = expected_prefill_s(rec, ctx.baseline, ctx.group_min_ttft)
+    cached = ctx.cached.tokens.get(rec.id)
+    expected = expected_prefill_s(rec, ctx.baseline, ctx.group_min_ttft, cached)
     base: dict[str, Any] = {
         "ttft_s": rates.ttft_s(rec),
         "expected_prefill_s": expected,
         "baseline": ctx.baseline.source,
     }
+    if cached:
+        base["cached_tokens"] = {"tokens": cached, "source": ctx.cached.source[rec.id]}
     wait = _wait(rec, seat, expected, ctx)
     late_s = (rec.t_sent_ns - rec.t_intended_ns) / NS
     wait_verdict = wait.pop("verdict")
@@ -204,7 +226,7 @@ def _wait(
     ahead = [
         s for s in ctx.seats.values() if s.rank < seat.rank and s.admit_ns < t1 and s.end_ns > t0
     ]
-    phases = _phases(t0, t1, seat, ahead, prefill_tokens(rec), ctx)
+    phases = _phases(t0, t1, seat, ahead, prefill_tokens(rec, ctx.cached.tokens.get(rec.id)), ctx)
     held: dict[str, float] = {}
     for state, a, b in phases:
         held[state] = held.get(state, 0.0) + (b - a) / NS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import signal
 import statistics
@@ -24,10 +25,11 @@ from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.client.openai import ClientError, OpenAIClient, Timeouts, resolve_target
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
+from loadgen.engine.seeds import fresh_seed
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
 from loadgen.request import StreamRequest
-from loadgen.scenario.plan import PromptSpec
-from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder
+from loadgen.scenario.plan import PromptSpec, salt_tags
+from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder, PromptSizeError
 
 
 @dataclass
@@ -52,8 +54,18 @@ class ProbeOutcome:
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
 @click.option("--first-byte-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0)
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed of the prompt salts (default: fresh per invocation, so no stream hits the "
+    "cache an earlier one left; recorded in run.json).",
+)
 def request_cmd(**opts: Any) -> None:
     """Fire COUNT streams at CONCURRENCY and print TTFT, decode-only tok/s, tokens and chunks."""
+    opts["seed_source"] = "fresh" if opts["seed"] is None else "user"
+    if opts["seed"] is None:
+        opts["seed"] = fresh_seed()
     try:
         base_url, api_key = resolve_target(opts["base_url"], opts["api_key"])
     except ValueError as exc:
@@ -136,8 +148,9 @@ async def _launch(
 ) -> None:
     outcome.model = opts["model"] or await _first_model(client)
     prompts, outcome.sizing = await probe_prompts(
-        client, outcome.model, opts["count"], opts["prompt_tokens"], chat=opts["api"] == "chat"
-    )
+        client, outcome.model, opts["count"], opts["prompt_tokens"], chat=opts["api"] == "chat",
+        seed=opts["seed"],
+    )  # fmt: skip
     requests = [
         StreamRequest(
             id=f"r{i:04d}",
@@ -148,8 +161,9 @@ async def _launch(
             group="request",
             ignore_eos=opts["ignore_eos"],
             requested_prompt_tokens=opts["prompt_tokens"],
+            cache_salt=salt,
         )
-        for i, p in enumerate(prompts)
+        for i, (p, salt) in enumerate(prompts)
     ]
     await client.warm(min(opts["concurrency"], opts["count"]))
     client.run_start_ns = perf_counter_ns()
@@ -162,22 +176,40 @@ async def _launch(
 
 
 async def probe_prompts(
-    client: OpenAIClient, model: str, count: int, tokens: int, *, chat: bool
-) -> tuple[list[BuiltPrompt], str]:
-    """`count` prose prompts of `tokens` tokens, each salted at its start (no stream can hit
-    another's cached blocks), and how they were sized."""
+    client: OpenAIClient, model: str, count: int, tokens: int, *, chat: bool, seed: int
+) -> tuple[list[tuple[BuiltPrompt, str]], str]:
+    """`count` prose prompts of `tokens` tokens with their salts, each salted at its start from
+    `seed` (no stream can hit another's cached blocks, nor an earlier invocation's unless it
+    had the same seed), and how they were sized."""
 
     def warn(msg: str) -> None:
         click.echo(f"warning: {msg}", err=True)
 
     counter = await pick_counter(client, model, chat=chat, chat_template_kwargs=None, warn=warn)
     builder = PromptBuilder(counter)
-    specs = [PromptSpec(tokens, "prose", "salted", f"r{i:04d}", text_seed=i) for i in range(count)]
-    prompts = [await builder.build(spec) for spec in specs]
+    salts = salt_tags(seed, "request", count)
+    specs = [
+        PromptSpec(tokens, "prose", "salted", salt, text_seed=i) for i, salt in enumerate(salts)
+    ]
+    prompts = [(await _build_salted(builder, spec), spec.salt) for spec in specs]
     label = (
         "exact, sized by /tokenize" if counter.method == "tokenize" else "estimated: no /tokenize"
     )
     return prompts, label
+
+
+async def _build_salted(builder: PromptBuilder, spec: PromptSpec) -> BuiltPrompt:
+    """The prompt with its whole salt tag; one shorter than the tag keeps only the tag's first
+    word (unique per stream of one invocation): a prompt that small spans no cache block, so
+    it cannot hit one, and the full salt still goes out as cache_salt."""
+    try:
+        return await builder.build(spec)
+    except PromptSizeError:
+        short = dataclasses.replace(spec, salt=spec.salt.split("-")[0])
+        try:
+            return await builder.build(short)
+        except PromptSizeError as exc:
+            raise click.UsageError(f"--prompt-tokens {spec.tokens}: {exc}") from None
 
 
 async def _first_model(client: OpenAIClient) -> str:
@@ -202,6 +234,8 @@ def _manifest(base_url: str, opts: dict[str, Any], outcome: ProbeOutcome) -> dic
         "command": "request",
         "target": base_url,
         "model": outcome.model,
+        "seed": opts["seed"],
+        "seed_source": opts["seed_source"],
         "args": args,
         "prompt_sizing": outcome.sizing,
         "start_wall": outcome.start_wall,

@@ -10,12 +10,15 @@ import click
 import uvloop
 
 from loadgen.analysis.goodput import parse_slo_flag
+from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
+from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.prompts import PromptSizeError
 from loadgen.server.launcher import ServerBootError
+from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 
 
 @click.command("run")
@@ -54,7 +57,13 @@ from loadgen.server.launcher import ServerBootError
     "run_seed",
     type=int,
     default=None,
-    help="Run seed for salts (default: the scenario's seed; recorded in run.json).",
+    help="Run seed for salts (default: a fresh one per run; recorded in run.json).",
+)
+@click.option(
+    "--replay",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Reuse the run seed (so the salts) a run recorded in RUN_DIR/run.json.",
 )
 @click.option(
     "--block-size",
@@ -76,6 +85,28 @@ from loadgen.server.launcher import ServerBootError
     help="virtual: the built-in sim's engine on a discrete-event clock, no HTTP (exact, "
     "repeatable, faster than real time); wall: real time over HTTP.",
 )
+@click.option(
+    "--server-facts",
+    "server_facts",
+    multiple=True,
+    metavar="KEY=N[,KEY=N]",
+    help="Known limits of an external server, e.g. max_num_seqs=4,max_num_batched_tokens=512"
+    " (verdicts label them 'user').",
+)
+@click.option(
+    "--server-flags",
+    "server_flags",
+    multiple=True,
+    metavar="FLAGS",
+    help="The flags an external server was launched with, recorded in run.json and reports.",
+)
+@server_options
+@click.option(
+    "--boot-order-seed",
+    type=int,
+    default=None,
+    help="Shuffle each round of a sweep's boots with this seed (default: A B C A B C).",
+)
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def run_cmd(
     scenario: str,
@@ -86,9 +117,16 @@ def run_cmd(
     out_root: Path,
     overrides: tuple[str, ...],
     run_seed: int | None,
+    replay: Path | None,
     block_size: int | None,
     slo: str | None,
     clock: str,
+    server_facts: tuple[str, ...],
+    server_flags: tuple[str, ...],
+    server_kind: str | None,
+    server_args: tuple[str, ...],
+    model_path: Path | None,
+    boot_order_seed: int | None,
     progress: bool,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
@@ -106,11 +144,28 @@ def run_cmd(
         slos = parse_slo_flag(slo) if slo is not None else None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    try:
+        seed = resolve_run_seed(run_seed, replay)
+        facts, flags = parse_server_facts(server_facts), parse_server_flags(server_flags)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if (facts or flags) and not base_url:
+        raise click.UsageError(
+            "--server-facts/--server-flags describe an external server: pass --base-url too"
+            " (the built-in sim reports its own)"
+        )
+    server = server_spec(server_kind, server_args, model_path)
+    if server is not None and base_url:
+        raise click.UsageError("give --base-url or --server, not both")
+    if server is not None and clock == "virtual":
+        raise click.UsageError("--clock virtual runs the built-in sim's engine; drop --server")
     opts = RunOptions(
-        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=run_seed,
-        progress=progress, block_size=block_size, slo=slos, clock=clock,
+        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
+        progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
+        server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
+        server_flags=tuple(flags), server=server, boot_order_seed=boot_order_seed,
     )  # fmt: skip
-    report_run(execute(plan(loaded, run_seed=run_seed), opts))
+    report_run(execute(plan(loaded, run_seed=seed.value), opts))
 
 
 def execute(the_plan: Plan, opts: RunOptions, interrupted: str = "") -> Path:

@@ -14,7 +14,7 @@ import datetime as dt
 import platform
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,32 +22,32 @@ from typing import Any
 from loadgen import __version__
 from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient, Timeouts
+from loadgen.engine.boots import run_boots
 from loadgen.engine.cache import CacheCheck, prime_and_verify
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop, run_open_loop
 from loadgen.engine.lag import LoopLagMonitor
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.probe_cache import PROBE_TAIL_TOKENS
 from loadgen.engine.progress import Progress
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.sessions import build_sessions, run_sessions
 from loadgen.engine.soak import SoakStop
-from loadgen.engine.target import Target, open_target
+from loadgen.engine.target import Target, open_target, server_spec_for
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord, write_manifest
 from loadgen.request import StreamRequest
 from loadgen.scenario.model import Scenario, scenario_to_json
 from loadgen.scenario.plan import ArmPlan, Plan, PlannedRequest, PromptSpec, RepPlan, derive_seed
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
+from loadgen.server.spec import ServerSpec
 
 # Sends of a rep are scheduled this far ahead of "now", so the first one is not late by the
 # time it takes to create its task.
 SCHEDULE_LEAD_NS = 20_000_000
 # A prime or probe is timed by its first token only.
 PRIME_MAX_TOKENS = 1
-# The prime and the probe each add their own short tail to the prefix, so the probe is a new
-# request that can only be fast through the cache, never a byte-identical repeat.
-PROBE_TAIL_TOKENS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,14 @@ class RunOptions:
     # "wall": the sim (or a server) over HTTP in real time; "virtual": the sim's engine on a
     # discrete-event clock, no HTTP (loadgen/engine/virtual_run.py).
     clock: str = "wall"
+    # Where run_seed came from (engine/seeds.py: "fresh", "user", "replay:<dir>").
+    seed_source: str | None = None
+    # The launch flags of an external server, as the user gave them (server/user_facts.py).
+    server_flags: tuple[str, ...] = ()
+    # The server loadgen launches per boot (None: the built-in sim), and the seed that shuffles
+    # each round of boots (None: the arms in declared order, A B C A B C).
+    server: ServerSpec | None = None
+    boot_order_seed: int | None = None
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -88,31 +96,50 @@ async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) ->
         await run_arm(plan, plan.arms[0], root, opts, warn)
         return root
     root.mkdir(parents=True, exist_ok=False)
-    for arm in plan.arms:
-        await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
+    parent = _base_manifest(plan, opts, started) | {
+        "arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]
+    }
     # The parent of a sweep holds only the manifest: its records live in arms/<arm>/.
-    write_manifest(
-        root,
-        _base_manifest(plan, opts, started)
-        | {"arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]}
-        | _boots(plan, opts),
-    )
+    if opts.base_url or opts.clock == "virtual":
+        for arm in plan.arms:
+            await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
+        write_manifest(root, parent | _unbooted(opts))
+        return root
+
+    kind = server_spec_for(plan.scenario, opts).kind
+    latest: dict[str, Any] = {"interrupted": True}  # until every boot is done
+
+    def on_boot(boots: list[dict[str, Any]], per_arm: int) -> None:
+        latest.update(_launched_boots(kind, per_arm) | {"boots": boots})
+        write_manifest(root, parent | latest)
+
+    async def arm_on_boot(arm: ArmPlan, path: Path, target: Target, boot: dict[str, Any]) -> None:
+        await run_arm(plan, arm, path, opts, warn, target=target, boot=boot)
+
+    try:
+        await run_boots(plan, root, opts, warn, arm_on_boot, on_boot)
+        latest["interrupted"] = False
+    finally:
+        write_manifest(root, parent | latest)
     return root
 
 
-def _boots(plan: Plan, opts: RunOptions) -> dict[str, Any]:
-    """Boots per arm, said out loud: a cross-boot comparison is only as good as its floor."""
-    if opts.base_url:
-        return {"boots_per_arm": 0, "boots_note": "external server: loadgen restarted nothing"}
+def _unbooted(opts: RunOptions) -> dict[str, Any]:
     if opts.clock == "virtual":
-        return {
-            "boots_per_arm": 1,
-            "boots_note": "one fresh engine per arm on the virtual clock: exact, one is its floor",
-        }
-    return {
-        "boots_per_arm": 1,
-        "boots_note": "one fresh sim per arm; the sim is deterministic, so one boot is its floor",
-    }
+        note = "one fresh engine per arm on the virtual clock: exact, one is its floor"
+        return {"boots_per_arm": 1, "boots_note": note}
+    return {"boots_per_arm": 0, "boots_note": "external server: loadgen restarted nothing"}
+
+
+def _launched_boots(kind: str, per_arm: int) -> dict[str, Any]:
+    """Boots per arm, said out loud: a cross-boot comparison is only as good as its floor."""
+    if per_arm == 1:
+        note = f"one {kind} boot per arm: no boot-to-boot floor, every effect is unresolved"
+        if kind == "sim":
+            note += " (the sim is deterministic, so its boots would agree)"
+    else:
+        note = f"{per_arm} {kind} boots per arm, interleaved; effects are read against the floor"
+    return {"boots_per_arm": per_arm, "boots_note": note, "server_kind": kind}
 
 
 def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[str, Any]:
@@ -120,6 +147,7 @@ def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[s
         "tool_version": __version__,
         "scenario": scenario_to_json(plan.scenario),
         "seed": plan.seed,
+        "seed_source": opts.seed_source or ("user" if opts.run_seed is not None else "scenario"),
         "started_wall": started.isoformat(),
         "host": platform.node(),
         "python": platform.python_version(),
@@ -128,15 +156,24 @@ def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[s
 
 
 async def run_arm(
-    plan: Plan, arm: ArmPlan, path: Path, opts: RunOptions, warn: Callable[[str], None]
+    plan: Plan,
+    arm: ArmPlan,
+    path: Path,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    *,
+    target: Target | None = None,
+    boot: dict[str, Any] | None = None,
 ) -> None:
+    """Runs one arm into `path`, on `target` when given (a sweep's boot), else on its own."""
     started = dt.datetime.now(dt.UTC)
     rundir = RunDirectory(path)
     manifest = _base_manifest(plan, opts, started) | {
         "arm": {"name": arm.name, "flags": arm.flags, "settings": arm.settings},
         "interrupted": True,  # until the arm completes
         "cache_checks": [],
-    }
+    } | ({"boot": boot} if boot else {})  # fmt: skip
+    given = nullcontext(target) if target is not None else None
     try:
         if opts.clock == "virtual":
             # Imported here: the virtual driver reuses this module's phases.
@@ -144,7 +181,7 @@ async def run_arm(
 
             await drive_virtual_arm(arm, rundir, manifest, opts, warn)
         else:
-            async with open_target(arm, opts, log_dir=path, warn=warn) as target:
+            async with given or open_target(arm, opts, log_dir=path, warn=warn) as target:
                 manifest |= target.manifest()
                 rundir.write_manifest(manifest)
                 await _drive_arm(arm, target, rundir, manifest, opts, warn)

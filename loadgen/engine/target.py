@@ -1,4 +1,5 @@
-"""What a run talks to: a server given by URL, or the built-in sim launched for the arm."""
+"""What a run talks to: a server given by URL, or one launched for the arm (the built-in sim by
+default; vLLM, llama-server or the sim with `--server`)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan
-from loadgen.server.launcher import launch
-from loadgen.server.sim import SimProfile, sim_flags
+from loadgen.server.boot import SIM_MODEL as SIM_MODEL
+from loadgen.server.boot import Boot, boot_server
+from loadgen.server.sim import sim_flags
+from loadgen.server.spec import ServerSpec, flag_args, profile_for
 
-SIM_MODEL = "loadgen-sim"
+DEFAULT_SERVER = ServerSpec("sim")
 
 
 class RunError(Exception):
@@ -22,13 +26,14 @@ class RunError(Exception):
 @dataclass
 class Target:
     url: str
-    kind: str  # "sim" (launched here) or "external" (given by URL)
+    kind: str  # the launched server's kind ("sim", "vllm", "llama.cpp") or "external" (by URL)
     model: str | None
     facts: dict[str, int] = field(default_factory=dict)
     fact_sources: dict[str, str] = field(default_factory=dict)
     speed: float = 1.0
     flags: list[str] = field(default_factory=list)
     boot_log: str | None = None
+    boot: dict[str, Any] | None = None  # a launched server's boot record (pid, env read back)
 
     def learn(self, facts: Mapping[str, int], source: str) -> None:
         """Adds facts not already known; the first source to state a fact is kept."""
@@ -48,22 +53,25 @@ class Target:
             },
             "server": server,
             "speed": self.speed,
-        }  # fmt: skip
+        } | ({"launch": self.boot} if self.boot else {})  # fmt: skip
 
 
 @asynccontextmanager
 async def open_target(
     arm: ArmPlan, opts: Any, *, log_dir: Path, warn: Callable[[str], None]
 ) -> AsyncIterator[Target]:
-    """The arm's target for the duration of the block: the given URL, or a fresh sim booted
-    with the scenario's `sim:` block and the arm's flags (one boot per arm)."""
+    """The arm's target for the duration of the block: the given URL, or a fresh server booted
+    with the arm's flags (the sim: with the scenario's `sim:` block too)."""
     if opts.base_url:
         if arm.flags:
             raise RunError(
                 f"arm {arm.name!r} sets server flags {arm.flags}: loadgen cannot restart a "
                 "server it did not start; drop --base-url to sweep on the built-in sim"
             )
-        target = Target(url=opts.base_url, kind="external", model=opts.model)
+        target = Target(
+            url=opts.base_url, kind="external", model=opts.model,
+            flags=list(opts.server_flags),
+        )  # fmt: skip
         sources = opts.server_facts_sources or {}
         for name, value in (opts.server_facts or {}).items():
             target.learn({name: value}, sources.get(name, "flags"))
@@ -71,15 +79,56 @@ async def open_target(
             target.learn({"block_size": opts.block_size}, "flags")
         yield target
         return
-    settings = sim_settings(arm)
-    flags = sim_flags(settings)
-    async with launch(SimProfile(), flags=flags, log_dir=log_dir, served_name=SIM_MODEL) as server:
-        target = Target(
-            url=server.url, kind="sim", model=server.model, flags=list(server.flags),
-            speed=float(settings.get("speed", 1.0)), boot_log=server.log_path.name,
-        )  # fmt: skip
-        target.learn({k: v for k, v in server.facts.to_json().items() if isinstance(v, int)}, "sim")
+    async with launch_target(arm, opts, log_dir=log_dir, warn=warn) as target:
         yield target
+
+
+@asynccontextmanager
+async def launch_target(
+    arm: ArmPlan, opts: Any, *, log_dir: Path, warn: Callable[[str], None]
+) -> AsyncIterator[Target]:
+    """A fresh boot of the run's server (opts.server, default the sim) with the arm's flags."""
+    spec = server_spec_for(arm.scenario, opts)
+    settings: dict[str, Any] = {}
+    if spec.is_sim:
+        settings = sim_settings(arm)
+        literal = {k: settings.pop(k) for k in list(settings) if k.startswith("-")}
+        flags = sim_flags(settings) + flag_args(profile_for(spec), literal)
+    else:
+        if arm.scenario.sim is not None:
+            warn(f"scenario's sim: block is ignored: the run launches {spec.kind}")
+        flags = flag_args(profile_for(spec, arm.flags), arm.flags)
+    async with boot_server(spec, flags, log_dir=log_dir, values=arm.flags) as booted:
+        yield _launched(spec, booted, float(settings.get("speed", 1.0)), log_dir)
+
+
+def server_spec_for(scenario: Scenario, opts: Any) -> ServerSpec:
+    """The server a run launches: --server, else the scenario's `server:` block, else the sim."""
+    given: ServerSpec | None = getattr(opts, "server", None)
+    if given is not None:
+        return given
+    block = scenario.server
+    if block is None:
+        return DEFAULT_SERVER
+    return ServerSpec(
+        block.kind, block.args, block.model_path, block.env, block.command, block.served_name
+    )
+
+
+def _launched(spec: ServerSpec, booted: Boot, speed: float, log_dir: Path) -> Target:
+    server = booted.server
+    target = Target(
+        url=server.url, kind=spec.kind, model=server.model, flags=list(server.flags), speed=speed,
+        boot_log=_relative(server.log_path, log_dir), boot=booted.record(),
+    )  # fmt: skip
+    facts = {k: v for k, v in server.facts.to_json().items() if isinstance(v, int)}
+    for name, value in facts.items():
+        target.learn({name: value}, "sim" if spec.is_sim else server.facts.sources[name])
+    return target
+
+
+def _relative(path: Path, root: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def sim_settings(arm: ArmPlan) -> dict[str, Any]:

@@ -20,7 +20,14 @@ from loadgen.report.soak_report import is_soak, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
 from loadgen.report.sweep_text import render_sweep_plain, sweep_tables
 from loadgen.report.tables import DASH, Table, num
-from loadgen.report.text import header, hist_lines, render_plain, render_rich, run_tables
+from loadgen.report.text import (
+    header,
+    hist_lines,
+    render_plain,
+    render_rich,
+    run_tables,
+    user_server_lines,
+)
 
 
 def _write_run(path: Path, analysis: Analysis) -> str:
@@ -101,7 +108,8 @@ def compare_table(result: dict[str, Any], a: Path, b: Path) -> Table:
                 r["verdict"],
             )
         )
-    notes = [f"A = {a}", f"B = {b}", "noise = max(rep spread A, rep spread B); spread = max - min"]
+    notes = [_arm_note("A", a, result, 0), _arm_note("B", b, result, 1)]
+    notes.append("noise = max(rep spread A, rep spread B); spread = max - min")
     notes += [f"only in A: {g}" for g in result["only_a"]]
     notes += [f"only in B: {g}" for g in result["only_b"]]
     return Table(
@@ -111,6 +119,12 @@ def compare_table(result: dict[str, Any], a: Path, b: Path) -> Table:
         tuple(notes),
         left=frozenset({0, 1, 7}),
     )
+
+
+def _arm_note(label: str, path: Path, result: dict[str, Any], i: int) -> str:
+    """'A = path', with what the user said about that run's server, so arms differ on paper."""
+    said = user_server_lines((result.get("runs") or [{}, {}])[i])
+    return f"{label} = {path}" + "".join(f"; {line}" for line in said)
 
 
 @click.command("compare")

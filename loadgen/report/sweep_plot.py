@@ -19,6 +19,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from loadgen.analysis.sweep_boots import metric_names
+from loadgen.report.boot_tables import metric_label
 from loadgen.report.plots import png_bytes
 
 # Written beside a sweep parent's report.html, which embeds it too.
@@ -88,11 +90,38 @@ def sweep_points(sweep: dict[str, Any], axis: str) -> list[SweepPoint]:
     return out
 
 
+def booted_points(sweep: dict[str, Any]) -> tuple[str, list[SweepPoint], dict[float, str] | None]:
+    """A restarted sweep's measured boots (`boots` of loadgen.analysis.sweep_boots) as points:
+    x is the one numeric server flag that differs, else the arm's index, named by tick labels."""
+    boots = [p for p in sweep.get("boots") or [] if p["values"]]
+    arms = list(dict.fromkeys(p["arm"] for p in sorted(boots, key=lambda p: p["order"])))
+    flags = {p["arm"]: p["flags"] for p in boots}
+    keys = {k for f in flags.values() for k in f}
+    values = {a: flags[a].get(next(iter(keys))) for a in arms} if len(keys) == 1 else {}
+    numeric = values and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in values.values()
+    )
+    axis, xs, ticks = (
+        (next(iter(keys)), {a: float(v) for a, v in values.items()}, None)
+        if numeric
+        else (
+            "arm",
+            {a: float(i) for i, a in enumerate(arms)},
+            {float(i): a for i, a in enumerate(arms)},
+        )
+    )
+    points = [SweepPoint(p["arm"], p["boot"] - 1, xs[p["arm"]], p["values"], {}) for p in boots]
+    return axis, points, ticks
+
+
 def sweep_png(
-    points: Sequence[SweepPoint], axis: str, metrics: Sequence[SweepMetric] = POLITENESS_METRICS
+    points: Sequence[SweepPoint],
+    axis: str,
+    metrics: Sequence[SweepMetric] = POLITENESS_METRICS,
+    ticks: dict[float, str] | None = None,
 ) -> bytes | None:
     """Each metric against `axis`, one marker per boot (range bars where known); None when no
-    metric has a value."""
+    metric has a value. `ticks` names the x positions of a non-numeric axis."""
     drawn = [m for m in metrics if any(p.values.get(m.key) is not None for p in points)]
     if not drawn:
         return None
@@ -113,9 +142,10 @@ def sweep_png(
                 if metric.key in p.ranges:
                     lo, hi = p.ranges[metric.key]
                     ax.vlines(p.x, lo, hi, color=f"C{boot % 10}", alpha=0.5)
-        if log_x:
+        if log_x and ticks is None:
             ax.set_xscale("log", base=2)
-        ax.set_xticks(xs, [f"{x:g}" for x in xs], rotation=45 if len(xs) > 6 else 0)
+        labels = [ticks[x] for x in xs] if ticks else [f"{x:g}" for x in xs]
+        ax.set_xticks(xs, labels, rotation=45 if len(xs) > 6 or ticks else 0)
         ax.minorticks_off()
         ax.set_xlabel(axis)
         ax.set_ylabel(metric.label)
@@ -129,8 +159,13 @@ def sweep_png(
 
 
 def sweep_figure(sweep: dict[str, Any]) -> bytes | None:
-    """The politeness figure of a sweep parent's summary, or None when it has no swept numeric
-    axis or no whale/minnows rows."""
+    """The figure of a sweep parent's summary: every measured boot of a restarted sweep, else
+    the politeness metrics per arm; None when there is nothing to draw."""
+    if sweep.get("boots"):
+        axis, points, ticks = booted_points(sweep)
+        names = metric_names([{"values": p.values} for p in points])
+        metrics = [SweepMetric(n, metric_label(n)) for n in names]
+        return sweep_png(points, axis, metrics, ticks)
     axis = swept_axis(sweep)
     if axis is None:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadgen.report.boot_tables import arms_over_boots_table, boots_table
 from loadgen.report.tables import DASH, Table, secs, span, to_plain
 from loadgen.report.text import header, ladder_table, multi_token, render_plain
 
@@ -87,7 +88,13 @@ def _arms(sweep: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
-    return [t for t in (politeness_table(sweep), sweep_ladder_table(sweep)) if t is not None]
+    tables = (
+        arms_over_boots_table(sweep),
+        boots_table(sweep),
+        politeness_table(sweep),
+        sweep_ladder_table(sweep),
+    )
+    return [t for t in tables if t is not None]
 
 
 def render_sweep_plain(sweep: dict[str, Any], arms: dict[str, dict[str, Any]]) -> str:

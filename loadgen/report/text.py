@@ -13,6 +13,7 @@ from typing import Any
 from loadgen.analysis.reuse import reuse_lines
 from loadgen.analysis.sweep import mixed_row
 from loadgen.analysis.verdicts import VERDICTS
+from loadgen.analysis.warmth import warm_note
 from loadgen.report.tables import (
     DASH,
     Table,
@@ -27,6 +28,7 @@ from loadgen.report.tables import (
 )
 
 MAX_LISTED_STREAMS = 20
+_NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seqs=N"
 
 
 def notes(summary: dict[str, Any], groups: list[str] | None = None) -> tuple[str, ...]:
@@ -61,6 +63,7 @@ def header(summary: dict[str, Any]) -> list[str]:
         f"loadgen report: scenario {run.get('scenario') or DASH}"
         f" | target {target.get('url', DASH)} ({target.get('kind', DASH)})"
         f" | model {run.get('model') or DASH} | seed {run.get('seed', DASH)}"
+        + (f" ({run['seed_source']})" if run.get("seed_source") else "")
     ]
     if target.get("kind") == "sim" and target.get("flags"):
         # The sim's profile sets its time scale (default = an RTX 4090 shape at 1/10 time), so
@@ -71,6 +74,7 @@ def header(summary: dict[str, Any]) -> list[str]:
             "clock: virtual (the sim's engine on a discrete-event clock; the client and the "
             "HTTP path were not in the loop: figures are the engine model's, exact)"
         )
+    lines += user_server_lines(run)
     if "streams" in run and isinstance(run["streams"], dict):
         st, cap, base = run["streams"], run["cap"], run["prefill_baseline"]
         lines.append(
@@ -84,10 +88,25 @@ def header(summary: dict[str, Any]) -> list[str]:
         lines.append(f"boots per arm: {run['boots_per_arm']} ({run.get('boots_note') or ''})")
     if run.get("interrupted"):
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
+    if (warm := warm_note(summary.get("streams") or [])) is not None:
+        lines.append(warm)
     if run.get("client_limited"):
         why = "; ".join(run.get("client_limited_reasons") or [])
         lines.append(f"!! CLIENT LIMITED: {why} (timings include loadgen's own delays)")
     return lines
+
+
+def user_server_lines(run: dict[str, Any]) -> list[str]:
+    """What the user said about an external server: its launch flags and its limits."""
+    target, facts = run.get("target") or {}, run.get("server_facts") or {}
+    out = []
+    if target.get("kind") == "external" and target.get("flags"):
+        out.append("server flags (user): " + " ".join(str(f) for f in target["flags"]))
+    sources = facts.get("sources") or {}
+    stated = [f"{k}={facts[k]}" for k, src in sorted(sources.items()) if src == "user"]
+    if stated:
+        out.append("server facts (user): " + ", ".join(stated))
+    return out
 
 
 def latency_table(summary: dict[str, Any]) -> Table:
@@ -138,10 +157,43 @@ def decode_table(summary: dict[str, Any]) -> Table:
     cols += ["tok/chunk", "TPOT ms", "chunk gap p50/p99 ms", "token gap p50/p99 ms", "tokens"]
     extra = ("decode-only: (tokens - first chunk's) / (last - first chunk); TTFT split out",)
     if multi:
-        extra += ("chunks carry several tokens (speculative steps): chunks/s is a step rate",)
+        extra += (*chunk_notes(summary),)
     return Table(
         "Decode per group (measure phase)", tuple(cols), tuple(rows), notes(summary) + extra
     )
+
+
+def chunk_notes(summary: dict[str, Any]) -> list[str]:
+    """What the chunks carried, as seen; a cause (speculative decoding) only when the server
+    says it runs it: its spec-decode counters moved, or its facts name draft tokens."""
+    out = []
+    for name, g in sorted(summary["groups"].items()):
+        tally = g.get("chunk_tokens") or {}
+        if tally.get("multi"):
+            out.append(
+                f"{name}: {tally['multi']} of {tally['chunks']} chunks carried >1 token;"
+                f" tokens/chunk = {tally['tokens'] / tally['chunks']:.2f}"
+            )
+        elif not tally.get("chunks") and g["tokens_per_chunk"]["n"]:
+            tpc = g["tokens_per_chunk"]
+            out.append(
+                f"{name}: tokens/chunk {num(tpc['min'], 2)}..{num(tpc['max'], 2)} per stream"
+                " (the server did not say what each chunk carried)"
+            )
+    run = summary["run"]
+    acceptance = (run.get("server") or {}).get("spec_acceptance")
+    drafts = (run.get("server_facts") or {}).get("num_speculative_tokens")
+    if acceptance is not None:
+        out.append(
+            f"the server reports speculative decoding (acceptance {acceptance:.3f}): a chunk can"
+            " carry one engine step of several tokens, so chunks/s is a step rate"
+        )
+    elif drafts:
+        out.append(
+            f"the server runs speculative decoding ({drafts} draft tokens, from its facts):"
+            " a chunk can carry one engine step of several tokens, so chunks/s is a step rate"
+        )
+    return out
 
 
 def verdict_table(summary: dict[str, Any]) -> Table:
@@ -155,7 +207,8 @@ def verdict_table(summary: dict[str, Any]) -> Table:
         ("group", *VERDICTS),
         tuple(rows),
         (
-            f"cap {cap['value'] or 'unknown'} ({cap['source'] or 'no server facts, no plateau'});"
+            f"cap {cap['value'] or 'unknown'}"
+            f" ({cap['source'] or _NO_CAP});"
             f" normal prefill from {run['prefill_baseline']['source']}",
             "starvation = prefill_hol + rationed_decode; admission caps = admission_cap",
         ),

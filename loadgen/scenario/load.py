@@ -123,7 +123,8 @@ def _sweep(
 
 def _axis_known(c: Checker, m: MarkedMap, key: Any, path: str) -> bool:
     """A dotted key is a client-side path (judged when applied); any other must be a flag."""
-    if isinstance(key, str) and ("." in key or key in SERVER_FLAGS):
+    # A key starting with "-" is a literal flag of the launched server (`-ub`, `--fault`).
+    if isinstance(key, str) and ("." in key or key in SERVER_FLAGS or key.startswith("-")):
         return True
     choices = ("boots_per_arm", *SERVER_FLAGS)
     expect = f"boots_per_arm, a server flag ({', '.join(SERVER_FLAGS)}) or a dotted --set path"

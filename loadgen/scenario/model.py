@@ -251,6 +251,22 @@ class SimConfig:
         }
 
 
+SERVER_BLOCK_KINDS = ("vllm", "llama.cpp", "sim", "command")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The scenario's `server:` block: what a run launches per boot (`--server` overrides it).
+    `command` is the template of kind `command`; `served_name` the model id it lists."""
+
+    kind: str
+    model_path: Path | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    command: tuple[str, ...] = ()
+    served_name: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class SweepArm:
     """One point of a sweep. `flags` need a server (re)start; `settings` are client-side `--set`
@@ -286,6 +302,7 @@ class Scenario:
     timeouts: Timeouts = Timeouts()
     sim: SimConfig | None = None
     sweep: Sweep | None = None
+    server: ServerConfig | None = None
     source: Path | None = None
     # Service-level objectives for goodput: any of ttft_s, tpot_ms, e2e_s.
     slo: dict[str, float] | None = None

@@ -11,10 +11,11 @@ at `offset_ns` after the rep's start); `duration_ns` stops issuing new requests 
 Seeds: arrival schedules and prompt text come from the scenario's `seed`: every run sends the
 same schedule and the same text; every rep the same schedule but its own text, so a rep never
 finds the previous rep's tail of a shared prefix in the cache. Salts come from the run seed
-(`run_seed`, else the scenario seed): a tag of words at the very start of each prompt, unique
-within the plan (across arms, reps, groups, indices and warmups) and different for another run
-seed, so a server that kept an earlier run's cache cannot hit. Pass a fresh run seed per run
-(and record it) to stay cold against a long-lived server; pass the recorded one to replay.
+(`run_seed`, else the scenario seed) and the scenario's name: a tag of words at the very start
+of each prompt, unique within the plan (across arms, reps, groups, indices and warmups) and
+different for another run seed or scenario, so a server that kept an earlier run's cache cannot
+hit. `loadgen run` passes a fresh run seed per run (engine/seeds.py, recorded in run.json) to
+stay cold against a long-lived server; `--seed`/`--replay` pass a recorded one to replay.
 Shared prefixes are salted per (arm, rep, group): each rep's first stream pays the prefill.
 Primed prefixes per (arm, group): each rep re-verifies a prefix that is already warm.
 Trace rows with hash_ids (`sharing: hash_ids`) share one salt per (arm, rep): every block is
@@ -158,7 +159,9 @@ class Plan:
 
 def plan(scenario: Scenario, *, run_seed: int | None = None) -> Plan:
     seed = scenario.seed if run_seed is None else run_seed
-    salts = _Salts(seed)
+    # The scenario's name is part of the salt: two scenarios run with one seed (whale_c4 and
+    # whale_c4_cached) must not share a single salted prompt.
+    salts = _Salts(derive_seed(seed, "salts", scenario.name))
     sweep = scenario.sweep
     arms = sweep.arms if sweep else (SweepArm("default", {}, {}, scenario),)
     planned = tuple(_arm(arm, salts) for arm in arms)
@@ -169,6 +172,13 @@ def derive_seed(*parts: object) -> int:
     """A 63-bit seed from any parts: stable across processes and Python versions."""
     digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
+
+
+def salt_tags(seed: int, scope: str, count: int) -> list[str]:
+    """`count` unique salts for prompts outside a scenario (e.g. `loadgen request`), from a
+    run seed and a scope name: another seed gives other salts, the same seed the same ones."""
+    salts = _Salts(derive_seed(seed, "salts", scope))
+    return [salts.next() for _ in range(count)]
 
 
 class _Salts:

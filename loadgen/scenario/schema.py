@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.scenario import schema_blocks as blocks
+from loadgen.scenario import schema_server
 from loadgen.scenario.checks import (
     BOOL,
     NAME,
@@ -56,6 +57,7 @@ TOP_KEYS = (
     "sim",
     "sweep",
     "slo",
+    "server",
     "soak",
 )
 GROUP_KEYS = (
@@ -97,6 +99,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         timeouts=blocks.timeouts(c, root),
         sim=blocks.sim(c, root) if root.get("sim") is not None else None,
         slo=blocks.slo(c, root),
+        server=schema_server.server(c, root, base_dir) if root.get("server") is not None else None,
         source=source,
         soak=soak(c, root) if root.get("soak") is not None else None,
     )

@@ -1,0 +1,90 @@
+"""Streams meant to be cold that the server answered from its prefix cache.
+
+A salted prompt opens with a tag no earlier request can have sent, so none of its blocks can be
+cached, unless the tag was reused: a replayed seed (`--seed`, `--replay`) against a server that
+kept the earlier run's cache. Its TTFT then measures a cache hit, not a prefill, and every
+verdict that compares it with a prefill time is wrong; so the stream's evidence says so.
+
+Two witnesses, the first that speaks wins:
+1. `usage`: the stream's own `usage.prompt_tokens_details.cached_tokens` (vLLM with
+   `--enable-prompt-tokens-details`, the sim). Warm when more than WARM_SHARE of its prompt.
+2. `prefix_hits_counter`: otherwise the server's `prefix_cache_hits_total` (tokens) rose by more
+   than WARM_SHARE of its prompt between the polls around its wait for a first token. The
+   counter is server-wide, so it is used only when every measured group is salted: then any
+   hit is a hit some salted stream should not have had.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.analysis.limits import prompt_size
+from loadgen.analysis.timeline import Timeline
+from loadgen.records import StreamRecord
+
+# A salted prompt may share a block or two of chat-template header with others on a server
+# without cache_salt; a tenth of the prompt is far beyond that and far below a warm rerun's ~1.
+WARM_SHARE = 0.1
+HITS = "prefix_cache_hits_total"
+
+
+def salted_groups(manifest: dict[str, Any]) -> frozenset[str]:
+    """Names of the scenario's groups whose prompts are salted (run.json's resolved scenario)."""
+    groups = (manifest.get("scenario") or {}).get("groups") or []
+    if isinstance(groups, dict):
+        groups = [{"name": k} | v for k, v in groups.items() if isinstance(v, dict)]
+    return frozenset(
+        g["name"]
+        for g in groups
+        if isinstance(g, dict) and (g.get("prompt") or {}).get("cache") == "salted"
+    )
+
+
+def cache_warmth(
+    rec: StreamRecord, timeline: Timeline, salted: frozenset[str], *, counter_usable: bool
+) -> dict[str, Any] | None:
+    """Evidence that a salted measured stream was served from cache, or None."""
+    if rec.phase != "measure" or rec.group not in salted or rec.status != "ok":
+        return None
+    prompt = prompt_size(rec)
+    if not prompt or rec.t_sent_ns is None or rec.t_first_ns is None:
+        return None
+    if rec.cached_tokens is not None:
+        if rec.cached_tokens <= WARM_SHARE * prompt:
+            return None
+        return {
+            "source": "usage",
+            "cached_tokens": rec.cached_tokens,
+            "prompt_tokens": prompt,
+            "reason": (
+                f"salted prompt, yet {rec.cached_tokens} of its {prompt} prompt tokens came "
+                "from the prefix cache (usage cached_tokens): its TTFT is a cache hit"
+            ),
+        }
+    found = timeline.outer_delta(HITS, rec.t_sent_ns, rec.t_first_ns) if counter_usable else None
+    if found is None or found[0] <= WARM_SHARE * prompt:
+        return None
+    hits = found[0]
+    return {
+        "source": "prefix_hits_counter",
+        "hits_delta": hits,
+        "prompt_tokens": prompt,
+        "reason": (
+            f"salted prompt, yet the server's prefix-hit counter rose by {hits:g} tokens while "
+            "it waited for its first token (every group is salted): a cache hit, not a prefill"
+        ),
+    }
+
+
+def warm_note(streams: list[dict[str, Any]]) -> str | None:
+    """The report's warning line when measured salted streams were served from cache."""
+    measured = [s for s in streams if s["phase"] == "measure"]
+    warm = [s for s in measured if "cache_warm" in s["evidence"]]
+    if not warm:
+        return None
+    sources = sorted({s["evidence"]["cache_warm"]["source"] for s in warm})
+    return (
+        f"!! WARM CACHE: {len(warm)} of {len(measured)} measured streams meant to be cold "
+        f"(salted) were served from the prefix cache ({', '.join(sources)}): a replayed seed "
+        "on a server that kept an earlier run's cache? their TTFTs are cache hits"
+    )

@@ -1,0 +1,150 @@
+"""`loadgen probe-cache`: the sized warm pair against a server, one line out; the exit code says
+healthy (0), dead (1) or refused (2: a probe that could not tell)."""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+import uvloop
+
+from loadgen.client.errors import ClientError
+from loadgen.client.openai import OpenAIClient, resolve_target
+from loadgen.engine.cache import CacheCheck
+from loadgen.engine.probe_cache import (
+    ProbeRefused,
+    block_size_from_metrics,
+    probe_cache,
+    probe_line,
+    probe_size,
+)
+from loadgen.server.boot import boot_server
+from loadgen.server.launcher import ServerBootError
+from loadgen.server.spec import SERVER_KINDS, ServerSpec
+
+EXIT_DEAD = 1
+EXIT_REFUSED = 2
+
+
+def server_options(f: Any) -> Any:
+    """--server, --server-arg, --model-path: shared by `run` and `probe-cache`."""
+    f = click.option(
+        "--model-path",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Model the launched server serves (default: the tiny test model).",
+    )(f)
+    f = click.option(
+        "--server-arg",
+        "server_args",
+        multiple=True,
+        metavar="ARG",
+        help="A flag for the launched server, repeatable: --server-arg=--max-num-seqs=4.",
+    )(f)
+    return click.option(
+        "--server",
+        "server_kind",
+        type=click.Choice(SERVER_KINDS),
+        default=None,
+        help="Launch this server on a free loopback port (per boot in a sweep).",
+    )(f)
+
+
+def server_spec(
+    kind: str | None, args: tuple[str, ...], model_path: Path | None
+) -> ServerSpec | None:
+    if kind is None:
+        if args or model_path:
+            raise click.UsageError("--server-arg and --model-path need --server KIND")
+        return None
+    return ServerSpec(kind, tuple(args), model_path)
+
+
+@click.command("probe-cache")
+@click.option("--base-url", default=None, help="A running server (or OPENAI_BASE_URL).")
+@server_options
+@click.option("--api-key", envvar="OPENAI_API_KEY", default=None)
+@click.option("--model", default=None, help="Model id (default: the server's first).")
+@click.option("--block-size", type=click.IntRange(min=1), default=None,
+              help="Tokens per KV block, when the server does not say.")  # fmt: skip
+@click.option("--tokens", type=click.IntRange(min=1), default=None,
+              help="Probe tokens (default: 10 blocks, >= 2048; < 10 blocks refused).")  # fmt: skip
+@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
+def probe_cache_cmd(
+    base_url: str | None,
+    server_kind: str | None,
+    server_args: tuple[str, ...],
+    model_path: Path | None,
+    api_key: str | None,
+    model: str | None,
+    block_size: int | None,
+    tokens: int | None,
+    api: str,
+) -> None:
+    """Send a prompt of >= 10 cache blocks twice; healthy when the second TTFT is under half
+    the first and the prefix-hit counter moved."""
+    spec = server_spec(server_kind, server_args, model_path)
+    if spec is not None and base_url:
+        raise click.UsageError("give --base-url or --server, not both")
+    if spec is None:
+        try:
+            base_url, api_key = resolve_target(base_url, api_key)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    probe_args = {"model": model, "block_size": block_size, "tokens": tokens, "api": api}
+    try:
+        check = uvloop.run(_probe(spec, base_url, api_key, probe_args))
+    except ProbeRefused as exc:
+        click.echo(str(exc), err=True)
+        raise click.exceptions.Exit(EXIT_REFUSED) from None
+    except (ClientError, ServerBootError) as exc:
+        raise click.ClickException(str(exc).splitlines()[0]) from None
+    click.echo(probe_line(check))
+    if not check.warm:
+        raise click.exceptions.Exit(EXIT_DEAD)
+
+
+async def _probe(
+    spec: ServerSpec | None, base_url: str | None, api_key: str | None, args: dict[str, Any]
+) -> CacheCheck:
+    if spec is None:
+        assert base_url is not None
+        return await _probe_url(base_url, api_key, None, None, args)
+    with tempfile.TemporaryDirectory(prefix="loadgen-probe-") as tmp:
+        async with boot_server(spec, [], log_dir=Path(tmp)) as booted:
+            facts = booted.server.facts
+            source = facts.sources.get("block_size")
+            return await _probe_url(
+                booted.server.url, api_key, facts.block_size, source and f"server {source}", args
+            )
+
+
+async def _probe_url(
+    url: str,
+    api_key: str | None,
+    known_block: int | None,
+    known_source: str | None,
+    args: dict[str, Any],
+) -> CacheCheck:
+    async with OpenAIClient(url, api_key=api_key, concurrency=1) as client:
+        block, source = known_block, known_source
+        if args["block_size"] is not None:
+            block, source = args["block_size"], "--block-size"
+        elif block is None:
+            block = block_size_from_metrics(await _metrics_text(client))
+            source = "vllm:cache_config_info"
+        size = probe_size(args["tokens"], block, source)
+        model = args["model"] or (await client.get_json("/v1/models"))["data"][0]["id"]
+        # A fresh salt per probe: a prompt an earlier probe left in the cache would read warm.
+        salt = f"probe-{secrets.token_hex(4)}"
+        return await probe_cache(client, model=model, size=size, salt=salt, api=args["api"])
+
+
+async def _metrics_text(client: OpenAIClient) -> str:
+    try:
+        return await client.get_text("/metrics")
+    except ClientError:
+        return ""

@@ -1,0 +1,127 @@
+"""Which server a run launches, and how a sweep's flags become that server's command line.
+
+`loadgen run --server vllm|llama.cpp|sim` (with `--server-arg` and `--model-path`) names a
+ServerSpec. A sweep's server flags are written the way vLLM names them (`max_num_batched_tokens`)
+and become `--max-num-batched-tokens 512`, or the profile's own spelling where it states that
+fact (llama.cpp: `max_num_seqs` -> `-np`); a sweep key that starts with `-` is a literal flag of
+the server (`-ub`, `--ubatch-size`) passed as written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen.server.launcher import PROFILES
+from loadgen.server.profile import Profile
+from loadgen.server.sim import SimProfile, sim_flags
+
+SERVER_KINDS = ("vllm", "llama.cpp", "sim")  # what --server takes; a scenario adds "command"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """A server to launch: its kind, base flags (before any swept ones), model and environment
+    added to the profile's own."""
+
+    kind: str
+    args: tuple[str, ...] = ()
+    model_path: Path | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    command: tuple[str, ...] = ()  # kind "command": the argv template
+    served_name: str | None = None
+
+    @property
+    def is_sim(self) -> bool:
+        return self.kind == "sim"
+
+
+class ConfiguredProfile(Profile):
+    """A profile with the spec's environment added to the one the profile sets."""
+
+    def __init__(self, base: Profile, env: Mapping[str, str]) -> None:
+        self.base = base
+        self.extra_env = dict(env)
+        self.name = base.name
+        self.boot_timeout_s = base.boot_timeout_s
+        self.reads_cache_config_metric = base.reads_cache_config_metric
+        self.default_flags = base.default_flags
+        self.fact_flags = base.fact_flags
+
+    def default_model(self) -> Path:
+        return self.base.default_model()
+
+    def argv(self, *, port: int, model: Path, served_name: str, flags: Sequence[str]) -> list[str]:
+        return self.base.argv(port=port, model=model, served_name=served_name, flags=flags)
+
+    def env(self, state_dir: Path) -> dict[str, str]:
+        return {**self.base.env(state_dir), **self.extra_env}
+
+
+class CommandProfile(Profile):
+    """Any server, from an argv template: `{port}`, `{model}`, `{served_name}` and the boot's
+    swept flags by name are substituted; swept flags the template does not name are appended
+    (flag_args)."""
+
+    name = "command"
+
+    def __init__(self, template: Sequence[str], values: Mapping[str, Any]) -> None:
+        self.template = tuple(template)
+        self.values = dict(values)
+
+    def references(self, name: str) -> bool:
+        return any(
+            field == name
+            for token in self.template
+            for _, field, _, _ in string.Formatter().parse(token)
+        )
+
+    def default_model(self) -> Path:
+        # No model of its own: the launcher checks a path exists, and the executable does.
+        found = shutil.which(self.template[0])
+        return Path(found or self.template[0])
+
+    def argv(self, *, port: int, model: Path, served_name: str, flags: Sequence[str]) -> list[str]:
+        fields = {**self.values, "port": port, "model": model, "served_name": served_name}
+        return [token.format(**fields) for token in self.template] + list(flags)
+
+
+def base_profile(kind: str) -> Profile:
+    if kind == "sim":
+        return SimProfile()
+    try:
+        return PROFILES[kind]
+    except KeyError:
+        raise ValueError(
+            f"unknown server kind {kind!r}; known: {', '.join(SERVER_KINDS)}"
+        ) from None
+
+
+def profile_for(spec: ServerSpec, values: Mapping[str, Any] | None = None) -> Profile:
+    """The profile that starts the spec's server; `values` are the boot's swept flags (a
+    command template substitutes them)."""
+    if spec.kind == "command":
+        base: Profile = CommandProfile(spec.command, values or {})
+    else:
+        base = base_profile(spec.kind)
+    return ConfiguredProfile(base, dict(spec.env)) if spec.env else base
+
+
+def flag_args(profile: Profile, flags: Mapping[str, Any]) -> list[str]:
+    """A sweep arm's server flags as the profile's command-line options."""
+    out: list[str] = []
+    command = getattr(profile, "base", profile)
+    if isinstance(command, CommandProfile):
+        flags = {k: v for k, v in flags.items() if not command.references(k)}
+    for name, value in flags.items():
+        if name.startswith("-"):
+            out += [name] if value is True else [name, str(value)]
+        elif name in profile.fact_flags and not isinstance(value, bool):
+            out += [profile.fact_flags[name][0], str(value)]
+        else:
+            out += sim_flags({name: value})
+    return out
