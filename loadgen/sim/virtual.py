@@ -375,8 +375,7 @@ def _record(
     """The record the client writes for what it saw; usage came with every content chunk."""
     ok = http_status < 400
     # The client counts every data: event but [DONE]: chat's role delta, content, final usage.
-    chat = req.api == "chat" or req.messages is not None
-    events = len(chunk_ns) + (1 if chat and chunk_ns else 0) + (finish is not None)
+    events = len(chunk_ns) + (1 if req.api == "chat" and chunk_ns else 0) + (finish is not None)
     return StreamRecord(
         **record_fields(req),
         status="error" if error else "ok",
@@ -394,9 +393,9 @@ def _record(
         t_headers_ns=t_sent if ok else t_done,
         t_first_ns=chunk_ns[0] if chunk_ns else None,
         t_last_ns=chunk_ns[-1] if chunk_ns else None,
+        session=req.session,
+        turn=req.turn,
         t_done_ns=t_done,
         chunk_ns=list(chunk_ns),
         chunk_tokens=list(chunk_tokens) if chunk_ns else None,
-        session=req.session,
-        turn=req.turn,
     )
