@@ -156,7 +156,7 @@ async def test_two_boots_per_arm_interleaved_with_records_and_floor(tmp_path: Pa
                                 "unresolved")  # fmt: skip
     assert "Arms over boots, with the boot-floor verdict" in (root / "report.txt").read_text()
     assert (root / "sweep.png").read_bytes().startswith(b"\x89PNG")
-    assert "metrics against the swept flag, every boot" in (root / "report.html").read_text()
+    assert "<h2>Across the sweep</h2><img" in (root / "report.html").read_text()
 
 
 async def test_a_cache_dead_boot_is_restarted_once_then_reported(tmp_path: Path) -> None:
