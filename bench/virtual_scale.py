@@ -25,6 +25,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from loadgen.analysis.inputs import arm_dirs
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import read_streams
 from loadgen.scenario.load import load_scenario
@@ -69,8 +70,13 @@ def main() -> None:
         if prof:
             prof.disable()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        records = read_streams(run_dir)
-    virtual_s = max((r.t_done_ns or 0) for r in records) / 1e9
+        # A sweep's records live in its arms' directories, one fresh engine each.
+        records = [r for d in (arm_dirs(run_dir) or [run_dir]) for r in read_streams(d)]
+    # Each arm's clock starts at 0: the virtual time covered is the sum of the arms' ends.
+    ends: dict[str | None, int] = {}
+    for r in records:
+        ends[r.arm] = max(ends.get(r.arm, 0), r.t_done_ns or 0)
+    virtual_s = sum(ends.values()) / 1e9
     ok = sum(r.status == "ok" for r in records)
     mismatched = sum(r.prompt_tokens != r.requested_prompt_tokens for r in records)
     print(f"{scenario.name}: {len(records)} streams ({ok} ok), {virtual_s:.0f} s of virtual time")
