@@ -68,6 +68,8 @@ class StreamRecord:
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] | None = None
     max_tokens: int | None = None
+    # Tokens beyond max_tokens (a server that ignores the cap); 0 for a well-behaved one.
+    over_max_tokens: int = 0
     parse_errors: int = 0
     # "measure" for the streams a report is about; "warmup", "prime" and "probe" streams are
     # recorded too (nothing is hidden) but analysis keeps them apart.

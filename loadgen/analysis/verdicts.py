@@ -173,6 +173,9 @@ def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
     }
     if cached:
         base["cached_tokens"] = {"tokens": cached, "source": ctx.cached.source[rec.id]}
+    if rec.over_max_tokens:
+        # The server ignored the cap: every rate of this stream covers more than was asked.
+        base["over_max_tokens"] = rec.over_max_tokens
     wait = _wait(rec, seat, expected, ctx)
     late_s = (rec.t_sent_ns - rec.t_intended_ns) / NS
     wait_verdict = wait.pop("verdict")

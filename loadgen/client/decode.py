@@ -19,7 +19,12 @@ llama.cpp's final total and carries no new token.
 Faults inside the body do not stop reading: invalid JSON or a non-SSE line is counted in
 `parse_errors` and the stream is read to its end (its timing stays complete, its connection
 reusable), then marked `malformed_sse`; an `{"error": ...}` event marks it `server_error_event`.
-The first fault names the record's error.
+The first fault names the record's error. Hostile bodies get their own classes: an event over
+the parser's size cap is `line_too_long` (dropped, reading goes on), a negative usage count is
+`bad_usage`, and a stream that sends more than RUNAWAY_FACTOR x max_tokens + RUNAWAY_SLACK
+content chunks or tokens is `runaway_stream` and reading stops there, so a server that streams
+forever holds at most that many timestamps. Any excess over max_tokens is kept in the record
+(`over_max_tokens`).
 """
 
 from __future__ import annotations
@@ -33,21 +38,26 @@ from loadgen.request import StreamRequest, record_fields
 _loads = orjson.loads
 # What a structurally wrong event raises on the decode path below.
 _MALFORMED = (ValueError, TypeError, AttributeError, IndexError, KeyError)
+RUNAWAY_FACTOR = 4
+RUNAWAY_SLACK = 64
 
 
 class StreamDecoder:
     """Fed every body read with its arrival time (absolute perf_counter ns), once per read."""
 
-    __slots__ = ("_parser", "_sse_errors", "chat", "chunk_cum", "chunk_ns", "continuous",
-                 "done_ns", "error", "events", "finish_reason", "json_errors", "last_ct", "nbytes",
-                 "texts", "usage")  # fmt: skip
+    __slots__ = ("_limit", "_max_tokens", "_oversized", "_parser", "_sse_errors", "chat",
+                 "chunk_cum", "chunk_ns", "continuous", "done_ns", "error", "events",
+                 "finish_reason", "json_errors", "last_ct", "nbytes", "texts", "usage")  # fmt: skip
 
-    def __init__(self, chat: bool, keep_text: bool = False) -> None:
+    def __init__(self, chat: bool, keep_text: bool = False, max_tokens: int | None = None) -> None:
         self.chat = chat
         # The answer's text pieces, for requests that need it back (session turns) only.
         self.texts: list[str] | None = [] if keep_text else None
         self._parser = SSEParser()
         self._sse_errors = 0
+        self._oversized = 0
+        self._max_tokens = max_tokens
+        self._limit = None if max_tokens is None else RUNAWAY_FACTOR * max_tokens + RUNAWAY_SLACK
         self.events = 0
         self.nbytes = 0
         self.json_errors = 0
@@ -113,6 +123,8 @@ class StreamDecoder:
                 if usage:
                     total = usage.get("completion_tokens")
                     self.usage = usage
+                    if type(total) is int and total < 0:
+                        self._fail("bad_usage", f"usage.completion_tokens is {total}")
                     if choices and self.continuous and type(total) is int:
                         ct = total
                         if ct > self.last_ct:
@@ -128,9 +140,20 @@ class StreamDecoder:
                     add_cum(ct)
             except _MALFORMED:
                 self._malformed(data)
-        if self._parser.parse_errors != self._sse_errors:
-            self._sse_errors = self._parser.parse_errors
-            self._fail("malformed_sse", self._parser.first_error or "malformed SSE")
+        parser = self._parser
+        if parser.parse_errors != self._sse_errors:
+            self._sse_errors = parser.parse_errors
+            if parser.oversized != self._oversized:
+                self._oversized = parser.oversized
+                self._fail("line_too_long", f"an SSE event over {parser.max_event_bytes} bytes")
+            self._fail("malformed_sse", parser.first_error or "malformed SSE")
+        if self._limit is not None and max(len(self.chunk_ns), self.last_ct) > self._limit:
+            seen = max(len(self.chunk_ns), self.last_ct)
+            self._fail(
+                "runaway_stream",
+                f"{seen} chunks or tokens for max_tokens {self._max_tokens}; stopped reading",
+            )
+            return True
         return self.done_ns is not None
 
     def _malformed(self, data: bytes) -> None:
@@ -210,6 +233,7 @@ class StreamDecoder:
             t_done_ns=rel(self.done_ns if self.done_ns is not None else t_end),
             chunk_ns=ns,
             chunk_tokens=per_chunk,
+            over_max_tokens=max(0, completion - req.max_tokens) if req.max_tokens else 0,
             parse_errors=self.parse_errors,
             session=req.session,
             turn=req.turn,

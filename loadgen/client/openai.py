@@ -32,8 +32,10 @@ from loadgen.client.errors import (
     connect_reason,
     error_message,
     error_text,
+    not_event_stream,
     one_line,
     parse_json,
+    wrong_content,
 )
 from loadgen.records import StreamError, StreamRecord
 from loadgen.request import StreamRequest
@@ -220,7 +222,7 @@ class OpenAIClient:
         url = self.base_url + path
         data = orjson.dumps(self.request_body(req, continuous=continuous))
         headers = {"X-Request-Id": req.id}
-        dec = StreamDecoder(chat=chat, keep_text=req.keep_text)
+        dec = StreamDecoder(chat=chat, keep_text=req.keep_text, max_tokens=req.max_tokens)
         task = asyncio.current_task()
         assert task is not None
         t_sent = perf_counter_ns()
@@ -235,6 +237,8 @@ class OpenAIClient:
                 status = resp.status
                 if status >= 400:
                     error = StreamError(f"http_{status}", await error_message(resp))
+                elif not_event_stream(resp):
+                    error = StreamError("not_event_stream", await wrong_content(resp))
                 else:
                     read = resp.content.readany
                     feed = dec.feed

@@ -61,6 +61,11 @@ class ProbeOutcome:
     help="Seed of the prompt salts (default: fresh per invocation, so no stream hits the "
     "cache an earlier one left; recorded in run.json).",
 )
+@click.option(
+    "--total-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds from send to end of a stream; default unbounded.",
+)
 def request_cmd(**opts: Any) -> None:
     """Fire COUNT streams at CONCURRENCY and print TTFT, decode-only tok/s, tokens and chunks."""
     opts["seed_source"] = "fresh" if opts["seed"] is None else "user"
@@ -108,7 +113,11 @@ async def _probe(base_url: str, api_key: str | None, opts: dict[str, Any]) -> Pr
 
     install_stop_signals(stop)
     run_dir = RunDirectory(opts["out"]) if opts["out"] else None
-    timeouts = Timeouts(first_byte_s=opts["first_byte_timeout"], idle_s=opts["idle_timeout"])
+    timeouts = Timeouts(
+        first_byte_s=opts["first_byte_timeout"],
+        idle_s=opts["idle_timeout"],
+        total_s=opts["total_timeout"],
+    )
     c = opts["concurrency"]
 
     def keep(rec: StreamRecord) -> None:
