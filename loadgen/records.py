@@ -82,6 +82,13 @@ class StreamRecord:
     # The answer's text, kept only for requests that asked (session turns) so the next turn
     # can resend it; never written to streams.jsonl.
     answer: str | None = None
+    # The client's own error (client/selftime.py): body reads, reads that brought several
+    # content chunks under one timestamp, the largest event-loop lag while it was open and in
+    # its TTFT window (None where not measured: no content chunk, or an older version).
+    reads: int = 0
+    coalesced_reads: int = 0
+    loop_lag_max_ns: int | None = None
+    loop_lag_ttft_ns: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -46,8 +46,9 @@ class StreamDecoder:
     """Fed every body read with its arrival time (absolute perf_counter ns), once per read."""
 
     __slots__ = ("_limit", "_max_tokens", "_oversized", "_parser", "_sse_errors", "chat",
-                 "chunk_cum", "chunk_ns", "continuous", "done_ns", "error", "events",
-                 "finish_reason", "json_errors", "last_ct", "nbytes", "texts", "usage")  # fmt: skip
+                 "chunk_cum", "chunk_ns", "coalesced_reads", "continuous", "done_ns", "error",
+                 "events", "finish_reason", "json_errors", "last_ct", "nbytes", "reads", "texts",
+                 "usage")  # fmt: skip
 
     def __init__(self, chat: bool, keep_text: bool = False, max_tokens: int | None = None) -> None:
         self.chat = chat
@@ -56,6 +57,10 @@ class StreamDecoder:
         self._parser = SSEParser()
         self._sse_errors = 0
         self._oversized = 0
+        self.reads = 0
+        # Reads that brought more than one content chunk: those chunks share one timestamp, so
+        # the gaps between them are the client's, not the server's.
+        self.coalesced_reads = 0
         self._max_tokens = max_tokens
         self._limit = None if max_tokens is None else RUNAWAY_FACTOR * max_tokens + RUNAWAY_SLACK
         self.events = 0
@@ -83,6 +88,8 @@ class StreamDecoder:
     def feed(self, chunk: bytes, now: int) -> bool:
         """Consumes one read; returns True once `data: [DONE]` has arrived."""
         self.nbytes += len(chunk)
+        self.reads += 1
+        before = len(self.chunk_ns)
         chat = self.chat
         add_ns = self.chunk_ns.append
         add_cum = self.chunk_cum.append
@@ -140,6 +147,8 @@ class StreamDecoder:
                     add_cum(ct)
             except _MALFORMED:
                 self._malformed(data)
+        if len(self.chunk_ns) - before > 1:
+            self.coalesced_reads += 1
         parser = self._parser
         if parser.parse_errors != self._sse_errors:
             self._sse_errors = parser.parse_errors
@@ -203,6 +212,8 @@ class StreamDecoder:
         t_headers: int | None,
         t_end: int | None,
         error: StreamError | None,
+        loop_lag_max_ns: int | None = None,
+        loop_lag_ttft_ns: int | None = None,
     ) -> StreamRecord:
         """The finished record; absolute perf_counter times become run-clock ns here."""
 
@@ -238,6 +249,10 @@ class StreamDecoder:
             session=req.session,
             turn=req.turn,
             answer=None if self.texts is None else "".join(self.texts),
+            reads=self.reads,
+            coalesced_reads=self.coalesced_reads,
+            loop_lag_max_ns=loop_lag_max_ns,
+            loop_lag_ttft_ns=loop_lag_ttft_ns,
         )
 
 

@@ -22,6 +22,12 @@ from rich.table import Table
 
 from loadgen import __version__
 from loadgen.analysis.rates import decode_tok_s, ttft_s
+from loadgen.analysis.selferror import (
+    CLIENT_LIMITED_EXIT,
+    client_banner,
+    error_bound_s,
+    limited_records,
+)
 from loadgen.client.openai import ClientError, OpenAIClient, Timeouts, resolve_target
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
@@ -62,6 +68,11 @@ class ProbeOutcome:
     "cache an earlier one left; recorded in run.json).",
 )
 @click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
+)
+@click.option(
     "--total-timeout",
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds from send to end of a stream; default unbounded.",
@@ -81,6 +92,10 @@ def request_cmd(**opts: Any) -> None:
         raise click.ClickException(str(exc)) from None
     # Piped output gets a wide fixed width: rich's 80-column default truncates the tables.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    limited = limited_records(outcome.records)
+    banner = client_banner(len(limited), len(outcome.records), [])
+    if banner:
+        console.print(banner, markup=False)
     _print_tables(console, outcome, base_url, opts)
     if outcome.interrupted:
         done = sum(r.error is None or r.error.cls != "cancelled" for r in outcome.records)
@@ -89,6 +104,8 @@ def request_cmd(**opts: Any) -> None:
     summary = failure_summary(outcome.records)
     if summary:
         raise click.ClickException(summary)
+    if limited and opts["strict"]:
+        raise click.exceptions.Exit(CLIENT_LIMITED_EXIT)
 
 
 def failure_summary(records: list[StreamRecord]) -> str | None:
@@ -263,7 +280,7 @@ def _print_tables(
     if not outcome.records:
         return
     per = Table("stream", "status", "TTFT ms", "decode tok/s", "prompt", "tokens", "chunks",
-                "token source", "error")  # fmt: skip
+                "token source", "client err ms", "error")  # fmt: skip
     for r in sorted(outcome.records, key=lambda r: r.id):
         t, d = ttft_s(r), decode_tok_s(r)
         per.add_row(
@@ -275,6 +292,7 @@ def _print_tables(
             str(r.completion_tokens),
             str(r.chunks),
             r.token_source + (" (chunks!)" if r.token_source == "chunk_count" else ""),
+            _fmt(b and b * 1e3) if (b := error_bound_s(r)) is not None else "-",
             f"{r.error.cls}: {r.error.message}" if r.error else "",
         )
     console.print(per)
