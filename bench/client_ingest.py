@@ -74,15 +74,23 @@ def start_server(port: int) -> tuple[subprocess.Popen, str]:
         cmd += ["--ttft-ms", "0", "--itl-ms", "0"]
         name = "pacedserver (zero delay)"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=pinned_to(SERVER_CPU))
+    try:
+        wait_listening(port)
+    except SystemExit:
+        proc.kill()
+        raise
+    return proc, name
+
+
+def wait_listening(port: int) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, name
+            return
         except OSError:
             time.sleep(0.05)
-    proc.kill()
-    raise SystemExit(f"{name} did not start listening on port {port}")
+    raise SystemExit(f"nothing started listening on port {port}")
 
 
 def requests(n: int, tokens: int) -> list[StreamRequest]:
