@@ -29,6 +29,7 @@ from loadgen.analysis.selferror import (
     limited_records,
 )
 from loadgen.client.openai import ClientError, OpenAIClient, Timeouts, resolve_target
+from loadgen.client.workers import run_in_workers
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
 from loadgen.engine.seeds import fresh_seed
@@ -66,6 +67,13 @@ class ProbeOutcome:
     default=None,
     help="Seed of the prompt salts (default: fresh per invocation, so no stream hits the "
     "cache an earlier one left; recorded in run.json).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Processes to split the streams across (each its own event loop and core).",
 )
 @click.option(
     "--strict",
@@ -196,6 +204,20 @@ async def _launch(
     outcome.start_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     if run_dir:
         run_dir.write_manifest(_manifest(base_url, opts, outcome))
+    if opts["workers"] > 1:
+        lost = await run_in_workers(
+            requests,
+            workers=opts["workers"],
+            base_url=base_url,
+            api_key=client.api_key,
+            concurrency=opts["concurrency"],
+            timeouts=client.timeouts,
+            run_start_ns=client.run_start_ns,
+            on_record=keep,
+        )
+        for line in lost:
+            click.echo(f"warning: {line}; its in-flight streams have no record", err=True)
+        return
     await run_closed_loop(
         requests, client, keep, concurrency=opts["concurrency"], run_start_ns=client.run_start_ns
     )
