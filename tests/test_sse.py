@@ -105,18 +105,23 @@ def test_oversized_event_is_dropped_as_a_parse_error() -> None:
     assert not parser.pending
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=8))
-def test_arbitrary_bytes_never_raise_and_splits_do_not_matter(raw: bytes, cuts: list) -> None:
-    whole = SSEParser()
-    expected = whole.feed(raw)
+def cut(raw: bytes, cuts: list) -> list[bytes]:
+    """`raw` split at the given offsets (taken modulo its length + 1)."""
     pieces, prev = [], 0
     for c in sorted(c % (len(raw) + 1) for c in cuts):
         pieces.append(raw[prev:c])
         prev = c
     pieces.append(raw[prev:])
+    return pieces
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=8))
+def test_arbitrary_bytes_never_raise_and_splits_do_not_matter(raw: bytes, cuts: list) -> None:
+    whole = SSEParser()
+    expected = whole.feed(raw)
     split = SSEParser()
-    assert feed_all(split, pieces) == expected
+    assert feed_all(split, cut(raw, cuts)) == expected
     assert split.parse_errors == whole.parse_errors
 
 
@@ -142,13 +147,12 @@ def test_the_size_cap_drops_the_same_events_however_the_bytes_are_split(
         raw = raw.replace(b"\n", b"\r\n")
     whole = SSEParser(max_event_bytes=60)
     expected = whole.feed(raw)
-    pieces, prev = [], 0
-    for c in sorted(c % (len(raw) + 1) for c in cuts):
-        pieces.append(raw[prev:c])
-        prev = c
-    pieces.append(raw[prev:])
     split = SSEParser(max_event_bytes=60)
-    assert feed_all(split, pieces) == expected == [(b"x" * n, MESSAGE) for n in sizes if n <= 54]
+    assert (
+        feed_all(split, cut(raw, cuts))
+        == expected
+        == [(b"x" * n, MESSAGE) for n in sizes if n <= 54]
+    )
     assert split.oversized == whole.oversized == sum(n > 54 for n in sizes)
 
 
