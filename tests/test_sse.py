@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loadgen.client.decode import StreamDecoder
@@ -139,6 +139,7 @@ def test_an_oversized_line_is_skipped_to_its_end_without_being_kept() -> None:
     st.lists(st.integers(0, 1000), max_size=8),
     st.booleans(),
 )
+@example(sizes=[22, 54, 0, 0, 0, 92], cuts=[91], crlf=False)  # cut inside the blank line
 def test_the_size_cap_drops_the_same_events_however_the_bytes_are_split(
     sizes: list, cuts: list, crlf: bool
 ) -> None:

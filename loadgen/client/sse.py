@@ -76,7 +76,8 @@ class SSEParser:
         if buf:
             # A blank line may straddle the old tail and the new slice.
             if chunk.find(b"\n\n") < 0 and not (buf[-1] == 10 and chunk[0] == 10):
-                if len(buf) + len(chunk) > self.max_event_bytes:
+                # A trailing LF may be the first half of the blank line: not event bytes.
+                if len(buf) + len(chunk) - (chunk[-1] == 10) > self.max_event_bytes:
                     self._oversize(chunk)
                 else:
                     buf += chunk
@@ -88,7 +89,7 @@ class SSEParser:
             text = chunk
         blocks = text.split(b"\n\n")
         tail = blocks.pop()
-        if len(tail) > self.max_event_bytes:
+        if len(tail) - tail.endswith(b"\n") > self.max_event_bytes:
             self._oversize(tail)
         elif tail:
             buf += tail
