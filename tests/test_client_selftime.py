@@ -152,3 +152,6 @@ def test_a_server_verdict_that_outweighs_the_client_error_stands_with_it_in_evid
     assert _outweighs(wait, 0.04) and not _outweighs(wait, 0.06)
     assert _outweighs(Verdict("rationed_decode", {}), 1.0)
     assert not _outweighs(Verdict("admitted", {}), 0.0001)
+    # admitted limit 1.5 x 0.02 + 0.05 = 0.08 s; TTFT 0.02 s leaves a 0.06 s margin.
+    admitted = Verdict("admitted", {"ttft_s": 0.02, "expected_prefill_s": 0.02})
+    assert _outweighs(admitted, 0.0059) and not _outweighs(admitted, 0.0061)

@@ -21,9 +21,10 @@ Rules, in order (DESIGN.md's vocabulary; thresholds are the named constants belo
    below: when its timing error bound (selferror.py: send lateness or event-loop lag in its
    TTFT window) exceeds the tolerance (5% of TTFT or 1 ms), the verdict becomes
    `client_limited` (the server verdict kept as `server_verdict`) unless that verdict's own
-   evidence outweighs the error: a decode-phase verdict (rationed_decode, a preemption stall)
-   or a wait held CLIENT_ERROR_OUTWEIGH x the error bound; then it stands, with the error in
-   its evidence as `client_error`.
+   evidence outweighs the error: a decode-phase verdict (rationed_decode, a preemption stall),
+   a wait held CLIENT_ERROR_OUTWEIGH x the error bound, or `admitted` with its TTFT that much
+   inside the admitted limit (late stamps only lengthen TTFT); then it stands, with the error
+   in its evidence as `client_error`. The run's client_limited flag and banner count both.
 4. If TTFT > ADMITTED_FACTOR x normal prefill + ADMITTED_SLACK_S, the wait verdict is whichever
    of pool_pressure / admission_cap / prefill_hol held longest (ties in that order), provided
    it held at least as long as the unexplained time. A stream waiting first on the cap, then
@@ -180,6 +181,14 @@ def _outweighs(verdict: Verdict, bound_s: float) -> bool:
     ev = verdict.evidence
     if verdict.name == "rationed_decode" or "stall" in ev:
         return True
+    if verdict.name == "admitted":
+        # A late stamp only lengthens TTFT, so `admitted` stands when its TTFT is well inside
+        # the admitted limit: the true one is smaller still.
+        expected, ttft = ev.get("expected_prefill_s"), ev.get("ttft_s")
+        if expected is None or ttft is None:
+            return False
+        margin = ADMITTED_FACTOR * expected + ADMITTED_SLACK_S - ttft
+        return margin >= CLIENT_ERROR_OUTWEIGH * bound_s
     held = (ev.get("held_s") or {}).get(verdict.name)
     return held is not None and held >= CLIENT_ERROR_OUTWEIGH * bound_s
 
