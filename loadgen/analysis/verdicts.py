@@ -88,7 +88,10 @@ VERDICTS = (
 ADMITTED_FACTOR = 1.5
 ADMITTED_SLACK_S = 0.05
 CLIENT_LATE_S = 0.025
-CLIENT_ERROR_OUTWEIGH = 10
+# A server verdict stands against the client's error bound b when its own evidence exceeds
+# this x b: TTFT's stamps are late by at most b, and the expected prefill (from other streams'
+# TTFTs) by at most ADMITTED_FACTOR x b, so no error within b can have produced it.
+CLIENT_ERROR_OUTWEIGH = 1 + ADMITTED_FACTOR
 RATION_FRACTION = 0.25
 RATION_MIN_WINDOW_TOKENS = 4
 RATION_MIN_SHARE = 0.1
@@ -175,9 +178,9 @@ def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
 
 
 def _outweighs(verdict: Verdict, bound_s: float) -> bool:
-    """Whether a server verdict's own evidence is far larger than the client's error, so that
-    error cannot have made it: decode-phase verdicts span many chunk gaps, and a wait verdict
-    stands when the wait it blames held CLIENT_ERROR_OUTWEIGH times the error bound."""
+    """Whether a server verdict's own evidence is larger than the client's error could have
+    made it: decode-phase verdicts span many chunk gaps, and a wait verdict stands when the
+    wait it blames held CLIENT_ERROR_OUTWEIGH times the error bound."""
     ev = verdict.evidence
     if verdict.name == "rationed_decode" or "stall" in ev:
         return True
