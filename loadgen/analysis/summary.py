@@ -38,8 +38,8 @@ from loadgen.analysis.hist import (
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.limits import POOL_FULL
 from loadgen.analysis.reuse import trace_reuse
-from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.selferror import client_banner
+from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
 from loadgen.analysis.timeline import Timeline

@@ -11,8 +11,8 @@ import orjson
 import uvloop
 
 from loadgen.analysis.goodput import parse_slo_flag
-from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
+from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.target import RunError
