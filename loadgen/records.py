@@ -68,6 +68,8 @@ class StreamRecord:
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] | None = None
     max_tokens: int | None = None
+    # Tokens beyond max_tokens (a server that ignores the cap); 0 for a well-behaved one.
+    over_max_tokens: int = 0
     parse_errors: int = 0
     # "measure" for the streams a report is about; "warmup", "prime" and "probe" streams are
     # recorded too (nothing is hidden) but analysis keeps them apart.
@@ -80,6 +82,13 @@ class StreamRecord:
     # The answer's text, kept only for requests that asked (session turns) so the next turn
     # can resend it; never written to streams.jsonl.
     answer: str | None = None
+    # The client's own error (client/selftime.py): body reads, reads that brought several
+    # content chunks under one timestamp, the largest event-loop lag while it was open and in
+    # its TTFT window (None where not measured: no content chunk, or an older version).
+    reads: int = 0
+    coalesced_reads: int = 0
+    loop_lag_max_ns: int | None = None
+    loop_lag_ttft_ns: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

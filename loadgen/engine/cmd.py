@@ -7,9 +7,11 @@ import sys
 from pathlib import Path
 
 import click
+import orjson
 import uvloop
 
 from loadgen.analysis.goodput import parse_slo_flag
+from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import resolve_run_seed
@@ -108,6 +110,11 @@ from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_ser
     help="Shuffle each round of a sweep's boots with this seed (default: A B C A B C).",
 )
 @click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
+)
 def run_cmd(
     scenario: str,
     base_url: str | None,
@@ -128,6 +135,7 @@ def run_cmd(
     model_path: Path | None,
     boot_order_seed: int | None,
     progress: bool,
+    strict: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
     if clock == "virtual" and base_url:
@@ -179,6 +187,13 @@ def run_cmd(
         click.echo("interrupted: records written so far are kept", err=True)
         sys.exit(130)
     report_run(run_dir)
+    if strict and run_was_client_limited(run_dir):
+        sys.exit(CLIENT_LIMITED_EXIT)
+
+
+def run_was_client_limited(run_dir: Path) -> bool:
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    return bool(summary["run"].get("client_limited"))
 
 
 def report_run(run_dir: Path) -> None:
