@@ -3,11 +3,12 @@
 Against firehose (a C server streaming vLLM-format SSE with no delay; built into build/ on
 demand) or, without a C compiler, tests/pacedserver.py in zero-delay mode. Server and client
 are pinned to different CPUs when there are two. Each client runs a closed loop of 2000-token
-streams at C=1 and C=64, twice in alternating order; the best round of each is printed, with
+streams at C=1, 64 and 256, twice in alternating order; the best round of each is printed, with
 the ratio client / bare loop. The bare loop is aiohttp + orjson with no timestamps, no usage
 accounting and no watchdog: the ceiling the client's bookkeeping is measured against.
 
     .venv/bin/python bench/client_ingest.py [--tokens 2000] [--c1-requests 40] [--c64-requests 256]
+                                            [--c256-requests 512]
 """
 
 from __future__ import annotations
@@ -73,15 +74,23 @@ def start_server(port: int) -> tuple[subprocess.Popen, str]:
         cmd += ["--ttft-ms", "0", "--itl-ms", "0"]
         name = "pacedserver (zero delay)"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=pinned_to(SERVER_CPU))
+    try:
+        wait_listening(port)
+    except SystemExit:
+        proc.kill()
+        raise
+    return proc, name
+
+
+def wait_listening(port: int) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, name
+            return
         except OSError:
             time.sleep(0.05)
-    proc.kill()
-    raise SystemExit(f"{name} did not start listening on port {port}")
+    raise SystemExit(f"nothing started listening on port {port}")
 
 
 def requests(n: int, tokens: int) -> list[StreamRequest]:
@@ -165,6 +174,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=2000)
     ap.add_argument("--c1-requests", type=int, default=40)
     ap.add_argument("--c64-requests", type=int, default=256)
+    ap.add_argument("--c256-requests", type=int, default=512)
     args = ap.parse_args()
     port = free_port()
     proc, name = start_server(port)
@@ -172,7 +182,7 @@ def main() -> None:
         if pin := pinned_to(CLIENT_CPU):
             pin()
         url = f"http://127.0.0.1:{port}"
-        plan = {1: args.c1_requests, 64: args.c64_requests}
+        plan = {1: args.c1_requests, 64: args.c64_requests, 256: args.c256_requests}
         best = uvloop.run(measure(url, args.tokens, plan))
     finally:
         proc.send_signal(signal.SIGINT)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loadgen.client.decode import StreamDecoder
@@ -105,19 +105,56 @@ def test_oversized_event_is_dropped_as_a_parse_error() -> None:
     assert not parser.pending
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=8))
-def test_arbitrary_bytes_never_raise_and_splits_do_not_matter(raw: bytes, cuts: list) -> None:
-    whole = SSEParser()
-    expected = whole.feed(raw)
+def cut(raw: bytes, cuts: list) -> list[bytes]:
+    """`raw` split at the given offsets (taken modulo its length + 1)."""
     pieces, prev = [], 0
     for c in sorted(c % (len(raw) + 1) for c in cuts):
         pieces.append(raw[prev:c])
         prev = c
     pieces.append(raw[prev:])
+    return pieces
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=8))
+def test_arbitrary_bytes_never_raise_and_splits_do_not_matter(raw: bytes, cuts: list) -> None:
+    whole = SSEParser()
+    expected = whole.feed(raw)
     split = SSEParser()
-    assert feed_all(split, pieces) == expected
+    assert feed_all(split, cut(raw, cuts)) == expected
     assert split.parse_errors == whole.parse_errors
+
+
+def test_an_oversized_line_is_skipped_to_its_end_without_being_kept() -> None:
+    parser = SSEParser(max_event_bytes=100)
+    out = feed_all(parser, [b"data: a\n\ndata: " + b"x" * 90, b"x" * 500, b"x" * 500 + b"\n"])
+    assert (out, parser.oversized, len(parser._buf)) == ([(b"a", MESSAGE)], 1, 0)
+    assert parser.feed(b"\ndata: b\n\n") == [(b"b", MESSAGE)]
+    assert parser.parse_errors == 1 and "larger than 100 bytes" in (parser.first_error or "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 120), min_size=1, max_size=6),
+    st.lists(st.integers(0, 1000), max_size=8),
+    st.booleans(),
+)
+@example(sizes=[22, 54, 0, 0, 0, 92], cuts=[91], crlf=False)  # cut inside the blank line
+def test_the_size_cap_drops_the_same_events_however_the_bytes_are_split(
+    sizes: list, cuts: list, crlf: bool
+) -> None:
+    raw = b"".join(b"data: " + b"x" * n + b"\n\n" for n in sizes)
+    if crlf:
+        raw = raw.replace(b"\n", b"\r\n")
+    whole = SSEParser(max_event_bytes=60)
+    expected = whole.feed(raw)
+    split = SSEParser(max_event_bytes=60)
+    assert (
+        feed_all(split, cut(raw, cuts))
+        == expected
+        == [(b"x" * n, MESSAGE) for n in sizes if n <= 54]
+    )
+    assert split.oversized == whole.oversized == sum(n > 54 for n in sizes)
 
 
 @settings(max_examples=200, deadline=None)

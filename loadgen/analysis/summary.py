@@ -38,6 +38,7 @@ from loadgen.analysis.hist import (
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.limits import POOL_FULL
 from loadgen.analysis.reuse import trace_reuse
+from loadgen.analysis.selferror import client_banner
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
@@ -146,8 +147,13 @@ def _run_section(
     span = span_ns(measure)
     verdict_counts = _count(rows[r.id]["verdict"] for r in measure)
     reasons = []
-    if verdict_counts.get("client_limited"):
-        reasons.append(f"{verdict_counts['client_limited']} streams sent late")
+    # Streams timed beyond tolerance, whether or not their server verdict outweighed it.
+    limited = sum(
+        rows[r.id]["verdict"] == "client_limited" or "client_error" in rows[r.id]["evidence"]
+        for r in measure
+    )
+    if limited:
+        reasons.append(f"{limited} of {len(measure)} streams timed beyond tolerance")
     if lag is not None and lag > LOOP_LAG_LIMIT_MS:
         reasons.append(f"event-loop lag max {lag:.1f} ms > {LOOP_LAG_LIMIT_MS:g} ms")
     phases = _count(r.phase for r in records)
@@ -167,6 +173,8 @@ def _run_section(
         "interrupted": bool(manifest.get("interrupted", False)),
         "client_limited": bool(reasons),
         "client_limited_reasons": reasons,
+        "client_limited_streams": limited,
+        "client_banner": client_banner(limited, len(measure), reasons),
         "client": client,
         "speed": manifest.get("speed", 1.0),
         "clock": manifest.get("clock", "wall"),

@@ -17,7 +17,14 @@ Rules, in order (DESIGN.md's vocabulary; thresholds are the named constants belo
    nobody reported: without a known or inferred cap a queue cannot be told from a slow
    prefill, so no cap is blamed).
 3. `client_limited`: loadgen sent it more than CLIENT_LATE_S late and that lateness is at least
-   the excess wait (the client, not the server, was the bigger delay).
+   the excess wait (the client, not the server, was the bigger delay). And, after every rule
+   below: when its timing error bound (selferror.py: send lateness or event-loop lag in its
+   TTFT window) exceeds the tolerance (5% of TTFT or 1 ms), the verdict becomes
+   `client_limited` (the server verdict kept as `server_verdict`) unless that verdict's own
+   evidence outweighs the error: a decode-phase verdict (rationed_decode, a preemption stall),
+   a wait held CLIENT_ERROR_OUTWEIGH x the error bound, or `admitted` with its TTFT that much
+   inside the admitted limit (late stamps only lengthen TTFT); then it stands, with the error
+   in its evidence as `client_error`. The run's client_limited flag and banner count both.
 4. If TTFT > ADMITTED_FACTOR x normal prefill + ADMITTED_SLACK_S, the wait verdict is whichever
    of pool_pressure / admission_cap / prefill_hol held longest (ties in that order), provided
    it held at least as long as the unexplained time. A stream waiting first on the cap, then
@@ -61,6 +68,7 @@ from loadgen.analysis.limits import (
 )
 from loadgen.analysis.occupancy import Seat, in_prefill, seats
 from loadgen.analysis.pool import PoolEvidence
+from loadgen.analysis.selferror import client_error_evidence
 from loadgen.analysis.stats import median
 from loadgen.analysis.streams import pieces_rate, window_rate
 from loadgen.analysis.timeline import Timeline
@@ -80,6 +88,10 @@ VERDICTS = (
 ADMITTED_FACTOR = 1.5
 ADMITTED_SLACK_S = 0.05
 CLIENT_LATE_S = 0.025
+# A server verdict stands against the client's error bound b when its own evidence exceeds
+# this x b: TTFT's stamps are late by at most b, and the expected prefill (from other streams'
+# TTFTs) by at most ADMITTED_FACTOR x b, so no error within b can have produced it.
+CLIENT_ERROR_OUTWEIGH = 1 + ADMITTED_FACTOR
 RATION_FRACTION = 0.25
 RATION_MIN_WINDOW_TOKENS = 4
 RATION_MIN_SHARE = 0.1
@@ -155,7 +167,36 @@ def classify_streams(ctx: VerdictContext) -> dict[str, Verdict]:
 
 
 def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
-    """One stream's verdict by the module's rules."""
+    """One stream's verdict by the module's rules, then judged against the client's own error."""
+    verdict = _server_verdict(rec, ctx)
+    own = client_error_evidence(rec) if verdict.name != "error" else None
+    if own is None:
+        return verdict
+    if _outweighs(verdict, own["error_bound_s"]):
+        return Verdict(verdict.name, verdict.evidence | {"client_error": own})
+    return Verdict("client_limited", verdict.evidence | own | {"server_verdict": verdict.name})
+
+
+def _outweighs(verdict: Verdict, bound_s: float) -> bool:
+    """Whether a server verdict's own evidence is larger than the client's error could have
+    made it: decode-phase verdicts span many chunk gaps, and a wait verdict stands when the
+    wait it blames held CLIENT_ERROR_OUTWEIGH times the error bound."""
+    ev = verdict.evidence
+    if verdict.name == "rationed_decode" or "stall" in ev:
+        return True
+    if verdict.name == "admitted":
+        # A late stamp only lengthens TTFT, so `admitted` stands when its TTFT is well inside
+        # the admitted limit: the true one is smaller still.
+        expected, ttft = ev.get("expected_prefill_s"), ev.get("ttft_s")
+        if expected is None or ttft is None:
+            return False
+        margin = ADMITTED_FACTOR * expected + ADMITTED_SLACK_S - ttft
+        return margin >= CLIENT_ERROR_OUTWEIGH * bound_s
+    held = (ev.get("held_s") or {}).get(verdict.name)
+    return held is not None and held >= CLIENT_ERROR_OUTWEIGH * bound_s
+
+
+def _server_verdict(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
     if rec.status == "error" or rec.t_sent_ns is None:
         err = rec.error
         cls, msg = (err.cls, err.message) if err else ("unsent", "never sent")
@@ -173,6 +214,9 @@ def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
     }
     if cached:
         base["cached_tokens"] = {"tokens": cached, "source": ctx.cached.source[rec.id]}
+    if rec.over_max_tokens:
+        # The server ignored the cap: every rate of this stream covers more than was asked.
+        base["over_max_tokens"] = rec.over_max_tokens
     wait = _wait(rec, seat, expected, ctx)
     late_s = (rec.t_sent_ns - rec.t_intended_ns) / NS
     wait_verdict = wait.pop("verdict")

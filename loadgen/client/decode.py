@@ -19,7 +19,12 @@ llama.cpp's final total and carries no new token.
 Faults inside the body do not stop reading: invalid JSON or a non-SSE line is counted in
 `parse_errors` and the stream is read to its end (its timing stays complete, its connection
 reusable), then marked `malformed_sse`; an `{"error": ...}` event marks it `server_error_event`.
-The first fault names the record's error.
+The first fault names the record's error. Hostile bodies get their own classes: an event over
+the parser's size cap is `line_too_long` (dropped, reading goes on), a negative usage count is
+`bad_usage`, and a stream that sends more than RUNAWAY_FACTOR x max_tokens + RUNAWAY_SLACK
+content chunks or tokens is `runaway_stream` and reading stops there, so a server that streams
+forever holds at most that many timestamps. Any excess over max_tokens is kept in the record
+(`over_max_tokens`).
 """
 
 from __future__ import annotations
@@ -33,21 +38,31 @@ from loadgen.request import StreamRequest, record_fields
 _loads = orjson.loads
 # What a structurally wrong event raises on the decode path below.
 _MALFORMED = (ValueError, TypeError, AttributeError, IndexError, KeyError)
+RUNAWAY_FACTOR = 4
+RUNAWAY_SLACK = 64
 
 
 class StreamDecoder:
     """Fed every body read with its arrival time (absolute perf_counter ns), once per read."""
 
-    __slots__ = ("_parser", "_sse_errors", "chat", "chunk_cum", "chunk_ns", "continuous",
-                 "done_ns", "error", "events", "finish_reason", "json_errors", "last_ct", "nbytes",
-                 "texts", "usage")  # fmt: skip
+    __slots__ = ("_limit", "_max_tokens", "_oversized", "_parser", "_sse_errors", "chat",
+                 "chunk_cum", "chunk_ns", "coalesced_reads", "continuous", "done_ns", "error",
+                 "events", "finish_reason", "json_errors", "last_ct", "nbytes", "reads", "texts",
+                 "usage")  # fmt: skip
 
-    def __init__(self, chat: bool, keep_text: bool = False) -> None:
+    def __init__(self, chat: bool, keep_text: bool = False, max_tokens: int | None = None) -> None:
         self.chat = chat
         # The answer's text pieces, for requests that need it back (session turns) only.
         self.texts: list[str] | None = [] if keep_text else None
         self._parser = SSEParser()
         self._sse_errors = 0
+        self._oversized = 0
+        self.reads = 0
+        # Reads that brought more than one content chunk: those chunks share one timestamp, so
+        # the gaps between them are the client's, not the server's.
+        self.coalesced_reads = 0
+        self._max_tokens = max_tokens
+        self._limit = None if max_tokens is None else RUNAWAY_FACTOR * max_tokens + RUNAWAY_SLACK
         self.events = 0
         self.nbytes = 0
         self.json_errors = 0
@@ -73,6 +88,8 @@ class StreamDecoder:
     def feed(self, chunk: bytes, now: int) -> bool:
         """Consumes one read; returns True once `data: [DONE]` has arrived."""
         self.nbytes += len(chunk)
+        self.reads += 1
+        before = len(self.chunk_ns)
         chat = self.chat
         add_ns = self.chunk_ns.append
         add_cum = self.chunk_cum.append
@@ -113,6 +130,8 @@ class StreamDecoder:
                 if usage:
                     total = usage.get("completion_tokens")
                     self.usage = usage
+                    if type(total) is int and total < 0:
+                        self._fail("bad_usage", f"usage.completion_tokens is {total}")
                     if choices and self.continuous and type(total) is int:
                         ct = total
                         if ct > self.last_ct:
@@ -128,9 +147,22 @@ class StreamDecoder:
                     add_cum(ct)
             except _MALFORMED:
                 self._malformed(data)
-        if self._parser.parse_errors != self._sse_errors:
-            self._sse_errors = self._parser.parse_errors
-            self._fail("malformed_sse", self._parser.first_error or "malformed SSE")
+        if len(self.chunk_ns) - before > 1:
+            self.coalesced_reads += 1
+        parser = self._parser
+        if parser.parse_errors != self._sse_errors:
+            self._sse_errors = parser.parse_errors
+            if parser.oversized != self._oversized:
+                self._oversized = parser.oversized
+                self._fail("line_too_long", f"an SSE event over {parser.max_event_bytes} bytes")
+            self._fail("malformed_sse", parser.first_error or "malformed SSE")
+        if self._limit is not None and max(len(self.chunk_ns), self.last_ct) > self._limit:
+            seen = max(len(self.chunk_ns), self.last_ct)
+            self._fail(
+                "runaway_stream",
+                f"{seen} chunks or tokens for max_tokens {self._max_tokens}; stopped reading",
+            )
+            return True
         return self.done_ns is not None
 
     def _malformed(self, data: bytes) -> None:
@@ -180,6 +212,8 @@ class StreamDecoder:
         t_headers: int | None,
         t_end: int | None,
         error: StreamError | None,
+        loop_lag_max_ns: int | None = None,
+        loop_lag_ttft_ns: int | None = None,
     ) -> StreamRecord:
         """The finished record; absolute perf_counter times become run-clock ns here."""
 
@@ -210,10 +244,15 @@ class StreamDecoder:
             t_done_ns=rel(self.done_ns if self.done_ns is not None else t_end),
             chunk_ns=ns,
             chunk_tokens=per_chunk,
+            over_max_tokens=max(0, completion - req.max_tokens) if req.max_tokens else 0,
             parse_errors=self.parse_errors,
             session=req.session,
             turn=req.turn,
             answer=None if self.texts is None else "".join(self.texts),
+            reads=self.reads,
+            coalesced_reads=self.coalesced_reads,
+            loop_lag_max_ns=loop_lag_max_ns,
+            loop_lag_ttft_ns=loop_lag_ttft_ns,
         )
 
 

@@ -10,7 +10,8 @@ import orjson
 
 ERROR_CLASSES = ("connect_error", "connect_timeout", "http_<status>", "first_byte_timeout",
                  "idle_timeout", "total_timeout", "connection_closed", "malformed_sse",
-                 "server_error_event", "cancelled")  # fmt: skip
+                 "server_error_event", "cancelled", "line_too_long", "bad_usage",
+                 "runaway_stream", "not_event_stream")  # fmt: skip
 
 
 class ClientError(Exception):
@@ -33,6 +34,23 @@ async def error_message(resp: aiohttp.ClientResponse) -> str:
     except (aiohttp.ClientError, OSError):
         raw = b""
     return error_text(raw) or resp.reason or f"HTTP {resp.status}"
+
+
+def not_event_stream(resp: aiohttp.ClientResponse) -> bool:
+    """A success answer whose stated Content-Type is not SSE (a login page, a JSON reply to a
+    stream request). A missing Content-Type is let through: the SSE parser judges the body."""
+    ctype = resp.headers.get("Content-Type")
+    return ctype is not None and not ctype.lower().lstrip().startswith("text/event-stream")
+
+
+async def wrong_content(resp: aiohttp.ClientResponse) -> str:
+    """What came instead of an event stream: its Content-Type and first bytes."""
+    try:
+        raw = await resp.content.read(120)
+    except (aiohttp.ClientError, OSError):
+        raw = b""
+    ctype = resp.headers.get("Content-Type")
+    return f"HTTP {resp.status} with Content-Type {ctype}, not text/event-stream; body {raw!r}"
 
 
 def error_text(raw: bytes) -> str:

@@ -32,9 +32,12 @@ from loadgen.client.errors import (
     connect_reason,
     error_message,
     error_text,
+    not_event_stream,
     one_line,
     parse_json,
+    wrong_content,
 )
+from loadgen.client.selftime import LoopLagTicker
 from loadgen.records import StreamError, StreamRecord
 from loadgen.request import StreamRequest
 
@@ -90,11 +93,13 @@ def resolve_target(base_url: str | None, api_key: str | None) -> tuple[str, str 
 class _Live:
     """A stream in flight, as the watchdog sees it. `last_ns` is 0 until the first body read."""
 
-    __slots__ = ("last_ns", "t_sent", "task", "timeout")
+    __slots__ = ("first_mark", "lag_mark", "last_ns", "t_sent", "task", "timeout")
 
-    def __init__(self, task: asyncio.Task, t_sent: int) -> None:
+    def __init__(self, task: asyncio.Task, t_sent: int, lag_mark: int) -> None:
         self.task = task
         self.t_sent = t_sent
+        self.lag_mark = lag_mark
+        self.first_mark: int | None = None  # lag ticks seen when the first content chunk came
         self.last_ns = 0
         self.timeout: StreamError | None = None
 
@@ -123,6 +128,8 @@ class OpenAIClient:
         # connection busy they would otherwise queue behind the streams they are observing.
         self._aux_session: aiohttp.ClientSession | None = None
         self._watchdog: asyncio.Task | None = None
+        self.lag = LoopLagTicker()
+        self._ticker: asyncio.Task | None = None
         self._live: set[_Live] = set()
         self._cancelled: list[StreamRecord] = []
 
@@ -143,12 +150,14 @@ class OpenAIClient:
             read_bufsize=READ_BUFSIZE,
         )
         self._watchdog = asyncio.create_task(self._watch(), name="loadgen-client-watchdog")
+        self._ticker = asyncio.create_task(self.lag.run(), name="loadgen-client-lag")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._watchdog:
-            self._watchdog.cancel()
-            await asyncio.gather(self._watchdog, return_exceptions=True)
+        for task in (self._watchdog, self._ticker):
+            if task:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for session in (self._session, self._aux_session):
             if session:
                 await session.close()
@@ -220,11 +229,11 @@ class OpenAIClient:
         url = self.base_url + path
         data = orjson.dumps(self.request_body(req, continuous=continuous))
         headers = {"X-Request-Id": req.id}
-        dec = StreamDecoder(chat=chat, keep_text=req.keep_text)
+        dec = StreamDecoder(chat=chat, keep_text=req.keep_text, max_tokens=req.max_tokens)
         task = asyncio.current_task()
         assert task is not None
         t_sent = perf_counter_ns()
-        live = _Live(task, t_sent)
+        live = _Live(task, t_sent, self.lag.mark())
         status: int | None = None
         t_headers: int | None = None
         error: StreamError | None = None
@@ -235,6 +244,8 @@ class OpenAIClient:
                 status = resp.status
                 if status >= 400:
                     error = StreamError(f"http_{status}", await error_message(resp))
+                elif not_event_stream(resp):
+                    error = StreamError("not_event_stream", await wrong_content(resp))
                 else:
                     read = resp.content.readany
                     feed = dec.feed
@@ -244,13 +255,14 @@ class OpenAIClient:
                             break
                         now = perf_counter_ns()
                         live.last_ns = now
-                        if feed(chunk, now):
+                        done = feed(chunk, now)
+                        if live.first_mark is None and dec.chunk_ns:
+                            live.first_mark = self.lag.mark()
+                        if done:
                             break
         except asyncio.CancelledError:
             if live.timeout is None or task.uncancel() > 0:
-                self._cancelled.append(
-                    self._record(req, dec, status, t_sent, t_headers, _CANCELLED)
-                )
+                self._cancelled.append(self._record(req, dec, status, live, t_headers, _CANCELLED))
                 raise
             error = live.timeout
         except aiohttp.ConnectionTimeoutError as exc:
@@ -266,14 +278,14 @@ class OpenAIClient:
         if error is None and status is not None and status < 400 and not dec.finished:
             where = "inside an event" if dec.truncated else f"after {dec.events} events"
             error = StreamError("connection_closed", f"stream ended {where} without [DONE]")
-        return self._record(req, dec, status, t_sent, t_headers, dec.error or error)
+        return self._record(req, dec, status, live, t_headers, dec.error or error)
 
     def _record(
         self,
         req: StreamRequest,
         dec: StreamDecoder,
         status: int | None,
-        t_sent: int,
+        live: _Live,
         t_headers: int | None,
         error: StreamError | None,
     ) -> StreamRecord:
@@ -281,10 +293,15 @@ class OpenAIClient:
             req,
             run_start_ns=self.run_start_ns,
             http_status=status,
-            t_sent=t_sent,
+            t_sent=live.t_sent,
             t_headers=t_headers,
             t_end=perf_counter_ns(),
             error=error,
+            loop_lag_max_ns=self.lag.max_since(live.lag_mark),
+            # +1: the tick after the first chunk's read measures the loop pass that read it.
+            loop_lag_ttft_ns=None
+            if live.first_mark is None
+            else self.lag.max_between(live.lag_mark, live.first_mark + 1),
         )
 
     # ------------------------------------------------------------------ watchdog

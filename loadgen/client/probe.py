@@ -22,7 +22,14 @@ from rich.table import Table
 
 from loadgen import __version__
 from loadgen.analysis.rates import decode_tok_s, ttft_s
+from loadgen.analysis.selferror import (
+    CLIENT_LIMITED_EXIT,
+    client_banner,
+    error_bound_s,
+    limited_records,
+)
 from loadgen.client.openai import ClientError, OpenAIClient, Timeouts, resolve_target
+from loadgen.client.workers import run_in_workers
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
 from loadgen.engine.seeds import fresh_seed
@@ -61,6 +68,23 @@ class ProbeOutcome:
     help="Seed of the prompt salts (default: fresh per invocation, so no stream hits the "
     "cache an earlier one left; recorded in run.json).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Processes to split the streams across (each its own event loop and core).",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
+)
+@click.option(
+    "--total-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds from send to end of a stream; default unbounded.",
+)
 def request_cmd(**opts: Any) -> None:
     """Fire COUNT streams at CONCURRENCY and print TTFT, decode-only tok/s, tokens and chunks."""
     opts["seed_source"] = "fresh" if opts["seed"] is None else "user"
@@ -76,6 +100,10 @@ def request_cmd(**opts: Any) -> None:
         raise click.ClickException(str(exc)) from None
     # Piped output gets a wide fixed width: rich's 80-column default truncates the tables.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    limited = limited_records(outcome.records)
+    banner = client_banner(len(limited), len(outcome.records), [])
+    if banner:
+        console.print(banner, markup=False)
     _print_tables(console, outcome, base_url, opts)
     if outcome.interrupted:
         done = sum(r.error is None or r.error.cls != "cancelled" for r in outcome.records)
@@ -84,6 +112,8 @@ def request_cmd(**opts: Any) -> None:
     summary = failure_summary(outcome.records)
     if summary:
         raise click.ClickException(summary)
+    if limited and opts["strict"]:
+        raise click.exceptions.Exit(CLIENT_LIMITED_EXIT)
 
 
 def failure_summary(records: list[StreamRecord]) -> str | None:
@@ -108,7 +138,11 @@ async def _probe(base_url: str, api_key: str | None, opts: dict[str, Any]) -> Pr
 
     install_stop_signals(stop)
     run_dir = RunDirectory(opts["out"]) if opts["out"] else None
-    timeouts = Timeouts(first_byte_s=opts["first_byte_timeout"], idle_s=opts["idle_timeout"])
+    timeouts = Timeouts(
+        first_byte_s=opts["first_byte_timeout"],
+        idle_s=opts["idle_timeout"],
+        total_s=opts["total_timeout"],
+    )
     c = opts["concurrency"]
 
     def keep(rec: StreamRecord) -> None:
@@ -170,6 +204,20 @@ async def _launch(
     outcome.start_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     if run_dir:
         run_dir.write_manifest(_manifest(base_url, opts, outcome))
+    if opts["workers"] > 1:
+        lost = await run_in_workers(
+            requests,
+            workers=opts["workers"],
+            base_url=base_url,
+            api_key=client.api_key,
+            concurrency=opts["concurrency"],
+            timeouts=client.timeouts,
+            run_start_ns=client.run_start_ns,
+            on_record=keep,
+        )
+        for line in lost:
+            click.echo(f"warning: {line}; its in-flight streams have no record", err=True)
+        return
     await run_closed_loop(
         requests, client, keep, concurrency=opts["concurrency"], run_start_ns=client.run_start_ns
     )
@@ -254,7 +302,7 @@ def _print_tables(
     if not outcome.records:
         return
     per = Table("stream", "status", "TTFT ms", "decode tok/s", "prompt", "tokens", "chunks",
-                "token source", "error")  # fmt: skip
+                "token source", "client err ms", "error")  # fmt: skip
     for r in sorted(outcome.records, key=lambda r: r.id):
         t, d = ttft_s(r), decode_tok_s(r)
         per.add_row(
@@ -266,6 +314,7 @@ def _print_tables(
             str(r.completion_tokens),
             str(r.chunks),
             r.token_source + (" (chunks!)" if r.token_source == "chunk_count" else ""),
+            _fmt(b and b * 1e3) if (b := error_bound_s(r)) is not None else "-",
             f"{r.error.cls}: {r.error.message}" if r.error else "",
         )
     console.print(per)

@@ -8,6 +8,10 @@ returned like any other event; the caller gives it its meaning.
 It never raises on input: a line whose field is not an SSE field (garbage, a torn frame) and an
 event larger than `max_event_bytes` become recorded parse errors and parsing goes on. Data is
 kept as bytes (orjson takes bytes and validates UTF-8 itself), so the hot path decodes nothing.
+
+Memory: a partial event is buffered only up to `max_event_bytes`; past that it is dropped and
+the rest of it skipped up to its blank line without being kept, so a hostile 50 MB line costs
+at most max_event_bytes plus one read (and one transient copy of that when an event completes).
 """
 
 from __future__ import annotations
@@ -18,22 +22,29 @@ MESSAGE = "message"
 SSEEvent = tuple[bytes, str]
 
 _FIELDS = (b"event", b"id", b"retry")
+# Twice the longest legitimate event seen in tests (a 4 MiB single-token line): LLM events are a
+# few hundred bytes, so anything near this is hostile or broken.
+DEFAULT_MAX_EVENT_BYTES = 8 << 20
 
 
 class SSEParser:
     """Feed bytes with `feed`; it returns the events completed by them, in order.
 
-    `parse_errors` counts malformed lines and oversized events; `first_error` describes the
-    first. `pending` is True while a partial event is buffered (a stream that ends then was cut).
+    `parse_errors` counts malformed lines and oversized events (`oversized` the latter alone);
+    `first_error` describes the first. `pending` is True while a partial event is buffered (a
+    stream that ends then was cut).
     Between calls no event is half-parsed except as buffered bytes, so the fast path holds.
     """
 
-    __slots__ = ("_buf", "_cr", "_data", "_event", "first_error", "last_id", "max_event_bytes",
-                 "parse_errors")  # fmt: skip
+    __slots__ = ("_buf", "_cr", "_data", "_event", "_skip", "_skip_nl", "first_error", "last_id",
+                 "max_event_bytes", "oversized", "parse_errors")  # fmt: skip
 
-    def __init__(self, max_event_bytes: int = 64 << 20) -> None:
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._buf = bytearray()
         self._cr = False  # the last slice ended in CR: a LF opening the next one is its pair
+        self._skip = False  # inside an oversized event: discard up to its blank line
+        self._skip_nl = False  # ... and the last skipped slice ended in LF
+        self.oversized = 0
         self._data: list[bytes] = []
         self._event = MESSAGE
         self.max_event_bytes = max_event_bytes
@@ -50,29 +61,44 @@ class SSEParser:
             return []
         if self._cr and chunk[0] == 10:
             chunk = chunk[1:]
+            if not chunk:
+                return []
         if b"\r" in chunk:
             self._cr = chunk.endswith(b"\r")
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         else:
             self._cr = False
+        if self._skip:
+            chunk = self._skip_oversized(chunk)
+            if not chunk:
+                return []
         buf = self._buf
         if buf:
-            start = len(buf) - 1  # a blank line may straddle the old tail and the new slice
-            buf += chunk
-            if buf.find(b"\n\n", start) < 0:
-                if len(buf) > self.max_event_bytes:
-                    self._error(f"event larger than {self.max_event_bytes} bytes; dropped")
-                    buf.clear()
+            # A blank line may straddle the old tail and the new slice.
+            if chunk.find(b"\n\n") < 0 and not (buf[-1] == 10 and chunk[0] == 10):
+                # A trailing LF may be the first half of the blank line: not event bytes.
+                if len(buf) + len(chunk) - (chunk[-1] == 10) > self.max_event_bytes:
+                    self._oversize(chunk)
+                else:
+                    buf += chunk
                 return []
+            buf += chunk
             text = bytes(buf)
             buf.clear()
         else:
             text = chunk
         blocks = text.split(b"\n\n")
         tail = blocks.pop()
-        if tail:
+        if len(tail) - tail.endswith(b"\n") > self.max_event_bytes:
+            self._oversize(tail)
+        elif tail:
             buf += tail
         n = len(blocks)
+        if len(text) - len(tail) > self.max_event_bytes:
+            blocks = self._drop_oversized(blocks)
+            n = len(blocks)
+            if not n:
+                return []
         # Fast path: every block is one `data: ...` line, the shape of nearly every LLM read.
         # Counted in C: n blocks hold exactly 2n newlines and n-1 `\n\ndata: ` joints.
         whole = len(text) - len(tail)
@@ -91,6 +117,36 @@ class SSEParser:
                 self._parse_lines(block.split(b"\n"), out)
                 self._dispatch(out)
         return out
+
+    def _oversize(self, partial: bytes) -> None:
+        """Drops the event being buffered and skips the rest of it as it arrives."""
+        self._buf.clear()
+        self._data = []
+        self._event = MESSAGE
+        self._skip = True
+        self._skip_nl = partial.endswith(b"\n")
+        self.oversized += 1
+        self._error(f"event larger than {self.max_event_bytes} bytes; dropped")
+
+    def _skip_oversized(self, chunk: bytes) -> bytes:
+        """What follows the end of the skipped event in `chunk` (empty while it goes on)."""
+        if self._skip_nl and chunk[0] == 10:
+            end = 1
+        else:
+            at = chunk.find(b"\n\n")
+            if at < 0:
+                self._skip_nl = chunk.endswith(b"\n")
+                return b""
+            end = at + 2
+        self._skip = False
+        return chunk[end:]
+
+    def _drop_oversized(self, blocks: list[bytes]) -> list[bytes]:
+        kept = [b for b in blocks if len(b) <= self.max_event_bytes]
+        for _ in range(len(blocks) - len(kept)):
+            self.oversized += 1
+            self._error(f"event larger than {self.max_event_bytes} bytes; dropped")
+        return kept
 
     def _dispatch(self, out: list[SSEEvent]) -> None:
         # Per the spec an event with no data lines is not dispatched (comments, bare `event:`).

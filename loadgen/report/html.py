@@ -71,13 +71,23 @@ def _head_lines(lines: list[str]) -> str:
     return "".join(out)
 
 
+def _title(lines: list[str]) -> str:
+    """The report's title line: the first that is not a warning banner."""
+    return next(line for line in lines if not line.startswith("!!"))
+
+
+def _without_title(lines: list[str]) -> list[str]:
+    title = _title(lines)
+    return [line for line in lines if line != title]
+
+
 def run_body(analysis: Analysis) -> str:
     """The body of one run's report: figures, tables, streams."""
     s = analysis.summary
     tables = "".join(to_html(t) for t in run_tables(s))
     return "".join(
         [
-            _head_lines(header(s)[1:] + hist_lines(s)),
+            _head_lines(_without_title(header(s)) + hist_lines(s)),
             "<h2>Stream timeline</h2>",
             _img(plots.timeline_png(s["streams"]), "stream timeline", "no streams"),
             "<h2>Tables</h2>",
@@ -111,8 +121,7 @@ def _page(title: str, body: str) -> str:
 
 def render_html(analysis: Analysis) -> str:
     """report.html of one run."""
-    head = header(analysis.summary)[0]
-    return _page(head, run_body(analysis))
+    return _page(_title(header(analysis.summary)), run_body(analysis))
 
 
 def render_sweep_html(
@@ -120,10 +129,10 @@ def render_sweep_html(
 ) -> str:
     """report.html of a sweep parent: the across-arm tables and figure (sweep_plot's, drawn
     against the swept flag), then each arm's report."""
-    parts = [_head_lines(header(sweep)[1:])]
+    parts = [_head_lines(_without_title(header(sweep)))]
     parts += [to_html(t) for t in sweep_tables(sweep)]
     if figure is not None:
         parts.append("<h2>Across the sweep</h2>" + _img(figure, "sweep figure", ""))
     for name, a in sorted(arms.items()):
         parts.append(f"<h2>Arm {html.escape(name)}</h2>{run_body(a)}")
-    return _page(header(sweep)[0], "".join(parts))
+    return _page(_title(header(sweep)), "".join(parts))

@@ -91,8 +91,10 @@ def header(summary: dict[str, Any]) -> list[str]:
     if (warm := warm_note(summary.get("streams") or [])) is not None:
         lines.append(warm)
     if run.get("client_limited"):
+        # First of all lines: nothing below can be read without knowing it.
         why = "; ".join(run.get("client_limited_reasons") or [])
-        lines.append(f"!! CLIENT LIMITED: {why} (timings include loadgen's own delays)")
+        banner = run.get("client_banner") or f"!! CLIENT LIMITED: {why}"
+        lines.insert(0, banner)
     return lines
 
 

@@ -1,0 +1,83 @@
+"""Whether loadgen's own timing error makes a stream's figures untrustworthy.
+
+A stream's *error bound* is the larger of how late loadgen sent it (t_sent - t_intended) and
+the largest event-loop lag in its TTFT window (every timestamp is read when the loop reaches
+the socket, so the send and first-chunk stamps can each be late by that much). The bound is
+judged against one tolerance: CLIENT_ERROR_FRACTION of the stream's TTFT, or
+CLIENT_ERROR_FLOOR_S, whichever is larger: a TTFT cannot be quoted to better than the client's
+own error, and no timer is finer than ~1 ms.
+The lag over the stream's whole life and the reads that brought several content chunks at once
+are given alongside: those chunks share a timestamp, so the gaps between them are void as
+server evidence, and a gap is uncertain by the whole-life lag.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.records import StreamRecord
+
+CLIENT_ERROR_FRACTION = 0.05
+CLIENT_ERROR_FLOOR_S = 0.001
+ADVICE = "run fewer streams per process (--workers N) or on more cores"
+# `--strict` exit code of a run or probe with client-limited streams: distinct from a failure (1),
+# a usage error (2) and an interrupt (130).
+CLIENT_LIMITED_EXIT = 3
+NS = 1_000_000_000
+
+
+def error_bound_s(rec: StreamRecord) -> float | None:
+    """The stream's timing error bound in seconds; None for records without self-measurement."""
+    if rec.loop_lag_ttft_ns is None or rec.t_sent_ns is None:
+        return None
+    late = max(0, rec.t_sent_ns - rec.t_intended_ns)
+    return max(late, rec.loop_lag_ttft_ns) / NS
+
+
+def tolerance_s(rec: StreamRecord) -> float:
+    ttft = (
+        None if rec.t_first_ns is None or rec.t_sent_ns is None else rec.t_first_ns - rec.t_sent_ns
+    )
+    return max(CLIENT_ERROR_FLOOR_S, CLIENT_ERROR_FRACTION * (ttft or 0) / NS)
+
+
+def client_error_evidence(rec: StreamRecord) -> dict[str, Any] | None:
+    """The evidence that `rec` is client_limited, or None when its error is within tolerance."""
+    bound = error_bound_s(rec)
+    if bound is None:
+        return None
+    tol = tolerance_s(rec)
+    if bound <= tol:
+        return None
+    late = max(0, (rec.t_sent_ns or 0) - rec.t_intended_ns) / NS
+    return {
+        "reason": (
+            f"loadgen's own timing error {bound * 1e3:.1f} ms > tolerance {tol * 1e3:.1f} ms"
+            f" ({CLIENT_ERROR_FRACTION:.0%} of TTFT or {CLIENT_ERROR_FLOOR_S * 1e3:g} ms)"
+        ),
+        "error_bound_s": bound,
+        "tolerance_s": tol,
+        "late_s": late,
+        "loop_lag_ttft_s": (rec.loop_lag_ttft_ns or 0) / NS,
+        "loop_lag_max_s": (rec.loop_lag_max_ns or 0) / NS,
+        "coalesced_reads": rec.coalesced_reads,
+        "reads": rec.reads,
+        "advice": ADVICE,
+    }
+
+
+def limited_records(records: list[StreamRecord]) -> list[StreamRecord]:
+    """The records whose own timing error exceeded tolerance."""
+    return [r for r in records if r.status == "ok" and client_error_evidence(r) is not None]
+
+
+def client_banner(limited: int, total: int, reasons: list[str]) -> str | None:
+    """The line a report or probe opens with when the client limited the run, else None."""
+    if limited:
+        return (
+            f"!! CLIENT LIMITED: {limited} of {total} streams timed with loadgen's own error"
+            f" above tolerance; their TTFT and gaps include loadgen's delay. Fix: {ADVICE}."
+        )
+    if reasons:
+        return f"!! CLIENT LIMITED: {'; '.join(reasons)}. Fix: {ADVICE}."
+    return None

@@ -1,0 +1,157 @@
+"""The client's own timing error: lag ticks, coalesced reads, the client_limited verdict and
+its banner, judged by the error the client measured (not by a count of streams)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
+from run_fixtures import ns, stream, write_run
+
+from loadgen.analysis.selferror import (
+    CLIENT_ERROR_FLOOR_S,
+    CLIENT_LIMITED_EXIT,
+    client_error_evidence,
+    error_bound_s,
+    tolerance_s,
+)
+from loadgen.analysis.summary import analyze_run
+from loadgen.cli import main
+from loadgen.client.decode import StreamDecoder
+from loadgen.client.openai import OpenAIClient
+from loadgen.client.selftime import LoopLagTicker
+from loadgen.report.cmd import write_report
+from loadgen.request import StreamRequest
+
+MS = 1_000_000
+
+
+def test_lag_ticker_answers_the_largest_lag_since_a_mark_across_blocks() -> None:
+    t = LoopLagTicker()
+    for i in range(600):  # three blocks of 256: a spike in each of the first two
+        t.add(900 if i == 10 else 700 if i == 300 else 5)
+    assert t.max_since(0) == 900_000
+    assert t.max_since(11) == 700_000
+    assert t.max_since(301) == 5_000
+    assert t.max_since(600) == 0
+    t.add(42)
+    assert t.max_since(600) == 42_000
+    assert t.max_between(0, 10) == 5_000  # ends are exclusive
+    assert t.max_between(5, 11) == 900_000
+    assert t.max_between(11, 600) == 700_000  # whole blocks between two partial ones
+    assert t.max_between(301, 513) == 5_000
+
+
+def test_reads_that_bring_several_content_chunks_are_counted_as_coalesced() -> None:
+    dec = StreamDecoder(chat=False)
+    one = b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}]}\n\n'
+    dec.feed(one, 1)
+    dec.feed(one * 3, 2)
+    dec.feed(b'data: {"choices":[],"usage":{"completion_tokens":4}}\n\n' + one, 3)
+    assert (dec.reads, dec.coalesced_reads, len(dec.chunk_ns)) == (3, 1, 5)
+
+
+def limited(ttft_s: float, lag_ms: float, late_ms: float = 0.0):
+    rec = stream("s", intended=0.0, sent=late_ms / 1e3, chunks=[late_ms / 1e3 + ttft_s, 1.0])
+    return dataclasses.replace(rec, loop_lag_ttft_ns=round(lag_ms * MS))
+
+
+def test_the_tolerance_is_five_percent_of_ttft_or_one_millisecond() -> None:
+    assert tolerance_s(limited(0.2, 0)) == pytest.approx(0.01)
+    assert tolerance_s(limited(0.01, 0)) == CLIENT_ERROR_FLOOR_S
+    assert client_error_evidence(limited(0.2, 9.9)) is None
+    ev = client_error_evidence(limited(0.2, 10.1))
+    assert ev is not None and ev["error_bound_s"] == pytest.approx(0.0101)
+    assert "(--workers N)" in ev["advice"]
+    assert client_error_evidence(limited(0.01, 0.9)) is None
+    assert client_error_evidence(limited(0.01, 1.1)) is not None
+    # Sending late counts as much as a stalled loop.
+    assert error_bound_s(limited(0.2, 1.0, late_ms=12.0)) == pytest.approx(0.012)
+    no_measure = dataclasses.replace(limited(0.2, 50), loop_lag_ttft_ns=None)
+    assert client_error_evidence(no_measure) is None
+
+
+def test_a_run_with_client_limited_streams_opens_its_reports_with_the_banner(
+    tmp_path: Path,
+) -> None:
+    bad = dataclasses.replace(
+        stream("bad", chunks=[0.1, 0.2, 0.3]), loop_lag_ttft_ns=ns(0.05), coalesced_reads=2
+    )
+    good = dataclasses.replace(stream("good", chunks=[0.1, 0.2, 0.3]), loop_lag_ttft_ns=ns(0.001))
+    run = write_run(tmp_path / "run", [bad, good])
+    write_report(run)
+    rows = {s["id"]: s for s in analyze_run(run).summary["streams"]}
+    assert (rows["bad"]["verdict"], rows["good"]["verdict"]) == ("client_limited", "admitted")
+    assert rows["bad"]["evidence"]["coalesced_reads"] == 2
+    first = (run / "report.txt").read_text().splitlines()[0]
+    assert first.startswith("!! CLIENT LIMITED: 1 of 2 streams")
+    assert "--workers N" in first
+    page = (run / "report.html").read_text()
+    assert page.index("CLIENT LIMITED") < page.index("<h2>")
+
+
+async def paced_streams(n: int, *, hog_ms: float) -> list:
+    """n streams of 5 tokens (true TTFT 200 ms, tolerance 10 ms) while, when hog_ms > 0,
+    something else on the client's loop holds it for hog_ms out of every hog_ms + 10 ms."""
+    stop = asyncio.Event()
+
+    async def hog() -> None:
+        while not stop.is_set():
+            time.sleep(hog_ms / 1e3)  # the loop is busy: what a core short of streams looks like
+            await asyncio.sleep(0.01)
+
+    reqs = [StreamRequest(id=f"s{i}", model="m", prompt="p", max_tokens=5) for i in range(n)]
+    async with (
+        PacedServer(PacedConfig(ttft_s=0.2, gap_s=0.02)) as srv,
+        OpenAIClient(srv.url, concurrency=n) as client,
+    ):
+        await client.warm(n)
+        client.run_start_ns = time.perf_counter_ns()  # intended send: now, as a probe does
+        hogger = asyncio.create_task(hog()) if hog_ms else None
+        recs = await asyncio.gather(*(client.stream(r) for r in reqs))
+        stop.set()
+        if hogger:
+            await hogger
+    return recs
+
+
+async def test_a_stalled_client_loop_flags_its_streams_and_a_free_one_does_not() -> None:
+    free = await paced_streams(2, hog_ms=0)
+    stalled = await paced_streams(2, hog_ms=30)
+    assert [client_error_evidence(r) for r in free] == [None, None]
+    for r in stalled:
+        ev = client_error_evidence(r)
+        assert ev is not None and ev["loop_lag_ttft_s"] >= 0.02
+    assert all(r.reads >= 1 for r in free + stalled)
+
+
+def test_request_at_many_streams_on_one_loop_prints_the_banner_and_strict_exits_3() -> None:
+    # Server and client share one GIL here: 256 streams at 2 ms gaps ask for 128k events/s,
+    # far beyond one Python process, so the client's measured lag must exceed tolerance.
+    with ThreadedPacedServer(PacedConfig(ttft_s=0.05, gap_s=0.002)) as srv:
+        res = CliRunner().invoke(
+            main,
+            ["request", "--base-url", srv.url, "-n", "256", "-c", "256", "--max-tokens", "40",
+             "--prompt-tokens", "4", "--strict"],
+        )  # fmt: skip
+    assert res.exit_code == CLIENT_LIMITED_EXIT, res.output
+    banner = next(line for line in res.output.splitlines() if line.startswith("!!"))
+    assert banner.startswith("!! CLIENT LIMITED:") and "of 256 streams" in banner
+    assert res.output.index("!! CLIENT LIMITED") < res.output.index("stream")
+
+
+def test_a_server_verdict_that_outweighs_the_client_error_stands_with_it_in_evidence() -> None:
+    from loadgen.analysis.verdicts import Verdict, _outweighs
+
+    wait = Verdict("prefill_hol", {"held_s": {"prefill_hol": 0.5}})
+    assert _outweighs(wait, 0.19) and not _outweighs(wait, 0.21)  # 2.5 x bound vs 0.5 s held
+    assert _outweighs(Verdict("rationed_decode", {}), 1.0)
+    assert not _outweighs(Verdict("admitted", {}), 0.0001)
+    # admitted limit 1.5 x 0.02 + 0.05 = 0.08 s; TTFT 0.02 s leaves a 0.06 s margin.
+    admitted = Verdict("admitted", {"ttft_s": 0.02, "expected_prefill_s": 0.02})
+    assert _outweighs(admitted, 0.0239) and not _outweighs(admitted, 0.0241)
