@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from loadgen import __version__
 from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient, Timeouts
@@ -274,10 +276,11 @@ async def _drive_arm(
                             rep, (builder, session_builder), client, model, run_start_ns,
                             record, progress, lag, stop=None if stop is None else stop.stopped,
                         )  # fmt: skip
-                    except ClientError as exc:
+                    except (ClientError, OSError, aiohttp.ClientError) as exc:
+                        # A soak ends on a server gone away (a report follows); a run raises.
                         if stop is None:
                             raise
-                        stop.server_gone(str(exc))  # a soak ends on it; a report follows
+                        stop.server_gone(f"{type(exc).__name__}: {exc}")
                 else:
                     if stop is not None:
                         stop.plan_exhausted()
