@@ -137,7 +137,7 @@ async def _probe(base_url: str, api_key: str | None, opts: dict[str, Any]) -> Pr
             task.cancel()
 
     install_stop_signals(stop)
-    run_dir = RunDirectory(opts["out"]) if opts["out"] else None
+    run_dir = RunDirectory(opts["out"], metrics=False) if opts["out"] else None
     timeouts = Timeouts(
         first_byte_s=opts["first_byte_timeout"],
         idle_s=opts["idle_timeout"],
@@ -281,6 +281,7 @@ def _manifest(base_url: str, opts: dict[str, Any], outcome: ProbeOutcome) -> dic
         "version": __version__,
         "command": "request",
         "target": base_url,
+        "planned_streams": opts["count"],
         "model": outcome.model,
         "seed": opts["seed"],
         "seed_source": opts["seed_source"],

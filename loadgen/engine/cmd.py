@@ -12,6 +12,8 @@ import uvloop
 
 from loadgen.analysis.goodput import parse_slo_flag
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
+from loadgen.client.errors import ClientError, one_line
+from loadgen.client.openai import resolve_target
 from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import resolve_run_seed
@@ -167,6 +169,11 @@ def run_cmd(
         raise click.UsageError("give --base-url or --server, not both")
     if server is not None and clock == "virtual":
         raise click.UsageError("--clock virtual runs the built-in sim's engine; drop --server")
+    if base_url is not None:
+        try:
+            base_url, api_key = resolve_target(base_url, api_key)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
         progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
@@ -181,8 +188,13 @@ def run_cmd(
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         run_dir = uvloop.run(run_plan(plan(loaded, run_seed=seed.value), opts, warn))
-    except (RunError, ServerBootError, PromptSizeError) as exc:
+    except ServerBootError as exc:
+        # The first line says what failed; the server log's last lines below it say why.
+        raise click.ClickException(str(exc).rstrip()) from None
+    except (RunError, ClientError, PromptSizeError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
+    except OSError as exc:
+        raise click.ClickException(one_line(exc)) from None
     except KeyboardInterrupt:
         click.echo("interrupted: records written so far are kept", err=True)
         sys.exit(130)

@@ -31,14 +31,17 @@ from loadgen.report.text import (
 
 def _write_run(path: Path, analysis: Analysis) -> str:
     s = analysis.summary
+    # Everything is rendered before anything is written: a failure leaves no half a report.
+    plain, html = render_plain(s), render_html(analysis)
+    shown = render_rich(run_tables(s), header(s) + hist_lines(s))
     write_hlogs(path / "hist", analysis.histograms)
     (path / "summary.json").write_bytes(dumps_canonical(s))
-    (path / "report.txt").write_text(render_plain(s), encoding="utf-8")
-    (path / "report.html").write_text(render_html(analysis), encoding="utf-8")
+    (path / "report.txt").write_text(plain, encoding="utf-8")
+    (path / "report.html").write_text(html, encoding="utf-8")
     sessions = sessions_png(s["streams"])
     if sessions is not None:
         (path / "sessions.png").write_bytes(sessions)
-    return render_rich(run_tables(s), header(s) + hist_lines(s))
+    return shown
 
 
 def write_report(run_dir: Path) -> str:

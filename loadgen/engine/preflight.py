@@ -1,0 +1,29 @@
+"""Checks made before a run creates anything: the output folder is writable and an external
+server answers. A run that cannot start fails here in one line, leaving no run directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from loadgen.client.openai import OpenAIClient, Timeouts
+from loadgen.engine.target import RunError
+
+
+def check_out_root(out_root: Path) -> None:
+    """Creates `out_root` if needed; RunError (one line) when it cannot hold run directories."""
+    try:
+        out_root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunError(f"--out {out_root}: cannot create it ({exc.strerror or exc})") from None
+    if not os.access(out_root, os.W_OK | os.X_OK):
+        raise RunError(f"--out {out_root}: not writable (pick a folder you can write to)")
+
+
+async def list_models(base_url: str, api_key: str | None, connect_s: float | None) -> Any:
+    """GET /v1/models of an external server: proves it answers before anything is written.
+    Raises ClientError (ServerUnreachable when nothing listens) with a one-line message."""
+    timeouts = Timeouts(connect_s=connect_s or Timeouts.connect_s)
+    async with OpenAIClient(base_url, api_key=api_key, concurrency=1, timeouts=timeouts) as c:
+        return await c.get_json("/v1/models")

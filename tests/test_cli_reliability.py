@@ -1,0 +1,104 @@
+"""The CLI under bad input and hostile targets (issue #10): one-line errors, exit codes, no
+traceback, no half-written run directory, every run directory reportable."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from cli_support import assert_one_line_error, loadgen
+from pacedserver import PacedConfig, ThreadedPacedServer
+
+
+def _refusing_port() -> socket.socket:
+    """A loopback port that is bound but not listening: connecting to it is refused."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("ftp://127.0.0.1:8000", "is not an http(s) URL"),
+        ("http://", "is not an http(s) URL"),
+        ("http://127.0.0.1:99999", "port out of range"),
+        ("a-host-name-only:80:80", "is not"),
+    ],
+)
+def test_run_refuses_a_bad_base_url_in_one_line(tmp_path: Path, url: str, words: str) -> None:
+    out = tmp_path / "runs"
+    proc = loadgen("run", "smoke", "--base-url", url, "--out", out, "--no-progress")
+    line = assert_one_line_error(proc)
+    assert words.lower() in line.lower()
+    assert url in line
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_run_against_an_unreachable_port_fails_in_one_line_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "runs"
+    with _refusing_port() as s:
+        port = s.getsockname()[1]
+        for url in (f"127.0.0.1:{port}", f"http://127.0.0.1:{port}"):
+            proc = loadgen("run", "smoke", "--base-url", url, "--out", out, "--no-progress")
+            line = assert_one_line_error(proc)
+            assert f"cannot connect to http://127.0.0.1:{port}: Connection refused" in line
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_run_with_an_unwritable_out_fails_in_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    proc = loadgen("run", "smoke", "--out", blocker / "runs", "--no-progress")
+    line = assert_one_line_error(proc)
+    assert f"--out {blocker / 'runs'}" in line
+    assert "Not a directory" in line
+
+
+def test_a_sim_that_cannot_boot_shows_why(tmp_path: Path) -> None:
+    proc = loadgen(
+        "run", "smoke", "--set", "sim.max_model_len=2000000000", "--out", tmp_path,
+        "--no-progress",
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert "exited with code 2 during boot" in proc.stderr
+    # The reason is the sim's own last line, which used to be cut off.
+    assert "does not fit the KV cache of 16384 tokens" in proc.stderr
+
+
+def test_a_request_out_directory_is_reportable(tmp_path: Path) -> None:
+    out = tmp_path / "probe"
+    with ThreadedPacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
+        proc = loadgen(
+            "request", "--base-url", srv.url, "-n", "3", "--max-tokens", "4", "--out", out
+        )
+    assert proc.returncode == 0, proc.stderr
+    # request polls no metrics: an empty metrics.jsonl would claim a poll that never happened
+    assert not (out / "metrics.jsonl").exists()
+    rep = loadgen("report", out)
+    assert rep.returncode == 0, rep.stderr
+    assert "Traceback" not in rep.stderr
+    assert f"target {srv.url} (external)" in rep.stdout
+    assert "records: 3 measured of 3 planned" in rep.stdout
+    assert "MISSING" not in rep.stdout
+    for name in ("summary.json", "report.txt", "report.html"):
+        assert (out / name).is_file()
+
+
+def test_a_torn_streams_file_reports_measured_of_planned(tmp_path: Path) -> None:
+    proc = loadgen("run", "smoke", "--out", tmp_path, "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = tmp_path.iterdir()
+    streams = run_dir / "streams.jsonl"
+    lines = streams.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 4  # smoke plans 4 measured streams and nothing else
+    streams.write_bytes(b"".join(lines[:2]) + lines[2][:20])  # a crash mid-write
+    rep = loadgen("report", run_dir)
+    assert rep.returncode == 0, rep.stderr
+    assert "records: 2 measured of 4 planned" in rep.stdout
+    assert "!! MISSING: 2 planned streams have no record" in rep.stdout
+    assert "!! TORN: 1 line(s) of streams.jsonl could not be read" in rep.stdout
