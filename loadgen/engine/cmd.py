@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import signal
+import asyncio
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 import orjson
@@ -18,11 +20,14 @@ from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.target import RunError
+from loadgen.records import install_stop_signals
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.scenario.prompts import PromptSizeError
 from loadgen.server.launcher import ServerBootError
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
+
+T = TypeVar("T")
 
 
 @click.command("run")
@@ -184,10 +189,9 @@ def run_cmd(
     def warn(msg: str) -> None:
         click.echo(f"warning: {msg}", err=True)
 
-    # SIGTERM stops a run the way Ctrl-C does: tasks cancelled, records and manifest flushed.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        run_dir = uvloop.run(run_plan(plan(loaded, run_seed=seed.value), opts, warn))
+        work = run_plan(plan(loaded, run_seed=seed.value), opts, warn)
+        run_dir = uvloop.run(until_stopped(work))
     except ServerBootError as exc:
         # The first line says what failed; the server log's last lines below it say why.
         raise click.ClickException(str(exc).rstrip()) from None
@@ -206,6 +210,30 @@ def run_cmd(
 def run_was_client_limited(run_dir: Path) -> bool:
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     return bool(summary["run"].get("client_limited"))
+
+
+async def until_stopped(work: Coroutine[Any, Any, T]) -> T:
+    """Awaits `work`; SIGINT or SIGTERM cancels it, so every in-flight stream unwinds through
+    its own cancellation and keeps a `cancelled` record, then raises KeyboardInterrupt.
+    (A KeyboardInterrupt raised by the signal itself lands in whatever code runs at that
+    instant and lost that stream's record.)"""
+    task = asyncio.current_task()
+    assert task is not None
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        if not stopped:  # a second signal must not break the flush that follows the first
+            stopped = True
+            task.cancel()
+
+    install_stop_signals(stop)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if stopped:
+            raise KeyboardInterrupt from None
+        raise
 
 
 def report_run(run_dir: Path) -> None:
