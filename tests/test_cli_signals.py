@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 import urllib.request
@@ -65,3 +66,40 @@ def test_sigterm_keeps_a_cancelled_record_for_every_sent_stream(tmp_path: Path) 
 
 def _decoding(url: str) -> int:
     return sum(r["first_token_s"] is not None for r in _sim_requests(url))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie waiting for its new parent to reap it counts as exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def test_sigkill_of_run_leaves_no_sim_behind(tmp_path: Path) -> None:
+    # A sim at 1/20 speed keeps the run going for many seconds: the kill lands mid-run.
+    proc = spawn_loadgen(
+        ["run", "smoke", "--set", "sim.speed=0.05", "--out", tmp_path, "--no-progress"]
+    )
+    sims: list[int] = []
+    try:
+        _wait_for("the sim process", lambda: bool(_children(proc.pid)))
+        sims = _children(proc.pid)
+        _wait_for("the sim log", lambda: any(tmp_path.glob("*/sim-*.log")))
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=WAIT_S)
+        # The kernel's parent-death signal is immediate; the sim's own watch polls each 0.5 s.
+        _wait_for("the sim to exit after loadgen died", lambda: all(map(_gone, sims)), 15.0)
+    finally:
+        proc.kill()
+        for pid in sims:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
