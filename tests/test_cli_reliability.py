@@ -6,9 +6,11 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import orjson
 import pytest
 from cli_support import assert_one_line_error, loadgen
 from pacedserver import PacedConfig, ThreadedPacedServer
+from run_fixtures import stream, write_run
 
 
 def _refusing_port() -> socket.socket:
@@ -102,3 +104,46 @@ def test_a_torn_streams_file_reports_measured_of_planned(tmp_path: Path) -> None
     assert "records: 2 measured of 4 planned" in rep.stdout
     assert "!! MISSING: 2 planned streams have no record" in rep.stdout
     assert "!! TORN: 1 line(s) of streams.jsonl could not be read" in rep.stdout
+
+
+def test_run_exits_3_with_a_summary_when_measured_streams_failed(tmp_path: Path) -> None:
+    proc = loadgen(
+        "run", "smoke", "--set", "sim.faults=[http500=1.0]", "--out", tmp_path, "--no-progress"
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "Error: 4 of 4 streams failed: http_500 x4" in proc.stderr
+
+
+def test_compare_of_runs_with_no_group_in_common_fails_in_one_line(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", [stream("a0", chunks=[0.1, 0.2], group="whale")])
+    b = write_run(tmp_path / "b", [stream("b0", chunks=[0.1, 0.2], group="minnow")])
+    line = assert_one_line_error(loadgen("compare", a, b))
+    assert f"no group in common: {a} has whale; {b} has minnow" in line
+
+
+@pytest.mark.parametrize(
+    ("rows", "words"),
+    [
+        ([0, -5, 10], ":2: negative timestamp"),
+        ([0, 2000, 1000], ":3: timestamp earlier than the row before"),
+    ],
+)
+def test_validate_refuses_a_trace_whose_times_run_backwards(
+    tmp_path: Path, rows: list[int], words: str
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "".join(
+            orjson.dumps({"timestamp": t, "input_length": 64, "output_length": 4}).decode() + "\n"
+            for t in rows
+        )
+    )
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: t\nseed: 1\narrival: {trace: {path: t.jsonl}}\n"
+        "groups: [{name: g, prompt: {cache: salted}}]\n"
+    )
+    proc = loadgen("validate", scenario)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{scenario}:3: arrival.trace.path: unreadable trace: {trace}{words}" in proc.stderr

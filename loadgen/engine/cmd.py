@@ -13,14 +13,17 @@ import orjson
 import uvloop
 
 from loadgen.analysis.goodput import parse_slo_flag
+from loadgen.analysis.inputs import arm_dirs
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
+from loadgen.analysis.summary import MEASURE
 from loadgen.client.errors import ClientError, one_line
 from loadgen.client.openai import resolve_target
+from loadgen.client.probe import failure_summary
 from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.target import RunError
-from loadgen.records import install_stop_signals
+from loadgen.records import StreamRecord, install_stop_signals, read_streams
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.scenario.prompts import PromptSizeError
@@ -28,6 +31,11 @@ from loadgen.server.launcher import ServerBootError
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 
 T = TypeVar("T")
+# Exit codes of `loadgen run`: 0 every measured stream ok; 1 the run could not start (bad input,
+# unreachable server, boot failure); 2 usage; 3 client-limited under --strict (selferror.py);
+# 4 the run ended but a measured stream failed; 130 stopped by SIGINT/SIGTERM (records written
+# so far are kept).
+FAILED_STREAMS_EXIT = 4
 
 
 @click.command("run")
@@ -237,7 +245,20 @@ async def until_stopped(work: Coroutine[Any, Any, T]) -> T:
 
 
 def report_run(run_dir: Path) -> None:
+    """Prints the report; exits FAILED_STREAMS_EXIT, with a one-line summary, when any
+    measured stream failed (a run that mostly failed is not a success)."""
     from loadgen.report.cmd import write_report
 
     click.echo(write_report(run_dir))
     click.echo(f"run directory: {run_dir}")
+    summary = failure_summary(measured_records(run_dir))
+    if summary:
+        click.echo(f"Error: {summary}", err=True)
+        sys.exit(FAILED_STREAMS_EXIT)
+
+
+def measured_records(run_dir: Path) -> list[StreamRecord]:
+    """The measured streams of a run directory, or of every arm of a sweep directory."""
+    return [
+        r for d in arm_dirs(run_dir) or [run_dir] for r in read_streams(d) if r.phase == MEASURE
+    ]

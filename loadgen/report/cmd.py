@@ -138,4 +138,13 @@ def compare_cmd(run_a: Path, run_b: Path) -> None:
         result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary)
     except NotARunDirectory as e:
         raise click.ClickException(str(e)) from None
+    if not result["rows"]:
+        only_a, only_b = (
+            ", ".join(result["only_a"]) or "none",
+            ", ".join(result["only_b"]) or "none",
+        )
+        raise click.ClickException(
+            f"no group in common: {run_a} has {only_a}; {run_b} has {only_b} (compare runs of "
+            "one scenario)"
+        )
     click.echo(render_rich([compare_table(result, run_a, run_b)], []), nl=False)
