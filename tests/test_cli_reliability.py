@@ -147,3 +147,27 @@ def test_validate_refuses_a_trace_whose_times_run_backwards(
     proc = loadgen("validate", scenario)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"{scenario}:3: arrival.trace.path: unreadable trace: {trace}{words}" in proc.stderr
+
+
+def test_a_prompt_file_outside_the_scenario_folder_is_refused_unless_allowed(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a private local file that must not be sent " * 20)
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    scenario = folder / "s.yaml"
+    scenario.write_text(
+        (Path(__file__).parents[1] / "scenarios" / "smoke.yaml")
+        .read_text()
+        .replace("shape: code", f"shape: {{file: {secret}}}")
+    )
+    out = tmp_path / "runs"
+    proc = loadgen("run", scenario, "--out", out, "--no-progress")
+    line = assert_one_line_error(proc)
+    assert f"{secret} is outside the scenario's folder {folder}" in line
+    assert "--allow-files-outside" in line
+    assert not out.exists()
+    assert loadgen("validate", scenario).returncode == 1
+    allowed = loadgen("validate", scenario, "--allow-files-outside")
+    assert allowed.returncode == 0, allowed.stderr

@@ -27,6 +27,7 @@ from loadgen.records import StreamRecord, install_stop_signals, read_streams
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.scenario.prompts import PromptSizeError
+from loadgen.scenario.validate_cmd import ALLOW_FILES_OUTSIDE
 from loadgen.server.launcher import ServerBootError
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 
@@ -130,6 +131,7 @@ FAILED_STREAMS_EXIT = 4
     is_flag=True,
     help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
 )
+@ALLOW_FILES_OUTSIDE
 def run_cmd(
     scenario: str,
     base_url: str | None,
@@ -151,6 +153,7 @@ def run_cmd(
     boot_order_seed: int | None,
     progress: bool,
     strict: bool = False,
+    allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
     if clock == "virtual" and base_url:
@@ -160,7 +163,7 @@ def run_cmd(
         )
     sets = list(overrides) + ([f"api={api}"] if api else [])
     try:
-        loaded = load_scenario(scenario, sets)
+        loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     try:

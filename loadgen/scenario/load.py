@@ -58,8 +58,11 @@ def resolve_scenario_path(path_or_name: str | Path) -> Path:
     )
 
 
-def load_scenario(path_or_name: str | Path, overrides: Iterable[str] = ()) -> Scenario:
-    """The validated scenario; raises ScenarioError listing every problem."""
+def load_scenario(
+    path_or_name: str | Path, overrides: Iterable[str] = (), *, allow_files_outside: bool = False
+) -> Scenario:
+    """The validated scenario; raises ScenarioError listing every problem. Prompt files must
+    lie inside the scenario's folder unless `allow_files_outside`."""
     path = resolve_scenario_path(path_or_name)
     display = str(path)
     try:
@@ -67,7 +70,7 @@ def load_scenario(path_or_name: str | Path, overrides: Iterable[str] = ()) -> Sc
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError([f"{display}: cannot read ({exc})"]) from None
     root = parse_marked(text, display)
-    c = Checker()
+    c = Checker(allow_files_outside=allow_files_outside)
     if isinstance(root, MarkedMap):
         _apply_overrides(c, root, overrides)
     scenario = build_scenario(root, path.resolve(), display, c)

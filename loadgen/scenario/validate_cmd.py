@@ -6,6 +6,13 @@ import click
 
 from loadgen.scenario.load import ScenarioError, load_scenario
 
+ALLOW_FILES_OUTSIDE = click.option(
+    "--allow-files-outside",
+    is_flag=True,
+    help="Let prompt files ({file: path}) lie outside the scenario's folder; their text is "
+    "sent to the server.",
+)
+
 
 @click.command("validate")
 @click.argument("files", nargs=-1, required=True)
@@ -16,12 +23,15 @@ from loadgen.scenario.load import ScenarioError, load_scenario
     metavar="KEY.PATH=VALUE",
     help="Override a field before validation (value parsed as YAML); repeatable.",
 )
-def validate_cmd(files: tuple[str, ...], overrides: tuple[str, ...]) -> None:
+@ALLOW_FILES_OUTSIDE
+def validate_cmd(
+    files: tuple[str, ...], overrides: tuple[str, ...], allow_files_outside: bool
+) -> None:
     """Check scenario FILEs (paths, or bare names from scenarios/); print every error."""
     failed = False
     for name in files:
         try:
-            load_scenario(name, overrides)
+            load_scenario(name, overrides, allow_files_outside=allow_files_outside)
         except ScenarioError as exc:
             failed = True
             for line in exc.errors:
