@@ -94,6 +94,13 @@ def request_cmd(**opts: Any) -> None:
         base_url, api_key = resolve_target(opts["base_url"], opts["api_key"])
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    from loadgen.engine.preflight import ensure_fd_limit
+    from loadgen.engine.target import RunError
+
+    try:
+        ensure_fd_limit(opts["concurrency"])
+    except RunError as exc:
+        raise click.ClickException(str(exc)) from None
     try:
         outcome = uvloop.run(_probe(base_url, api_key, opts))
     except ClientError as exc:

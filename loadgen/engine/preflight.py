@@ -4,10 +4,11 @@ server answers. A run that cannot start fails here in one line, leaving no run d
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 from typing import Any
 
-from loadgen.client.openai import OpenAIClient, Timeouts
+from loadgen.client.openai import AUX_CONNECTIONS, OpenAIClient, Timeouts
 from loadgen.engine.target import RunError
 
 
@@ -27,3 +28,24 @@ async def list_models(base_url: str, api_key: str | None, connect_s: float | Non
     timeouts = Timeouts(connect_s=connect_s or Timeouts.connect_s)
     async with OpenAIClient(base_url, api_key=api_key, concurrency=1, timeouts=timeouts) as c:
         return await c.get_json("/v1/models")
+
+
+# Descriptors beyond the stream connections: aux connections, run files, logs, the event loop.
+FD_MARGIN = 64
+
+
+def ensure_fd_limit(concurrency: int) -> int:
+    """Makes sure `concurrency` streams can be open at once: raises the soft RLIMIT_NOFILE when
+    the hard limit allows, else RunError with the numbers (running out mid-run fails every
+    later connect, and the server would be blamed for it). Returns the soft limit in force."""
+    needed = concurrency + AUX_CONNECTIONS + FD_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return soft
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+        return needed
+    raise RunError(
+        f"{concurrency} concurrent streams need {needed} open files, but the limit is {soft} "
+        f"(hard {hard}): raise it (ulimit -n {needed}) or lower the concurrency"
+    )
