@@ -32,7 +32,9 @@ from loadgen.client.openai import ClientError, OpenAIClient, Timeouts, resolve_t
 from loadgen.client.workers import run_in_workers
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
+from loadgen.engine.preflight import ensure_fd_limit
 from loadgen.engine.seeds import fresh_seed
+from loadgen.engine.target import RunError
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PromptSpec, salt_tags
@@ -94,9 +96,6 @@ def request_cmd(**opts: Any) -> None:
         base_url, api_key = resolve_target(opts["base_url"], opts["api_key"])
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    from loadgen.engine.preflight import ensure_fd_limit
-    from loadgen.engine.target import RunError
-
     try:
         ensure_fd_limit(opts["concurrency"])
     except RunError as exc:
