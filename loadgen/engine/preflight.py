@@ -10,6 +10,8 @@ from typing import Any
 
 from loadgen.client.openai import AUX_CONNECTIONS, OpenAIClient, Timeouts
 from loadgen.engine.target import RunError
+from loadgen.scenario.limits import sim_window, window_problem
+from loadgen.scenario.plan import Plan
 
 
 def check_out_root(out_root: Path) -> None:
@@ -49,3 +51,27 @@ def ensure_fd_limit(concurrency: int) -> int:
         f"{concurrency} concurrent streams need {needed} open files, but the limit is {soft} "
         f"(hard {hard}): raise it (ulimit -n {needed}) or lower the concurrency"
     )
+
+
+def served_window(listing: Any, model: str | None) -> int | None:
+    """`max_model_len` of the model in a /v1/models listing (vLLM gives it), else None."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    models = [m for m in data or [] if isinstance(m, dict)]
+    chosen = next((m for m in models if m.get("id") == model), models[0] if models else None)
+    window = chosen.get("max_model_len") if chosen else None
+    return window if isinstance(window, int) and not isinstance(window, bool) else None
+
+
+def check_windows(plan: Plan, external_window: int | None, target: str | None) -> None:
+    """RunError when a request of any arm cannot fit its target's context window: the sim's
+    (the arm's max_model_len) or an external server's, where it said."""
+    for arm in plan.arms:
+        if target is None:
+            window = arm.flags.get("max_model_len") or sim_window(arm.scenario)
+            problem = window_problem(arm.scenario, window, "the built-in sim")
+        elif external_window is not None:
+            problem = window_problem(arm.scenario, external_window, target)
+        else:
+            problem = None
+        if problem:
+            raise RunError(problem)

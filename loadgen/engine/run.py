@@ -28,7 +28,13 @@ from loadgen.engine.executor import run_closed_loop, run_open_loop
 from loadgen.engine.lag import LoopLagMonitor
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
-from loadgen.engine.preflight import check_out_root, ensure_fd_limit, list_models
+from loadgen.engine.preflight import (
+    check_out_root,
+    check_windows,
+    ensure_fd_limit,
+    list_models,
+    served_window,
+)
 from loadgen.engine.probe_cache import PROBE_TAIL_TOKENS
 from loadgen.engine.progress import Progress
 from loadgen.engine.sessions import build_sessions, run_sessions
@@ -85,8 +91,11 @@ async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) ->
     """Runs every arm of the plan; returns the run directory (the parent one for sweeps)."""
     check_out_root(opts.out_root)
     ensure_fd_limit(max(_max_in_flight(arm) for arm in plan.arms))
+    window = None
     if opts.base_url:
-        await list_models(opts.base_url, opts.api_key, plan.scenario.timeouts.connect_s)
+        listing = await list_models(opts.base_url, opts.api_key, plan.scenario.timeouts.connect_s)
+        window = served_window(listing, opts.model or plan.scenario.model)
+    check_windows(plan, window, opts.base_url)
     started = dt.datetime.now(dt.UTC)
     root = opts.out_root / run_dir_name(plan.scenario, started)
     single = len(plan.arms) == 1 and not plan.arms[0].flags
