@@ -79,3 +79,11 @@ def test_run_refuses_a_prompt_beyond_an_external_servers_window(tmp_path: Path) 
         "max_model_len 2048" in line
     )
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_billion_laughs_override_is_refused() -> None:
+    levels = ["a: &a [" + ", ".join(["x"] * 9) + "]"]
+    for prev, name in zip("abcde", "bcdef", strict=True):
+        levels.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    err = _validate_error(SMOKE, "--set", "sim.faults={" + ", ".join(levels) + "}")
+    assert f"aliases expand to more than {MAX_YAML_NODES} values" in err

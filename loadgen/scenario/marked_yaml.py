@@ -128,6 +128,17 @@ def _check_expansion(root: yaml.Node | None, filename: str) -> None:
         size(root)
 
 
+def _safe_load_bounded(text: str, where: str) -> Any:
+    """yaml.safe_load, refusing alias bombs like a scenario file (mark_all would expand one)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        _check_expansion(node, where)
+        return None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def mark_all(value: Any, loc: str) -> Any:
     """Plain YAML values (from an override) as marked ones, every location `loc`."""
     if isinstance(value, dict):
@@ -147,9 +158,11 @@ def parse_override(text: str) -> tuple[str, Any, str]:
     if not sep or not path.strip():
         raise ValueError(f"{loc}: expected key.path=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _safe_load_bounded(raw, loc) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ValueError(f"{loc}: yaml: {getattr(exc, 'problem', None) or exc}") from None
+    except ScenarioError as exc:
+        raise ValueError(str(exc)) from None
     return path.strip(), mark_all(value, loc), loc
 
 
