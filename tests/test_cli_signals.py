@@ -39,7 +39,8 @@ def _sim_requests(url: str) -> list[dict]:
 def test_sigterm_keeps_a_cancelled_record_for_every_sent_stream(tmp_path: Path) -> None:
     # A fast sim in its own process keeps loadgen busy decoding, so the signal lands while a
     # stream's own code runs: a KeyboardInterrupt raised there used to lose that record.
-    flags = ["--max-num-seqs", "16"]
+    # A pool large enough for all 13 at once (16 x 8k tokens), so none waits for another.
+    flags = ["--max-num-seqs", "16", "--num-gpu-blocks", "8192"]
     with launch_sync(SimProfile(), flags=flags, log_dir=tmp_path / "sim", served_name="m") as sim:
         proc = spawn_loadgen(
             ["run", "smoke", "--base-url", sim.url, "--out", tmp_path / "runs", "--no-progress",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.scenario.checks import Checker, did_you_mean, integer, show
-from loadgen.scenario.limits import sim_window, size_problems, window_problem
+from loadgen.scenario.limits import size_problems
 from loadgen.scenario.marked_yaml import (
     MarkedList,
     MarkedMap,
@@ -80,8 +80,6 @@ def load_scenario(
         raise ScenarioError(c.sorted_lines())
     arms = [arm.scenario for arm in sweep.arms] if sweep else [scenario]
     problems = size_problems(arms)
-    if scenario.sim is not None:  # the scenario names its sim, so the window is known now
-        problems += filter(None, (window_problem(s, sim_window(s), "the sim") for s in arms[:1]))
     if problems:
         raise ScenarioError([f"{display}: {p}" for p in problems])
     return dataclasses.replace(scenario, sweep=sweep)

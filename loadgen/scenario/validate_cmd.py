@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from loadgen.scenario.limits import sim_window, window_problem
 from loadgen.scenario.load import ScenarioError, load_scenario
 
 ALLOW_FILES_OUTSIDE = click.option(
@@ -31,11 +32,18 @@ def validate_cmd(
     failed = False
     for name in files:
         try:
-            load_scenario(name, overrides, allow_files_outside=allow_files_outside)
+            scenario = load_scenario(name, overrides, allow_files_outside=allow_files_outside)
         except ScenarioError as exc:
             failed = True
             for line in exc.errors:
                 click.echo(line, err=True)
+            continue
+        # A scenario with a `sim:` block names its target's window; an external server's is
+        # checked at run start, from its /v1/models.
+        problem = scenario.sim and window_problem(scenario, sim_window(scenario), "the sim")
+        if problem:
+            failed = True
+            click.echo(f"{scenario.source or name}: {problem}", err=True)
             continue
         click.echo(f"ok: {name}")
     if failed:
