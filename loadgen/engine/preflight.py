@@ -62,16 +62,20 @@ def served_window(listing: Any, model: str | None) -> int | None:
     return window if isinstance(window, int) and not isinstance(window, bool) else None
 
 
-def check_windows(plan: Plan, external_window: int | None, target: str | None) -> None:
-    """RunError when a request of any arm cannot fit its target's context window: the sim's
-    (the arm's max_model_len) or an external server's, where it said."""
+def check_windows(plan: Plan, window: int | None, target: str) -> None:
+    """RunError when a request of any arm cannot fit an external server's context window
+    (nothing to check when the server did not say)."""
     for arm in plan.arms:
-        if target is None:
-            window = arm.flags.get("max_model_len") or sim_window(arm.scenario)
-            problem = window_problem(arm.scenario, window, "the built-in sim")
-        elif external_window is not None:
-            problem = window_problem(arm.scenario, external_window, target)
-        else:
-            problem = None
+        problem = window and window_problem(arm.scenario, window, target)
+        if problem:
+            raise RunError(problem)
+
+
+def check_sim_windows(plan: Plan) -> None:
+    """RunError when a request of any arm cannot fit the built-in sim's window (the arm's
+    max_model_len)."""
+    for arm in plan.arms:
+        window = arm.flags.get("max_model_len") or sim_window(arm.scenario)
+        problem = window_problem(arm.scenario, window, "the built-in sim")
         if problem:
             raise RunError(problem)

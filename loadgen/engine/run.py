@@ -30,6 +30,7 @@ from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.preflight import (
     check_out_root,
+    check_sim_windows,
     check_windows,
     ensure_fd_limit,
     list_models,
@@ -91,11 +92,13 @@ async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) ->
     """Runs every arm of the plan; returns the run directory (the parent one for sweeps)."""
     check_out_root(opts.out_root)
     ensure_fd_limit(max(_max_in_flight(arm) for arm in plan.arms))
-    window = None
     if opts.base_url:
         listing = await list_models(opts.base_url, opts.api_key, plan.scenario.timeouts.connect_s)
-        window = served_window(listing, opts.model or plan.scenario.model)
-    check_windows(plan, window, opts.base_url)
+        check_windows(
+            plan, served_window(listing, opts.model or plan.scenario.model), opts.base_url
+        )
+    elif server_spec_for(plan.scenario, opts).kind == "sim":
+        check_sim_windows(plan)
     started = dt.datetime.now(dt.UTC)
     root = opts.out_root / run_dir_name(plan.scenario, started)
     single = len(plan.arms) == 1 and not plan.arms[0].flags
