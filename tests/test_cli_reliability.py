@@ -107,9 +107,9 @@ def test_a_torn_streams_file_reports_measured_of_planned(tmp_path: Path) -> None
 
 
 def test_run_exits_3_with_a_summary_when_measured_streams_failed(tmp_path: Path) -> None:
-    proc = loadgen(
-        "run", "smoke", "--set", "sim.faults=[http500=1.0]", "--out", tmp_path, "--no-progress"
-    )
+    failing = PacedConfig(ttft_s=0.0, gap_s=0.0, faults=dict.fromkeys(range(4), "http_500"))
+    with ThreadedPacedServer(failing) as srv:
+        proc = loadgen("run", "smoke", "--base-url", srv.url, "--out", tmp_path, "--no-progress")
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "Error: 4 of 4 streams failed: http_500 x4" in proc.stderr
