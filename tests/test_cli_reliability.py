@@ -106,11 +106,11 @@ def test_a_torn_streams_file_reports_measured_of_planned(tmp_path: Path) -> None
     assert "!! TORN: 1 line(s) of streams.jsonl could not be read" in rep.stdout
 
 
-def test_run_exits_3_with_a_summary_when_measured_streams_failed(tmp_path: Path) -> None:
+def test_run_exits_4_with_a_summary_when_measured_streams_failed(tmp_path: Path) -> None:
     failing = PacedConfig(ttft_s=0.0, gap_s=0.0, faults=dict.fromkeys(range(4), "http_500"))
     with ThreadedPacedServer(failing) as srv:
         proc = loadgen("run", "smoke", "--base-url", srv.url, "--out", tmp_path, "--no-progress")
-    assert proc.returncode == 3, proc.stderr
+    assert proc.returncode == 4, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "Error: 4 of 4 streams failed: http_500 x4" in proc.stderr
 
