@@ -137,6 +137,24 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 continue
 
 
+def count_unreadable(path: Path) -> int:
+    """Lines of a JSONL file that read_jsonl skips: a torn last line, or a line that is not
+    JSON. A report says how many, so a lost record is never silent."""
+    if not path.exists():
+        return 0
+    bad = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                bad += 1
+                break
+            try:
+                orjson.loads(line)
+            except orjson.JSONDecodeError:
+                bad += line.strip() != b""
+    return bad
+
+
 def read_streams(run_dir: Path) -> list[StreamRecord]:
     return [StreamRecord.from_json(d) for d in read_jsonl(run_dir / "streams.jsonl")]
 
@@ -151,11 +169,12 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
 class RunDirectory:
     """One run's directory (DESIGN.md's layout): manifest plus append-only streams and metrics."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, metrics: bool = True) -> None:
+        """`metrics=False` for a run that polls no /metrics: no empty file claims it did."""
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         self.streams = JsonlAppender(path / "streams.jsonl")
-        self.metrics = JsonlAppender(path / "metrics.jsonl")
+        self.metrics = JsonlAppender(path / "metrics.jsonl") if metrics else None
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_manifest(self.path, manifest)
@@ -165,7 +184,8 @@ class RunDirectory:
 
     def close(self) -> None:
         self.streams.close()
-        self.metrics.close()
+        if self.metrics is not None:
+            self.metrics.close()
 
 
 def install_stop_signals(on_stop: Any) -> None:

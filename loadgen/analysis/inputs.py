@@ -13,7 +13,13 @@ from typing import Any
 
 import orjson
 
-from loadgen.records import MetricsSample, StreamRecord, read_metrics, read_streams
+from loadgen.records import (
+    MetricsSample,
+    StreamRecord,
+    count_unreadable,
+    read_metrics,
+    read_streams,
+)
 
 
 class NotARunDirectory(ValueError):
@@ -27,6 +33,8 @@ class RunInputs:
     manifest: dict[str, Any]
     streams: list[StreamRecord]
     metrics: list[MetricsSample]
+    # streams.jsonl lines that could not be read (torn by a crash, or corrupt)
+    unreadable_streams: int = 0
 
 
 def is_run_dir(path: Path) -> bool:
@@ -73,4 +81,5 @@ def load_run(path: Path) -> RunInputs:
         streams = read_streams(path)
     except (KeyError, TypeError) as e:
         raise NotARunDirectory(f"{path / 'streams.jsonl'}: a record lacks a field ({e})") from e
-    return RunInputs(read_manifest(path), streams, read_metrics(path))
+    unreadable = count_unreadable(path / "streams.jsonl")
+    return RunInputs(read_manifest(path), streams, read_metrics(path), unreadable)

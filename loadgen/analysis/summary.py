@@ -109,7 +109,8 @@ def analyze(inputs: RunInputs) -> Analysis:
     reps = _reps(measure, records, rows, timeline)
     summary = {
         "schema": SCHEMA,
-        "run": _run_section(manifest, records, measure, rows, timeline, ctx),
+        "run": _run_section(manifest, records, measure, rows, timeline, ctx)
+        | {"records": _record_counts(manifest, measure, inputs.unreadable_streams)},
         "streams": streams,
         "groups": _groups(measure, rows, timeline, manifest, reps),
         "reps": reps,
@@ -164,7 +165,7 @@ def _run_section(
     )
     return {
         "scenario": scenario.get("name") if isinstance(scenario, dict) else scenario,
-        "target": manifest.get("target"),
+        "target": _target(manifest.get("target")),
         "model": manifest.get("model"),
         "seed": manifest.get("seed"),
         "seed_source": manifest.get("seed_source"),
@@ -199,6 +200,24 @@ def _run_section(
         "server": server,
         "trace_reuse": trace_reuse(manifest, server),
     }
+
+
+def _target(target: Any) -> dict[str, Any] | None:
+    """The manifest's target; early `loadgen request` manifests held the bare URL."""
+    if isinstance(target, str):
+        return {"url": target, "kind": "external"}
+    return target
+
+
+def _record_counts(
+    manifest: dict[str, Any], measure: list[StreamRecord], unreadable: int
+) -> dict[str, Any]:
+    """Measured records against the plan: `missing` planned streams have no record (the run was
+    killed, or lines of streams.jsonl were torn or lost); None where the plan is unknown."""
+    planned = manifest.get("planned_streams")
+    missing = None if planned is None else max(planned - len(measure), 0)
+    return {"planned": planned, "measured": len(measure), "missing": missing,
+            "unreadable_lines": unreadable}  # fmt: skip
 
 
 def _count(items: Iterable[Any]) -> dict[str, int]:

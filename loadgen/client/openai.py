@@ -79,9 +79,14 @@ def resolve_target(base_url: str | None, api_key: str | None) -> tuple[str, str 
         raise ValueError("no server given: pass --base-url URL or set OPENAI_BASE_URL")
     if "://" not in raw:
         raw = "http://" + raw
-    url = URL(raw)
+    expect = "an http(s) URL like http://127.0.0.1:8000"
+    try:
+        url = URL(raw)
+        url.port  # noqa: B018 - yarl checks the port's range only when it is read
+    except ValueError as exc:
+        raise ValueError(f"base URL {raw!r} is not {expect} ({one_line(exc).lower()})") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError(f"base URL {raw!r} is not an http(s) URL like http://127.0.0.1:8000")
+        raise ValueError(f"base URL {raw!r} is not {expect}")
     path = url.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]

@@ -32,7 +32,9 @@ from loadgen.client.openai import ClientError, OpenAIClient, Timeouts, resolve_t
 from loadgen.client.workers import run_in_workers
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
+from loadgen.engine.preflight import ensure_fd_limit
 from loadgen.engine.seeds import fresh_seed
+from loadgen.engine.target import RunError
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PromptSpec, salt_tags
@@ -95,6 +97,10 @@ def request_cmd(**opts: Any) -> None:
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     try:
+        ensure_fd_limit(opts["concurrency"])
+    except RunError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
         outcome = uvloop.run(_probe(base_url, api_key, opts))
     except ClientError as exc:
         raise click.ClickException(str(exc)) from None
@@ -137,7 +143,7 @@ async def _probe(base_url: str, api_key: str | None, opts: dict[str, Any]) -> Pr
             task.cancel()
 
     install_stop_signals(stop)
-    run_dir = RunDirectory(opts["out"]) if opts["out"] else None
+    run_dir = RunDirectory(opts["out"], metrics=False) if opts["out"] else None
     timeouts = Timeouts(
         first_byte_s=opts["first_byte_timeout"],
         idle_s=opts["idle_timeout"],
@@ -281,6 +287,7 @@ def _manifest(base_url: str, opts: dict[str, Any], outcome: ProbeOutcome) -> dic
         "version": __version__,
         "command": "request",
         "target": base_url,
+        "planned_streams": opts["count"],
         "model": outcome.model,
         "seed": opts["seed"],
         "seed_source": opts["seed_source"],

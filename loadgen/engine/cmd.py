@@ -2,25 +2,41 @@
 
 from __future__ import annotations
 
-import signal
+import asyncio
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 import orjson
 import uvloop
 
 from loadgen.analysis.goodput import parse_slo_flag
+from loadgen.analysis.inputs import arm_dirs
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
+from loadgen.analysis.summary import MEASURE
+from loadgen.client.errors import ClientError, one_line
+from loadgen.client.openai import resolve_target
+from loadgen.client.probe import failure_summary
 from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.target import RunError
+from loadgen.records import StreamRecord, install_stop_signals, read_streams
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.prompts import PromptSizeError
+from loadgen.scenario.validate_cmd import ALLOW_FILES_OUTSIDE
 from loadgen.server.launcher import ServerBootError
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
+
+T = TypeVar("T")
+# Exit codes of `loadgen run`: 0 every measured stream ok; 1 the run could not start (bad input,
+# unreachable server, boot failure); 2 usage; 3 client-limited under --strict (selferror.py);
+# 4 the run ended but a measured stream failed; 130 stopped by SIGINT/SIGTERM (records written
+# so far are kept).
+FAILED_STREAMS_EXIT = 4
 
 
 @click.command("run")
@@ -115,6 +131,7 @@ from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_ser
     is_flag=True,
     help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
 )
+@ALLOW_FILES_OUTSIDE
 def run_cmd(
     scenario: str,
     base_url: str | None,
@@ -136,6 +153,7 @@ def run_cmd(
     boot_order_seed: int | None,
     progress: bool,
     strict: bool = False,
+    allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
     if clock == "virtual" and base_url:
@@ -145,7 +163,7 @@ def run_cmd(
         )
     sets = list(overrides) + ([f"api={api}"] if api else [])
     try:
-        loaded = load_scenario(scenario, sets)
+        loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     try:
@@ -167,6 +185,11 @@ def run_cmd(
         raise click.UsageError("give --base-url or --server, not both")
     if server is not None and clock == "virtual":
         raise click.UsageError("--clock virtual runs the built-in sim's engine; drop --server")
+    if base_url is not None:
+        try:
+            base_url, api_key = resolve_target(base_url, api_key)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
         progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
@@ -187,12 +210,15 @@ def execute(the_plan: Plan, opts: RunOptions, interrupted: str = "") -> Path:
     def warn(msg: str) -> None:
         click.echo(f"warning: {msg}", err=True)
 
-    # SIGTERM stops a run the way Ctrl-C does: tasks cancelled, records and manifest flushed.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        return uvloop.run(run_plan(the_plan, opts, warn))
-    except (RunError, ServerBootError, PromptSizeError) as exc:
+        return uvloop.run(until_stopped(run_plan(the_plan, opts, warn)))
+    except ServerBootError as exc:
+        # The first line says what failed; the server log's last lines below it say why.
+        raise click.ClickException(str(exc).rstrip()) from None
+    except (RunError, ClientError, PromptSizeError) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
+    except OSError as exc:
+        raise click.ClickException(one_line(exc)) from None
     except KeyboardInterrupt:
         click.echo(f"interrupted: records written so far are kept{interrupted}", err=True)
         sys.exit(130)
@@ -203,8 +229,45 @@ def run_was_client_limited(run_dir: Path) -> bool:
     return bool(summary["run"].get("client_limited"))
 
 
+async def until_stopped(work: Coroutine[Any, Any, T]) -> T:
+    """Awaits `work`; SIGINT or SIGTERM cancels it, so every in-flight stream unwinds through
+    its own cancellation and keeps a `cancelled` record, then raises KeyboardInterrupt.
+    (A KeyboardInterrupt raised by the signal itself lands in whatever code runs at that
+    instant and lost that stream's record.)"""
+    task = asyncio.current_task()
+    assert task is not None
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        if not stopped:  # a second signal must not break the flush that follows the first
+            stopped = True
+            task.cancel()
+
+    install_stop_signals(stop)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if stopped:
+            raise KeyboardInterrupt from None
+        raise
+
+
 def report_run(run_dir: Path) -> None:
+    """Prints the report; exits FAILED_STREAMS_EXIT, with a one-line summary, when any
+    measured stream failed (a run that mostly failed is not a success)."""
     from loadgen.report.cmd import write_report
 
     click.echo(write_report(run_dir))
     click.echo(f"run directory: {run_dir}")
+    summary = failure_summary(measured_records(run_dir))
+    if summary:
+        click.echo(f"Error: {summary}", err=True)
+        sys.exit(FAILED_STREAMS_EXIT)
+
+
+def measured_records(run_dir: Path) -> list[StreamRecord]:
+    """The measured streams of a run directory, or of every arm of a sweep directory."""
+    return [
+        r for d in arm_dirs(run_dir) or [run_dir] for r in read_streams(d) if r.phase == MEASURE
+    ]

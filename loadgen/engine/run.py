@@ -31,6 +31,14 @@ from loadgen.engine.executor import run_closed_loop, run_open_loop
 from loadgen.engine.lag import LoopLagMonitor
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.preflight import (
+    check_out_root,
+    check_sim_windows,
+    check_windows,
+    ensure_fd_limit,
+    list_models,
+    served_window,
+)
 from loadgen.engine.probe_cache import PROBE_TAIL_TOKENS
 from loadgen.engine.progress import Progress
 from loadgen.engine.selfwatch import SelfWatch
@@ -91,6 +99,15 @@ def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
 
 async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) -> Path:
     """Runs every arm of the plan; returns the run directory (the parent one for sweeps)."""
+    check_out_root(opts.out_root)
+    ensure_fd_limit(max(_max_in_flight(arm) for arm in plan.arms))
+    if opts.base_url:
+        listing = await list_models(opts.base_url, opts.api_key, plan.scenario.timeouts.connect_s)
+        check_windows(
+            plan, served_window(listing, opts.model or plan.scenario.model), opts.base_url
+        )
+    elif server_spec_for(plan.scenario, opts).kind == "sim":
+        check_sim_windows(plan)
     started = dt.datetime.now(dt.UTC)
     root = opts.out_root / run_dir_name(plan.scenario, started)
     single = len(plan.arms) == 1 and not plan.arms[0].flags
@@ -173,6 +190,7 @@ async def run_arm(
     manifest = _base_manifest(plan, opts, started) | {
         "arm": {"name": arm.name, "flags": arm.flags, "settings": arm.settings},
         "interrupted": True,  # until the arm completes
+        "planned_streams": _planned_streams(arm),
         "cache_checks": [],
     } | ({"boot": boot} if boot else {})  # fmt: skip
     given = nullcontext(target) if target is not None else None
@@ -188,10 +206,20 @@ async def run_arm(
                 rundir.write_manifest(manifest)
                 await _drive_arm(arm, target, rundir, manifest, opts, warn)
         manifest["interrupted"] = False
+    except Exception as exc:
+        manifest["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise
     finally:
         manifest["finished_wall"] = dt.datetime.now(dt.UTC).isoformat()
         rundir.write_manifest(manifest)
         rundir.close()
+
+
+def _planned_streams(arm: ArmPlan) -> int | None:
+    """Measured streams the plan holds; None when a duration may end a rep before them all."""
+    if any(rep.duration_ns is not None for rep in arm.reps):
+        return None
+    return sum(len(rep.requests) for rep in arm.reps)
 
 
 async def _drive_arm(

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import click
 
+from loadgen.client.openai import resolve_target
 from loadgen.engine.cmd import execute, report_run
 from loadgen.engine.run import RunOptions
+from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.soak import SoakStop, soak_scenario
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.model import SimConfig
@@ -100,13 +102,21 @@ def soak_cmd(
         sim = loaded.sim or SimConfig()
         loaded = dataclasses.replace(loaded, sim=dataclasses.replace(
             sim, faults=tuple(sim.faults) + faults))  # fmt: skip
+    if base_url is not None:
+        try:
+            base_url, api_key = resolve_target(base_url, api_key)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    # A soak on a long-lived server must start cold like any run: a fresh seed unless given.
+    seed = resolve_run_seed(run_seed, None)
     stop = SoakStop(settings.duration_s)
     opts = RunOptions(
-        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=run_seed,
+        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
         progress=progress, stop=stop, self_watch=clock == "wall", clock=clock,
+        seed_source=seed.source,
     )  # fmt: skip
 
-    the_plan = plan(soak_scenario(loaded, settings), run_seed=run_seed)
+    the_plan = plan(soak_scenario(loaded, settings), run_seed=seed.value)
     hint = "; `loadgen report DIR` gives the soak so far"
     report_run(execute(the_plan, opts, interrupted=hint))
 

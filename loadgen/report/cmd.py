@@ -32,14 +32,17 @@ from loadgen.report.text import (
 
 def _write_run(path: Path, analysis: Analysis) -> str:
     s = analysis.summary
+    # Everything is rendered before anything is written: a failure leaves no half a report.
+    plain, html = render_plain(s), render_html(analysis)
+    shown = render_rich(run_tables(s), header(s) + hist_lines(s))
     write_hlogs(path / "hist", analysis.histograms)
     (path / "summary.json").write_bytes(dumps_canonical(s))
-    (path / "report.txt").write_text(render_plain(s), encoding="utf-8")
-    (path / "report.html").write_text(render_html(analysis), encoding="utf-8")
+    (path / "report.txt").write_text(plain, encoding="utf-8")
+    (path / "report.html").write_text(html, encoding="utf-8")
     sessions = sessions_png(s["streams"])
     if sessions is not None:
         (path / "sessions.png").write_bytes(sessions)
-    return render_rich(run_tables(s), header(s) + hist_lines(s))
+    return shown
 
 
 def write_report(run_dir: Path) -> str:
@@ -138,4 +141,13 @@ def compare_cmd(run_a: Path, run_b: Path) -> None:
         result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary)
     except NotARunDirectory as e:
         raise click.ClickException(str(e)) from None
+    if not result["rows"]:
+        only_a, only_b = (
+            ", ".join(result["only_a"]) or "none",
+            ", ".join(result["only_b"]) or "none",
+        )
+        raise click.ClickException(
+            f"no group in common: {run_a} has {only_a}; {run_b} has {only_b} (compare runs of "
+            "one scenario)"
+        )
     click.echo(render_rich([compare_table(result, run_a, run_b)], []), nl=False)

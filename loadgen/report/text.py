@@ -84,6 +84,7 @@ def header(summary: dict[str, Any]) -> list[str]:
             f" ({base['source']}) | prompt tokens by {run.get('token_counter') or DASH}"
         )
     lines += reuse_lines(run.get("trace_reuse"))
+    lines += _record_lines(run.get("records") or {})
     if run.get("boots_per_arm"):
         lines.append(f"boots per arm: {run['boots_per_arm']} ({run.get('boots_note') or ''})")
     if run.get("interrupted"):
@@ -108,6 +109,22 @@ def user_server_lines(run: dict[str, Any]) -> list[str]:
     stated = [f"{k}={facts[k]}" for k, src in sorted(sources.items()) if src == "user"]
     if stated:
         out.append("server facts (user): " + ", ".join(stated))
+    return out
+
+
+def _record_lines(rec: dict[str, Any]) -> list[str]:
+    """Measured of planned, and what is missing: a lost record is never silent."""
+    if not rec:
+        return []
+    planned = DASH if rec.get("planned") is None else rec["planned"]
+    out = [f"records: {rec['measured']} measured of {planned} planned"]
+    if rec.get("missing"):
+        out.append(
+            f"!! MISSING: {rec['missing']} planned streams have no record (the run was stopped"
+            " before sending them, or their lines were lost)"
+        )
+    if rec.get("unreadable_lines"):
+        out.append(f"!! TORN: {rec['unreadable_lines']} line(s) of streams.jsonl could not be read")
     return out
 
 

@@ -108,8 +108,11 @@ def join(path: str, key: Any) -> str:
 class Checker:
     """Collects errors; each is (location, line) so they can be printed in file order."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, allow_files_outside: bool = False) -> None:
         self.errors: list[tuple[str, str]] = []
+        # Whether a prompt file may live outside the scenario's folder: its text is sent to
+        # the server, so a shared scenario must not reach any readable local file by default.
+        self.allow_files_outside = allow_files_outside
 
     def add(self, loc: str, path: str, message: str) -> None:
         self.errors.append((loc, f"{loc}: {path}: {message}"))

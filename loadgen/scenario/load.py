@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.scenario.checks import Checker, did_you_mean, integer, show
+from loadgen.scenario.limits import size_problems
 from loadgen.scenario.marked_yaml import (
     MarkedList,
     MarkedMap,
@@ -58,8 +59,11 @@ def resolve_scenario_path(path_or_name: str | Path) -> Path:
     )
 
 
-def load_scenario(path_or_name: str | Path, overrides: Iterable[str] = ()) -> Scenario:
-    """The validated scenario; raises ScenarioError listing every problem."""
+def load_scenario(
+    path_or_name: str | Path, overrides: Iterable[str] = (), *, allow_files_outside: bool = False
+) -> Scenario:
+    """The validated scenario; raises ScenarioError listing every problem. Prompt files must
+    lie inside the scenario's folder unless `allow_files_outside`."""
     path = resolve_scenario_path(path_or_name)
     display = str(path)
     try:
@@ -67,13 +71,17 @@ def load_scenario(path_or_name: str | Path, overrides: Iterable[str] = ()) -> Sc
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError([f"{display}: cannot read ({exc})"]) from None
     root = parse_marked(text, display)
-    c = Checker()
+    c = Checker(allow_files_outside=allow_files_outside)
     if isinstance(root, MarkedMap):
         _apply_overrides(c, root, overrides)
     scenario = build_scenario(root, path.resolve(), display, c)
     sweep = _sweep(c, root, path.resolve(), display, scenario) if _has_sweep(root) else None
     if c.errors or scenario is None:
         raise ScenarioError(c.sorted_lines())
+    arms = [arm.scenario for arm in sweep.arms] if sweep else [scenario]
+    problems = size_problems(arms)
+    if problems:
+        raise ScenarioError([f"{display}: {p}" for p in problems])
     return dataclasses.replace(scenario, sweep=sweep)
 
 

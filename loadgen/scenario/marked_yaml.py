@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from loadgen.scenario.limits import MAX_YAML_NODES
+
 
 class ScenarioError(Exception):
     """Every problem found in a scenario, one `location: field.path: message` line each."""
@@ -79,7 +81,11 @@ def parse_marked(text: str, filename: str) -> Any:
     loader.filename = filename
     loader.duplicates = []
     try:
-        data = loader.get_single_data()
+        node = loader.get_single_node()
+        _check_expansion(node, filename)
+        data = None if node is None else loader.construct_document(node)
+    except RecursionError:
+        raise ScenarioError([f"{filename}:1: yaml: nested too deeply"]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
@@ -91,6 +97,46 @@ def parse_marked(text: str, filename: str) -> Any:
     if loader.duplicates:
         raise ScenarioError(loader.duplicates)
     return data
+
+
+def _check_expansion(root: yaml.Node | None, filename: str) -> None:
+    """Refuses a document whose aliases expand past MAX_YAML_NODES values (a "billion laughs"
+    file is a few lines that expand to 10^9): anything that walks the loaded tree (overrides,
+    JSON dumps of the resolved scenario) would expand it in memory."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        total = 1 + sum(size(child) for child in children)
+        sizes[id(node)] = total
+        if total > MAX_YAML_NODES:
+            line = node.start_mark.line + 1
+            raise ScenarioError(
+                [f"{filename}:{line}: yaml: aliases expand to more than {MAX_YAML_NODES} values "
+                 "here (expected a scenario without alias bombs)"]
+            )  # fmt: skip
+        return total
+
+    if root is not None:
+        size(root)
+
+
+def _safe_load_bounded(text: str, where: str) -> Any:
+    """yaml.safe_load, refusing alias bombs like a scenario file (mark_all would expand one)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        _check_expansion(node, where)
+        return None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def mark_all(value: Any, loc: str) -> Any:
@@ -112,9 +158,11 @@ def parse_override(text: str) -> tuple[str, Any, str]:
     if not sep or not path.strip():
         raise ValueError(f"{loc}: expected key.path=value")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _safe_load_bounded(raw, loc) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ValueError(f"{loc}: yaml: {getattr(exc, 'problem', None) or exc}") from None
+    except ScenarioError as exc:
+        raise ValueError(str(exc)) from None
     return path.strip(), mark_all(value, loc), loc
 
 

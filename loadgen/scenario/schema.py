@@ -207,6 +207,11 @@ def _shape(c: Checker, m: MarkedMap, path: str, base_dir: Path) -> tuple[str | N
     if name is None:
         return None, None
     file = (base_dir / name).resolve()
+    if not c.allow_files_outside and not file.is_relative_to(base_dir.resolve()):
+        why = f"got {show(name)}: {file} is outside the scenario's folder {base_dir.resolve()}"
+        fix = "expected a file inside that folder, or pass --allow-files-outside"
+        c.at_value(value, "file", join(path, "shape"), f"{why} ({fix})")
+        return None, None
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -107,8 +107,28 @@ def _hash_ids(value: object) -> tuple[int, ...]:
     return tuple(value)
 
 
+class _Forward:
+    """A replay needs times that never run backwards: a negative or out-of-order timestamp is
+    a broken trace, refused at its line, not something to re-sort silently."""
+
+    def __init__(self) -> None:
+        self.last_ns: int | None = None
+
+    def check(self, where: str, t_ns: int, n_in: int) -> None:
+        if t_ns < 0:
+            raise TraceError(f"{where}: negative timestamp (expected times >= 0)")
+        if self.last_ns is not None and t_ns < self.last_ns:
+            raise TraceError(
+                f"{where}: timestamp earlier than the row before (expected sorted rows)"
+            )
+        if n_in < 0:
+            raise TraceError(f"{where}: negative input length (expected a token count >= 0)")
+        self.last_ns = t_ns
+
+
 def _json_rows(path: Path, fmt: str, expected: str, parse: Callable[[Any], tuple]) -> Iterator:
     """`parse` of each JSONL row; a row it cannot read names the file, line and fields."""
+    forward = _Forward()
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -120,6 +140,7 @@ def _json_rows(path: Path, fmt: str, expected: str, parse: Callable[[Any], tuple
                     f"{path}:{lineno}: bad {fmt} row ({exc.__class__.__name__}: {exc}; expected "
                     f"{expected})"
                 ) from None
+            forward.check(f"{path}:{lineno}", out[0], out[1])
             yield out
 
 
@@ -166,13 +187,16 @@ def _csv_rows(path: Path, columns: tuple[str, str, str]) -> Iterator[tuple[int, 
 
 
 def _azure(path: Path) -> Iterator[tuple[int, int, int]]:
+    forward = _Forward()
     for lineno, (stamp, n_in, n_out) in _csv_rows(
         path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
     ):
         try:
-            yield _azure_ns(stamp), int(n_in), int(n_out)
+            row = _azure_ns(stamp), int(n_in), int(n_out)
         except ValueError as exc:
             raise TraceError(f"{path}:{lineno}: bad azure row ({exc})") from None
+        forward.check(f"{path}:{lineno}", row[0], row[1])
+        yield row
 
 
 def _azure_ns(stamp: str) -> int:
@@ -185,13 +209,16 @@ def _azure_ns(stamp: str) -> int:
 
 
 def _burstgpt(path: Path) -> Iterator[tuple[int, int, int]]:
+    forward = _Forward()
     for lineno, (stamp, n_in, n_out) in _csv_rows(
         path, ("Timestamp", "Request tokens", "Response tokens")
     ):
         try:
-            yield round(float(stamp) * 1e9), int(n_in), int(n_out)
+            row = round(float(stamp) * 1e9), int(n_in), int(n_out)
         except ValueError as exc:
             raise TraceError(f"{path}:{lineno}: bad burstgpt row ({exc})") from None
+        forward.check(f"{path}:{lineno}", row[0], row[1])
+        yield row
 
 
 _ROWS = {"mooncake": _mooncake, "bailian": _bailian, "azure": _azure, "burstgpt": _burstgpt}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -23,7 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -206,6 +207,30 @@ def get_profile(name: str | Profile) -> Profile:
         ) from None
 
 
+# The server's environment names its launcher, so a server that watches (the sim) can exit
+# when loadgen is gone, whatever killed it.
+PARENT_PID_ENV = "LOADGEN_PARENT_PID"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that has the kernel SIGTERM the server when the thread that started it
+    dies (Linux prctl), SIGKILL of loadgen included; None where prctl does not exist. libc is
+    looked up here, before the fork: the child only makes the call."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
 def _spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -213,8 +238,9 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subpr
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
+            env={**os.environ, **env, PARENT_PID_ENV: str(os.getpid())},
             start_new_session=True,
+            preexec_fn=_die_with_parent(),
         )
     _RUNNING.add(proc)
     return proc

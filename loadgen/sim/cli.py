@@ -8,17 +8,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import signal
 import sys
 
 import click
 
+from loadgen.server.launcher import PARENT_PID_ENV
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.faults import parse_fault_options
 from loadgen.sim.profiles import PROFILES, get_profile
 from loadgen.sim.server import SimServerConfig, boot_lines, start_sim_server
 
 _DEFAULTS = EngineConfig()
+_ORPHAN_POLL_S = 0.5
 
 
 @click.command("sim")
@@ -105,11 +108,24 @@ def sim(
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
 
 
+async def _stop_when_orphaned(parent: int, stop: asyncio.Event) -> None:
+    """Sets `stop` once the launching loadgen is gone (this process was re-parented): a sim
+    must not outlive the run that started it, even where no parent-death signal exists."""
+    while os.getppid() == parent:
+        await asyncio.sleep(_ORPHAN_POLL_S)
+    click.echo("INFO loadgen (the parent) is gone: shutting down")
+    stop.set()
+
+
 async def _serve(config: SimServerConfig, host: str, port: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    parent = os.environ.get(PARENT_PID_ENV, "")
+    watch = (
+        asyncio.create_task(_stop_when_orphaned(int(parent), stop)) if parent.isdigit() else None
+    )
     for line in boot_lines(config):
         click.echo(line)
     async with start_sim_server(config, host, port) as server:
@@ -117,4 +133,6 @@ async def _serve(config: SimServerConfig, host: str, port: int) -> None:
         sys.stdout.flush()
         with contextlib.suppress(asyncio.CancelledError):
             await stop.wait()
+    if watch is not None:
+        watch.cancel()
     click.echo("INFO Shutting down")

@@ -1,0 +1,81 @@
+"""Checks made before a run creates anything: the output folder is writable and an external
+server answers. A run that cannot start fails here in one line, leaving no run directory."""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+from typing import Any
+
+from loadgen.client.openai import AUX_CONNECTIONS, OpenAIClient, Timeouts
+from loadgen.engine.target import RunError
+from loadgen.scenario.limits import sim_window, window_problem
+from loadgen.scenario.plan import Plan
+
+
+def check_out_root(out_root: Path) -> None:
+    """Creates `out_root` if needed; RunError (one line) when it cannot hold run directories."""
+    try:
+        out_root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunError(f"--out {out_root}: cannot create it ({exc.strerror or exc})") from None
+    if not os.access(out_root, os.W_OK | os.X_OK):
+        raise RunError(f"--out {out_root}: not writable (pick a folder you can write to)")
+
+
+async def list_models(base_url: str, api_key: str | None, connect_s: float | None) -> Any:
+    """GET /v1/models of an external server: proves it answers before anything is written.
+    Raises ClientError (ServerUnreachable when nothing listens) with a one-line message."""
+    timeouts = Timeouts(connect_s=connect_s or Timeouts.connect_s)
+    async with OpenAIClient(base_url, api_key=api_key, concurrency=1, timeouts=timeouts) as c:
+        return await c.get_json("/v1/models")
+
+
+# Descriptors beyond the stream connections: aux connections, run files, logs, the event loop.
+FD_MARGIN = 64
+
+
+def ensure_fd_limit(concurrency: int) -> int:
+    """Makes sure `concurrency` streams can be open at once: raises the soft RLIMIT_NOFILE when
+    the hard limit allows, else RunError with the numbers (running out mid-run fails every
+    later connect, and the server would be blamed for it). Returns the soft limit in force."""
+    needed = concurrency + AUX_CONNECTIONS + FD_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return soft
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+        return needed
+    raise RunError(
+        f"{concurrency} concurrent streams need {needed} open files, but the limit is {soft} "
+        f"(hard {hard}): raise it (ulimit -n {needed}) or lower the concurrency"
+    )
+
+
+def served_window(listing: Any, model: str | None) -> int | None:
+    """`max_model_len` of the model in a /v1/models listing (vLLM gives it), else None."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    models = [m for m in data or [] if isinstance(m, dict)]
+    chosen = next((m for m in models if m.get("id") == model), models[0] if models else None)
+    window = chosen.get("max_model_len") if chosen else None
+    return window if isinstance(window, int) and not isinstance(window, bool) else None
+
+
+def check_windows(plan: Plan, window: int | None, target: str) -> None:
+    """RunError when a request of any arm cannot fit an external server's context window
+    (nothing to check when the server did not say)."""
+    for arm in plan.arms:
+        problem = window and window_problem(arm.scenario, window, target)
+        if problem:
+            raise RunError(problem)
+
+
+def check_sim_windows(plan: Plan) -> None:
+    """RunError when a request of any arm cannot fit the built-in sim's window (the arm's
+    max_model_len)."""
+    for arm in plan.arms:
+        window = arm.flags.get("max_model_len") or sim_window(arm.scenario)
+        problem = window_problem(arm.scenario, window, "the built-in sim")
+        if problem:
+            raise RunError(problem)

@@ -1,0 +1,89 @@
+"""Upper bounds before work starts (issue #10 item 3): validate refuses what cannot run."""
+
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+import pytest
+from cli_support import assert_one_line_error, loadgen
+
+from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS, MAX_YAML_NODES
+from loadgen.server.launcher import launch_sync
+from loadgen.server.sim import SimProfile
+
+SMOKE = Path(__file__).parents[1] / "scenarios" / "smoke.yaml"
+# validate must answer within this memory, whatever the file asks for (address-space cap).
+MEMORY_CAP = 1 << 30
+
+
+def _cap_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def _validate_error(*args: str | Path) -> str:
+    """validate's stderr: one line per problem, each naming the file; no traceback."""
+    proc = loadgen("validate", *args, timeout_s=60, preexec_fn=_cap_memory)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("groups.short.count=1000000000", f"exceed the limit of {MAX_STREAMS}"),
+        ("repetitions=1000000000", f"exceed the limit of {MAX_STREAMS}"),
+        ("groups.long.prompt.tokens=1000000000", f"exceeds the limit of {MAX_PROMPT_TOKENS}"),
+    ],
+)
+def test_validate_refuses_plans_beyond_the_stated_limits(override: str, words: str) -> None:
+    line = _validate_error(SMOKE, "--set", override)
+    assert all(x.startswith(f"{SMOKE}: ") for x in line.splitlines())
+    assert words in line
+    assert "LOADGEN_MAX_" in line  # says how to allow more
+
+
+def test_validate_refuses_a_prompt_beyond_the_sims_window() -> None:
+    line = _validate_error(SMOKE, "--set", "groups.long.prompt.tokens=2000")
+    assert (
+        f"{SMOKE}: groups.long: prompt 2000 + max_tokens 16 = 2016 tokens exceeds the sim's "
+        "max_model_len 1024" in line
+    )
+
+
+def test_a_billion_laughs_file_is_refused_at_its_line(tmp_path: Path) -> None:
+    levels = ["a: &a [" + ", ".join(['"lol"'] * 9) + "]"]
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        levels.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    bomb = tmp_path / "lol.yaml"
+    bomb.write_text(
+        "name: lol\nseed: 1\napi: chat\n" + "\n".join(levels) + "\n"
+        "chat_template_kwargs: {x: *i}\n"
+        "groups: [{name: g, count: 1, prompt: {tokens: 64}, max_tokens: 4}]\n"
+    )
+    line = _validate_error(bomb)
+    assert line.startswith(f"{bomb}:")
+    assert f"aliases expand to more than {MAX_YAML_NODES} values" in line
+
+
+def test_run_refuses_a_prompt_beyond_an_external_servers_window(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    text = SMOKE.read_text().replace("tokens: 256", "tokens: 3000")
+    scenario.write_text(text[: text.index("sim:")])  # no sim block: the server's window rules
+    flags = ["--max-model-len", "2048"]
+    with launch_sync(SimProfile(), flags=flags, log_dir=tmp_path / "sim", served_name="m") as sim:
+        proc = loadgen("run", scenario, "--base-url", sim.url, "--out", tmp_path / "runs")
+    line = assert_one_line_error(proc)
+    assert (
+        f"groups.long: prompt 3000 + max_tokens 16 = 3016 tokens exceeds {sim.url}'s "
+        "max_model_len 2048" in line
+    )
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_billion_laughs_override_is_refused() -> None:
+    levels = ["a: &a [" + ", ".join(["x"] * 9) + "]"]
+    for prev, name in zip("abcde", "bcdef", strict=True):
+        levels.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    err = _validate_error(SMOKE, "--set", "sim.faults={" + ", ".join(levels) + "}")
+    assert f"aliases expand to more than {MAX_YAML_NODES} values" in err
