@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from loadgen.scenario.soak_block import Soak
+if TYPE_CHECKING:
+    # Only a type here: soak_block parses YAML, and the parser's limits read this module.
+    from loadgen.scenario.soak_block import Soak
 
 API_KINDS = ("completions", "chat")
 SHAPES = ("prose", "code", "file")
