@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +32,7 @@ from loadgen.server.launcher import ServerBootError
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 # Exit codes of `loadgen run`: 0 every measured stream ok; 1 the run could not start (bad input,
 # unreachable server, boot failure); 2 usage; 3 client-limited under --strict (selferror.py);
 # 4 the run ended but a measured stream failed; 130 stopped by SIGINT/SIGTERM (records written
@@ -39,37 +40,57 @@ T = TypeVar("T")
 FAILED_STREAMS_EXIT = 4
 
 
+def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """Several click options as one decorator, applied in the order written."""
+
+    def apply(f: F) -> F:
+        for decorator in reversed(decorators):
+            f = decorator(f)
+        return f
+
+    return apply
+
+
+# The target and the output of a run, shared by `run` and `soak`.
+TARGET_OPTIONS = _options(
+    click.option(
+        "--base-url",
+        envvar="OPENAI_BASE_URL",
+        default=None,
+        help="Server to load (default: boot the built-in sim). Env: OPENAI_BASE_URL.",
+    ),
+    click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="Env: OPENAI_API_KEY."),
+    click.option("--model", default=None, help="Model name (default: the server's first)."),
+)
+OUTPUT_OPTIONS = _options(
+    click.option(
+        "--out",
+        "out_root",
+        type=click.Path(path_type=Path),
+        default=Path("runs"),
+        show_default=True,
+        help="Folder that receives the run directory.",
+    ),
+    click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a scenario field, e.g. --set groups.minnows.count=7.",
+    ),
+)
+
+
 @click.command("run")
 @click.argument("scenario")
-@click.option(
-    "--base-url",
-    envvar="OPENAI_BASE_URL",
-    default=None,
-    help="Server to load (default: boot the built-in sim). Env: OPENAI_BASE_URL.",
-)
-@click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="Env: OPENAI_API_KEY.")
-@click.option("--model", default=None, help="Model name (default: the server's first).")
+@TARGET_OPTIONS
 @click.option(
     "--api",
     type=click.Choice(["completions", "chat"]),
     default=None,
     help="Override the scenario's API.",
 )
-@click.option(
-    "--out",
-    "out_root",
-    type=click.Path(path_type=Path),
-    default=Path("runs"),
-    show_default=True,
-    help="Folder that receives the run directory.",
-)
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a scenario field, e.g. --set groups.minnows.count=7.",
-)
+@OUTPUT_OPTIONS
 @click.option(
     "--seed",
     "run_seed",

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from loadgen.client.openai import resolve_target
-from loadgen.engine.cmd import execute, report_run
+from loadgen.engine.cmd import OUTPUT_OPTIONS, TARGET_OPTIONS, execute, report_run
 from loadgen.engine.run import RunOptions
 from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.soak import SoakStop, soak_scenario
@@ -32,29 +32,8 @@ from loadgen.scenario.soak_block import Soak, parse_duration, parse_window
     default=None,
     help="Streams in flight (default: the scenario's soak.concurrency, else 1).",
 )
-@click.option(
-    "--base-url",
-    envvar="OPENAI_BASE_URL",
-    default=None,
-    help="Server to soak (default: boot the built-in sim). Env: OPENAI_BASE_URL.",
-)
-@click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="Env: OPENAI_API_KEY.")
-@click.option("--model", default=None, help="Model name (default: the server's first).")
-@click.option(
-    "--out",
-    "out_root",
-    type=click.Path(path_type=Path),
-    default=Path("runs"),
-    show_default=True,
-    help="Folder that receives the run directory.",
-)
-@click.option(
-    "--set",
-    "overrides",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a scenario field, e.g. --set groups.steady.max_tokens=64.",
-)
+@TARGET_OPTIONS
+@OUTPUT_OPTIONS
 @click.option(
     "--fault",
     "faults",
