@@ -262,7 +262,12 @@ class Conn(asyncio.Protocol):
                 self._rem = self._skip = 0
                 self._trailer = True
                 return b"".join(out), self._end_trailer(data[pos:])
-            rem = size
+            end = pos + size
+            if end + 2 <= n:  # the usual case: the whole chunk and its CRLF are in this read
+                out.append(data[pos:end])
+                pos = end + 2
+            else:
+                rem = size
         self._rem, self._skip = rem, skip
         return (out[0] if len(out) == 1 else b"".join(out)), False
 
