@@ -39,6 +39,7 @@ from loadgen.request import StreamRequest  # noqa: E402
 FIREHOSE_SRC = Path(os.environ.get("FIREHOSE_SRC", REPO.parent / "shared/tools/firehose"))
 FIREHOSE_BIN = REPO / "build" / "firehose"
 SERVER_CPU, CLIENT_CPU = 0, 1
+PLAN = {1: 40, 64: 256, 256: 512}  # C -> streams per measurement
 
 
 def firehose_binary() -> Path | None:
@@ -185,27 +186,34 @@ def print_ingest(best: dict[int, dict[str, float]]) -> None:
         )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=2000)
-    ap.add_argument("--c1-requests", type=int, default=40)
-    ap.add_argument("--c64-requests", type=int, default=256)
-    ap.add_argument("--c256-requests", type=int, default=512)
-    args = ap.parse_args()
+def ingest(tokens: int, plan: dict[int, int]) -> dict[int, dict[str, float]]:
+    """Best rates per C (see measure), with firehose on CPU 0 and this process on CPU 1 only
+    while it measures: the CPU set is restored for whatever runs next."""
     port = free_port()
     proc, name = start_server(port)
+    cpus = os.sched_getaffinity(0)
     try:
         if pin := pinned_to(CLIENT_CPU):
             pin()
-        url = f"http://127.0.0.1:{port}"
-        plan = {1: args.c1_requests, 64: args.c64_requests, 256: args.c256_requests}
-        best = uvloop.run(measure(url, args.tokens, plan))
+        best = uvloop.run(measure(f"http://127.0.0.1:{port}", tokens, plan))
     finally:
+        os.sched_setaffinity(0, cpus)
         proc.send_signal(signal.SIGINT)
         proc.wait(10)
     pinned = "server CPU 0, client CPU 1" if pinned_to(0) else "not pinned (one CPU)"
-    print(f"SSE ingest, {args.tokens}-token streams from {name}, {pinned}, best of 2 rounds")
-    print_ingest(best)
+    print(f"SSE ingest, {tokens}-token streams from {name}, {pinned}, best of 2 rounds")
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=2000)
+    ap.add_argument("--c1-requests", type=int, default=PLAN[1])
+    ap.add_argument("--c64-requests", type=int, default=PLAN[64])
+    ap.add_argument("--c256-requests", type=int, default=PLAN[256])
+    args = ap.parse_args()
+    plan = {1: args.c1_requests, 64: args.c64_requests, 256: args.c256_requests}
+    print_ingest(ingest(args.tokens, plan))
 
 
 if __name__ == "__main__":

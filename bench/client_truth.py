@@ -9,6 +9,10 @@ loadgen's figures with p50s of the truth (the server's own TTFT and gaps), and p
 client's verdict on itself.
 
     .venv/bin/python bench/client_truth.py [--streams 64 256 1024] [--tokens 200] [--workers 1 2]
+
+With --ingest it first prints bench/client_ingest.py's table, so one run shows events/s at
+C = 1 / 64 / 256 (loadgen, its aiohttp reader, the bare loop, ratios) and the TTFT errors:
+`client_truth.py --ingest --streams 256 1024` is issue #14's must-show.
 """
 
 from __future__ import annotations
@@ -22,7 +26,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from client_ingest import REPO, firehose_binary, free_port, pinned_to, wait_listening
+from client_ingest import (
+    PLAN,
+    REPO,
+    firehose_binary,
+    free_port,
+    ingest,
+    pinned_to,
+    print_ingest,
+    wait_listening,
+)
 
 sys.path.insert(0, str(REPO))
 
@@ -89,18 +102,13 @@ def one(n: int, tokens: int, workers: int, tmp: Path) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--streams", type=int, nargs="+", default=[64, 256, 1024])
-    ap.add_argument("--tokens", type=int, default=200)
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    args = ap.parse_args()
-    rows = []
+def truth_rows(streams: list[int], tokens: int, workers: list[int]) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        for w in args.workers:
-            for n in args.streams:
-                rows.append(one(n, args.tokens, w, Path(tmp)))
-    print(f"paced firehose (TTFT 50 ms, gaps 20 ms, {args.tokens} tokens), server on CPU 0")
+        return [one(n, tokens, w, Path(tmp)) for w in workers for n in streams]
+
+
+def print_truth(rows: list[dict], tokens: int) -> None:
+    print(f"paced firehose (TTFT 50 ms, gaps 20 ms, {tokens} tokens), server on CPU 0")
     head = f"{'W':>2} {'N':>5} {'TTFT p50':>9} {'true':>6} {'error':>7} {'gap p50':>8} {'p99':>6}"
     print(head + f" {'true':>6} {'beyond tol':>15} {'bound p50':>9} {'banner':>6} {'exit':>4}")
     for r in rows:
@@ -112,6 +120,21 @@ def main() -> None:
             f" {r['exit']:>4}"
         )
     print(f"(ms; exit {CLIENT_LIMITED_EXIT} = --strict saw client_limited streams)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--streams", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--tokens", type=int, default=200)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument(
+        "--ingest", action="store_true", help="first print client_ingest's table (one report)"
+    )
+    args = ap.parse_args()
+    if args.ingest:
+        print_ingest(ingest(2000, PLAN))
+        print()
+    print_truth(truth_rows(args.streams, args.tokens, args.workers), args.tokens)
 
 
 if __name__ == "__main__":
