@@ -18,6 +18,7 @@ C = 1 / 64 / 256 (loadgen, its aiohttp reader, the bare loop, ratios) and the TT
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import statistics
 import struct
@@ -61,7 +62,7 @@ def truth(log: Path, chunk_log: Path) -> tuple[float, float]:
     return statistics.median(ttfts), statistics.median(gaps)
 
 
-def one(n: int, tokens: int, workers: int, tmp: Path) -> dict:
+def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
     port = free_port()
     log, chunk_log = tmp / f"fh{n}w{workers}.csv", tmp / f"fh{n}w{workers}.bin"
     cmd = [str(firehose_binary()), "--port", str(port), "--ttft-ms", "50", "--itl-ms", "20",
@@ -77,7 +78,8 @@ def one(n: int, tokens: int, workers: int, tmp: Path) -> dict:
                  "--workers", str(workers)]  # fmt: skip
         # One worker is pinned beside the server's core; more spread over all cores.
         pin = pinned_to(1) if workers == 1 else None
-        res = subprocess.run(probe, capture_output=True, text=True, preexec_fn=pin)
+        env = {**os.environ, "LOADGEN_STREAM_READER": reader}
+        res = subprocess.run(probe, capture_output=True, text=True, preexec_fn=pin, env=env)
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(10)
@@ -89,6 +91,7 @@ def one(n: int, tokens: int, workers: int, tmp: Path) -> dict:
     return {
         "n": n,
         "workers": workers,
+        "reader": reader,
         "ok": len(recs),
         "ttft": ttft,
         "true_ttft": true_ttft,
@@ -102,18 +105,27 @@ def one(n: int, tokens: int, workers: int, tmp: Path) -> dict:
     }
 
 
-def truth_rows(streams: list[int], tokens: int, workers: list[int]) -> list[dict]:
+def truth_rows(
+    streams: list[int], tokens: int, workers: list[int], readers: list[str]
+) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        return [one(n, tokens, w, Path(tmp)) for w in workers for n in streams]
+        return [
+            one(n, tokens, w, Path(tmp), reader)
+            for reader in readers
+            for w in workers
+            for n in streams
+        ]
 
 
 def print_truth(rows: list[dict], tokens: int) -> None:
     print(f"paced firehose (TTFT 50 ms, gaps 20 ms, {tokens} tokens), server on CPU 0")
-    head = f"{'W':>2} {'N':>5} {'TTFT p50':>9} {'true':>6} {'error':>7} {'gap p50':>8} {'p99':>6}"
+    head = f"{'reader':>7} {'W':>2} {'N':>5} {'TTFT p50':>9} {'true':>6} {'error':>7}"
+    head += f" {'gap p50':>8} {'p99':>6}"
     print(head + f" {'true':>6} {'beyond tol':>15} {'bound p50':>9} {'banner':>6} {'exit':>4}")
     for r in rows:
         print(
-            f"{r['workers']:>2} {r['n']:>5} {r['ttft']:>9.1f} {r['true_ttft']:>6.1f}"
+            f"{r['reader']:>7} {r['workers']:>2} {r['n']:>5}"
+            f" {r['ttft']:>9.1f} {r['true_ttft']:>6.1f}"
             f" {r['ttft'] - r['true_ttft']:>+7.1f}"
             f" {r['gap']:>8.2f} {r['gap99']:>6.1f} {r['true_gap']:>6.2f}"
             f" {r['limited']:>7} of {r['ok']:<5} {r['bound_p50']:>9.1f} {r['banner']!s:>6}"
@@ -128,13 +140,20 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument(
+        "--readers",
+        nargs="+",
+        default=["raw"],
+        choices=["raw", "aiohttp"],
+        help="the stream readers to run loadgen with (LOADGEN_STREAM_READER)",
+    )
+    ap.add_argument(
         "--ingest", action="store_true", help="first print client_ingest's table (one report)"
     )
     args = ap.parse_args()
     if args.ingest:
         print_ingest(ingest(2000, PLAN))
         print()
-    print_truth(truth_rows(args.streams, args.tokens, args.workers), args.tokens)
+    print_truth(truth_rows(args.streams, args.tokens, args.workers, args.readers), args.tokens)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from pacedserver import PacedConfig, PacedServer
 
-from loadgen.client.openai import OpenAIClient
+from loadgen.client.openai import OpenAIClient, Timeouts
 from loadgen.client.rawhttp import Conn, ProtocolError, RawPool
+from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 
 EVENTS = b'data: {"choices":[{"text":"a"}]}\n\ndata: [DONE]\n\n'
@@ -211,3 +213,48 @@ async def test_a_redirect_is_followed_by_the_aiohttp_path() -> None:
     async with target, srv, OpenAIClient(url, concurrency=1) as client:
         rec = await client.stream(req(0))
     assert (rec.status, rec.completion_tokens, rec.http_status) == ("ok", 2, 200)
+
+
+# ------------------------------------------------------------------ both readers agree
+
+FAULTS = ["http_401", "http_500", "close_mid", "bad_json", "stall", "error_event", None]
+
+
+def fault_req(i: int, fault: str | None) -> StreamRequest:
+    extra = {"fault": fault} if fault else {}
+    return StreamRequest(id=f"f{i}", model="m", prompt="p", max_tokens=8, extra_body=extra)
+
+
+def outcome(rec: StreamRecord) -> tuple:
+    err = rec.error
+    return (rec.status, err and err.cls, err and err.message, rec.http_status, rec.chunks,
+            rec.completion_tokens, rec.events, rec.parse_errors, rec.finish_reason)  # fmt: skip
+
+
+async def test_rawhttp_and_aiohttp_readers_write_the_same_record_for_every_fault() -> None:
+    recs: dict[bool, list[StreamRecord]] = {}
+    async with PacedServer(PacedConfig(ttft_s=0.01, gap_s=0.005)) as srv:
+        for raw in (True, False):
+            timeouts = Timeouts(idle_s=0.3)
+            async with OpenAIClient(srv.url, timeouts=timeouts, raw_stream=raw) as client:
+                assert client.raw_stream is raw
+                reqs = [fault_req(i, f) for i, f in enumerate(FAULTS)]
+                recs[raw] = await asyncio.gather(*(client.stream(r) for r in reqs))
+    raw_out, aio_out = ([outcome(r) for r in recs[k]] for k in (True, False))
+    # The reset's wording is each reader's own; its class and event count are not.
+    for a, b in zip(raw_out, aio_out, strict=True):
+        if a[1] == "connection_closed":
+            assert b[1] == "connection_closed"
+            assert a[2].split(":")[0] == b[2].split(":")[0] == "after 2 events"
+            a, b = a[:2] + a[3:], b[:2] + b[3:]
+        assert a == b
+    assert [o[1] for o in raw_out] == ["http_401", "http_500", "connection_closed",
+                                       "malformed_sse", "idle_timeout", "server_error_event",
+                                       None]  # fmt: skip
+
+
+def test_the_aiohttp_reader_is_chosen_by_env_and_for_https(monkeypatch) -> None:
+    assert OpenAIClient("http://127.0.0.1:1").raw_stream is True
+    assert OpenAIClient("https://127.0.0.1:1").raw_stream is False
+    monkeypatch.setenv("LOADGEN_STREAM_READER", "aiohttp")
+    assert OpenAIClient("http://127.0.0.1:1").raw_stream is False

@@ -126,11 +126,15 @@ class OpenAIClient:
         concurrency: int = 64,
         timeouts: Timeouts = Timeouts(),
         run_start_ns: int | None = None,
-        raw_stream: bool = True,
+        raw_stream: bool | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         # Streaming POSTs to an http:// target go through rawhttp (one timestamp and one decoder
         # call per socket read, no aiohttp reader machinery); aiohttp serves everything else.
+        # LOADGEN_STREAM_READER=aiohttp is the way back to aiohttp's reader, should a server
+        # need it, and how bench/ measures both in the same run.
+        if raw_stream is None:
+            raw_stream = os.environ.get("LOADGEN_STREAM_READER", "raw") != "aiohttp"
         self.raw_stream = raw_stream and URL(self.base_url).scheme == "http"
         self._raw: RawPool | None = None
         self.api_key = api_key
