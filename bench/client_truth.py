@@ -64,14 +64,15 @@ def truth(log: Path, chunk_log: Path) -> tuple[float, float]:
 
 def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
     port = free_port()
-    log, chunk_log = tmp / f"fh{n}w{workers}.csv", tmp / f"fh{n}w{workers}.bin"
+    tag = f"{n}w{workers}{reader}"
+    log, chunk_log = tmp / f"fh{tag}.csv", tmp / f"fh{tag}.bin"
     cmd = [str(firehose_binary()), "--port", str(port), "--ttft-ms", "50", "--itl-ms", "20",
            "--log", str(log), "--chunk-log", str(chunk_log), "--exit-after", "300",
            "--quiet"]  # fmt: skip
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=pinned_to(0))
     try:
         wait_listening(port)
-        out = tmp / f"run{n}w{workers}"
+        out = tmp / f"run{tag}"
         probe = [str(REPO / ".venv/bin/loadgen"), "request", "--base-url",
                  f"http://127.0.0.1:{port}", "-n", str(n), "-c", str(n), "--max-tokens",
                  str(tokens), "--prompt-tokens", "8", "--out", str(out), "--strict",
