@@ -9,11 +9,16 @@ loadgen's figures with p50s of the truth (the server's own TTFT and gaps), and p
 client's verdict on itself.
 
     .venv/bin/python bench/client_truth.py [--streams 64 256 1024] [--tokens 200] [--workers 1 2]
+
+With --ingest it first prints bench/client_ingest.py's table, so one run shows events/s at
+C = 1 / 64 / 256 (loadgen, its aiohttp reader, the bare loop, ratios) and the TTFT errors:
+`client_truth.py --ingest --streams 256 1024` is issue #14's must-show.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import statistics
 import struct
@@ -22,7 +27,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from client_ingest import REPO, firehose_binary, free_port, pinned_to, wait_listening
+from client_ingest import (
+    PLAN,
+    REPO,
+    firehose_binary,
+    free_port,
+    ingest,
+    pinned_to,
+    print_ingest,
+    wait_listening,
+)
 
 sys.path.insert(0, str(REPO))
 
@@ -48,23 +62,25 @@ def truth(log: Path, chunk_log: Path) -> tuple[float, float]:
     return statistics.median(ttfts), statistics.median(gaps)
 
 
-def one(n: int, tokens: int, workers: int, tmp: Path) -> dict:
+def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
     port = free_port()
-    log, chunk_log = tmp / f"fh{n}w{workers}.csv", tmp / f"fh{n}w{workers}.bin"
+    tag = f"{n}w{workers}{reader}"
+    log, chunk_log = tmp / f"fh{tag}.csv", tmp / f"fh{tag}.bin"
     cmd = [str(firehose_binary()), "--port", str(port), "--ttft-ms", "50", "--itl-ms", "20",
            "--log", str(log), "--chunk-log", str(chunk_log), "--exit-after", "300",
            "--quiet"]  # fmt: skip
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=pinned_to(0))
     try:
         wait_listening(port)
-        out = tmp / f"run{n}w{workers}"
+        out = tmp / f"run{tag}"
         probe = [str(REPO / ".venv/bin/loadgen"), "request", "--base-url",
                  f"http://127.0.0.1:{port}", "-n", str(n), "-c", str(n), "--max-tokens",
                  str(tokens), "--prompt-tokens", "8", "--out", str(out), "--strict",
                  "--workers", str(workers)]  # fmt: skip
         # One worker is pinned beside the server's core; more spread over all cores.
         pin = pinned_to(1) if workers == 1 else None
-        res = subprocess.run(probe, capture_output=True, text=True, preexec_fn=pin)
+        env = {**os.environ, "LOADGEN_STREAM_READER": reader}
+        res = subprocess.run(probe, capture_output=True, text=True, preexec_fn=pin, env=env)
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(10)
@@ -76,6 +92,7 @@ def one(n: int, tokens: int, workers: int, tmp: Path) -> dict:
     return {
         "n": n,
         "workers": workers,
+        "reader": reader,
         "ok": len(recs),
         "ttft": ttft,
         "true_ttft": true_ttft,
@@ -89,29 +106,55 @@ def one(n: int, tokens: int, workers: int, tmp: Path) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--streams", type=int, nargs="+", default=[64, 256, 1024])
-    ap.add_argument("--tokens", type=int, default=200)
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    args = ap.parse_args()
-    rows = []
+def truth_rows(
+    streams: list[int], tokens: int, workers: list[int], readers: list[str]
+) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
-        for w in args.workers:
-            for n in args.streams:
-                rows.append(one(n, args.tokens, w, Path(tmp)))
-    print(f"paced firehose (TTFT 50 ms, gaps 20 ms, {args.tokens} tokens), server on CPU 0")
-    head = f"{'W':>2} {'N':>5} {'TTFT p50':>9} {'true':>6} {'error':>7} {'gap p50':>8} {'p99':>6}"
+        return [
+            one(n, tokens, w, Path(tmp), reader)
+            for reader in readers
+            for w in workers
+            for n in streams
+        ]
+
+
+def print_truth(rows: list[dict], tokens: int) -> None:
+    print(f"paced firehose (TTFT 50 ms, gaps 20 ms, {tokens} tokens), server on CPU 0")
+    head = f"{'reader':>7} {'W':>2} {'N':>5} {'TTFT p50':>9} {'true':>6} {'error':>7}"
+    head += f" {'gap p50':>8} {'p99':>6}"
     print(head + f" {'true':>6} {'beyond tol':>15} {'bound p50':>9} {'banner':>6} {'exit':>4}")
     for r in rows:
         print(
-            f"{r['workers']:>2} {r['n']:>5} {r['ttft']:>9.1f} {r['true_ttft']:>6.1f}"
+            f"{r['reader']:>7} {r['workers']:>2} {r['n']:>5}"
+            f" {r['ttft']:>9.1f} {r['true_ttft']:>6.1f}"
             f" {r['ttft'] - r['true_ttft']:>+7.1f}"
             f" {r['gap']:>8.2f} {r['gap99']:>6.1f} {r['true_gap']:>6.2f}"
             f" {r['limited']:>7} of {r['ok']:<5} {r['bound_p50']:>9.1f} {r['banner']!s:>6}"
             f" {r['exit']:>4}"
         )
     print(f"(ms; exit {CLIENT_LIMITED_EXIT} = --strict saw client_limited streams)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--streams", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--tokens", type=int, default=200)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument(
+        "--readers",
+        nargs="+",
+        default=["raw"],
+        choices=["raw", "aiohttp"],
+        help="the stream readers to run loadgen with (LOADGEN_STREAM_READER)",
+    )
+    ap.add_argument(
+        "--ingest", action="store_true", help="first print client_ingest's table (one report)"
+    )
+    args = ap.parse_args()
+    if args.ingest:
+        print_ingest(ingest(2000, PLAN))
+        print()
+    print_truth(truth_rows(args.streams, args.tokens, args.workers, args.readers), args.tokens)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,12 @@ async def error_message(resp: aiohttp.ClientResponse) -> str:
         raw = await resp.content.read(1 << 16)
     except (aiohttp.ClientError, OSError):
         raw = b""
-    return error_text(raw) or resp.reason or f"HTTP {resp.status}"
+    return http_error_text(raw, resp.reason, resp.status)
+
+
+def http_error_text(raw: bytes, reason: str | None, status: int) -> str:
+    """The one-line message of an HTTP error answer with body `raw`."""
+    return error_text(raw) or reason or f"HTTP {status}"
 
 
 def not_event_stream(resp: aiohttp.ClientResponse) -> bool:
@@ -49,8 +54,12 @@ async def wrong_content(resp: aiohttp.ClientResponse) -> str:
         raw = await resp.content.read(120)
     except (aiohttp.ClientError, OSError):
         raw = b""
-    ctype = resp.headers.get("Content-Type")
-    return f"HTTP {resp.status} with Content-Type {ctype}, not text/event-stream; body {raw!r}"
+    return wrong_content_text(resp.status, resp.headers.get("Content-Type"), raw)
+
+
+def wrong_content_text(status: int, ctype: str | None, raw: bytes) -> str:
+    """What came instead of an event stream, from its status, Content-Type and first bytes."""
+    return f"HTTP {status} with Content-Type {ctype}, not text/event-stream; body {raw[:120]!r}"
 
 
 def error_text(raw: bytes) -> str:
@@ -76,9 +85,9 @@ def parse_json(method: str, path: str, raw: bytes) -> Any:
 
 
 def connect_reason(exc: BaseException) -> str:
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+    if isinstance(exc, aiohttp.ConnectionTimeoutError | TimeoutError):
         return "connect timed out"
-    err = getattr(exc, "os_error", None)
+    err = exc if isinstance(exc, OSError) else getattr(exc, "os_error", None)
     if err is not None and err.errno:
         return os.strerror(err.errno)  # the same words under uvloop and asyncio
     return one_line(exc)

@@ -1,0 +1,330 @@
+"""The streaming POST's own HTTP/1.1 reader: one asyncio.Protocol per keep-alive connection.
+
+aiohttp spends most of a fast stream in its per-read machinery (a StreamReader, a future and a
+task wake-up per read, a feed_data per chunk). Here `data_received` parses the response head and
+the chunked / length-delimited / until-close body itself and hands each socket read's body
+bytes, with ONE timestamp, straight to the stream's sink (the decoder) before returning: the
+awaiting coroutine wakes only for the head and for the end.
+
+Plain http:// only; the client keeps aiohttp for https, helper requests and redirects. Answers
+that are not the stream (HTTP errors, a 200 that is not text/event-stream, 3xx) are collected up
+to ERROR_BODY_CAP bytes for their message instead of being streamed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from time import perf_counter_ns
+
+from yarl import URL
+
+ERROR_BODY_CAP = 1 << 16
+_HEAD_CAP = 1 << 16
+_SIZE_LINE_CAP = 1 << 10
+# body modes
+_CHUNKED, _LENGTH, _UNTIL_CLOSE = 0, 1, 2
+
+Sink = Callable[[bytes, int], bool]
+
+
+class ProtocolError(Exception):
+    """The server's answer is not HTTP/1.1 this reader can follow; the message is one line."""
+
+
+class Head:
+    __slots__ = ("ctype", "ns", "reason", "status")
+
+    def __init__(self, status: int, reason: str, ctype: str | None, ns: int) -> None:
+        self.status = status
+        self.reason = reason
+        self.ctype = ctype
+        self.ns = ns
+
+    @property
+    def streams(self) -> bool:
+        """A success answer whose body is (or may be: no Content-Type) an event stream."""
+        ctype = self.ctype
+        ok_type = ctype is None or ctype.lower().lstrip().startswith("text/event-stream")
+        return 200 <= self.status < 300 and ok_type
+
+
+class Conn(asyncio.Protocol):
+    """One connection; one exchange at a time. `begin` arms it and sends the request; `head`
+    then `done` resolve as the answer arrives (done's result: the body was read to its end)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.reused = False
+        self.received = 0  # bytes of the current exchange
+        self.head: asyncio.Future[Head] | None = None
+        self.done: asyncio.Future[bool] | None = None
+        self.sink: Sink | None = None
+        self.collected = bytearray()
+        self.reusable = False
+        self._buf = b""  # head bytes so far, or a partial chunk-size line
+        self._in_body = False
+        self._streaming = False
+        self._mode = _CHUNKED
+        self._rem = 0  # data bytes left in the current chunk / body
+        self._skip = 0  # CRLF bytes after a chunk's data still to skip
+        self._trailer = False
+
+    # -------------------------------------------------------------- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        why = str(exc) if exc else "server closed the connection"
+        if self.done is None or self.done.done():
+            return
+        if not self._in_body:
+            self._raise(ConnectionResetError(f"before the response head: {why}"))
+        elif self._mode == _UNTIL_CLOSE or not self._streaming:
+            self.done.set_result(exc is None and self._mode == _UNTIL_CLOSE)
+        else:
+            self._raise(ConnectionResetError(f"mid-body: {why}"))
+
+    def data_received(self, data: bytes) -> None:
+        now = perf_counter_ns()
+        self.received += len(data)
+        if self.done is None or self.done.done():
+            # Bytes nobody asked for (after the answer, or while idle): never reuse this one.
+            self.reusable = False
+            if self.done is None:
+                self.abort()
+            return
+        try:
+            if not self._in_body:
+                data = self._take_head(data, now)
+                if not self._in_body:
+                    return
+            self._take_body(data, now)
+        except ProtocolError as exc:
+            self._fail(exc)
+
+    # -------------------------------------------------------------- exchange
+
+    def begin(self, request: bytes, sink: Sink | None) -> None:
+        loop = asyncio.get_running_loop()
+        self.head = loop.create_future()
+        self.done = loop.create_future()
+        self.sink = sink
+        self.collected = bytearray()
+        self.reusable = False
+        self.received = 0
+        self._buf = b""
+        self._in_body = self._trailer = False
+        self._rem = self._skip = 0
+        assert self.transport is not None
+        self.transport.write(request)
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _fail(self, exc: Exception) -> None:
+        self._raise(exc)
+        self.abort()
+
+    def _raise(self, exc: Exception) -> None:
+        # Only the future the owner awaits next gets the error: an exception set on a future
+        # nobody awaits is logged as never retrieved.
+        if self.head is not None and not self.head.done():
+            self.head.set_exception(exc)
+            if self.done is not None:
+                self.done.cancel()
+        elif self.done is not None and not self.done.done():
+            self.done.set_exception(exc)
+
+    def _finish(self) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_result(True)
+
+    def _take_head(self, data: bytes, now: int) -> bytes:
+        buf = self._buf + data if self._buf else data
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > _HEAD_CAP:
+                raise ProtocolError(f"response head over {_HEAD_CAP} bytes")
+            self._buf = buf
+            return b""
+        self._buf = b""
+        lines = buf[:end].decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise ProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+        status = int(parts[1])
+        rest = buf[end + 4 :]
+        if 100 <= status < 200:  # 100 Continue and friends: the real head follows
+            return self._take_head(rest, now) if rest else b""
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise ProtocolError(f"not a header line: {line[:80]!r}")
+            headers[name.strip().lower()] = value.strip()
+        head = Head(status, parts[2] if len(parts) > 2 else "", headers.get("content-type"), now)
+        keep = parts[0] == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self._mode = _CHUNKED
+        elif "content-length" in headers:
+            try:
+                self._rem = int(headers["content-length"])
+            except ValueError:
+                raise ProtocolError("bad Content-Length") from None
+            self._mode = _LENGTH
+        else:
+            self._mode = _UNTIL_CLOSE
+            keep = False
+        self.reusable = keep
+        self._in_body = True
+        self._streaming = head.streams and self.sink is not None
+        assert self.head is not None
+        self.head.set_result(head)
+        if (self._mode == _LENGTH and self._rem == 0) or status in (204, 304):
+            self._finish()
+        return rest
+
+    def _take_body(self, data: bytes, now: int) -> None:
+        if not data:
+            return
+        if self._mode == _CHUNKED:
+            body, ended = self._dechunk(data)
+        elif self._mode == _LENGTH:
+            body = data[: self._rem]
+            self._rem -= len(body)
+            ended = self._rem == 0
+        else:
+            body, ended = data, False
+        if body:
+            if self._streaming:
+                assert self.sink is not None
+                if self.sink(body, now):
+                    self._streaming = False
+                    self.sink = None
+                    if not ended:
+                        self.reusable = False  # the rest of this body is never read
+                        self._finish()
+            elif len(self.collected) < ERROR_BODY_CAP:
+                self.collected += body[: ERROR_BODY_CAP - len(self.collected)]
+                if len(self.collected) >= ERROR_BODY_CAP and not ended:
+                    self.reusable = False
+                    self._finish()
+        if ended:
+            self._finish()
+
+    def _dechunk(self, data: bytes) -> tuple[bytes, bool]:
+        """The chunk payload bytes in `data` and whether the terminating chunk was among them."""
+        if self._buf:
+            data = self._buf + data
+            self._buf = b""
+        if self._trailer:
+            return b"", self._end_trailer(data)
+        out: list[bytes] = []
+        pos, n = 0, len(data)
+        rem, skip = self._rem, self._skip
+        find = data.find
+        while pos < n:
+            if rem:
+                end = pos + rem
+                if end > n:
+                    out.append(data[pos:])
+                    rem = end - n
+                    break
+                out.append(data[pos:end])
+                pos, rem, skip = end, 0, 2
+            if skip:
+                k = min(skip, n - pos)
+                pos += k
+                skip -= k
+                continue
+            eol = find(b"\r\n", pos)
+            if eol < 0:
+                if n - pos > _SIZE_LINE_CAP:
+                    raise ProtocolError("chunk-size line too long")
+                self._buf = data[pos:]
+                break
+            line = data[pos:eol]
+            try:
+                size = int(line, 16)
+            except ValueError:
+                try:
+                    size = int(line.split(b";", 1)[0], 16)
+                except ValueError:
+                    raise ProtocolError(f"bad chunk-size line {line[:40]!r}") from None
+            pos = eol + 2
+            if size == 0:
+                self._rem = self._skip = 0
+                self._trailer = True
+                return b"".join(out), self._end_trailer(data[pos:])
+            end = pos + size
+            if end + 2 <= n:  # the usual case: the whole chunk and its CRLF are in this read
+                out.append(data[pos:end])
+                pos = end + 2
+            else:
+                rem = size
+        self._rem, self._skip = rem, skip
+        return (out[0] if len(out) == 1 else b"".join(out)), False
+
+    def _end_trailer(self, data: bytes) -> bool:
+        """Consumes trailer lines up to the empty one; True once it has come."""
+        buf = self._buf + data if self._buf else data
+        if buf.startswith(b"\r\n") or buf.find(b"\r\n\r\n") >= 0:
+            self._buf = b""
+            return True
+        if len(buf) > _HEAD_CAP:
+            raise ProtocolError("chunked trailer too long")
+        self._buf = buf
+        return False
+
+
+class RawPool:
+    """Idle keep-alive connections to one http:// origin, newest first."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], connect_s: float) -> None:
+        url = URL(base_url)
+        self.host = url.host or "127.0.0.1"
+        self.port = url.port or 80
+        self.prefix = url.path.rstrip("/")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        fixed = {"Host": f"{host}:{self.port}", **headers}
+        self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
+        self.connect_s = connect_s
+        self._idle: list[Conn] = []
+
+    def request_bytes(self, method: str, path: str, body: bytes, request_id: str | None) -> bytes:
+        rid = "" if request_id is None else f"X-Request-Id: {request_id}\r\n"
+        head = f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._fixed}{rid}"
+        return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
+
+    async def acquire(self) -> Conn:
+        """An idle connection, or a new one (raises OSError / TimeoutError on connect)."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed:
+                conn.reused = True
+                return conn
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(Conn, self.host, self.port), self.connect_s
+        )
+        return conn
+
+    def release(self, conn: Conn, ok: bool) -> None:
+        """Back to the pool when its answer was read whole and it may be kept; else closed."""
+        if ok and conn.reusable and not conn.closed:
+            conn.head = conn.done = None
+            conn.sink = None
+            self._idle.append(conn)
+        else:
+            conn.abort()
+
+    def close(self) -> None:
+        for conn in self._idle:
+            conn.abort()
+        self._idle.clear()
