@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -168,3 +169,27 @@ async def wait_for_log_line(log_dir: Path, text: str, timeout_s: float = 10.0) -
                 return log
         await asyncio.sleep(0.02)
     raise AssertionError(f"no log line {text!r} in {log_dir}")
+
+
+def test_a_server_that_ignores_sigterm_dies_with_its_launcher(tmp_path):
+    """vLLM catches SIGTERM; when loadgen is killed, its server must go all the same."""
+    launcher = (
+        "import sys; from pathlib import Path; from loadgen.server.launcher import _spawn\n"
+        "code = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "time.sleep(600)'\n"
+        "proc = _spawn([sys.executable, '-c', code], {}, Path(sys.argv[1]))\n"
+        "print(proc.pid, flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", launcher, str(tmp_path / "server.log")], stdout=subprocess.PIPE
+    )
+    try:
+        server_pid = int(parent.stdout.readline())
+        assert not is_gone(server_pid)
+        parent.kill()
+        parent.wait(timeout=10)
+        assert wait_gone(server_pid, timeout_s=10), "the server outlived its killed launcher"
+    finally:
+        parent.kill()
+        parent.stdout.close()
