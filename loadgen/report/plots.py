@@ -16,6 +16,7 @@ from itertools import pairwise
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -73,12 +74,17 @@ def timeline_png(streams: list[dict[str, Any]]) -> bytes | None:
     height = min(2.0 + 0.22 * len(rows), 30.0)
     fig = Figure(figsize=(13, height))
     ax = fig.add_subplot()
+    # One collection per (colour, kind) rather than one artist per segment: thousands of
+    # artists made this figure the report's slowest; segments never overlap, so it looks the same.
+    boxes: dict[tuple[str, str], list[list[tuple[float, float]]]] = {}
     for y, s in enumerate(rows):
         colour = VERDICT_COLOURS.get(s["verdict"], "#000000")
         for kind, a, b in _segments(s):
-            ax.broken_barh(
-                [(a, b - a)], (y - 0.4, 0.8), facecolors=colour, alpha=SEGMENT_ALPHA[kind]
-            )
+            corners = [(a, y - 0.4), (a, y + 0.4), (b, y + 0.4), (b, y - 0.4)]
+            boxes.setdefault((colour, kind), []).append(corners)
+    for (colour, kind), polys in boxes.items():
+        ax.add_collection(PolyCollection(polys, facecolors=colour, alpha=SEGMENT_ALPHA[kind]))
+    ax.autoscale_view()
     ax.set_ylim(len(rows) - 0.5, -0.5)
     if len(rows) <= 60:
         ax.set_yticks(range(len(rows)), [f"{s['id']} ({s['group']})" for s in rows], fontsize=8)
