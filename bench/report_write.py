@@ -4,8 +4,8 @@ profiled.
 
     .venv/bin/python bench/report_write.py SCENARIO [--set k=v ...] [--repeat N]
 
-e.g. `bench/report_write.py politeness_fine` (a 10-arm sweep) or a 2,000-stream run:
-`bench/report_write.py whale_c4 --set groups.1.count=2000` (any scenario with many streams).
+e.g. `bench/report_write.py scenarios/politeness_fine.yaml` (a 10-arm sweep), or any scenario
+with thousands of streams (a Poisson arrival with `count: 2000`).
 
 Prints the run's wall time, then each write_report's wall and CPU time, then the share of the
 profiled write per stage (analysis, matplotlib drawing, PNG encoding, HTML). Shares are of the
@@ -20,8 +20,9 @@ import cProfile
 import pstats
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
+
+from virtual_scale import print_stage_shares  # bench/ is on sys.path when run as a script
 
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.report.cmd import write_report
@@ -34,14 +35,6 @@ STAGES = (
     ("analysis (loadgen/analysis)", ("loadgen/analysis", "hdrh")),
     ("report text + html (loadgen/report)", ("loadgen/report",)),
 )
-
-
-def stage_of(key: tuple[str, int, str]) -> str:
-    where = f"{key[0]}:{key[2]}"
-    for name, needles in STAGES:
-        if any(n in where for n in needles):
-            return name
-    return "other"
 
 
 def main() -> None:
@@ -70,19 +63,8 @@ def main() -> None:
         prof.enable()
         write_report(run_dir)
         prof.disable()
-    by_stage: dict[str, float] = defaultdict(float)
-    stats = pstats.Stats(prof)
-    for key, (_, _, tottime, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
-        if key[0] != "~":
-            by_stage[stage_of(key)] += tottime
-            continue
-        for caller, (_, _, caller_tt, _) in callers.items():
-            by_stage[stage_of(caller)] += caller_tt
-    total = sum(by_stage.values())
-    print(f"profiled write: {total:.2f} s")
-    for name, t in sorted(by_stage.items(), key=lambda kv: -kv[1]):
-        print(f"  {t / total * 100:5.1f}%  {name}")
-    stats.sort_stats("cumulative").print_stats(25)
+    print_stage_shares(prof, STAGES)
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
 
 
 if __name__ == "__main__":
