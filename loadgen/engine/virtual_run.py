@@ -84,9 +84,10 @@ class SimTokenCounter:
         base = self._ends[keep - 1] if keep else 0
         before = self._counts[keep - 1] if keep else 0
         ends, counts = self._tok.piece_counts(text[base:])
-        self._text = text
-        self._ends = self._ends[:keep] + [base + e for e in ends]
-        self._counts = self._counts[:keep] + [before + c for c in counts]
+        if keep:
+            ends = self._ends[:keep] + [base + e for e in ends]
+            counts = self._counts[:keep] + [before + c for c in counts]
+        self._text, self._ends, self._counts = text, ends, counts
         return self._frame + (self._counts[-1] if self._counts else 0)
 
 
