@@ -45,12 +45,31 @@ STAGES = (
 )  # fmt: skip
 
 
-def stage_of(key: tuple[str, int, str]) -> str:
+def stage_of(key: tuple[str, int, str], stages: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
     where = f"{key[0]}:{key[2]}"
-    for name, needles in STAGES:
+    for name, needles in stages:
         if any(n in where for n in needles):
             return name
     return "other"
+
+
+def print_stage_shares(
+    prof: cProfile.Profile, stages: tuple[tuple[str, tuple[str, ...]], ...] = STAGES
+) -> None:
+    """Each stage's share of the profiled self time, largest first."""
+    by_stage: dict[str, float] = defaultdict(float)
+    stats = pstats.Stats(prof)
+    for key, (_, _, tottime, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if key[0] != "~":
+            by_stage[stage_of(key, stages)] += tottime
+            continue
+        # A builtin (regex, list, len...) has no file: its time goes to the stages calling it.
+        for caller, (_, _, caller_tt, _) in callers.items():
+            by_stage[stage_of(caller, stages)] += caller_tt
+    total = sum(by_stage.values())
+    print(f"profiled: {total:.2f} s")
+    for name, t in sorted(by_stage.items(), key=lambda kv: -kv[1]):
+        print(f"  {t / total * 100:5.1f}%  {name}")
 
 
 def main() -> None:
@@ -84,18 +103,7 @@ def main() -> None:
           f"{' under cProfile' if prof else ''}; prompts off their size: {mismatched}")  # fmt: skip
     if prof is None:
         return
-    by_stage: dict[str, float] = defaultdict(float)
-    stats = pstats.Stats(prof)
-    for key, (_, _, tottime, _, callers) in stats.stats.items():  # type: ignore[attr-defined]
-        if key[0] != "~":
-            by_stage[stage_of(key)] += tottime
-            continue
-        # A builtin (regex, list, len...) has no file: its time goes to the stages calling it.
-        for caller, (_, _, caller_tt, _) in callers.items():
-            by_stage[stage_of(caller)] += caller_tt
-    total = sum(by_stage.values())
-    for name, t in sorted(by_stage.items(), key=lambda kv: -kv[1]):
-        print(f"  {t / total * 100:5.1f}%  {name}")
+    print_stage_shares(prof)
 
 
 if __name__ == "__main__":

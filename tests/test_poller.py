@@ -116,3 +116,27 @@ async def test_good_scrape_keeps_info_and_values():
     assert sample.values["kv_cache_usage_perc"] == 0.25
     assert poller.info["cache_config_info"]["block_size"] == "32"
     assert sample.t_ns >= 0
+
+
+def test_collector_families_read_as_the_exposition_text_does():
+    """The virtual sim samples its collector directly; the values and info must be those the
+    text round trip (what the wall-clock poller reads) gives, on a sim mid-run."""
+    from prometheus_client import generate_latest
+
+    from loadgen.engine.poller import parse_families
+    from loadgen.sim.requests import SimRequest
+    from loadgen.sim.server import SimState
+    from loadgen.sim.virtual import config_from_settings
+
+    state = SimState(config_from_settings({"profile": "default", "num_speculative_tokens": 2}))
+    for i in range(3):
+        state.engine.add_request(SimRequest(f"r{i}", list(range(5, 400 + 100 * i)), 20))
+    for _ in range(4):
+        state.engine.step()
+    direct = parse_families(state.registry.collect())
+    text = parse_exposition(generate_latest(state.registry).decode("utf-8"))
+    assert direct == text
+    assert direct.values["generation_tokens_total"] > 0
+    assert direct.values["num_requests_running"] == 3.0
+    assert direct.values["spec_decode_num_drafts_total"] > 0
+    assert direct.info["cache_config_info"]["block_size"] == "16"

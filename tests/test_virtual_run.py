@@ -245,3 +245,26 @@ async def test_the_azure_code_trace_replays_on_64_seats(tmp_path: Path):
         (row.offset_ns, max(row.input_tokens, MIN_PROMPT_TOKENS), row.output_tokens) for row in rows
     )
     assert max(m.values["num_requests_running"] for m in run.metrics) <= 64
+
+
+async def test_sim_token_counter_agrees_with_encoding_whatever_it_reuses():
+    """Cuts, growths, fillers, special tokens and whitespace runs across the reuse point, an
+    unrelated text: every count is the tokenizer's count of the text sent."""
+    import random
+
+    from loadgen.client.openai import Timeouts
+    from loadgen.engine.virtual_run import SimTokenCounter
+    from loadgen.scenario.textgen import text_chunks
+    from loadgen.sim.virtual import VirtualSim, config_from_settings
+
+    sim = VirtualSim(config_from_settings({}), Timeouts(), model="m")
+    counter = SimTokenCounter(sim, chat=False, template=None)
+    chunks = text_chunks("code", 7)
+    base = "".join(next(chunks) for _ in range(6))
+    r = random.Random(3)
+    texts = [base, base[:900], base[:901] + " a", base + "\n\n   <|im_end|>xyz", "<|im_", base]
+    for _ in range(60):
+        cut = base[: r.randrange(1, len(base))]
+        texts.append(cut + r.choice([" a", ",", "  \n\t ", "<|endoftext|>", "Zq9", ""]))
+    for text in texts:
+        assert await counter.count(text) == sim.tokenizer.count(text), repr(text[-40:])

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.records import MetricsSample
@@ -68,9 +69,15 @@ class ParsedMetrics:
 
 def parse_exposition(text: str) -> ParsedMetrics:
     """Canonical values and info labels from Prometheus text exposition."""
+    return parse_families(text_string_to_metric_families(text))
+
+
+def parse_families(families: Iterable[Metric]) -> ParsedMetrics:
+    """Canonical values and info labels from metric families: parsed from text, or straight
+    from a collector in the same process (the virtual sim: no text to build and parse)."""
     values: dict[str, float] = {}
     info: dict[str, dict[str, str]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in families:
         for sample in family.samples:
             if sample.name in INFO_METRICS:
                 info[sample.name.split(":", 1)[1]] = dict(sample.labels)
@@ -90,7 +97,7 @@ class MetricsPoller:
 
     def __init__(
         self,
-        fetch: Callable[[], Awaitable[str]],
+        fetch: Callable[[], Awaitable[str | Iterable[Metric]]],
         sink: Callable[[MetricsSample], None],
         *,
         interval_s: float,
@@ -111,8 +118,8 @@ class MetricsPoller:
 
     async def scrape_once(self) -> MetricsSample:
         try:
-            text = await self._fetch()
-            parsed = parse_exposition(text)
+            got = await self._fetch()
+            parsed = parse_exposition(got) if isinstance(got, str) else parse_families(got)
         except Exception as exc:  # any scrape failure is data, not a crash
             self.failures += 1
             if self.failures == 1:

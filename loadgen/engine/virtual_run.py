@@ -22,6 +22,8 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from prometheus_client.metrics_core import Metric
+
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.run import RunOptions, client_timeouts, prime_rep
@@ -33,6 +35,7 @@ from loadgen.scenario.plan import ArmPlan, PlannedRequest, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
 from loadgen.server.sim import sim_flags
+from loadgen.sim.tokenizer import SPECIAL_TOKENS
 from loadgen.sim.virtual import (
     NS,
     SettingsError,
@@ -51,12 +54,14 @@ CLIENT_NOTE = (
 class SimTokenCounter:
     """Counts a prompt on the sim's own tokenizer, as its /tokenize does (chat: templated).
 
-    Sizing a prompt counts ever shorter cuts of one long text; the sim tokenizer encodes each
-    pre-split piece alone, so a cut at a piece end of the last text encoded is counted from
-    that encoding's running totals instead of encoding it again. A chat template only adds a
-    fixed frame around the content (its pieces end at the content's edges). The record's
-    prompt_tokens still come from encoding the prompt sent, so a wrong count would show as
-    prompt_tokens != requested_prompt_tokens."""
+    Sizing a prompt counts ever shorter cuts of one long text, then maybe that text grown or a
+    cut with short fillers appended; the sim tokenizer encodes each pre-split piece alone, so
+    only the pieces past the last text encoded are encoded again: a cut at one of its piece
+    ends is read from its running totals, and a text sharing a head with it reuses the totals
+    up to a piece end safely before where they part (the split reads at most a special token's
+    length ahead). A chat template only adds a fixed frame around the content (its pieces end
+    at the content's edges). The record's prompt_tokens still come from encoding the prompt
+    sent, so a wrong count would show as prompt_tokens != requested_prompt_tokens."""
 
     method = "local"
 
@@ -74,9 +79,32 @@ class SimTokenCounter:
             i = bisect.bisect_left(self._ends, n)
             if i < len(self._ends) and self._ends[i] == n:
                 return self._frame + self._counts[i]
-        self._text = text
-        self._ends, self._counts = self._tok.piece_counts(text)
+        # Pieces wholly before this point split the same in both texts.
+        keep = bisect.bisect_right(self._ends, _shared_head(self._text, text) - _LOOKAHEAD)
+        base = self._ends[keep - 1] if keep else 0
+        before = self._counts[keep - 1] if keep else 0
+        ends, counts = self._tok.piece_counts(text[base:])
+        if keep:
+            ends = self._ends[:keep] + [base + e for e in ends]
+            counts = self._counts[:keep] + [before + c for c in counts]
+        self._text, self._ends, self._counts = text, ends, counts
         return self._frame + (self._counts[-1] if self._counts else 0)
+
+
+# How far past a piece the tokenizer's split may read: its longest special token.
+_LOOKAHEAD = max(map(len, SPECIAL_TOKENS)) + 1
+
+
+def _shared_head(a: str, b: str) -> int:
+    """The length of the longest common prefix of `a` and `b` (bisection on C compares)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class Schedule:
@@ -291,7 +319,10 @@ async def drive_virtual_arm(
 
 
 def metrics_fetch(sim: VirtualSim) -> Callable[[], Any]:
-    async def fetch() -> str:
-        return sim.metrics_text()
+    """The sim's metric families as its collector has them now: the values /metrics would
+    show, without building the text and parsing it back at every poll."""
+
+    async def fetch() -> list[Metric]:
+        return sim.metric_families()
 
     return fetch

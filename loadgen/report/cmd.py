@@ -14,7 +14,7 @@ from loadgen.analysis.inputs import NotARunDirectory, is_sweep_dir, read_manifes
 from loadgen.analysis.stats import dumps_canonical
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
-from loadgen.report.html import render_html, render_sweep_html
+from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.plots import sessions_png
 from loadgen.report.soak_report import is_soak, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
@@ -31,18 +31,23 @@ from loadgen.report.text import (
 
 
 def _write_run(path: Path, analysis: Analysis) -> str:
+    """Writes one run's files; returns its report.html body (a sweep's parent embeds it)."""
     s = analysis.summary
     # Everything is rendered before anything is written: a failure leaves no half a report.
-    plain, html = render_plain(s), render_html(analysis)
-    shown = render_rich(run_tables(s), header(s) + hist_lines(s))
+    sessions = sessions_png(s["streams"])
+    body = run_body(analysis, sessions)
+    plain, html = render_plain(s), render_html(analysis, body)
     write_hlogs(path / "hist", analysis.histograms)
     (path / "summary.json").write_bytes(dumps_canonical(s))
     (path / "report.txt").write_text(plain, encoding="utf-8")
     (path / "report.html").write_text(html, encoding="utf-8")
-    sessions = sessions_png(s["streams"])
     if sessions is not None:
         (path / "sessions.png").write_bytes(sessions)
-    return shown
+    return body
+
+
+def _run_rich(s: dict[str, Any]) -> str:
+    return render_rich(run_tables(s), header(s) + hist_lines(s))
 
 
 def write_report(run_dir: Path) -> str:
@@ -52,17 +57,19 @@ def write_report(run_dir: Path) -> str:
     if is_soak(read_manifest(run_dir)):
         return write_soak_report(run_dir)
     if not is_sweep_dir(run_dir):
-        return _write_run(run_dir, analyze_run(run_dir))
+        analysis = analyze_run(run_dir)
+        shown = _run_rich(analysis.summary)
+        _write_run(run_dir, analysis)
+        return shown
     sweep, arms = analyze_sweep(run_dir)
-    for name, analysis in arms.items():
-        _write_run(run_dir / "arms" / name, analysis)
+    bodies = {name: _write_run(run_dir / "arms" / name, a) for name, a in arms.items()}
     (run_dir / "summary.json").write_bytes(dumps_canonical(sweep))
     plain = render_sweep_plain(sweep, {n: a.summary for n, a in arms.items()})
     (run_dir / "report.txt").write_text(plain, encoding="utf-8")
     figure = sweep_figure(sweep)
     if figure is not None:
         (run_dir / SWEEP_PNG).write_bytes(figure)
-    (run_dir / "report.html").write_text(render_sweep_html(sweep, arms, figure), encoding="utf-8")
+    (run_dir / "report.html").write_text(render_sweep_html(sweep, bodies, figure), encoding="utf-8")
     return _sweep_rich(sweep, arms)
 
 
@@ -77,8 +84,7 @@ def render_report(run_dir: Path) -> str:
     """The report of a run (or sweep) directory as the terminal shows it, writing nothing."""
     if is_sweep_dir(run_dir):
         return _sweep_rich(*analyze_sweep(run_dir))
-    s = analyze_run(run_dir).summary
-    return render_rich(run_tables(s), header(s) + hist_lines(s))
+    return _run_rich(analyze_run(run_dir).summary)
 
 
 @click.command("report")

@@ -81,8 +81,9 @@ def _without_title(lines: list[str]) -> list[str]:
     return [line for line in lines if line != title]
 
 
-def run_body(analysis: Analysis) -> str:
-    """The body of one run's report: figures, tables, streams."""
+def run_body(analysis: Analysis, sessions_png: bytes | None) -> str:
+    """The body of one run's report: figures, tables, streams (`sessions_png` is drawn by the
+    caller, which also writes it as a file)."""
     s = analysis.summary
     tables = "".join(to_html(t) for t in run_tables(s))
     return "".join(
@@ -98,7 +99,7 @@ def run_body(analysis: Analysis) -> str:
                 "latency percentiles",
                 "no latencies recorded",
             ),
-            *_sessions_section(s["streams"]),
+            *_sessions_section(sessions_png),
             "<h2>Server metrics</h2>",
             _img(plots.metrics_png(analysis.timeline), "server metrics", "no server metrics"),
             _streams_table(s["streams"]),
@@ -106,8 +107,7 @@ def run_body(analysis: Analysis) -> str:
     )
 
 
-def _sessions_section(streams: list[dict[str, Any]]) -> list[str]:
-    png = plots.sessions_png(streams)
+def _sessions_section(png: bytes | None) -> list[str]:
     return [] if png is None else ["<h2>Sessions</h2>", _img(png, "sessions", "")]
 
 
@@ -119,20 +119,21 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def render_html(analysis: Analysis) -> str:
-    """report.html of one run."""
-    return _page(_title(header(analysis.summary)), run_body(analysis))
+def render_html(analysis: Analysis, body: str) -> str:
+    """report.html of one run, around its `run_body`."""
+    return _page(_title(header(analysis.summary)), body)
 
 
 def render_sweep_html(
-    sweep: dict[str, Any], arms: dict[str, Analysis], figure: bytes | None = None
+    sweep: dict[str, Any], bodies: dict[str, str], figure: bytes | None = None
 ) -> str:
     """report.html of a sweep parent: the across-arm tables and figure (sweep_plot's, drawn
-    against the swept flag), then each arm's report."""
+    against the swept flag), then each arm's report body (as rendered for the arm's own
+    report.html: drawing every figure again would double the report's cost)."""
     parts = [_head_lines(_without_title(header(sweep)))]
     parts += [to_html(t) for t in sweep_tables(sweep)]
     if figure is not None:
         parts.append("<h2>Across the sweep</h2>" + _img(figure, "sweep figure", ""))
-    for name, a in sorted(arms.items()):
-        parts.append(f"<h2>Arm {html.escape(name)}</h2>{run_body(a)}")
+    for name, body in sorted(bodies.items()):
+        parts.append(f"<h2>Arm {html.escape(name)}</h2>{body}")
     return _page(_title(header(sweep)), "".join(parts))

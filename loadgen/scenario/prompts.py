@@ -35,8 +35,14 @@ _WORD_RE = re.compile(r"\w+|[^\w\s]")
 _FILLERS = (" a", ",", " the", ".", " x")
 _MAX_PAD_CALLS = 12
 _MAX_GROWTHS = 6
-# First guess at characters per token; the text is extended when it falls short.
-_CHARS_PER_TOKEN = 5
+# First guess at characters per token, before the counter has answered for a shape; the text
+# is extended when it falls short.
+_CHARS_PER_TOKEN = 5.0
+# Once learned, text is generated this much past the target at the density seen last: enough
+# that a second count (a growth) is rare, not so much that generating and counting the surplus
+# dominates (a 5-char guess was twice the text a sim-tokenized prompt needs).
+_DENSITY_MARGIN = 1.2
+_MIN_SURPLUS_CHARS = 64
 
 
 class TokenCounter(Protocol):
@@ -104,21 +110,24 @@ class PromptBuilder:
         self._prefixes: dict[tuple[str, int], tuple[str, int]] = {}
         self._files: dict[str, str] = {}
         self._blocks: BlockComposer | None = None
+        # Characters per token of each text shape, as the counter last counted it.
+        self._density: dict[str, float] = {}
 
     async def build(self, spec: PromptSpec) -> BuiltPrompt:
         method = self.counter.method
         if spec.blocks is not None:
             return await self._block_prompt(spec)
         if spec.prefix_key is None or spec.prefix_tokens is None:
+            chunks = self._chunks(spec, spec.text_seed)
             text, tokens = await self._fit(
-                salt_tag(spec.salt), None, self._chunks(spec, spec.text_seed), spec.tokens
+                salt_tag(spec.salt), None, chunks, spec.tokens, spec.shape
             )
             return BuiltPrompt(text, tokens, method)
         prefix, prefix_tokens = await self._prefix(spec)
         if spec.tokens <= spec.prefix_tokens:
             return BuiltPrompt(prefix, prefix_tokens, method, len(prefix))
         tail = _separated(self._chunks(spec, spec.text_seed))
-        text, tokens = await self._fit(prefix, prefix_tokens, tail, spec.tokens)
+        text, tokens = await self._fit(prefix, prefix_tokens, tail, spec.tokens, spec.shape)
         return BuiltPrompt(text, tokens, method, len(prefix))
 
     async def _block_prompt(self, spec: PromptSpec) -> BuiltPrompt:
@@ -144,7 +153,7 @@ class PromptBuilder:
         if key not in self._prefixes:
             chunks = self._chunks(spec, spec.prefix_seed)
             self._prefixes[key] = await self._fit(
-                salt_tag(spec.salt), None, chunks, spec.prefix_tokens
+                salt_tag(spec.salt), None, chunks, spec.prefix_tokens, spec.shape
             )
         return self._prefixes[key]
 
@@ -161,9 +170,11 @@ class PromptBuilder:
         return await self.counter.count(text)
 
     async def _fit(
-        self, head: str, head_tokens: int | None, chunks: Iterator[str], target: int
+        self, head: str, head_tokens: int | None, chunks: Iterator[str], target: int, shape: str
     ) -> tuple[str, int]:
-        """head + the longest run of pieces from `chunks` that counts `target` tokens."""
+        """head + the longest run of pieces from `chunks` that counts `target` tokens. The result
+        does not depend on how much text is generated first (the count grows with every piece,
+        so one cut fits), only on the chunks and the counter's answers."""
         if head_tokens is None:
             head_tokens = await self.count(head)
         if head_tokens > target:
@@ -172,7 +183,7 @@ class PromptBuilder:
             )
         if head_tokens == target:
             return head, target
-        body = _Pieces(chunks, (target - head_tokens) * _CHARS_PER_TOKEN)
+        body = _Pieces(chunks, self._chars_wanted(shape, target - head_tokens))
         full = await self.count(head + body.text)
         for _ in range(_MAX_GROWTHS):
             if full > target:
@@ -183,6 +194,7 @@ class PromptBuilder:
             full = await self.count(head + body.text)
         else:
             raise PromptSizeError(f"{len(body.text):,} characters still count {full} tokens")
+        self._density[shape] = len(body.text) / (full - head_tokens)
         lo, lo_count, hi, hi_count = 0, head_tokens, len(body), full
         error, secant = math.inf, True
         while hi - lo > 1:
@@ -198,6 +210,13 @@ class PromptBuilder:
             secant = not secant or abs(c - target) * 2 <= error
             error = abs(c - target)
         return await self._pad(head + body.prefix(lo), lo_count, target)
+
+    def _chars_wanted(self, shape: str, tokens: int) -> int:
+        """Characters to generate for `tokens` tokens of `shape`: past the learned density."""
+        learned = self._density.get(shape)
+        if learned is None:
+            return math.ceil(tokens * _CHARS_PER_TOKEN)
+        return math.ceil(tokens * learned * _DENSITY_MARGIN) + _MIN_SURPLUS_CHARS
 
     async def _pad(self, text: str, tokens: int, target: int) -> tuple[str, int]:
         """Short fillers appended until the count is exact (or the calls run out)."""

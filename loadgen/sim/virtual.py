@@ -15,7 +15,7 @@ It does what the sim server and the client together do over loopback, with the w
   tokens per chunk (`usage_continuous`), t_sent = t_headers = arrival (the sim sends headers at
   once), t_first/t_last/t_done on chunk arrivals; errors keep the client's classes and
   messages (http_NNN, connection_closed for an injected drop, *_timeout from the same limits);
-- /metrics is the same Prometheus exposition the server serves, read from the same collector.
+- /metrics is read from the same collector the server renders its exposition from.
 
 What the client measures over loopback that this does not: its own lateness and event-loop lag
 (a virtual client is never late), the transport, and `bytes` (0: nothing crosses a wire).
@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import generate_latest
+from prometheus_client.metrics_core import Metric
 
 from loadgen.client.openai import Timeouts, timeout_error
 from loadgen.records import StreamError, StreamRecord
@@ -141,9 +141,9 @@ class VirtualSim:
 
     # -- what a client could ask over HTTP -------------------------------------------------
 
-    def metrics_text(self) -> str:
-        """GET /metrics, now."""
-        return generate_latest(self.state.registry).decode("utf-8")
+    def metric_families(self) -> list[Metric]:
+        """GET /metrics, now, as the metric families the exposition text is rendered from."""
+        return list(self.state.registry.collect())
 
     def prompt_ids(self, text: str, *, chat: bool, template: Mapping[str, Any] | None) -> list[int]:
         """The prompt's token ids as the server tokenizes it (chat: through its template)."""
