@@ -96,8 +96,9 @@ def test_a_run_with_client_limited_streams_opens_its_reports_with_the_banner(
 
 
 async def paced_streams(n: int, *, hog_ms: float) -> list:
-    """n streams of 5 tokens (true TTFT 200 ms, tolerance 10 ms) while, when hog_ms > 0,
-    something else on the client's loop holds it for hog_ms out of every hog_ms + 10 ms."""
+    """n streams of 5 tokens (true TTFT 1 s, so a tolerance of 50 ms: wide enough that a busy
+    machine's scheduling alone does not cross it) while, when hog_ms > 0, something else on the
+    client's loop holds it for hog_ms out of every hog_ms + 10 ms."""
     stop = asyncio.Event()
 
     async def hog() -> None:
@@ -107,7 +108,7 @@ async def paced_streams(n: int, *, hog_ms: float) -> list:
 
     reqs = [StreamRequest(id=f"s{i}", model="m", prompt="p", max_tokens=5) for i in range(n)]
     async with (
-        PacedServer(PacedConfig(ttft_s=0.2, gap_s=0.02)) as srv,
+        PacedServer(PacedConfig(ttft_s=1.0, gap_s=0.02)) as srv,
         OpenAIClient(srv.url, concurrency=n) as client,
     ):
         await client.warm(n)
@@ -122,11 +123,11 @@ async def paced_streams(n: int, *, hog_ms: float) -> list:
 
 async def test_a_stalled_client_loop_flags_its_streams_and_a_free_one_does_not() -> None:
     free = await paced_streams(2, hog_ms=0)
-    stalled = await paced_streams(2, hog_ms=30)
+    stalled = await paced_streams(2, hog_ms=120)
     assert [client_error_evidence(r) for r in free] == [None, None]
     for r in stalled:
         ev = client_error_evidence(r)
-        assert ev is not None and ev["loop_lag_ttft_s"] >= 0.02
+        assert ev is not None and ev["loop_lag_ttft_s"] >= 0.1
     assert all(r.reads >= 1 for r in free + stalled)
 
 
