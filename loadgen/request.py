@@ -48,3 +48,30 @@ def record_fields(req: StreamRequest) -> dict[str, Any]:
         "api": req.api, "model": req.model, "requested_prompt_tokens": req.requested_prompt_tokens,
         "t_intended_ns": req.t_intended_ns, "max_tokens": req.max_tokens,
     }  # fmt: skip
+
+
+def wire_body(req: StreamRequest, *, continuous: bool) -> dict[str, Any]:
+    """The OpenAI JSON body for `req`, usage always asked for; extra_body fills in fields but
+    overrides none."""
+    body: dict[str, Any] = {"model": req.model, "stream": True, "max_tokens": req.max_tokens}
+    if req.messages is not None:
+        body["messages"] = list(req.messages)
+    elif req.api == "chat":
+        body["messages"] = [{"role": "user", "content": req.prompt}]
+    else:
+        body["prompt"] = req.prompt
+    opts = {"include_usage": True}
+    if continuous:
+        opts["continuous_usage_stats"] = True
+    body["stream_options"] = opts
+    if req.ignore_eos:
+        body["ignore_eos"] = True
+    if req.min_tokens is not None:
+        body["min_tokens"] = req.min_tokens
+    if req.cache_salt is not None:
+        body["cache_salt"] = req.cache_salt
+    if req.chat_template_kwargs:
+        body["chat_template_kwargs"] = req.chat_template_kwargs
+    for k, v in req.extra_body.items():
+        body.setdefault(k, v)
+    return body

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
@@ -44,61 +43,17 @@ from loadgen.client.errors import (
 )
 from loadgen.client.rawhttp import Conn, ProtocolError, RawPool
 from loadgen.client.selftime import LoopLagTicker
+from loadgen.client.target import Timeouts, timeout_error
 from loadgen.records import StreamError, StreamRecord
-from loadgen.request import StreamRequest
+from loadgen.request import StreamRequest, wire_body
 
 # Long prompts and long SSE lines (echo, logprobs) must not hit a small reader limit: another
 # tool's 64 KiB default turned a 1.3 s TTFT into a reported 134 s.
 READ_BUFSIZE = 4 << 20
 AUX_CONNECTIONS = 4
 _WATCH_PERIOD_S = 0.05
+DEFAULT_TIMEOUTS = Timeouts()
 _CANCELLED = StreamError("cancelled", "cancelled before the stream ended")
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """connect: TCP connect; first_byte: send -> first body byte (covers the whole prefill);
-    idle: the longest gap between body reads; total: send -> end (None = unbounded)."""
-
-    connect_s: float = 10.0
-    first_byte_s: float = 600.0
-    idle_s: float = 60.0
-    total_s: float | None = None
-
-
-def timeout_error(kind: str, t: Timeouts) -> StreamError:
-    """The record's error when timeout `kind` (total, first_byte, idle) of `t` expired."""
-    if kind == "total":
-        return StreamError("total_timeout", f"stream exceeded {t.total_s} s")
-    if kind == "first_byte":
-        return StreamError(
-            "first_byte_timeout", f"no response data within {t.first_byte_s} s of send"
-        )
-    return StreamError("idle_timeout", f"no data for {t.idle_s} s mid-stream")
-
-
-def resolve_target(base_url: str | None, api_key: str | None) -> tuple[str, str | None]:
-    """The server root URL (no trailing /v1) and API key: flags first, then OPENAI_BASE_URL /
-    OPENAI_API_KEY. Raises ValueError with a one-line message when no usable URL is given."""
-    raw = (base_url or os.environ.get("OPENAI_BASE_URL") or "").strip()
-    if not raw:
-        raise ValueError("no server given: pass --base-url URL or set OPENAI_BASE_URL")
-    if "://" not in raw:
-        raw = "http://" + raw
-    expect = "an http(s) URL like http://127.0.0.1:8000"
-    try:
-        url = URL(raw)
-        url.port  # noqa: B018 - yarl checks the port's range only when it is read
-    except ValueError as exc:
-        raise ValueError(f"base URL {raw!r} is not {expect} ({one_line(exc).lower()})") from None
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError(f"base URL {raw!r} is not {expect}")
-    path = url.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[:-3]
-    root = str(url.with_path(path or "/").with_query(None).with_fragment(None)).rstrip("/")
-    key = api_key or os.environ.get("OPENAI_API_KEY") or None
-    return root, key
 
 
 class _Live:
@@ -124,7 +79,7 @@ class OpenAIClient:
         *,
         api_key: str | None = None,
         concurrency: int = 64,
-        timeouts: Timeouts = Timeouts(),
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
         run_start_ns: int | None = None,
         raw_stream: bool | None = None,
     ) -> None:
@@ -222,31 +177,6 @@ class OpenAIClient:
             self.continuous_usage = True
         return rec
 
-    def request_body(self, req: StreamRequest, *, continuous: bool) -> dict[str, Any]:
-        """The JSON body for `req`; extra_body fills in fields but overrides none."""
-        body: dict[str, Any] = {"model": req.model, "stream": True, "max_tokens": req.max_tokens}
-        if req.messages is not None:
-            body["messages"] = list(req.messages)
-        elif req.api == "chat":
-            body["messages"] = [{"role": "user", "content": req.prompt}]
-        else:
-            body["prompt"] = req.prompt
-        opts = {"include_usage": True}
-        if continuous:
-            opts["continuous_usage_stats"] = True
-        body["stream_options"] = opts
-        if req.ignore_eos:
-            body["ignore_eos"] = True
-        if req.min_tokens is not None:
-            body["min_tokens"] = req.min_tokens
-        if req.cache_salt is not None:
-            body["cache_salt"] = req.cache_salt
-        if req.chat_template_kwargs:
-            body["chat_template_kwargs"] = req.chat_template_kwargs
-        for k, v in req.extra_body.items():
-            body.setdefault(k, v)
-        return body
-
     async def _attempt(self, req: StreamRequest, *, continuous: bool) -> StreamRecord:
         if self._raw is not None:
             rec = await self._attempt_raw(self._raw, req, continuous=continuous)
@@ -261,7 +191,7 @@ class OpenAIClient:
         follows redirects, takes the request over)."""
         chat = req.messages is not None or req.api == "chat"
         path = "/v1/chat/completions" if chat else "/v1/completions"
-        body = orjson.dumps(self.request_body(req, continuous=continuous))
+        body = orjson.dumps(wire_body(req, continuous=continuous))
         request = pool.request_bytes("POST", path, body, req.id)
         dec = StreamDecoder(chat=chat, keep_text=req.keep_text, max_tokens=req.max_tokens)
         task = asyncio.current_task()
@@ -338,7 +268,7 @@ class OpenAIClient:
         chat = req.messages is not None or req.api == "chat"
         path = "/v1/chat/completions" if chat else "/v1/completions"
         url = self.base_url + path
-        data = orjson.dumps(self.request_body(req, continuous=continuous))
+        data = orjson.dumps(wire_body(req, continuous=continuous))
         headers = {"X-Request-Id": req.id}
         dec = StreamDecoder(chat=chat, keep_text=req.keep_text, max_tokens=req.max_tokens)
         task = asyncio.current_task()

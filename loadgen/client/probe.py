@@ -28,7 +28,8 @@ from loadgen.analysis.selferror import (
     error_bound_s,
     limited_records,
 )
-from loadgen.client.openai import ClientError, OpenAIClient, Timeouts, resolve_target
+from loadgen.client.openai import ClientError, OpenAIClient
+from loadgen.client.target import Timeouts, resolve_target
 from loadgen.client.workers import run_in_workers
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop

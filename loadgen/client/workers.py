@@ -21,7 +21,8 @@ from typing import Any
 
 import uvloop
 
-from loadgen.client.openai import OpenAIClient, Timeouts
+from loadgen.client.openai import OpenAIClient
+from loadgen.client.target import Timeouts
 from loadgen.engine.executor import run_closed_loop
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest

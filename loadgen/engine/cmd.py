@@ -17,8 +17,8 @@ from loadgen.analysis.inputs import arm_dirs
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
 from loadgen.client.errors import ClientError, one_line
-from loadgen.client.openai import resolve_target
 from loadgen.client.probe import failure_summary
+from loadgen.client.target import resolve_target
 from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import resolve_run_seed

@@ -23,7 +23,8 @@ import aiohttp
 
 from loadgen import __version__
 from loadgen.client.errors import ClientError
-from loadgen.client.openai import OpenAIClient, Timeouts
+from loadgen.client.openai import OpenAIClient
+from loadgen.client.target import Timeouts
 from loadgen.engine.boots import run_boots
 from loadgen.engine.cache import CacheCheck, prime_and_verify
 from loadgen.engine.counters import pick_counter

@@ -32,7 +32,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
-from loadgen.client.openai import Timeouts, timeout_error
+from loadgen.client.target import Timeouts, timeout_error
 from loadgen.records import StreamError, StreamRecord
 from loadgen.request import StreamRequest, record_fields
 from loadgen.sim.engine import AdmissionRejected, EngineConfig, SimRequest, TokenOutput

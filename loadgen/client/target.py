@@ -1,0 +1,58 @@
+"""Where a client points and how long it waits: the server root from flags or the environment,
+and the stream timeouts with the error each one writes into a record."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from yarl import URL
+
+from loadgen.client.errors import one_line
+from loadgen.records import StreamError
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """connect: TCP connect; first_byte: send -> first body byte (covers the whole prefill);
+    idle: the longest gap between body reads; total: send -> end (None = unbounded)."""
+
+    connect_s: float = 10.0
+    first_byte_s: float = 600.0
+    idle_s: float = 60.0
+    total_s: float | None = None
+
+
+def timeout_error(kind: str, t: Timeouts) -> StreamError:
+    """The record's error when timeout `kind` (total, first_byte, idle) of `t` expired."""
+    if kind == "total":
+        return StreamError("total_timeout", f"stream exceeded {t.total_s} s")
+    if kind == "first_byte":
+        return StreamError(
+            "first_byte_timeout", f"no response data within {t.first_byte_s} s of send"
+        )
+    return StreamError("idle_timeout", f"no data for {t.idle_s} s mid-stream")
+
+
+def resolve_target(base_url: str | None, api_key: str | None) -> tuple[str, str | None]:
+    """The server root URL (no trailing /v1) and API key: flags first, then OPENAI_BASE_URL /
+    OPENAI_API_KEY. Raises ValueError with a one-line message when no usable URL is given."""
+    raw = (base_url or os.environ.get("OPENAI_BASE_URL") or "").strip()
+    if not raw:
+        raise ValueError("no server given: pass --base-url URL or set OPENAI_BASE_URL")
+    if "://" not in raw:
+        raw = "http://" + raw
+    expect = "an http(s) URL like http://127.0.0.1:8000"
+    try:
+        url = URL(raw)
+        url.port  # noqa: B018 - yarl checks the port's range only when it is read
+    except ValueError as exc:
+        raise ValueError(f"base URL {raw!r} is not {expect} ({one_line(exc).lower()})") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"base URL {raw!r} is not {expect}")
+    path = url.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    root = str(url.with_path(path or "/").with_query(None).with_fragment(None)).rstrip("/")
+    key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    return root, key
