@@ -39,7 +39,7 @@ from loadgen.client.openai import OpenAIClient
 from loadgen.client.target import Timeouts
 from loadgen.engine.executor import run_closed_loop, run_open_loop
 from loadgen.engine.lag import LoopLagMonitor
-from loadgen.records import JsonlAppender, StreamRecord, read_jsonl
+from loadgen.records import JsonlAppender, StreamRecord, install_stop_signals, read_jsonl
 from loadgen.request import StreamRequest
 
 OnRecord = Callable[[StreamRecord], None]
@@ -128,6 +128,12 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
         out.put(("rec", args.index, line))
 
     async def main() -> None:
+        # Ctrl-C reaches the whole process group and the parent may pass a stop on as well:
+        # the first signal cancels the job (its cancelled records are still emitted), any
+        # later one is ignored, so no second interrupt cuts that short.
+        main_task = asyncio.current_task()
+        assert main_task is not None
+        install_stop_signals(lambda: main_task.cancelling() or main_task.cancel())
         async with OpenAIClient(
             args.base_url, api_key=args.api_key, concurrency=args.seats,
             timeouts=args.timeouts, run_start_ns=args.run_start_ns,
@@ -147,8 +153,8 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
 
     try:
         uvloop.run(main())
-    except KeyboardInterrupt:
-        pass  # Ctrl-C reaches the whole process group; every record is already sent
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        pass  # stopped by a signal: every record it completed or cancelled is already sent
     finally:
         spill.close()
         out.put(("exit", args.index, None))
@@ -263,7 +269,10 @@ class ProcessPool:
                     self._info[index]["loop_lag"] = payload
         except asyncio.CancelledError:
             # Ctrl-C in a terminal reaches every worker; a SIGTERM reached only this process.
-            self._signal_workers(signal.SIGINT)
+            # A worker between jobs is waiting on its queue: the None lets it go.
+            for q in self._jobs:
+                q.put(None)
+            self._signal_workers(signal.SIGTERM)
             await asyncio.to_thread(self._drain_until_exit, time.monotonic() + STOP_GRACE_S)
             raise
         finally:
