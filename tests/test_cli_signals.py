@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 
 import orjson
+import pytest
 from cli_support import spawn_loadgen
 
 from loadgen.server.launcher import launch_sync
@@ -36,20 +37,32 @@ def _sim_requests(url: str) -> list[dict]:
         return orjson.loads(resp.read())
 
 
-def test_sigterm_keeps_a_cancelled_record_for_every_sent_stream(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("stop", "workers"),
+    [("sigterm", 1), ("sigterm", 2), ("ctrl_c", 2)],
+    ids=["sigterm", "sigterm_to_the_parent_of_2_workers", "ctrl_c_to_2_workers"],
+)
+def test_a_stop_keeps_a_cancelled_record_for_every_sent_stream(
+    stop: str, workers: int, tmp_path: Path
+) -> None:
     # A fast sim in its own process keeps loadgen busy decoding, so the signal lands while a
     # stream's own code runs: a KeyboardInterrupt raised there used to lose that record.
     # A pool large enough for all 13 at once (16 x 8k tokens), so none waits for another.
+    # SIGTERM reaches loadgen alone (it stops its workers); Ctrl-C reaches the whole group.
     flags = ["--max-num-seqs", "16", "--num-gpu-blocks", "8192"]
     with launch_sync(SimProfile(), flags=flags, log_dir=tmp_path / "sim", served_name="m") as sim:
         proc = spawn_loadgen(
             ["run", "smoke", "--base-url", sim.url, "--out", tmp_path / "runs", "--no-progress",
              "--set=groups.short.count=12", "--set=groups.short.max_tokens=7900",
-             "--set=groups.long.max_tokens=7900"]
+             "--set=groups.long.max_tokens=7900", "--workers", str(workers)],
+            start_new_session=True,
         )  # fmt: skip
         try:
             _wait_for("13 streams decoding", lambda: _decoding(sim.url) >= 13)
-            proc.send_signal(signal.SIGTERM)
+            if stop == "ctrl_c":
+                os.killpg(proc.pid, signal.SIGINT)
+            else:
+                proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=WAIT_S)
         finally:
             proc.kill()

@@ -9,15 +9,42 @@ from click.testing import CliRunner
 from pacedserver import PacedConfig, ThreadedPacedServer
 
 from loadgen.cli import main
-from loadgen.client.workers import _share, split
+from loadgen.client.pool import auto_workers, seat_share, split_jobs
 from loadgen.records import read_streams
+from loadgen.request import StreamRequest
 
 
-def test_split_deals_requests_and_concurrency_evenly() -> None:
-    assert split(list(range(7)), 3) == [[0, 3, 6], [1, 4], [2, 5]]
-    assert split([0], 2) == [[0]]
-    assert [_share(5, 2, i) for i in range(2)] == [3, 2]
-    assert [_share(1, 2, i) for i in range(2)] == [1, 1]
+def _reqs(offsets_ms: list[int]) -> list[StreamRequest]:
+    return [
+        StreamRequest(id=f"r{i}", model="m", prompt="p", max_tokens=1, t_intended_ns=ms * 1_000_000)
+        for i, ms in enumerate(offsets_ms)
+    ]
+
+
+def test_a_closed_loop_is_dealt_round_robin_with_its_seats_shared() -> None:
+    jobs = split_jobs(_reqs([0] * 7), 5, 3)
+    assert [[r.id for r in j.requests] for j in jobs] == [
+        ["r0", "r3", "r6"],
+        ["r1", "r4"],
+        ["r2", "r5"],
+    ]
+    assert [j.concurrency for j in jobs] == [2, 2, 1]
+    assert [seat_share(1, 2, i) for i in range(2)] == [1, 1]  # every worker gets a seat
+    assert [len(j.requests) for j in split_jobs(_reqs([0]), 1, 2)] == [1]  # no empty job
+
+
+def test_an_open_loop_is_dealt_in_send_order_so_every_burst_is_shared() -> None:
+    jobs = split_jobs(_reqs([30, 0, 20, 10]), None, 2)
+    assert [[r.id for r in j.requests] for j in jobs] == [["r1", "r2"], ["r3", "r0"]]
+    assert {j.concurrency for j in jobs} == {None}
+
+
+def test_auto_workers_aims_at_256_streams_per_process_within_the_cores() -> None:
+    assert auto_workers(64, server_on_host=False, cores=8) == 1
+    assert auto_workers(1024, server_on_host=False, cores=8) == 4
+    assert auto_workers(1024, server_on_host=False, cores=2) == 2
+    assert auto_workers(1024, server_on_host=True, cores=2) == 1  # a core left to the server
+    assert auto_workers(5000, server_on_host=True, cores=8) == 7
 
 
 def probe(url: str, out: Path, workers: int) -> list:

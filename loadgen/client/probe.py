@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import signal
 import statistics
 import sys
+import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
@@ -29,8 +31,8 @@ from loadgen.analysis.selferror import (
     limited_records,
 )
 from loadgen.client.openai import ClientError, OpenAIClient
+from loadgen.client.pool import ProcessPool, split_jobs
 from loadgen.client.target import Timeouts, resolve_target
-from loadgen.client.workers import run_in_workers
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
 from loadgen.engine.preflight import ensure_fd_limit
@@ -212,18 +214,15 @@ async def _launch(
     if run_dir:
         run_dir.write_manifest(_manifest(base_url, opts, outcome))
     if opts["workers"] > 1:
-        lost = await run_in_workers(
-            requests,
-            workers=opts["workers"],
-            base_url=base_url,
-            api_key=client.api_key,
-            concurrency=opts["concurrency"],
-            timeouts=client.timeouts,
-            run_start_ns=client.run_start_ns,
-            on_record=keep,
-        )
-        for line in lost:
-            click.echo(f"warning: {line}; its in-flight streams have no record", err=True)
+        jobs = split_jobs(requests, opts["concurrency"], opts["workers"])
+        with _spill_dir(run_dir) as spill:
+            async with ProcessPool(
+                len(jobs), base_url=base_url, api_key=client.api_key,
+                seats=max(j.concurrency or 1 for j in jobs), timeouts=client.timeouts,
+                run_start_ns=client.run_start_ns, spill_dir=spill,
+            ) as pool:  # fmt: skip
+                for line in await pool.run(jobs, keep):
+                    click.echo(f"warning: {line}", err=True)
         return
     await run_closed_loop(
         requests, client, keep, concurrency=opts["concurrency"], run_start_ns=client.run_start_ns
@@ -346,3 +345,14 @@ def _fmt(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x:.1f}" if isinstance(x, float) else str(x)
+
+
+@contextlib.contextmanager
+def _spill_dir(run_dir: RunDirectory | None) -> Iterator[Path]:
+    """Where workers spill their records: the run directory's workers/ (kept when a worker
+    died), or a temporary folder when there is no run directory."""
+    if run_dir is not None:
+        yield run_dir.path / "workers"
+        return
+    with tempfile.TemporaryDirectory(prefix="loadgen-workers-") as tmp:
+        yield Path(tmp)

@@ -148,6 +148,15 @@ OUTPUT_OPTIONS = _options(
 )
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option(
+    "--workers",
+    default="auto",
+    show_default=True,
+    metavar="N|auto",
+    callback=lambda _ctx, _param, value: workers_value(value),
+    help="Client processes that send the measured streams, each its own event loop (auto: one "
+    "per 256 streams in flight, up to the cores, one left to a server on this host).",
+)
+@click.option(
     "--strict",
     is_flag=True,
     help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
@@ -173,6 +182,7 @@ def run_cmd(
     model_path: Path | None,
     boot_order_seed: int | None,
     progress: bool,
+    workers: int | None = None,
     strict: bool = False,
     allow_files_outside: bool = False,
 ) -> None:
@@ -182,6 +192,8 @@ def run_cmd(
             "--clock virtual runs the built-in sim without HTTP; drop --base-url (or "
             "OPENAI_BASE_URL) or use --clock wall"
         )
+    if clock == "virtual" and workers not in (None, 1):
+        raise click.UsageError("--clock virtual has no client to spread: drop --workers")
     sets = list(overrides) + ([f"api={api}"] if api else [])
     try:
         loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
@@ -216,12 +228,22 @@ def run_cmd(
         progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
         server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
         server_flags=tuple(flags), server=server, boot_order_seed=boot_order_seed,
+        workers=workers,
     )  # fmt: skip
 
     run_dir = execute(plan(loaded, run_seed=seed.value), opts)
     report_run(run_dir)
     if strict and run_was_client_limited(run_dir):
         sys.exit(CLIENT_LIMITED_EXIT)
+
+
+def workers_value(value: str) -> int | None:
+    """`--workers`: a count of at least 1, or None for `auto`."""
+    if value == "auto":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise click.BadParameter(f"{value!r}: give a whole number of at least 1, or auto")
+    return int(value)
 
 
 def execute(the_plan: Plan, opts: RunOptions, interrupted: str = "") -> Path:

@@ -24,6 +24,7 @@ import aiohttp
 from loadgen import __version__
 from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
+from loadgen.client.pool import ProcessPool
 from loadgen.client.target import Timeouts
 from loadgen.engine.boots import run_boots
 from loadgen.engine.cache import CacheCheck, prime_and_verify
@@ -45,6 +46,7 @@ from loadgen.engine.progress import Progress
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.sessions import build_sessions, run_sessions
 from loadgen.engine.soak import SoakStop
+from loadgen.engine.spread import client_pool, pool_manifest, send_rep_in_pool, worker_count
 from loadgen.engine.target import Target, open_target, server_spec_for
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord, write_manifest
 from loadgen.request import StreamRequest
@@ -92,6 +94,8 @@ class RunOptions:
     # each round of boots (None: the arms in declared order, A B C A B C).
     server: ServerSpec | None = None
     boot_order_seed: int | None = None
+    # Client processes that send the measured streams (None: auto, engine/spread.py).
+    workers: int | None = None
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -236,10 +240,19 @@ async def _drive_arm(
     timeouts = client_timeouts(scenario)
     run_start_ns = time.perf_counter_ns()
     manifest["run_start_perf_ns"] = run_start_ns
+    # A soak's stop (deadline, server gone) is decided here, so its streams stay here.
+    workers = (
+        1
+        if opts.stop
+        else worker_count(opts.workers, concurrency, server_on_host=target.kind != "external")
+    )
     async with OpenAIClient(
         target.url, api_key=opts.api_key, concurrency=concurrency, timeouts=timeouts,
         run_start_ns=run_start_ns,
-    ) as client:  # fmt: skip
+    ) as client, client_pool(
+        workers, url=target.url, api_key=opts.api_key, peak_in_flight=concurrency,
+        timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
+    ) as pool:  # fmt: skip
         model = await _resolve_model(client, opts.model or scenario.model or target.model)
         counter = await pick_counter(
             client, model, chat=scenario.api == "chat",
@@ -303,7 +316,8 @@ async def _drive_arm(
                         manifest["cache_checks"] += [c.to_json() for c in checks]
                         await _run_rep(
                             rep, (builder, session_builder), client, model, run_start_ns,
-                            record, progress, lag, stop=None if stop is None else stop.stopped,
+                            record, progress, lag, None if stop is None else stop.stopped,
+                            pool=pool, warn=warn,
                         )  # fmt: skip
                     except (ClientError, OSError, aiohttp.ClientError) as exc:
                         # A soak ends on a server gone away (a report follows); a run raises.
@@ -326,7 +340,7 @@ async def _drive_arm(
             manifest["client"] = lag.summary_ms() | {
                 "dispatch_late_max_ms": progress.max_late_ms,
                 "concurrency_pool": concurrency,
-            }
+            } | pool_manifest(pool, opts.workers)  # fmt: skip
             manifest["server_info"] = poller.info
             manifest |= target.manifest()
             if stop is not None:
@@ -423,21 +437,32 @@ async def _run_rep(
     record: Callable[[StreamRecord], None],
     progress: Progress,
     lag: LoopLagMonitor,
-    stop: Callable[[], bool] | None = None,
+    stop: Callable[[], bool] | None,
+    *,
+    pool: ProcessPool | None,
+    warn: Callable[[str], None],
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.
     builder, session_builder = builders
     built = [await materialize(p, builder, model=model, t_intended_ns=0) for p in rep.requests]
     sessions = await build_sessions(rep.sessions, session_builder)
-    await client.warm(min(rep.concurrency or len(built), len(built)) + len(sessions) or 1)
+    mine = 0 if pool is not None else min(rep.concurrency or len(built), len(built))
+    await client.warm(mine + len(sessions) or 1)
     progress.start_rep(rep, built)
+
+    async def send() -> None:
+        if pool is not None:
+            await send_rep_in_pool(pool, rep, built, record, warn)
+        else:
+            await _send_rep(rep, built, client, run_start_ns, record, progress, stop)
+
     with lag.measuring():
         if not sessions:
-            await _send_rep(rep, built, client, run_start_ns, record, progress, stop)
+            await send()
             return
         rep_start = time.perf_counter_ns() - run_start_ns + SCHEDULE_LEAD_NS
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(_send_rep(rep, built, client, run_start_ns, record, progress, stop))
+            tg.create_task(send())
             tg.create_task(run_sessions(
                 sessions, progress.watch(client), record, model=model,
                 run_start_ns=run_start_ns, rep_start_ns=rep_start,

@@ -1,0 +1,346 @@
+"""A run's streams split across worker processes, each with its own uvloop, records merged.
+
+A process's event loop is one core: past some tens of thousands of events per second its own
+lag becomes the error of every timestamp (analysis/selferror.py). A pool of workers takes
+disjoint slices of each rep's requests (and of a closed loop's concurrency); everything else
+(prompts, primes, the metrics poller, the run directory) stays in the parent, so the run
+directory is the one a single process would have written.
+
+Clocks: every worker stamps with perf_counter_ns, which on Linux is CLOCK_MONOTONIC and so
+shared by every process on the host; each is handed the parent's run start and its records
+come back on the run clock unchanged (clock offset 0 by construction, recorded as such).
+
+No completed record is lost: a worker sends each record to the parent the moment its stream
+ends, and first appends it to its own spill file (one write per record, flushed, so it
+survives the worker being SIGKILLed). When a worker dies, the parent adds whatever its spill
+file holds that never reached it. Only a dead worker's in-flight streams have no record, and
+the parent says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import multiprocessing as mp
+import os
+import platform
+import queue as queue_mod
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from loadgen.client.openai import OpenAIClient
+from loadgen.client.target import Timeouts
+from loadgen.engine.executor import run_closed_loop, run_open_loop
+from loadgen.engine.lag import LoopLagMonitor
+from loadgen.records import JsonlAppender, StreamRecord, install_stop_signals, read_jsonl
+from loadgen.request import StreamRequest
+
+OnRecord = Callable[[StreamRecord], None]
+# A worker that has not said it is ready by then is reported as failed to start.
+START_TIMEOUT_S = 120.0
+# How long a stopping worker gets to send its cancelled records before it is killed.
+STOP_GRACE_S = 10.0
+# Paced streams one process times within tolerance on this machine kind (bench/client_truth.py:
+# flagged at 1,024 streams, clean at 256); the `auto` worker count aims at this per process.
+STREAMS_PER_PROCESS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One rep's share for one worker: an open loop when `concurrency` is None (each request's
+    t_intended_ns an offset from the start the pool gives), else a closed loop of that many."""
+
+    requests: tuple[StreamRequest, ...]
+    concurrency: int | None = None
+
+
+def split_jobs(requests: Sequence[StreamRequest], concurrency: int | None, n: int) -> list[Job]:
+    """The requests dealt round-robin into at most n jobs (in send order for an open loop, so
+    every worker gets an even share of each burst), a closed loop's seats shared alike."""
+    ordered = list(requests)
+    if concurrency is None:
+        ordered.sort(key=lambda r: r.t_intended_ns)
+    slices = [tuple(ordered[i::n]) for i in range(n) if ordered[i::n]]
+    return [
+        Job(part, None if concurrency is None else seat_share(concurrency, len(slices), i))
+        for i, part in enumerate(slices)
+    ]
+
+
+def seat_share(concurrency: int, n: int, i: int) -> int:
+    """Worker i's part of `concurrency` seats over n workers (at least one each)."""
+    return max(1, concurrency // n + (i < concurrency % n))
+
+
+def auto_workers(peak_in_flight: int, *, server_on_host: bool, cores: int | None = None) -> int:
+    """Enough processes that each times at most STREAMS_PER_PROCESS streams, up to the cores
+    the client may take (one is left to a server running on the same host)."""
+    cores = cores or os.cpu_count() or 1
+    usable = max(1, cores - 1) if server_on_host else cores
+    return max(1, min(usable, math.ceil(peak_in_flight / STREAMS_PER_PROCESS)))
+
+
+async def serve_job(
+    client: OpenAIClient, job: Job, start_ns: int, run_start_ns: int, emit: OnRecord
+) -> None:
+    """Runs one job on `client` from `start_ns` on the run clock (the worker-side core of every
+    pool), emitting each record as its stream ends, and the records of streams cancelled
+    under it (Ctrl-C) on the way out."""
+    await asyncio.sleep(max(0, run_start_ns + start_ns - time.perf_counter_ns()) / 1e9)
+    try:
+        if job.concurrency is None:
+            timed = [replace(r, t_intended_ns=start_ns + r.t_intended_ns) for r in job.requests]
+            await run_open_loop(timed, client, emit, run_start_ns=run_start_ns)
+        else:
+            await run_closed_loop(
+                job.requests, client, emit, concurrency=job.concurrency, run_start_ns=run_start_ns
+            )
+    finally:
+        for rec in client.take_cancelled():
+            emit(rec)
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkerArgs:
+    index: int
+    base_url: str
+    api_key: str | None
+    seats: int
+    timeouts: Timeouts
+    run_start_ns: int
+    spill: str
+
+
+def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
+    """A worker process: warm its connections, say ready, then serve jobs until told to stop."""
+    spill = JsonlAppender(Path(args.spill))
+
+    def emit(rec: StreamRecord) -> None:
+        line = rec.to_json()
+        spill.append(line)
+        out.put(("rec", args.index, line))
+
+    async def main() -> None:
+        # Ctrl-C reaches the whole process group and the parent may pass a stop on as well:
+        # the first signal cancels the job (its cancelled records are still emitted), any
+        # later one is ignored, so no second interrupt cuts that short.
+        main_task = asyncio.current_task()
+        assert main_task is not None
+        install_stop_signals(lambda: main_task.cancelling() or main_task.cancel())
+        async with OpenAIClient(
+            args.base_url, api_key=args.api_key, concurrency=args.seats,
+            timeouts=args.timeouts, run_start_ns=args.run_start_ns,
+        ) as client:  # fmt: skip
+            await client.warm(args.seats)
+            lag = LoopLagMonitor()
+            ticker = asyncio.create_task(lag.run())
+            out.put(("ready", args.index, {"pid": os.getpid(), "host": platform.node()}))
+            while (job := await asyncio.to_thread(jobs.get)) is not None:
+                out.put(("loaded", args.index, None))
+                if (start_ns := await asyncio.to_thread(jobs.get)) is None:
+                    break
+                with lag.measuring():
+                    await serve_job(client, job, start_ns, args.run_start_ns, emit)
+                out.put(("done", args.index, lag.summary_ms()))
+            ticker.cancel()
+
+    try:
+        uvloop.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        pass  # stopped by a signal: every record it completed or cancelled is already sent
+    finally:
+        spill.close()
+        out.put(("exit", args.index, None))
+
+
+class ProcessPool:
+    """`size` worker processes streaming to `base_url`; an async context manager (workers are
+    started and warmed on enter, stopped on exit). `seats` is the most streams any one
+    worker will hold at once (its connection pool)."""
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        base_url: str,
+        api_key: str | None,
+        seats: int,
+        timeouts: Timeouts,
+        run_start_ns: int,
+        spill_dir: Path,
+    ) -> None:
+        self.size = size
+        self._spill_dir = spill_dir
+        self._run_start_ns = run_start_ns
+        ctx = mp.get_context("spawn")  # no fork of a process with a running event loop
+        self._out = ctx.Queue()
+        self._jobs = [ctx.Queue() for _ in range(size)]
+        self._seen: list[set[tuple[Any, ...]]] = [set() for _ in range(size)]
+        self._procs = [
+            ctx.Process(target=_worker_main, args=(args, self._jobs[args.index], self._out),
+                        daemon=True)
+            for args in (
+                _WorkerArgs(i, base_url, api_key, seats, timeouts, run_start_ns,
+                            str(spill_dir / f"w{i}.jsonl"))
+                for i in range(size)
+            )
+        ]  # fmt: skip
+        self._info: list[dict[str, Any]] = [{} for _ in range(size)]
+        self._exited: set[int] = set()
+        self._on_record: OnRecord | None = None
+        self._reported: set[int] = set()  # workers already said to have died
+
+    async def __aenter__(self) -> ProcessPool:
+        self._spill_dir.mkdir(parents=True, exist_ok=True)
+        for p in self._procs:
+            p.start()
+        ready: set[int] = set()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len(ready) < self.size:
+            item = await asyncio.to_thread(self._next, deadline)
+            if item is None or item[0] == "exit":
+                await self.__aexit__(None, None, None)
+                raise RuntimeError(f"a client worker process failed to start ({self._status()})")
+            kind, index, payload = item
+            if kind == "ready":
+                ready.add(index)
+                self._info[index] = payload
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for q in self._jobs:
+            q.put(None)
+        await asyncio.to_thread(self._drain_until_exit, time.monotonic() + STOP_GRACE_S)
+        for p in self._procs:
+            p.join(1)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        self._recover(set())
+        if not self._reported:  # every record reached the run directory: no twin kept
+            for i in range(self.size):
+                (self._spill_dir / f"w{i}.jsonl").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                self._spill_dir.rmdir()
+
+    def manifest(self) -> list[dict[str, Any]]:
+        """One entry per worker: where it ran and on which clock."""
+        return [
+            info | {
+                "index": i, "clock": "CLOCK_MONOTONIC, shared with the parent (same host)",
+                "clock_offset_ns": 0,
+            }
+            for i, info in enumerate(self._info)
+        ]  # fmt: skip
+
+    async def run(self, jobs: list[Job], on_record: OnRecord, *, lead_ns: int = 0) -> list[str]:
+        """Runs job i on worker i, all starting together `lead_ns` after every worker holds its
+        job, calling `on_record` here as each record arrives; returns one line per worker
+        that died before finishing (its completed records are kept)."""
+        self._on_record = on_record
+        busy = set(range(len(jobs))) - self._exited
+        dropped = {i for i in range(len(jobs)) if i in self._exited}
+        for i in busy:
+            self._jobs[i].put(jobs[i])
+        died: set[int] = set()
+        try:
+            loading = set(busy)
+            while loading and (item := await asyncio.to_thread(self._next, None)):
+                loading.discard(item[1])
+                if item[0] == "exit":
+                    died.add(item[1])
+            start_ns = time.perf_counter_ns() - self._run_start_ns + lead_ns
+            for i in busy - died:
+                self._jobs[i].put(start_ns)
+            running = busy - died
+            while running and (item := await asyncio.to_thread(self._next, None)):
+                kind, index, payload = item
+                running.discard(index)
+                if kind == "exit":
+                    died.add(index)
+                elif kind == "done":
+                    self._info[index]["loop_lag"] = payload
+        except asyncio.CancelledError:
+            # Ctrl-C in a terminal reaches every worker; a SIGTERM reached only this process.
+            # A worker between jobs is waiting on its queue: the None lets it go.
+            for q in self._jobs:
+                q.put(None)
+            self._signal_workers(signal.SIGTERM)
+            await asyncio.to_thread(self._drain_until_exit, time.monotonic() + STOP_GRACE_S)
+            raise
+        finally:
+            lost = self._recover(died | dropped)
+        return lost
+
+    def _next(self, deadline: float | None) -> tuple[str, int, Any] | None:
+        """The next message from a worker, records handed on as they pass; a worker found dead
+        reads as its "exit". None once every worker has exited, or at the deadline."""
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                kind, index, payload = self._out.get(True, 0.2)
+            except queue_mod.Empty:
+                # Nothing left in the pipe: whatever a dead worker sent has been read.
+                dead = [i for i, p in enumerate(self._procs)
+                        if i not in self._exited and not p.is_alive()]  # fmt: skip
+                if dead:
+                    self._exited.add(dead[0])
+                    return "exit", dead[0], None
+                if len(self._exited) == self.size:
+                    return None
+                continue
+            if kind == "rec":
+                self._hand_on(index, payload)
+                continue
+            if kind == "exit":
+                self._exited.add(index)
+            return kind, index, payload
+        return None
+
+    def _hand_on(self, index: int, line: dict[str, Any]) -> None:
+        self._seen[index].add(_key(line))
+        if self._on_record is not None:
+            self._on_record(StreamRecord.from_json(line))
+
+    def _drain_until_exit(self, deadline: float) -> None:
+        while len(self._exited) < self.size and self._next(deadline) is not None:
+            pass
+
+    def _signal_workers(self, sig: int) -> None:
+        for p in self._procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, sig)
+
+    def _recover(self, unfinished: set[int]) -> list[str]:
+        """Hands on what exited workers spilled but never sent (a SIGKILL can cut a record off
+        between the two); one line per worker in `unfinished` (it had a job it did not
+        finish), said once."""
+        lines = []
+        for i in sorted(self._exited):
+            recovered = 0
+            for line in read_jsonl(self._spill_dir / f"w{i}.jsonl"):
+                if _key(line) not in self._seen[i]:
+                    self._hand_on(i, line)
+                    recovered += 1
+            if i in unfinished and i not in self._reported:
+                self._reported.add(i)
+                lines.append(
+                    f"client worker {i} (pid {self._procs[i].pid}) stopped with exit code "
+                    f"{self._procs[i].exitcode} before finishing its streams; {recovered} "
+                    "record(s) recovered from its spill file; its in-flight streams have none"
+                )
+        return lines
+
+    def _status(self) -> str:
+        return ", ".join(f"worker {i}: exit code {p.exitcode}" for i, p in enumerate(self._procs))
+
+
+def _key(line: dict[str, Any]) -> tuple[Any, ...]:
+    """A record's identity within its worker: its id, phase and when it was meant to go."""
+    return line.get("id"), line.get("phase"), line.get("t_intended_ns"), line.get("t_sent_ns")

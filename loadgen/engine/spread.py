@@ -1,0 +1,81 @@
+"""A run's measured streams spread over client worker processes (`loadgen run --workers`).
+
+The parent keeps everything that is not the timing of streams: prompts, warmups, primes and
+their cache checks, sessions, the metrics poller and the run directory. Each rep's measured
+requests go to the pool (client/pool.py) and their records come back into the same
+streams.jsonl, so every later stage reads one run directory, however many processes sent it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from loadgen.client.pool import ProcessPool, auto_workers, split_jobs
+from loadgen.client.target import Timeouts
+from loadgen.records import StreamRecord
+from loadgen.request import StreamRequest
+from loadgen.scenario.plan import RepPlan
+
+# An open-loop rep's first send leaves this long after every worker holds its share: time to
+# take a thousand prompts off the pipe before the clock starts.
+POOL_LEAD_NS = 50_000_000
+
+
+def worker_count(requested: int | None, peak_in_flight: int, *, server_on_host: bool) -> int:
+    """The workers a run uses: as asked, or `auto` (None) by the streams it holds at once."""
+    if requested is not None:
+        return requested
+    return auto_workers(peak_in_flight, server_on_host=server_on_host)
+
+
+@asynccontextmanager
+async def client_pool(
+    workers: int,
+    *,
+    url: str,
+    api_key: str | None,
+    peak_in_flight: int,
+    timeouts: Timeouts,
+    run_start_ns: int,
+    run_path: Path,
+) -> AsyncIterator[ProcessPool | None]:
+    """A pool of `workers` client processes on the run clock, or None for one process (the
+    parent's own client sends everything)."""
+    if workers <= 1:
+        yield None
+        return
+    async with ProcessPool(
+        workers, base_url=url, api_key=api_key, seats=math.ceil(peak_in_flight / workers),
+        timeouts=timeouts, run_start_ns=run_start_ns, spill_dir=run_path / "workers",
+    ) as pool:  # fmt: skip
+        yield pool
+
+
+async def send_rep_in_pool(
+    pool: ProcessPool,
+    rep: RepPlan,
+    built: Sequence[StreamRequest],
+    record: Callable[[StreamRecord], None],
+    warn: Callable[[str], None],
+) -> None:
+    """Sends one rep's measured requests through the pool: a closed loop's seats shared, an
+    open loop's schedule (offsets from the rep's start) dealt in send order."""
+    if rep.concurrency is None:
+        offsets = [p.offset_ns or 0 for p in rep.requests]
+        built = [replace(req, t_intended_ns=o) for req, o in zip(built, offsets, strict=True)]
+    jobs = split_jobs(built, rep.concurrency, pool.size)
+    for line in await pool.run(jobs, record, lead_ns=POOL_LEAD_NS):
+        warn(line)
+
+
+def pool_manifest(pool: ProcessPool | None, requested: int | None) -> dict[str, Any]:
+    """run.json's account of who sent the streams."""
+    source = "auto" if requested is None else "user"
+    if pool is None:
+        return {"workers": 1, "workers_source": source}
+    return {"workers": pool.size, "workers_source": source, "worker_processes": pool.manifest()}

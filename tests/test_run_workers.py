@@ -1,0 +1,152 @@
+"""`loadgen run --workers N`: one run directory however many processes sent its streams, and no
+completed record lost when a worker is killed."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+from cli_support import loadgen
+from pacedserver import PacedConfig, PacedServer
+
+from loadgen.analysis.hist import merge_hlogs
+from loadgen.client.pool import Job, ProcessPool, split_jobs
+from loadgen.client.target import Timeouts
+from loadgen.engine.cmd import workers_value
+from loadgen.records import StreamRecord
+from loadgen.request import StreamRequest
+
+SPREAD = Path(__file__).parent / "data" / "scenarios" / "spread.yaml"
+CLOSED = "--set=arrival={closed: {concurrency: 3}}"
+EXPECTED = {
+    "open_loop": {"admitted": 4, "admission_cap": 4},
+    "closed_loop": {"admitted": 8},
+}
+
+
+def _run(tmp: Path, *extra: str) -> Path:
+    res = loadgen("run", SPREAD, "--out", tmp, "--no-progress", "--seed", "5", *extra)
+    assert res.returncode == 0, res.stderr
+    (run_dir,) = tmp.iterdir()
+    return run_dir
+
+
+def _streams(run_dir: Path) -> list[dict]:
+    return [orjson.loads(line) for line in (run_dir / "streams.jsonl").read_bytes().splitlines()]
+
+
+def _server_verdicts(summary: dict) -> Counter[str]:
+    """Verdict counts, a client_limited stream counted by the server verdict under it: how busy
+    the test machine is decides whether the client's error crossed its tolerance, not which
+    process sent the stream."""
+    return Counter(s["evidence"].get("server_verdict", s["verdict"]) for s in summary["streams"])
+
+
+def _hist_counts(run_dir: Path) -> dict[str, int]:
+    return {p.name: merge_hlogs([p]).get_total_count() for p in (run_dir / "hist").glob("*.hlog")}
+
+
+@pytest.mark.parametrize("loop", ["open_loop", "closed_loop"])
+def test_two_workers_write_the_run_directory_one_would(loop: str, tmp_path: Path) -> None:
+    arrival = [CLOSED] if loop == "closed_loop" else []
+    one = _run(tmp_path / "w1", "--workers", "1", *arrival)
+    two = _run(tmp_path / "w2", "--workers", "2", *arrival)
+    s1, s2 = _streams(one), _streams(two)
+    assert len(s1) == len(s2) == 8
+    key = lambda r: (r["id"], r["phase"], r["status"], r["completion_tokens"], r["chunks"])  # noqa: E731
+    assert sorted(map(key, s1)) == sorted(map(key, s2))
+    sum1, sum2 = (orjson.loads((d / "summary.json").read_bytes()) for d in (one, two))
+    assert _server_verdicts(sum1) == _server_verdicts(sum2) == EXPECTED[loop]
+    assert _hist_counts(one) == _hist_counts(two) != {}
+    client = orjson.loads((two / "run.json").read_bytes())["client"]
+    assert client["workers"] == 2 and client["workers_source"] == "user"
+    assert {w["pid"] for w in client["worker_processes"]}.isdisjoint({os.getpid()})
+    assert len(client["worker_processes"]) == 2
+    assert not (two / "workers").exists()  # spill files go once every record is in the run
+
+
+def test_auto_workers_is_one_process_for_a_small_run(tmp_path: Path) -> None:
+    run_dir = _run(tmp_path)
+    client = orjson.loads((run_dir / "run.json").read_bytes())["client"]
+    assert (client["workers"], client["workers_source"]) == (1, "auto")
+
+
+@pytest.mark.parametrize("bad", ["0", "two", "-1"])
+def test_workers_must_be_a_count_or_auto(bad: str, tmp_path: Path) -> None:
+    res = loadgen("run", "smoke", "--workers", bad, "--out", tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "give a whole number of at least 1, or auto" in res.stderr
+    assert workers_value("auto") is None and workers_value("3") == 3
+
+
+def _requests(n: int) -> list[StreamRequest]:
+    return [
+        StreamRequest(id=f"r{i:02d}", model="paced", prompt="alpha bravo", max_tokens=10)
+        for i in range(n)
+    ]
+
+
+async def test_a_killed_worker_loses_no_completed_record(tmp_path: Path) -> None:
+    # Streams of ~0.25 s, one seat per worker: worker 0 (even ids) is SIGKILLed once two of its
+    # streams are back. Its third record is written to its spill file by hand first, as a
+    # record cut off between the spill and the pipe would be: the pool must still hand it on.
+    async with PacedServer(PacedConfig(ttft_s=0.05, gap_s=0.02)) as srv:
+        jobs = split_jobs(_requests(12), 2, 2)
+        got: list[StreamRecord] = []
+        killed = threading.Event()
+        pool = ProcessPool(
+            2, base_url=srv.url, api_key=None, seats=1, timeouts=Timeouts(),
+            run_start_ns=time.perf_counter_ns(), spill_dir=tmp_path,
+        )  # fmt: skip
+
+        def on_record(rec: StreamRecord) -> None:
+            got.append(rec)
+            mine = [r for r in got if int(r.id[1:]) % 2 == 0]
+            if len(mine) == 2 and not killed.is_set():
+                cut_off = dataclasses.replace(rec, id="r98")
+                with open(tmp_path / "w0.jsonl", "ab") as fh:
+                    fh.write(orjson.dumps(cut_off.to_json()) + b"\n")
+                os.kill(pool.manifest()[0]["pid"], signal.SIGKILL)
+                killed.set()
+
+        async with pool:
+            problems = await pool.run(jobs, on_record)
+    ids = sorted(r.id for r in got)
+    assert killed.is_set()
+    assert [i for i in ids if int(i[1:]) % 2] == [f"r{i:02d}" for i in range(1, 12, 2)]
+    assert [i for i in ids if int(i[1:]) % 2 == 0][:2] == ["r00", "r02"]
+    assert "r98" in ids  # recovered from the spill file
+    assert len(problems) == 1 and problems[0].startswith("client worker 0 ")
+    assert "1 record(s) recovered" in problems[0]
+    assert (tmp_path / "w0.jsonl").exists()  # kept as evidence when a worker died
+
+
+async def test_an_open_loop_job_keeps_its_schedule_from_the_pools_start(tmp_path: Path) -> None:
+    # Offsets 0, 100, 200 ms from the start the pool gives: each stream's intended send is that
+    # start plus its offset, on the parent's run clock.
+    reqs = [
+        StreamRequest(
+            id=f"o{i}", model="paced", prompt="alpha", max_tokens=2, t_intended_ns=i * 100_000_000
+        )
+        for i in range(3)
+    ]
+    start = time.perf_counter_ns()
+    async with PacedServer(PacedConfig(ttft_s=0.01, gap_s=0.005)) as srv, ProcessPool(
+        1, base_url=srv.url, api_key=None, seats=3, timeouts=Timeouts(),
+        run_start_ns=start, spill_dir=tmp_path,
+    ) as pool:  # fmt: skip
+        got: list[StreamRecord] = []
+        before = time.perf_counter_ns() - start
+        assert await pool.run([Job(tuple(reqs), None)], got.append, lead_ns=50_000_000) == []
+    by_id = {r.id: r for r in got}
+    base = by_id["o0"].t_intended_ns
+    assert base >= before + 50_000_000
+    assert [by_id[f"o{i}"].t_intended_ns - base for i in range(3)] == [0, 100_000_000, 200_000_000]
+    assert all(r.status == "ok" for r in got)
