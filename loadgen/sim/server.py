@@ -48,7 +48,8 @@ from loadgen.sim.openai_wire import (
 )
 from loadgen.sim.runner import Clock, SimRunner
 
-# Characters tokenized between two yields to the event loop: ~1 ms of encoding here.
+# Characters tokenized between two yields to the event loop: 1-2 ms of encoding on this machine
+# (bench/sim_tokenize_lateness.py; smaller parts cut lateness further but lengthen the encode).
 TOKENIZE_SLICE_CHARS = 16_384
 
 
