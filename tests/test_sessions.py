@@ -93,9 +93,9 @@ async def run_sessions_on_sim(tmp_path: Path):
         runner = sim.runner
         submit = runner.submit
 
-        def recording_submit(req):
+        def recording_submit(req, arrival_s=None):
             prompts[req.request_id] = list(req.prompt_token_ids)
-            queue = submit(req)
+            queue = submit(req, arrival_s)
             out = generated.setdefault(req.request_id, [])
             put = queue.put_nowait
 

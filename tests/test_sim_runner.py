@@ -101,3 +101,44 @@ async def test_a_thousand_concurrent_requests_on_a_virtual_clock() -> None:
     assert all(outs[-1][1].finish_reason == "length" for outs in results)
     assert engine.kv.num_blocks_used() == 0
     assert not engine.has_unfinished()
+
+
+async def test_an_arrival_in_the_past_starts_an_idle_engine_at_that_arrival() -> None:
+    engine = Engine(EngineConfig(profile=STEP_20MS))
+    clock = VirtualClock()
+    runner = SimRunner(engine, clock=clock)
+    await runner.start()
+    await clock.sleep_until(1_000 * MS)  # idle until 1 s
+    req = SimRequest("a", [1, 2, 3], max_tokens=2)
+    got = await collect(runner.submit(req, arrival_s=0.97))  # received 30 ms ago
+    await runner.stop()
+    row = engine.ground_truth()[0]
+    assert req.arrival_s == row["arrival_s"] == 0.97
+    assert row["admitted_s"] == [0.97]
+    assert row["first_token_s"] == pytest.approx(0.99)
+    assert len(got) == 2
+
+
+async def test_an_arrival_in_the_past_joins_the_step_after_the_one_being_run() -> None:
+    engine = Engine(EngineConfig(profile=STEP_20MS))
+    runner = SimRunner(engine, clock=VirtualClock())
+    await runner.start()
+    first = runner.submit(SimRequest("a", [1, 2, 3], max_tokens=10))
+    await first.get()  # step 0 (0-20 ms) delivered; the runner is inside step 1 (20-40 ms)
+    assert engine.now_s == pytest.approx(0.04)
+    late = SimRequest("b", [4, 5, 6], max_tokens=1)
+    await collect(runner.submit(late, arrival_s=0.01))
+    await runner.stop()
+    row = {r["request_id"]: r for r in engine.ground_truth()}["b"]
+    # It arrived during step 0, but step 1 was computed before it was submitted.
+    assert row["arrival_s"] == 0.01
+    assert row["admitted_s"] == [pytest.approx(0.04)]
+
+
+async def test_an_arrival_after_now_is_clamped_to_now() -> None:
+    runner = SimRunner(Engine(EngineConfig(profile=STEP_20MS)), clock=VirtualClock())
+    await runner.start()
+    req = SimRequest("a", [1, 2, 3], max_tokens=1)
+    await collect(runner.submit(req, arrival_s=5.0))
+    await runner.stop()
+    assert req.arrival_s == 0.0

@@ -98,3 +98,46 @@ def test_template_kwargs_change_the_very_start_of_the_prompt() -> None:
     assert render_chat(messages, {"enable_thinking": False}).startswith(
         "<|im_start|>system\n/no_think\nbe brief<|im_end|>\n"
     )
+
+
+# Text built from the pieces that decide where the pre-split cuts: every whitespace kind
+# (incl. Unicode spaces and runs longer than one token), letters of both cases, digits,
+# punctuation, non-ASCII letters and symbols, and the special tokens themselves.
+_PARTS = st.sampled_from(
+    [*SPECIAL_TOKENS, " ", "  ", "\n", "\n\n", "\t", "\r\n", "\u00a0", "\u3000", " " * 20,
+     "a", "Ab", "XYZ", "word", " bako", "7", "1234567", ".", ",", "<", "|>", "é", "日本", "🙂"]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PARTS, max_size=60), st.integers(min_value=1, max_value=40))
+def test_encode_slices_join_to_exactly_encode(parts: list[str], slice_chars: int) -> None:
+    text = "".join(parts)
+    slices = list(TOK.encode_slices(text, slice_chars))
+    assert [i for s in slices for i in s] == TOK.encode(text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["system", "user", "assistant"]), st.text()), max_size=6),
+       st.booleans(), st.integers(min_value=1, max_value=64))  # fmt: skip
+def test_encode_slices_of_chat_prompts_join_to_exactly_encode(
+    turns: list[tuple[str, str]], thinking: bool, slice_chars: int
+) -> None:
+    messages = [{"role": role, "content": content} for role, content in turns]
+    text = render_chat(messages, {"enable_thinking": thinking})
+    joined = [i for s in TOK.encode_slices(text, slice_chars) for i in s]
+    assert joined == TOK.encode(text)
+
+
+def test_encode_slices_cut_a_long_prompt_into_parts_of_the_asked_size() -> None:
+    text = TOK.decode(TOK.generator(3).take(20_000))
+    slices = list(TOK.encode_slices(text, 16_384))
+    texts = [TOK.decode(s) for s in slices]
+    assert "".join(texts) == text
+    assert len(slices) > 1
+    # every part but the last covers >= 16,384 characters: a cut waits for the next space
+    assert all(len(t) >= 16_384 for t in texts[:-1])
+    assert all(len(t) < 16_384 + 20 for t in texts)  # generated words are short
+    assert [i for s in slices for i in s] == TOK.encode(text)
+    assert list(TOK.encode_slices("", 8)) == []
+    assert list(TOK.encode_slices("x" * 50, 8)) == [TOK.encode("x" * 50)]  # no space: no cut

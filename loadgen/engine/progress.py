@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 
 from rich.console import Console
 from rich.live import Live
@@ -18,34 +18,16 @@ from loadgen.request import StreamRequest
 from loadgen.scenario.plan import ArmPlan, RepPlan
 
 
-class Progress:
-    """Counts what the run did; renders only when enabled and stderr is a terminal."""
+class LiveView:
+    """A table redrawn a few times a second on stderr (rich Live, its own refresh thread), only
+    when enabled and stderr is a terminal; a subclass says what the table shows (`_render`)."""
 
-    def __init__(
-        self,
-        arm: ArmPlan,
-        poller: MetricsPoller,
-        *,
-        enabled: bool,
-        live_counts: Callable[[], tuple[int, int]] = lambda: (0, 0),
-    ) -> None:
-        self._arm = arm
-        self._live_counts = live_counts
-        self._poller = poller
-        self._console = Console(stderr=True)
+    def __init__(self, *, enabled: bool, console: Console | None = None) -> None:
+        self._console = console or Console(stderr=True)
         self._enabled = enabled and self._console.is_terminal
         self._live: Live | None = None
-        self._t0 = time.perf_counter()
-        self._rep = -1
-        self._planned = 0
-        self.sent = 0
-        self.done_ok = 0
-        self.failed = 0
-        self.max_late_ms = 0.0
-        self._prev_gen: tuple[float, float] | None = None
-        self._gen_rate = 0.0
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> Self:
         if self._enabled:
             self._live = Live(
                 get_renderable=self._render, console=self._console, refresh_per_second=4
@@ -56,6 +38,35 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.__exit__(None, None, None)
+
+    def _render(self) -> Any:
+        raise NotImplementedError
+
+
+class Progress(LiveView):
+    """Counts what the run did; renders only when enabled and stderr is a terminal."""
+
+    def __init__(
+        self,
+        arm: ArmPlan,
+        poller: MetricsPoller,
+        *,
+        enabled: bool,
+        live_counts: Callable[[], tuple[int, int]] = lambda: (0, 0),
+    ) -> None:
+        super().__init__(enabled=enabled)
+        self._arm = arm
+        self._live_counts = live_counts
+        self._poller = poller
+        self._t0 = time.perf_counter()
+        self._rep = -1
+        self._planned = 0
+        self.sent = 0
+        self.done_ok = 0
+        self.failed = 0
+        self.max_late_ms = 0.0
+        self._prev_gen: tuple[float, float] | None = None
+        self._gen_rate = 0.0
 
     def start_rep(self, rep: RepPlan, built: Sequence[StreamRequest]) -> None:
         self._rep = rep.rep

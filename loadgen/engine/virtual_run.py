@@ -29,6 +29,7 @@ from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.run import RunOptions, client_timeouts, prime_rep
 from loadgen.engine.sessions import BuiltSession, build_sessions, turn_request
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
+from loadgen.engine.virtual_progress import VirtualProgress
 from loadgen.records import RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import ArmPlan, PlannedRequest, RepPlan
@@ -278,9 +279,13 @@ async def drive_virtual_arm(
     }
     rundir.write_manifest(manifest)
     soak = opts.stop
+    progress = VirtualProgress(
+        arm, lambda: sim.now_ns, lambda: sim.in_flight, enabled=opts.progress
+    )
 
     def record(rec: StreamRecord) -> None:
         rundir.append_stream(rec)
+        progress.done(rec)
         if soak is not None:
             soak.see(rec)
 
@@ -295,18 +300,19 @@ async def drive_virtual_arm(
         return await driver.one(req)
 
     try:
-        for warm in arm.warmup:
-            req = await materialize(warm, builder, model=model, t_intended_ns=sim.now_ns)
-            rundir.append_stream(await driver.one(req))
-        for rep in arm.reps:
-            if soak is not None and soak.stopped():
-                break
-            checks = await prime_rep(rep, builder, send_now, poller, model, target, record)
-            manifest["cache_checks"] += [c.to_json() for c in checks]
-            await driver.rep(rep, await build_sessions(rep.sessions, session_builder))
-        else:
-            if soak is not None:
-                soak.plan_exhausted()
+        with progress:
+            for warm in arm.warmup:
+                req = await materialize(warm, builder, model=model, t_intended_ns=sim.now_ns)
+                rundir.append_stream(await driver.one(req))
+            for rep in arm.reps:
+                if soak is not None and soak.stopped():
+                    break
+                checks = await prime_rep(rep, builder, send_now, poller, model, target, record)
+                manifest["cache_checks"] += [c.to_json() for c in checks]
+                await driver.rep(rep, await build_sessions(rep.sessions, session_builder))
+            else:
+                if soak is not None:
+                    soak.plan_exhausted()
     finally:
         await poller.scrape_once()  # the closing sample bounds every counter delta
         manifest["server_info"] = poller.info

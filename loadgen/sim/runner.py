@@ -9,8 +9,12 @@ the loop falls behind, outputs go out late and the engine clock stays the refere
 Engine time and the clock: engine time `t` happens at `wall_ns(t)` on the perf_counter_ns
 clock. With speed != 1 engine times are model seconds and wall time is compressed by `speed`:
 anything that reports sim time must say which of the two it uses (ground truth is engine time).
-A request's arrival_s is the engine time mapped from the clock when it is submitted; while the
-engine idles, its next step starts at that arrival.
+A request's arrival_s is the engine time the caller says it arrived (the sim server: when it
+received the request, before tokenizing it, as the virtual clock has it) or else the clock's
+reading when it is submitted. An arrival in the (recent) past never changes a step already
+computed: mid-step, the request joins the next step; idle, the next step starts at
+max(end of the last step, arrival), and its outputs go out when that step's end is due (at once
+if that is already past, the engine clock staying the reference).
 
 The clock is injectable: `VirtualClock` runs the same loop with no real sleeping (tests).
 """
@@ -83,9 +87,11 @@ class SimRunner:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def submit(self, req: SimRequest) -> asyncio.Queue[TokenOutput]:
-        """Queue a request now; raises AdmissionRejected (or ValueError) from the engine."""
-        req.arrival_s = self.engine_now_s()
+    def submit(self, req: SimRequest, arrival_s: float | None = None) -> asyncio.Queue[TokenOutput]:
+        """Queue a request that arrived at engine time `arrival_s` (not after now; default now);
+        raises AdmissionRejected (or ValueError) from the engine."""
+        now = self.engine_now_s()
+        req.arrival_s = now if arrival_s is None else min(arrival_s, now)
         queue: asyncio.Queue[TokenOutput] = asyncio.Queue()
         self.engine.add_request(req)
         self._queues[req.request_id] = queue

@@ -3,6 +3,14 @@
 The engine and its runner (engine.py, runner.py) decide when each token exists; this module only
 turns their outputs into vLLM's wire format, at the real time each step ends, and adds what a
 test needs to check a client against the truth (`/sim/requests`, `/sim/config`).
+
+A request arrives in the engine at the instant its body was received, not after it was
+tokenized: the virtual clock tokenizes in no time, and both clocks must model the same engine.
+So the ground truth's TTFT (first_token - arrival) excludes tokenizing, and a client's TTFT over
+loopback includes it only where it delayed the request past a step boundary (a busy engine
+takes a request into the first step computed after it was submitted). Long prompts are
+tokenized in parts with the event loop free in between, so a whale being tokenized does not hold
+back the outputs of the streams already running.
 """
 
 from __future__ import annotations
@@ -38,7 +46,11 @@ from loadgen.sim.openai_wire import (
     parse_tokenize,
     resolve_max_tokens,
 )
-from loadgen.sim.runner import SimRunner
+from loadgen.sim.runner import Clock, SimRunner
+
+# Characters tokenized between two yields to the event loop: 1-2 ms of encoding on this machine
+# (bench/sim_tokenize_lateness.py; smaller parts cut lateness further but lengthen the encode).
+TOKENIZE_SLICE_CHARS = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +136,10 @@ def boot_lines(config: SimServerConfig) -> list[str]:
 class SimState:
     """What the handlers share: the engine, its runner, the tokenizer, faults and counters."""
 
-    def __init__(self, config: SimServerConfig) -> None:
+    def __init__(self, config: SimServerConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.engine = Engine(config.effective_engine_config())
-        self.runner = SimRunner(self.engine, speed=config.speed)
+        self.runner = SimRunner(self.engine, speed=config.speed, clock=clock)
         self.tokenizer = self.engine.tokenizer
         self.faults = FaultInjector(config.faults, seed=config.engine.seed)
         self.http_stats = HttpStats()
@@ -151,10 +163,11 @@ class SimState:
 STATE = web.AppKey("sim_state", SimState)
 
 
-def create_app(config: SimServerConfig) -> web.Application:
-    """The aiohttp application; its SimState is `app[STATE]`, started and stopped with the app."""
+def create_app(config: SimServerConfig, clock: Clock | None = None) -> web.Application:
+    """The aiohttp application; its SimState is `app[STATE]`, started and stopped with the app.
+    `clock` drives the runner (default: perf_counter_ns and real sleeps)."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    state = SimState(config)
+    state = SimState(config, clock)
     app[STATE] = state
     h = _Handlers(state)
     app.router.add_post("/v1/completions", h.completions)
@@ -199,10 +212,12 @@ class _Handlers:
 
     async def _generate(self, request: web.Request, api: Api) -> web.StreamResponse:
         s = self.s
+        body = await request.read()
+        received_s = s.runner.engine_now_s()
         try:
-            parsed = parse_request(api, await request.read(), s.config.model)
+            parsed = parse_request(api, body, s.config.model)
             self._check_model(parsed.model)
-            prompt_ids = self._prompt_ids(parsed)
+            prompt_ids = await self._prompt_ids(parsed)
             max_tokens = resolve_max_tokens(
                 parsed.max_tokens, len(prompt_ids), s.config.max_model_len
             )
@@ -224,7 +239,7 @@ class _Handlers:
             cache_salt=parsed.cache_salt,
         )
         try:
-            queue = s.runner.submit(sim_request)
+            queue = s.runner.submit(sim_request, arrival_s=received_s)
         except AdmissionRejected as e:
             s.http_stats.admission_rejections += 1
             return _error(WireError(503, f"Server is overloaded, request rejected: {e}"))
@@ -253,13 +268,23 @@ class _Handlers:
         if model != self.s.config.model:
             raise WireError(404, f"The model `{model}` does not exist.", "model")
 
-    def _prompt_ids(self, parsed: ParsedRequest) -> list[int]:
+    async def _prompt_ids(self, parsed: ParsedRequest) -> list[int]:
+        """The prompt's ids, encoded in parts with a yield to the event loop between two, so
+        the runner delivers other streams' outputs on time while a long prompt is encoded."""
         tok = self.s.tokenizer
         if parsed.prompt_token_ids is not None:
             return parsed.prompt_token_ids
         if parsed.messages is not None:
-            return tok.encode(tok.apply_chat_template(parsed.messages, parsed.chat_template_kwargs))
-        return tok.encode(parsed.prompt_text or "")
+            text = tok.apply_chat_template(parsed.messages, parsed.chat_template_kwargs)
+        else:
+            text = parsed.prompt_text or ""
+        ids: list[int] = []
+        long = len(text) > TOKENIZE_SLICE_CHARS
+        for part in tok.encode_slices(text, TOKENIZE_SLICE_CHARS):
+            ids.extend(part)
+            if long:
+                await asyncio.sleep(0)
+        return ids
 
     def _finish(self, out: TokenOutput, outcome: _Outcome) -> None:
         outcome.finished = True
@@ -339,7 +364,7 @@ class _Handlers:
             parsed = parse_tokenize(parse_json_object(await request.read()), self.s.config.model)
         except WireError as e:
             return _error(e)
-        ids = self._prompt_ids(parsed)
+        ids = await self._prompt_ids(parsed)
         max_len = self.s.config.max_model_len
         return _json(
             {"count": len(ids), "max_model_len": max_len, "tokens": ids, "token_strs": None}
@@ -374,7 +399,8 @@ def ground_truth_rows(
     state: SimState, ns: Callable[[float], int] | None = None
 ) -> list[dict[str, Any]]:
     """The engine's per-request truth, every engine time also given as a perf_counter_ns
-    instant (`*_ns` beside each `*_s`), so a client record can be checked against it.
+    instant (`*_ns` beside each `*_s`), so a client record can be checked against it. A
+    request's arrival is when the server received it (before tokenizing).
     `ns` maps engine seconds to another clock's ns (the virtual run clock)."""
     ns = ns or state.runner.wall_ns
     rows = []
@@ -418,10 +444,10 @@ class SimServer:
 
 @asynccontextmanager
 async def start_sim_server(
-    config: SimServerConfig, host: str = "127.0.0.1", port: int = 0
+    config: SimServerConfig, host: str = "127.0.0.1", port: int = 0, *, clock: Clock | None = None
 ) -> AsyncIterator[SimServer]:
     """Serves the sim on host:port (0 = a free port) for the duration of the block."""
-    app = create_app(config)
+    app = create_app(config, clock)
     # handler_cancellation: a client disconnect cancels its handler, which aborts the request.
     app_runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await app_runner.setup()

@@ -29,7 +29,7 @@ import itertools
 import random
 import re
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>")
@@ -45,6 +45,8 @@ _SPLIT = re.compile(
     "|".join(re.escape(s) for s in SPECIAL_TOKENS)
     + r"| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]|\s+(?!\S)|\s+"
 )
+# Where encode_slices may cut: just after a non-space that a space follows.
+_CUT = re.compile(r"\S(?=\s)")
 _CASE_RUNS = re.compile(r"[a-z]+|[A-Z]+")
 
 
@@ -117,6 +119,13 @@ def _encode_piece(piece: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _ids(pieces: list[str]) -> list[int]:
+    out: list[int] = []
+    for piece in pieces:
+        out.extend(_encode_piece(piece))
+    return out
+
+
 class _PieceLengths(dict):
     """Tokens per piece, filled on first sight: counting a long prompt is one dict lookup per
     piece (a bounded memo, like _encode_piece's)."""
@@ -144,10 +153,23 @@ class SimTokenizer:
         return len(self._strings)
 
     def encode(self, text: str) -> list[int]:
-        out: list[int] = []
-        for piece in _SPLIT.findall(text):
-            out.extend(_encode_piece(piece))
-        return out
+        return _ids(_SPLIT.findall(text))
+
+    def encode_slices(self, text: str, slice_chars: int) -> Iterator[list[int]]:
+        """encode(text) in parts, each computed when asked for, so a caller can yield between
+        them; every part but the last spans at least `slice_chars` characters.
+
+        The text is cut only where a non-space is followed by a space. No pre-split piece
+        spans such a cut (special tokens, letter, digit and punctuation pieces hold no space
+        except a LEADING one, and a whitespace piece cannot hold the non-space), and no pattern
+        looks behind or past it (the one lookahead, after a whitespace run, stops at the
+        non-space), so the parts joined are exactly encode(text)."""
+        start, n = 0, len(text)
+        while start < n:
+            cut = _CUT.search(text, start + slice_chars) if start + slice_chars < n else None
+            end = cut.end() if cut else n
+            yield _ids(_SPLIT.findall(text, start, end))
+            start = end
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
