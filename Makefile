@@ -29,7 +29,7 @@ test: lint
 # core kept busy by a bounded busy loop, so timing fragility shows in CI and not on a user's
 # laptop. Verdicts and rates against the sim's truth run on the virtual clock and need no guard.
 WALL_SIM_TESTS := tests/test_run_integration.py tests/test_sim_server.py tests/test_sim_faults.py \
-	tests/test_sim_metrics.py tests/test_sim_runner.py
+	tests/test_sim_metrics.py tests/test_sim_runner.py tests/test_sweep_boots.py
 HOG_SECONDS ?= 240
 test-busy: $(STAMP)
 	@timeout $(HOG_SECONDS) sh -c 'while :; do :; done' & hog=$$!; \
