@@ -38,7 +38,7 @@ import uvloop
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.target import Timeouts
 from loadgen.engine.executor import run_closed_loop, run_open_loop
-from loadgen.engine.lag import LoopLagMonitor
+from loadgen.engine.lag import LoopLagMonitor, quiet_collector
 from loadgen.records import JsonlAppender, StreamRecord, install_stop_signals, read_jsonl
 from loadgen.request import StreamRequest
 
@@ -143,6 +143,7 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
             ticker = asyncio.create_task(lag.run())
             out.put(("ready", args.index, {"pid": os.getpid(), "host": platform.node()}))
             while (job := await asyncio.to_thread(jobs.get)) is not None:
+                quiet_collector()
                 out.put(("loaded", args.index, None))
                 if (start_ns := await asyncio.to_thread(jobs.get)) is None:
                     break

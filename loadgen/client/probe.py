@@ -35,6 +35,7 @@ from loadgen.client.pool import ProcessPool, split_jobs
 from loadgen.client.target import Timeouts, resolve_target
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
+from loadgen.engine.lag import quiet_collector
 from loadgen.engine.preflight import ensure_fd_limit
 from loadgen.engine.seeds import fresh_seed
 from loadgen.engine.target import RunError
@@ -209,6 +210,7 @@ async def _launch(
         for i, (p, salt) in enumerate(prompts)
     ]
     await client.warm(min(opts["concurrency"], opts["count"]))
+    quiet_collector()
     client.run_start_ns = perf_counter_ns()
     outcome.start_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     if run_dir:

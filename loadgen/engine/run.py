@@ -30,7 +30,7 @@ from loadgen.engine.boots import run_boots
 from loadgen.engine.cache import CacheCheck, prime_and_verify
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop, run_open_loop
-from loadgen.engine.lag import LoopLagMonitor
+from loadgen.engine.lag import LoopLagMonitor, quiet_collector
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.preflight import (
@@ -448,6 +448,7 @@ async def _run_rep(
     sessions = await build_sessions(rep.sessions, session_builder)
     mine = 0 if pool is not None else min(rep.concurrency or len(built), len(built))
     await client.warm(mine + len(sessions) or 1)
+    quiet_collector()
     progress.start_rep(rep, built)
 
     async def send() -> None:
