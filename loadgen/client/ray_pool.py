@@ -1,0 +1,349 @@
+"""Workers as Ray actors spread across a cluster's nodes (`--ray ADDRESS`), records merged here.
+
+Each actor runs an OpenAIClient on its own uvloop (a thread of the actor process) and the
+worker-side core `serve_job`; its `run` method is a Ray streaming generator that yields each
+batch of records the moment their streams end, so the parent writes a record about one round
+trip after its stream ended and an actor that dies mid-run loses only its in-flight streams.
+
+Clocks: every record's t_* are the actor's own perf_counter_ns (CLOCK_MONOTONIC) minus the run
+start in that clock, so differences inside a record (TTFT, chunk gaps, decode time) are exact
+same-host differences. The run start is handed to each actor in its own clock: the parent's
+plus the actor's offset. An actor on the parent's host (same kernel boot id) shares the clock
+and gets offset 0; one on another host gets an NTP-style estimate (the minimum-RTT sample of
+several round trips), so comparing times ACROSS hosts (timelines, who started first) carries up
+to half that RTT of error. The manifest records which, with the offset and the RTT.
+
+Ray is an optional extra: this module imports it only when a pool is made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import queue
+import socket
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from time import perf_counter_ns
+from typing import Any
+
+import uvloop
+
+from loadgen import __version__
+from loadgen.client.errors import one_line
+from loadgen.client.openai import OpenAIClient
+from loadgen.client.pool import Job, serve_job
+from loadgen.client.target import Timeouts
+from loadgen.client.workers import _share, split
+from loadgen.records import StreamRecord
+from loadgen.request import StreamRequest
+
+INSTALL_HINT = "pip install 'loadgen[ray]'"
+SYNC_ROUND_TRIPS = 8
+# Placing actors waits for resources a busy or small cluster may never free: say so, not hang.
+PLACE_TIMEOUT_S = 120.0
+CLOCK_NOTE = (
+    "t_* of each record are on its worker's own clock, shifted to the parent's run clock by "
+    "clock_offset_ns: differences inside a record (TTFT, gaps) are exact; across workers on "
+    "hosts whose clock is 'estimated', times agree only within offset_rtt_ns / 2"
+)
+_DONE = "done"
+
+
+class RayUnavailable(RuntimeError):
+    """Ray is not installed, or the cluster could not be reached or used (one-line message)."""
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable(f"--ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+    return ray
+
+
+def boot_id() -> str:
+    """The kernel's boot id: processes that share it share CLOCK_MONOTONIC."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return f"{socket.gethostname()}-unknown-boot"
+
+
+def min_rtt_offset(samples: list[tuple[int, int, int]]) -> tuple[int, int]:
+    """(offset_ns, rtt_ns) from (t_send, t_remote, t_recv) round trips: the sample of least RTT
+    bounds the remote reading most tightly; offset = t_remote - midpoint of send and receive."""
+    t_send, t_remote, t_recv = min(samples, key=lambda s: s[2] - s[0])
+    return t_remote - (t_send + t_recv) // 2, t_recv - t_send
+
+
+class StreamActor:
+    """One worker: an OpenAIClient on a uvloop in its own thread. Ray makes it an actor."""
+
+    def __init__(self, base_url: str, api_key: str | None, timeouts: Timeouts, conns: int):
+        self._loop = uvloop.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="loadgen-uvloop", daemon=True).start()
+        self._client = OpenAIClient(base_url, api_key=api_key, concurrency=conns, timeouts=timeouts)
+        self._call(self._client.__aenter__())
+        self._serving: Any = None
+        self.name = f"ray:{_node_ip()}:{os.getpid()}"
+
+    def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "worker": self.name,
+            "host": socket.gethostname(),
+            "node_ip": _node_ip(),
+            "pid": os.getpid(),
+            "boot_id": boot_id(),
+            "loadgen_version": __version__,
+        }
+
+    def now_ns(self) -> int:
+        return perf_counter_ns()
+
+    def warm(self, n: int) -> None:
+        self._call(self._client.warm(n))
+
+    def run(self, job: Job, run_start_ns: int) -> Iterator[list[dict[str, Any]]]:
+        """Yields lists of records (JSON form) as their streams end, until the job is done."""
+        out: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+        def emit(rec: StreamRecord) -> None:
+            out.put(dataclasses.replace(rec, worker=self.name).to_json())
+
+        self._serving = asyncio.run_coroutine_threadsafe(
+            serve_job(self._client, job, run_start_ns, emit), self._loop
+        )
+        self._serving.add_done_callback(lambda _: out.put(_DONE))
+        done = False
+        while not done:
+            batch = [out.get()]
+            while not out.empty():  # everything already finished goes in one reply
+                batch.append(out.get())
+            done = batch[-1] == _DONE
+            records = [r for r in batch if r != _DONE]
+            if records:
+                yield records
+        if not self._serving.cancelled():
+            self._serving.result()  # a fault of loadgen's own surfaces in the parent
+
+    def stop(self) -> None:
+        """Cancels the running job; its in-flight streams come back as `cancelled` records."""
+        if self._serving is not None:
+            self._serving.cancel()
+
+    def close(self) -> None:
+        self._call(self._client.__aexit__(None, None, None))
+
+
+def _node_ip() -> str:
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+@dataclasses.dataclass
+class _Placed:
+    handle: Any
+    identity: dict[str, Any]
+    clock: str = "shared"
+    offset_ns: int = 0
+    rtt_ns: int = 0
+
+
+class RayPool:
+    """`workers` StreamActors placed with Ray's SPREAD strategy (one CPU each) on the cluster at
+    `address` ("auto", "host:port", "ray://host:port", or "local" for a fresh local instance).
+    Async context manager: actors started, clock-synced and timed on enter, killed on exit."""
+
+    def __init__(
+        self,
+        address: str,
+        workers: int,
+        base_url: str,
+        api_key: str | None,
+        timeouts: Timeouts,
+        run_start_ns: int,
+        *,
+        conns: int = 64,
+    ) -> None:
+        self.ray = import_ray()
+        self.address = address
+        self.size = workers
+        self.run_start_ns = run_start_ns
+        self._args = (base_url, api_key, timeouts, conns)
+        self._placed: list[_Placed] = []
+        self.timing_s: dict[str, float] = {}
+
+    async def __aenter__(self) -> RayPool:
+        t0 = perf_counter_ns()
+        self._connect()
+        t1 = perf_counter_ns()
+        try:
+            await self._place()
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        t2 = perf_counter_ns()
+        for placed in self._placed:
+            await self._sync_clock(placed)
+        self.timing_s = {
+            "connect_s": (t1 - t0) / 1e9,
+            "actors_ready_s": (t2 - t1) / 1e9,
+            "clock_sync_s": (perf_counter_ns() - t2) / 1e9,
+        }
+        return self
+
+    def _connect(self) -> None:
+        try:
+            self.ray.init(
+                address=self.address,
+                log_to_driver=False,
+                include_dashboard=False if self.address == "local" else None,
+                logging_level="ERROR",
+            )
+        except Exception as exc:  # ConnectionError, ValueError, RuntimeError: Ray's own
+            raise RayUnavailable(f"--ray {self.address}: {one_line(exc)}") from None
+
+    async def _place(self) -> None:
+        actor_cls = self.ray.remote(StreamActor).options(
+            scheduling_strategy="SPREAD", num_cpus=1, max_concurrency=4, max_restarts=0
+        )
+        handles = [actor_cls.remote(*self._args) for _ in range(self.size)]
+        self._placed = [_Placed(h, {}) for h in handles]
+        try:
+            idents = await asyncio.wait_for(
+                asyncio.gather(*(h.identity.remote() for h in handles)), PLACE_TIMEOUT_S
+            )
+        except TimeoutError:
+            cpus = self.ray.cluster_resources().get("CPU", 0)
+            raise RayUnavailable(
+                f"--ray {self.address}: {self.size} workers not placed within "
+                f"{PLACE_TIMEOUT_S:.0f} s; each takes 1 CPU and the cluster has {cpus:g}: "
+                "pass fewer --workers or add nodes"
+            ) from None
+        except self.ray.exceptions.RayError as exc:
+            raise RayUnavailable(
+                f"--ray {self.address}: a worker failed to start ({one_line(exc)}); "
+                "every node needs the same loadgen installed"
+            ) from None
+        for placed, ident in zip(self._placed, idents, strict=True):
+            placed.identity = ident
+            if ident["loadgen_version"] != __version__:
+                raise RayUnavailable(
+                    f"--ray {self.address}: worker on {ident['host']} runs loadgen "
+                    f"{ident['loadgen_version']}, this is {__version__}: install the same "
+                    "version on every node"
+                )
+
+    async def _sync_clock(self, placed: _Placed) -> None:
+        samples = []
+        for _ in range(SYNC_ROUND_TRIPS):
+            t_send = perf_counter_ns()
+            t_remote = await placed.handle.now_ns.remote()
+            samples.append((t_send, t_remote, perf_counter_ns()))
+        offset, placed.rtt_ns = min_rtt_offset(samples)
+        if placed.identity["boot_id"] == boot_id():
+            placed.clock, placed.offset_ns = "shared", 0
+            placed.identity["estimated_offset_ns"] = offset  # kept to show the method's error
+        else:
+            placed.clock, placed.offset_ns = "estimated", offset
+
+    async def __aexit__(self, *exc: object) -> None:
+        for placed in self._placed:
+            self.ray.kill(placed.handle, no_restart=True)
+        self._placed = []
+        self.ray.shutdown()
+
+    def manifest(self) -> list[dict[str, Any]]:
+        """One entry per worker: where it ran and how its clock was related to the parent's."""
+        return [
+            {
+                **p.identity,
+                "clock": p.clock,
+                "clock_offset_ns": p.offset_ns,
+                "offset_rtt_ns": p.rtt_ns,
+            }
+            for p in self._placed
+        ]
+
+    def run_manifest(self) -> dict[str, Any]:
+        """run.json's `ray` section: the cluster, every worker, the clock caveat, start-up times."""
+        return {
+            "address": self.address,
+            "workers": self.manifest(),
+            "clock_note": CLOCK_NOTE,
+            "startup_s": self.timing_s,
+        }
+
+    async def run(self, jobs: list[Job], on_record: Callable[[StreamRecord], None]) -> list[str]:
+        """Job i on worker i; `on_record` is called here as each record arrives. Returns one
+        line per worker that died or failed (empty when all finished)."""
+        pairs = list(zip(self._placed, jobs, strict=False))
+        await asyncio.gather(*(p.handle.warm.remote(_warm_count(j)) for p, j in pairs))
+        problems: list[str] = []
+        readers = [asyncio.create_task(self._read(p, j, on_record, problems)) for p, j in pairs]
+        try:
+            await asyncio.gather(*readers)
+        except asyncio.CancelledError:
+            # Ctrl-C: the actors cancel their streams and send those records back; keep reading
+            # until they have (bounded), so no record already made is lost.
+            for p, _ in pairs:
+                p.handle.stop.remote()
+            await asyncio.wait(readers, timeout=10)
+            raise
+        return problems
+
+    async def _read(
+        self,
+        placed: _Placed,
+        job: Job,
+        on_record: Callable[[StreamRecord], None],
+        problems: list[str],
+    ) -> None:
+        start = self.run_start_ns + placed.offset_ns
+        gen = placed.handle.run.remote(job, start)
+        try:
+            async for ref in gen:
+                for d in await ref:
+                    on_record(StreamRecord.from_json(d))
+        except self.ray.exceptions.RayError as exc:
+            problems.append(
+                f"worker {placed.identity['worker']} failed before finishing: {one_line(exc)}"
+            )
+
+
+def _warm_count(job: Job) -> int:
+    n = len(job.requests)
+    return n if job.concurrency is None else min(job.concurrency, n)
+
+
+async def run_on_ray(
+    address: str,
+    requests: list[StreamRequest],
+    *,
+    workers: int,
+    concurrency: int,
+    base_url: str,
+    api_key: str | None,
+    timeouts: Timeouts,
+    run_start_ns: int,
+    on_record: Callable[[StreamRecord], None],
+    on_placed: Callable[[dict[str, Any]], None],
+) -> list[str]:
+    """`requests` closed-loop on `workers` Ray actors (requests and concurrency dealt as
+    `--workers` deals them); `on_placed` gets the run manifest's `ray` section once the actors
+    are up. Returns one line per worker that failed."""
+    parts = split(requests, workers)
+    jobs = [Job(tuple(p), _share(concurrency, len(parts), i)) for i, p in enumerate(parts)]
+    conns = max(j.concurrency or 1 for j in jobs)
+    async with RayPool(
+        address, len(jobs), base_url, api_key, timeouts, run_start_ns, conns=conns
+    ) as pool:
+        on_placed(pool.run_manifest())
+        return await pool.run(jobs, on_record)

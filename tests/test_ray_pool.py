@@ -1,0 +1,28 @@
+"""The Ray backend's parts that need no cluster: clock offsets, and `--ray` without Ray."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from cli_support import assert_one_line_error
+
+from loadgen.client.ray_pool import min_rtt_offset
+
+
+def test_offset_comes_from_the_least_rtt_round_trip() -> None:
+    # (t_send, t_remote, t_recv): the second sample's 10 ns RTT bounds the remote clock best.
+    samples = [(0, 1_000, 400), (1_000, 6_005, 1_010), (2_000, 7_100, 2_300)]
+    assert min_rtt_offset(samples) == (5_000, 10)
+
+
+def test_ray_option_without_ray_installed_fails_in_one_line() -> None:
+    # sys.modules["ray"] = None makes `import ray` raise ImportError, as if it were absent.
+    code = "import sys; sys.modules['ray'] = None; from loadgen.cli import main; main()"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "request", "--base-url", "http://127.0.0.1:9",
+         "--ray", "auto", "--workers", "2"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    line = assert_one_line_error(proc)
+    assert "pip install 'loadgen[ray]'" in line
