@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
+from cli_support import loadgen, spawn_loadgen
 from pacedserver import PacedConfig, ThreadedPacedServer
 from ray_cluster import local_ray_cluster, ray_processes
 
@@ -129,3 +129,23 @@ def test_no_ray_process_outlives_its_cluster() -> None:
     with local_ray_cluster() as cluster:
         assert ray_processes(cluster.temp_dir)  # the check sees the running head
     assert ray_processes(cluster.temp_dir) == []
+
+
+def test_ctrl_c_writes_every_in_flight_streams_record(ray_address: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with ThreadedPacedServer(PacedConfig(ttft_s=0.05, gap_s=0.2)) as srv:
+        proc = spawn_loadgen(
+            ["request", "--base-url", srv.url, "--ray", ray_address, "--workers", "2",
+             "-n", "8", "-c", "4", "--max-tokens", "200", "--prompt-tokens", "4", "--out", out]
+        )  # fmt: skip
+        deadline = time.monotonic() + 90
+        while sum(len(s.send_ns) >= 2 for s in srv.served) < 4:  # all 4 streaming
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    recs = read_streams(out)
+    assert sorted(r.id for r in recs) == ["r0000", "r0001", "r0002", "r0003"]
+    assert [r.error.cls for r in recs if r.error] == ["cancelled"] * 4
+    assert all(r.chunks >= 2 for r in recs)

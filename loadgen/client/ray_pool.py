@@ -116,10 +116,13 @@ class StreamActor:
         def emit(rec: StreamRecord) -> None:
             out.put(dataclasses.replace(rec, worker=self.name).to_json())
 
-        self._serving = asyncio.run_coroutine_threadsafe(
-            serve_job(self._client, job, run_start_ns, emit), self._loop
-        )
-        self._serving.add_done_callback(lambda _: out.put(_DONE))
+        async def serve() -> None:
+            try:
+                await serve_job(self._client, job, run_start_ns, emit)
+            finally:  # after serve_job's own finally has emitted the cancelled streams
+                out.put(_DONE)
+
+        self._serving = asyncio.run_coroutine_threadsafe(serve(), self._loop)
         done = False
         while not done:
             batch = [out.get()]
@@ -289,7 +292,7 @@ class RayPool:
         problems: list[str] = []
         readers = [asyncio.create_task(self._read(p, j, on_record, problems)) for p, j in pairs]
         try:
-            await asyncio.gather(*readers)
+            await asyncio.wait(readers)  # not gather: cancelling that would cancel the readers
         except asyncio.CancelledError:
             # Ctrl-C: the actors cancel their streams and send those records back; keep reading
             # until they have (bounded), so no record already made is lost.
@@ -297,6 +300,8 @@ class RayPool:
                 p.handle.stop.remote()
             await asyncio.wait(readers, timeout=10)
             raise
+        for reader in readers:
+            reader.result()  # a fault of the parent's own (on_record) is not swallowed
         return problems
 
     async def _read(
