@@ -19,9 +19,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen, spawn_loadgen
+from cli_support import assert_one_line_error, loadgen, spawn_loadgen
 from pacedserver import PacedConfig, ThreadedPacedServer
-from ray_cluster import local_ray_cluster, ray_processes
+from ray_cluster import free_port, local_ray_cluster, ray_processes
 
 from loadgen.client.pool import Job
 from loadgen.client.ray_pool import RayPool
@@ -149,3 +149,10 @@ def test_ctrl_c_writes_every_in_flight_streams_record(ray_address: str, tmp_path
     assert sorted(r.id for r in recs) == ["r0000", "r0001", "r0002", "r0003"]
     assert [r.error.cls for r in recs if r.error] == ["cancelled"] * 4
     assert all(r.chunks >= 2 for r in recs)
+
+
+def test_an_address_no_head_answers_fails_in_one_line() -> None:
+    dead = f"127.0.0.1:{free_port()}"
+    with ThreadedPacedServer(PacedConfig()) as srv:
+        proc = loadgen("request", "--base-url", srv.url, "--ray", dead, timeout_s=60)
+    assert f"--ray {dead}: no Ray head answers there" in assert_one_line_error(proc)

@@ -7,7 +7,7 @@ import sys
 
 from cli_support import assert_one_line_error
 
-from loadgen.client.ray_pool import min_rtt_offset
+from loadgen.client.ray_pool import _host_port, min_rtt_offset
 
 
 def test_offset_comes_from_the_least_rtt_round_trip() -> None:
@@ -26,3 +26,10 @@ def test_ray_option_without_ray_installed_fails_in_one_line() -> None:
     )  # fmt: skip
     line = assert_one_line_error(proc)
     assert "pip install 'loadgen[ray]'" in line
+
+
+def test_host_port_of_the_addresses_ray_takes() -> None:
+    assert _host_port("10.0.0.5:6379") == ("10.0.0.5", 6379)
+    assert _host_port("ray://head.example:10001") == ("head.example", 10001)
+    assert _host_port("[::1]:6379") == ("::1", 6379)
+    assert _host_port("auto") is None and _host_port("local") is None

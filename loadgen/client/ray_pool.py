@@ -41,6 +41,7 @@ from loadgen.request import StreamRequest
 
 INSTALL_HINT = "pip install 'loadgen[ray]'"
 SYNC_ROUND_TRIPS = 8
+CONNECT_TIMEOUT_S = 5.0
 # Placing actors waits for resources a busy or small cluster may never free: say so, not hang.
 PLACE_TIMEOUT_S = 120.0
 CLOCK_NOTE = (
@@ -144,6 +145,14 @@ class StreamActor:
         self._call(self._client.__aexit__(None, None, None))
 
 
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a "host:port" or "ray://host:port" address; None for auto / local."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
 def _node_ip() -> str:
     import ray
 
@@ -203,6 +212,15 @@ class RayPool:
         return self
 
     def _connect(self) -> None:
+        # Ray retries a dead GCS address for minutes; a TCP connect says so in seconds.
+        if (hostport := _host_port(self.address)) is not None:
+            try:
+                socket.create_connection(hostport, CONNECT_TIMEOUT_S).close()
+            except OSError as exc:
+                raise RayUnavailable(
+                    f"--ray {self.address}: no Ray head answers there ({one_line(exc)}); start "
+                    "one with `ray start --head` or pass its address"
+                ) from None
         try:
             self.ray.init(
                 address=self.address,
