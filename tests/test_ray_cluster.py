@@ -111,8 +111,9 @@ async def test_killed_actor_loses_no_completed_record(ray_address: str) -> None:
     got: list = []
     with ThreadedPacedServer(cfg) as srv:
         async with RayPool(
-            ray_address, 2, srv.url, None, Timeouts(), time.perf_counter_ns()
-        ) as pool:
+            ray_address, 2, base_url=srv.url, api_key=None, seats=1, timeouts=Timeouts(),
+            run_start_ns=time.perf_counter_ns(),
+        ) as pool:  # fmt: skip
             victim = pool.manifest()[0]
             run = asyncio.create_task(pool.run(jobs, got.append))
             while not any(s.request_id == "a3" and len(s.send_ns) >= 2 for s in srv.served):

@@ -24,7 +24,7 @@ import os
 import queue
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from time import perf_counter_ns
 from typing import Any
 
@@ -33,11 +33,9 @@ import uvloop
 from loadgen import __version__
 from loadgen.client.errors import one_line
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.pool import Job, serve_job
+from loadgen.client.pool import Job, OnRecord, serve_job
 from loadgen.client.target import Timeouts
-from loadgen.client.workers import _share, split
 from loadgen.records import StreamRecord
-from loadgen.request import StreamRequest
 
 INSTALL_HINT = "pip install 'loadgen[ray]'"
 SYNC_ROUND_TRIPS = 8
@@ -50,6 +48,8 @@ CLOCK_NOTE = (
     "hosts whose clock is 'estimated', times agree only within offset_rtt_ns / 2"
 )
 _DONE = "done"
+# How long stopping actors get to send their cancelled streams' records.
+STOP_GRACE_S = 10.0
 
 
 class RayUnavailable(RuntimeError):
@@ -83,11 +83,12 @@ def min_rtt_offset(samples: list[tuple[int, int, int]]) -> tuple[int, int]:
 class StreamActor:
     """One worker: an OpenAIClient on a uvloop in its own thread. Ray makes it an actor."""
 
-    def __init__(self, base_url: str, api_key: str | None, timeouts: Timeouts, conns: int):
+    def __init__(self, base_url: str, api_key: str | None, timeouts: Timeouts, seats: int):
         self._loop = uvloop.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="loadgen-uvloop", daemon=True).start()
-        self._client = OpenAIClient(base_url, api_key=api_key, concurrency=conns, timeouts=timeouts)
+        self._client = OpenAIClient(base_url, api_key=api_key, concurrency=seats, timeouts=timeouts)
         self._call(self._client.__aenter__())
+        self._job: Job | None = None
         self._serving: Any = None
         self.name = f"ray:{_node_ip()}:{os.getpid()}"
 
@@ -110,8 +111,16 @@ class StreamActor:
     def warm(self, n: int) -> None:
         self._call(self._client.warm(n))
 
-    def run(self, job: Job, run_start_ns: int) -> Iterator[list[dict[str, Any]]]:
-        """Yields lists of records (JSON form) as their streams end, until the job is done."""
+    def load(self, job: Job) -> None:
+        """Holds the next job, so a large one is not in transit when the clock starts."""
+        self._job = job
+
+    def run(self, start_ns: int, run_start_ns: int) -> Iterator[list[dict[str, Any]]]:
+        """Serves the loaded job from `start_ns` on the run clock (`run_start_ns` is the run's
+        start in this host's clock); yields lists of records (JSON form) as their streams
+        end, until the job is done."""
+        job, self._job = self._job, None
+        assert job is not None, "load() a job first"
         out: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         def emit(rec: StreamRecord) -> None:
@@ -119,7 +128,7 @@ class StreamActor:
 
         async def serve() -> None:
             try:
-                await serve_job(self._client, job, run_start_ns, emit)
+                await serve_job(self._client, job, start_ns, run_start_ns, emit)
             finally:  # after serve_job's own finally has emitted the cancelled streams
                 out.put(_DONE)
 
@@ -169,27 +178,30 @@ class _Placed:
 
 
 class RayPool:
-    """`workers` StreamActors placed with Ray's SPREAD strategy (one CPU each) on the cluster at
-    `address` ("auto", "host:port", "ray://host:port", or "local" for a fresh local instance).
-    Async context manager: actors started, clock-synced and timed on enter, killed on exit."""
+    """`size` StreamActors placed with Ray's SPREAD strategy (one CPU each) on the cluster at
+    `address` ("auto", "host:port", "ray://host:port", or "local" for a fresh local instance);
+    the same interface as client/pool.py's ProcessPool. Async context manager: actors started,
+    clock-synced, warmed (`seats` connections each) and timed on enter, killed on exit."""
 
     def __init__(
         self,
         address: str,
-        workers: int,
+        size: int,
+        *,
         base_url: str,
         api_key: str | None,
+        seats: int,
         timeouts: Timeouts,
         run_start_ns: int,
-        *,
-        conns: int = 64,
     ) -> None:
         self.ray = import_ray()
         self.address = address
-        self.size = workers
+        self.size = size
         self.run_start_ns = run_start_ns
-        self._args = (base_url, api_key, timeouts, conns)
+        self._seats = seats
+        self._args = (base_url, api_key, timeouts, seats)
         self._placed: list[_Placed] = []
+        self._dead: dict[int, str] = {}  # worker index -> why, once it failed
         self.timing_s: dict[str, float] = {}
 
     async def __aenter__(self) -> RayPool:
@@ -204,10 +216,13 @@ class RayPool:
         t2 = perf_counter_ns()
         for placed in self._placed:
             await self._sync_clock(placed)
+        t3 = perf_counter_ns()
+        await asyncio.gather(*(p.handle.warm.remote(self._seats) for p in self._placed))
         self.timing_s = {
             "connect_s": (t1 - t0) / 1e9,
             "actors_ready_s": (t2 - t1) / 1e9,
-            "clock_sync_s": (perf_counter_ns() - t2) / 1e9,
+            "clock_sync_s": (t3 - t2) / 1e9,
+            "warm_s": (perf_counter_ns() - t3) / 1e9,
         }
         return self
 
@@ -302,71 +317,63 @@ class RayPool:
             "startup_s": self.timing_s,
         }
 
-    async def run(self, jobs: list[Job], on_record: Callable[[StreamRecord], None]) -> list[str]:
-        """Job i on worker i; `on_record` is called here as each record arrives. Returns one
-        line per worker that died or failed (empty when all finished)."""
-        pairs = list(zip(self._placed, jobs, strict=False))
-        await asyncio.gather(*(p.handle.warm.remote(_warm_count(j)) for p, j in pairs))
+    async def run(self, jobs: list[Job], on_record: OnRecord, *, lead_ns: int = 0) -> list[str]:
+        """Job i on worker i, all starting together `lead_ns` after every worker holds its job;
+        `on_record` is called here as each record arrives. Returns one line per worker that
+        failed, and per job a dead worker could not take (its streams were not sent)."""
         problems: list[str] = []
-        readers = [asyncio.create_task(self._read(p, j, on_record, problems)) for p, j in pairs]
+        pairs = []
+        for i, job in enumerate(jobs):
+            if i in self._dead:
+                problems.append(
+                    f"worker {self._name(i)} is gone ({self._dead[i]}): its share of "
+                    f"{len(job.requests)} streams was not sent"
+                )
+            else:
+                pairs.append((i, job))
+        loads = await asyncio.gather(
+            *(self._placed[i].handle.load.remote(job) for i, job in pairs), return_exceptions=True
+        )
+        for (i, _), res in zip(pairs, loads, strict=True):
+            if isinstance(res, Exception):
+                self._fail(i, res, problems)
+        start_ns = perf_counter_ns() - self.run_start_ns + lead_ns
+        readers = [
+            asyncio.create_task(self._read(i, start_ns, on_record, problems))
+            for i, _ in pairs
+            if i not in self._dead
+        ]
+        if not readers:
+            return problems
         try:
             await asyncio.wait(readers)  # not gather: cancelling that would cancel the readers
         except asyncio.CancelledError:
             # Ctrl-C: the actors cancel their streams and send those records back; keep reading
             # until they have (bounded), so no record already made is lost.
-            for p, _ in pairs:
-                p.handle.stop.remote()
-            await asyncio.wait(readers, timeout=10)
+            for i, _ in pairs:
+                self._placed[i].handle.stop.remote()
+            await asyncio.wait(readers, timeout=STOP_GRACE_S)
             raise
         for reader in readers:
             reader.result()  # a fault of the parent's own (on_record) is not swallowed
         return problems
 
-    async def _read(
-        self,
-        placed: _Placed,
-        job: Job,
-        on_record: Callable[[StreamRecord], None],
-        problems: list[str],
-    ) -> None:
-        start = self.run_start_ns + placed.offset_ns
-        gen = placed.handle.run.remote(job, start)
+    async def _read(self, i: int, start_ns: int, on_record: OnRecord, problems: list[str]) -> None:
+        placed = self._placed[i]
+        gen = placed.handle.run.remote(start_ns, self.run_start_ns + placed.offset_ns)
         try:
             async for ref in gen:
                 for d in await ref:
                     on_record(StreamRecord.from_json(d))
         except self.ray.exceptions.RayError as exc:
-            problems.append(
-                f"worker {placed.identity['worker']} failed before finishing: {one_line(exc)}"
-            )
+            self._fail(i, exc, problems)
 
+    def _fail(self, i: int, exc: Exception, problems: list[str]) -> None:
+        self._dead[i] = one_line(exc, 200)
+        problems.append(
+            f"worker {self._name(i)} failed before finishing ({self._dead[i]}); its in-flight "
+            "streams have no record"
+        )
 
-def _warm_count(job: Job) -> int:
-    n = len(job.requests)
-    return n if job.concurrency is None else min(job.concurrency, n)
-
-
-async def run_on_ray(
-    address: str,
-    requests: list[StreamRequest],
-    *,
-    workers: int,
-    concurrency: int,
-    base_url: str,
-    api_key: str | None,
-    timeouts: Timeouts,
-    run_start_ns: int,
-    on_record: Callable[[StreamRecord], None],
-    on_placed: Callable[[dict[str, Any]], None],
-) -> list[str]:
-    """`requests` closed-loop on `workers` Ray actors (requests and concurrency dealt as
-    `--workers` deals them); `on_placed` gets the run manifest's `ray` section once the actors
-    are up. Returns one line per worker that failed."""
-    parts = split(requests, workers)
-    jobs = [Job(tuple(p), _share(concurrency, len(parts), i)) for i, p in enumerate(parts)]
-    conns = max(j.concurrency or 1 for j in jobs)
-    async with RayPool(
-        address, len(jobs), base_url, api_key, timeouts, run_start_ns, conns=conns
-    ) as pool:
-        on_placed(pool.run_manifest())
-        return await pool.run(jobs, on_record)
+    def _name(self, i: int) -> str:
+        return self._placed[i].identity.get("worker", str(i))
