@@ -22,6 +22,7 @@ import pytest
 from cli_support import assert_one_line_error, loadgen, spawn_loadgen
 from pacedserver import PacedConfig, ThreadedPacedServer
 from ray_cluster import free_port, local_ray_cluster, ray_processes
+from test_run_workers import EXPECTED, _hist_counts, _run, _server_verdicts, _streams
 
 from loadgen.client.pool import Job
 from loadgen.client.ray_pool import RayPool
@@ -76,6 +77,8 @@ def test_two_ray_workers_merge_into_one_run_directory(
     recs = read_streams(out)
     assert sorted(r.id for r in recs) == [f"r{i:04d}" for i in range(12)]  # each exactly once
     assert {(r.status, r.completion_tokens) for r in recs} == {("ok", 8)}
+    # Stamped on the run clock: no stream left before it was meant to, nor before the run.
+    assert all(0 <= r.t_intended_ns <= r.t_sent_ns < r.t_first_ns for r in recs)
     manifest = orjson.loads((out / "run.json").read_bytes())
     workers = manifest["ray"]["workers"]
     names = {w["worker"] for w in workers}
@@ -157,3 +160,21 @@ def test_an_address_no_head_answers_fails_in_one_line() -> None:
     with ThreadedPacedServer(PacedConfig()) as srv:
         proc = loadgen("request", "--base-url", srv.url, "--ray", dead, timeout_s=60)
     assert f"--ray {dead}: no Ray head answers there" in assert_one_line_error(proc)
+
+
+def test_run_on_two_ray_workers_writes_the_run_directory_one_process_would(
+    ray_address: str, tmp_path: Path
+) -> None:
+    one = _run(tmp_path / "w1", "--workers", "1")
+    two = _run(tmp_path / "ray2", "--ray", ray_address, "--workers", "2")
+    s1, s2 = _streams(one), _streams(two)
+    key = lambda r: (r["id"], r["phase"], r["status"], r["completion_tokens"], r["chunks"])  # noqa: E731
+    assert len(s2) == 8 and sorted(map(key, s1)) == sorted(map(key, s2))
+    assert all(0 < r["t_intended_ns"] <= r["t_sent_ns"] < r["t_first_ns"] for r in s2)
+    sum1, sum2 = (orjson.loads((d / "summary.json").read_bytes()) for d in (one, two))
+    assert _server_verdicts(sum1) == _server_verdicts(sum2) == EXPECTED["open_loop"]
+    assert _hist_counts(one) == _hist_counts(two) != {}
+    client = orjson.loads((two / "run.json").read_bytes())["client"]
+    names = {w["worker"] for w in client["ray"]["workers"]}
+    assert client["workers"] == 2 and len(names) == 2
+    assert Counter(r["worker"] for r in s2) == {n: 4 for n in names}

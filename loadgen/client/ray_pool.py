@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import os
 import queue
 import socket
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from contextlib import asynccontextmanager
 from time import perf_counter_ns
 from typing import Any
 
@@ -33,7 +35,7 @@ import uvloop
 from loadgen import __version__
 from loadgen.client.errors import one_line
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.pool import Job, OnRecord, serve_job
+from loadgen.client.pool import STREAMS_PER_PROCESS, Job, OnRecord, serve_job
 from loadgen.client.target import Timeouts
 from loadgen.records import StreamRecord
 
@@ -121,6 +123,7 @@ class StreamActor:
         end, until the job is done."""
         job, self._job = self._job, None
         assert job is not None, "load() a job first"
+        self._client.run_start_ns = run_start_ns  # the client stamps every t_* against it
         out: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         def emit(rec: StreamRecord) -> None:
@@ -152,6 +155,62 @@ class StreamActor:
 
     def close(self) -> None:
         self._call(self._client.__aexit__(None, None, None))
+
+
+def connect(ray: Any, address: str) -> None:
+    """This process joins the cluster at `address` as its driver (one-line RayUnavailable)."""
+    # Ray retries a dead GCS address for minutes; a TCP connect says so in seconds.
+    if (hostport := _host_port(address)) is not None:
+        try:
+            socket.create_connection(hostport, CONNECT_TIMEOUT_S).close()
+        except OSError as exc:
+            raise RayUnavailable(
+                f"--ray {address}: no Ray head answers there ({one_line(exc)}); start "
+                "one with `ray start --head` or pass its address"
+            ) from None
+    try:
+        ray.init(
+            address=address,
+            log_to_driver=False,
+            include_dashboard=False if address == "local" else None,
+            logging_level="ERROR",
+        )
+    except Exception as exc:  # ConnectionError, ValueError, RuntimeError: Ray's own
+        raise RayUnavailable(f"--ray {address}: {one_line(exc)}") from None
+
+
+def cluster_workers(nodes: int, cpus: float, peak_in_flight: int) -> int:
+    """`--workers auto` under --ray: one per alive node, more where the streams in flight need
+    them (STREAMS_PER_PROCESS each), never more than the cluster's CPUs (one per worker)."""
+    want = max(nodes, math.ceil(peak_in_flight / STREAMS_PER_PROCESS))
+    return max(1, min(want, int(cpus)))
+
+
+@asynccontextmanager
+async def ray_pool(
+    address: str,
+    requested: int | None,
+    *,
+    base_url: str,
+    api_key: str | None,
+    peak_in_flight: int,
+    timeouts: Timeouts,
+    run_start_ns: int,
+) -> AsyncIterator[RayPool]:
+    """A RayPool of `requested` workers, or (None: auto) as many as cluster_workers says for
+    the cluster at `address`; each holds its share of `peak_in_flight` seats."""
+    ray = import_ray()
+    connect(ray, address)
+    size = requested or cluster_workers(
+        sum(n["Alive"] for n in ray.nodes()),
+        ray.cluster_resources().get("CPU", 1),
+        peak_in_flight,
+    )
+    async with RayPool(
+        address, size, base_url=base_url, api_key=api_key,
+        seats=math.ceil(peak_in_flight / size), timeouts=timeouts, run_start_ns=run_start_ns,
+    ) as pool:  # fmt: skip
+        yield pool
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
@@ -227,24 +286,8 @@ class RayPool:
         return self
 
     def _connect(self) -> None:
-        # Ray retries a dead GCS address for minutes; a TCP connect says so in seconds.
-        if (hostport := _host_port(self.address)) is not None:
-            try:
-                socket.create_connection(hostport, CONNECT_TIMEOUT_S).close()
-            except OSError as exc:
-                raise RayUnavailable(
-                    f"--ray {self.address}: no Ray head answers there ({one_line(exc)}); start "
-                    "one with `ray start --head` or pass its address"
-                ) from None
-        try:
-            self.ray.init(
-                address=self.address,
-                log_to_driver=False,
-                include_dashboard=False if self.address == "local" else None,
-                logging_level="ERROR",
-            )
-        except Exception as exc:  # ConnectionError, ValueError, RuntimeError: Ray's own
-            raise RayUnavailable(f"--ray {self.address}: {one_line(exc)}") from None
+        if not self.ray.is_initialized():
+            connect(self.ray, self.address)
 
     async def _place(self) -> None:
         actor_cls = self.ray.remote(StreamActor).options(
