@@ -7,7 +7,7 @@ import sys
 
 from cli_support import assert_one_line_error
 
-from loadgen.client.ray_pool import _host_port, min_rtt_offset
+from loadgen.client.ray_pool import _host_port, cluster_workers, min_rtt_offset
 
 
 def test_offset_comes_from_the_least_rtt_round_trip() -> None:
@@ -33,3 +33,10 @@ def test_host_port_of_the_addresses_ray_takes() -> None:
     assert _host_port("ray://head.example:10001") == ("head.example", 10001)
     assert _host_port("[::1]:6379") == ("::1", 6379)
     assert _host_port("auto") is None and _host_port("local") is None
+
+
+def test_auto_ray_workers_one_per_node_more_for_many_streams_at_most_one_per_cpu() -> None:
+    assert cluster_workers(nodes=3, cpus=24, peak_in_flight=8) == 3
+    assert cluster_workers(nodes=2, cpus=24, peak_in_flight=1_500) == 6  # 256 streams each
+    assert cluster_workers(nodes=1, cpus=2, peak_in_flight=1_500) == 2
+    assert cluster_workers(nodes=4, cpus=0, peak_in_flight=8) == 1
