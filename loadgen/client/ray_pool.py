@@ -153,9 +153,6 @@ class StreamActor:
         if self._serving is not None:
             self._serving.cancel()
 
-    def close(self) -> None:
-        self._call(self._client.__aexit__(None, None, None))
-
 
 def connect(ray: Any, address: str) -> None:
     """This process joins the cluster at `address` as its driver (one-line RayUnavailable)."""
