@@ -1,7 +1,7 @@
 """`--ray ADDRESS`: workers as Ray actors on a local Ray cluster started here (make test-ray).
 
-Skipped without the `ray` extra. One head with 2 CPUs on loopback serves the whole module and
-is stopped (no raylet or gcs_server left) when it ends.
+Skipped without the `ray` extra. Two nodes on loopback (a head and a worker node, 2 CPUs each)
+serve the whole module and are stopped (no raylet or gcs_server left) when it ends.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
-    with local_ray_cluster() as cluster:
+    with local_ray_cluster(extra_nodes=1) as cluster:
         yield cluster.address
 
 
@@ -83,6 +83,9 @@ def test_two_ray_workers_merge_into_one_run_directory(
     workers = manifest["ray"]["workers"]
     names = {w["worker"] for w in workers}
     assert len(names) == 2 and Counter(r.worker for r in recs) == {n: 6 for n in names}
+    # One per node. (Ray's default scheduling spreads two 1-CPU actors here too, so this shows
+    # the workers span the cluster, not that SPREAD was asked for.)
+    assert len({w["node_id"] for w in workers}) == 2
     for w in workers:  # same host: one CLOCK_MONOTONIC, and the estimate must agree with it
         assert w["clock"] == "shared" and w["clock_offset_ns"] == 0
         assert abs(w["estimated_offset_ns"]) <= w["offset_rtt_ns"] // 2 + 1
@@ -130,7 +133,7 @@ async def test_killed_actor_loses_no_completed_record(ray_address: str) -> None:
 
 
 def test_no_ray_process_outlives_its_cluster() -> None:
-    with local_ray_cluster() as cluster:
+    with local_ray_cluster(extra_nodes=1) as cluster:
         assert ray_processes(cluster.temp_dir)  # the check sees the running head
     assert ray_processes(cluster.temp_dir) == []
 

@@ -102,6 +102,7 @@ class StreamActor:
             "worker": self.name,
             "host": socket.gethostname(),
             "node_ip": _node_ip(),
+            "node_id": _ray().get_runtime_context().get_node_id(),
             "pid": os.getpid(),
             "boot_id": boot_id(),
             "loadgen_version": __version__,
@@ -218,10 +219,14 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def _node_ip() -> str:
-    import ray
+def _ray() -> Any:
+    import ray  # present wherever an actor runs
 
-    return ray.util.get_node_ip_address()
+    return ray
+
+
+def _node_ip() -> str:
+    return _ray().util.get_node_ip_address()
 
 
 @dataclasses.dataclass
