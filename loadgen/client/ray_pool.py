@@ -37,6 +37,7 @@ from loadgen.client.errors import one_line
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.pool import STREAMS_PER_PROCESS, Job, OnRecord, serve_job
 from loadgen.client.target import Timeouts
+from loadgen.engine.lag import quiet_collector
 from loadgen.records import StreamRecord
 
 INSTALL_HINT = "pip install 'loadgen[ray]'"
@@ -115,8 +116,10 @@ class StreamActor:
         self._call(self._client.warm(n))
 
     def load(self, job: Job) -> None:
-        """Holds the next job, so a large one is not in transit when the clock starts."""
+        """Holds the next job, so a large one is not in transit when the clock starts, and
+        quiets the collector before it is timed, as a worker process does."""
         self._job = job
+        quiet_collector()
 
     def run(self, start_ns: int, run_start_ns: int) -> Iterator[list[dict[str, Any]]]:
         """Serves the loaded job from `start_ns` on the run clock (`run_start_ns` is the run's
