@@ -44,6 +44,13 @@ setup-real: $(STAMP)
 test-real: setup-real
 	$(BIN)/pytest -m real tests/real -v
 
+# Workers as Ray actors (`--ray ADDRESS`): the optional ray extra goes into the venv, then the
+# tests that start a local Ray cluster (one head, 2 CPUs, loopback) and stop it again.
+.PHONY: test-ray
+test-ray: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[ray,test]'
+	$(BIN)/pytest -q -m ray -p no:cacheprovider tests/test_ray_cluster.py
+
 scenario: $(STAMP)
 	$(BIN)/loadgen run $(NAME) $(RUN_ARGS)
 

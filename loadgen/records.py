@@ -89,6 +89,9 @@ class StreamRecord:
     coalesced_reads: int = 0
     loop_lag_max_ns: int | None = None
     loop_lag_ttft_ns: int | None = None
+    # Which worker streamed it where a run had several (e.g. "ray:10.0.0.5:4242"); None for a
+    # single process.
+    worker: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -32,6 +32,7 @@ from loadgen.analysis.selferror import (
 )
 from loadgen.client.openai import ClientError, OpenAIClient
 from loadgen.client.pool import ProcessPool, split_jobs
+from loadgen.client.ray_pool import RayPool, RayUnavailable, import_ray
 from loadgen.client.target import Timeouts, resolve_target
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
@@ -52,6 +53,7 @@ class ProbeOutcome:
     sizing: str = ""
     start_wall: str = ""
     interrupted: bool = False
+    ray: dict[str, Any] | None = None  # run.json's `ray` section under --ray
 
 
 @click.command("request")
@@ -82,6 +84,13 @@ class ProbeOutcome:
     help="Processes to split the streams across (each its own event loop and core).",
 )
 @click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    help="Run the --workers as Ray actors spread over the cluster at ADDRESS (auto, "
+    "HOST:PORT, ray://HOST:PORT, or local); needs pip install 'loadgen[ray]'.",
+)
+@click.option(
     "--strict",
     is_flag=True,
     help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
@@ -100,13 +109,18 @@ def request_cmd(**opts: Any) -> None:
         base_url, api_key = resolve_target(opts["base_url"], opts["api_key"])
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if opts["ray_address"]:
+        try:
+            import_ray()
+        except RayUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
     try:
         ensure_fd_limit(opts["concurrency"])
     except RunError as exc:
         raise click.ClickException(str(exc)) from None
     try:
         outcome = uvloop.run(_probe(base_url, api_key, opts))
-    except ClientError as exc:
+    except (ClientError, RayUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
     # Piped output gets a wide fixed width: rich's 80-column default truncates the tables.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -215,6 +229,19 @@ async def _launch(
     outcome.start_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     if run_dir:
         run_dir.write_manifest(_manifest(base_url, opts, outcome))
+    if opts["ray_address"]:
+        jobs = split_jobs(requests, opts["concurrency"], opts["workers"])
+        async with RayPool(
+            opts["ray_address"], len(jobs), base_url=base_url, api_key=client.api_key,
+            seats=max(j.concurrency or 1 for j in jobs), timeouts=client.timeouts,
+            run_start_ns=client.run_start_ns,
+        ) as pool:  # fmt: skip
+            outcome.ray = pool.run_manifest()
+            if run_dir:
+                run_dir.write_manifest(_manifest(base_url, opts, outcome))
+            for line in await pool.run(jobs, keep):
+                click.echo(f"warning: {line}", err=True)
+        return
     if opts["workers"] > 1:
         jobs = split_jobs(requests, opts["concurrency"], opts["workers"])
         with _spill_dir(run_dir) as spill:
@@ -297,6 +324,7 @@ def _manifest(base_url: str, opts: dict[str, Any], outcome: ProbeOutcome) -> dic
         "prompt_sizing": outcome.sizing,
         "start_wall": outcome.start_wall,
         "interrupted": outcome.interrupted,
+        **({"ray": outcome.ray} if outcome.ray else {}),
     }
 
 

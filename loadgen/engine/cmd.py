@@ -18,6 +18,7 @@ from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
 from loadgen.client.errors import ClientError, one_line
 from loadgen.client.probe import failure_summary
+from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.client.target import resolve_target
 from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
@@ -157,6 +158,14 @@ OUTPUT_OPTIONS = _options(
     "per 256 streams in flight, up to the cores, one left to a server on this host).",
 )
 @click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    help="Send the measured streams from --workers Ray actors spread over the cluster at "
+    "ADDRESS (auto, HOST:PORT, or local; auto workers: one per node, more for many streams); "
+    "needs pip install 'loadgen[ray]'.",
+)
+@click.option(
     "--strict",
     is_flag=True,
     help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
@@ -183,6 +192,7 @@ def run_cmd(
     boot_order_seed: int | None,
     progress: bool,
     workers: int | None = None,
+    ray_address: str | None = None,
     strict: bool = False,
     allow_files_outside: bool = False,
 ) -> None:
@@ -194,6 +204,13 @@ def run_cmd(
         )
     if clock == "virtual" and workers not in (None, 1):
         raise click.UsageError("--clock virtual has no client to spread: drop --workers")
+    if ray_address:
+        if clock == "virtual":
+            raise click.UsageError("--clock virtual has no client to spread: drop --ray")
+        try:
+            import_ray()
+        except RayUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
     sets = list(overrides) + ([f"api={api}"] if api else [])
     try:
         loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
@@ -228,7 +245,7 @@ def run_cmd(
         progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
         server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
         server_flags=tuple(flags), server=server, boot_order_seed=boot_order_seed,
-        workers=workers,
+        workers=workers, ray_address=ray_address,
     )  # fmt: skip
 
     run_dir = execute(plan(loaded, run_seed=seed.value), opts)
@@ -258,7 +275,7 @@ def execute(the_plan: Plan, opts: RunOptions, interrupted: str = "") -> Path:
     except ServerBootError as exc:
         # The first line says what failed; the server log's last lines below it say why.
         raise click.ClickException(str(exc).rstrip()) from None
-    except (RunError, ClientError, PromptSizeError) as exc:
+    except (RunError, ClientError, PromptSizeError, RayUnavailable) as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     except OSError as exc:
         raise click.ClickException(one_line(exc)) from None

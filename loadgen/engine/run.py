@@ -25,6 +25,7 @@ from loadgen import __version__
 from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.pool import ProcessPool
+from loadgen.client.ray_pool import RayPool
 from loadgen.client.target import Timeouts
 from loadgen.engine.boots import run_boots
 from loadgen.engine.cache import CacheCheck, prime_and_verify
@@ -96,6 +97,8 @@ class RunOptions:
     boot_order_seed: int | None = None
     # Client processes that send the measured streams (None: auto, engine/spread.py).
     workers: int | None = None
+    # Send them from Ray actors on the cluster at this address instead (client/ray_pool.py).
+    ray_address: str | None = None
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -244,6 +247,8 @@ async def _drive_arm(
     workers = (
         1
         if opts.stop
+        else opts.workers  # None under --ray: the cluster decides (client/ray_pool.py)
+        if opts.ray_address
         else worker_count(opts.workers, concurrency, server_on_host=target.kind != "external")
     )
     async with OpenAIClient(
@@ -252,6 +257,7 @@ async def _drive_arm(
     ) as client, client_pool(
         workers, url=target.url, api_key=opts.api_key, peak_in_flight=concurrency,
         timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
+        ray_address=opts.ray_address,
     ) as pool:  # fmt: skip
         model = await _resolve_model(client, opts.model or scenario.model or target.model)
         counter = await pick_counter(
@@ -439,7 +445,7 @@ async def _run_rep(
     lag: LoopLagMonitor,
     stop: Callable[[], bool] | None,
     *,
-    pool: ProcessPool | None,
+    pool: ProcessPool | RayPool | None,
     warn: Callable[[str], None],
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.client.pool import ProcessPool, auto_workers, split_jobs
+from loadgen.client.ray_pool import RayPool, ray_pool
 from loadgen.client.target import Timeouts
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
@@ -35,7 +36,7 @@ def worker_count(requested: int | None, peak_in_flight: int, *, server_on_host: 
 
 @asynccontextmanager
 async def client_pool(
-    workers: int,
+    workers: int | None,
     *,
     url: str,
     api_key: str | None,
@@ -43,9 +44,19 @@ async def client_pool(
     timeouts: Timeouts,
     run_start_ns: int,
     run_path: Path,
-) -> AsyncIterator[ProcessPool | None]:
+    ray_address: str | None = None,
+) -> AsyncIterator[ProcessPool | RayPool | None]:
     """A pool of `workers` client processes on the run clock, or None for one process (the
-    parent's own client sends everything)."""
+    parent's own client sends everything); with `ray_address`, Ray actors on that cluster
+    (`workers` None: as many as the cluster's nodes and the streams in flight call for)."""
+    if ray_address:
+        async with ray_pool(
+            ray_address, workers, base_url=url, api_key=api_key, peak_in_flight=peak_in_flight,
+            timeouts=timeouts, run_start_ns=run_start_ns,
+        ) as pool:  # fmt: skip
+            yield pool
+        return
+    assert workers is not None
     if workers <= 1:
         yield None
         return
@@ -57,7 +68,7 @@ async def client_pool(
 
 
 async def send_rep_in_pool(
-    pool: ProcessPool,
+    pool: ProcessPool | RayPool,
     rep: RepPlan,
     built: Sequence[StreamRequest],
     record: Callable[[StreamRecord], None],
@@ -73,9 +84,14 @@ async def send_rep_in_pool(
         warn(line)
 
 
-def pool_manifest(pool: ProcessPool | None, requested: int | None) -> dict[str, Any]:
+def pool_manifest(pool: ProcessPool | RayPool | None, requested: int | None) -> dict[str, Any]:
     """run.json's account of who sent the streams."""
     source = "auto" if requested is None else "user"
     if pool is None:
         return {"workers": 1, "workers_source": source}
-    return {"workers": pool.size, "workers_source": source, "worker_processes": pool.manifest()}
+    ray = {"ray": pool.run_manifest()} if isinstance(pool, RayPool) else {}
+    return {
+        "workers": pool.size,
+        "workers_source": source,
+        "worker_processes": pool.manifest(),
+    } | ray
