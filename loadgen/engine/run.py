@@ -24,8 +24,6 @@ import aiohttp
 from loadgen import __version__
 from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.pool import ProcessPool
-from loadgen.client.ray_pool import RayPool
 from loadgen.client.target import Timeouts
 from loadgen.engine.boots import run_boots
 from loadgen.engine.cache import CacheCheck, prime_and_verify
@@ -47,7 +45,7 @@ from loadgen.engine.progress import Progress
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.sessions import build_sessions, run_sessions
 from loadgen.engine.soak import SoakStop
-from loadgen.engine.spread import client_pool, pool_manifest, send_rep_in_pool, worker_count
+from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_pool, worker_count
 from loadgen.engine.target import Target, open_target, server_spec_for
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord, write_manifest
 from loadgen.request import StreamRequest
@@ -243,21 +241,18 @@ async def _drive_arm(
     timeouts = client_timeouts(scenario)
     run_start_ns = time.perf_counter_ns()
     manifest["run_start_perf_ns"] = run_start_ns
-    # A soak's stop (deadline, server gone) is decided here, so its streams stay here.
-    workers = (
-        1
-        if opts.stop
-        else opts.workers  # None under --ray: the cluster decides (client/ray_pool.py)
-        if opts.ray_address
-        else worker_count(opts.workers, concurrency, server_on_host=target.kind != "external")
-    )
+    ray = None if opts.stop else opts.ray_address
+    workers = worker_count(
+        opts.workers, concurrency, server_on_host=target.kind != "external", ray=bool(ray),
+        soak=opts.stop is not None,
+    )  # fmt: skip
     async with OpenAIClient(
         target.url, api_key=opts.api_key, concurrency=concurrency, timeouts=timeouts,
         run_start_ns=run_start_ns,
     ) as client, client_pool(
         workers, url=target.url, api_key=opts.api_key, peak_in_flight=concurrency,
         timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
-        ray_address=opts.ray_address,
+        ray_address=ray,
     ) as pool:  # fmt: skip
         model = await _resolve_model(client, opts.model or scenario.model or target.model)
         counter = await pick_counter(
@@ -445,7 +440,7 @@ async def _run_rep(
     lag: LoopLagMonitor,
     stop: Callable[[], bool] | None,
     *,
-    pool: ProcessPool | RayPool | None,
+    pool: Pool | None,
     warn: Callable[[str], None],
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.

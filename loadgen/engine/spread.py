@@ -27,9 +27,23 @@ from loadgen.scenario.plan import RepPlan
 POOL_LEAD_NS = 50_000_000
 
 
-def worker_count(requested: int | None, peak_in_flight: int, *, server_on_host: bool) -> int:
-    """The workers a run uses: as asked, or `auto` (None) by the streams it holds at once."""
-    if requested is not None:
+Pool = ProcessPool | RayPool
+
+
+def worker_count(
+    requested: int | None,
+    peak_in_flight: int,
+    *,
+    server_on_host: bool,
+    ray: bool = False,
+    soak: bool = False,
+) -> int | None:
+    """The workers a run uses: as asked, or `auto` (None) by the streams it holds at once;
+    under Ray, `auto` stays None (the cluster's nodes decide, client/ray_pool.py). A soak's
+    stop (deadline, server gone) is decided in the parent, so its streams stay there (1)."""
+    if soak:
+        return 1
+    if requested is not None or ray:
         return requested
     return auto_workers(peak_in_flight, server_on_host=server_on_host)
 
@@ -45,7 +59,7 @@ async def client_pool(
     run_start_ns: int,
     run_path: Path,
     ray_address: str | None = None,
-) -> AsyncIterator[ProcessPool | RayPool | None]:
+) -> AsyncIterator[Pool | None]:
     """A pool of `workers` client processes on the run clock, or None for one process (the
     parent's own client sends everything); with `ray_address`, Ray actors on that cluster
     (`workers` None: as many as the cluster's nodes and the streams in flight call for)."""
@@ -68,7 +82,7 @@ async def client_pool(
 
 
 async def send_rep_in_pool(
-    pool: ProcessPool | RayPool,
+    pool: Pool,
     rep: RepPlan,
     built: Sequence[StreamRequest],
     record: Callable[[StreamRecord], None],
