@@ -28,6 +28,7 @@ group. Ties, and streams in different groups, keep FCFS order: by send time, the
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -126,11 +127,35 @@ def seats(
     return out
 
 
-def in_prefill(seat: Seat, t_ns: float) -> bool:
-    """True while the stream held a seat without its first token."""
-    return seat.admit_ns <= t_ns < seat.prefill_end_ns
-
-
 def overlap_ns(a0: int, a1: int, b0: int, b1: int) -> int:
     """Length of the intersection of [a0, a1) and [b0, b1)."""
     return max(0, min(a1, b1) - max(a0, b0))
+
+
+def prefill_ahead(modelled: dict[str, Seat]) -> dict[str, list[tuple[int, int]]]:
+    """Per stream, when some stream ahead of it in admission order was prefilling, clipped to
+    its own [admission, first token) (before its admission the seat cap holds it, whoever
+    prefills): disjoint [from_ns, to_ns) pieces in time order.
+
+    One pass in admission order over a running union of prefill intervals: a stream's wait is
+    judged against everything ahead of it, so a late stream of a long FCFS queue costs a few
+    bisections, not a scan of the whole queue (10,000 streams sent together took 410 s of
+    verdicts that way)."""
+    starts: list[int] = []  # the union so far: disjoint, sorted, touching pieces merged
+    ends: list[int] = []
+    out: dict[str, list[tuple[int, int]]] = {}
+    for s in sorted(modelled.values(), key=lambda s: s.rank):
+        lo, hi = max(s.sent_ns, s.admit_ns), s.prefill_end_ns
+        i = bisect.bisect_right(ends, lo)
+        mine = []
+        while lo < hi and i < len(starts) and starts[i] < hi:
+            mine.append((max(starts[i], lo), min(ends[i], hi)))
+            i += 1
+        out[s.id] = mine
+        a, b = s.admit_ns, s.prefill_end_ns
+        if a < b:
+            first, last = bisect.bisect_left(ends, a), bisect.bisect_right(starts, b)
+            if first < last:
+                a, b = min(a, starts[first]), max(b, ends[last - 1])
+            starts[first:last], ends[first:last] = [a], [b]
+    return out

@@ -51,6 +51,8 @@ Rules, in order (DESIGN.md's vocabulary; thresholds are the named constants belo
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -66,7 +68,7 @@ from loadgen.analysis.limits import (
     prefill_tokens,
     resolve_cap,
 )
-from loadgen.analysis.occupancy import Seat, in_prefill, seats
+from loadgen.analysis.occupancy import Seat, prefill_ahead, seats
 from loadgen.analysis.pool import PoolEvidence
 from loadgen.analysis.selferror import client_error_evidence
 from loadgen.analysis.stats import median
@@ -118,6 +120,9 @@ class VerdictContext:
     baseline: PrefillBaseline
     seats: dict[str, Seat]
     pool: PoolEvidence
+    # Per stream, when a stream ahead of it was prefilling (occupancy.prefill_ahead).
+    prefill_ahead: dict[str, list[tuple[int, int]]]
+    seats_by_id: list[Seat]
     group_min_ttft: dict[str, float] = field(default_factory=dict)
     loop_lag_max_ms: float | None = None
     # Groups whose prompts were meant to be cold (warmth.py), and whether they are all groups.
@@ -144,6 +149,8 @@ def build_context(
         cap=cap,
         baseline=baseline,
         seats=modelled,
+        prefill_ahead=prefill_ahead(modelled),
+        seats_by_id=sorted(modelled.values(), key=lambda s: s.id),
         pool=PoolEvidence(timeline, modelled, cap.value, manifest.get("server") or {}),
         group_min_ttft=fastest,
         loop_lag_max_ms=client.get("loop_lag_max_ms"),
@@ -267,9 +274,7 @@ def _wait(
     if t1 <= t0:
         return out
     # Only streams ahead of it in admission order (FCFS) can hold its prefill back.
-    ahead = [
-        s for s in ctx.seats.values() if s.rank < seat.rank and s.admit_ns < t1 and s.end_ns > t0
-    ]
+    ahead = [(a, b) for a, b in ctx.prefill_ahead[rec.id] if a < t1 and b > t0]
     phases = _phases(t0, t1, seat, ahead, prefill_tokens(rec, ctx.cached.tokens.get(rec.id)), ctx)
     held: dict[str, float] = {}
     for state, a, b in phases:
@@ -284,28 +289,46 @@ def _wait(
     best = max(_WAIT_ORDER, key=lambda v: (held.get(v, 0.0), -_WAIT_ORDER.index(v)))
     if held.get(best, 0.0) <= 0 or held[best] < held.get("unexplained", 0.0):
         return out
-    blocking = sorted(s.id for s in ahead if s.prefill_end_ns > max(t0, s.admit_ns))
+    # The first few by id of the streams ahead that were prefilling in its wait: walked in id
+    # order and stopped when enough are found (a scan of all of them per stream was n^2).
+    blocking = list(
+        itertools.islice(
+            (s.id for s in ctx.seats_by_id
+             if s.rank < seat.rank and s.admit_ns < t1 and s.prefill_end_ns > max(t0, s.admit_ns)),
+            MAX_EVIDENCE_STREAMS,
+        )
+    )  # fmt: skip
     out.update(
         verdict=best,
         reason=_wait_reason(best, held, ttft, exp),
-        prefilling=blocking[:MAX_EVIDENCE_STREAMS],
+        prefilling=blocking,
         samples=_samples(ctx.timeline, seat.sent_ns, rec.t_first_ns),
     )
     return out
 
 
 def _phases(
-    t0: int, t1: int, seat: Seat, ahead: list[Seat], tokens: int | None, ctx: VerdictContext
+    t0: int,
+    t1: int,
+    seat: Seat,
+    ahead: list[tuple[int, int]],
+    tokens: int | None,
+    ctx: VerdictContext,
 ) -> list[tuple[str, int, int]]:
-    """Merged (state, from_ns, to_ns) pieces of [t0, t1), state constant inside each piece."""
+    """Merged (state, from_ns, to_ns) pieces of [t0, t1), state constant inside each piece;
+    `ahead`: when streams ahead of it were prefilling (disjoint, in time order)."""
     cuts = {t0, t1, seat.admit_ns}
-    for s in ahead:
-        cuts.update((s.admit_ns, s.prefill_end_ns, s.end_ns))
+    for a, b in ahead:
+        cuts.update((a, b))
     cuts.update(ctx.timeline.times_between(t0, t1))
     edges = sorted(c for c in cuts if t0 <= c <= t1)
+    starts = [a for a, _ in ahead]
     merged: list[tuple[str, int, int]] = []
     for a, b in pairwise(edges):
-        state = _state_at((a + b) / 2, seat, ahead, tokens, ctx)
+        mid = (a + b) / 2
+        i = bisect.bisect_right(starts, mid) - 1
+        prefilling = i >= 0 and mid < ahead[i][1]
+        state = _state_at(mid, seat, prefilling, tokens, ctx)
         if merged and merged[-1][0] == state and merged[-1][2] == a:
             merged[-1] = (state, merged[-1][1], b)
         else:
@@ -314,13 +337,13 @@ def _phases(
 
 
 def _state_at(
-    t: float, seat: Seat, ahead: list[Seat], tokens: int | None, ctx: VerdictContext
+    t: float, seat: Seat, prefilling: bool, tokens: int | None, ctx: VerdictContext
 ) -> str:
     if ctx.pool.full_at(t) or ctx.pool.no_room_at(t, seat, tokens):
         return "pool_pressure"
     if t < seat.admit_ns:
         return "admission_cap"
-    if any(in_prefill(s, t) for s in ahead):
+    if prefilling:
         return "prefill_hol"
     if ctx.pool.unresolved_preemption_at(t):
         return "pool_pressure"
