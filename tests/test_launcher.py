@@ -130,9 +130,9 @@ def test_boot_timeout_stops_the_server(tmp_path):
 
 
 def test_unknown_profile_names_the_known_ones(tmp_path):
-    assert {"llama.cpp", "vllm"} <= set(PROFILES)
-    known = f"unknown server profile 'sglang'; known: {', '.join(sorted(PROFILES))}"
-    with pytest.raises(ValueError, match=re.escape(known)), launch_sync("sglang", log_dir=tmp_path):
+    assert {"llama.cpp", "sglang", "vllm"} <= set(PROFILES)
+    known = f"unknown server profile 'tgi'; known: {', '.join(sorted(PROFILES))}"
+    with pytest.raises(ValueError, match=re.escape(known)), launch_sync("tgi", log_dir=tmp_path):
         pass
 
 
