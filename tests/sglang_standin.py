@@ -11,48 +11,63 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 parser = argparse.ArgumentParser()
-for flag in ("--model-path", "--served-model-name", "--host", "--port", "--page-size",
-             "--max-running-requests", "--chunked-prefill-size"):
+for flag in (
+    "--model-path",
+    "--served-model-name",
+    "--host",
+    "--port",
+    "--page-size",
+    "--max-running-requests",
+    "--chunked-prefill-size",
+):
     parser.add_argument(flag)
 parser.add_argument("--enable-metrics", action="store_true")
 parser.add_argument("--disable-radix-cache", action="store_true")
 args = parser.parse_args()
 print("argv " + json.dumps(sys.argv[1:]), flush=True)
-print(f"server_args=ServerArgs(model_path='{args.model_path}', page_size={args.page_size or 1}, "
-      "attention_backend='fa3')", flush=True)
-print(f"max_total_num_tokens=65536, chunked_prefill_size={args.chunked_prefill_size or 8192}, "
-      f"max_prefill_tokens=16384, max_running_requests={args.max_running_requests or 4096}, "
-      "context_len=8192, available_gpu_mem=20.00 GB", flush=True)
+print(
+    f"server_args=ServerArgs(model_path='{args.model_path}', page_size={args.page_size or 1}, "
+    "attention_backend='fa3')",
+    flush=True,
+)
+print(
+    f"max_total_num_tokens=65536, chunked_prefill_size={args.chunked_prefill_size or 8192}, "
+    f"max_prefill_tokens=16384, max_running_requests={args.max_running_requests or 4096}, "
+    "context_len=8192, available_gpu_mem=20.00 GB",
+    flush=True,
+)
 STATE = {"running": 0, "waiting": 0, "prompt": 0, "generation": 0}
 LOCK = threading.Lock()
 # At most --max-running-requests run at once; the rest wait in the queue, as in SGLang.
 SEATS = threading.Semaphore(int(args.max_running_requests or 4096))
-LABELS = 'model_name="{}",engine_type="unified",tp_rank="0",pp_rank="0"'.format(
-    args.served_model_name)
+NAME = args.served_model_name
+LABELS = f'model_name="{NAME}",engine_type="unified",tp_rank="0",pp_rank="0"'
 
 
 def exposition() -> str:
     # Names, types and labels as python/sglang/srt/observability/metrics_collector.py has them.
     with LOCK:
         s = dict(STATE)
-    return "".join((
-        "# TYPE sglang:num_running_reqs gauge\n",
-        f"sglang:num_running_reqs{{{LABELS}}} {s['running']}.0\n",
-        "# TYPE sglang:num_queue_reqs gauge\n",
-        f"sglang:num_queue_reqs{{{LABELS}}} {s['waiting']}.0\n",
-        "# TYPE sglang:token_usage gauge\n",
-        f"sglang:token_usage{{{LABELS}}} {s['running'] * 0.01}\n",
-        "# TYPE sglang:gen_throughput gauge\n",
-        f"sglang:gen_throughput{{{LABELS}}} 1000.0\n",
-        "# TYPE sglang:cache_hit_rate gauge\n",
-        f"sglang:cache_hit_rate{{{LABELS}}} 0.0\n",
-        "# TYPE sglang:prompt_tokens_total counter\n",
-        f"sglang:prompt_tokens_total{{{LABELS},is_streaming=\"true\"}} {s['prompt']}.0\n",
-        "# TYPE sglang:generation_tokens_total counter\n",
-        f"sglang:generation_tokens_total{{{LABELS},is_streaming=\"true\"}} {s['generation']}.0\n",
-        "# TYPE sglang:num_retracted_requests_total counter\n",
-        f"sglang:num_retracted_requests_total{{{LABELS}}} 0.0\n",
-    ))
+    return "".join(
+        (
+            "# TYPE sglang:num_running_reqs gauge\n",
+            f"sglang:num_running_reqs{{{LABELS}}} {s['running']}.0\n",
+            "# TYPE sglang:num_queue_reqs gauge\n",
+            f"sglang:num_queue_reqs{{{LABELS}}} {s['waiting']}.0\n",
+            "# TYPE sglang:token_usage gauge\n",
+            f"sglang:token_usage{{{LABELS}}} {s['running'] * 0.01}\n",
+            "# TYPE sglang:gen_throughput gauge\n",
+            f"sglang:gen_throughput{{{LABELS}}} 1000.0\n",
+            "# TYPE sglang:cache_hit_rate gauge\n",
+            f"sglang:cache_hit_rate{{{LABELS}}} 0.0\n",
+            "# TYPE sglang:prompt_tokens_total counter\n",
+            f'sglang:prompt_tokens_total{{{LABELS},is_streaming="true"}} {s["prompt"]}.0\n',
+            "# TYPE sglang:generation_tokens_total counter\n",
+            f'sglang:generation_tokens_total{{{LABELS},is_streaming="true"}} {s["generation"]}.0\n',
+            "# TYPE sglang:num_retracted_requests_total counter\n",
+            f"sglang:num_retracted_requests_total{{{LABELS}}} 0.0\n",
+        )
+    )
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -71,9 +86,13 @@ class Handler(BaseHTTPRequestHandler):
         elif self.path == "/v1/models":
             self.send(200, json.dumps({"data": [{"id": args.served_model_name}]}).encode())
         elif self.path == "/server_info":
-            info = {"page_size": int(args.page_size or 1), "context_length": None,
-                    "max_running_requests": int(args.max_running_requests or 0) or None,
-                    "internal_states": [{"max_total_num_tokens": 65536}], "version": "0.5.23"}
+            info = {
+                "page_size": int(args.page_size or 1),
+                "context_length": None,
+                "max_running_requests": int(args.max_running_requests or 0) or None,
+                "internal_states": [{"max_total_num_tokens": 65536}],
+                "version": "0.5.23",
+            }
             self.send(200, json.dumps(info).encode())
         elif self.path == "/metrics":
             self.send(200, exposition().encode(), "text/plain; version=0.0.4")
@@ -91,8 +110,11 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATE["waiting"] -= 1
             STATE["running"] += 1
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n,
-                 "total_tokens": prompt_tokens + n}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": n,
+            "total_tokens": prompt_tokens + n,
+        }
         try:
             if not body.get("stream"):
                 reply = {"choices": [{"text": "x" * n, "finish_reason": "length"}], "usage": usage}

@@ -27,7 +27,7 @@ from loadgen.server.vllm import VllmProfile
 def test_the_build_is_read_from_the_install(tmp_path, dists, cuda, hip, build):
     python = fake_python(tmp_path, dists, cuda, hip)
     found, origin = installs.find_vllm(python=python)
-    (dist, version), = dists.items()
+    ((dist, version),) = dists.items()
     assert (found.dist, found.version, found.build) == (dist, version, build)
     assert (found.cuda, found.hip, found.torch) == (cuda, hip, "2.9.0")
     assert origin == "--server-python"

@@ -40,8 +40,10 @@ def test_sglang_metrics_become_the_canonical_names():
 
 
 def test_server_info_facts_top_level_then_the_first_internal_state():
-    info = {"page_size": 16, "chunked_prefill_size": 8192, "max_running_requests": None,
-            "context_length": 131072, "internal_states": [{"max_total_num_tokens": 1180000}]}  # fmt: skip
+    info = {
+        "page_size": 16, "chunked_prefill_size": 8192, "max_running_requests": None,
+        "context_length": 131072, "internal_states": [{"max_total_num_tokens": 1180000}],
+    }  # fmt: skip
     assert server_info_facts(info) == {
         "block_size": 16, "max_num_batched_tokens": 8192, "max_model_len": 131072,
         "kv_cache_tokens": 1180000,
