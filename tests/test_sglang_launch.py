@@ -16,6 +16,7 @@ from install_support import fake_python
 
 from loadgen.engine.poller import parse_exposition
 from loadgen.server.boot import boot_server
+from loadgen.server.launcher import launch_sync
 from loadgen.server.sglang import SglangProfile, server_info_facts
 from loadgen.server.spec import ServerSpec, flag_args, profile_for
 
@@ -121,3 +122,25 @@ def test_a_run_with_verdicts_on_sglang_metrics(tmp_path, sglang_python, cap, ver
     samples = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     seen = set().union(*(s["values"] for s in samples))
     assert {"num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"} <= seen
+
+
+def test_a_soak_reads_sglangs_counters(tmp_path, sglang_python):
+    model = tmp_path / "m"
+    model.mkdir()
+    with launch_sync(SglangProfile(python=sglang_python), log_dir=tmp_path / "logs",
+                     model=model, served_name="m") as server:  # fmt: skip
+        done = loadgen(
+            "soak", DATA / "scenarios" / "verdict_uniform.yaml", "--base-url", server.url,
+            "--duration", "3s", "--no-progress", "--out", tmp_path / "runs",
+            "--set", "groups.streams.prompt.tokens=200", "--set", "groups.streams.max_tokens=40",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    soak = orjson.loads((run_dir / "soak.json").read_bytes())
+    windows = soak["windows"]
+    assert len(windows) == 3
+    for w in windows:
+        server_stats = w["server"]
+        # Prompt tokens from sglang:prompt_tokens_total over the window; kv% from token_usage.
+        assert server_stats["prompt_tokens"] > 0, server_stats
+        assert server_stats["kv_mean_perc"] is not None
