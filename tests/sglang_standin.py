@@ -101,6 +101,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path in ("/tokenize", "/v1/tokenize"):
+            # SGLang's TokenizeResponse (entrypoints/openai/protocol.py): tokens, count,
+            # max_model_len; one token a word here.
+            words = (body.get("prompt") or json.dumps(body.get("messages"))).split()
+            reply = {"tokens": list(range(len(words))), "count": len(words), "max_model_len": 8192}
+            self.send(200, json.dumps(reply).encode())
+            return
         n = int(body.get("max_tokens") or 16)
         prompt = body.get("prompt") or ""
         prompt_tokens = max(1, len(prompt) // 4)

@@ -113,6 +113,8 @@ def test_a_run_with_verdicts_on_sglang_metrics(tmp_path, sglang_python, cap, ver
         "--set", "groups.streams.max_tokens=40", "--workers", "1", *extra,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
+    # Prompts were sized by SGLang's /tokenize (the vLLM dialect: prompt in, count out).
+    assert "ESTIMATED" not in done.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     streams = sorted(summary["streams"], key=lambda s: (s["ttft_s"], s["id"]))
