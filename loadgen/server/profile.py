@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from loadgen.server import installs
 from loadgen.server.bootlog import parse_cache_config_info
 
 FactSource = Literal["boot_log", "flags", "metrics", "server_info"]
@@ -145,3 +146,25 @@ class Profile:
 
     def flag_facts(self, flags: Sequence[str]) -> dict[str, int]:
         return int_flags(flags, self.fact_flags)
+
+
+class InstalledProfile(Profile):
+    """A server installed under a Python (vLLM, SGLang): the install named with
+    --server-python / --server-bin, else found by `find_install`, on first use (raises
+    installs.InstallNotFound)."""
+
+    def __init__(self, python: Path | None = None, bin: Path | None = None) -> None:
+        self._python = python
+        self._bin = bin
+        self._install: installs.PythonInstall | None = None
+
+    @property
+    def install(self) -> installs.PythonInstall:
+        if self._install is None:
+            self._install, _ = self.find_install(self._python, self._bin)
+        return self._install
+
+    def find_install(
+        self, python: Path | None, bin: Path | None
+    ) -> tuple[installs.PythonInstall, str]:
+        raise NotImplementedError

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from loadgen.server import installs
-from loadgen.server.profile import Layer, Profile
+from loadgen.server.profile import InstalledProfile, Layer
 
 # /server_info key -> fact. page_size, chunked_prefill_size, max_running_requests and
 # context_length are ServerArgs fields; max_total_num_tokens is the scheduler's pool.
@@ -40,7 +40,7 @@ def server_info_facts(info: Mapping[str, object]) -> dict[str, int]:
     return facts
 
 
-class SglangProfile(Profile):
+class SglangProfile(InstalledProfile):
     name = "sglang"
     # SGLang captures CUDA graphs after loading the weights: minutes for a large model.
     boot_timeout_s = 900.0
@@ -55,16 +55,10 @@ class SglangProfile(Profile):
         "enable_prefix_caching": ((), ("--disable-radix-cache",)),
     }
 
-    def __init__(self, python: Path | None = None, bin: Path | None = None) -> None:
-        self._python = python
-        self._bin = bin
-        self._install: installs.PythonInstall | None = None
-
-    @property
-    def install(self) -> installs.PythonInstall:
-        if self._install is None:
-            self._install, _ = installs.find_sglang(self._python, self._bin)
-        return self._install
+    def find_install(
+        self, python: Path | None, bin: Path | None
+    ) -> tuple[installs.PythonInstall, str]:
+        return installs.find_sglang(python, bin)
 
     def default_boot_timeout_s(self) -> float:
         self.install  # noqa: B018 -- a missing install is reported before the boot starts

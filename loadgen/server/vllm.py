@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from loadgen.server import installs
-from loadgen.server.profile import DefaultFlag, Profile
+from loadgen.server.profile import DefaultFlag, InstalledProfile
 
 # `python -c`, not a script file: the engine core is a spawned process, and spawn re-runs a
 # script __main__ (which would start a second server) but not a -c one.
@@ -52,7 +52,7 @@ def cpu_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
-class VllmProfile(Profile):
+class VllmProfile(InstalledProfile):
     name = "vllm"
     # The CPU build: 15-25 s on an idle 2-core machine. A GPU build loading an 8B model took
     # 45-75 s on an H200 (issue 21); a 70B one from a cold disk takes minutes.
@@ -67,17 +67,10 @@ class VllmProfile(Profile):
         "num_gpu_blocks": ("--num-gpu-blocks-override",),
     }
 
-    def __init__(self, python: Path | None = None, bin: Path | None = None) -> None:
-        self._python = python
-        self._bin = bin
-        self._install: installs.PythonInstall | None = None
-
-    @property
-    def install(self) -> installs.PythonInstall:
-        """The vLLM this profile starts, found on first use (raises InstallNotFound)."""
-        if self._install is None:
-            self._install, _ = installs.find_vllm(self._python, self._bin)
-        return self._install
+    def find_install(
+        self, python: Path | None, bin: Path | None
+    ) -> tuple[installs.PythonInstall, str]:
+        return installs.find_vllm(python, bin)
 
     @property
     def default_flags(self) -> tuple[DefaultFlag, ...]:  # type: ignore[override]
