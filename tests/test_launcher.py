@@ -116,6 +116,9 @@ def test_exit_during_boot_raises_with_the_log_tail_and_stops_its_child(tmp_path)
         pass
     assert "exited with code 3 during boot" in str(err.value)
     assert "error: unknown flag --bogus" in str(err.value)
+    # The command it ran is the message's last line, quoted to paste into a shell.
+    assert f"\ncommand: {sys.executable} -c " in str(err.value)
+    assert str(err.value).endswith(" crash --max-num-seqs 3")
     (log,) = tmp_path.glob("fake-*.log")
     assert wait_gone(child_pid(log)), "the crashed server's child outlived it"
 
@@ -130,9 +133,9 @@ def test_boot_timeout_stops_the_server(tmp_path):
 
 
 def test_unknown_profile_names_the_known_ones(tmp_path):
-    assert {"llama.cpp", "vllm"} <= set(PROFILES)
-    known = f"unknown server profile 'sglang'; known: {', '.join(sorted(PROFILES))}"
-    with pytest.raises(ValueError, match=re.escape(known)), launch_sync("sglang", log_dir=tmp_path):
+    assert {"llama.cpp", "sglang", "vllm"} <= set(PROFILES)
+    known = f"unknown server profile 'tgi'; known: {', '.join(sorted(PROFILES))}"
+    with pytest.raises(ValueError, match=re.escape(known)), launch_sync("tgi", log_dir=tmp_path):
         pass
 
 
@@ -193,3 +196,25 @@ def test_a_server_that_ignores_sigterm_dies_with_its_launcher(tmp_path):
     finally:
         parent.kill()
         parent.stdout.close()
+
+
+def test_a_real_server_needs_a_model_and_a_path_must_exist(tmp_path):
+    class NoModel(FakeProfile):
+        def default_model(self) -> Path | None:
+            return None
+
+    with pytest.raises(ServerBootError, match=r"fake: no model given: pass --model-path DIR"):
+        launch_sync(NoModel(), log_dir=tmp_path).__enter__()
+    missing = tmp_path / "nope"
+    with pytest.raises(ServerBootError, match=rf"fake: model {missing} does not exist"):
+        launch_sync(NoModel(), log_dir=tmp_path, model=missing).__enter__()
+
+
+def test_a_model_by_name_is_passed_to_the_server_unchecked(tmp_path):
+    class Named(FakeProfile):
+        def argv(self, *, port, model, served_name, flags):
+            return [*super().argv(port=port, model=model, served_name=served_name, flags=flags),
+                    "--model", str(model)]  # fmt: skip
+
+    with launch_sync(Named(), log_dir=tmp_path, model="org/some-model") as server:
+        assert server.argv[-2:] == ("--model", "org/some-model")

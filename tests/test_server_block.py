@@ -81,3 +81,16 @@ async def test_a_command_template_sweep_boots_the_templated_server(tmp_path: Pat
         assert attempt["facts"]["max_num_batched_tokens"] == budget
         assert attempt["facts"]["sources"]["max_num_batched_tokens"] == "boot_log"
         assert b["status"] == "measured"
+
+
+def test_the_block_names_the_install_and_the_boot_timeout(tmp_path: Path) -> None:
+    s = load(tmp_path, "server:\n  kind: sglang\n  model_path: m\n  python: venv/bin/python\n"
+                       "  bin: /usr/bin/sglang\n  boot_timeout_s: 1200\n")  # fmt: skip
+    assert s.server == ServerConfig(
+        "sglang", tmp_path / "m", python=tmp_path / "venv/bin/python",
+        bin=Path("/usr/bin/sglang"), boot_timeout_s=1200.0,
+    )  # fmt: skip
+    with pytest.raises(
+        ScenarioError, match=r"server.boot_timeout_s: got 0 \(expected a number > 0"
+    ):
+        load(tmp_path, "server: {kind: vllm, boot_timeout_s: 0}\n")

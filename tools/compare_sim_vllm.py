@@ -31,6 +31,7 @@ from loadgen.report.tables import Table, secs
 from loadgen.report.text import render_rich, run_tables
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
+from loadgen.server import installs
 from loadgen.server.launcher import Server, launch
 from loadgen.server.profile import ServerFacts
 from loadgen.server.sim import SimProfile
@@ -119,7 +120,9 @@ async def compare_sim_vllm(
     sim_speed: float = SIM_SPEED,
 ) -> SideBySide:
     """Runs the scenario on vLLM, then on a sim given vLLM's limits; compares the two."""
-    async with launch("vllm", flags=vllm_flags, log_dir=out_root / "logs") as vllm:
+    async with launch(
+        "vllm", flags=vllm_flags, log_dir=out_root / "logs", model=installs.tiny_model_dir()
+    ) as vllm:
         vllm_dir = await run_on(vllm, scenario, out_root / "vllm", overrides)
         flags = sim_flags_like(vllm.facts, sim_profile, sim_speed)
     async with launch(SimProfile(), flags=flags, log_dir=out_root / "logs") as sim:

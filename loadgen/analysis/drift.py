@@ -147,6 +147,10 @@ def fit_trend(points: Sequence[DriftPoint], *, with_context: bool, seed: int) ->
     xty = np.einsum("bni,bn->bi", xb, yb)
     # A resample can lose the spread a regressor needs; those are skipped, not guessed.
     ok = np.abs(np.linalg.det(xtx)) > 1e-12 * np.abs(xtx).max(axis=(1, 2)) ** x.shape[1]
+    if not ok.any():
+        # Every resample lost that spread: a soak of one prompt length against a server that
+        # answered each in the same time (an SGLang stand-in) crashed np.percentile here.
+        return None
     slopes = np.linalg.solve(xtx[ok], xty[ok][..., None])[:, 1, 0]
     tail = (1 - CI_LEVEL) / 2 * 100
     lo, hi = np.percentile(slopes, [tail, 100 - tail])

@@ -189,6 +189,9 @@ def run_cmd(
     server_kind: str | None,
     server_args: tuple[str, ...],
     model_path: Path | None,
+    server_python: Path | None,
+    server_bin: Path | None,
+    boot_timeout_s: float | None,
     boot_order_seed: int | None,
     progress: bool,
     workers: int | None = None,
@@ -230,7 +233,10 @@ def run_cmd(
             "--server-facts/--server-flags describe an external server: pass --base-url too"
             " (the built-in sim reports its own)"
         )
-    server = server_spec(server_kind, server_args, model_path)
+    server = server_spec(
+        server_kind, server_args, model_path, model=model, python=server_python,
+        bin=server_bin, boot_timeout_s=boot_timeout_s,
+    )  # fmt: skip
     if server is not None and base_url:
         raise click.UsageError("give --base-url or --server, not both")
     if server is not None and clock == "virtual":

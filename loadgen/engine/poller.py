@@ -42,13 +42,21 @@ ALIASES: dict[str, str] = {
     "vllm:gpu_cache_usage_perc": "kv_cache_usage_perc",
     "vllm:gpu_prefix_cache_queries_total": "prefix_cache_queries_total",
     "vllm:gpu_prefix_cache_hits_total": "prefix_cache_hits_total",
-    # SGLang
+    # SGLang, as python/sglang/srt/observability/metrics_collector.py (0.5.23) names them.
+    # Its token counters move when a request FINISHES (observe_one_finished_request), not per
+    # step as vLLM's do: generation tokens get their own name, so a joint-decode window (which
+    # closes at the first finish) never reads a counter that could not have moved inside it.
+    # Prompt tokens and cached tokens are read only over long windows (soak thirds) or after
+    # a probe has finished (the warm check), where counting at the finish is exact.
     "sglang:num_running_reqs": "num_requests_running",
     "sglang:num_queue_reqs": "num_requests_waiting",
-    "sglang:token_usage": "kv_cache_usage_perc",
+    "sglang:token_usage": "kv_cache_usage_perc",  # used / max_total_num_tokens, 0..1
     "sglang:prompt_tokens_total": "prompt_tokens_total",
-    "sglang:generation_tokens_total": "generation_tokens_total",
-    "sglang:num_retracted_reqs_total": "num_preemptions_total",
+    "sglang:generation_tokens_total": "finished_generation_tokens_total",
+    "sglang:cached_tokens_total": "prefix_cache_hits_total",  # summed over cache_source
+    "sglang:num_retracted_requests_total": "num_preemptions_total",
+    "sglang:cache_hit_rate": "cache_hit_rate",
+    "sglang:gen_throughput": "gen_throughput",
     # llama.cpp
     "llamacpp:requests_processing": "num_requests_running",
     "llamacpp:requests_deferred": "num_requests_waiting",

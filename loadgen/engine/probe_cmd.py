@@ -31,12 +31,34 @@ EXIT_REFUSED = 2
 
 
 def server_options(f: Any) -> Any:
-    """--server, --server-arg, --model-path: shared by `run` and `probe-cache`."""
+    """--server, --server-arg, --model-path, --server-python, --server-bin, --boot-timeout:
+    shared by `run` and `probe-cache`."""
+    f = click.option(
+        "--boot-timeout",
+        "boot_timeout_s",
+        type=click.FloatRange(min=1),
+        default=None,
+        help="Seconds a launched server may take to serve (default per kind and build: vLLM "
+        "CPU 240, GPU 900; SGLang 900; llama.cpp 60).",
+    )(f)
+    f = click.option(
+        "--server-bin",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="The server's executable (vllm, sglang, llama-server) to launch.",
+    )(f)
+    f = click.option(
+        "--server-python",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="The Python that has vLLM or SGLang installed (default: `vllm`/`sglang` on "
+        "PATH, then this environment).",
+    )(f)
     f = click.option(
         "--model-path",
         type=click.Path(path_type=Path),
         default=None,
-        help="Model the launched server serves (default: the tiny test model).",
+        help="Model the launched server serves (or --model NAME: one in the server's cache).",
     )(f)
     f = click.option(
         "--server-arg",
@@ -55,13 +77,30 @@ def server_options(f: Any) -> Any:
 
 
 def server_spec(
-    kind: str | None, args: tuple[str, ...], model_path: Path | None
+    kind: str | None,
+    args: tuple[str, ...],
+    model_path: Path | None,
+    *,
+    model: str | None = None,
+    python: Path | None = None,
+    bin: Path | None = None,
+    boot_timeout_s: float | None = None,
 ) -> ServerSpec | None:
+    """The server --server names. `model` (--model): the model to serve by name when no
+    --model-path is given, else the name the server lists it under."""
     if kind is None:
-        if args or model_path:
-            raise click.UsageError("--server-arg and --model-path need --server KIND")
+        if args or model_path or python or bin or boot_timeout_s:
+            raise click.UsageError(
+                "--server-arg, --model-path, --server-python, --server-bin and --boot-timeout "
+                "need --server KIND"
+            )
         return None
-    return ServerSpec(kind, tuple(args), model_path)
+    name = model if model_path is not None else None
+    by_name = model if model_path is None else None
+    return ServerSpec(
+        kind, tuple(args), model_path, served_name=name, model_name=by_name, python=python,
+        bin=bin, boot_timeout_s=boot_timeout_s,
+    )  # fmt: skip
 
 
 @click.command("probe-cache")
@@ -79,6 +118,9 @@ def probe_cache_cmd(
     server_kind: str | None,
     server_args: tuple[str, ...],
     model_path: Path | None,
+    server_python: Path | None,
+    server_bin: Path | None,
+    boot_timeout_s: float | None,
     api_key: str | None,
     model: str | None,
     block_size: int | None,
@@ -87,7 +129,10 @@ def probe_cache_cmd(
 ) -> None:
     """Send a prompt of >= 10 cache blocks twice; healthy when the second TTFT is under half
     the first and the prefix-hit counter moved."""
-    spec = server_spec(server_kind, server_args, model_path)
+    spec = server_spec(
+        server_kind, server_args, model_path, model=model, python=server_python,
+        bin=server_bin, boot_timeout_s=boot_timeout_s,
+    )  # fmt: skip
     if spec is not None and base_url:
         raise click.UsageError("give --base-url or --server, not both")
     if spec is None:
@@ -101,7 +146,10 @@ def probe_cache_cmd(
     except ProbeRefused as exc:
         click.echo(str(exc), err=True)
         raise click.exceptions.Exit(EXIT_REFUSED) from None
-    except (ClientError, ServerBootError) as exc:
+    except ServerBootError as exc:
+        # The first line says what failed; the server log's last lines and the command say why.
+        raise click.ClickException(str(exc).rstrip()) from None
+    except ClientError as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     click.echo(probe_line(check))
     if not check.warm:

@@ -26,7 +26,7 @@ class RunError(Exception):
 @dataclass
 class Target:
     url: str
-    kind: str  # the launched server's kind ("sim", "vllm", "llama.cpp") or "external" (by URL)
+    kind: str  # the launched server's kind ("sim", "vllm", "sglang", ...) or "external" (by URL)
     model: str | None
     facts: dict[str, int] = field(default_factory=dict)
     fact_sources: dict[str, str] = field(default_factory=dict)
@@ -111,8 +111,9 @@ def server_spec_for(scenario: Scenario, opts: Any) -> ServerSpec:
     if block is None:
         return DEFAULT_SERVER
     return ServerSpec(
-        block.kind, block.args, block.model_path, block.env, block.command, block.served_name
-    )
+        block.kind, block.args, block.model_path, block.env, block.command, block.served_name,
+        python=block.python, bin=block.bin, boot_timeout_s=block.boot_timeout_s,
+    )  # fmt: skip
 
 
 def _launched(spec: ServerSpec, booted: Boot, speed: float, log_dir: Path) -> Target:

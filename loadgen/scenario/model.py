@@ -253,7 +253,7 @@ class SimConfig:
         }
 
 
-SERVER_BLOCK_KINDS = ("vllm", "llama.cpp", "sim", "command")
+SERVER_BLOCK_KINDS = ("vllm", "sglang", "llama.cpp", "sim", "command")
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +267,9 @@ class ServerConfig:
     env: tuple[tuple[str, str], ...] = ()
     command: tuple[str, ...] = ()
     served_name: str | None = None
+    python: Path | None = None
+    bin: Path | None = None
+    boot_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,11 @@
 --server is given (the command line wins over the file).
 
     server:
-      kind: vllm                 # vllm | llama.cpp | sim | command
-      model_path: /models/x      # optional; default: the tiny test model
+      kind: vllm                 # vllm | sglang | llama.cpp | sim | command
+      model_path: /models/x      # the model (a real server has no default)
+      python: /opt/vllm/bin/python  # optional: the Python with vLLM / SGLang installed
+      bin: /usr/local/bin/llama-server  # optional: the server's executable
+      boot_timeout_s: 1200       # optional; default per kind and build (vLLM GPU: 900)
       args: [--max-model-len, "8192"]
       env: {VLLM_CPU_KVCACHE_SPACE: "2"}
       command: [my-server, --port, "{port}", --budget, "{max_num_batched_tokens}"]  # kind: command
@@ -17,11 +20,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadgen.scenario.checks import TEXT, Checker, choice, show
+from loadgen.scenario.checks import TEXT, Checker, choice, number, show
 from loadgen.scenario.marked_yaml import MarkedMap
 from loadgen.scenario.model import SERVER_BLOCK_KINDS, ServerConfig
 
-SERVER_KEYS = ("kind", "model_path", "args", "env", "command", "served_name")
+SERVER_KEYS = (
+    "kind", "model_path", "args", "env", "command", "served_name", "python", "bin",
+    "boot_timeout_s",
+)  # fmt: skip
 
 
 def _strings(c: Checker, m: MarkedMap, key: str) -> tuple[str, ...]:
@@ -53,7 +59,17 @@ def server(c: Checker, root: MarkedMap, base_dir: Path) -> ServerConfig | None:
     if kind != "command" and command:
         c.at_key(m, "command", "server", "only applies to kind: command (remove it)")
     served = c.field(m, "served_name", "server", TEXT, None)
+    python = c.field(m, "python", "server", TEXT, None)
+    bin_ = c.field(m, "bin", "server", TEXT, None)
+    timeout = c.field(m, "boot_timeout_s", "server", number(gt=0), None)
     if kind is None:
         return None
-    model_path = None if model is None else (base_dir / Path(model).expanduser())
-    return ServerConfig(kind, model_path, _strings(c, m, "args"), tuple(env), command, served)
+    return ServerConfig(
+        kind, _path(base_dir, model), _strings(c, m, "args"), tuple(env), command, served,
+        _path(base_dir, python), _path(base_dir, bin_), timeout,
+    )  # fmt: skip
+
+
+def _path(base_dir: Path, text: str | None) -> Path | None:
+    """A path of the block, relative to the scenario file's folder."""
+    return None if text is None else base_dir / Path(text).expanduser()

@@ -43,7 +43,9 @@ def served_name(spec: ServerSpec) -> str:
         return spec.served_name
     if spec.is_sim:
         return SIM_MODEL
-    return spec.model_path.name if spec.model_path else installs.TINY_MODEL_NAME
+    if spec.model_path:
+        return spec.model_path.name
+    return spec.model_name or installs.TINY_MODEL_NAME
 
 
 @asynccontextmanager
@@ -59,9 +61,10 @@ async def boot_server(
     template."""
     profile = profile_for(spec, values)
     name = served_name(spec)
+    model = spec.model_path if spec.model_path is not None else spec.model_name
     async with launch(
-        profile, flags=[*spec.args, *flags], log_dir=log_dir, model=spec.model_path,
-        served_name=name,
+        profile, flags=[*spec.args, *flags], log_dir=log_dir, model=model, served_name=name,
+        boot_timeout_s=spec.boot_timeout_s,
     ) as server:  # fmt: skip
         try:
             await asyncio.to_thread(first_token, server.url, name)

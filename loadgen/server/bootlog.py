@@ -1,5 +1,6 @@
-"""Server limits read from a boot log (vLLM v1, llama.cpp's llama-server, and the built-in
-simulator, which prints vLLM's wording) and from vLLM's `vllm:cache_config_info` metric.
+"""Server limits read from a boot log (vLLM v1 CPU and GPU builds, SGLang, llama.cpp's
+llama-server, and the built-in simulator, which prints vLLM's wording) and from vLLM's
+`vllm:cache_config_info` metric.
 
 Each parser returns only the facts it found, keyed by the names of `ServerFacts`' fields:
 block_size, num_gpu_blocks, kv_cache_tokens, max_num_batched_tokens, max_num_seqs, max_model_len.
@@ -26,12 +27,23 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             rf"Chunked prefill is enabled with max_num_batched_tokens={_INT}",
         ),
         ("max_num_batched_tokens", rf"{_VLLM_ARGS}'max_num_batched_tokens': {_INT}"),
-        ("kv_cache_tokens", rf"\b(?:GPU|CPU|XPU|TPU) KV cache size: {_INT} tokens"),
+        # vllm/v1/core/kv_cache_utils.py update_kv_cache_capacity: "%s KV cache size: %s
+        # tokens, Maximum concurrency for %s tokens per request: %.2fx", the device "GPU" for
+        # CUDA and ROCm (_kv_cache_device_name), "GPU + host" with hisparse.
+        ("kv_cache_tokens", rf"\b(?:GPU|CPU|XPU|TPU)(?: \+ host)? KV cache size: {_INT} tokens"),
         ("max_model_len", rf"Maximum concurrency for {_INT} tokens per request"),
         ("max_model_len", rf"Using max model len {_INT}"),
         ("block_size", rf"{_VLLM_ARGS}'block_size': {_INT}"),
         ("block_size", rf"Setting attention block size to {_INT} tokens"),
         ("max_num_seqs", rf"{_VLLM_ARGS}'max_num_seqs': {_INT}"),
+        # SGLang: python/sglang/srt/managers/scheduler.py logs one line at start-up,
+        # "max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d,
+        # max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB".
+        ("kv_cache_tokens", rf"\bmax_total_num_tokens={_INT}"),
+        ("max_num_batched_tokens", rf"\bchunked_prefill_size={_INT}"),
+        ("max_num_seqs", rf"\bmax_running_requests={_INT}"),
+        ("max_model_len", rf"\bmax_total_num_tokens=\d+, .*\bcontext_len={_INT}"),
+        ("block_size", rf"ServerArgs\(.*\bpage_size={_INT}"),
         # llama.cpp's llama-server. n_ctx_slot is capped at the model's training context; the pool
         # (n_ctx, all slots' cells) and n_batch are printed only at higher verbosity (-lv 4).
         ("max_num_seqs", rf"initializing, n_slots = {_INT}"),
@@ -40,6 +52,49 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("max_num_batched_tokens", rf"llama_context: n_batch\s+=\s*{_INT}"),
     )
 )
+
+
+# Facts that are not limits (a name, a ratio, a device), from the same logs: (fact, pattern).
+_NOTES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (fact, re.compile(pattern, re.MULTILINE))
+    for fact, pattern in (
+        ("max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"),
+        ("kv_cache_device", r"\b(GPU|CPU|XPU|TPU)(?: \+ host)? KV cache size: "),
+        # vllm/platforms/cuda.py: "Using %s attention backend out of potential backends: %s."
+        # (auto-selected), "Using %s backend." with the AttentionBackendEnum member (chosen).
+        ("attention_backend", r"Using (\w+) attention backend out of potential backends"),
+        ("attention_backend", r"Using AttentionBackendEnum\.(\w+) backend\."),
+        # SGLang's server_args log the resolved `attention_backend='fa3'`.
+        ("attention_backend", r"\battention_backend='(\w+)'"),
+        # llama.cpp src/llama-model.cpp: "%s: offloaded %d/%d layers to GPU".
+        ("gpu_layers", r"offloaded (\d+/\d+) layers to GPU"),
+        # ggml/src/ggml-cuda/ggml-cuda.cu: "%s: found %d " GGML_CUDA_NAME " devices" and
+        # "  Device %d: %s, compute capability %d.%d, VMM: %s, VRAM: %zu MiB".
+        ("gpu_devices", r"ggml_cuda_init: found (\d+) \w+ devices"),
+        ("gpu_device", r"^\s*Device 0: ([^,\n]+), compute capability"),
+        # src/llama-context.cpp: "%s: flash_attn            = %s" (auto | enabled | disabled).
+        ("flash_attn", r"llama_context: flash_attn\s+=\s*(\w+)"),
+    )
+)
+
+
+def parse_boot_notes(text: str) -> dict[str, str | int | float]:
+    """Descriptive facts a boot log states (attention backend, max concurrency, offloaded
+    layers, GPU device); the last line wins."""
+    found: dict[str, tuple[int, str]] = {}
+    for fact, pattern in _NOTES:
+        for match in pattern.finditer(text):
+            if fact not in found or match.start() >= found[fact][0]:
+                found[fact] = (match.start(), match.group(1))
+    return {fact: _typed(value) for fact, (_, value) in found.items()}
+
+
+def _typed(value: str) -> str | int | float:
+    if value.isdigit():
+        return int(value)
+    if re.fullmatch(r"\d+\.\d*", value):
+        return float(value)
+    return value
 
 
 def _as_int(text: str) -> int:

@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -29,12 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadgen.server import installs
-from loadgen.server.bootlog import parse_boot_log, parse_cache_config_info
+from loadgen.server.bootlog import parse_boot_log, parse_boot_notes
 from loadgen.server.llamacpp import LlamaCppProfile
 from loadgen.server.profile import Profile, ServerFacts, merge_facts
+from loadgen.server.sglang import SglangProfile
 from loadgen.server.vllm import VllmProfile
 
-PROFILES: Mapping[str, Profile] = {p.name: p for p in (VllmProfile(), LlamaCppProfile())}
+PROFILES: Mapping[str, Profile] = {
+    p.name: p for p in (VllmProfile(), SglangProfile(), LlamaCppProfile())
+}
 STOP_GRACE_S = 10.0
 _POLL_S = 0.2
 _LOG_TAIL_LINES = 40
@@ -148,9 +152,12 @@ def _serves_model(models_body: str, model: str) -> bool:
     return any(isinstance(m, dict) and m.get("id") == model for m in data)
 
 
-def _boot_error(profile: str, why: str, log_path: Path) -> ServerBootError:
+def _boot_error(
+    profile: str, why: str, log_path: Path, argv: Sequence[str] = ()
+) -> ServerBootError:
+    command = f"\ncommand: {shlex.join(argv)}" if argv else ""
     return ServerBootError(
-        f"{profile} server {why}; last lines of {log_path}:\n{log_tail(log_path)}"
+        f"{profile} server {why}; last lines of {log_path}:\n{log_tail(log_path)}{command}"
     )
 
 
@@ -163,6 +170,7 @@ def wait_ready(
     log_path: Path,
     timeout_s: float,
     cancel: threading.Event | None = None,
+    argv: Sequence[str] = (),
 ) -> None:
     """Returns once /health answers 200 and /v1/models lists `model`; raises ServerBootError
     when the process exits, the timeout passes or `cancel` is set."""
@@ -170,11 +178,12 @@ def wait_ready(
     while True:
         if has_exited(proc):
             code = stop_process_group(proc)  # its children may still run
-            raise _boot_error(profile, f"exited with code {code} during boot", log_path)
+            raise _boot_error(profile, f"exited with code {code} during boot", log_path, argv)
         if cancel is not None and cancel.is_set():
-            raise _boot_error(profile, "boot was cancelled", log_path)
+            raise _boot_error(profile, "boot was cancelled", log_path, argv)
         if time.monotonic() > deadline:
-            raise _boot_error(profile, f"was not ready within {timeout_s:.0f} s", log_path)
+            why = f"was not ready within {timeout_s:.0f} s (raise server.boot_timeout_s)"
+            raise _boot_error(profile, why, log_path, argv)
         if _http_get(f"{url}/health")[0] == 200:
             status, body = _http_get(f"{url}/v1/models")
             if status == 200 and _serves_model(body, model):
@@ -184,16 +193,12 @@ def wait_ready(
 
 
 def read_facts(profile: Profile, *, url: str, log_path: Path, flags: Sequence[str]) -> ServerFacts:
-    """The server's limits: what it logged, then its cache_config_info metric, then the flags."""
-    boot = parse_boot_log(log_path.read_text(errors="replace"))
-    metrics: dict[str, int] = {}
-    if profile.reads_cache_config_metric:
-        status, body = _http_get(f"{url}/metrics")
-        if status == 200:
-            metrics = parse_cache_config_info(body)
-    return merge_facts(
-        [("boot_log", boot), ("metrics", metrics), ("flags", profile.flag_facts(flags))]
-    )
+    """The server's limits: what it logged, then what it answers for (vLLM's cache_config_info
+    metric, SGLang's /server_info), then the flags."""
+    text = log_path.read_text(errors="replace")
+    queried = profile.queried_facts(lambda path: _http_get(url + path))
+    layers = [("boot_log", parse_boot_log(text)), *queried, ("flags", profile.flag_facts(flags))]
+    return merge_facts(layers, parse_boot_notes(text))
 
 
 def get_profile(name: str | Profile) -> Profile:
@@ -257,21 +262,23 @@ def start_server(
     *,
     flags: Sequence[str] = (),
     log_dir: Path,
-    model: Path | None = None,
+    model: Path | str | None = None,
     served_name: str = installs.TINY_MODEL_NAME,
     boot_timeout_s: float | None = None,
     cancel: threading.Event | None = None,
 ) -> Server:
-    """Starts the server and returns once it serves; the caller must `stop()` it."""
+    """Starts the server and returns once it serves; the caller must `stop()` it. `model`: a
+    path (must exist), or a str: a name the server resolves itself (its local cache)."""
     prof = get_profile(profile)
-    model_path = model if model is not None else prof.default_model()
-    if not model_path.exists():
-        raise ServerBootError(f"{prof.name}: model {model_path} does not exist (make setup-real)")
-    effective = prof.effective_flags(flags)
+    model_path = _model_of(prof, model)
+    try:
+        effective = prof.effective_flags(flags)
+        timeout_s = boot_timeout_s if boot_timeout_s is not None else prof.default_boot_timeout_s()
+    except installs.InstallNotFound as exc:
+        raise ServerBootError(f"{prof.name}: {exc}") from None
     state = installs.state_dir(prof.name)
     state.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
-    timeout_s = boot_timeout_s if boot_timeout_s is not None else prof.boot_timeout_s
     for attempt in range(1, _PORT_ATTEMPTS + 1):
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -288,6 +295,7 @@ def start_server(
                 log_path=log_path,
                 timeout_s=timeout_s,
                 cancel=cancel,
+                argv=argv,
             )
             boot_ns = time.perf_counter_ns() - t0
             facts = read_facts(prof, url=url, log_path=log_path, flags=effective)
@@ -317,13 +325,27 @@ def start_server(
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+def _model_of(prof: Profile, model: Path | str | None) -> Path:
+    if isinstance(model, str):
+        return Path(model)
+    found = model if model is not None else prof.default_model()
+    if found is None:
+        raise ServerBootError(
+            f"{prof.name}: no model given: pass --model-path DIR (or --model NAME for one in "
+            f"the server's cache; scenario server.model_path)"
+        )
+    if not found.exists():
+        raise ServerBootError(f"{prof.name}: model {found} does not exist (--model-path)")
+    return found
+
+
 @contextlib.contextmanager
 def launch_sync(
     profile: str | Profile,
     *,
     flags: Sequence[str] = (),
     log_dir: Path,
-    model: Path | None = None,
+    model: Path | str | None = None,
     served_name: str = installs.TINY_MODEL_NAME,
     boot_timeout_s: float | None = None,
 ) -> Iterator[Server]:
@@ -348,7 +370,7 @@ async def launch(
     *,
     flags: Sequence[str] = (),
     log_dir: Path,
-    model: Path | None = None,
+    model: Path | str | None = None,
     served_name: str = installs.TINY_MODEL_NAME,
     boot_timeout_s: float | None = None,
 ) -> AsyncIterator[Server]:

@@ -1,5 +1,8 @@
-"""The `llama.cpp` profile: llama.cpp's own llama-server, built from source by
-tools/build_llama_server.sh, serving the tiny model converted to GGUF."""
+"""The `llama.cpp` profile: llama.cpp's own llama-server: the one named with --server-bin, else
+LOADGEN_LLAMA_SERVER, else `llama-server` on PATH, else the tests' build
+(tools/build_llama_server.sh). GPU offload flags (`-ngl 99`, `--flash-attn on`) pass through
+as given; the offload, the CUDA device and flash attention are read back from its log
+(bootlog.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import ClassVar
 
 from loadgen.server import installs
 from loadgen.server.profile import DefaultFlag, Profile
+from loadgen.server.vllm import cpu_threads
 
 
 class LlamaCppProfile(Profile):
@@ -20,8 +24,8 @@ class LlamaCppProfile(Profile):
         # llama.cpp's own default, stated so the step budget is a known fact.
         (("-b", "--batch-size"), ("2048",)),
         (("-cb", "--cont-batching", "-nocb", "--no-cont-batching"), ()),
-        # One thread: the other core is the client's.
-        (("-t", "--threads"), ("1",)),
+        # One core is the client's (on the tests' 2 cores: one thread).
+        (("-t", "--threads"), (str(cpu_threads()),)),
         (("--metrics",), ()),
         (("--jinja", "--no-jinja"), ()),
     )
@@ -31,12 +35,15 @@ class LlamaCppProfile(Profile):
         "max_num_batched_tokens": ("-b", "--batch-size"),
     }
 
-    def default_model(self) -> Path:
-        return installs.tiny_gguf()
+    def __init__(self, bin: Path | None = None) -> None:
+        self.bin = bin
+
+    def executable(self) -> Path:
+        return self.bin or installs.llama_server_bin()
 
     def argv(self, *, port: int, model: Path, served_name: str, flags: Sequence[str]) -> list[str]:
         return [
-            str(installs.llama_server_bin()),
+            str(self.executable()),
             "-m",
             str(model),
             "-a",

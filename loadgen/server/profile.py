@@ -6,13 +6,18 @@ state the server's limits. The launcher (launcher.py) owns processes; profiles o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-FactSource = Literal["boot_log", "flags", "metrics"]
+from loadgen.server import installs
+from loadgen.server.bootlog import parse_cache_config_info
 
+FactSource = Literal["boot_log", "flags", "metrics", "server_info"]
+
+# (source, facts): one layer of merge_facts.
+Layer = tuple[FactSource, Mapping[str, int]]
 # A default flag of a profile: its spellings (the first is used) and the values it takes. The
 # user's flags replace a default given under any of its spellings.
 DefaultFlag = tuple[tuple[str, ...], tuple[str, ...]]
@@ -27,6 +32,8 @@ class ServerFacts:
     max_num_batched_tokens: token budget of one engine step (llama.cpp: n_batch).
     max_num_seqs: sequences running at once (llama.cpp: slots, -np).
     max_model_len: longest sequence one request may reach (llama.cpp: context per slot).
+    notes: what the boot log says beyond limits (attention_backend, max_concurrency,
+    kv_cache_device; llama.cpp: gpu_layers "33/33", gpu_devices, gpu_device, flash_attn).
     """
 
     block_size: int | None = None
@@ -36,14 +43,19 @@ class ServerFacts:
     max_num_seqs: int | None = None
     max_model_len: int | None = None
     sources: Mapping[str, FactSource] = field(default_factory=dict)
+    notes: Mapping[str, str | int | float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         d["sources"] = dict(self.sources)
+        d["notes"] = dict(self.notes)
         return d
 
 
-def merge_facts(layers: Sequence[tuple[FactSource, Mapping[str, int]]]) -> ServerFacts:
+def merge_facts(
+    layers: Sequence[tuple[FactSource, Mapping[str, int]]],
+    notes: Mapping[str, str | int | float] | None = None,
+) -> ServerFacts:
     """Facts from several sources; for each fact the first layer that states it wins."""
     values: dict[str, int] = {}
     sources: dict[str, FactSource] = {}
@@ -52,7 +64,7 @@ def merge_facts(layers: Sequence[tuple[FactSource, Mapping[str, int]]]) -> Serve
             if name not in values:
                 values[name] = value
                 sources[name] = source
-    return ServerFacts(**values, sources=sources)
+    return ServerFacts(**values, sources=sources, notes=dict(notes or {}))
 
 
 def _names_option(token: str, spellings: Sequence[str]) -> bool:
@@ -102,13 +114,28 @@ class Profile:
     default_flags: tuple[DefaultFlag, ...] = ()
     # Fact name -> spellings of the flag that sets it.
     fact_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    # A swept boolean's own spelling: name -> (argv when true, argv when false).
+    bool_flags: ClassVar[Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {}
 
-    def default_model(self) -> Path:
-        """The model served when the launch names none (the tiny model, in this format)."""
-        raise NotImplementedError
+    def default_model(self) -> Path | None:
+        """The model served when the launch names none; None: the launch must name one (a
+        real server has no model of its own to pick)."""
+        return None
+
+    def default_boot_timeout_s(self) -> float:
+        """How long a boot may take when neither the scenario nor the caller says."""
+        return self.boot_timeout_s
 
     def argv(self, *, port: int, model: Path, served_name: str, flags: Sequence[str]) -> list[str]:
         raise NotImplementedError
+
+    def queried_facts(self, get: Callable[[str], tuple[int, str]]) -> list[Layer]:
+        """Facts the running server answers for (`get(path)` -> (status, body)), in order of
+        trust: vLLM's cache_config_info metric, SGLang's /server_info."""
+        if not self.reads_cache_config_metric:
+            return []
+        status, body = get("/metrics")
+        return [("metrics", parse_cache_config_info(body) if status == 200 else {})]
 
     def env(self, state_dir: Path) -> dict[str, str]:
         """Variables added to the environment; `state_dir` is the profile's writable folder."""
@@ -119,3 +146,25 @@ class Profile:
 
     def flag_facts(self, flags: Sequence[str]) -> dict[str, int]:
         return int_flags(flags, self.fact_flags)
+
+
+class InstalledProfile(Profile):
+    """A server installed under a Python (vLLM, SGLang): the install named with
+    --server-python / --server-bin, else found by `find_install`, on first use (raises
+    installs.InstallNotFound)."""
+
+    def __init__(self, python: Path | None = None, bin: Path | None = None) -> None:
+        self._python = python
+        self._bin = bin
+        self._install: installs.PythonInstall | None = None
+
+    @property
+    def install(self) -> installs.PythonInstall:
+        if self._install is None:
+            self._install, _ = self.find_install(self._python, self._bin)
+        return self._install
+
+    def find_install(
+        self, python: Path | None, bin: Path | None
+    ) -> tuple[installs.PythonInstall, str]:
+        raise NotImplementedError

@@ -1,26 +1,32 @@
 """Which server a run launches, and how a sweep's flags become that server's command line.
 
-`loadgen run --server vllm|llama.cpp|sim` (with `--server-arg` and `--model-path`) names a
-ServerSpec. A sweep's server flags are written the way vLLM names them (`max_num_batched_tokens`)
-and become `--max-num-batched-tokens 512`, or the profile's own spelling where it states that
-fact (llama.cpp: `max_num_seqs` -> `-np`); a sweep key that starts with `-` is a literal flag of
-the server (`-ub`, `--ubatch-size`) passed as written.
+`loadgen run --server vllm|sglang|llama.cpp|sim` (with `--server-arg`, `--model-path` or
+`--model`, `--server-python` / `--server-bin`) names a ServerSpec. A sweep's server flags are
+written the way vLLM names them (`max_num_batched_tokens`) and become
+`--max-num-batched-tokens 512`, or the profile's own spelling where it states that fact
+(llama.cpp: `max_num_seqs` -> `-np`; SGLang: `--max-running-requests`, and
+`enable_prefix_caching: false` -> `--disable-radix-cache`); a sweep key that starts with `-`
+is a literal flag of the server (`-ub`, `--ubatch-size`) passed as written.
 """
 
 from __future__ import annotations
 
 import shutil
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loadgen.server.launcher import PROFILES
-from loadgen.server.profile import Profile
+from loadgen.server.llamacpp import LlamaCppProfile
+from loadgen.server.profile import Layer, Profile
+from loadgen.server.sglang import SglangProfile
 from loadgen.server.sim import SimProfile, sim_flags
+from loadgen.server.vllm import VllmProfile
 
-SERVER_KINDS = ("vllm", "llama.cpp", "sim")  # what --server takes; a scenario adds "command"
+# What --server takes; a scenario adds "command".
+SERVER_KINDS = ("vllm", "sglang", "llama.cpp", "sim")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +40,10 @@ class ServerSpec:
     env: tuple[tuple[str, str], ...] = ()
     command: tuple[str, ...] = ()  # kind "command": the argv template
     served_name: str | None = None
+    model_name: str | None = None  # a model the server finds by name (no model_path)
+    python: Path | None = None  # the interpreter with the server installed
+    bin: Path | None = None  # the server's executable
+    boot_timeout_s: float | None = None  # None: the profile's default for its build
 
     @property
     def is_sim(self) -> bool:
@@ -49,11 +59,20 @@ class ConfiguredProfile(Profile):
         self.name = base.name
         self.boot_timeout_s = base.boot_timeout_s
         self.reads_cache_config_metric = base.reads_cache_config_metric
-        self.default_flags = base.default_flags
-        self.fact_flags = base.fact_flags
+        self.fact_flags = base.fact_flags  # type: ignore[misc]
+        self.bool_flags = base.bool_flags  # type: ignore[misc]
 
-    def default_model(self) -> Path:
+    def default_model(self) -> Path | None:
         return self.base.default_model()
+
+    def default_boot_timeout_s(self) -> float:
+        return self.base.default_boot_timeout_s()
+
+    def effective_flags(self, user: Sequence[str]) -> list[str]:
+        return self.base.effective_flags(user)
+
+    def queried_facts(self, get: Callable[[str], tuple[int, str]]) -> list[Layer]:
+        return self.base.queried_facts(get)
 
     def argv(self, *, port: int, model: Path, served_name: str, flags: Sequence[str]) -> list[str]:
         return self.base.argv(port=port, model=model, served_name=served_name, flags=flags)
@@ -90,9 +109,16 @@ class CommandProfile(Profile):
         return [token.format(**fields) for token in self.template] + list(flags)
 
 
-def base_profile(kind: str) -> Profile:
+def base_profile(kind: str, python: Path | None = None, bin: Path | None = None) -> Profile:
+    """A fresh profile of the kind; vLLM and SGLang from the install named (or found)."""
     if kind == "sim":
         return SimProfile()
+    if kind == "vllm":
+        return VllmProfile(python, bin)
+    if kind == "sglang":
+        return SglangProfile(python, bin)
+    if kind == "llama.cpp":
+        return LlamaCppProfile(bin)
     try:
         return PROFILES[kind]
     except KeyError:
@@ -107,7 +133,7 @@ def profile_for(spec: ServerSpec, values: Mapping[str, Any] | None = None) -> Pr
     if spec.kind == "command":
         base: Profile = CommandProfile(spec.command, values or {})
     else:
-        base = base_profile(spec.kind)
+        base = base_profile(spec.kind, spec.python, spec.bin)
     return ConfiguredProfile(base, dict(spec.env)) if spec.env else base
 
 
@@ -120,6 +146,8 @@ def flag_args(profile: Profile, flags: Mapping[str, Any]) -> list[str]:
     for name, value in flags.items():
         if name.startswith("-"):
             out += [name] if value is True else [name, str(value)]
+        elif name in profile.bool_flags and isinstance(value, bool):
+            out += list(profile.bool_flags[name][0 if value else 1])
         elif name in profile.fact_flags and not isinstance(value, bool):
             out += [profile.fact_flags[name][0], str(value)]
         else:

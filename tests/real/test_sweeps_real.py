@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from realutil import note
+from realutil import note, tiny_model
 
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.report.cmd import write_report
@@ -69,7 +69,9 @@ def note_verdicts(name: str, summary: dict) -> None:
 
 
 async def test_vllm_budget_sweep_two_boots_per_arm(tmp_path: Path) -> None:
-    spec = ServerSpec("vllm", ("--enable-prefix-caching", "--max-model-len", "8192"))
+    spec = ServerSpec(
+        "vllm", ("--enable-prefix-caching", "--max-model-len", "8192"), tiny_model("vllm")
+    )
     root, manifest, summary = await sweep(tmp_path, spec, "max_num_batched_tokens: [256, 4096]")
     assert_interleaved_boots(root, manifest, "max_num_batched_tokens", [256, 4096])
     for b in manifest["boots"]:
@@ -89,7 +91,7 @@ async def test_vllm_budget_sweep_two_boots_per_arm(tmp_path: Path) -> None:
 
 
 async def test_llama_server_ubatch_sweep_two_boots_per_arm(tmp_path: Path) -> None:
-    spec = ServerSpec("llama.cpp", ("-b", "2048"))
+    spec = ServerSpec("llama.cpp", ("-b", "2048"), tiny_model("llama.cpp"))
     root, manifest, summary = await sweep(tmp_path, spec, '"-ub": [64, 512]')
     assert_interleaved_boots(root, manifest, "-ub", [64, 512])
     for b in manifest["boots"]:
