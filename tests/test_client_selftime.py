@@ -14,6 +14,7 @@ from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
 from run_fixtures import ns, stream, write_run
 
 from loadgen.analysis.selferror import (
+    ADVICE,
     CLIENT_ERROR_FLOOR_S,
     CLIENT_LIMITED_EXIT,
     client_error_evidence,
@@ -212,3 +213,14 @@ def test_a_quiet_request_against_the_sim_is_not_client_limited(tmp_path: Path) -
     assert "CLIENT LIMITED" not in res.output
     lines = (tmp_path / "run/streams.jsonl").read_bytes().splitlines()
     assert len(lines) == 3
+
+
+def test_client_processes_on_every_core_of_a_local_server_are_flagged_run_wide() -> None:
+    from loadgen.analysis.selferror import client_banner, crowding_reason
+
+    reason = crowding_reason("127.0.0.1", 2, 2)
+    assert reason is not None and "--workers 1" in reason
+    assert crowding_reason("127.0.0.1", 1, 2) is None  # a core is left for the server
+    assert crowding_reason("10.0.0.5", 16, 2) is None  # the server is elsewhere
+    assert client_banner(0, 8, [reason]) == f"!! CLIENT LIMITED: {reason}. Fix: {ADVICE}."
+    assert reason in (client_banner(3, 8, [reason]) or "")
