@@ -224,3 +224,13 @@ def test_client_processes_on_every_core_of_a_local_server_are_flagged_run_wide()
     assert crowding_reason("10.0.0.5", 16, 2) is None  # the server is elsewhere
     assert client_banner(0, 8, [reason]) == f"!! CLIENT LIMITED: {reason}. Fix: {ADVICE}."
     assert reason in (client_banner(3, 8, [reason]) or "")
+
+
+def test_a_stall_that_ended_before_the_send_is_not_charged_to_the_stream() -> None:
+    t = stalled_ticker()  # the block held the loop from 10 to 40 ms
+    assert t.lag_at(40 * MS + 400_000) == 30 * MS + 400_000
+    # Sent at 40.1 ms, after the block, in the pass before the late tick was serviced:
+    assert t.lag_at(40 * MS + 400_000, since_ns=40 * MS + 100_000) == 0
+    assert t.lag_over([40 * MS + 400_000, 80 * MS], since_ns=40 * MS + 100_000) == 50_000
+    # Sent during it: no stamp waited longer than since its send.
+    assert t.lag_at(39 * MS, since_ns=38 * MS) == 1 * MS

@@ -346,14 +346,17 @@ def _print_tables(
     )
     if not outcome.records:
         return
-    per = Table("stream", "status", "TTFT ms", "decode tok/s", "prompt", "tokens", "chunks",
-                "token source", "client err ms", "error")  # fmt: skip
+    # RTT beside TTFT: the kernel's smoothed round trip of the stream's connection, the
+    # network's share, so a reader can tell server time from transit.
+    per = Table("stream", "status", "TTFT ms", "RTT ms", "decode tok/s", "prompt", "tokens",
+                "chunks", "token source", "client err ms", "error")  # fmt: skip
     for r in sorted(outcome.records, key=lambda r: r.id):
         t, d = ttft_s(r), decode_tok_s(r)
         per.add_row(
             r.id,
             r.status,
             _fmt(t and t * 1e3),
+            "-" if r.rtt_us is None else f"{r.rtt_us / 1e3:.3f}",
             _fmt(d),
             _fmt(r.prompt_tokens),
             str(r.completion_tokens),
@@ -369,6 +372,7 @@ def _print_tables(
     summary = Table("over ok streams", "min", "median", "max")
     series = {
         "TTFT ms": [t * 1e3 for r in ok if (t := ttft_s(r)) is not None],
+        "RTT ms": [r.rtt_us / 1e3 for r in ok if r.rtt_us is not None],
         "decode tok/s": [d for r in ok if (d := decode_tok_s(r)) is not None],
         "tokens": [r.completion_tokens for r in ok],
         "chunks": [r.chunks for r in ok],

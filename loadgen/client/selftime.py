@@ -49,9 +49,12 @@ class LoopLagTicker:
         self._wakes.append(wake_ns)
         self._lags.append(lag_ns)
 
-    def lag_at(self, t_ns: int, now_ns: int | None = None) -> int:
+    def lag_at(self, t_ns: int, now_ns: int | None = None, since_ns: int = 0) -> int:
         """The lag (ns) that touched a stamp taken at `t_ns` (see the module doc); a tick still
-        asleep at `now_ns` counts with the lateness it has reached so far."""
+        asleep at `now_ns` counts with the lateness it has reached so far. Nothing can have
+        waited from before `since_ns` (the stream's send): a late tick due before it is a stall
+        the stream never saw (the collection just before a probe's first send), and no
+        stamp is charged more than the time since."""
         wakes, lags = self._wakes, self._lags
         n = len(wakes)
         k = bisect_left(wakes, t_ns)
@@ -61,19 +64,20 @@ class LoopLagTicker:
             now = perf_counter_ns() if now_ns is None else now_ns
             due = wakes[-1] + TICK_NS if wakes else now
             own = max(0, now - due) if t_ns >= due else 0
-        if k and lags[k - 1] > BEHIND_NS:
+        if k and lags[k - 1] > BEHIND_NS and wakes[k - 1] - lags[k - 1] >= since_ns:
             own = max(own, lags[k - 1] + t_ns - wakes[k - 1])
-        return own
+        return min(own, t_ns - since_ns)
 
-    def lag_over(self, stamps: list[int], now_ns: int | None = None) -> int:
+    def lag_over(self, stamps: list[int], now_ns: int | None = None, since_ns: int = 0) -> int:
         """The largest `lag_at` of any of `stamps` (sorted, perf_counter ns); 0 for none."""
         if not stamps:
             return 0
         n = len(self._wakes)
         if n == 0:
-            return self.lag_at(stamps[-1], now_ns)
+            return self.lag_at(stamps[-1], now_ns, since_ns)
         # Stamps after the last wake are in the tick still asleep: its lateness so far.
-        pending = self.lag_at(stamps[-1], now_ns) if stamps[-1] > self._wakes[-1] else 0
+        last = stamps[-1]
+        pending = self.lag_at(last, now_ns, since_ns) if last > self._wakes[-1] else 0
         wakes = np.frombuffer(self._wakes, dtype=np.int64)
         lags = np.frombuffer(self._lags, dtype=np.int64)
         ts = np.asarray(stamps, dtype=np.int64)
@@ -81,8 +85,10 @@ class LoopLagTicker:
         at = np.minimum(k, n - 1)
         own = np.where((k < n) & (ts >= wakes[at] - lags[at]), lags[at], 0)
         prev = np.maximum(k - 1, 0)
-        carry = np.where((k > 0) & (lags[prev] > BEHIND_NS), lags[prev] + ts - wakes[prev], 0)
-        return max(int(own.max()), int(carry.max()), pending)
+        behind = (k > 0) & (lags[prev] > BEHIND_NS) & (wakes[prev] - lags[prev] >= since_ns)
+        carry = np.where(behind, lags[prev] + ts - wakes[prev], 0)
+        charged = np.minimum(np.maximum(own, carry), ts - since_ns)
+        return max(int(charged.max()), pending)
 
     async def run(self) -> None:
         timer = _timerfd(TICK_NS)
