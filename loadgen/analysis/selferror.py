@@ -1,14 +1,17 @@
 """Whether loadgen's own timing error makes a stream's figures untrustworthy.
 
 A stream's *error bound* is the larger of how late loadgen sent it (t_sent - t_intended) and
-the largest event-loop lag in its TTFT window (every timestamp is read when the loop reaches
-the socket, so the send and first-chunk stamps can each be late by that much). The bound is
+the event-loop lag that touched its TTFT stamps (client/selftime.py: the lag of the loop pass
+in which the first content chunk was stamped, and the send's where a wait sits between stamp
+and write), never a stall elsewhere in the window that no stamp waited for. The bound is
 judged against one tolerance: CLIENT_ERROR_FRACTION of the stream's TTFT, or
 CLIENT_ERROR_FLOOR_S, whichever is larger: a TTFT cannot be quoted to better than the client's
 own error, and no timer is finer than ~1 ms.
-The lag over the stream's whole life and the reads that brought several content chunks at once
-are given alongside: those chunks share a timestamp, so the gaps between them are void as
-server evidence, and a gap is uncertain by the whole-life lag.
+The lag that touched any of its stamps and the reads that brought several content chunks at
+once are given alongside: those chunks share a timestamp, so the gaps between them are void
+as server evidence, and a gap is uncertain by that lag. What no client stamp can see, client
+processes taking every core of a local server's host, is said for the whole run
+(crowding_reason).
 """
 
 from __future__ import annotations
