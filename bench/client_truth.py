@@ -102,8 +102,9 @@ def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
                  f"http://127.0.0.1:{port}", "-n", str(n), "-c", str(n), "--max-tokens",
                  str(tokens), "--prompt-tokens", "8", "--out", str(out), "--strict",
                  "--workers", str(workers)]  # fmt: skip
-        # One worker is pinned beside the server's core; more spread over all cores.
-        pin = pinned_to(1) if workers == 1 else None
+        # The client (its workers inherit it) keeps off the server's core: unpinned, workers
+        # landed on CPU 0 and the server read requests late by whole scheduler slices.
+        pin = pinned_to(1) if workers == 1 else off_server_core()
         env = {**os.environ, "LOADGEN_STREAM_READER": reader}
         res = subprocess.run(probe, capture_output=True, text=True, preexec_fn=pin, env=env)
     finally:
@@ -193,6 +194,11 @@ def truth_table(rows: list[dict], tokens: int) -> str:
         f" exit {CLIENT_LIMITED_EXIT} = --strict saw client_limited)"
     )
     return "\n".join(lines)
+
+
+def off_server_core():
+    cpus = os.sched_getaffinity(0) - {0}
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
 
 
 def _silent(n: int) -> str:
