@@ -36,7 +36,9 @@ from loadgen.client.openai import READ_BUFSIZE, OpenAIClient  # noqa: E402
 from loadgen.engine.executor import run_closed_loop  # noqa: E402
 from loadgen.request import StreamRequest  # noqa: E402
 
-FIREHOSE_SRC = Path(os.environ.get("FIREHOSE_SRC", REPO.parent / "shared/tools/firehose"))
+# ../shared beside a checkout, or two levels up from a worktree under /work/wt/.
+_SHARED = next((p for p in (REPO.parent, REPO.parent.parent) if (p / "shared").is_dir()), REPO)
+FIREHOSE_SRC = Path(os.environ.get("FIREHOSE_SRC", _SHARED / "shared/tools/firehose"))
 FIREHOSE_BIN = REPO / "build" / "firehose"
 SERVER_CPU, CLIENT_CPU = 0, 1
 PLAN = {1: 40, 64: 256, 256: 512}  # C -> streams per measurement

@@ -4,11 +4,13 @@ whether loadgen says so itself (client_limited streams, the banner, the --strict
 firehose (../shared/tools/firehose, built into build/) paces every stream (TTFT 50 ms, 20 ms
 gaps) and logs what it actually sent: per request its arrival and first-chunk times, per chunk
 its send time (CLOCK_MONOTONIC, the clock of perf_counter_ns). `loadgen request -n N -c N`
-runs against it with --strict, in 1 and in 2 worker processes; the table compares p50s of
-loadgen's figures with p50s of the truth (the server's own TTFT and gaps), and prints the
-client's verdict on itself.
+runs against it with --strict, in 1 worker process and in as many as the machine has CPUs;
+each stream's TTFT is compared with firehose's own for the same response (joined on the
+response id), and the table says how many streams were flagged and whether any stream whose
+true error exceeded its tolerance went unflagged (`silent`: a row passes only with "no").
 
-    .venv/bin/python bench/client_truth.py [--streams 64 256 1024] [--tokens 200] [--workers 1 2]
+    .venv/bin/python bench/client_truth.py [--streams 256 1024 4096] [--tokens 200]
+                                           [--workers 1 8 14] [--out table.txt]
 
 With --ingest it first prints bench/client_ingest.py's table, so one run shows events/s at
 C = 1 / 64 / 256 (loadgen, its aiohttp reader, the bare loop, ratios) and the TTFT errors:
@@ -40,34 +42,57 @@ from client_ingest import (
 
 sys.path.insert(0, str(REPO))
 
-import itertools
+from itertools import pairwise
+from math import nan
 
-from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT, error_bound_s, limited_records
+import orjson
+
+from loadgen.analysis.selferror import (
+    CLIENT_LIMITED_EXIT,
+    client_error_evidence,
+    crowding_reason,
+    limited_records,
+    tolerance_s,
+)
 from loadgen.records import read_streams
 
 MS = 1e6
 
 
-def truth(log: Path, chunk_log: Path) -> tuple[float, float]:
-    """p50 of the server's own TTFT (arrival -> first chunk sent) and of its chunk gaps, ms."""
-    ttfts = []
+def server_times(log: Path) -> dict[int, tuple[int, int]]:
+    """firehose's request read and first chunk sent (CLOCK_MONOTONIC ns) by its request number,
+    the number in its response id, in hex ("cmpl-00000000000001a5")."""
+    out = {}
     for line in log.read_text().splitlines():
         f = line.split(",")
-        ttfts.append((int(f[4]) - int(f[3])) / MS)
+        out[int(f[0])] = (int(f[3]), int(f[4]))
+    return out
+
+
+def request_number(response_id: str | None) -> int | None:
+    try:
+        return int((response_id or "").rpartition("-")[2], 16)
+    except ValueError:
+        return None
+
+
+def true_gap(chunk_log: Path) -> float:
+    """p50 of the gaps between the chunks firehose sent, ms."""
     sends: dict[int, list[int]] = {}
-    raw = chunk_log.read_bytes()
-    for rid, _, t in struct.iter_unpack("<IIQ", raw):
+    for rid, _, t in struct.iter_unpack("<IIQ", chunk_log.read_bytes()):
         sends.setdefault(rid, []).append(t)
-    gaps = [(b - a) / MS for ts in sends.values() for a, b in itertools.pairwise(ts)]
-    return statistics.median(ttfts), statistics.median(gaps)
+    return statistics.median((b - a) / MS for ts in sends.values() for a, b in pairwise(ts))
 
 
 def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
+    binary = firehose_binary()
+    if binary is None:
+        raise SystemExit("client_truth needs firehose: set FIREHOSE_SRC to its source folder")
     port = free_port()
     tag = f"{n}w{workers}{reader}"
     log, chunk_log = tmp / f"fh{tag}.csv", tmp / f"fh{tag}.bin"
-    cmd = [str(firehose_binary()), "--port", str(port), "--ttft-ms", "50", "--itl-ms", "20",
-           "--log", str(log), "--chunk-log", str(chunk_log), "--exit-after", "300",
+    cmd = [str(binary), "--port", str(port), "--ttft-ms", "50", "--itl-ms", "20",
+           "--log", str(log), "--chunk-log", str(chunk_log), "--exit-after", "600",
            "--quiet"]  # fmt: skip
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=pinned_to(0))
     try:
@@ -77,33 +102,55 @@ def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
                  f"http://127.0.0.1:{port}", "-n", str(n), "-c", str(n), "--max-tokens",
                  str(tokens), "--prompt-tokens", "8", "--out", str(out), "--strict",
                  "--workers", str(workers)]  # fmt: skip
-        # One worker is pinned beside the server's core; more spread over all cores.
-        pin = pinned_to(1) if workers == 1 else None
+        # The client (its workers inherit it) keeps off the server's core: unpinned, workers
+        # landed on CPU 0 and the server read requests late by whole scheduler slices.
+        pin = pinned_to(1) if workers == 1 else off_server_core()
         env = {**os.environ, "LOADGEN_STREAM_READER": reader}
         res = subprocess.run(probe, capture_output=True, text=True, preexec_fn=pin, env=env)
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(10)
     recs = [r for r in read_streams(out) if r.status == "ok"]
-    ttft = statistics.median((r.t_first_ns - r.t_sent_ns) / MS for r in recs)
-    gaps = [(b - a) / MS for r in recs for a, b in zip(r.chunk_ns, r.chunk_ns[1:], strict=False)]
-    true_ttft, true_gap = truth(log, chunk_log)
-    bounds = [b for r in recs if (b := error_bound_s(r)) is not None]
+    truth = server_times(log)
+    # A run-wide flag (client processes crowding the server's cores) covers every stream.
+    crowded = crowding_reason("127.0.0.1", workers, os.cpu_count() or 1) is not None
+    # Both clocks are CLOCK_MONOTONIC: the run's zero puts loadgen's stamps on firehose's.
+    zero = orjson.loads((out / "run.json").read_bytes())["run_start_perf_ns"]
+    errors, sends, reads, rtts = [], [], [], []
+    beyond = silent = own_beyond = own_silent = 0
+    for r in recs:
+        server = truth.get(request_number(r.response_id) or -1)
+        if server is None or r.t_first_ns is None or r.t_sent_ns is None:
+            continue
+        arrival, first = server
+        err_s = (r.t_first_ns - r.t_sent_ns - (first - arrival)) / 1e9
+        errors.append(err_s * 1e3)
+        sends.append((arrival - zero - r.t_sent_ns) / MS)  # loadgen's send -> firehose's read
+        reads.append((r.t_first_ns + zero - first) / MS)  # firehose's send -> loadgen's stamp
+        tol, flagged = tolerance_s(r), crowded or client_error_evidence(r) is not None
+        if err_s > tol:
+            beyond += 1
+            silent += not flagged
+        if reads[-1] / 1e3 > tol:  # the error of loadgen's own stamp, what the flag bounds
+            own_beyond += 1
+            own_silent += not flagged
+        if r.rtt_us is not None:
+            rtts.append(r.rtt_us / 1e3)
+    gaps = [(b - a) / MS for r in recs for a, b in pairwise(r.chunk_ns)]
+    q = statistics.quantiles
     return {
-        "n": n,
-        "workers": workers,
-        "reader": reader,
-        "ok": len(recs),
-        "ttft": ttft,
-        "true_ttft": true_ttft,
-        "gap": statistics.median(gaps),
-        "gap99": statistics.quantiles(gaps, n=100)[98],
-        "true_gap": true_gap,
-        "limited": len(limited_records(recs)),
-        "bound_p50": statistics.median(bounds) * 1e3 if bounds else float("nan"),
+        "n": n, "workers": workers, "reader": reader, "ok": len(recs), "matched": len(errors),
+        "err50": statistics.median(errors), "err99": q(errors, n=100)[98],
+        "send50": statistics.median(sends), "read50": statistics.median(reads),
+        "read99": q(reads, n=100)[98],
+        "gap": statistics.median(gaps), "gap99": q(gaps, n=100)[98],
+        "true_gap": true_gap(chunk_log), "rtt50": statistics.median(rtts) if rtts else nan,
+        "limited": len(recs) if crowded else len(limited_records(recs)),
+        "beyond": beyond, "silent": silent,
+        "own_beyond": own_beyond, "own_silent": own_silent,
         "banner": any(line.startswith("!! CLIENT LIMITED") for line in res.stdout.splitlines()),
         "exit": res.returncode,
-    }
+    }  # fmt: skip
 
 
 def truth_rows(
@@ -118,28 +165,52 @@ def truth_rows(
         ]
 
 
-def print_truth(rows: list[dict], tokens: int) -> None:
-    print(f"paced firehose (TTFT 50 ms, gaps 20 ms, {tokens} tokens), server on CPU 0")
-    head = f"{'reader':>7} {'W':>2} {'N':>5} {'TTFT p50':>9} {'true':>6} {'error':>7}"
-    head += f" {'gap p50':>8} {'p99':>6}"
-    print(head + f" {'true':>6} {'beyond tol':>15} {'bound p50':>9} {'banner':>6} {'exit':>4}")
+def truth_table(rows: list[dict], tokens: int) -> str:
+    """The table: per row loadgen's TTFT error against firehose's own log, stream by stream
+    (joined on the response id), the streams it flagged, and `silent`: streams whose true
+    error exceeded their tolerance yet were not flagged (the row passes only with 0)."""
+    lines = [
+        f"paced firehose (TTFT 50 ms, gaps 20 ms, {tokens} tokens), server on CPU 0,"
+        f" {os.cpu_count()} CPUs",
+        f"{'reader':>7} {'W':>3} {'N':>5} {'err p50':>8} {'p99':>7} {'send p50':>8}"
+        f" {'read p50':>8} {'p99':>6} {'gap p50':>8} {'p99':>6}"
+        f" {'true':>6} {'rtt p50':>8} {'flagged':>14} {'beyond tol':>10} {'silent':>6}"
+        f" {'read beyond':>11} {'silent':>6} {'exit':>4}",
+    ]
     for r in rows:
-        print(
-            f"{r['reader']:>7} {r['workers']:>2} {r['n']:>5}"
-            f" {r['ttft']:>9.1f} {r['true_ttft']:>6.1f}"
-            f" {r['ttft'] - r['true_ttft']:>+7.1f}"
+        lines.append(
+            f"{r['reader']:>7} {r['workers']:>3} {r['n']:>5} {r['err50']:>+8.2f}"
+            f" {r['err99']:>+7.2f} {r['send50']:>8.2f} {r['read50']:>8.2f} {r['read99']:>6.2f}"
             f" {r['gap']:>8.2f} {r['gap99']:>6.1f} {r['true_gap']:>6.2f}"
-            f" {r['limited']:>7} of {r['ok']:<5} {r['bound_p50']:>9.1f} {r['banner']!s:>6}"
+            f" {r['rtt50']:>8.3f} {r['limited']:>6} of {r['ok']:<5} {r['beyond']:>10}"
+            f" {_silent(r['silent']):>6} {r['own_beyond']:>11} {_silent(r['own_silent']):>6}"
             f" {r['exit']:>4}"
         )
-    print(f"(ms; exit {CLIENT_LIMITED_EXIT} = --strict saw client_limited streams)")
+    lines.append(
+        "(ms; err = loadgen TTFT - firehose's own TTFT per stream = send (loadgen's send stamp"
+        " -> firehose's read) + read (firehose's first chunk -> loadgen's stamp); beyond tol ="
+        " streams whose true error > tolerance, silent = of those, not flagged; read beyond ="
+        " streams whose own stamp (read) error alone > tolerance;"
+        f" exit {CLIENT_LIMITED_EXIT} = --strict saw client_limited)"
+    )
+    return "\n".join(lines)
+
+
+def off_server_core():
+    cpus = os.sched_getaffinity(0) - {0}
+    return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def _silent(n: int) -> str:
+    return "no" if n == 0 else str(n)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--streams", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--streams", type=int, nargs="+", default=[256, 1024, 4096])
     ap.add_argument("--tokens", type=int, default=200)
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--workers", type=int, nargs="+", default=sorted({1, os.cpu_count() or 1}))
+    ap.add_argument("--out", type=Path, help="also write the table to this file")
     ap.add_argument(
         "--readers",
         nargs="+",
@@ -154,7 +225,12 @@ def main() -> None:
     if args.ingest:
         print_ingest(ingest(2000, PLAN))
         print()
-    print_truth(truth_rows(args.streams, args.tokens, args.workers, args.readers), args.tokens)
+    table = truth_table(
+        truth_rows(args.streams, args.tokens, args.workers, args.readers), args.tokens
+    )
+    print(table)
+    if args.out:
+        args.out.write_text(table + "\n")
 
 
 if __name__ == "__main__":

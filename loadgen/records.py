@@ -83,12 +83,18 @@ class StreamRecord:
     # can resend it; never written to streams.jsonl.
     answer: str | None = None
     # The client's own error (client/selftime.py): body reads, reads that brought several
-    # content chunks under one timestamp, the largest event-loop lag while it was open and in
-    # its TTFT window (None where not measured: no content chunk, or an older version).
+    # content chunks under one timestamp, the largest event-loop lag that touched any of its
+    # stamps and the one that touched its TTFT stamps (send, first content chunk; None where
+    # not measured: no content chunk, or an older version).
     reads: int = 0
     coalesced_reads: int = 0
     loop_lag_max_ns: int | None = None
     loop_lag_ttft_ns: int | None = None
+    # The connection's smoothed round-trip time at the stream's end (TCP_INFO tcpi_rtt, us):
+    # the network's share of its TTFT, beside the server's; None where not measured.
+    rtt_us: int | None = None
+    # The server's id for the response (its first event's `id`), to join with its logs.
+    response_id: str | None = None
     # Which worker streamed it where a run had several (e.g. "ray:10.0.0.5:4242"); None for a
     # single process.
     worker: str | None = None

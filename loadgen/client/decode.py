@@ -214,6 +214,8 @@ class StreamDecoder:
         error: StreamError | None,
         loop_lag_max_ns: int | None = None,
         loop_lag_ttft_ns: int | None = None,
+        rtt_us: int | None = None,
+        response_id: str | None = None,
     ) -> StreamRecord:
         """The finished record; absolute perf_counter times become run-clock ns here."""
 
@@ -253,6 +255,8 @@ class StreamDecoder:
             coalesced_reads=self.coalesced_reads,
             loop_lag_max_ns=loop_lag_max_ns,
             loop_lag_ttft_ns=loop_lag_ttft_ns,
+            rtt_us=rtt_us,
+            response_id=response_id,
         )
 
 

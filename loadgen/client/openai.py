@@ -41,7 +41,7 @@ from loadgen.client.errors import (
     wrong_content,
     wrong_content_text,
 )
-from loadgen.client.rawhttp import Conn, ProtocolError, RawPool
+from loadgen.client.rawhttp import Conn, ProtocolError, RawPool, response_id, tcp_rtt_us
 from loadgen.client.selftime import LoopLagTicker
 from loadgen.client.target import Timeouts, timeout_error
 from loadgen.records import StreamError, StreamRecord
@@ -59,15 +59,15 @@ _CANCELLED = StreamError("cancelled", "cancelled before the stream ended")
 class _Live:
     """A stream in flight, as the watchdog sees it. `last_ns` is 0 until the first body read."""
 
-    __slots__ = ("first_mark", "lag_mark", "last_ns", "t_sent", "task", "timeout")
+    __slots__ = ("last_ns", "response_id", "rtt_us", "t_sent", "task", "timeout")
 
-    def __init__(self, task: asyncio.Task, t_sent: int, lag_mark: int) -> None:
+    def __init__(self, task: asyncio.Task, t_sent: int) -> None:
         self.task = task
         self.t_sent = t_sent
-        self.lag_mark = lag_mark
-        self.first_mark: int | None = None  # lag ticks seen when the first content chunk came
         self.last_ns = 0
         self.timeout: StreamError | None = None
+        self.response_id: str | None = None  # the server's id, from the first body read
+        self.rtt_us: int | None = None
 
 
 class OpenAIClient:
@@ -197,15 +197,14 @@ class OpenAIClient:
         task = asyncio.current_task()
         assert task is not None
         t_sent = perf_counter_ns()
-        live = _Live(task, t_sent, self.lag.mark())
-        feed, lag = dec.feed, self.lag
+        live = _Live(task, t_sent)
+        feed = dec.feed
 
         def sink(chunk: bytes, now: int) -> bool:
+            if not live.last_ns:
+                live.response_id = response_id(chunk)
             live.last_ns = now
-            done = feed(chunk, now)
-            if live.first_mark is None and dec.chunk_ns:
-                live.first_mark = lag.mark()
-            return done
+            return feed(chunk, now)
 
         status: int | None = None
         t_headers: int | None = None
@@ -248,7 +247,9 @@ class OpenAIClient:
         except asyncio.CancelledError:
             whole = False
             if live.timeout is None or task.uncancel() > 0:
-                self._cancelled.append(self._record(req, dec, status, live, t_headers, _CANCELLED))
+                self._cancelled.append(
+                    self._record(req, dec, status, live, t_headers, _CANCELLED, raw=True)
+                )
                 raise
             error = live.timeout
         except (OSError, ProtocolError) as exc:
@@ -258,11 +259,12 @@ class OpenAIClient:
         finally:
             self._live.discard(live)
             if conn is not None:
+                live.rtt_us = tcp_rtt_us(conn.transport)
                 pool.release(conn, whole)
         if error is None and status is not None and status < 400 and not dec.finished:
             where = "inside an event" if dec.truncated else f"after {dec.events} events"
             error = StreamError("connection_closed", f"stream ended {where} without [DONE]")
-        return self._record(req, dec, status, live, t_headers, dec.error or error)
+        return self._record(req, dec, status, live, t_headers, dec.error or error, raw=True)
 
     async def _attempt_aiohttp(self, req: StreamRequest, *, continuous: bool) -> StreamRecord:
         chat = req.messages is not None or req.api == "chat"
@@ -274,7 +276,7 @@ class OpenAIClient:
         task = asyncio.current_task()
         assert task is not None
         t_sent = perf_counter_ns()
-        live = _Live(task, t_sent, self.lag.mark())
+        live = _Live(task, t_sent)
         status: int | None = None
         t_headers: int | None = None
         error: StreamError | None = None
@@ -295,15 +297,18 @@ class OpenAIClient:
                         if not chunk:
                             break
                         now = perf_counter_ns()
+                        if not live.last_ns:
+                            live.response_id = response_id(chunk)
                         live.last_ns = now
-                        done = feed(chunk, now)
-                        if live.first_mark is None and dec.chunk_ns:
-                            live.first_mark = self.lag.mark()
-                        if done:
+                        if feed(chunk, now):
                             break
+                    if resp.connection is not None:
+                        live.rtt_us = tcp_rtt_us(resp.connection.transport)
         except asyncio.CancelledError:
             if live.timeout is None or task.uncancel() > 0:
-                self._cancelled.append(self._record(req, dec, status, live, t_headers, _CANCELLED))
+                self._cancelled.append(
+                    self._record(req, dec, status, live, t_headers, _CANCELLED, raw=False)
+                )
                 raise
             error = live.timeout
         except aiohttp.ConnectionTimeoutError as exc:
@@ -319,7 +324,7 @@ class OpenAIClient:
         if error is None and status is not None and status < 400 and not dec.finished:
             where = "inside an event" if dec.truncated else f"after {dec.events} events"
             error = StreamError("connection_closed", f"stream ended {where} without [DONE]")
-        return self._record(req, dec, status, live, t_headers, dec.error or error)
+        return self._record(req, dec, status, live, t_headers, dec.error or error, raw=False)
 
     def _record(
         self,
@@ -329,20 +334,28 @@ class OpenAIClient:
         live: _Live,
         t_headers: int | None,
         error: StreamError | None,
+        *,
+        raw: bool,
     ) -> StreamRecord:
+        now = perf_counter_ns()
+        lag, stamps = self.lag, dec.chunk_ns
+        # rawhttp writes the request in the same loop pass that stamps t_sent, so that stamp
+        # is exact; aiohttp awaits its connection first, and the loop's lag then delays it.
+        sent = live.t_sent
+        send_lag = 0 if raw else lag.lag_at(sent, now)
+        ttft_lag = None if not stamps else max(send_lag, lag.lag_at(stamps[0], now, sent))
         return dec.to_record(
             req,
             run_start_ns=self.run_start_ns,
             http_status=status,
             t_sent=live.t_sent,
             t_headers=t_headers,
-            t_end=perf_counter_ns(),
+            t_end=now,
             error=error,
-            loop_lag_max_ns=self.lag.max_since(live.lag_mark),
-            # +1: the tick after the first chunk's read measures the loop pass that read it.
-            loop_lag_ttft_ns=None
-            if live.first_mark is None
-            else self.lag.max_between(live.lag_mark, live.first_mark + 1),
+            loop_lag_max_ns=max(ttft_lag or send_lag, lag.lag_over(stamps, now, sent)),
+            loop_lag_ttft_ns=ttft_lag,
+            rtt_us=live.rtt_us,
+            response_id=live.response_id,
         )
 
     # ------------------------------------------------------------------ watchdog

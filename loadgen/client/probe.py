@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import os
 import signal
 import statistics
 import sys
@@ -21,12 +22,14 @@ import click
 import uvloop
 from rich.console import Console
 from rich.table import Table
+from yarl import URL
 
 from loadgen import __version__
 from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.analysis.selferror import (
     CLIENT_LIMITED_EXIT,
     client_banner,
+    crowding_reason,
     error_bound_s,
     limited_records,
 )
@@ -52,6 +55,7 @@ class ProbeOutcome:
     model: str = ""
     sizing: str = ""
     start_wall: str = ""
+    start_perf_ns: int | None = None  # the run clock's zero on perf_counter_ns, as `run` writes
     interrupted: bool = False
     ray: dict[str, Any] | None = None  # run.json's `ray` section under --ray
 
@@ -125,7 +129,9 @@ def request_cmd(**opts: Any) -> None:
     # Piped output gets a wide fixed width: rich's 80-column default truncates the tables.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     limited = limited_records(outcome.records)
-    banner = client_banner(len(limited), len(outcome.records), [])
+    crowded = crowding_reason(URL(base_url).host, opts["workers"], os.cpu_count() or 1)
+    reasons = [crowded] if crowded else []
+    banner = client_banner(len(limited), len(outcome.records), reasons)
     if banner:
         console.print(banner, markup=False)
     _print_tables(console, outcome, base_url, opts)
@@ -136,7 +142,7 @@ def request_cmd(**opts: Any) -> None:
     summary = failure_summary(outcome.records)
     if summary:
         raise click.ClickException(summary)
-    if limited and opts["strict"]:
+    if (limited or reasons) and opts["strict"]:
         raise click.exceptions.Exit(CLIENT_LIMITED_EXIT)
 
 
@@ -227,6 +233,7 @@ async def _launch(
     quiet_collector()
     client.run_start_ns = perf_counter_ns()
     outcome.start_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    outcome.start_perf_ns = client.run_start_ns
     if run_dir:
         run_dir.write_manifest(_manifest(base_url, opts, outcome))
     if opts["ray_address"]:
@@ -323,6 +330,7 @@ def _manifest(base_url: str, opts: dict[str, Any], outcome: ProbeOutcome) -> dic
         "args": args,
         "prompt_sizing": outcome.sizing,
         "start_wall": outcome.start_wall,
+        "run_start_perf_ns": outcome.start_perf_ns,
         "interrupted": outcome.interrupted,
         **({"ray": outcome.ray} if outcome.ray else {}),
     }
@@ -338,14 +346,17 @@ def _print_tables(
     )
     if not outcome.records:
         return
-    per = Table("stream", "status", "TTFT ms", "decode tok/s", "prompt", "tokens", "chunks",
-                "token source", "client err ms", "error")  # fmt: skip
+    # RTT beside TTFT: the kernel's smoothed round trip of the stream's connection, the
+    # network's share, so a reader can tell server time from transit.
+    per = Table("stream", "status", "TTFT ms", "RTT ms", "decode tok/s", "prompt", "tokens",
+                "chunks", "token source", "client err ms", "error")  # fmt: skip
     for r in sorted(outcome.records, key=lambda r: r.id):
         t, d = ttft_s(r), decode_tok_s(r)
         per.add_row(
             r.id,
             r.status,
             _fmt(t and t * 1e3),
+            "-" if r.rtt_us is None else f"{r.rtt_us / 1e3:.3f}",
             _fmt(d),
             _fmt(r.prompt_tokens),
             str(r.completion_tokens),
@@ -361,6 +372,7 @@ def _print_tables(
     summary = Table("over ok streams", "min", "median", "max")
     series = {
         "TTFT ms": [t * 1e3 for r in ok if (t := ttft_s(r)) is not None],
+        "RTT ms": [r.rtt_us / 1e3 for r in ok if r.rtt_us is not None],
         "decode tok/s": [d for r in ok if (d := decode_tok_s(r)) is not None],
         "tokens": [r.completion_tokens for r in ok],
         "chunks": [r.chunks for r in ok],

@@ -14,6 +14,8 @@ to ERROR_BODY_CAP bytes for their message instead of being streamed.
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import Callable
 from time import perf_counter_ns
 
@@ -26,6 +28,40 @@ _SIZE_LINE_CAP = 1 << 10
 _CHUNKED, _LENGTH, _UNTIL_CLOSE = 0, 1, 2
 
 Sink = Callable[[bytes, int], bool]
+# struct tcp_info (linux/tcp.h): 8 bytes of u8 fields, then u32 rto, ato, snd_mss, rcv_mss,
+# unacked, sacked, lost, retrans, fackets, 4 x last_*, pmtu, rcv_ssthresh, then rtt (us).
+_TCPI_RTT = struct.Struct("<I")
+_TCPI_RTT_OFFSET = 8 + 15 * 4
+_TCP_INFO = getattr(socket, "TCP_INFO", None)
+_ID_KEY = b'"id":'
+
+
+def tcp_rtt_us(transport: asyncio.BaseTransport | None) -> int | None:
+    """The kernel's smoothed round-trip time of the connection (TCP_INFO tcpi_rtt, us): the
+    network's share of a TTFT; None where the platform or the transport does not say."""
+    sock = None if transport is None else transport.get_extra_info("socket")
+    if sock is None or _TCP_INFO is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCPI_RTT_OFFSET + 4)
+    except OSError:
+        return None
+    if len(info) < _TCPI_RTT_OFFSET + 4:
+        return None
+    return _TCPI_RTT.unpack_from(info, _TCPI_RTT_OFFSET)[0]
+
+
+def response_id(body: bytes) -> str | None:
+    """The server's response id (`"id":"cmpl-..."`) in the first body read, to join a record
+    with the server's own log; None when that read carries none."""
+    i = body.find(_ID_KEY)
+    if i < 0:
+        return None
+    start = body.find(b'"', i + len(_ID_KEY))
+    end = body.find(b'"', start + 1)
+    if start < 0 or end < 0 or end - start > 200:
+        return None
+    return body[start + 1 : end].decode("utf-8", "replace")
 
 
 class ProtocolError(Exception):
