@@ -126,8 +126,11 @@ async def run_boots(
                     )
                     tried["probe"] = check and check.to_json()
                     tried["served_before_measure"] += sent
-                    if check and check.verdict == "mismatch":
-                        warn(f"boot {order} ({_label(group)}): cache answers wrong: {check.reason}")
+                    if check and check.verdict in ("mismatch", "inconclusive"):
+                        # Measured all the same: the cache reuses (mismatch) or may (unknown).
+                        what = {"mismatch": "answers wrong", "inconclusive": "state unknown"}
+                        warn(f"boot {order} ({_label(group)}): cache {what[check.verdict]}: "
+                             f"{check.reason}")  # fmt: skip
                     if check and check.verdict == "dead":
                         tried["status"] = record["status"] = "cache_dead"
                         warn(f"boot {order} ({_label(group)}): cache dead: {check.reason}")
