@@ -87,30 +87,41 @@ def cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def probed(out: str) -> tuple[int, int]:
+    """(probe tokens, hits) from the line; the size follows the measured floor, so a test
+    reads it rather than pins it (a stalled machine may stop the growth early)."""
+    m = re.search(r"probe (\d+) tokens = .*prefix-cache hits \+(\d+) tokens", out)
+    assert m, out
+    return int(m[1]), int(m[2])
+
+
 def test_a_floored_sim_whose_cache_hits_is_healthy_by_its_counters() -> None:
     code, out = cli(*FLOORED)
     assert code == 0, out
-    # Sized to the window (8192 - 32): 20 x the 50 ms floor is out of reach on this sim.
-    assert out.startswith("cache healthy: probe 8160 tokens = 510 blocks of 16")
-    assert "decided by counters: prefix-cache hits +8160 tokens (>= 8144 reusable)" in out
-    assert "(not telling: cold is" in out
+    tokens, hits = probed(out)
+    # 20 x the 50 ms floor is out of this sim's reach: the probe grows to the window (8160).
+    assert out.startswith("cache healthy: probe ") and 2048 <= tokens <= 8160
+    assert hits == tokens
+    assert (
+        f"decided by counters: prefix-cache hits +{hits} tokens (>= {tokens - 16} reusable)" in out
+    )
     assert re.search(r"; warm answer = cold \(\d+ chars, greedy\)$", out.rstrip())
 
 
 def test_a_floored_sim_with_cache_dead_is_dead_and_names_both_witnesses() -> None:
     code, out = cli(*FLOORED, "--server-arg=--fault=cache_dead")
     assert code == 1, out
-    assert out.startswith("cache DEAD: probe 8160 tokens")
-    assert "decided by counters: prefix-cache hits +0 tokens (< 8144 reusable); TTFT: warm" in out
+    tokens, hits = probed(out)
+    assert out.startswith("cache DEAD: probe ") and hits == 0
+    assert f"hits +0 tokens (< {tokens - 16} reusable); TTFT: warm TTFT" in out
     assert "warm answer" not in out
 
 
-def test_a_fast_sim_is_healthy_with_both_witnesses_agreeing() -> None:
+def test_a_fast_sim_is_healthy_by_its_counters_with_ttft_as_witness() -> None:
     code, out = cli(*SIM)
     assert code == 0, out
     assert "block size from server boot_log" in out
-    assert "decided by counters: prefix-cache hits +" in out
-    assert "(under half)" in out
+    assert "decided by counters: prefix-cache hits +" in out and "; TTFT: warm TTFT" in out
 
 
 def test_warm_answers_that_differ_are_a_correctness_failure() -> None:
