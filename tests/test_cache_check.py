@@ -1,20 +1,34 @@
-"""The sized warm-pair check: the probe must span >= 10 blocks, and warm needs both signals."""
+"""The one cache rule: the probe must span >= 10 blocks; the hit counter decides where the
+server has one, the TTFT ratio (far enough above the floor) otherwise; a greedy repeat must
+answer as the cold send did."""
 
-from loadgen.engine.cache import prime_and_verify, probe_blind_reason, warm_verdict
+import dataclasses
+
+from loadgen.engine.cache import (
+    Judgement,
+    prime_and_verify,
+    probe_blind_reason,
+    reusable_tokens,
+    warm_verdict,
+)
 from loadgen.records import StreamRecord
 
 S = 1_000_000_000
 
 
-def rec(ttft_s: float, status: str = "ok") -> StreamRecord:
+def rec(ttft_s: float, status: str = "ok", answer: str | None = None) -> StreamRecord:
     first = int(ttft_s * S)
     return StreamRecord(
         id="p", group="g", rep=0, status=status, error=None, api="completions", model="m",
         prompt_tokens=100, requested_prompt_tokens=100, completion_tokens=1, cached_tokens=None,
         chunks=1, events=2, bytes=10, token_source="usage_final", finish_reason="length",
         http_status=200, t_intended_ns=0, t_sent_ns=0, t_headers_ns=0, t_first_ns=first,
-        t_last_ns=first, t_done_ns=first,
+        t_last_ns=first, t_done_ns=first, answer=answer,
     )  # fmt: skip
+
+
+def judge(cold: float, warm: float, hits: float | None, floor: float | None = None) -> Judgement:
+    return warm_verdict(rec(cold), rec(warm), hits, probe_tokens=2048, block_size=16, floor_s=floor)
 
 
 def test_probe_smaller_than_ten_blocks_is_blind():
@@ -26,40 +40,96 @@ def test_probe_smaller_than_ten_blocks_is_blind():
     assert probe_blind_reason(50, None) is None
 
 
-def test_warm_needs_fast_ttft_and_hits():
-    assert warm_verdict(rec(2.0), rec(0.1), 4096.0) == (
-        True,
-        "warm TTFT 0.100s vs cold 2.000s; prefix-cache hits +4096 tokens",
-    )
-    assert warm_verdict(rec(2.0), rec(1.5), 4096.0)[0] is False
-    # Fast but no hits: the cache did not do it (e.g. a cache-dead boot that got lucky).
-    assert warm_verdict(rec(2.0), rec(0.1), 0.0) == (
-        False,
-        "warm TTFT 0.100s vs cold 2.000s; prefix-cache hits did not grow (cache-dead boot?)",
-    )
-    assert warm_verdict(rec(2.0), rec(0.1), None) == (
-        True,
-        "warm TTFT 0.100s vs cold 2.000s; server reports no prefix-hit counter (TTFT alone)",
-    )
-    assert warm_verdict(rec(2.0, "error"), rec(0.1), 10.0) == (False, "a priming stream failed")
+def test_reusable_tokens_are_all_blocks_but_the_last():
+    assert reusable_tokens(2048, 16) == 2032
+    assert reusable_tokens(16960, 1696) == 15264
+    assert reusable_tokens(2048, None) == 1
 
 
-async def test_prime_and_verify_sends_cold_then_probe_and_reads_hits_around_probe():
+def test_counters_decide_healthy_even_when_ttft_is_noise():
+    # The H200 boot: every probe token a hit, warm TTFT slower than cold (0.126 vs 0.094 s).
+    assert judge(0.094, 0.126, 2048.0) == Judgement(
+        True, "healthy", "counters",
+        "decided by counters: prefix-cache hits +2048 tokens (>= 2032 reusable); "
+        "TTFT: warm TTFT 0.126s vs cold 0.094s (not under half), disagrees",
+    )  # fmt: skip
+
+
+def test_counters_decide_dead_and_the_verdict_names_both_witnesses():
+    # Fast but too few hits: the cache did not do it (a cache-dead boot that got lucky).
+    assert judge(2.0, 0.1, 16.0) == Judgement(
+        False, "dead", "counters",
+        "decided by counters: prefix-cache hits +16 tokens (< 2032 reusable); "
+        "TTFT: warm TTFT 0.100s vs cold 2.000s (under half), disagrees",
+    )  # fmt: skip
+    assert judge(2.0, 1.9, 0.0).reason == (
+        "decided by counters: prefix-cache hits +0 tokens (< 2032 reusable); "
+        "TTFT: warm TTFT 1.900s vs cold 2.000s (not under half)"
+    )
+
+
+def test_counters_and_a_floor_too_close_for_the_ratio():
+    got = judge(0.079, 0.055, 8160.0, floor=0.054)
+    assert (got.warm, got.decided_by) == (True, "counters")
+    assert got.reason.endswith("(not telling: cold is 1.5x the 54.0 ms floor, < 20x)")
+
+
+def test_without_counters_the_ttft_ratio_decides_both_ways():
+    assert judge(2.0, 0.1, None, floor=0.05) == Judgement(
+        True, "healthy", "ttft",
+        "decided by TTFT (server reports no prefix-hit counter): "
+        "warm TTFT 0.100s vs cold 2.000s (under half)",
+    )  # fmt: skip
+    dead = judge(2.0, 1.5, None, floor=0.05)
+    assert (dead.warm, dead.verdict, dead.decided_by) == (False, "dead", "ttft")
+    assert judge(2.0, 1.5, None).verdict == "dead"  # a primed group: no floor measured
+
+
+def test_without_counters_a_ratio_near_the_floor_cannot_tell():
+    got = judge(0.5, 0.1, None, floor=0.05)
+    assert (got.warm, got.verdict, got.decided_by) == (False, "inconclusive", "none")
+    assert "not telling: cold is 10.0x the 50.0 ms floor" in got.reason
+
+
+def test_a_failed_stream_is_dead():
+    got = warm_verdict(rec(2.0, "error"), rec(0.1), 4096.0, probe_tokens=2048, block_size=16)
+    assert got == Judgement(False, "dead", "failed", "a priming stream failed")
+
+
+async def verify(answers: dict[str, str | None], hits: list[float]) -> tuple[list[str], object]:
     sent: list[str] = []
-    hits = iter([100.0, 900.0])
+    counts = iter(hits)
 
     async def send(phase: str) -> StreamRecord:
         sent.append(phase)
-        return rec(2.0 if phase == "prime" else 0.2)
+        return rec(2.0 if phase == "prime" else 0.2, answer=answers.get(phase))
 
     async def read_hits() -> float | None:
-        return next(hits)
+        return next(counts)
 
     check = await prime_and_verify(
         group="whale", rep=0, prefix_key="k", probe_tokens=1600, block_size=16,
         block_size_source="sim", send=send, read_hits=read_hits,
     )  # fmt: skip
+    return sent, check
+
+
+async def test_prime_and_verify_sends_cold_probe_repeat_and_reads_hits_around_probe():
+    sent, check = await verify({"prime": "a b c", "repeat": "a b c"}, [100.0, 1700.0])
+    assert sent == ["prime", "probe", "repeat"]
+    assert dataclasses.astuple(check)[6:] == (
+        2.0, 0.2, 1600.0, True, check.reason, "healthy", "counters", None, True
+    )  # fmt: skip
+    assert check.reason.endswith("; warm answer = cold (5 chars, greedy)")
+
+
+async def test_a_warm_answer_that_differs_is_a_correctness_failure_not_dead():
+    _, check = await verify({"prime": "a b c", "repeat": "a b d"}, [100.0, 1700.0])
+    assert (check.warm, check.verdict, check.answers_match) == (True, "mismatch", False)
+    assert "CACHE CORRECTNESS FAILURE: warm answer 'a b d' != cold 'a b c'" in check.reason
+
+
+async def test_a_dead_cache_sends_no_repeat():
+    sent, check = await verify({"prime": "a", "repeat": "b"}, [100.0, 100.0])
     assert sent == ["prime", "probe"]
-    assert check.warm is True
-    assert check.hits_delta == 800.0
-    assert check.cold_ttft_s == 2.0 and check.warm_ttft_s == 0.2
+    assert (check.verdict, check.answers_match) == ("dead", None)

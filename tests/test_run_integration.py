@@ -1,6 +1,7 @@
 """`loadgen run` end to end against the built-in sim over loopback, checked against the sim's
 own ground truth (what the engine really did), not against loadgen's numbers."""
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from loadgen.records import read_metrics, read_streams
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.sim.engine import EngineConfig
+from loadgen.sim.faults import FaultConfig
 from loadgen.sim.profiles import get_profile
 from loadgen.sim.server import SimServerConfig, ground_truth_rows, start_sim_server
 
@@ -52,12 +54,26 @@ async def test_salted_whale_misses_and_primed_whale_hits_the_cache(tmp_path: Pat
         r for r in read_streams(warm_dir) if r.group == "whale" and r.phase == "measure"
     )
     phases = {r.id.rsplit("-", 1)[-1]: r.phase for r in read_streams(warm_dir) if "-" in r.id}
-    assert phases == {"prime": "prime", "probe": "probe"}
+    assert phases == {"prime": "prime", "probe": "probe", "repeat": "repeat"}
     assert cold[cold_whale.id]["num_cached_tokens"] == 0
     assert warm[warm_whale.id]["num_cached_tokens"] > 0.9 * 6000
     check = orjson.loads((warm_dir / "run.json").read_bytes())["cache_checks"][0]
     assert check["warm"] is True and check["hits_delta"] > 0
     assert check["block_size"] == 16 and check["block_size_source"] == "metrics"
+    assert (check["verdict"], check["decided_by"], check["answers_match"]) == (
+        "healthy", "counters", True
+    )  # fmt: skip
+
+
+async def test_a_primed_group_whose_warm_answer_differs_is_a_cache_correctness_failure(
+    tmp_path: Path,
+):
+    wrong = dataclasses.replace(sim_config(), faults=FaultConfig(warm_mismatch=1.0))
+    async with start_sim_server(wrong) as sim:
+        run_dir = await run_against(sim, "whale_c4_cached", tmp_path)
+    check = orjson.loads((run_dir / "run.json").read_bytes())["cache_checks"][0]
+    assert (check["warm"], check["verdict"], check["answers_match"]) == (True, "mismatch", False)
+    assert "CACHE CORRECTNESS FAILURE" in check["reason"]
 
 
 async def test_token_counts_and_ttft_agree_with_ground_truth(tmp_path: Path):

@@ -176,10 +176,12 @@ async def test_a_cache_dead_boot_is_restarted_once_then_reported(tmp_path: Path)
     for attempt in dead["attempts"]:
         assert attempt["probe"]["warm"] is False
         assert attempt["probe"]["hits_delta"] == 0
+        assert (attempt["probe"]["verdict"], attempt["probe"]["decided_by"]) == ("dead", "counters")
         assert attempt["probe"]["probe_tokens"] >= 10 * attempt["probe"]["block_size"]
     assert healthy["status"] == "measured"
     (ok,) = healthy["attempts"]
     assert ok["probe"]["warm"] is True and ok["probe"]["hits_delta"] > 0
+    assert (ok["probe"]["verdict"], ok["probe"]["answers_match"]) == ("healthy", True)
     assert not (root / "arms" / "--fault=cache_dead").exists()
     write_report(root)
     report = (root / "report.txt").read_text()

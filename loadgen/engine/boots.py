@@ -24,6 +24,7 @@ from loadgen.client.openai import OpenAIClient
 from loadgen.engine.cache import CacheCheck
 from loadgen.engine.probe_cache import ProbeRefused, probe_cache, probe_size
 from loadgen.engine.target import Target, launch_target, server_spec_for
+from loadgen.records import StreamRecord
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan, Plan
 from loadgen.server import installs
@@ -120,10 +121,17 @@ async def run_boots(
                 record["attempts"].append(tried)
                 on_boot(records, n)
                 if probe:
-                    check = await _cache_probe(target, f"boot{order}a{attempt}-{plan.seed}", warn)
+                    check, sent = await _cache_probe(
+                        target, f"boot{order}a{attempt}-{plan.seed}", warn
+                    )
                     tried["probe"] = check and check.to_json()
-                    tried["served_before_measure"] += 2 if check else 0
-                    if check and not check.warm:
+                    tried["served_before_measure"] += sent
+                    if check and check.verdict in ("mismatch", "inconclusive"):
+                        # Measured all the same: the cache reuses (mismatch) or may (unknown).
+                        what = {"mismatch": "answers wrong", "inconclusive": "state unknown"}
+                        warn(f"boot {order} ({_label(group)}): cache {what[check.verdict]}: "
+                             f"{check.reason}")  # fmt: skip
+                    if check and check.verdict == "dead":
                         tried["status"] = record["status"] = "cache_dead"
                         warn(f"boot {order} ({_label(group)}): cache dead: {check.reason}")
                         on_boot(records, n)
@@ -202,13 +210,21 @@ def _boot_facts(record: dict[str, Any], tried: dict[str, Any]) -> dict[str, Any]
     }
 
 
-async def _cache_probe(target: Target, salt: str, warn: Callable[[str], None]) -> CacheCheck | None:
-    """The sized warm pair on this boot; None (with a warning) when no probe can be sized."""
+async def _cache_probe(
+    target: Target, salt: str, warn: Callable[[str], None]
+) -> tuple[CacheCheck | None, int]:
+    """The sized warm pair on this boot and the requests it sent (the floor, the sizing sends,
+    the pair and the repeat); None (with a warning) when no probe can be sized."""
     try:
         block = target.facts.get("block_size")
-        size = probe_size(None, block, target.fact_sources.get("block_size"))
+        window = target.facts.get("max_model_len")
+        size = probe_size(None, block, target.fact_sources.get("block_size"), window)
     except ProbeRefused as exc:
         warn(f"{exc}: this boot is measured unprobed")
-        return None
+        return None, 0
+    sent: list[StreamRecord] = []
     async with OpenAIClient(target.url, concurrency=1) as client:
-        return await probe_cache(client, model=target.model or "", size=size, salt=salt)
+        check = await probe_cache(
+            client, model=target.model or "", size=size, salt=salt, on_record=sent.append
+        )
+    return check, len(sent)

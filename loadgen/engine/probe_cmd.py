@@ -1,5 +1,6 @@
 """`loadgen probe-cache`: the sized warm pair against a server, one line out; the exit code says
-healthy (0), dead (1) or refused (2: a probe that could not tell)."""
+healthy (0), dead (1), refused or could not tell (2), or wrong answers from the cache (3: the
+warm greedy answer differs from the cold one)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from loadgen.engine.cache import CacheCheck
 from loadgen.engine.probe_cache import (
     ProbeRefused,
     block_size_from_metrics,
+    check_probe_flags,
     probe_cache,
     probe_line,
     probe_size,
@@ -28,6 +30,7 @@ from loadgen.server.spec import SERVER_KINDS, ServerSpec
 
 EXIT_DEAD = 1
 EXIT_REFUSED = 2
+EXIT_MISMATCH = 3
 
 
 def server_options(f: Any) -> Any:
@@ -109,9 +112,10 @@ def server_spec(
 @click.option("--api-key", envvar="OPENAI_API_KEY", default=None)
 @click.option("--model", default=None, help="Model id (default: the server's first).")
 @click.option("--block-size", type=click.IntRange(min=1), default=None,
-              help="Tokens per KV block, when the server does not say.")  # fmt: skip
+              help="Tokens per KV block, when the server does not say (<= 13107).")  # fmt: skip
 @click.option("--tokens", type=click.IntRange(min=1), default=None,
-              help="Probe tokens (default: 10 blocks, >= 2048; < 10 blocks refused).")  # fmt: skip
+              help="Probe tokens, fixed (default: sized to 20x the server's TTFT floor, "
+                   ">= 10 blocks, <= 131072 and the model window).")  # fmt: skip
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
 def probe_cache_cmd(
     base_url: str | None,
@@ -127,8 +131,9 @@ def probe_cache_cmd(
     tokens: int | None,
     api: str,
 ) -> None:
-    """Send a prompt of >= 10 cache blocks twice; healthy when the second TTFT is under half
-    the first and the prefix-hit counter moved."""
+    """Send a prompt of >= 10 cache blocks twice, then the first again under greedy decoding.
+    Healthy when the prefix-hit counter grew by the reusable blocks (TTFT under half of cold
+    where the server counts no hits) and the repeat's answer equals the first's."""
     spec = server_spec(
         server_kind, server_args, model_path, model=model, python=server_python,
         bin=server_bin, boot_timeout_s=boot_timeout_s,
@@ -140,6 +145,11 @@ def probe_cache_cmd(
             base_url, api_key = resolve_target(base_url, api_key)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
+    try:
+        check_probe_flags(tokens, block_size)
+    except ProbeRefused as exc:
+        click.echo(str(exc), err=True)
+        raise click.exceptions.Exit(EXIT_REFUSED) from None
     probe_args = {"model": model, "block_size": block_size, "tokens": tokens, "api": api}
     try:
         check = uvloop.run(_probe(spec, base_url, api_key, probe_args))
@@ -152,8 +162,9 @@ def probe_cache_cmd(
     except ClientError as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     click.echo(probe_line(check))
-    if not check.warm:
-        raise click.exceptions.Exit(EXIT_DEAD)
+    code = {"dead": EXIT_DEAD, "inconclusive": EXIT_REFUSED, "mismatch": EXIT_MISMATCH}
+    if check.verdict in code:
+        raise click.exceptions.Exit(code[check.verdict])
 
 
 async def _probe(
@@ -179,17 +190,34 @@ async def _probe_url(
     args: dict[str, Any],
 ) -> CacheCheck:
     async with OpenAIClient(url, api_key=api_key, concurrency=1) as client:
+        # /v1/models first: a server that is not there says "cannot connect" here.
+        card = served_model(await client.get_json("/v1/models"), args["model"], url)
         block, source = known_block, known_source
         if args["block_size"] is not None:
             block, source = args["block_size"], "--block-size"
         elif block is None:
             block = block_size_from_metrics(await _metrics_text(client))
             source = "vllm:cache_config_info"
-        size = probe_size(args["tokens"], block, source)
-        model = args["model"] or (await client.get_json("/v1/models"))["data"][0]["id"]
+        window = card.get("max_model_len")
+        size = probe_size(
+            args["tokens"], block, source, window if isinstance(window, int) else None
+        )
+        model = str(card["id"])
         # A fresh salt per probe: a prompt an earlier probe left in the cache would read warm.
         salt = f"probe-{secrets.token_hex(4)}"
         return await probe_cache(client, model=model, size=size, salt=salt, api=args["api"])
+
+
+def served_model(body: Any, wanted: str | None, url: str) -> dict[str, Any]:
+    """The /v1/models card of `wanted` (default: the first); ProbeRefused when the server
+    lists none (or not that one)."""
+    data = body.get("data") if isinstance(body, dict) else None
+    cards = [c for c in data or [] if isinstance(c, dict) and isinstance(c.get("id"), str)]
+    if wanted is not None:
+        return next((c for c in cards if c["id"] == wanted), {"id": wanted})
+    if not cards:
+        raise ProbeRefused(f"cache probe refused: {url}/v1/models lists no models; pass --model")
+    return cards[0]
 
 
 async def _metrics_text(client: OpenAIClient) -> str:

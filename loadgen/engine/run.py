@@ -26,7 +26,7 @@ from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.target import Timeouts
 from loadgen.engine.boots import run_boots
-from loadgen.engine.cache import CacheCheck, prime_and_verify
+from loadgen.engine.cache import ANSWER_TOKENS, GREEDY, CacheCheck, prime_and_verify
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop, run_open_loop
 from loadgen.engine.lag import LoopLagMonitor, quiet_collector
@@ -380,15 +380,18 @@ def _max_in_flight(arm: ArmPlan) -> int:
 def probe_request(
     spec: PromptSpec, planned: PlannedRequest, phase: str, rep: int
 ) -> PlannedRequest:
-    """The prime or probe of a primed prefix: the prefix plus a short tail of its own."""
+    """The prime or probe of a primed prefix: the prefix plus a short tail of its own; the
+    "repeat" is the prime's prompt again (its greedy answer must equal the prime's), and those
+    two answer ANSWER_TOKENS tokens."""
     probe_spec = dataclasses.replace(
         spec,
         tokens=(spec.prefix_tokens or spec.tokens) + PROBE_TAIL_TOKENS,
-        text_seed=derive_seed(spec.text_seed, phase, rep),
+        text_seed=derive_seed(spec.text_seed, "prime" if phase == "repeat" else phase, rep),
     )
+    answer = phase in ("prime", "repeat")
     return dataclasses.replace(
         planned, id=f"{planned.id}-{phase}", phase=phase, prompt=probe_spec,
-        max_tokens=PRIME_MAX_TOKENS, min_tokens=None,
+        max_tokens=ANSWER_TOKENS if answer else PRIME_MAX_TOKENS, min_tokens=None,
     )  # fmt: skip
 
 
@@ -410,6 +413,12 @@ async def prime_rep(
         ) -> StreamRecord:
             probe = probe_request(spec, planned, phase, rep.rep)
             req = await materialize(probe, builder, model=model, t_intended_ns=0)
+            if phase in ("prime", "repeat"):
+                # Greedy, so the repeat's answer must equal the prime's (a cache that restores
+                # wrong state answers otherwise).
+                req = dataclasses.replace(
+                    req, keep_text=True, extra_body={**req.extra_body, **GREEDY}
+                )
             rec = await send_now(req)
             record(rec)
             return rec

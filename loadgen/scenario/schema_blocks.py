@@ -60,7 +60,7 @@ SIM_RULES = {
 }
 FAULT_FORMS = (
     "the sim's --fault forms: http500=P, http429=P, drop=P, stall=P, stall_s=S, cache_dead, "
-    "drift=PCT_PER_HOUR, max_waiting=N"
+    "drift=PCT_PER_HOUR, max_waiting=N, warm_mismatch=P"
 )
 POSITIVE = integer(1)
 MAYBE_POSITIVE = integer(1, nullable=True)

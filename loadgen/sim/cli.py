@@ -53,10 +53,14 @@ _ORPHAN_POLL_S = 0.5
 @click.option("--max-model-len", type=click.IntRange(min=1), default=8192, show_default=True)
 @click.option("--speed", type=click.FloatRange(min=0.0, min_open=True), default=1.0,
               show_default=True, help="Time factor: 2 runs the engine twice as fast.")  # fmt: skip
+@click.option("--request-overhead-s", type=click.FloatRange(min=0.0),
+              default=_DEFAULTS.request_overhead_s, show_default=True,
+              help="Engine seconds before each request is scheduled (a TTFT floor).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--fault", "faults", multiple=True, metavar="NAME[=VALUE]",
               help="Inject a fault: http500=P, http429=P, drop=P, stall=P, stall_s=S, "
-                   "cache_dead, drift=PCT_PER_HOUR, max_waiting=N. Repeatable.")  # fmt: skip
+                   "warm_mismatch=P, cache_dead, drift=PCT_PER_HOUR, max_waiting=N. "
+                   "Repeatable.")  # fmt: skip
 def sim(
     host: str,
     port: int,
@@ -72,6 +76,7 @@ def sim(
     acceptance_rate: float,
     max_model_len: int,
     speed: float,
+    request_overhead_s: float,
     seed: int,
     faults: tuple[str, ...],
 ) -> None:
@@ -92,6 +97,7 @@ def sim(
         acceptance_rate=acceptance_rate,
         profile=get_profile(profile),
         seed=seed,
+        request_overhead_s=request_overhead_s,
     )
     try:
         config = SimServerConfig(

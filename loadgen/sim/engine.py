@@ -48,12 +48,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from collections import deque
 from dataclasses import dataclass
 
 from loadgen.sim.kvcache import KVCacheManager, block_hashes
 from loadgen.sim.profiles import TINY, StepProfile
-from loadgen.sim.requests import LiveRequest, RequestTruth, SimRequest, TokenOutput
+from loadgen.sim.requests import LiveRequest, RequestTruth, SimRequest, TokenOutput, seed_of
 from loadgen.sim.tokenizer import SimTokenizer
 
 __all__ = [
@@ -89,6 +90,12 @@ class EngineConfig:
     max_waiting: int | None = None
     # vLLM's per-request chunk cap (0 = off).
     long_prefill_token_threshold: int = 0
+    # Engine seconds between a request's arrival and the scheduler seeing it: the fixed cost of
+    # every request (API server, tokenizer, IPC), the TTFT floor a fast GPU's prefill hides in.
+    request_overhead_s: float = 0.0
+    # Probability that a request admitted with a prefix-cache hit answers other tokens than
+    # the same prompt cold would (a cache that restores wrong state).
+    warm_mismatch: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks"):
@@ -98,6 +105,8 @@ class EngineConfig:
             raise ValueError("num_speculative_tokens and long_prefill_token_threshold must be >= 0")
         if not 0.0 <= self.acceptance_rate <= 1.0:
             raise ValueError(f"acceptance_rate must be in [0, 1], got {self.acceptance_rate}")
+        if self.request_overhead_s < 0 or not 0.0 <= self.warm_mismatch <= 1.0:
+            raise ValueError("request_overhead_s must be >= 0 and warm_mismatch in [0, 1]")
         if self.max_waiting is not None and self.max_waiting < 0:
             raise ValueError(f"max_waiting must be >= 0 or None, got {self.max_waiting}")
 
@@ -134,6 +143,7 @@ class Engine:
         self._live: dict[str, LiveRequest] = {}
         self._truth: dict[str, RequestTruth] = {}
         self._step_index = 0
+        self._mismatch_rng = random.Random(cfg.seed)
         self.num_preemptions_total = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -179,7 +189,8 @@ class Engine:
         live = LiveRequest(req, cfg.seed, self.tokenizer)
         self._live[live.id] = live
         self._truth[live.id] = live.truth
-        heapq.heappush(self._pending, (req.arrival_s, next(self._arrivals), live))
+        ready_s = req.arrival_s + cfg.request_overhead_s
+        heapq.heappush(self._pending, (ready_s, next(self._arrivals), live))
 
     def abort_request(self, request_id: str) -> None:
         r = self._live.pop(request_id, None)
@@ -321,6 +332,9 @@ class Engine:
         truth = r.truth
         if not truth.admitted_s:
             truth.num_cached_tokens = cached
+            if cached and self._mismatch_rng.random() < self.config.warm_mismatch:
+                # Another stream of text than the prompt's own: what a cold send never answers.
+                r.gen = self.tokenizer.generator(seed_of(self.config.seed + 1, r.id.encode()))
         truth.admitted_s.append(now)
         if self.config.enable_prefix_caching:
             self.prefix_cache_queries_total += len(r.tokens)

@@ -3,7 +3,8 @@
 HTTP-level faults (error statuses, dropped or stalled streams) are drawn here from a seeded RNG,
 the same number of draws per request whatever the outcome, so a run with the same seed and the
 same request order fails the same requests. Engine-level faults (a cache that never hits, step
-time drift, a waiting-queue limit) are handed to the engine through its config.
+time drift, a waiting-queue limit, warm answers that differ from cold) are handed to the
+engine through its config.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ MidStreamFault = Literal["drop", "stall"]
 
 _PROBABILITIES = ("http500", "http429", "drop", "stall")
 _USAGE = (
-    "faults: http500=P, http429=P, drop=P, stall=P (probabilities 0..1), stall_s=SECONDS, "
-    "cache_dead, drift=PERCENT_PER_HOUR, max_waiting=N"
+    "faults: http500=P, http429=P, drop=P, stall=P, warm_mismatch=P (probabilities 0..1), "
+    "stall_s=SECONDS, cache_dead, drift=PERCENT_PER_HOUR, max_waiting=N"
 )
 
 
@@ -34,6 +35,8 @@ class FaultConfig:
     cache_dead: bool = False
     drift: float = 0.0
     max_waiting: int | None = None
+    # An engine-level fault: a cache-hit request answers other text than cold (see engine).
+    warm_mismatch: float = 0.0
 
     @property
     def any_http(self) -> bool:
@@ -68,7 +71,7 @@ def _parse_value(name: str, raw: str, option: str) -> float | int:
         value: float | int = int(raw) if name == "max_waiting" else float(raw)
     except ValueError:
         raise ValueError(f"fault {option!r}: {raw!r} is not a number; {_USAGE}") from None
-    if name in _PROBABILITIES and not 0.0 <= value <= 1.0:
+    if name in (*_PROBABILITIES, "warm_mismatch") and not 0.0 <= value <= 1.0:
         raise ValueError(f"fault {option!r}: a probability must lie in 0..1")
     if name in ("stall_s", "max_waiting") and value < 0:
         raise ValueError(f"fault {option!r}: must not be negative")

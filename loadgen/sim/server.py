@@ -89,6 +89,7 @@ class SimServerConfig:
             cache_dead=self.engine.cache_dead or f.cache_dead,
             drift_per_hour=f.drift / 100 if f.drift else self.engine.drift_per_hour,
             max_waiting=f.max_waiting if f.max_waiting is not None else self.engine.max_waiting,
+            warm_mismatch=f.warm_mismatch or self.engine.warm_mismatch,
         )
 
     def to_json(self) -> dict[str, Any]:
