@@ -132,8 +132,7 @@ def timeline_png(streams: list[dict[str, Any]]) -> bytes | None:
     present = sorted({s["verdict"] for s in rows}, key=list(VERDICT_COLOURS).index)
     handles = [Patch(color=VERDICT_COLOURS[v], label=v) for v in present]
     handles += [
-        Patch(color="#555555", alpha=SEGMENT_ALPHA[k], label=k)
-        for k in timeline_legend_kinds(rows)
+        Patch(color="#555555", alpha=SEGMENT_ALPHA[k], label=k) for k in timeline_legend_kinds(rows)
     ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     title = "Stream timeline: late, queued, prefill, decode; colour = verdict"
