@@ -5,7 +5,8 @@ profiled.
     .venv/bin/python bench/report_write.py SCENARIO [--set k=v ...] [--repeat N]
 
 e.g. `bench/report_write.py scenarios/politeness_fine.yaml` (a 10-arm sweep), or any scenario
-with thousands of streams (a Poisson arrival with `count: 2000`).
+with thousands of streams (a Poisson arrival with `count: 2000`; bench/trace_scale.yaml has
+20,000).
 
 Prints the run's wall time, then each write_report's wall and CPU time, then the share of the
 profiled write per stage (analysis, matplotlib drawing, PNG encoding, HTML). Shares are of the

@@ -43,3 +43,14 @@ def test_the_soft_open_file_limit_is_raised_when_the_hard_one_allows() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(512 + AUX_CONNECTIONS + FD_MARGIN), "4096"]
+
+
+def test_a_virtual_run_needs_no_descriptor_per_stream(tmp_path: Path) -> None:
+    # The same 512 streams under a 256-file limit: the virtual clock opens no connections.
+    out = tmp_path / "runs"
+    proc = loadgen(
+        "run", "smoke", "--set", "groups.short.count=511", "--out", out, "--no-progress",
+        "--clock", "virtual", preexec_fn=_limit(256, 256),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "open files" not in proc.stderr

@@ -1,8 +1,8 @@
 """The report's figures as PNG bytes (matplotlib's Agg canvas; no pyplot, no global state).
 
-- stream timeline: one row per stream; late (intended -> sent), queued (sent -> modelled
-  admission), prefill (admission -> first token), decode (first -> last token), coloured by
-  verdict;
+- stream timeline: one row per stream; late (intended -> sent), queued (sent -> the end of
+  its wait: the verdict's last cap, head-of-line or pool phase, else the modelled admission),
+  prefill (-> first token), decode (first -> last token), coloured by verdict;
 - latency percentile curves read from the HDR histograms (TTFT from intended and from actual
   send; ITL per token and per chunk);
 - the metrics timeline: running / waiting, kv%, and generation tok/s from the counter.
@@ -60,9 +60,27 @@ def _margins(
     )
 
 
+# Wait phases (verdicts.py) in which the stream was held, not yet in its own prefill.
+_HELD = frozenset({"admission_cap", "prefill_hol", "pool_pressure"})
+
+
+def queued_until_s(s: dict[str, Any]) -> float | None:
+    """Where a stream's queueing ended: the end of the last phase of its verdict's excess-wait
+    decomposition that held it (a seat cap, another request's prefill, the pool), else its
+    modelled admission. whale_c4's minnows hold a seat at once yet wait 6.3 s behind the
+    whale's prefill (the server counts them waiting): their admission alone drew it as prefill."""
+    ev = s.get("evidence") or {}
+    phases = ev.get("phases") or (ev.get("wait") or {}).get("phases") or []
+    held = [p["to_s"] for p in phases if p["state"] in _HELD]
+    admit = s["t_admit_s"]
+    if not held:
+        return admit
+    return max(held[-1], admit) if admit is not None else held[-1]
+
+
 def _segments(s: dict[str, Any]) -> list[tuple[str, float, float]]:
     """(kind, start_s, end_s) of one stream's row."""
-    t_int, sent, admit = s["t_intended_s"], s["t_sent_s"], s["t_admit_s"]
+    t_int, sent, admit = s["t_intended_s"], s["t_sent_s"], queued_until_s(s)
     first, last, done = s["t_first_s"], s["t_last_s"], s["t_done_s"]
     out = []
     if sent is not None and sent > t_int:
@@ -76,6 +94,12 @@ def _segments(s: dict[str, Any]) -> list[tuple[str, float, float]]:
     if first is not None and last is not None:
         out.append(("decode", first, max(last, first + 1e-3)))
     return out
+
+
+def timeline_legend_kinds(rows: list[dict[str, Any]]) -> list[str]:
+    """The segment kinds the rows draw, in legend order: a legend lists only what appears."""
+    drawn = {kind for s in rows for kind, _, _ in _segments(s)}
+    return [k for k in SEGMENT_ALPHA if k in drawn]
 
 
 def timeline_png(streams: list[dict[str, Any]]) -> bytes | None:
@@ -107,7 +131,9 @@ def timeline_png(streams: list[dict[str, Any]]) -> bytes | None:
     ax.grid(axis="x", alpha=0.3)
     present = sorted({s["verdict"] for s in rows}, key=list(VERDICT_COLOURS).index)
     handles = [Patch(color=VERDICT_COLOURS[v], label=v) for v in present]
-    handles += [Patch(color="#555555", alpha=a, label=k) for k, a in SEGMENT_ALPHA.items()]
+    handles += [
+        Patch(color="#555555", alpha=SEGMENT_ALPHA[k], label=k) for k in timeline_legend_kinds(rows)
+    ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     title = "Stream timeline: late, queued, prefill, decode; colour = verdict"
     if len(streams) > len(rows):
