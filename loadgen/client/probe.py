@@ -40,7 +40,7 @@ from loadgen.engine.lag import quiet_collector
 from loadgen.engine.preflight import ensure_fd_limit
 from loadgen.engine.seeds import fresh_seed
 from loadgen.engine.target import RunError
-from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
+from loadgen.records import RunDirectory, StreamRecord, install_stop_signals, stop_exit_code
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PromptSpec, salt_tags
 from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder, PromptSizeError
@@ -53,6 +53,7 @@ class ProbeOutcome:
     sizing: str = ""
     start_wall: str = ""
     interrupted: bool = False
+    stop_signal: int = signal.SIGINT  # which stop, when interrupted (the exit code says it)
     ray: dict[str, Any] | None = None  # run.json's `ray` section under --ray
 
 
@@ -132,7 +133,7 @@ def request_cmd(**opts: Any) -> None:
     if outcome.interrupted:
         done = sum(r.error is None or r.error.cls != "cancelled" for r in outcome.records)
         click.echo(f"interrupted: {done} of {opts['count']} streams finished", err=True)
-        raise click.exceptions.Exit(130)
+        raise click.exceptions.Exit(stop_exit_code(outcome.stop_signal))
     summary = failure_summary(outcome.records)
     if summary:
         raise click.ClickException(summary)
@@ -154,10 +155,10 @@ async def _probe(base_url: str, api_key: str | None, opts: dict[str, Any]) -> Pr
     task = asyncio.current_task()
     assert task is not None
 
-    def stop() -> None:
+    def stop(sig: int) -> None:
         # Only the first signal cancels: a second one must not break the flush that follows.
         if not outcome.interrupted:
-            outcome.interrupted = True
+            outcome.interrupted, outcome.stop_signal = True, sig
             task.cancel()
 
     install_stop_signals(stop)
