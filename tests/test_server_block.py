@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cli_support import assert_one_line_error, loadgen
 
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.scenario.load import load_scenario
@@ -81,3 +82,23 @@ async def test_a_command_template_sweep_boots_the_templated_server(tmp_path: Pat
         assert attempt["facts"]["max_num_batched_tokens"] == budget
         assert attempt["facts"]["sources"]["max_num_batched_tokens"] == "boot_log"
         assert b["status"] == "measured"
+
+
+def test_a_missing_command_executable_is_named_in_one_line(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        (Path(__file__).parent.parent / "scenarios" / "smoke.yaml").read_text()
+        + "server:\n  kind: command\n  command: [no-such-server-xyz, --port, '{port}']\n"
+    )
+    proc = loadgen("run", scenario, "--out", tmp_path / "runs", "--no-progress")
+    line = assert_one_line_error(proc)
+    assert line == (
+        "Error: server command: executable 'no-such-server-xyz' not found (not a file, nor on "
+        "PATH); fix server.command[0] in the scenario"
+    )
+    assert "make setup-real" not in proc.stderr
+
+
+def test_a_found_command_executable_is_its_path() -> None:
+    profile = CommandProfile([sys.executable, "-m", "loadgen", "sim"], {})
+    assert profile.default_model() == Path(sys.executable)
