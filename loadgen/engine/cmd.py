@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -37,9 +38,12 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 # Exit codes of `loadgen run`: 0 every measured stream ok; 1 the run could not start (bad input,
 # unreachable server, boot failure); 2 usage; 3 client-limited under --strict (selferror.py);
-# 4 the run ended but a measured stream failed; 130 stopped by SIGINT, 143 by SIGTERM (records
+# 4 the run ended but a measured stream failed; 5 its report could not be written (disk full);
+# 130 stopped by SIGINT, 143 by SIGTERM (records
 # written so far are kept, and the report of them printed).
 FAILED_STREAMS_EXIT = 4
+# 5: the records are written but the report of them is not (the disk filled up).
+REPORT_FAILED_EXIT = 5
 
 
 def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -346,7 +350,17 @@ def report_run(run_dir: Path) -> None:
     measured stream failed (a run that mostly failed is not a success)."""
     from loadgen.report.cmd import write_report
 
-    click.echo(write_report(run_dir))
+    try:
+        click.echo(write_report(run_dir))
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        click.echo(
+            f"Error: disk full writing the report of {run_dir}: its records are kept; free "
+            f"space, then `loadgen report {run_dir}`",
+            err=True,
+        )
+        sys.exit(REPORT_FAILED_EXIT)
     click.echo(f"run directory: {run_dir}")
     summary = failure_summary(measured_records(run_dir))
     if summary:
