@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -197,13 +197,21 @@ class RunDirectory:
             self.metrics.close()
 
 
-def install_stop_signals(on_stop: Any) -> None:
-    """Routes SIGINT/SIGTERM to `on_stop` (cancel the run scope) on the running loop."""
+def install_stop_signals(on_stop: Callable[[int], None]) -> None:
+    """Routes SIGINT/SIGTERM to `on_stop(signal number)` (cancel the run scope) on the running
+    loop. The handler runs only when the running coroutine yields to the loop (the virtual
+    clock's event loop, which awaits nothing real, yields every 50 ms for it)."""
     import asyncio
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_stop)
+        loop.add_signal_handler(sig, on_stop, sig)
+
+
+def stop_exit_code(sig: int) -> int:
+    """The shell's convention for a process stopped by a signal: 128 + its number (Ctrl-C 130,
+    SIGTERM 143), so a caller can tell which stop it was."""
+    return 128 + sig
 
 
 # Canonical metric names in metrics.jsonl are vLLM v1's, without the `vllm:` prefix; the poller

@@ -3,14 +3,19 @@ traceback, no half-written run directory, every run directory reportable."""
 
 from __future__ import annotations
 
+import errno
 import socket
 from pathlib import Path
 
 import orjson
 import pytest
 from cli_support import assert_one_line_error, loadgen
+from click.testing import CliRunner
 from pacedserver import PacedConfig, ThreadedPacedServer
 from run_fixtures import stream, write_run
+
+import loadgen.report.cmd as report_cmd
+from loadgen.cli import main
 
 
 def _refusing_port() -> socket.socket:
@@ -171,3 +176,31 @@ def test_a_prompt_file_outside_the_scenario_folder_is_refused_unless_allowed(
     assert loadgen("validate", scenario).returncode == 1
     allowed = loadgen("validate", scenario, "--allow-files-outside")
     assert allowed.returncode == 0, allowed.stderr
+
+
+def test_a_full_disk_while_writing_the_report_keeps_the_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*_args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(report_cmd, "write_hlogs", full)
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["run", "smoke", "--clock", "virtual", "--out", str(out),
+                                       "--no-progress"])  # fmt: skip
+    (run_dir,) = out.iterdir()
+    assert result.exit_code == 5, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert errors == [
+        f"Error: disk full writing the report of {run_dir}: its records are kept; free space, "
+        f"then `loadgen report {run_dir}`"
+    ]
+    assert len((run_dir / "streams.jsonl").read_bytes().splitlines()) == 4
+    assert not (run_dir / "report.txt").exists()
+    # With room on the disk, the same run reports and exits 0.
+    monkeypatch.undo()
+    ok = CliRunner().invoke(main, ["run", "smoke", "--clock", "virtual", "--out",
+                                   str(tmp_path / "ok"), "--no-progress"])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    assert "disk full" not in ok.stderr

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cli_support import assert_one_line_error, loadgen
 
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.scenario.load import load_scenario
@@ -94,3 +95,23 @@ def test_the_block_names_the_install_and_the_boot_timeout(tmp_path: Path) -> Non
         ScenarioError, match=r"server.boot_timeout_s: got 0 \(expected a number > 0"
     ):
         load(tmp_path, "server: {kind: vllm, boot_timeout_s: 0}\n")
+
+
+def test_a_missing_command_executable_is_named_in_one_line(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        (Path(__file__).parent.parent / "scenarios" / "smoke.yaml").read_text()
+        + "server:\n  kind: command\n  command: [no-such-server-xyz, --port, '{port}']\n"
+    )
+    proc = loadgen("run", scenario, "--out", tmp_path / "runs", "--no-progress")
+    line = assert_one_line_error(proc)
+    assert line == (
+        "Error: server command: executable 'no-such-server-xyz' not found (not a file, nor on "
+        "PATH); fix server.command[0] in the scenario"
+    )
+    assert "make setup-real" not in proc.stderr
+
+
+def test_a_found_command_executable_is_its_path() -> None:
+    profile = CommandProfile([sys.executable, "-m", "loadgen", "sim"], {})
+    assert profile.default_model() == Path(sys.executable)

@@ -133,7 +133,7 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
         # later one is ignored, so no second interrupt cuts that short.
         main_task = asyncio.current_task()
         assert main_task is not None
-        install_stop_signals(lambda: main_task.cancelling() or main_task.cancel())
+        install_stop_signals(lambda _sig: main_task.cancelling() or main_task.cancel())
         async with OpenAIClient(
             args.base_url, api_key=args.api_key, concurrency=args.seats,
             timeouts=args.timeouts, run_start_ns=args.run_start_ns,

@@ -43,7 +43,7 @@ from loadgen.engine.lag import quiet_collector
 from loadgen.engine.preflight import ensure_fd_limit
 from loadgen.engine.seeds import fresh_seed
 from loadgen.engine.target import RunError
-from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
+from loadgen.records import RunDirectory, StreamRecord, install_stop_signals, stop_exit_code
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PromptSpec, salt_tags
 from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder, PromptSizeError
@@ -57,6 +57,7 @@ class ProbeOutcome:
     start_wall: str = ""
     start_perf_ns: int | None = None  # the run clock's zero on perf_counter_ns, as `run` writes
     interrupted: bool = False
+    stop_signal: int = signal.SIGINT  # which stop, when interrupted (the exit code says it)
     ray: dict[str, Any] | None = None  # run.json's `ray` section under --ray
 
 
@@ -138,7 +139,7 @@ def request_cmd(**opts: Any) -> None:
     if outcome.interrupted:
         done = sum(r.error is None or r.error.cls != "cancelled" for r in outcome.records)
         click.echo(f"interrupted: {done} of {opts['count']} streams finished", err=True)
-        raise click.exceptions.Exit(130)
+        raise click.exceptions.Exit(stop_exit_code(outcome.stop_signal))
     summary = failure_summary(outcome.records)
     if summary:
         raise click.ClickException(summary)
@@ -160,10 +161,10 @@ async def _probe(base_url: str, api_key: str | None, opts: dict[str, Any]) -> Pr
     task = asyncio.current_task()
     assert task is not None
 
-    def stop() -> None:
+    def stop(sig: int) -> None:
         # Only the first signal cancels: a second one must not break the flush that follows.
         if not outcome.interrupted:
-            outcome.interrupted = True
+            outcome.interrupted, outcome.stop_signal = True, sig
             task.cancel()
 
     install_stop_signals(stop)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import signal
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -24,7 +26,7 @@ from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import resolve_run_seed
 from loadgen.engine.target import RunError
-from loadgen.records import StreamRecord, install_stop_signals, read_streams
+from loadgen.records import StreamRecord, install_stop_signals, read_streams, stop_exit_code
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.prompts import PromptSizeError
@@ -36,9 +38,12 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 # Exit codes of `loadgen run`: 0 every measured stream ok; 1 the run could not start (bad input,
 # unreachable server, boot failure); 2 usage; 3 client-limited under --strict (selferror.py);
-# 4 the run ended but a measured stream failed; 130 stopped by SIGINT/SIGTERM (records written
-# so far are kept).
+# 4 the run ended but a measured stream failed; 5 its report could not be written (disk full);
+# 130 stopped by SIGINT, 143 by SIGTERM (records
+# written so far are kept, and the report of them printed).
 FAILED_STREAMS_EXIT = 4
+# 5: the records are written but the report of them is not (the disk filled up).
+REPORT_FAILED_EXIT = 5
 
 
 def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -269,15 +274,25 @@ def workers_value(value: str) -> int | None:
     return int(value)
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the run; `signal` says which (the exit code follows it)."""
+
+    def __init__(self, sig: int) -> None:
+        super().__init__(sig)
+        self.signal = sig
+
+
 def execute(the_plan: Plan, opts: RunOptions, interrupted: str = "") -> Path:
     """Runs the plan and returns its run directory; a run that cannot start is a one-line
-    error, Ctrl-C or SIGTERM exits 130 with the records kept (`interrupted` adds a hint)."""
+    error. Ctrl-C or SIGTERM, on either clock, keeps every record written, prints the report
+    of what was recorded and exits 130 / 143 (`interrupted` adds a hint)."""
 
     def warn(msg: str) -> None:
         click.echo(f"warning: {msg}", err=True)
 
+    roots: list[Path] = []
     try:
-        return uvloop.run(until_stopped(run_plan(the_plan, opts, warn)))
+        return uvloop.run(until_stopped(run_plan(the_plan, opts, warn, on_root=roots.append)))
     except ServerBootError as exc:
         # The first line says what failed; the server log's last lines below it say why.
         raise click.ClickException(str(exc).rstrip()) from None
@@ -285,9 +300,25 @@ def execute(the_plan: Plan, opts: RunOptions, interrupted: str = "") -> Path:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     except OSError as exc:
         raise click.ClickException(one_line(exc)) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if roots and roots[0].is_dir():
+            _report_stopped(roots[0])
         click.echo(f"interrupted: records written so far are kept{interrupted}", err=True)
-        sys.exit(130)
+        sys.exit(stop_exit_code(exc.signal if isinstance(exc, Stopped) else signal.SIGINT))
+
+
+def _report_stopped(run_dir: Path) -> None:
+    """The report of what a stopped run recorded; a report that cannot be made (nothing
+    recorded yet, a second Ctrl-C) is one line, and the records stay as they are."""
+    from loadgen.report.cmd import write_report
+
+    try:
+        click.echo(write_report(run_dir))
+    except KeyboardInterrupt:
+        click.echo(f"no report: stopped again; `loadgen report {run_dir}` makes it", err=True)
+    except Exception as exc:  # the stop is what the user needs to hear about, not this
+        click.echo(f"no report of {run_dir}: {one_line(exc)}", err=True)
+    click.echo(f"run directory: {run_dir}")
 
 
 def run_was_client_limited(run_dir: Path) -> bool:
@@ -297,25 +328,26 @@ def run_was_client_limited(run_dir: Path) -> bool:
 
 async def until_stopped(work: Coroutine[Any, Any, T]) -> T:
     """Awaits `work`; SIGINT or SIGTERM cancels it, so every in-flight stream unwinds through
-    its own cancellation and keeps a `cancelled` record, then raises KeyboardInterrupt.
+    its own cancellation and keeps a `cancelled` record, then raises Stopped.
     (A KeyboardInterrupt raised by the signal itself lands in whatever code runs at that
     instant and lost that stream's record.)"""
     task = asyncio.current_task()
     assert task is not None
-    stopped = False
 
-    def stop() -> None:
+    stopped: int | None = None
+
+    def stop(sig: int) -> None:
         nonlocal stopped
-        if not stopped:  # a second signal must not break the flush that follows the first
-            stopped = True
+        if stopped is None:  # a second signal must not break the flush that follows the first
+            stopped = sig
             task.cancel()
 
     install_stop_signals(stop)
     try:
         return await work
     except asyncio.CancelledError:
-        if stopped:
-            raise KeyboardInterrupt from None
+        if stopped is not None:
+            raise Stopped(stopped) from None
         raise
 
 
@@ -324,7 +356,17 @@ def report_run(run_dir: Path) -> None:
     measured stream failed (a run that mostly failed is not a success)."""
     from loadgen.report.cmd import write_report
 
-    click.echo(write_report(run_dir))
+    try:
+        click.echo(write_report(run_dir))
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        click.echo(
+            f"Error: disk full writing the report of {run_dir}: its records are kept; free "
+            f"space, then `loadgen report {run_dir}`",
+            err=True,
+        )
+        sys.exit(REPORT_FAILED_EXIT)
     click.echo(f"run directory: {run_dir}")
     summary = failure_summary(measured_records(run_dir))
     if summary:

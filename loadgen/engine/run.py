@@ -103,8 +103,15 @@ def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{scenario.name}"
 
 
-async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) -> Path:
-    """Runs every arm of the plan; returns the run directory (the parent one for sweeps)."""
+async def run_plan(
+    plan: Plan,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    on_root: Callable[[Path], None] | None = None,
+) -> Path:
+    """Runs every arm of the plan; returns the run directory (the parent one for sweeps).
+    `on_root` hears that directory's path before anything is sent (a stopped run's report
+    is made from it)."""
     check_out_root(opts.out_root)
     if opts.clock != "virtual":
         # The virtual clock opens no sockets: a 20,000-stream trace replay needs no descriptors.
@@ -118,6 +125,8 @@ async def run_plan(plan: Plan, opts: RunOptions, warn: Callable[[str], None]) ->
         check_sim_windows(plan)
     started = dt.datetime.now(dt.UTC)
     root = opts.out_root / run_dir_name(plan.scenario, started)
+    if on_root is not None:
+        on_root(root)
     single = len(plan.arms) == 1 and not plan.arms[0].flags
     if single:
         await run_arm(plan, plan.arms[0], root, opts, warn)

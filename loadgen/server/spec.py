@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.server.launcher import PROFILES
+from loadgen.server.launcher import PROFILES, ServerBootError
 from loadgen.server.llamacpp import LlamaCppProfile
 from loadgen.server.profile import Layer, Profile
 from loadgen.server.sglang import SglangProfile
@@ -100,9 +100,15 @@ class CommandProfile(Profile):
         )
 
     def default_model(self) -> Path:
-        # No model of its own: the launcher checks a path exists, and the executable does.
+        # No model of its own: the launcher checks a path exists, and the executable does
+        # (a missing one used to read "model ... does not exist (make setup-real)").
         found = shutil.which(self.template[0])
-        return Path(found or self.template[0])
+        if found is None:
+            raise ServerBootError(
+                f"server command: executable {self.template[0]!r} not found (not a file, "
+                "nor on PATH); fix server.command[0] in the scenario"
+            )
+        return Path(found)
 
     def argv(self, *, port: int, model: Path, served_name: str, flags: Sequence[str]) -> list[str]:
         fields = {**self.values, "port": port, "model": model, "served_name": served_name}
