@@ -54,6 +54,9 @@ _ORPHAN_POLL_S = 0.5
 @click.option("--speed", type=click.FloatRange(min=0.0, min_open=True), default=1.0,
               show_default=True, help="Time factor: 2 runs the engine twice as fast.")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--reasoning-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Chat answers open with N reasoning deltas (delta.reasoning), as vLLM's "
+                   "reasoning parser emits a thinking model's output.")  # fmt: skip
 @click.option("--fault", "faults", multiple=True, metavar="NAME[=VALUE]",
               help="Inject a fault: http500=P, http429=P, drop=P, stall=P, stall_s=S, "
                    "cache_dead, drift=PCT_PER_HOUR, max_waiting=N. Repeatable.")  # fmt: skip
@@ -73,6 +76,7 @@ def sim(
     max_model_len: int,
     speed: float,
     seed: int,
+    reasoning_tokens: int,
     faults: tuple[str, ...],
 ) -> None:
     """Serve a simulated vLLM v1 engine (OpenAI API, /metrics) until Ctrl-C."""
@@ -100,6 +104,7 @@ def sim(
             max_model_len=max_model_len,
             speed=speed,
             faults=fault_config,
+            reasoning_tokens=reasoning_tokens,
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from None
