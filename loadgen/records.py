@@ -98,6 +98,16 @@ class StreamRecord:
     # Which worker streamed it where a run had several (e.g. "ray:10.0.0.5:4242"); None for a
     # single process.
     worker: str | None = None
+    # Reasoning models (client/decode.py): content chunks whose delta carried only reasoning
+    # text, the first output (non-reasoning) chunk's index and arrival (TTFO; equal to
+    # t_first_ns for a model that does not reason), and the reasoning tokens with where they
+    # came from (`usage_details`, or `estimated_*`; None where the stream did not reason).
+    first_output_chunk: int | None = None
+    t_first_output_ns: int | None = None
+    reasoning_chunks: int = 0
+    t_last_reasoning_ns: int | None = None
+    reasoning_tokens: int | None = None
+    reasoning_token_source: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -129,3 +129,41 @@ def e2e_s(rec: StreamRecord, *, from_intended: bool = False) -> float | None:
     if rec.t_done_ns is None or start is None:
         return None
     return (rec.t_done_ns - start) / NS
+
+
+def ttfo_s(rec: StreamRecord, *, from_intended: bool = False) -> float | None:
+    """Time to first output token = (t_first_output - t_start) / 1e9: TTFT with the reasoning
+    excluded (the first chunk of the answer itself). Equals TTFT for a stream that did not
+    reason; None when no output chunk came (a reasoning stream cut before its answer)."""
+    start = rec.t_intended_ns if from_intended else rec.t_sent_ns
+    first = rec.t_first_output_ns if rec.reasoning_chunks else rec.t_first_ns
+    if first is None or start is None:
+        return None
+    return (first - start) / NS
+
+
+def reasoning_tok_s(rec: StreamRecord) -> float | None:
+    """Reasoning decode rate = (reasoning_tokens - first_chunk_tokens) / (t_last_reasoning -
+    t_first), when the stream opened with reasoning; None without two distinct reasoning
+    chunk times or a reasoning token count."""
+    if rec.reasoning_tokens is None or rec.t_last_reasoning_ns is None or rec.t_first_ns is None:
+        return None
+    if rec.first_output_chunk == 0 or rec.t_last_reasoning_ns <= rec.t_first_ns:
+        return None
+    tokens = max(rec.reasoning_tokens - first_chunk_tokens(rec), 0)
+    return tokens * NS / (rec.t_last_reasoning_ns - rec.t_first_ns)
+
+
+def output_tok_s(rec: StreamRecord) -> float | None:
+    """Output decode rate of a reasoning stream = (completion_tokens - reasoning_tokens -
+    tokens of the first output chunk) / (t_last - t_first_output): the answer's own decode,
+    its first chunk split out as decode_tok_s splits out the first token. None for a stream
+    that did not reason (decode_tok_s is its output rate) or without two output chunk times."""
+    if not rec.reasoning_chunks or rec.reasoning_tokens is None:
+        return None
+    at, first, last = rec.first_output_chunk, rec.t_first_output_ns, rec.t_last_ns
+    if at is None or first is None or last is None or last <= first:
+        return None
+    k0 = rec.chunk_tokens[at] if rec.chunk_tokens and at < len(rec.chunk_tokens) else 1
+    tokens = max(rec.completion_tokens - rec.reasoning_tokens - k0, 0)
+    return tokens * NS / (last - first)

@@ -120,6 +120,13 @@ def stream_metrics(rec: StreamRecord) -> dict[str, Any]:
         # The server does not report a per-request queue time in the record contract.
         "queue_wait_s": None,
         "decode_tok_s": rates.decode_tok_s(rec),
+        "ttfo_s": rates.ttfo_s(rec),
+        "ttfo_intended_s": rates.ttfo_s(rec, from_intended=True),
+        "reasoning_chunks": rec.reasoning_chunks,
+        "reasoning_tokens": rec.reasoning_tokens,
+        "reasoning_token_source": rec.reasoning_token_source,
+        "reasoning_tok_s": rates.reasoning_tok_s(rec),
+        "output_tok_s": rates.output_tok_s(rec),
         "chunks_per_s": rates.chunks_per_s(rec),
         "tpot_s": rates.tpot_s(rec),
         "itl_chunk_ms": _gap_stats(chunk_gaps_ms),

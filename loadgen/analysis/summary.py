@@ -269,8 +269,29 @@ def _groups(
             "rep_spread": {f: spread(v) for f, v in per_rep.items()},
             "server": server,
             "cohort": _cohort([r for r in reps_out if r["group"] == group], server),
+            "reasoning": _reasoning(recs, grows),
         }
     return out
+
+
+def _reasoning(recs: list[StreamRecord], grows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A group's reasoning figures (None when no stream of it reasoned): TTFO beside TTFT,
+    reasoning and output decode rates apart, and whether the reasoning token counts are the
+    server's (`usage_details`) or estimated (every source named)."""
+    thinking = [row for r, row in zip(recs, grows, strict=True) if r.reasoning_chunks]
+    if not thinking:
+        return None
+    sources = sorted({row["reasoning_token_source"] or "none" for row in thinking})
+    return {
+        "streams": len(thinking),
+        "ttfo_s": describe(row["ttfo_s"] for row in grows),
+        "ttfo_intended_s": describe(row["ttfo_intended_s"] for row in grows),
+        "reasoning_tokens": describe(row["reasoning_tokens"] for row in thinking),
+        "reasoning_token_source": "+".join(sources),
+        "estimated": sources != ["usage_details"],
+        "reasoning_tok_s": describe(row["reasoning_tok_s"] for row in thinking),
+        "output_tok_s": describe(row["output_tok_s"] for row in thinking),
+    }
 
 
 def _cohort(reps: list[dict[str, Any]], server: dict[str, Any] | None) -> dict[str, Any] | None:

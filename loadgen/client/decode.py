@@ -1,9 +1,17 @@
 """From SSE bytes to token-true stream facts: what one response said, event by event.
 
 A *content chunk* is an event whose choices[0] carries non-empty text (completions `text`, chat
-`delta.content` / `delta.reasoning_content`) or whose continuous-usage `completion_tokens`
-grew: random-weight models emit tokens that decode to "", and those count when usage says so.
-Role-only and empty deltas, the usage-only event and `[DONE]` are not chunks.
+`delta.content`, or reasoning: `delta.reasoning_content` as vLLM's older reasoning parsers and
+SGLang name it, `delta.reasoning` as newer vLLM and OpenAI-style servers do) or whose
+continuous-usage `completion_tokens` grew: random-weight models emit tokens that decode to "",
+and those count when usage says so. Role-only and empty deltas, the usage-only event and
+`[DONE]` are not chunks.
+
+Reasoning: a chunk whose delta carries reasoning text and no `content` is a *reasoning chunk*;
+every other content chunk is an *output chunk* (one carrying both is output: the answer has
+begun). TTFT stays the first chunk of any kind; the first output chunk's index is kept for TTFO.
+Reasoning tokens come from `usage.completion_tokens_details.reasoning_tokens` where the server
+gives it, else they are estimated (reasoning_fields below names the source).
 
 `events` counts every `data:` event except `[DONE]` (usage-only and error events included).
 
@@ -29,6 +37,8 @@ forever holds at most that many timestamps. Any excess over max_tokens is kept i
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from loadgen.client.sse import DONE, MESSAGE, SSEParser
@@ -47,8 +57,8 @@ class StreamDecoder:
 
     __slots__ = ("_limit", "_max_tokens", "_oversized", "_parser", "_sse_errors", "chat",
                  "chunk_cum", "chunk_ns", "coalesced_reads", "continuous", "done_ns", "error",
-                 "events", "finish_reason", "json_errors", "last_ct", "nbytes", "reads", "texts",
-                 "usage")  # fmt: skip
+                 "events", "finish_reason", "json_errors", "last_ct", "nbytes", "out_at",
+                 "reads", "reasoning_at", "texts", "usage")  # fmt: skip
 
     def __init__(self, chat: bool, keep_text: bool = False, max_tokens: int | None = None) -> None:
         self.chat = chat
@@ -70,6 +80,10 @@ class StreamDecoder:
         # Cumulative completion_tokens at each content chunk, -1 where the event had no usage.
         self.chunk_cum: list[int] = []
         self.continuous = False
+        # Index in chunk_ns of the first output (non-reasoning) chunk, -1 until one came, and
+        # the indices of the reasoning chunks (empty for a model that does not reason).
+        self.out_at = -1
+        self.reasoning_at: list[int] = []
         self.last_ct = 0
         self.usage: dict | None = None
         self.finish_reason: str | None = None
@@ -94,6 +108,7 @@ class StreamDecoder:
         add_ns = self.chunk_ns.append
         add_cum = self.chunk_cum.append
         texts = self.texts
+        out_at = self.out_at
         for data, name in self._parser.feed(chunk):
             if data == DONE:
                 if self.done_ns is None:
@@ -111,6 +126,7 @@ class StreamDecoder:
                     continue
                 usage = obj.get("usage")
                 text = None
+                thinking = False
                 if choices:
                     c0 = choices[0]
                     finish = c0.get("finish_reason")
@@ -119,7 +135,12 @@ class StreamDecoder:
                     if chat:
                         delta = c0.get("delta")
                         if delta:
-                            text = delta.get("content") or delta.get("reasoning_content")
+                            text = delta.get("content")
+                            # Only a delta without content pays for the reasoning lookups
+                            # (role-only, reasoning, empty): an answer's chunks do not.
+                            if not text:
+                                text = delta.get("reasoning") or delta.get("reasoning_content")
+                                thinking = bool(text)
                     else:
                         text = c0.get("text")
                     if texts is not None and text:
@@ -143,10 +164,15 @@ class StreamDecoder:
                         # so this event is where the first token arrived.
                         text = total > 0
                 if text:
+                    if thinking:
+                        self.reasoning_at.append(len(self.chunk_ns))
+                    elif out_at < 0:
+                        out_at = len(self.chunk_ns)
                     add_ns(now)
                     add_cum(ct)
             except _MALFORMED:
                 self._malformed(data)
+        self.out_at = out_at
         if len(self.chunk_ns) - before > 1:
             self.coalesced_reads += 1
         parser = self._parser
@@ -226,6 +252,8 @@ class StreamDecoder:
         ns = [t - run_start_ns for t in self.chunk_ns]
         details = (self.usage or {}).get("prompt_tokens_details")
         cached = _usage_int(details, "cached_tokens") if isinstance(details, dict) else None
+        done = (self.usage or {}).get("completion_tokens_details")
+        reported = _usage_int(done, "reasoning_tokens") if isinstance(done, dict) else None
         return StreamRecord(
             **record_fields(req),
             status="error" if error else "ok",
@@ -257,7 +285,38 @@ class StreamDecoder:
             loop_lag_ttft_ns=loop_lag_ttft_ns,
             rtt_us=rtt_us,
             response_id=response_id,
+            **reasoning_fields(ns, per_chunk, self.reasoning_at, self.out_at, reported),
         )
+
+
+def reasoning_fields(
+    chunk_ns: list[int],
+    chunk_tokens: list[int] | None,
+    reasoning_at: list[int],
+    out_at: int,
+    reported: int | None,
+) -> dict[str, Any]:
+    """The record's reasoning fields from which content chunks were reasoning (their indices)
+    and the first output chunk's index (-1: none), as the wall client and the virtual sim see
+    them. Reasoning tokens: the server's `completion_tokens_details.reasoning_tokens` where it
+    gave one (`usage_details`); else, for a stream that reasoned, the continuous-usage tokens
+    of its reasoning chunks (`estimated_usage_continuous`: a chunk that carried both kinds
+    counts as output) or one token per reasoning chunk (`estimated_chunk_count`)."""
+    tokens, source = reported, "usage_details" if reported is not None else None
+    if tokens is None and reasoning_at:
+        if chunk_tokens is not None:
+            tokens = sum(chunk_tokens[i] for i in reasoning_at)
+            source = "estimated_usage_continuous"
+        else:
+            tokens, source = len(reasoning_at), "estimated_chunk_count"
+    return {
+        "first_output_chunk": out_at if out_at >= 0 else None,
+        "t_first_output_ns": chunk_ns[out_at] if out_at >= 0 else None,
+        "reasoning_chunks": len(reasoning_at),
+        "t_last_reasoning_ns": chunk_ns[reasoning_at[-1]] if reasoning_at else None,
+        "reasoning_tokens": tokens,
+        "reasoning_token_source": source,
+    }
 
 
 def _usage_int(usage: dict | None, key: str) -> int | None:

@@ -456,6 +456,39 @@ def goodput_table(summary: dict[str, Any]) -> Table | None:
     )
 
 
+def reasoning_table(summary: dict[str, Any]) -> Table | None:
+    """Per group whose streams reasoned: TTFT beside TTFO, reasoning tokens and their source,
+    reasoning and output decode rates apart (None when no stream reasoned)."""
+    rows = []
+    for group, g in summary["groups"].items():
+        r = g.get("reasoning")
+        if not r:
+            continue
+        rows.append((
+            group, f"{r['streams']}/{g['n']}", triple(g["ttft_s"], secs), triple(r["ttfo_s"], secs),
+            count(r["reasoning_tokens"]["median"]), r["reasoning_token_source"],
+            rate(r["reasoning_tok_s"]["median"]), rate(r["output_tok_s"]["median"]),
+        ))  # fmt: skip
+    if not rows:
+        return None
+    notes = [
+        "TTFT: first token of any kind; TTFO: first output token (reasoning excluded); "
+        "decode rates split at the first output chunk, each without its first chunk's tokens",
+    ]
+    if any(summary["groups"][row[0]]["reasoning"]["estimated"] for row in rows):
+        notes.append(
+            "!! reasoning tokens estimated (no usage.completion_tokens_details.reasoning_tokens):"
+            " see the source column"
+        )
+    return Table(
+        "Reasoning (TTFO and decode rates, reasoning vs output)",
+        ("group", "reasoned", "TTFT s min/med/max", "TTFO s min/med/max", "reasoning tok",
+         "source", "reasoning tok/s", "output tok/s"),
+        tuple(rows),
+        tuple(notes),
+    )  # fmt: skip
+
+
 def hist_lines(summary: dict[str, Any]) -> list[str]:
     h = summary["hist"]
     bad = {g: v for g, v in h["out_of_range"].items() if v}
@@ -467,7 +500,7 @@ def hist_lines(summary: dict[str, Any]) -> list[str]:
 
 def run_tables(summary: dict[str, Any]) -> list[Table]:
     """Every table of one run's report, in print order."""
-    tables = [latency_table(summary), decode_table(summary)]
+    tables = [latency_table(summary), decode_table(summary), reasoning_table(summary)]
     mixed = whale_table(summary)
     tables.append(mixed if mixed is not None else run_ladder_table(summary))
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]

@@ -241,6 +241,9 @@ class SimConfig:
     acceptance_rate: float | None = None
     speed: float | None = None
     max_model_len: int | None = None
+    # Chat answers open with this many reasoning tokens (`delta.reasoning`), as vLLM's
+    # reasoning parsers stream a thinking model's output.
+    reasoning_tokens: int | None = None
     faults: tuple[str, ...] = ()
 
     def flags(self) -> dict[str, Any]:

@@ -57,6 +57,7 @@ SIM_RULES = {
     "acceptance_rate": number(ge=0, le=1),
     "speed": number(gt=0),
     "max_model_len": integer(1),
+    "reasoning_tokens": integer(0),
 }
 FAULT_FORMS = (
     "the sim's --fault forms: http500=P, http429=P, drop=P, stall=P, stall_s=S, cache_dead, "

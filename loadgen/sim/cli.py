@@ -57,6 +57,9 @@ _ORPHAN_POLL_S = 0.5
               default=_DEFAULTS.request_overhead_s, show_default=True,
               help="Engine seconds before each request is scheduled (a TTFT floor).")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--reasoning-tokens", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Chat answers open with N reasoning deltas (delta.reasoning), as vLLM's "
+                   "reasoning parser emits a thinking model's output.")  # fmt: skip
 @click.option("--fault", "faults", multiple=True, metavar="NAME[=VALUE]",
               help="Inject a fault: http500=P, http429=P, drop=P, stall=P, stall_s=S, "
                    "warm_mismatch=P, cache_dead, drift=PCT_PER_HOUR, max_waiting=N. "
@@ -78,6 +81,7 @@ def sim(
     speed: float,
     request_overhead_s: float,
     seed: int,
+    reasoning_tokens: int,
     faults: tuple[str, ...],
 ) -> None:
     """Serve a simulated vLLM v1 engine (OpenAI API, /metrics) until Ctrl-C."""
@@ -106,6 +110,7 @@ def sim(
             max_model_len=max_model_len,
             speed=speed,
             faults=fault_config,
+            reasoning_tokens=reasoning_tokens,
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from None

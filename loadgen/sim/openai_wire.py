@@ -6,6 +6,9 @@ chat delta, cumulative `usage` on every chunk with `continuous_usage_stats`, a f
 usage chunk with `include_usage`, then `data: [DONE]`. The sim always adds
 `usage.prompt_tokens_details.cached_tokens` to final usage (vLLM does so only with
 `--enable-prompt-tokens-details`), so clients can read the prefix-cache hit per request.
+With `reasoning_tokens` N, a chat answer's first N tokens stream as `delta.reasoning` (vLLM's
+reasoning parsers; a step that crosses the boundary carries both keys) and final usage gains
+`completion_tokens_details.reasoning_tokens`.
 Errors are `{"error": {"message", "type", "param", "code"}}` with the HTTP status as `code`.
 """
 
@@ -313,6 +316,7 @@ class ResponseShaper:
     model: str
     prompt_tokens: int
     continuous_usage: bool
+    reasoning_tokens: int = 0
 
     def _head(self, obj_type: str) -> dict[str, Any]:
         return {
@@ -341,14 +345,24 @@ class ResponseShaper:
             obj["usage"] = usage(self.prompt_tokens, 0)
         return sse(obj)
 
-    def content_chunk(self, text: str, finish_reason: str | None, completion_tokens: int) -> bytes:
-        """One engine step's tokens as one event; `completion_tokens` is cumulative."""
+    def content_chunk(
+        self,
+        text: str | None,
+        finish_reason: str | None,
+        completion_tokens: int,
+        reasoning: str | None = None,
+    ) -> bytes:
+        """One engine step's tokens as one event; `completion_tokens` is cumulative. A chat
+        step's reasoning part goes in `delta.reasoning`, its answer part in `delta.content`."""
         if self.api == "completions":
-            choice = _completion_choice(text, finish_reason)
+            choice = _completion_choice(text or "", finish_reason)
         else:
+            delta = {"reasoning": reasoning} if reasoning is not None else {}
+            if text is not None or reasoning is None:
+                delta["content"] = text or ""
             choice = {
                 "index": 0,
-                "delta": {"content": text},
+                "delta": delta,
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }
@@ -365,6 +379,9 @@ class ResponseShaper:
             "choices": [],
             "usage": final_usage(self.prompt_tokens, completion_tokens, cached_tokens),
         }
+        if self.reasoning_tokens:
+            details = {"reasoning_tokens": min(self.reasoning_tokens, completion_tokens)}
+            obj["usage"]["completion_tokens_details"] = details
         return sse(obj)
 
     def full_response(
@@ -388,6 +405,11 @@ class ResponseShaper:
             "choices": [choice],
             "usage": final_usage(self.prompt_tokens, completion_tokens, cached_tokens),
         }
+
+
+def reasoning_split(done_before: int, n: int, reasoning_tokens: int) -> int:
+    """How many of a step's n tokens, after done_before earlier ones, are reasoning."""
+    return max(0, min(n, reasoning_tokens - done_before))
 
 
 def _completion_choice(text: str, finish_reason: str | None) -> dict[str, Any]:

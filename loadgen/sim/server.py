@@ -44,6 +44,7 @@ from loadgen.sim.openai_wire import (
     parse_json_object,
     parse_request,
     parse_tokenize,
+    reasoning_split,
     resolve_max_tokens,
 )
 from loadgen.sim.runner import Clock, SimRunner
@@ -62,6 +63,9 @@ class SimServerConfig:
     max_model_len: int = 8192
     speed: float = 1.0
     faults: FaultConfig = field(default_factory=FaultConfig)
+    # The first N tokens of each chat answer stream as reasoning deltas (a thinking model
+    # behind vLLM's reasoning parser); usage reports them as reasoning_tokens.
+    reasoning_tokens: int = 0
 
     def __post_init__(self) -> None:
         pool = self.kv_cache_size_tokens
@@ -76,6 +80,8 @@ class SimServerConfig:
             )
         if self.speed <= 0:
             raise ValueError(f"speed must be > 0, got {self.speed}")
+        if self.reasoning_tokens < 0:
+            raise ValueError(f"reasoning_tokens must be >= 0, got {self.reasoning_tokens}")
 
     @property
     def kv_cache_size_tokens(self) -> int:
@@ -253,6 +259,7 @@ class _Handlers:
             model=parsed.model,
             prompt_tokens=len(prompt_ids),
             continuous_usage=parsed.continuous_usage,
+            reasoning_tokens=s.config.reasoning_tokens if api == "chat" else 0,
         )
         outcome = _Outcome()
         try:
@@ -314,8 +321,12 @@ class _Handlers:
             if first and (role := shaper.role_chunk()) is not None:
                 await resp.write(role)
             finish = out.finish_reason if out.finished else None
-            text = decode(out.token_ids)
-            await resp.write(shaper.content_chunk(text, finish, out.completion_tokens_so_far))
+            ids = out.token_ids
+            done = out.completion_tokens_so_far
+            r = reasoning_split(done - len(ids), len(ids), shaper.reasoning_tokens)
+            thought = decode(ids[:r]) if r else None
+            text = decode(ids[r:]) if r < len(ids) else None
+            await resp.write(shaper.content_chunk(text, finish, done, thought))
             if first and faults.mid_stream == "drop" and not out.finished:
                 # An abrupt close mid-body: the client sees a truncated chunked stream.
                 assert request.transport is not None

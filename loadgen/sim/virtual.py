@@ -32,6 +32,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
+from loadgen.client.decode import reasoning_fields
 from loadgen.client.target import Timeouts, timeout_error
 from loadgen.records import StreamError, StreamRecord
 from loadgen.request import StreamRequest, record_fields
@@ -75,7 +76,7 @@ def config_from_settings(settings: Mapping[str, Any]) -> SimServerConfig:
         key = "num_gpu_blocks" if name == "num_gpu_blocks_override" else name
         if key in _ENGINE_FLAGS:
             engine[key] = value
-        elif key in ("max_model_len", "speed"):
+        elif key in ("max_model_len", "speed", "reasoning_tokens"):
             server[key] = value
         elif key == "profile":
             profile = value
@@ -312,9 +313,11 @@ class VirtualSim:
         finish: str | None,
     ) -> None:
         del self._flights[flight.engine_id]
+        chat = flight.req.messages is not None or flight.req.api == "chat"
         rec = _record(
             flight.req, flight.t_sent, flight.prompt_tokens, flight.chunk_ns,
             flight.chunk_tokens, 200, t_done, error, cached, finish,
+            self.state.config.reasoning_tokens if chat else 0,
         )  # fmt: skip
         if flight.answer_ids is not None:
             rec = dataclasses.replace(rec, answer=self.tokenizer.decode(flight.answer_ids))
@@ -371,8 +374,12 @@ def _record(
     error: StreamError | None,
     cached: int | None = None,
     finish: str | None = None,
+    reasoning_tokens: int = 0,
 ) -> StreamRecord:
-    """The record the client writes for what it saw; usage came with every content chunk."""
+    """The record the client writes for what it saw; usage came with every content chunk.
+    With `reasoning_tokens` N, a chunk all of whose tokens lie in the first N is a reasoning
+    chunk, as the wire sim's deltas make it; the final usage (seen only when the stream
+    finished) reports min(N, completion_tokens) of them."""
     ok = http_status < 400
     # The client counts every data: event but [DONE]: chat's role delta, content, final usage.
     events = len(chunk_ns) + (1 if req.api == "chat" and chunk_ns else 0) + (finish is not None)
@@ -398,4 +405,20 @@ def _record(
         t_done_ns=t_done,
         chunk_ns=list(chunk_ns),
         chunk_tokens=list(chunk_tokens) if chunk_ns else None,
+        **_reasoning(chunk_ns, chunk_tokens, reasoning_tokens, finish is not None),
     )
+
+
+def _reasoning(
+    chunk_ns: list[int], chunk_tokens: list[int], n: int, finished: bool
+) -> dict[str, Any]:
+    reasoning_at, out_at, cum = [], -1, 0
+    for i, k in enumerate(chunk_tokens):
+        cum += k
+        if cum <= n:
+            reasoning_at.append(i)
+        elif out_at < 0:
+            out_at = i
+    reported = min(n, cum) if n and finished else None
+    tokens = list(chunk_tokens) if chunk_ns else None
+    return reasoning_fields(chunk_ns, tokens, reasoning_at, out_at, reported)
