@@ -38,10 +38,11 @@ from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
 from loadgen.engine.lag import quiet_collector
 from loadgen.engine.preflight import ensure_fd_limit
-from loadgen.engine.seeds import fresh_seed
+from loadgen.engine.seeds import SEED_TYPE, fresh_seed
 from loadgen.engine.target import RunError
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
 from loadgen.request import StreamRequest
+from loadgen.scenario.limits import client_problems
 from loadgen.scenario.plan import PromptSpec, salt_tags
 from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder, PromptSizeError
 
@@ -71,7 +72,7 @@ class ProbeOutcome:
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0)
 @click.option(
     "--seed",
-    type=int,
+    type=SEED_TYPE,
     default=None,
     help="Seed of the prompt salts (default: fresh per invocation, so no stream hits the "
     "cache an earlier one left; recorded in run.json).",
@@ -109,6 +110,9 @@ def request_cmd(**opts: Any) -> None:
         base_url, api_key = resolve_target(opts["base_url"], opts["api_key"])
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    problems = client_problems(opts["workers"], opts["ray_address"])
+    if problems:
+        raise click.UsageError("; ".join(problems))
     if opts["ray_address"]:
         try:
             import_ray()

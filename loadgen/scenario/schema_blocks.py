@@ -17,6 +17,7 @@ from loadgen.scenario.checks import (
     number,
     show,
 )
+from loadgen.scenario.limits import MAX_SECONDS, MAX_TIME_SCALE
 from loadgen.scenario.marked_yaml import MarkedMap
 from loadgen.scenario.model import (
     DEFAULT_TRACE_BLOCK_TOKENS,
@@ -64,8 +65,10 @@ FAULT_FORMS = (
 )
 POSITIVE = integer(1)
 MAYBE_POSITIVE = integer(1, nullable=True)
-SECONDS = number(gt=0)
-MAYBE_SECONDS = number(gt=0, nullable=True)
+SECONDS = number(gt=0, le=MAX_SECONDS)
+MAYBE_SECONDS = number(gt=0, le=MAX_SECONDS, nullable=True)
+RATE = number(gt=0)
+TIME_SCALE = number(gt=0, le=MAX_TIME_SCALE)
 
 
 def arrival(c: Checker, root: MarkedMap, base_dir: Path) -> Arrival | None:
@@ -106,17 +109,17 @@ def arrival(c: Checker, root: MarkedMap, base_dir: Path) -> Arrival | None:
     duration = c.field(params, "duration_s", path, MAYBE_SECONDS, None)
     if kind == "closed":
         return Closed(c.field(params, "concurrency", path, POSITIVE), count, duration)
-    rate = c.field(params, "rate_per_s", path, SECONDS)
+    rate = c.field(params, "rate_per_s", path, RATE)
     if kind == "poisson":
         return Poisson(rate, count, duration)
-    return Gamma(rate, c.field(params, "burstiness", path, SECONDS), count, duration)
+    return Gamma(rate, c.field(params, "burstiness", path, RATE), count, duration)
 
 
 def _trace(c: Checker, params: MarkedMap, path: str, base_dir: Path) -> Trace | None:
     name = c.field(params, "path", path, TEXT)
     fmt = c.field(params, "format", path, choice(TRACE_FORMATS), None)
     limit = c.field(params, "limit", path, MAYBE_POSITIVE, None)
-    scale = c.field(params, "time_scale", path, SECONDS, 1.0)
+    scale = c.field(params, "time_scale", path, TIME_SCALE, 1.0)
     sharing = c.field(params, "sharing", path, choice(TRACE_SHARING), None)
     block_tokens = c.field(params, "block_tokens", path, MAYBE_POSITIVE, None)
     if name is None or scale is None:
