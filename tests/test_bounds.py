@@ -14,6 +14,7 @@ from loadgen.scenario.limits import (
     MAX_ARMS,
     MAX_PROMPT_TOKENS,
     MAX_SECONDS,
+    MAX_SIM_BLOCKS,
     MAX_STREAMS,
     MAX_TIME_SCALE,
     arms_problem,
@@ -201,3 +202,28 @@ def test_a_bad_limit_variable_is_one_line_not_an_import_crash() -> None:
     )
     good = loadgen("validate", SMOKE, env={"LOADGEN_MAX_STREAMS": "50"}, timeout_s=60)
     assert good.returncode == 0, good.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("sim.num_gpu_blocks=1000000000000", "sim.num_gpu_blocks: got 1000000000000 (expected "
+         f"an integer >= 1 and <= {MAX_SIM_BLOCKS})"),
+        ("sim.speed=0.000000001", "sim.speed: got 1e-09 (expected a number >= 0.001 and <= "
+         "1000)"),
+    ],
+)  # fmt: skip
+def test_the_sims_pool_and_time_factor_are_bounded(override: str, words: str) -> None:
+    # 10^12 blocks was a MemoryError; speed 1e-9 stretched a smoke run past any end.
+    (line,) = _refused(SMOKE, override)
+    assert words in line
+    load_scenario(SMOKE, [f"sim.num_gpu_blocks={MAX_SIM_BLOCKS}", "sim.speed=0.001"])
+
+
+def test_request_counts_and_sizes_are_bounded() -> None:
+    proc = loadgen("request", "--base-url", "http://127.0.0.1:9", "-n", "1000000000",
+                   timeout_s=60)  # fmt: skip
+    assert f"1000000000 is not in the range 1<=x<={MAX_STREAMS}" in assert_one_line_error(proc)
+    proc = loadgen("request", "--base-url", "http://127.0.0.1:9", "--prompt-tokens",
+                   str(MAX_PROMPT_TOKENS + 1), timeout_s=60)  # fmt: skip
+    assert f"is not in the range 1<=x<={MAX_PROMPT_TOKENS}" in assert_one_line_error(proc)

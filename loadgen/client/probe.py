@@ -42,7 +42,7 @@ from loadgen.engine.seeds import SEED_TYPE, fresh_seed
 from loadgen.engine.target import RunError
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals
 from loadgen.request import StreamRequest
-from loadgen.scenario.limits import client_problems
+from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS, client_problems
 from loadgen.scenario.plan import PromptSpec, salt_tags
 from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder, PromptSizeError
 
@@ -62,9 +62,11 @@ class ProbeOutcome:
 @click.option("--api-key", help="Bearer key (or OPENAI_API_KEY).")
 @click.option("--model", help="Model id; default: the first one /v1/models lists.")
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
-@click.option("--prompt-tokens", type=click.IntRange(1), default=100, show_default=True)
+@click.option(
+    "--prompt-tokens", type=click.IntRange(1, MAX_PROMPT_TOKENS), default=100, show_default=True
+)
 @click.option("--max-tokens", type=click.IntRange(1), default=128, show_default=True)
-@click.option("-n", "--count", type=click.IntRange(1), default=1, show_default=True)
+@click.option("-n", "--count", type=click.IntRange(1, MAX_STREAMS), default=1, show_default=True)
 @click.option("-c", "--concurrency", type=click.IntRange(1), default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)

@@ -17,7 +17,7 @@ from loadgen.scenario.checks import (
     number,
     show,
 )
-from loadgen.scenario.limits import MAX_SECONDS, MAX_TIME_SCALE
+from loadgen.scenario.limits import MAX_SECONDS, MAX_SIM_BLOCKS, MAX_TIME_SCALE, SIM_SPEED
 from loadgen.scenario.marked_yaml import MarkedMap
 from loadgen.scenario.model import (
     DEFAULT_TRACE_BLOCK_TOKENS,
@@ -52,11 +52,11 @@ SIM_RULES = {
     "max_num_seqs": integer(1),
     "max_num_batched_tokens": integer(1),
     "block_size": integer(1),
-    "num_gpu_blocks": integer(1),
+    "num_gpu_blocks": integer(1, MAX_SIM_BLOCKS),
     "enable_prefix_caching": BOOL,
     "num_speculative_tokens": integer(0),
     "acceptance_rate": number(ge=0, le=1),
-    "speed": number(gt=0),
+    "speed": number(ge=SIM_SPEED[0], le=SIM_SPEED[1]),
     "max_model_len": integer(1),
 }
 FAULT_FORMS = (
