@@ -11,7 +11,7 @@ import signal
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
 
@@ -19,6 +19,7 @@ TokenSource = Literal[
     "usage_continuous", "usage_final", "server_counter", "tokenizer", "chunk_count"
 ]
 Status = Literal["ok", "error"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +118,58 @@ class StreamRecord:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StreamRecord:
-        known = {f for f in cls.__dataclass_fields__}
-        kw = {k: v for k, v in d.items() if k in known}
+        """The record of one streams.jsonl object; BadRecord when a field is missing or of the
+        wrong type (a `t_sent_ns` that is a string once crashed every report)."""
+        kw = {k: v for k, v in d.items() if k in _STREAM_FIELDS}
+        for name, ok in _STREAM_FIELDS.items():
+            if name in kw and not ok(kw[name]):
+                raise BadRecord(f"{name} is {type(kw[name]).__name__}")
         err = d.get("error")
+        if err is not None and not (
+            isinstance(err, dict) and all(isinstance(err.get(k), str) for k in ("class", "message"))
+        ):
+            raise BadRecord("error is not {class, message}")
         kw["error"] = StreamError(err["class"], err["message"]) if err else None
-        return cls(**kw)
+        try:
+            return cls(**kw)
+        except TypeError as exc:  # a required field is missing
+            raise BadRecord(str(exc)) from None
+
+
+class BadRecord(ValueError):
+    """A line of a run file that is JSON but not the record it should be."""
+
+
+def _int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _ints(v: Any) -> bool:
+    return type(v) is list and all(type(x) is int for x in v)
+
+
+def _maybe(ok: Any) -> Any:
+    return lambda v: v is None or ok(v)
+
+
+def _str(v: Any) -> bool:
+    return type(v) is str
+
+
+# What each stored field of StreamRecord must be (`error` and `answer` are checked apart).
+_STREAM_FIELDS: dict[str, Any] = {
+    "id": _str, "group": _str, "rep": _int, "status": lambda v: v in ("ok", "error"),
+    "api": _str, "model": _str, "prompt_tokens": _maybe(_int),
+    "requested_prompt_tokens": _maybe(_int), "completion_tokens": _int,
+    "cached_tokens": _maybe(_int), "chunks": _int, "events": _int, "bytes": _int,
+    "token_source": _str, "finish_reason": _maybe(_str), "http_status": _maybe(_int),
+    "t_intended_ns": _int, "t_sent_ns": _maybe(_int), "t_headers_ns": _maybe(_int),
+    "t_first_ns": _maybe(_int), "t_last_ns": _maybe(_int), "t_done_ns": _maybe(_int),
+    "chunk_ns": _ints, "chunk_tokens": _maybe(_ints), "max_tokens": _maybe(_int),
+    "over_max_tokens": _int, "parse_errors": _int, "phase": _str, "arm": _maybe(_str),
+    "session": _maybe(_str), "turn": _maybe(_int), "reads": _int, "coalesced_reads": _int,
+    "loop_lag_max_ns": _maybe(_int), "loop_lag_ttft_ns": _maybe(_int), "worker": _maybe(_str),
+}  # fmt: skip
 
 
 class JsonlAppender:
@@ -143,7 +191,8 @@ class JsonlAppender:
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Yields each complete line of a JSONL file; a torn last line (crash mid-write) is skipped."""
+    """Yields each line of a JSONL file that is a JSON object; a torn last line (crash
+    mid-write), a line that is not JSON and one that is not an object are skipped."""
     if not path.exists():
         return
     with open(path, "rb") as fh:
@@ -151,31 +200,42 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             if not line.endswith(b"\n"):
                 break
             try:
-                yield orjson.loads(line)
+                obj = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def read_records(path: Path, parse: Callable[[dict[str, Any]], T]) -> tuple[list[T], int]:
+    """Every line of a JSONL file that `parse` makes a record of, and how many lines it
+    skipped: torn, not JSON, not an object, or an object `parse` refused (BadRecord). The one
+    reader of every run file, so a report says how many lines it lost and never crashes."""
+    out: list[T] = []
+    bad = 0
+    if not path.is_file():
+        return out, 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line) if line.endswith(b"\n") else None
+                if not isinstance(obj, dict):
+                    raise BadRecord("not a JSON object")
+                out.append(parse(obj))
+            except (orjson.JSONDecodeError, BadRecord):
+                bad += 1
+    return out, bad
 
 
 def count_unreadable(path: Path) -> int:
-    """Lines of a JSONL file that read_jsonl skips: a torn last line, or a line that is not
-    JSON. A report says how many, so a lost record is never silent."""
-    if not path.exists():
-        return 0
-    bad = 0
-    with open(path, "rb") as fh:
-        for line in fh:
-            if not line.endswith(b"\n"):
-                bad += 1
-                break
-            try:
-                orjson.loads(line)
-            except orjson.JSONDecodeError:
-                bad += line.strip() != b""
-    return bad
+    """Lines of a streams.jsonl file that read_streams skips (a report says how many)."""
+    return read_records(path, StreamRecord.from_json)[1]
 
 
 def read_streams(run_dir: Path) -> list[StreamRecord]:
-    return [StreamRecord.from_json(d) for d in read_jsonl(run_dir / "streams.jsonl")]
+    return read_records(run_dir / "streams.jsonl", StreamRecord.from_json)[0]
 
 
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
@@ -267,8 +327,15 @@ class MetricsSample:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> MetricsSample:
-        return cls(t_ns=d["t_ns"], values=d.get("values", {}), error=d.get("error"))
+        """One metrics.jsonl object; BadRecord unless t_ns is an integer, values maps names to
+        numbers and error is a string or null."""
+        t_ns, values, error = d.get("t_ns"), d.get("values", {}), d.get("error")
+        if type(t_ns) is not int or not isinstance(values, dict) or not _maybe(_str)(error):
+            raise BadRecord("not a metrics sample")
+        if not all(type(v) in (int, float) for v in values.values()):
+            raise BadRecord("a value is not a number")
+        return cls(t_ns=t_ns, values=values, error=error)
 
 
 def read_metrics(run_dir: Path) -> list[MetricsSample]:
-    return [MetricsSample.from_json(d) for d in read_jsonl(run_dir / "metrics.jsonl")]
+    return read_records(run_dir / "metrics.jsonl", MetricsSample.from_json)[0]

@@ -49,7 +49,7 @@ def closed_port() -> int:
         ("http_500", "http_500", "Engine died"),
         ("close_mid", "connection_closed", "after 2 events"),
         ("bad_json", "malformed_sse", "invalid JSON in event 3"),
-        ("stall", "idle_timeout", "no data for 0.3 s"),
+        ("stall", "idle_timeout", "no content for 0.3 s"),
         ("error_event", "server_error_event", "engine error mid-stream"),
     ],
 )

@@ -83,13 +83,13 @@ MALFORMED = [
     pytest.param(
         BASE.replace("seed: 7", "seed: abc"),
         (),
-        ["s.yaml:2: seed: got 'abc' (expected an integer)"],
+        ["s.yaml:2: seed: got 'abc' (expected an integer of at most 63 bits)"],
         id="bad-type",
     ),
     pytest.param(
         BASE.replace("seed: 7\n", ""),
         (),
-        ["s.yaml:1: seed: missing (expected an integer)"],
+        ["s.yaml:1: seed: missing (expected an integer of at most 63 bits)"],
         id="missing-field",
     ),
     pytest.param(
@@ -330,19 +330,19 @@ MALFORMED = [
     pytest.param(
         BASE,
         ("seed=x",),
-        ["--set seed=x: seed: got 'x' (expected an integer)"],
+        ["--set seed=x: seed: got 'x' (expected an integer of at most 63 bits)"],
         id="override-bad-value",
     ),
     pytest.param(
         BASE + "arrival: {staggered: {interval_s: 0}}\n",
         (),
-        ["s.yaml:12: arrival.staggered.interval_s: got 0 (expected a number > 0)"],
+        ["s.yaml:12: arrival.staggered.interval_s: got 0 (expected a number > 0 and <= 604800)"],
         id="zero-interval",
     ),
     pytest.param(
         BASE + "timeouts: {idle_s: -1}\n",
         (),
-        ["s.yaml:12: timeouts.idle_s: got -1 (expected a number > 0 or null)"],
+        ["s.yaml:12: timeouts.idle_s: got -1 (expected a number > 0 and <= 604800 or null)"],
         id="negative-timeout",
     ),
     pytest.param(
@@ -399,13 +399,14 @@ def test_every_error_of_a_file_is_reported_at_once(tmp_path: Path) -> None:
         """
     assert errors_of(tmp_path, text, ("repetitions=0",)) == [
         "s.yaml:1: name: got 'bad name' (expected a name of letters, digits, '_' or '-')",
-        "s.yaml:2: seed: got 1.5 (expected an integer)",
+        "s.yaml:2: seed: got 1.5 (expected an integer of at most 63 bits)",
         "s.yaml:3: api: got 'grpc' (expected one of: completions, chat)",
         "s.yaml:6: groups.a.count: got 0 (expected an integer >= 1)",
         "s.yaml:7: groups.a.prompt.prefix_tokens: got 100 (expected <= tokens, 64)",
         "s.yaml:8: groups.a.max_tokens: got 0 (expected an integer >= 1)",
         f"s.yaml:9: groups.a.colour: unknown key (expected one of: {GROUP})",
-        "s.yaml:10: arrival.closed.duration_s: got -3 (expected a number > 0 or null)",
+        "s.yaml:10: arrival.closed.duration_s: got -3 (expected a number > 0 and <= 604800 "
+        "or null)",
         "s.yaml:10: arrival.closed.concurrency: got 0 (expected an integer >= 1)",
         "s.yaml:11: warmup: got -1 (expected an integer >= 0)",
         "--set repetitions=0: repetitions: got 0 (expected an integer >= 1)",
@@ -543,7 +544,7 @@ def test_validate_command(tmp_path: Path) -> None:
     assert bad.stdout == ""
     assert bad.stderr == (
         "--set groups.a.count=0: groups.a.count: got 0 (expected an integer >= 1)\n"
-        "bad.yaml:2: seed: got 'x' (expected an integer)\n"
+        "bad.yaml:2: seed: got 'x' (expected an integer of at most 63 bits)\n"
         "--set groups.a.count=0: groups.a.count: got 0 (expected an integer >= 1)\n"
     )
 

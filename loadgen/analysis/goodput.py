@@ -14,6 +14,7 @@ from typing import Any
 
 from loadgen.analysis.aggregate import span_ns
 from loadgen.records import StreamRecord
+from loadgen.scenario.limits import MAX_SECONDS
 
 NS = 1_000_000_000
 # SLO field -> (summary stream field, factor from the SLO's unit to the field's).
@@ -73,8 +74,11 @@ def parse_slo_flag(text: str) -> dict[str, float]:
             limit = float(value)
         except ValueError:
             raise ValueError(f"--slo {text!r}: {value!r} is not a number") from None
-        if limit <= 0:
-            raise ValueError(f"--slo {text!r}: {key} must be > 0")
+        # nan passed `<= 0` and inf (1e999 too) reached the report, which then crashed.
+        if not 0 < limit <= MAX_SECONDS:
+            raise ValueError(f"--slo {text!r}: {key} must be > 0 and <= {MAX_SECONDS:.0f}")
+        if names[key.strip()] in out:
+            raise ValueError(f"--slo {text!r}: {key.strip()} given twice (expected each once)")
         out[names[key.strip()]] = limit
     if not out:
         raise ValueError(f"--slo {text!r}: no SLO given (expected e.g. ttft=2,tpot=50)")

@@ -13,13 +13,20 @@ from typing import Any
 
 import orjson
 
-from loadgen.records import (
-    MetricsSample,
-    StreamRecord,
-    count_unreadable,
-    read_metrics,
-    read_streams,
-)
+from loadgen.records import MetricsSample, StreamRecord, read_records
+
+# What each top-level run.json field must be where analysis reads it: a field of another type
+# (hand-edited, or written by a foreign tool) is dropped with a note instead of crashing the
+# report (`scenario: 5` raised AttributeError). Fields not listed are kept as they are.
+_DICT, _LIST, _STR, _INT = (dict,), (list,), (str,), (int,)
+MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "arm": _DICT, "arms": _LIST, "boots": _LIST, "boots_note": _STR, "boots_per_arm": _INT,
+    "cache_checks": _LIST, "client": _DICT, "clock": _STR, "interrupted": (bool,),
+    "model": _STR, "planned_streams": _INT, "prompt_shapes": _DICT, "scenario": _DICT,
+    "seed": _INT, "seed_source": _STR, "server": _DICT, "settings": _DICT, "flags": _DICT,
+    "slo": (dict, type(None)), "soak_end": _DICT, "speed": (int, float), "target": (dict, str),
+    "token_counter": _STR, "tool_version": _STR, "measured": _INT,
+}  # fmt: skip
 
 
 class NotARunDirectory(ValueError):
@@ -35,6 +42,9 @@ class RunInputs:
     metrics: list[MetricsSample]
     # streams.jsonl lines that could not be read (torn by a crash, or corrupt)
     unreadable_streams: int = 0
+    unreadable_metrics: int = 0
+    # run.json fields dropped for their type, as "field (a str, expected dict)"
+    dropped_fields: tuple[str, ...] = ()
 
 
 def is_run_dir(path: Path) -> bool:
@@ -66,7 +76,27 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise NotARunDirectory(f"{f}: not valid JSON ({e}); restore it or delete it") from e
     if not isinstance(data, dict):
         raise NotARunDirectory(f"{f}: expected a JSON object; restore it or delete it")
-    return data
+    return {k: v for k, v in data.items() if _typed(k, v)}
+
+
+def _typed(key: str, value: Any) -> bool:
+    want = MANIFEST_TYPES.get(key)
+    return want is None or (isinstance(value, want) and (bool in want) == (type(value) is bool))
+
+
+def dropped_fields(path: Path) -> tuple[str, ...]:
+    """run.json fields read_manifest drops for their type, each as `field (a T, expected U)`."""
+    try:
+        data = orjson.loads((path / "run.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return ()
+    if not isinstance(data, dict):
+        return ()
+    return tuple(
+        f"{k} (a {type(v).__name__}, expected {' or '.join(t.__name__ for t in MANIFEST_TYPES[k])})"
+        for k, v in data.items()
+        if not _typed(k, v)
+    )
 
 
 def load_run(path: Path) -> RunInputs:
@@ -77,9 +107,8 @@ def load_run(path: Path) -> RunInputs:
         raise NotARunDirectory(f"{path}: a sweep directory, not one run; pass arms/<arm>")
     if not is_run_dir(path):
         raise NotARunDirectory(f"{path}: not a run directory, no streams.jsonl")
-    try:
-        streams = read_streams(path)
-    except (KeyError, TypeError) as e:
-        raise NotARunDirectory(f"{path / 'streams.jsonl'}: a record lacks a field ({e})") from e
-    unreadable = count_unreadable(path / "streams.jsonl")
-    return RunInputs(read_manifest(path), streams, read_metrics(path), unreadable)
+    streams, unreadable = read_records(path / "streams.jsonl", StreamRecord.from_json)
+    metrics, bad_metrics = read_records(path / "metrics.jsonl", MetricsSample.from_json)
+    return RunInputs(
+        read_manifest(path), streams, metrics, unreadable, bad_metrics, dropped_fields(path)
+    )

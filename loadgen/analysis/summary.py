@@ -110,7 +110,7 @@ def analyze(inputs: RunInputs) -> Analysis:
     summary = {
         "schema": SCHEMA,
         "run": _run_section(manifest, records, measure, rows, timeline, ctx)
-        | {"records": _record_counts(manifest, measure, inputs.unreadable_streams)},
+        | {"records": _record_counts(manifest, measure, inputs)},
         "streams": streams,
         "groups": _groups(measure, rows, timeline, manifest, reps),
         "reps": reps,
@@ -210,14 +210,17 @@ def _target(target: Any) -> dict[str, Any] | None:
 
 
 def _record_counts(
-    manifest: dict[str, Any], measure: list[StreamRecord], unreadable: int
+    manifest: dict[str, Any], measure: list[StreamRecord], inputs: RunInputs
 ) -> dict[str, Any]:
     """Measured records against the plan: `missing` planned streams have no record (the run was
-    killed, or lines of streams.jsonl were torn or lost); None where the plan is unknown."""
+    killed, or lines of streams.jsonl were torn or lost); None where the plan is unknown. Lines
+    skipped as unreadable and run.json fields dropped for their type are counted beside."""
     planned = manifest.get("planned_streams")
     missing = None if planned is None else max(planned - len(measure), 0)
     return {"planned": planned, "measured": len(measure), "missing": missing,
-            "unreadable_lines": unreadable}  # fmt: skip
+            "unreadable_lines": inputs.unreadable_streams,
+            "unreadable_metrics_lines": inputs.unreadable_metrics,
+            "dropped_manifest_fields": list(inputs.dropped_fields)}  # fmt: skip
 
 
 def _count(items: Iterable[Any]) -> dict[str, int]:

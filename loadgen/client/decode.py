@@ -28,11 +28,12 @@ Faults inside the body do not stop reading: invalid JSON or a non-SSE line is co
 `parse_errors` and the stream is read to its end (its timing stays complete, its connection
 reusable), then marked `malformed_sse`; an `{"error": ...}` event marks it `server_error_event`.
 The first fault names the record's error. Hostile bodies get their own classes: an event over
-the parser's size cap is `line_too_long` (dropped, reading goes on), a negative usage count is
-`bad_usage`, and a stream that sends more than RUNAWAY_FACTOR x max_tokens + RUNAWAY_SLACK
-content chunks or tokens is `runaway_stream` and reading stops there, so a server that streams
-forever holds at most that many timestamps. Any excess over max_tokens is kept in the record
-(`over_max_tokens`).
+the parser's size cap is `line_too_long` (dropped, reading goes on), usage no server can mean
+(a negative count, completion tokens past the runaway limit, cached tokens beyond the prompt)
+is `bad_usage` with the server's numbers kept in the record, and a stream that sends more than
+RUNAWAY_FACTOR x max_tokens + RUNAWAY_SLACK content chunks or tokens is `runaway_stream` and
+reading stops there, so a server that streams forever holds at most that many timestamps. Any
+excess over max_tokens is kept in the record (`over_max_tokens`).
 """
 
 from __future__ import annotations
@@ -191,6 +192,25 @@ class StreamDecoder:
             return True
         return self.done_ns is not None
 
+    def _bad_usage(
+        self, prompt: int | None, completion: int, cached: int | None
+    ) -> StreamError | None:
+        """The error of usage no server can have meant, or None; the record keeps the numbers
+        as the server sent them. A few tokens over max_tokens is `over_max_tokens` on an ok
+        record; past the runaway limit (10^12 for max_tokens 16) it is not a count at all."""
+        if prompt is not None and prompt < 0:
+            return StreamError("bad_usage", f"usage.prompt_tokens is {prompt}")
+        if self._limit is not None and completion > self._limit:
+            return StreamError(
+                "bad_usage",
+                f"usage.completion_tokens is {completion} for max_tokens {self._max_tokens}",
+            )
+        if cached is not None and (cached < 0 or (prompt is not None and cached > prompt)):
+            return StreamError(
+                "bad_usage", f"usage cached_tokens {cached} is not within prompt_tokens {prompt}"
+            )
+        return None
+
     def _malformed(self, data: bytes) -> None:
         self.json_errors += 1
         self._fail("malformed_sse", f"invalid JSON in event {self.events}: {data[:80]!r}")
@@ -254,11 +274,14 @@ class StreamDecoder:
         cached = _usage_int(details, "cached_tokens") if isinstance(details, dict) else None
         done = (self.usage or {}).get("completion_tokens_details")
         reported = _usage_int(done, "reasoning_tokens") if isinstance(done, dict) else None
+        prompt = _usage_int(self.usage, "prompt_tokens")
+        if error is None:
+            error = self._bad_usage(prompt, completion if source != "chunk_count" else 0, cached)
         return StreamRecord(
             **record_fields(req),
             status="error" if error else "ok",
             error=error,
-            prompt_tokens=_usage_int(self.usage, "prompt_tokens"),
+            prompt_tokens=prompt,
             completion_tokens=completion,
             cached_tokens=cached,
             chunks=len(ns),

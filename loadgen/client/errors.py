@@ -14,6 +14,12 @@ ERROR_CLASSES = ("connect_error", "connect_timeout", "http_<status>", "first_byt
                  "runaway_stream", "not_event_stream")  # fmt: skip
 
 
+# Every answer that is not a stream (/v1/models, /metrics, /tokenize, error bodies), counted
+# after decompression: a gzip-bombed /v1/models reached 3.5 GB and an endless /metrics 3.4 GB
+# before this. 32 MiB holds /tokenize of a 2^20-token prompt (~7 MB of ids) with room.
+BODY_CAP = 32 << 20
+
+
 class ClientError(Exception):
     """A helper request (models, tokenize, metrics, warm-up) failed; the message is one line."""
 
@@ -26,6 +32,29 @@ class HTTPStatusError(ClientError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class BodyTooLarge(ClientError, OSError):
+    """An OSError too, so the launcher's urllib probes treat it as the failed read it is."""
+
+
+async def read_capped(resp: aiohttp.ClientResponse, what: str, cap: int = BODY_CAP) -> bytes:
+    """The whole (decompressed) body of a non-stream answer; BodyTooLarge past `cap` bytes,
+    having read no more than that (aiohttp inflates in bounded pieces as it is read)."""
+    buf = bytearray()
+    while chunk := await resp.content.read(1 << 16):
+        buf += chunk
+        if len(buf) > cap:
+            raise BodyTooLarge(f"{what}: body over {cap} bytes (decompressed); not read further")
+    return bytes(buf)
+
+
+def read_capped_sync(resp: Any, what: str, cap: int = BODY_CAP) -> bytes:
+    """read_capped for a urllib response (the launcher's readiness and read-back probes)."""
+    raw = resp.read(cap + 1)
+    if len(raw) > cap:
+        raise BodyTooLarge(f"{what}: body over {cap} bytes; not read further")
+    return raw
 
 
 async def error_message(resp: aiohttp.ClientResponse) -> str:

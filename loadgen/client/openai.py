@@ -38,6 +38,7 @@ from loadgen.client.errors import (
     not_event_stream,
     one_line,
     parse_json,
+    read_capped,
     wrong_content,
     wrong_content_text,
 )
@@ -57,7 +58,9 @@ _CANCELLED = StreamError("cancelled", "cancelled before the stream ended")
 
 
 class _Live:
-    """A stream in flight, as the watchdog sees it. `last_ns` is 0 until the first body read."""
+    """A stream in flight, as the watchdog sees it. `last_ns` is the last read that brought
+    content (0 until the first): comments, role-only and empty events do not reset the idle
+    timeout, or a server sending endless `: keep-alive` lines held a stream forever."""
 
     __slots__ = ("last_ns", "response_id", "rtt_us", "t_sent", "task", "timeout")
 
@@ -148,7 +151,7 @@ class OpenAIClient:
         return self._session
 
     def live_counts(self) -> tuple[int, int]:
-        """Streams in flight as (awaiting their first body byte, streaming): for progress
+        """Streams in flight as (awaiting their first content chunk, streaming): for progress
         views only; the watchdog's per-read timestamp is all it reads, so it costs nothing."""
         waiting = sum(live.last_ns == 0 for live in self._live)
         return waiting, len(self._live) - waiting
@@ -200,11 +203,15 @@ class OpenAIClient:
         live = _Live(task, t_sent)
         feed = dec.feed
 
+        chunk_ns = dec.chunk_ns
+
         def sink(chunk: bytes, now: int) -> bool:
-            if not live.last_ns:
+            if not live.last_ns and live.response_id is None:
                 live.response_id = response_id(chunk)
-            live.last_ns = now
-            return feed(chunk, now)
+            done = feed(chunk, now)
+            if chunk_ns and chunk_ns[-1] == now:  # this read brought content
+                live.last_ns = now
+            return done
 
         status: int | None = None
         t_headers: int | None = None
@@ -297,10 +304,12 @@ class OpenAIClient:
                         if not chunk:
                             break
                         now = perf_counter_ns()
-                        if not live.last_ns:
+                        if not live.last_ns and live.response_id is None:
                             live.response_id = response_id(chunk)
-                        live.last_ns = now
-                        if feed(chunk, now):
+                        done = feed(chunk, now)
+                        if dec.chunk_ns and dec.chunk_ns[-1] == now:
+                            live.last_ns = now
+                        if done:
                             break
                     if resp.connection is not None:
                         live.rtt_us = tcp_rtt_us(resp.connection.transport)
@@ -412,7 +421,7 @@ class OpenAIClient:
             counted = False
             try:
                 async with self.session.get(url, timeout=self._aux_timeout()) as resp:
-                    await resp.read()
+                    await read_capped(resp, "GET /v1/models")
                     counted = True
                     arrive()
                     await everyone.wait()
@@ -479,7 +488,7 @@ class OpenAIClient:
             async with self._aux_session.request(
                 method, self.base_url + path, data=data, timeout=self._aux_timeout()
             ) as resp:
-                raw = await resp.read()
+                raw = await read_capped(resp, f"{method} {path}")
                 if resp.status >= 400:
                     msg = error_text(raw) or resp.reason or ""
                     raise HTTPStatusError(

@@ -41,10 +41,11 @@ from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop
 from loadgen.engine.lag import quiet_collector
 from loadgen.engine.preflight import ensure_fd_limit
-from loadgen.engine.seeds import fresh_seed
+from loadgen.engine.seeds import SEED_TYPE, fresh_seed
 from loadgen.engine.target import RunError
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals, stop_exit_code
 from loadgen.request import StreamRequest
+from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS, client_problems
 from loadgen.scenario.plan import PromptSpec, salt_tags
 from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder, PromptSizeError
 
@@ -66,9 +67,11 @@ class ProbeOutcome:
 @click.option("--api-key", help="Bearer key (or OPENAI_API_KEY).")
 @click.option("--model", help="Model id; default: the first one /v1/models lists.")
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
-@click.option("--prompt-tokens", type=click.IntRange(1), default=100, show_default=True)
+@click.option(
+    "--prompt-tokens", type=click.IntRange(1, MAX_PROMPT_TOKENS), default=100, show_default=True
+)
 @click.option("--max-tokens", type=click.IntRange(1), default=128, show_default=True)
-@click.option("-n", "--count", type=click.IntRange(1), default=1, show_default=True)
+@click.option("-n", "--count", type=click.IntRange(1, MAX_STREAMS), default=1, show_default=True)
 @click.option("-c", "--concurrency", type=click.IntRange(1), default=1, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory.")
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
@@ -76,7 +79,7 @@ class ProbeOutcome:
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0)
 @click.option(
     "--seed",
-    type=int,
+    type=SEED_TYPE,
     default=None,
     help="Seed of the prompt salts (default: fresh per invocation, so no stream hits the "
     "cache an earlier one left; recorded in run.json).",
@@ -114,6 +117,9 @@ def request_cmd(**opts: Any) -> None:
         base_url, api_key = resolve_target(opts["base_url"], opts["api_key"])
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    problems = client_problems(opts["workers"], opts["ray_address"])
+    if problems:
+        raise click.UsageError("; ".join(problems))
     if opts["ray_address"]:
         try:
             import_ray()

@@ -14,8 +14,9 @@ from loadgen.records import StreamError
 
 @dataclass(frozen=True)
 class Timeouts:
-    """connect: TCP connect; first_byte: send -> first body byte (covers the whole prefill);
-    idle: the longest gap between body reads; total: send -> end (None = unbounded)."""
+    """connect: TCP connect; first_byte: send -> first content chunk (covers the whole
+    prefill); idle: the longest gap between content chunks; total: send -> end (None =
+    unbounded). Only content counts: SSE comments, role-only or empty events reset nothing."""
 
     connect_s: float = 10.0
     first_byte_s: float = 600.0
@@ -28,10 +29,8 @@ def timeout_error(kind: str, t: Timeouts) -> StreamError:
     if kind == "total":
         return StreamError("total_timeout", f"stream exceeded {t.total_s} s")
     if kind == "first_byte":
-        return StreamError(
-            "first_byte_timeout", f"no response data within {t.first_byte_s} s of send"
-        )
-    return StreamError("idle_timeout", f"no data for {t.idle_s} s mid-stream")
+        return StreamError("first_byte_timeout", f"no content within {t.first_byte_s} s of send")
+    return StreamError("idle_timeout", f"no content for {t.idle_s} s mid-stream")
 
 
 def resolve_target(base_url: str | None, api_key: str | None) -> tuple[str, str | None]:

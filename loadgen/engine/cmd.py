@@ -24,9 +24,10 @@ from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.client.target import resolve_target
 from loadgen.engine.probe_cmd import server_options, server_spec
 from loadgen.engine.run import RunOptions, run_plan
-from loadgen.engine.seeds import resolve_run_seed
+from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.target import RunError
 from loadgen.records import StreamRecord, install_stop_signals, read_streams, stop_exit_code
+from loadgen.scenario.limits import client_problems
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.prompts import PromptSizeError
@@ -100,7 +101,7 @@ OUTPUT_OPTIONS = _options(
 @click.option(
     "--seed",
     "run_seed",
-    type=int,
+    type=SEED_TYPE,
     default=None,
     help="Run seed for salts (default: a fresh one per run; recorded in run.json).",
 )
@@ -148,7 +149,7 @@ OUTPUT_OPTIONS = _options(
 @server_options
 @click.option(
     "--boot-order-seed",
-    type=int,
+    type=SEED_TYPE,
     default=None,
     help="Shuffle each round of a sweep's boots with this seed (default: A B C A B C).",
 )
@@ -212,6 +213,9 @@ def run_cmd(
         )
     if clock == "virtual" and workers not in (None, 1):
         raise click.UsageError("--clock virtual has no client to spread: drop --workers")
+    problems = client_problems(workers, ray_address)
+    if problems:
+        raise click.UsageError("; ".join(problems))
     if ray_address:
         if clock == "virtual":
             raise click.UsageError("--clock virtual has no client to spread: drop --ray")

@@ -13,9 +13,15 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import orjson
 
+from loadgen.scenario.limits import SEED_MAX
+
 SEED_BITS = 63
+# Every --seed flag: run.json stores the seed as a JSON integer, which orjson writes only up
+# to 64 bits (--seed 2^70 crashed the run at its manifest).
+SEED_TYPE = click.IntRange(-SEED_MAX, SEED_MAX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +55,6 @@ def recorded_seed(run_dir: Path) -> int:
         why = exc.strerror if isinstance(exc, OSError) else "not valid JSON"
         raise ValueError(f"--replay {run_dir}: cannot read {path}: {why}") from None
     seed = manifest.get("seed") if isinstance(manifest, dict) else None
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"--replay {run_dir}: {path} records no integer 'seed'")
+    if not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > SEED_MAX:
+        raise ValueError(f"--replay {run_dir}: {path} records no integer 'seed' within 2^63")
     return seed

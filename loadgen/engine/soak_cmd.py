@@ -10,7 +10,7 @@ import click
 from loadgen.client.target import resolve_target
 from loadgen.engine.cmd import OUTPUT_OPTIONS, TARGET_OPTIONS, execute, report_run
 from loadgen.engine.run import RunOptions
-from loadgen.engine.seeds import resolve_run_seed
+from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.soak import SoakStop, soak_scenario
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.model import SimConfig
@@ -48,7 +48,7 @@ from loadgen.scenario.soak_block import Soak, parse_duration, parse_window
     help="virtual: the sim's engine on a discrete-event clock, no HTTP (an hour in "
     "seconds; the default without --base-url); wall: real time over HTTP.",
 )
-@click.option("--seed", "run_seed", type=int, default=None, help="Run seed for salts.")
+@click.option("--seed", "run_seed", type=SEED_TYPE, default=None, help="Run seed for salts.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def soak_cmd(
     scenario: str,

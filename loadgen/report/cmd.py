@@ -3,6 +3,8 @@ end of a run (write_report): everything is recomputed from the run directory's f
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from loadgen.analysis.inputs import NotARunDirectory, is_sweep_dir, read_manifes
 from loadgen.analysis.stats import dumps_canonical
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
+from loadgen.client.errors import one_line
 from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.plots import sessions_png
 from loadgen.report.soak_report import is_soak, write_soak_report
@@ -23,6 +26,7 @@ from loadgen.report.tables import DASH, Table, num
 from loadgen.report.text import (
     header,
     hist_lines,
+    record_lines,
     render_plain,
     render_rich,
     run_tables,
@@ -37,7 +41,12 @@ def _write_run(path: Path, analysis: Analysis) -> str:
     sessions = sessions_png(s["streams"])
     body = run_body(analysis, sessions)
     plain, html = render_plain(s), render_html(analysis, body)
-    write_hlogs(path / "hist", analysis.histograms)
+    hist = path / "hist"
+    if hist.exists() and not hist.is_dir():
+        # A file where the folder should be: the rest of the report is still worth writing.
+        click.echo(f"warning: {hist} is not a folder; histogram logs not written", err=True)
+    else:
+        write_hlogs(hist, analysis.histograms)
     (path / "summary.json").write_bytes(dumps_canonical(s))
     (path / "report.txt").write_text(plain, encoding="utf-8")
     (path / "report.html").write_text(html, encoding="utf-8")
@@ -75,9 +84,12 @@ def write_report(run_dir: Path) -> str:
 
 def _sweep_rich(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:
     tables = sweep_tables(sweep)
-    for a in arms.values():
+    lost = []  # an arm's skipped lines show on the terminal too, not only in its report.txt
+    for name, a in arms.items():
         tables += run_tables(a.summary)
-    return render_rich(tables, header(sweep))
+        records = a.summary["run"].get("records") or {}
+        lost += [f"arm {name}: {x}" for x in record_lines(records) if x.startswith("!!")]
+    return render_rich(tables, header(sweep) + lost)
 
 
 def render_report(run_dir: Path) -> str:
@@ -85,6 +97,23 @@ def render_report(run_dir: Path) -> str:
     if is_sweep_dir(run_dir):
         return _sweep_rich(*analyze_sweep(run_dir))
     return _run_rich(analyze_run(run_dir).summary)
+
+
+@contextmanager
+def readable(*run_dirs: Path) -> Iterator[None]:
+    """One line, never a traceback, for a run directory analysis cannot read. Records and
+    run.json's top-level fields are checked where they are read (records.py, inputs.py); a
+    value nested deeper that is of the wrong shape (run.json's `cache_checks: [5]`) ends here."""
+    try:
+        yield
+    except NotARunDirectory as e:
+        raise click.ClickException(str(e)) from None
+    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
+        where = " / ".join(map(str, run_dirs))
+        raise click.ClickException(
+            f"{where}: a field of run.json has an unexpected shape ({type(e).__name__}: "
+            f"{one_line(e, 120)}); restore run.json from a copy or delete the field"
+        ) from None
 
 
 @click.command("report")
@@ -95,10 +124,8 @@ def report_cmd(run_dir: Path) -> None:
     RUN_DIR is a run directory (streams.jsonl, metrics.jsonl, run.json) or a sweep directory
     (arms/<arm>/ run directories): a sweep reports every arm and the across-arm tables.
     """
-    try:
+    with readable(run_dir):
         click.echo(write_report(run_dir), nl=False)
-    except NotARunDirectory as e:
-        raise click.ClickException(str(e)) from None
 
 
 def compare_table(result: dict[str, Any], a: Path, b: Path) -> Table:
@@ -143,10 +170,8 @@ def compare_cmd(run_a: Path, run_b: Path) -> None:
     """Compare two run directories per group (median TTFT, decode tok/s, chunks/s, e2e): the
     difference against each run's own rep-to-rep spread, "within noise" when it does not exceed
     it."""
-    try:
+    with readable(run_a, run_b):
         result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary)
-    except NotARunDirectory as e:
-        raise click.ClickException(str(e)) from None
     if not result["rows"]:
         only_a, only_b = (
             ", ".join(result["only_a"]) or "none",

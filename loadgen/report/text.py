@@ -84,7 +84,7 @@ def header(summary: dict[str, Any]) -> list[str]:
             f" ({base['source']}) | prompt tokens by {run.get('token_counter') or DASH}"
         )
     lines += reuse_lines(run.get("trace_reuse"))
-    lines += _record_lines(run.get("records") or {})
+    lines += record_lines(run.get("records") or {})
     if run.get("boots_per_arm"):
         lines.append(f"boots per arm: {run['boots_per_arm']} ({run.get('boots_note') or ''})")
     if run.get("interrupted"):
@@ -112,7 +112,7 @@ def user_server_lines(run: dict[str, Any]) -> list[str]:
     return out
 
 
-def _record_lines(rec: dict[str, Any]) -> list[str]:
+def record_lines(rec: dict[str, Any]) -> list[str]:
     """Measured of planned, and what is missing: a lost record is never silent."""
     if not rec:
         return []
@@ -125,6 +125,12 @@ def _record_lines(rec: dict[str, Any]) -> list[str]:
         )
     if rec.get("unreadable_lines"):
         out.append(f"!! TORN: {rec['unreadable_lines']} line(s) of streams.jsonl could not be read")
+    if rec.get("unreadable_metrics_lines"):
+        n = rec["unreadable_metrics_lines"]
+        out.append(f"!! TORN: {n} line(s) of metrics.jsonl could not be read")
+    if rec.get("dropped_manifest_fields"):
+        fields = ", ".join(rec["dropped_manifest_fields"])
+        out.append(f"!! run.json: ignored field(s) of the wrong type: {fields}")
     return out
 
 

@@ -37,11 +37,19 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def integer(minimum: int | None = None, *, nullable: bool = False) -> Rule:
-    expect = "an integer" if minimum is None else f"an integer >= {minimum}"
+def integer(
+    minimum: int | None = None, maximum: int | None = None, *, nullable: bool = False
+) -> Rule:
+    """An integer in [minimum, maximum]; a maximum comes from scenario/limits.py's table."""
+    parts = [
+        f"{op} {bound}" for bound, op in ((minimum, ">="), (maximum, "<=")) if bound is not None
+    ]
+    expect = " ".join(["an integer", " and ".join(parts)]).rstrip()
     return Rule(
         expect + (" or null" if nullable else ""),
-        lambda v: _is_int(v) and (minimum is None or v >= minimum),
+        lambda v: (
+            _is_int(v) and (minimum is None or v >= minimum) and (maximum is None or v <= maximum)
+        ),
         nullable=nullable,
     )
 

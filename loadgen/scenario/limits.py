@@ -12,6 +12,19 @@ aliases expand without end would otherwise pass `validate` and then hang while m
 - A request's prompt plus max_tokens must fit the target's window: the sim's max_model_len
   (SIM_MAX_MODEL_LEN unless the scenario's `sim:` block sets one), or an external server's
   `max_model_len` from /v1/models when it gives one (checked at run start).
+- MAX_ARMS: arms of a sweep, counted from its axes before any arm is built (a 6 x 10 sweep
+  asked for 10^6 and held 263 MB before it had built them).
+- MAX_SECONDS: any one time a scenario states (think, interval, duration, start) and the
+  planned span of one arm (a trace after time_scale, a session's turns of thinking, an open
+  loop's count / rate): a week. MAX_TIME_SCALE bounds a trace's time_scale.
+- MAX_WORKERS and WORKERS_PER_CORE: client processes (`--workers`); each is a whole Python
+  process with its own pipes, so 5000 forked without end and 100000 hit EMFILE after 55 s.
+- MAX_SIM_BLOCKS and SIM_SPEED: the built-in sim's KV pool (it holds a few lists per block:
+  4M blocks took 680 MB, 10^12 a MemoryError) and its time factor (speed 1e-9 stretched a
+  smoke run's virtual time until it never ended).
+- SEED_MAX: seeds are stored as JSON integers, which orjson writes only up to 64 bits.
+- Command-line SLOs must be finite numbers (nan, inf and 1e999 passed `> 0` or crashed
+  the report), each key once.
 """
 
 from __future__ import annotations
@@ -19,18 +32,109 @@ from __future__ import annotations
 import math
 import os
 
-from loadgen.scenario.model import DURATION_REQUEST_CAP, Closed, Gamma, Poisson, Scenario, Trace
+from loadgen.scenario.model import (
+    DURATION_REQUEST_CAP,
+    Closed,
+    Gamma,
+    Poisson,
+    Scenario,
+    Staggered,
+    Trace,
+)
 
-MAX_STREAMS = int(os.environ.get("LOADGEN_MAX_STREAMS", 100_000))
-MAX_PROMPT_TOKENS = int(os.environ.get("LOADGEN_MAX_PROMPT_TOKENS", 1 << 20))
+# Problems with the limits' own environment variables, reported by size_problems (an import
+# must not raise: LOADGEN_MAX_STREAMS=abc used to crash every command with a traceback).
+ENV_PROBLEMS: list[str] = []
+
+
+def _env_limit(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if raw.strip().isdigit() and int(raw) >= 1:
+        return int(raw)
+    ENV_PROBLEMS.append(
+        f"{name}: got {raw!r} (expected a whole number >= 1; unset it for {default})"
+    )
+    return default
+
+
+MAX_STREAMS = _env_limit("LOADGEN_MAX_STREAMS", 100_000)
+MAX_PROMPT_TOKENS = _env_limit("LOADGEN_MAX_PROMPT_TOKENS", 1 << 20)
 MAX_YAML_NODES = 100_000
 SIM_MAX_MODEL_LEN = 8192
+MAX_ARMS = 1000
+MAX_SECONDS = 7 * 86_400.0
+MAX_TIME_SCALE = 1000.0
+MAX_WORKERS = 256
+WORKERS_PER_CORE = 4
+SEED_MAX = (1 << 63) - 1
+MAX_SIM_BLOCKS = 1 << 20
+SIM_SPEED = (0.001, 1000.0)
+
+
+def worker_limit(*, ray: bool, cores: int | None = None) -> int:
+    """The most `--workers` a run may ask for: WORKERS_PER_CORE per local core for processes
+    (more only share the cores), MAX_WORKERS either way (Ray actors run on other hosts)."""
+    if ray:
+        return MAX_WORKERS
+    return min(MAX_WORKERS, WORKERS_PER_CORE * (cores or os.cpu_count() or 1))
+
+
+def workers_problem(workers: int, *, ray: bool) -> str | None:
+    """Why `--workers N` cannot run, one line naming the flag and the limit, or None."""
+    limit = worker_limit(ray=ray)
+    if workers <= limit:
+        return None
+    where = "Ray actors" if ray else f"{WORKERS_PER_CORE} per core on this host"
+    return (
+        f"--workers {workers}: more than the limit of {limit} ({where}; expected at most {limit})"
+    )
+
+
+def client_problems(workers: int | None, ray_address: str | None) -> list[str]:
+    """What is wrong with `--workers` / `--ray` before any worker starts, one line each."""
+    out = []
+    if ray_address is not None and not ray_address.strip():
+        out.append("--ray '': no address (expected auto, HOST:PORT or local)")
+    if workers is not None:
+        problem = workers_problem(workers, ray=bool(ray_address))
+        if problem:
+            out.append(problem)
+    return out
+
+
+def arms_problem(sizes: list[int]) -> str | None:
+    """Why a sweep with axes of these lengths has too many arms, or None; counted, not built."""
+    arms = math.prod(sizes)
+    if arms <= MAX_ARMS:
+        return None
+    product = " x ".join(map(str, sizes))
+    return f"{product} = {arms} arms exceed the limit of {MAX_ARMS} (expected fewer axis values)"
+
+
+def planned_seconds(s: Scenario) -> float:
+    """A lower bound on how long one rep of `s` takes by its own schedule: its last start, a
+    trace's span, an open loop's count / rate or duration, a session's thinking."""
+    a = s.arrival
+    starts = [g.start_s for g in s.groups]
+    if isinstance(a, Staggered):
+        starts.append(a.interval_s * max(0, sum(g.count for g in s.groups) - 1))
+    elif isinstance(a, Trace) and a.rows:
+        starts.append(a.rows[-1].offset_ns / 1e9)
+    elif isinstance(a, Poisson | Gamma):
+        starts.append(a.duration_s or (a.count or 0) / a.rate_per_s)
+    elif isinstance(a, Closed) and a.duration_s:
+        starts.append(a.duration_s)
+    thinking = [g.session.think_s * (g.session.turns - 1) for g in s.groups if g.session]
+    return max(starts, default=0.0) + max(thinking, default=0.0)
 
 
 def planned_streams(s: Scenario) -> int:
-    """Requests one arm of `s` sends: warmup plus every rep (an upper bound under a duration)."""
+    """Requests one arm of `s` sends: warmup plus every rep (an upper bound under a duration);
+    a session group sends one request per turn of each of its sessions."""
     a = s.arrival
-    per_rep = sum(g.count for g in s.groups)
+    per_rep = sum(g.count * (g.session.turns if g.session else 1) for g in s.groups)
     if isinstance(a, Trace):
         per_rep = len(a.rows)
     elif isinstance(a, Closed | Poisson | Gamma):
@@ -79,7 +183,7 @@ def window_problem(s: Scenario, window: int, target: str) -> str | None:
 
 def size_problems(arms: list[Scenario]) -> list[str]:
     """Plan-size and prompt-size limits broken by the arms of a scenario, one line each."""
-    problems = []
+    problems = list(ENV_PROBLEMS)
     total = sum(planned_streams(s) for s in arms)
     if total > MAX_STREAMS:
         problems.append(
@@ -93,4 +197,11 @@ def size_problems(arms: list[Scenario]) -> list[str]:
                 "(expected fewer; set LOADGEN_MAX_PROMPT_TOKENS to allow more)"
             )
             break
+    span = max((planned_seconds(s) for s in arms), default=0.0)
+    if span > MAX_SECONDS:
+        problems.append(
+            f"plan: one rep is scheduled over {span:.3g} s, beyond the limit of "
+            f"{MAX_SECONDS:.0f} s (a week; expected shorter waits, a smaller time_scale or "
+            "a faster rate)"
+        )
     return problems

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.scenario.checks import Checker, did_you_mean, integer, show
-from loadgen.scenario.limits import size_problems
+from loadgen.scenario.limits import arms_problem, size_problems
 from loadgen.scenario.marked_yaml import (
     MarkedList,
     MarkedMap,
@@ -121,6 +121,9 @@ def _sweep(
         axes.append((key, tuple(values), values.item_locs))
     if not axes and set(m) <= {"boots_per_arm"}:
         c.add(m.loc, "sweep", "no axes (expected at least one server flag or --set path)")
+    too_many = arms_problem([len(values) for _, values, _ in axes])
+    if too_many:
+        c.add(m.loc, "sweep", too_many)
     if c.errors or base is None:
         return None
     arms = tuple(_arm(c, root, source, display, point) for point in _points(axes))

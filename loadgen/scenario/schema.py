@@ -24,6 +24,7 @@ from loadgen.scenario.checks import (
     number,
     show,
 )
+from loadgen.scenario.limits import MAX_SECONDS, SEED_MAX
 from loadgen.scenario.marked_yaml import MarkedMap
 from loadgen.scenario.model import (
     API_KINDS,
@@ -67,6 +68,10 @@ PROMPT_KEYS = ("tokens", "shape", "cache", "prefix_tokens")
 TOKENS = integer(MIN_PROMPT_TOKENS)
 MAYBE_TOKENS = integer(MIN_PROMPT_TOKENS, nullable=True)
 POSITIVE = integer(1)
+SEED = Rule(
+    "an integer of at most 63 bits",
+    lambda v: integer().accepts(v) and abs(v) <= SEED_MAX,
+)
 OPTIONAL_TEXT = Rule("a string or null", lambda v: v is None or isinstance(v, str), nullable=True)
 SHAPE_EXPECT = "prose, code or {file: path}"
 FROM_TRACE = "set by each trace row (expected no value here: remove it)"
@@ -89,7 +94,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         description=c.field(root, "description", "", TEXT, ""),
         api=api,
         chat_template_kwargs=_template_kwargs(c, root, api),
-        seed=c.field(root, "seed", "", integer()),
+        seed=c.field(root, "seed", "", SEED),
         model=c.field(root, "model", "", OPTIONAL_TEXT, None),
         groups=_groups(c, root, base_dir, arrival),
         arrival=arrival,
@@ -149,7 +154,7 @@ def _group(c: Checker, m: MarkedMap, path: str, base_dir: Path, arrival: Arrival
     if None not in (max_tokens, min_tokens) and min_tokens > max_tokens:
         message = f"got {min_tokens} (expected <= max_tokens, {max_tokens})"
         c.at_value(m, "min_tokens", path, message)
-    start = c.field(m, "start", path, number(ge=0), 0.0)
+    start = c.field(m, "start", path, number(ge=0, le=MAX_SECONDS), 0.0)
     if start and arrival is not None and arrival.kind not in OPEN_LOOP_START_KINDS:
         why = f"got {show(m['start'])} under a {arrival.kind} arrival"
         c.at_value(m, "start", path, f"{why} (expected start only with together or staggered)")

@@ -17,6 +17,7 @@ from loadgen.scenario.checks import (
     number,
     show,
 )
+from loadgen.scenario.limits import MAX_SECONDS, MAX_SIM_BLOCKS, MAX_TIME_SCALE, SIM_SPEED
 from loadgen.scenario.marked_yaml import MarkedMap
 from loadgen.scenario.model import (
     DEFAULT_TRACE_BLOCK_TOKENS,
@@ -51,11 +52,11 @@ SIM_RULES = {
     "max_num_seqs": integer(1),
     "max_num_batched_tokens": integer(1),
     "block_size": integer(1),
-    "num_gpu_blocks": integer(1),
+    "num_gpu_blocks": integer(1, MAX_SIM_BLOCKS),
     "enable_prefix_caching": BOOL,
     "num_speculative_tokens": integer(0),
     "acceptance_rate": number(ge=0, le=1),
-    "speed": number(gt=0),
+    "speed": number(ge=SIM_SPEED[0], le=SIM_SPEED[1]),
     "max_model_len": integer(1),
     "reasoning_tokens": integer(0),
 }
@@ -65,8 +66,10 @@ FAULT_FORMS = (
 )
 POSITIVE = integer(1)
 MAYBE_POSITIVE = integer(1, nullable=True)
-SECONDS = number(gt=0)
-MAYBE_SECONDS = number(gt=0, nullable=True)
+SECONDS = number(gt=0, le=MAX_SECONDS)
+MAYBE_SECONDS = number(gt=0, le=MAX_SECONDS, nullable=True)
+RATE = number(gt=0)
+TIME_SCALE = number(gt=0, le=MAX_TIME_SCALE)
 
 
 def arrival(c: Checker, root: MarkedMap, base_dir: Path) -> Arrival | None:
@@ -107,17 +110,17 @@ def arrival(c: Checker, root: MarkedMap, base_dir: Path) -> Arrival | None:
     duration = c.field(params, "duration_s", path, MAYBE_SECONDS, None)
     if kind == "closed":
         return Closed(c.field(params, "concurrency", path, POSITIVE), count, duration)
-    rate = c.field(params, "rate_per_s", path, SECONDS)
+    rate = c.field(params, "rate_per_s", path, RATE)
     if kind == "poisson":
         return Poisson(rate, count, duration)
-    return Gamma(rate, c.field(params, "burstiness", path, SECONDS), count, duration)
+    return Gamma(rate, c.field(params, "burstiness", path, RATE), count, duration)
 
 
 def _trace(c: Checker, params: MarkedMap, path: str, base_dir: Path) -> Trace | None:
     name = c.field(params, "path", path, TEXT)
     fmt = c.field(params, "format", path, choice(TRACE_FORMATS), None)
     limit = c.field(params, "limit", path, MAYBE_POSITIVE, None)
-    scale = c.field(params, "time_scale", path, SECONDS, 1.0)
+    scale = c.field(params, "time_scale", path, TIME_SCALE, 1.0)
     sharing = c.field(params, "sharing", path, choice(TRACE_SHARING), None)
     block_tokens = c.field(params, "block_tokens", path, MAYBE_POSITIVE, None)
     if name is None or scale is None:

@@ -4,6 +4,7 @@ schema.py: every error noted with its file:line, None returned for a bad block."
 from __future__ import annotations
 
 from loadgen.scenario.checks import Checker, choice, integer, join, number, show
+from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_SECONDS, MAX_STREAMS
 from loadgen.scenario.marked_yaml import MarkedMap
 from loadgen.scenario.model import (
     MIN_PROMPT_TOKENS,
@@ -16,7 +17,7 @@ from loadgen.scenario.model import (
 SESSION_KEYS = (
     "turns", "system_tokens", "user_tokens", "max_context_tokens", "think_s", "think",
 )  # fmt: skip
-TOKENS = integer(MIN_PROMPT_TOKENS)
+TOKENS = integer(MIN_PROMPT_TOKENS, MAX_PROMPT_TOKENS)
 
 
 def session(
@@ -31,11 +32,11 @@ def session(
     if arrival is not None and arrival.kind not in OPEN_LOOP_START_KINDS:
         why = f"got a session group under a {arrival.kind} arrival"
         c.at_key(group, "session", path, f"{why} (expected arrival together or staggered)")
-    turns = c.field(m, "turns", spath, integer(1))
+    turns = c.field(m, "turns", spath, integer(1, MAX_STREAMS))
     system = c.field(m, "system_tokens", spath, TOKENS)
     user = c.field(m, "user_tokens", spath, TOKENS)
     cap = c.field(m, "max_context_tokens", spath, integer(MIN_PROMPT_TOKENS, nullable=True), None)
-    think_s = c.field(m, "think_s", spath, number(ge=0), 0.0)
+    think_s = c.field(m, "think_s", spath, number(ge=0, le=MAX_SECONDS), 0.0)
     think = c.field(m, "think", spath, choice(THINK_KINDS), "fixed")
     if None not in (cap, system, user) and cap < system + user:
         first = system + user

@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadgen.client.errors import read_capped_sync
 from loadgen.server import installs
 from loadgen.server.bootlog import parse_boot_log, parse_boot_notes
 from loadgen.server.llamacpp import LlamaCppProfile
@@ -137,7 +138,7 @@ def _http_get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
     """(status, body); status 0 when nothing answered."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            return resp.status, resp.read().decode("utf-8", "replace")
+            return resp.status, read_capped_sync(resp, url).decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         return e.code, ""
     except (OSError, TimeoutError):

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from loadgen.client.errors import read_capped_sync
+
 # Variables worth recording beyond the ones the launch set: the knobs that change a server's
 # behaviour without a flag. Anything else (tokens, keys, paths of the user's shell) stays out.
 RECORDED_PREFIXES = ("VLLM_", "LLAMA_", "OMP_", "MKL_", "HF_", "TRANSFORMERS_", "CUDA_", "PYTORCH_")
@@ -43,7 +45,7 @@ def _request(url: str, body: dict | None = None, timeout_s: float = 30.0) -> Any
     headers = {"Content-Type": "application/json"} if data else {}
     req = urllib.request.Request(url, data=data, headers=headers)
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return json.loads(resp.read().decode("utf-8", "replace"))
+        return json.loads(read_capped_sync(resp, url).decode("utf-8", "replace"))
 
 
 def server_version(url: str) -> str | None:

@@ -15,6 +15,7 @@ import sys
 
 import click
 
+from loadgen.scenario.limits import MAX_SIM_BLOCKS, SIM_SPEED
 from loadgen.server.launcher import PARENT_PID_ENV
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.faults import parse_fault_options
@@ -39,8 +40,8 @@ _ORPHAN_POLL_S = 0.5
 @click.option("--block-size", type=click.IntRange(min=1), default=_DEFAULTS.block_size,
               show_default=True)  # fmt: skip
 @click.option("--num-gpu-blocks", "--num-gpu-blocks-override", "num_gpu_blocks",
-              type=click.IntRange(min=1), default=_DEFAULTS.num_gpu_blocks, show_default=True,
-              help="KV pool size in blocks.")  # fmt: skip
+              type=click.IntRange(1, MAX_SIM_BLOCKS), default=_DEFAULTS.num_gpu_blocks,
+              show_default=True, help="KV pool size in blocks.")  # fmt: skip
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching",
               default=_DEFAULTS.enable_prefix_caching, show_default=True)  # fmt: skip
 @click.option("--long-prefill-token-threshold", type=click.IntRange(min=0),
@@ -51,7 +52,7 @@ _ORPHAN_POLL_S = 0.5
 @click.option("--acceptance-rate", type=click.FloatRange(0.0, 1.0),
               default=_DEFAULTS.acceptance_rate, show_default=True)  # fmt: skip
 @click.option("--max-model-len", type=click.IntRange(min=1), default=8192, show_default=True)
-@click.option("--speed", type=click.FloatRange(min=0.0, min_open=True), default=1.0,
+@click.option("--speed", type=click.FloatRange(*SIM_SPEED), default=1.0,
               show_default=True, help="Time factor: 2 runs the engine twice as fast.")  # fmt: skip
 @click.option("--request-overhead-s", type=click.FloatRange(min=0.0),
               default=_DEFAULTS.request_overhead_s, show_default=True,

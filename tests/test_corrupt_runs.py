@@ -1,0 +1,144 @@
+"""Corrupt or partial run directories (issue #20): `report` and `compare` skip and count what
+they cannot read, report the rest, and never show a traceback."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+from cli_support import assert_one_line_error, loadgen
+
+from loadgen.analysis.inputs import load_run, read_manifest
+from loadgen.records import MetricsSample, StreamRecord, read_records
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("runs")
+    proc = loadgen("run", "smoke", "--clock", "virtual", "--seed", "1", "--out", out,
+                   "--no-progress")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+@pytest.fixture
+def run_copy(smoke_run: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_run, copy)
+    return copy
+
+
+def _insert_line(path: Path, line: bytes, at: int = 1) -> None:
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines[:at], line + b"\n", *lines[at:]]))
+
+
+def _retype(path: Path, index: int, **fields: object) -> None:
+    lines = path.read_bytes().splitlines()
+    obj = orjson.loads(lines[index]) | fields
+    lines[index] = orjson.dumps(obj)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+
+def _report(run_dir: Path) -> str:
+    proc = loadgen("report", run_dir, timeout_s=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("line", [b"[1,2,3]", b"null", b"7", b'"text"', b"{not json"])
+def test_a_line_that_is_not_a_record_is_skipped_and_counted(run_copy: Path, line: bytes) -> None:
+    _insert_line(run_copy / "streams.jsonl", line)
+    out = _report(run_copy)
+    assert "records: 4 measured of 4 planned" in out  # every real record still read
+    assert "!! TORN: 1 line(s) of streams.jsonl could not be read" in out
+
+
+def test_a_record_with_a_wrongly_typed_field_is_skipped_and_counted(run_copy: Path) -> None:
+    _retype(run_copy / "streams.jsonl", 0, t_sent_ns="abc")
+    _retype(run_copy / "streams.jsonl", 1, chunk_ns=[1, "x"])
+    out = _report(run_copy)
+    assert "records: 2 measured of 4 planned" in out
+    assert "!! TORN: 2 line(s) of streams.jsonl could not be read" in out
+
+
+def test_a_clean_run_reports_no_skipped_line(smoke_run: Path, run_copy: Path) -> None:
+    out = _report(run_copy)
+    assert "records: 4 measured of 4 planned" in out and "!!" not in out
+    inputs = load_run(smoke_run)
+    assert (inputs.unreadable_streams, inputs.unreadable_metrics, inputs.dropped_fields) == (
+        0, 0, (),
+    )  # fmt: skip
+
+
+def test_a_bad_metrics_line_is_skipped_and_counted(run_copy: Path) -> None:
+    metrics = run_copy / "metrics.jsonl"
+    good = len(load_run(run_copy).metrics)
+    _insert_line(metrics, b"[1]")
+    _insert_line(metrics, b'{"t_ns": "x", "values": {}}')
+    _insert_line(metrics, b'{"t_ns": 5, "values": {"kv_cache_usage_perc": "high"}}')
+    assert len(load_run(run_copy).metrics) == good
+    out = _report(run_copy)
+    assert "!! TORN: 3 line(s) of metrics.jsonl could not be read" in out
+
+
+def test_a_wrongly_typed_run_json_field_is_dropped_with_a_note(run_copy: Path) -> None:
+    manifest = orjson.loads((run_copy / "run.json").read_bytes())
+    manifest |= {"planned_streams": "many", "scenario": 5, "seed": True, "client": [1]}
+    (run_copy / "run.json").write_bytes(orjson.dumps(manifest))
+    kept = read_manifest(run_copy)
+    assert not {"planned_streams", "scenario", "seed", "client"} & set(kept)
+    assert kept["clock"] == "virtual"  # the well-typed fields stay
+    out = _report(run_copy)
+    assert "records: 4 measured of - planned" in out
+    assert (
+        "!! run.json: ignored field(s) of the wrong type: client (a list, expected dict), "
+        "planned_streams (a str, expected int), scenario (a int, expected dict), seed (a bool, "
+        "expected int)"
+    ) in " ".join(out.split())
+
+
+def test_a_deeper_wrong_shape_in_run_json_is_one_line(run_copy: Path) -> None:
+    manifest = orjson.loads((run_copy / "run.json").read_bytes())
+    (run_copy / "run.json").write_bytes(orjson.dumps(manifest | {"cache_checks": [5]}))
+    line = assert_one_line_error(loadgen("report", run_copy, timeout_s=60))
+    assert line.startswith(f"Error: {run_copy}: a field of run.json has an unexpected shape (")
+
+
+def test_hist_as_a_file_still_reports_the_rest(run_copy: Path) -> None:
+    shutil.rmtree(run_copy / "hist")
+    (run_copy / "hist").write_text("not a folder")
+    (run_copy / "summary.json").unlink()
+    proc = loadgen("report", run_copy, timeout_s=60)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"warning: {run_copy / 'hist'} is not a folder; histogram logs not written" in (
+        proc.stderr
+    )
+    assert (run_copy / "summary.json").is_file()
+
+
+def test_a_sweep_whose_arm_has_a_bad_line_reports_every_arm(tmp_path: Path) -> None:
+    proc = loadgen("run", "politeness", "--clock", "virtual", "--seed", "1", "--out", tmp_path,
+                   "--no-progress", timeout_s=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (sweep,) = tmp_path.iterdir()
+    arms = sorted((sweep / "arms").iterdir())
+    _insert_line(arms[0] / "streams.jsonl", b"[1]")
+    out = _report(sweep)
+    assert f"arm {arms[0].name}: !! TORN: 1 line(s) of streams.jsonl could not be read" in out
+    assert all(f"arm {a.name}: !!" not in out for a in arms[1:])
+    compare = loadgen("compare", arms[0], arms[1], timeout_s=60)
+    assert compare.returncode == 0 and "Traceback" not in compare.stderr, compare.stderr
+
+
+def test_the_reader_counts_every_kind_of_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    good = orjson.dumps({"t_ns": 1, "values": {"x": 1.0}})
+    path.write_bytes(b"\n".join([good, b"[1]", b"", b"null", b'{"t_ns": 2.5}', good, b'{"t_']))
+    samples, bad = read_records(path, MetricsSample.from_json)
+    assert samples == [MetricsSample(1, {"x": 1.0}), MetricsSample(1, {"x": 1.0})]
+    assert bad == 4  # [1], null, a float t_ns, the torn last line; the blank line is no record
+    assert read_records(tmp_path / "absent.jsonl", StreamRecord.from_json) == ([], 0)
