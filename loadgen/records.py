@@ -92,6 +92,9 @@ class StreamRecord:
     # Which worker streamed it where a run had several (e.g. "ray:10.0.0.5:4242"); None for a
     # single process.
     worker: str | None = None
+    # The plan's intent (StreamRequest.cold): True when every prompt token was salted, False
+    # when the prompt was meant to share cached blocks, None in records written before it.
+    cold: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
