@@ -109,6 +109,9 @@ class StreamRecord:
     t_last_reasoning_ns: int | None = None
     reasoning_tokens: int | None = None
     reasoning_token_source: str | None = None
+    # The plan's intent (StreamRequest.cold): True when every prompt token was salted, False
+    # when the prompt was meant to share cached blocks, None in records written before it.
+    cold: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

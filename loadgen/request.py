@@ -36,6 +36,10 @@ class StreamRequest:
     session: str | None = None
     turn: int | None = None
     keep_text: bool = False
+    # Meant to be cold: the plan salted every token of the prompt, so no earlier request can
+    # share a block of it (a session's later turns and hash_ids trace rows are meant to hit);
+    # None where the sender did not say. Only such a stream may raise a WARM CACHE.
+    cold: bool | None = None
     # Pass-through body fields (temperature, seed, ...); they override nothing above.
     extra_body: dict[str, Any] = field(default_factory=dict)
 
@@ -46,7 +50,7 @@ def record_fields(req: StreamRequest) -> dict[str, Any]:
     return {
         "id": req.id, "group": req.group, "rep": req.rep, "phase": req.phase, "arm": req.arm,
         "api": req.api, "model": req.model, "requested_prompt_tokens": req.requested_prompt_tokens,
-        "t_intended_ns": req.t_intended_ns, "max_tokens": req.max_tokens,
+        "t_intended_ns": req.t_intended_ns, "max_tokens": req.max_tokens, "cold": req.cold,
     }  # fmt: skip
 
 

@@ -185,17 +185,21 @@ async def test_probe_prompts_without_tokenize_are_labelled_estimated() -> None:
     assert [(p.tokens, p.method) for p in prompts] == [(40, "estimate")] * 2
 
 
-def test_cli_request_prints_each_stream_and_writes_the_run_directory(tmp_path: Path) -> None:
+def test_cli_request_prints_the_summary_and_writes_the_run_directory(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cfg = PacedConfig(ttft_s=0.01, gap_s=0.002, tokens_per_chunk=2)
     with ThreadedPacedServer(cfg) as srv:
         args = ["request", "--base-url", srv.url + "/v1", "--prompt-tokens", "30"]
-        args += ["--max-tokens", "10", "-n", "3", "-c", "2", "--out", str(out)]
-        result = CliRunner().invoke(main, args)
+        args += ["--max-tokens", "10", "-n", "3", "-c", "2"]
+        result = CliRunner().invoke(main, [*args, "--out", str(out)])
+        rows = CliRunner().invoke(main, [*args, "--per-stream"])
     assert result.exit_code == 0, result.output
     assert "model paced" in result.output and "exact" in result.output
-    for i in range(3):
-        assert f"r000{i}" in result.output
+    assert "over ok streams" in result.output
+    # All ok: the summary only; --per-stream adds a row per stream.
+    assert [f"r000{i}" in result.output for i in range(3)] == [False] * 3
+    assert rows.exit_code == 0, rows.output
+    assert [f"r000{i}" in rows.output for i in range(3)] == [True] * 3
     recs = read_streams(out)
     assert sorted(r.id for r in recs) == ["r0000", "r0001", "r0002"]
     assert {(r.status, r.completion_tokens, r.chunks, r.prompt_tokens) for r in recs} == {

@@ -139,6 +139,8 @@ def test_cli_exits_nonzero_with_a_one_line_summary(tmp_path: Path) -> None:
     assert last == "Error: 3 of 6 streams failed: http_500 x2, idle_timeout x1"
     recs = read_streams(out)
     assert len(recs) == 6 and sum(r.status == "ok" for r in recs) == 3
+    # Without --per-stream only the failing streams get a row (issue 18 item 9).
+    assert {r.id: r.id in result.output for r in recs} == {r.id: r.status != "ok" for r in recs}
 
 
 def test_cli_unreachable_server_is_one_line_without_traceback() -> None:

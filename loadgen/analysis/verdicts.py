@@ -74,7 +74,7 @@ from loadgen.analysis.selferror import client_error_evidence
 from loadgen.analysis.stats import median
 from loadgen.analysis.streams import pieces_rate, window_rate
 from loadgen.analysis.timeline import Timeline
-from loadgen.analysis.warmth import cache_warmth, salted_groups
+from loadgen.analysis.warmth import cache_warmth, meant_cold, salted_groups
 from loadgen.records import MetricsSample, StreamRecord
 
 NS = rates.NS
@@ -131,6 +131,11 @@ class VerdictContext:
     cached: CacheEstimates = field(default_factory=CacheEstimates)
 
 
+def _all_cold(measured: list[StreamRecord], salted: frozenset[str]) -> bool:
+    """Every measured stream meant to be cold: the server-wide hit counter then witnesses."""
+    return bool(measured) and all(meant_cold(r, salted) for r in measured)
+
+
 def build_context(
     records: list[StreamRecord], timeline: Timeline, manifest: dict[str, Any]
 ) -> VerdictContext:
@@ -156,7 +161,7 @@ def build_context(
         loop_lag_max_ms=client.get("loop_lag_max_ms"),
         salted=salted,
         cached=est,
-        all_salted=bool(salted) and {r.group for r in records if r.phase == "measure"} <= salted,
+        all_salted=_all_cold([r for r in records if r.phase == "measure"], salted),
     )
 
 

@@ -10,8 +10,14 @@ Two witnesses, the first that speaks wins:
    `--enable-prompt-tokens-details`, the sim). Warm when more than WARM_SHARE of its prompt.
 2. `prefix_hits_counter`: otherwise the server's `prefix_cache_hits_total` (tokens) rose by more
    than WARM_SHARE of its prompt between the polls around its wait for a first token. The
-   counter is server-wide, so it is used only when every measured group is salted: then any
-   hit is a hit some salted stream should not have had.
+   counter is server-wide, so it is used only when every measured stream is meant to be cold:
+   then any hit is a hit some salted stream should not have had.
+
+"Meant to be cold" is the plan's intent carried on each record (`cold`): a salted prompt is,
+a session's later turns (they resend the conversation) and hash_ids trace rows (they share
+blocks on purpose) are not. Guessing it from the group's `cache: salted` flagged 28 of
+agent_sessions' 32 turns as warm on a fresh engine; the group is used only for records
+written before `cold` existed.
 """
 
 from __future__ import annotations
@@ -40,11 +46,16 @@ def salted_groups(manifest: dict[str, Any]) -> frozenset[str]:
     )
 
 
+def meant_cold(rec: StreamRecord, salted: frozenset[str]) -> bool:
+    """The plan meant `rec` to be cold (module docstring); old records: its group is salted."""
+    return rec.cold if rec.cold is not None else rec.group in salted
+
+
 def cache_warmth(
     rec: StreamRecord, timeline: Timeline, salted: frozenset[str], *, counter_usable: bool
 ) -> dict[str, Any] | None:
     """Evidence that a salted measured stream was served from cache, or None."""
-    if rec.phase != "measure" or rec.group not in salted or rec.status != "ok":
+    if rec.phase != "measure" or not meant_cold(rec, salted) or rec.status != "ok":
         return None
     prompt = prompt_size(rec)
     if not prompt or rec.t_sent_ns is None or rec.t_first_ns is None:
@@ -71,7 +82,7 @@ def cache_warmth(
         "prompt_tokens": prompt,
         "reason": (
             f"salted prompt, yet the server's prefix-hit counter rose by {hits:g} tokens while "
-            "it waited for its first token (every group is salted): a cache hit, not a prefill"
+            "it waited for its first token (every stream is salted): a cache hit, not a prefill"
         ),
     }
 

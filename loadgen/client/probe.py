@@ -108,6 +108,11 @@ class ProbeOutcome:
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds from send to end of a stream; default unbounded.",
 )
+@click.option(
+    "--per-stream",
+    is_flag=True,
+    help="Print a row per stream (default: the summary, and rows only for failed streams).",
+)
 def request_cmd(**opts: Any) -> None:
     """Fire COUNT streams at CONCURRENCY and print TTFT, decode-only tok/s, tokens and chunks."""
     opts["seed_source"] = "fresh" if opts["seed"] is None else "user"
@@ -353,26 +358,10 @@ def _print_tables(
     )
     if not outcome.records:
         return
-    # RTT beside TTFT: the kernel's smoothed round trip of the stream's connection, the
-    # network's share, so a reader can tell server time from transit.
-    per = Table("stream", "status", "TTFT ms", "RTT ms", "decode tok/s", "prompt", "tokens",
-                "chunks", "token source", "client err ms", "error")  # fmt: skip
-    for r in sorted(outcome.records, key=lambda r: r.id):
-        t, d = ttft_s(r), decode_tok_s(r)
-        per.add_row(
-            r.id,
-            r.status,
-            _fmt(t and t * 1e3),
-            "-" if r.rtt_us is None else f"{r.rtt_us / 1e3:.3f}",
-            _fmt(d),
-            _fmt(r.prompt_tokens),
-            str(r.completion_tokens),
-            str(r.chunks),
-            r.token_source + (" (chunks!)" if r.token_source == "chunk_count" else ""),
-            _fmt(b and b * 1e3) if (b := error_bound_s(r)) is not None else "-",
-            f"{r.error.cls}: {r.error.message}" if r.error else "",
-        )
-    console.print(per)
+    # 2,048 rows on an H200 buried the summary: rows only when asked, or for the failures.
+    shown = [r for r in outcome.records if opts.get("per_stream") or r.status != "ok"]
+    if shown:
+        console.print(_stream_rows(shown))
     ok = [r for r in outcome.records if r.status == "ok"]
     if not ok:
         return
@@ -388,6 +377,30 @@ def _print_tables(
         if xs:
             summary.add_row(name, _fmt(min(xs)), _fmt(statistics.median(xs)), _fmt(max(xs)))
     console.print(summary)
+
+
+def _stream_rows(records: list[StreamRecord]) -> Table:
+    """One row per stream, sorted by id."""
+    # RTT beside TTFT: the kernel's smoothed round trip of the stream's connection, the
+    # network's share, so a reader can tell server time from transit.
+    per = Table("stream", "status", "TTFT ms", "RTT ms", "decode tok/s", "prompt", "tokens",
+                "chunks", "token source", "client err ms", "error")  # fmt: skip
+    for r in sorted(records, key=lambda r: r.id):
+        t, d = ttft_s(r), decode_tok_s(r)
+        per.add_row(
+            r.id,
+            r.status,
+            _fmt(t and t * 1e3),
+            "-" if r.rtt_us is None else f"{r.rtt_us / 1e3:.3f}",
+            _fmt(d),
+            _fmt(r.prompt_tokens),
+            str(r.completion_tokens),
+            str(r.chunks),
+            r.token_source + (" (chunks!)" if r.token_source == "chunk_count" else ""),
+            _fmt(b and b * 1e3) if (b := error_bound_s(r)) is not None else "-",
+            f"{r.error.cls}: {r.error.message}" if r.error else "",
+        )
+    return per
 
 
 def _fmt(x: float | None) -> str:

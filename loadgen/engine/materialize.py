@@ -33,4 +33,5 @@ async def materialize(
         arm=planned.arm,
         session=planned.session,
         turn=planned.turn,
+        cold=planned.prompt.cache == "salted",
     )

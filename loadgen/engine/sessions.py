@@ -132,6 +132,9 @@ def turn_request(
         session=p.id,
         turn=turn,
         keep_text=True,
+        # Only turn 0 is all new (a salted system prompt); every later turn resends the
+        # conversation so far, which the prefix cache is meant to carry.
+        cold=turn == 0,
     )
 
 
