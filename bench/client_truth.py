@@ -98,7 +98,7 @@ def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
     try:
         wait_listening(port)
         out = tmp / f"run{tag}"
-        probe = [str(REPO / ".venv/bin/loadgen"), "request", "--base-url",
+        probe = [sys.executable, "-m", "loadgen", "request", "--base-url",
                  f"http://127.0.0.1:{port}", "-n", str(n), "-c", str(n), "--max-tokens",
                  str(tokens), "--prompt-tokens", "8", "--out", str(out), "--strict",
                  "--workers", str(workers)]  # fmt: skip
@@ -110,7 +110,12 @@ def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(10)
-    recs = [r for r in read_streams(out) if r.status == "ok"]
+    recs = [r for r in read_streams(out) if r.status == "ok"] if out.exists() else []
+    if not recs:  # a refused or failed run: say why instead of a table of empty medians
+        raise SystemExit(
+            f"{n} streams, {workers} workers: no ok stream ({res.returncode}): "
+            + " | ".join(res.stderr.strip().splitlines()[-3:])
+        )
     truth = server_times(log)
     # A run-wide flag (client processes crowding the server's cores) covers every stream.
     crowded = crowding_reason("127.0.0.1", workers, os.cpu_count() or 1) is not None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -159,20 +159,33 @@ def _str(v: Any) -> bool:
     return type(v) is str
 
 
-# What each stored field of StreamRecord must be (`error` and `answer` are checked apart).
-_STREAM_FIELDS: dict[str, Any] = {
-    "id": _str, "group": _str, "rep": _int, "status": lambda v: v in ("ok", "error"),
-    "api": _str, "model": _str, "prompt_tokens": _maybe(_int),
-    "requested_prompt_tokens": _maybe(_int), "completion_tokens": _int,
-    "cached_tokens": _maybe(_int), "chunks": _int, "events": _int, "bytes": _int,
-    "token_source": _str, "finish_reason": _maybe(_str), "http_status": _maybe(_int),
-    "t_intended_ns": _int, "t_sent_ns": _maybe(_int), "t_headers_ns": _maybe(_int),
-    "t_first_ns": _maybe(_int), "t_last_ns": _maybe(_int), "t_done_ns": _maybe(_int),
-    "chunk_ns": _ints, "chunk_tokens": _maybe(_ints), "max_tokens": _maybe(_int),
-    "over_max_tokens": _int, "parse_errors": _int, "phase": _str, "arm": _maybe(_str),
-    "session": _maybe(_str), "turn": _maybe(_int), "reads": _int, "coalesced_reads": _int,
-    "loop_lag_max_ns": _maybe(_int), "loop_lag_ttft_ns": _maybe(_int), "worker": _maybe(_str),
-}  # fmt: skip
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "int": _int,
+    "str": _str,
+    "bool": lambda v: type(v) is bool,
+    "list[int]": _ints,
+    "Status": lambda v: v in ("ok", "error"),
+    "TokenSource": _str,
+}
+
+
+def _annotation_check(annotation: str) -> Callable[[Any], bool]:
+    """The check of a value against a field's annotation ("int | None", "list[int]", ...)."""
+    names = [part.strip() for part in annotation.split("|")]
+    checks = [_TYPE_CHECKS[n] for n in names if n != "None"]
+    if "None" in names:
+        return lambda v: v is None or any(ok(v) for ok in checks)
+    return lambda v: any(ok(v) for ok in checks)
+
+
+# What each stored field of StreamRecord must be, read off the record's own annotations
+# (`error` is checked apart; `answer` is never stored): a hand-kept table once dropped every
+# field added after it (rtt_us, response_id, the reasoning fields, cold) from every report.
+_STREAM_FIELDS: dict[str, Callable[[Any], bool]] = {
+    f.name: _annotation_check(f.type)
+    for f in fields(StreamRecord)
+    if f.name not in ("error", "answer")
+}
 
 
 class JsonlAppender:
