@@ -124,9 +124,23 @@ async def test_prime_and_verify_sends_cold_probe_repeat_and_reads_hits_around_pr
 
 
 async def test_a_warm_answer_that_differs_is_a_correctness_failure_not_dead():
-    _, check = await verify({"prime": "a b c", "repeat": "a b d"}, [100.0, 1700.0])
+    sent, check = await verify(
+        {"prime": "a b c", "repeat": "a b d", "control": "a b c"}, [100.0, 1700.0]
+    )
+    assert sent == ["prime", "probe", "repeat", "control"]
     assert (check.warm, check.verdict, check.answers_match) == (True, "mismatch", False)
     assert "CACHE CORRECTNESS FAILURE: warm answer 'a b d' != cold 'a b c'" in check.reason
+    assert check.reason.endswith("; a cold control answered as the cold did")
+
+
+async def test_answers_that_differ_without_the_cache_too_do_not_convict_it():
+    # The H200's random-weight model: greedy answers forked whether or not the cache served.
+    _, check = await verify(
+        {"prime": "a b c", "repeat": "a b d", "control": "a b e"}, [100.0, 1700.0]
+    )
+    assert (check.warm, check.verdict, check.answers_match) == (True, "healthy", None)
+    assert "answers not judged: greedy decoding does not reproduce here" in check.reason
+    assert "CACHE CORRECTNESS FAILURE" not in check.reason
 
 
 async def test_a_dead_cache_sends_no_repeat():

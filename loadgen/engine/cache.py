@@ -137,6 +137,22 @@ def answers_words(cold: StreamRecord, repeat: StreamRecord) -> tuple[bool | None
                    f"{cold.answer[:40]!r} under greedy decoding")  # fmt: skip
 
 
+def control_words(
+    cold: StreamRecord, control: StreamRecord, mismatch: str
+) -> tuple[bool | None, str]:
+    """Whether a warm answer that differs from the cold one convicts the cache: the control is
+    the cold prompt again under another cache_salt (so computed cold again). It answering
+    as the cold did convicts (False); answering otherwise leaves greedy decoding itself
+    unreproducible here, so the answers cannot judge the cache (None)."""
+    reproduced, _ = answers_words(cold, control)
+    if reproduced:
+        return False, f"{mismatch}; a cold control answered as the cold did"
+    return None, (
+        "answers not judged: greedy decoding does not reproduce here (warm and a cold control, "
+        f"the same prompt under another cache_salt, both differ from cold: {control.answer!r:.40})"
+    )
+
+
 async def prime_and_verify(
     *,
     group: str,
@@ -151,7 +167,8 @@ async def prime_and_verify(
     compare_answers: bool = True,
 ) -> CacheCheck:
     """Sends the prefix cold ("prime"), then again with another tail ("probe"), then the prime's
-    own prompt again ("repeat", greedy: its answer must equal the prime's), and judges.
+    own prompt again ("repeat", greedy: its answer must equal the prime's; where it does not,
+    "control": the prime's prompt under another cache_salt, computed cold), and judges.
 
     `send(phase)` streams the prefix with a short tail and returns its record (the "repeat"
     sends the prime's prompt); `read_hits()` returns the server's prefix_cache_hits_total
@@ -174,6 +191,11 @@ async def prime_and_verify(
     verdict, reason = judged.verdict, judged.reason
     if compare_answers and judged.warm:
         same, words = answers_words(cold, await send("repeat"))
+        if same is False:
+            # Only a cold answer that reproduces makes a warm one that differs the cache's
+            # fault: on an H200 (random-weight Llama-8B shape, bf16) a 34k-token prompt's greedy
+            # answers forked after 6 tokens whether or not the cache served them.
+            same, words = control_words(cold, await send("control"), words)
         reason = f"{reason}; {words}"
         if same is False:
             verdict = "mismatch"

@@ -192,18 +192,19 @@ async def probe_cache(
     builder = PromptBuilder(counter)
 
     async def stream(key: str, phase: str, tokens: int, prefix: int | None) -> StreamRecord:
-        seed_phase = "prime" if phase == "repeat" else phase
+        seed_phase = "prime" if phase in ("repeat", "control") else phase
         spec = PromptSpec(
             tokens=tokens, shape="prose", cache="primed" if prefix else "cold", salt=key,
             text_seed=derive_seed(key, seed_phase), prefix_key=prefix and key,
             prefix_tokens=prefix, prefix_seed=derive_seed(key, "prefix"),
         )  # fmt: skip
         built = await builder.build(spec)
-        answer = phase in ("prime", "repeat")
+        answer = phase in ("prime", "repeat", "control")
         req = StreamRequest(
             id=f"{PROBE_GROUP}-{key}-{phase}", model=model, prompt=built.text,
             max_tokens=ANSWER_TOKENS if answer else 1, api=api, group=PROBE_GROUP,  # type: ignore[arg-type]
-            cache_salt=key, phase="probe" if phase == "size" else phase,
+            cache_salt=f"{key}-control" if phase == "control" else key,
+            phase="probe" if phase == "size" else phase,
             t_intended_ns=time.perf_counter_ns() - client.run_start_ns,
             requested_prompt_tokens=spec.tokens, keep_text=answer,
             extra_body=dict(GREEDY) if answer else {},

@@ -397,9 +397,11 @@ def probe_request(
     probe_spec = dataclasses.replace(
         spec,
         tokens=(spec.prefix_tokens or spec.tokens) + PROBE_TAIL_TOKENS,
-        text_seed=derive_seed(spec.text_seed, "prime" if phase == "repeat" else phase, rep),
+        text_seed=derive_seed(
+            spec.text_seed, "prime" if phase in ("repeat", "control") else phase, rep
+        ),
     )
-    answer = phase in ("prime", "repeat")
+    answer = phase in ("prime", "repeat", "control")
     return dataclasses.replace(
         planned, id=f"{planned.id}-{phase}", phase=phase, prompt=probe_spec,
         max_tokens=ANSWER_TOKENS if answer else PRIME_MAX_TOKENS, min_tokens=None,
@@ -424,12 +426,14 @@ async def prime_rep(
         ) -> StreamRecord:
             probe = probe_request(spec, planned, phase, rep.rep)
             req = await materialize(probe, builder, model=model, t_intended_ns=0)
-            if phase in ("prime", "repeat"):
+            if phase in ("prime", "repeat", "control"):
                 # Greedy, so the repeat's answer must equal the prime's (a cache that restores
-                # wrong state answers otherwise).
+                # wrong state answers otherwise); the control is computed cold again.
                 req = dataclasses.replace(
                     req, keep_text=True, extra_body={**req.extra_body, **GREEDY}
                 )
+            if phase == "control":
+                req = dataclasses.replace(req, cache_salt=f"{req.cache_salt or ''}-control")
             rec = await send_now(req)
             record(rec)
             return rec
