@@ -36,6 +36,8 @@ class StreamRequest:
     session: str | None = None
     turn: int | None = None
     keep_text: bool = False
+    # A needle prompt's planted code (loadgen/needle.py): the answer is kept and scored for it.
+    needle: str | None = None
     # Pass-through body fields (temperature, seed, ...); they override nothing above.
     extra_body: dict[str, Any] = field(default_factory=dict)
 
@@ -47,6 +49,7 @@ def record_fields(req: StreamRequest) -> dict[str, Any]:
         "id": req.id, "group": req.group, "rep": req.rep, "phase": req.phase, "arm": req.arm,
         "api": req.api, "model": req.model, "requested_prompt_tokens": req.requested_prompt_tokens,
         "t_intended_ns": req.t_intended_ns, "max_tokens": req.max_tokens,
+        "needle_expected": req.needle,
     }  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from loadgen.needle import needle_code
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PlannedRequest
 from loadgen.scenario.prompts import PromptBuilder
@@ -15,6 +16,8 @@ async def materialize(
     The salt opens the prompt text and also goes out as vLLM's `cache_salt`, so a server that
     takes it isolates the stream twice over; shared and primed streams share their salt."""
     built = await builder.build(planned.prompt)
+    spec = planned.prompt
+    code = None if spec.needle_key is None else needle_code(spec.text_seed)
     return StreamRequest(
         id=planned.id,
         model=model,
@@ -33,4 +36,6 @@ async def materialize(
         arm=planned.arm,
         session=planned.session,
         turn=planned.turn,
+        keep_text=code is not None,
+        needle=code,
     )

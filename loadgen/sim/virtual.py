@@ -33,12 +33,14 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 
 from loadgen.client.target import Timeouts, timeout_error
+from loadgen.needle import needle_hit
 from loadgen.records import StreamError, StreamRecord
 from loadgen.request import StreamRequest, record_fields
 from loadgen.sim.engine import AdmissionRejected, EngineConfig, SimRequest, TokenOutput
 from loadgen.sim.faults import RequestFaults, parse_fault_options
 from loadgen.sim.openai_wire import WireError, resolve_max_tokens
 from loadgen.sim.profiles import get_profile
+from loadgen.sim.requests import needle_answer
 from loadgen.sim.server import SimServerConfig, SimState, ground_truth_rows
 
 NS = 1_000_000_000
@@ -241,6 +243,9 @@ class VirtualSim:
             ignore_eos=req.ignore_eos,
             cache_salt=req.cache_salt,
             arrival_s=t / self._ns_per_engine_s,
+            answer_prefix=needle_answer(
+                _last_text(req), self.tokenizer, s.faults.config.needle_miss
+            ),
         )
         try:
             self.engine.add_request(sim_req)
@@ -317,7 +322,9 @@ class VirtualSim:
             flight.chunk_tokens, 200, t_done, error, cached, finish,
         )  # fmt: skip
         if flight.answer_ids is not None:
-            rec = dataclasses.replace(rec, answer=self.tokenizer.decode(flight.answer_ids))
+            answer = self.tokenizer.decode(flight.answer_ids)
+            hit = None if flight.req.needle is None else needle_hit(flight.req.needle, answer)
+            rec = dataclasses.replace(rec, answer=answer, needle_hit=hit)
         flight.on_record(rec)
 
     # -- client timeouts -------------------------------------------------------------------
@@ -399,3 +406,10 @@ def _record(
         chunk_ns=list(chunk_ns),
         chunk_tokens=list(chunk_tokens) if chunk_ns else None,
     )
+
+
+def _last_text(req: StreamRequest) -> str | None:
+    """The text a needle question ends: the prompt, or the last message of a conversation."""
+    if req.messages:
+        return req.messages[-1].get("content")
+    return req.prompt
