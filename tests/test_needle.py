@@ -15,6 +15,7 @@ from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.sim.engine import EngineConfig
+from loadgen.sim.faults import parse_fault_options
 from loadgen.sim.profiles import get_profile
 from loadgen.sim.server import SimServerConfig, start_sim_server
 from loadgen.sim.tokenizer import SimTokenizer
@@ -30,8 +31,9 @@ class SimCounter:
         return TOK.count(text)
 
 
-async def test_virtual_sim_answers_every_needle(tmp_path: Path) -> None:
-    run = await run_virtual(SCENARIO, [], tmp_path)
+@pytest.mark.parametrize("api", ["completions", "chat"])
+async def test_virtual_sim_answers_every_needle(tmp_path: Path, api: str) -> None:
+    run = await run_virtual(SCENARIO, [f"api={api}"], tmp_path)
     recs = [r for r in run.records.values() if r.phase == "measure"]
     assert len(recs) == 6
     assert all(r.needle_hit is True and len(r.needle_expected or "") == 8 for r in recs)
@@ -80,10 +82,20 @@ async def test_fact_lies_at_the_requested_depth(depth: float) -> None:
     req = next(r for r in plan(s).arms[0].reps[0].requests if r.group == "deep")
     built = await PromptBuilder(SimCounter()).build(req.prompt)
     assert built.tokens == pytest.approx(2000, abs=2)
-    at = built.text.index("The secret code for deep-")
+    at = built.text.index(" The secret code for deep-")
     question = built.text.index("\n\nWhat is the secret code")
-    # Within one block (16 sim tokens of ~5 chars) of the requested fraction of the text.
-    assert abs(at - depth * question) <= 16 * 6
+    # Within one block (16 tokens, the scenario's block_size) of the requested fraction of the
+    # prose (the text before the question, less the fact itself).
+    fact_end = built.text.index(".", at) + 1
+    before = TOK.count(built.text[:at])
+    body = before + TOK.count(built.text[fact_end:question])
+    # Depth is placed by characters (the prose's tokens are not counted again): within one block
+    # (16 tokens of this text) in characters, and within 1% of the prose in tokens (16.25 of
+    # 1955 tokens at depth 0.25 was the worst seen).
+    head = len(req.prompt.salt) + 2
+    prose_chars = at - head + question - fact_end
+    assert abs(at - head - depth * prose_chars) <= 16 * prose_chars / body
+    assert abs(before - depth * body) <= 0.01 * body
     assert find_answer(built.text) is not None
 
 
@@ -119,3 +131,9 @@ def test_needle_validation_names_the_field(override: str, message: str) -> None:
     with pytest.raises(ScenarioError) as err:
         load_scenario(SCENARIO, [override])
     assert message in str(err.value)
+
+
+def test_needle_miss_fault_is_a_probability() -> None:
+    assert parse_fault_options(["needle_miss=0.25"]).needle_miss == 0.25
+    with pytest.raises(ValueError, match=r"needle_miss=2'. a probability must lie in 0\.\.1"):
+        parse_fault_options(["needle_miss=2"])
