@@ -119,8 +119,8 @@ def needle_answer(prompt: str | None, tokenizer: SimTokenizer, miss: float) -> t
     unless the `needle_miss` fault strikes (drawn from the prompt's own bytes, so a rerun misses
     the same prompts whatever the arrival order); () for any other prompt."""
     code = find_answer(prompt) if prompt else None
-    if code is None:
+    if code is None or prompt is None:
         return ()
-    if miss > 0 and random.Random(seed_of(0, prompt.encode())).random() < miss:  # type: ignore[union-attr]
+    if miss > 0 and random.Random(seed_of(0, prompt.encode())).random() < miss:
         return tuple(tokenizer.encode(" I do not know."))
     return tuple(tokenizer.encode(" " + code))
