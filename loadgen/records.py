@@ -83,6 +83,10 @@ class StreamRecord:
     # The answer's text, kept only for requests that asked (session turns) so the next turn
     # can resend it; never written to streams.jsonl.
     answer: str | None = None
+    # A needle stream (loadgen/needle.py): the planted code, and whether the answer held it
+    # (None for every other stream).
+    needle_expected: str | None = None
+    needle_hit: bool | None = None
     # The client's own error (client/selftime.py): body reads, reads that brought several
     # content chunks under one timestamp, the largest event-loop lag that touched any of its
     # stamps and the one that touched its TTFT stamps (send, first content chunk; None where

@@ -40,6 +40,8 @@ class StreamRequest:
     # share a block of it (a session's later turns and hash_ids trace rows are meant to hit);
     # None where the sender did not say. Only such a stream may raise a WARM CACHE.
     cold: bool | None = None
+    # A needle prompt's planted code (loadgen/needle.py): the answer is kept and scored for it.
+    needle: str | None = None
     # Pass-through body fields (temperature, seed, ...); they override nothing above.
     extra_body: dict[str, Any] = field(default_factory=dict)
 
@@ -51,6 +53,7 @@ def record_fields(req: StreamRequest) -> dict[str, Any]:
         "id": req.id, "group": req.group, "rep": req.rep, "phase": req.phase, "arm": req.arm,
         "api": req.api, "model": req.model, "requested_prompt_tokens": req.requested_prompt_tokens,
         "t_intended_ns": req.t_intended_ns, "max_tokens": req.max_tokens, "cold": req.cold,
+        "needle_expected": req.needle,
     }  # fmt: skip
 
 

@@ -136,8 +136,8 @@ MALFORMED = [
         BASE.replace("shape: prose}", "shape: poem}"),
         (),
         [
-            "s.yaml:6: groups.a.prompt.shape: got 'poem' (expected prose, code or {file: path}; "
-            "did you mean 'prose'?)"
+            "s.yaml:6: groups.a.prompt.shape: got 'poem' (expected prose, code, needle or "
+            "{file: path}; did you mean 'prose'?)"
         ],
         id="bad-shape",
     ),
@@ -311,7 +311,7 @@ MALFORMED = [
         ("groups.a.prompt.tokenz=5",),
         [
             "--set groups.a.prompt.tokenz=5: groups.a.prompt.tokenz: unknown key (expected one "
-            "of: tokens, shape, cache, prefix_tokens; did you mean 'tokens'?)"
+            "of: tokens, shape, cache, prefix_tokens, depth; did you mean 'tokens'?)"
         ],
         id="override-unknown-key",
     ),
@@ -423,7 +423,8 @@ def test_every_shipped_scenario_validates(name: str) -> None:
 
 def test_shipped_set_is_complete() -> None:
     assert SHIPPED == [
-        "agent_sessions", "azure_code", "deep_decode", "ladder", "politeness", "politeness_fine",
+        "agent_sessions", "azure_code", "deep_decode", "ladder", "needle", "politeness",
+        "politeness_fine",
         "prose_vs_code", "smoke", "soak_agent", "soak_steady", "whale_c2", "whale_c4",
         "whale_c4_cached", "whale_c8",
     ]  # fmt: skip
@@ -482,7 +483,7 @@ def test_bare_names_resolve_through_the_env_var(
     with pytest.raises(ScenarioError) as info:
         load_scenario("nosuch")
     assert info.value.errors[0].startswith(f"nosuch: no such scenario (looked in {folder}, ")
-    known = "known: agent_sessions, azure_code, deep_decode, ladder, local_one, politeness,"
+    known = "known: agent_sessions, azure_code, deep_decode, ladder, local_one, needle, politeness,"
     assert known in info.value.errors[0]
 
 

@@ -37,6 +37,7 @@ from loadgen.analysis.hist import (
 )
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.limits import POOL_FULL
+from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.reuse import trace_reuse
 from loadgen.analysis.selferror import client_banner
 from loadgen.analysis.sessions import session_turns
@@ -119,6 +120,7 @@ def analyze(inputs: RunInputs) -> Analysis:
         "hist": _hist_section(histograms),
         "sessions": session_turns(measure, rows),
         "goodput": goodput(measure, rows, manifest.get("slo")),
+        "needles": needle_recall(measure),
         "thresholds": {
             "admitted_factor": ADMITTED_FACTOR,
             "admitted_slack_s": ADMITTED_SLACK_S,

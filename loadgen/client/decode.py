@@ -43,6 +43,7 @@ from typing import Any
 import orjson
 
 from loadgen.client.sse import DONE, MESSAGE, SSEParser
+from loadgen.needle import needle_hit
 from loadgen.records import StreamError, StreamRecord, TokenSource
 from loadgen.request import StreamRequest, record_fields
 
@@ -269,6 +270,7 @@ class StreamDecoder:
             return None if t is None else t - run_start_ns
 
         completion, per_chunk, source = self.token_counts()
+        answer = None if self.texts is None else "".join(self.texts)
         ns = [t - run_start_ns for t in self.chunk_ns]
         details = (self.usage or {}).get("prompt_tokens_details")
         cached = _usage_int(details, "cached_tokens") if isinstance(details, dict) else None
@@ -301,7 +303,8 @@ class StreamDecoder:
             parse_errors=self.parse_errors,
             session=req.session,
             turn=req.turn,
-            answer=None if self.texts is None else "".join(self.texts),
+            answer=answer,
+            needle_hit=None if req.needle is None else needle_hit(req.needle, answer),
             reads=self.reads,
             coalesced_reads=self.coalesced_reads,
             loop_lag_max_ns=loop_lag_max_ns,

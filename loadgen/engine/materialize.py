@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from loadgen.needle import needle_code
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PlannedRequest
 from loadgen.scenario.prompts import PromptBuilder
@@ -15,6 +16,8 @@ async def materialize(
     The salt opens the prompt text and also goes out as vLLM's `cache_salt`, so a server that
     takes it isolates the stream twice over; shared and primed streams share their salt."""
     built = await builder.build(planned.prompt)
+    spec = planned.prompt
+    code = None if spec.needle_key is None else needle_code(spec.text_seed)
     return StreamRequest(
         id=planned.id,
         model=model,
@@ -34,4 +37,6 @@ async def materialize(
         session=planned.session,
         turn=planned.turn,
         cold=planned.prompt.cache == "salted",
+        keep_text=code is not None,
+        needle=code,
     )

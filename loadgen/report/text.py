@@ -14,6 +14,7 @@ from loadgen.analysis.reuse import reuse_lines
 from loadgen.analysis.sweep import mixed_row
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.analysis.warmth import warm_note
+from loadgen.needle import RECALL_CAVEAT
 from loadgen.report.tables import (
     DASH,
     Table,
@@ -495,6 +496,26 @@ def reasoning_table(summary: dict[str, Any]) -> Table | None:
     )  # fmt: skip
 
 
+def needle_table(summary: dict[str, Any]) -> Table | None:
+    """Per group (and arm) with needle prompts: the planted code found in the answer."""
+    needles = summary.get("needles") or []
+    if not needles:
+        return None
+    rows = tuple(
+        (
+            n["group"], n["arm"] or DASH, f"{n['hits']}/{n['streams'] - n['errors']}",
+            DASH if n["recall"] is None else f"{100 * n['recall']:.1f}", str(n["errors"]),
+        )
+        for n in needles
+    )  # fmt: skip
+    return Table(
+        "Needle recall (planted code in the answer)",
+        ("group", "arm", "hits/answered", "recall %", "errors"),
+        rows,
+        ("exact match: the expected code appears in the answer text", RECALL_CAVEAT),
+    )
+
+
 def hist_lines(summary: dict[str, Any]) -> list[str]:
     h = summary["hist"]
     bad = {g: v for g, v in h["out_of_range"].items() if v}
@@ -510,7 +531,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     mixed = whale_table(summary)
     tables.append(mixed if mixed is not None else run_ladder_table(summary))
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
-    tables += [sessions_table(summary), goodput_table(summary)]
+    tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
     return [t for t in tables if t is not None]
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from loadgen.scenario.soak_block import Soak
 
 API_KINDS = ("completions", "chat")
-SHAPES = ("prose", "code", "file")
+SHAPES = ("prose", "code", "file", "needle")
 CACHE_MODES = ("salted", "shared", "primed")
 TRACE_FORMATS = ("mooncake", "bailian", "azure", "burstgpt")
 # How trace rows reach the server: `hash_ids` rebuilds each row's shared prefix blocks from its
@@ -78,6 +78,8 @@ class PromptConfig:
     cache: str
     prefix_tokens: int | None = None
     file: Path | None = None
+    # shape needle: where the planted fact starts, as a fraction of the prompt (loadgen/needle.py).
+    depth: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,9 @@ class PromptSpec:
     file: str | None = None
     blocks: tuple[int, ...] | None = None
     block_tokens: int | None = None
+    # shape needle: the key its fact names ("<group>-<index>") and the fact's depth.
+    needle_key: str | None = None
+    needle_depth: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +216,11 @@ class _Prompts:
         text_seed = derive_seed(self.scenario.seed, "text", group.name, index, rep)
         file = str(p.file) if p.file else None
         if p.cache == "salted":
-            return PromptSpec(size, p.shape, "salted", self.salts.next(), text_seed, file=file)
+            key = f"{group.name}-{index}" if p.shape == "needle" else None
+            return PromptSpec(
+                size, p.shape, "salted", self.salts.next(), text_seed, file=file,
+                needle_key=key, needle_depth=p.depth,
+            )  # fmt: skip
         salt = self._prefix_salt((None if p.cache == "primed" else rep, group.name))
         prefix_seed = derive_seed(self.scenario.seed, "prefix", group.name)
         key = f"{self.arm}/{group.name}/{salt}"

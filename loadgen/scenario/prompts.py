@@ -24,6 +24,7 @@ from itertools import accumulate
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from loadgen import needle
 from loadgen.scenario.plan import PromptSpec, derive_seed
 from loadgen.scenario.textgen import text_chunks
 
@@ -117,6 +118,8 @@ class PromptBuilder:
         method = self.counter.method
         if spec.blocks is not None:
             return await self._block_prompt(spec)
+        if spec.needle_key is not None:
+            return await self._needle_prompt(spec, spec.needle_key)
         if spec.prefix_key is None or spec.prefix_tokens is None:
             chunks = self._chunks(spec, spec.text_seed)
             text, tokens = await self._fit(
@@ -147,6 +150,24 @@ class PromptBuilder:
         tokens = len(ids) * size + tail_tokens + composer.overhead
         await composer.verify(text, tokens)
         return BuiltPrompt(text, tokens, self.counter.method, len(head))
+
+    async def _needle_prompt(self, spec: PromptSpec, key: str) -> BuiltPrompt:
+        """Salted prose with the needle's fact planted at `needle_depth` of the text (at the
+        next word boundary) and its question at the end; the prose is sized so the whole
+        counts `spec.tokens` give or take the tokens a splice joins or splits (one or two)."""
+        planted = " " + needle.fact(key, needle.needle_code(spec.text_seed))
+        asked = needle.question(key)
+        extra = await self.count(planted + asked)
+        head = salt_tag(spec.salt)
+        head_tokens = await self.count(head)
+        body_tokens = max(spec.tokens - extra, head_tokens + 1)
+        chunks = text_chunks("prose", spec.text_seed)
+        text, _ = await self._fit(head, head_tokens, chunks, body_tokens, "prose")
+        at = len(head) + round((spec.needle_depth or 0.0) * (len(text) - len(head)))
+        cut = text.find(" ", at)
+        cut = len(text) if cut < 0 else cut
+        whole = text[:cut] + planted + text[cut:] + asked
+        return BuiltPrompt(whole, await self.count(whole), self.counter.method)
 
     async def _prefix(self, spec: PromptSpec) -> tuple[str, int]:
         key = (spec.prefix_key, spec.prefix_tokens)

@@ -64,7 +64,8 @@ TOP_KEYS = (
 GROUP_KEYS = (
     "name", "count", "prompt", "max_tokens", "min_tokens", "ignore_eos", "start", "session",
 )  # fmt: skip
-PROMPT_KEYS = ("tokens", "shape", "cache", "prefix_tokens")
+PROMPT_KEYS = ("tokens", "shape", "cache", "prefix_tokens", "depth")
+DEPTH = number(ge=0.0, le=1.0)
 TOKENS = integer(MIN_PROMPT_TOKENS)
 MAYBE_TOKENS = integer(MIN_PROMPT_TOKENS, nullable=True)
 POSITIVE = integer(1)
@@ -73,7 +74,7 @@ SEED = Rule(
     lambda v: integer().accepts(v) and abs(v) <= SEED_MAX,
 )
 OPTIONAL_TEXT = Rule("a string or null", lambda v: v is None or isinstance(v, str), nullable=True)
-SHAPE_EXPECT = "prose, code or {file: path}"
+SHAPE_EXPECT = "prose, code, needle or {file: path}"
 FROM_TRACE = "set by each trace row (expected no value here: remove it)"
 FROM_SESSION = "set by the session block (expected no value here: remove it)"
 
@@ -196,16 +197,34 @@ def _prompt(
         c.at_value(m, "prefix_tokens", path, f"got {prefix} (expected <= tokens, {tokens})")
     if prefix is None and cache in ("shared", "primed") and tokens is not None:
         prefix = default_prefix_tokens(tokens)
-    return PromptConfig(tokens, shape or "prose", cache or "salted", prefix, file)
+    depth = _depth(c, m, path, shape, cache, sized)
+    return PromptConfig(tokens, shape or "prose", cache or "salted", prefix, file, depth)
+
+
+def _depth(
+    c: Checker, m: MarkedMap, path: str, shape: str | None, cache: str | None, sized: bool | str
+) -> float | None:
+    """A needle's depth (fraction of the prompt before the fact; 0.5 when not given). A needle
+    is planted in one salted prompt of a set size: a shared prefix would plant one code in
+    every stream, a trace row or session turn sizes the prompt elsewhere."""
+    if shape != "needle":
+        if "depth" in m:
+            c.at_key(m, "depth", path, "only applies to shape needle (expected it removed)")
+        return None
+    if sized or cache not in (None, "salted"):
+        why = "needs cache salted, outside trace arrivals and sessions"
+        c.at_value(m, "shape", path, f"got needle here ({why})")
+    return c.field(m, "depth", path, DEPTH, 0.5)
 
 
 def _shape(c: Checker, m: MarkedMap, path: str, base_dir: Path) -> tuple[str | None, Path | None]:
     """`prose`, `code`, or {file: path relative to the scenario file} (read to check it)."""
     value = m.get("shape", "prose")
-    if value in ("prose", "code"):
+    if value in ("prose", "code", "needle"):
         return value, None
     if not (isinstance(value, MarkedMap) and list(value) == ["file"]):
-        hint = did_you_mean(value, ("prose", "code", "file")) if isinstance(value, str) else ""
+        options = ("prose", "code", "needle", "file")
+        hint = did_you_mean(value, options) if isinstance(value, str) else ""
         c.at_value(m, "shape", path, f"got {show(value)} (expected {SHAPE_EXPECT}{hint})")
         return None, None
     name = c.field(value, "file", join(path, "shape"), TEXT)

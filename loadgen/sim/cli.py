@@ -63,7 +63,7 @@ _ORPHAN_POLL_S = 0.5
                    "reasoning parser emits a thinking model's output.")  # fmt: skip
 @click.option("--fault", "faults", multiple=True, metavar="NAME[=VALUE]",
               help="Inject a fault: http500=P, http429=P, drop=P, stall=P, stall_s=S, "
-                   "warm_mismatch=P, cache_dead, drift=PCT_PER_HOUR, max_waiting=N. "
+                   "warm_mismatch=P, needle_miss=P, cache_dead, drift=PCT_PER_HOUR, max_waiting=N. "
                    "Repeatable.")  # fmt: skip
 def sim(
     host: str,

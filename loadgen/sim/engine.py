@@ -402,7 +402,12 @@ class Engine:
             self.spec_decode_num_draft_tokens_total += drafts
             self.spec_decode_num_accepted_tokens_total += accepted
         emit = min(accepted + 1, r.max_tokens + r.prompt_len - len(tokens))
-        new = r.gen.take(emit)
+        forced, sent = r.req.answer_prefix, len(tokens) - r.prompt_len
+        if sent < len(forced):
+            new = list(forced[sent : sent + emit])
+            new += r.gen.take(emit - len(new))
+        else:
+            new = r.gen.take(emit)
         tokens.extend(new)
         self.generation_tokens_total += emit
         truth = r.truth

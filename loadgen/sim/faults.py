@@ -18,7 +18,8 @@ MidStreamFault = Literal["drop", "stall"]
 
 _PROBABILITIES = ("http500", "http429", "drop", "stall")
 _USAGE = (
-    "faults: http500=P, http429=P, drop=P, stall=P, warm_mismatch=P (probabilities 0..1), "
+    "faults: http500=P, http429=P, drop=P, stall=P, warm_mismatch=P, needle_miss=P "
+    "(probabilities 0..1), "
     "stall_s=SECONDS, cache_dead, drift=PERCENT_PER_HOUR, max_waiting=N"
 )
 
@@ -37,6 +38,8 @@ class FaultConfig:
     max_waiting: int | None = None
     # An engine-level fault: a cache-hit request answers other text than cold (see engine).
     warm_mismatch: float = 0.0
+    # A needle question (loadgen/sim/needle.py) answered with other text than the planted code.
+    needle_miss: float = 0.0
 
     @property
     def any_http(self) -> bool:
@@ -71,7 +74,7 @@ def _parse_value(name: str, raw: str, option: str) -> float | int:
         value: float | int = int(raw) if name == "max_waiting" else float(raw)
     except ValueError:
         raise ValueError(f"fault {option!r}: {raw!r} is not a number; {_USAGE}") from None
-    if name in (*_PROBABILITIES, "warm_mismatch") and not 0.0 <= value <= 1.0:
+    if name in (*_PROBABILITIES, "warm_mismatch", "needle_miss") and not 0.0 <= value <= 1.0:
         raise ValueError(f"fault {option!r}: a probability must lie in 0..1")
     if name in ("stall_s", "max_waiting") and value < 0:
         raise ValueError(f"fault {option!r}: must not be negative")

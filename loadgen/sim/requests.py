@@ -7,6 +7,7 @@ import random
 from array import array
 from dataclasses import dataclass, field
 
+from loadgen.needle import find_answer
 from loadgen.sim.tokenizer import SimTokenizer, TextGenerator
 
 
@@ -19,6 +20,8 @@ class SimRequest:
     ignore_eos: bool = False
     cache_salt: str | None = None
     arrival_s: float = 0.0  # engine time; a request is not scheduled before it
+    # The answer's first tokens, fixed (a needle's code, loadgen/sim/needle.py); then generated.
+    answer_prefix: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +112,15 @@ def seed_of(seed: int, data: bytes) -> int:
     """A stable 64-bit seed from the engine seed and some bytes (never the salted hash())."""
     digest = hashlib.blake2b(data, digest_size=8, key=seed.to_bytes(8, "little", signed=True))
     return int.from_bytes(digest.digest(), "little")
+
+
+def needle_answer(prompt: str | None, tokenizer: SimTokenizer, miss: float) -> tuple[int, ...]:
+    """The answer's first tokens for a needle question (loadgen/needle.py): the planted code,
+    unless the `needle_miss` fault strikes (drawn from the prompt's own bytes, so a rerun misses
+    the same prompts whatever the arrival order); () for any other prompt."""
+    code = find_answer(prompt) if prompt else None
+    if code is None or prompt is None:
+        return ()
+    if miss > 0 and random.Random(seed_of(0, prompt.encode())).random() < miss:
+        return tuple(tokenizer.encode(" I do not know."))
+    return tuple(tokenizer.encode(" " + code))

@@ -34,12 +34,14 @@ from prometheus_client.metrics_core import Metric
 
 from loadgen.client.decode import reasoning_fields
 from loadgen.client.target import Timeouts, timeout_error
+from loadgen.needle import needle_hit
 from loadgen.records import StreamError, StreamRecord
 from loadgen.request import StreamRequest, record_fields
 from loadgen.sim.engine import AdmissionRejected, EngineConfig, SimRequest, TokenOutput
 from loadgen.sim.faults import RequestFaults, parse_fault_options
 from loadgen.sim.openai_wire import WireError, resolve_max_tokens
 from loadgen.sim.profiles import get_profile
+from loadgen.sim.requests import needle_answer
 from loadgen.sim.server import SimServerConfig, SimState, ground_truth_rows
 
 NS = 1_000_000_000
@@ -242,6 +244,9 @@ class VirtualSim:
             ignore_eos=req.ignore_eos,
             cache_salt=req.cache_salt,
             arrival_s=t / self._ns_per_engine_s,
+            answer_prefix=needle_answer(
+                _last_text(req), self.tokenizer, s.faults.config.needle_miss
+            ),
         )
         try:
             self.engine.add_request(sim_req)
@@ -320,7 +325,9 @@ class VirtualSim:
             self.state.config.reasoning_tokens if chat else 0,
         )  # fmt: skip
         if flight.answer_ids is not None:
-            rec = dataclasses.replace(rec, answer=self.tokenizer.decode(flight.answer_ids))
+            answer = self.tokenizer.decode(flight.answer_ids)
+            hit = None if flight.req.needle is None else needle_hit(flight.req.needle, answer)
+            rec = dataclasses.replace(rec, answer=answer, needle_hit=hit)
         flight.on_record(rec)
 
     # -- client timeouts -------------------------------------------------------------------
@@ -422,3 +429,10 @@ def _reasoning(
     reported = min(n, cum) if n and finished else None
     tokens = list(chunk_tokens) if chunk_ns else None
     return reasoning_fields(chunk_ns, tokens, reasoning_at, out_at, reported)
+
+
+def _last_text(req: StreamRequest) -> str | None:
+    """The text a needle question ends: the prompt, or the last message of a conversation."""
+    if req.messages:
+        return req.messages[-1].get("content")
+    return req.prompt
