@@ -17,6 +17,7 @@ from loadgen.records import (
     MetricsSample,
     StreamRecord,
     count_unreadable,
+    read_jsonl,
     read_metrics,
     read_streams,
 )
@@ -35,6 +36,8 @@ class RunInputs:
     metrics: list[MetricsSample]
     # streams.jsonl lines that could not be read (torn by a crash, or corrupt)
     unreadable_streams: int = 0
+    # telemetry.jsonl lines (GPU power, energy, clocks; engine/telemetry.py), when sampled
+    telemetry: tuple[dict[str, Any], ...] = ()
 
 
 def is_run_dir(path: Path) -> bool:
@@ -82,4 +85,5 @@ def load_run(path: Path) -> RunInputs:
     except (KeyError, TypeError) as e:
         raise NotARunDirectory(f"{path / 'streams.jsonl'}: a record lacks a field ({e})") from e
     unreadable = count_unreadable(path / "streams.jsonl")
-    return RunInputs(read_manifest(path), streams, read_metrics(path), unreadable)
+    telemetry = tuple(read_jsonl(path / "telemetry.jsonl"))
+    return RunInputs(read_manifest(path), streams, read_metrics(path), unreadable, telemetry)
