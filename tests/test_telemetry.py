@@ -20,7 +20,7 @@ from loadgen.analysis.energy import energy_section
 from loadgen.analysis.summary import analyze_run
 from loadgen.cli import main
 from loadgen.engine.run import RunOptions, run_plan
-from loadgen.engine.telemetry import is_loopback, open_nvml, parse_dcgm
+from loadgen.engine.telemetry import is_loopback, open_nvml, open_telemetry, parse_dcgm
 from loadgen.records import JsonlAppender, read_jsonl, read_metrics
 from loadgen.report.cmd import write_report
 from loadgen.scenario.load import load_scenario
@@ -169,14 +169,25 @@ async def test_missing_nvml_is_a_note_and_the_run_goes_on(
         run_dir = await run_against(sim, "whale_c4", tmp_path)
     assert not (run_dir / "telemetry.jsonl").exists()
     notes = orjson.loads((run_dir / "run.json").read_bytes())["telemetry"]["notes"]
-    assert len(notes) == 1 and notes[0].startswith("no GPU telemetry: NVML unavailable")
+    note = "no GPU telemetry: pynvml is not installed (pip install 'loadgen[gpu]')"
+    assert notes == [note]
     write_report(run_dir)
-    assert "no GPU telemetry: NVML unavailable" in (run_dir / "report.txt").read_text()
+    assert note in (run_dir / "report.txt").read_text()
 
 
-def test_nvml_without_gpus_is_a_note(monkeypatch: pytest.MonkeyPatch):
+def test_nvml_without_gpus_or_driver_is_a_note(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpus=0))
     assert open_nvml() == (None, "no GPU telemetry: NVML found no GPU")
+    no_driver = fake_pynvml()
+
+    def fail() -> None:
+        raise OSError("NVML Shared Library Not Found")
+
+    no_driver.nvmlInit = fail
+    monkeypatch.setitem(sys.modules, "pynvml", no_driver)
+    assert open_nvml() == (
+        None, "no GPU telemetry: NVML unavailable (OSError: NVML Shared Library Not Found)"
+    )  # fmt: skip
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpus=1))
     sampler, note = open_nvml()
     assert sampler is not None and note is None
@@ -194,6 +205,26 @@ async def test_no_telemetry_turns_nvml_off_with_no_note(
     assert orjson.loads((run_dir / "run.json").read_bytes())["telemetry"] == {
         "source": None, "notes": []
     }  # fmt: skip
+
+
+async def test_a_remote_server_is_not_sampled_through_this_hosts_nvml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    notes: list[str] = []
+    async with open_telemetry(tmp_path, None, "http://10.0.0.7:8000", True, notes) as log:
+        assert log is None
+    assert notes == [
+        "no GPU telemetry: the server is not on this host (give --telemetry URL of its "
+        "DCGM exporter's /metrics)"
+    ]
+    notes.clear()
+    async with open_telemetry(tmp_path, None, "http://127.0.0.1:8000", True, notes) as log:
+        assert log is not None and log.source == "nvml"
+    assert notes == []
+    async with open_telemetry(tmp_path, None, "http://10.0.0.7:8000", False, notes) as log:
+        assert log is None
+    assert notes == []
 
 
 def test_loopback_decides_where_nvml_is_sampled():

@@ -90,6 +90,9 @@ def open_nvml() -> tuple[NvmlSampler | None, str | None]:
     """An NVML sampler, or None and the note why (no pynvml, no driver, no GPU)."""
     try:
         nvml = importlib.import_module("pynvml")
+    except ImportError:
+        return None, "no GPU telemetry: pynvml is not installed (pip install 'loadgen[gpu]')"
+    try:
         sampler = NvmlSampler(nvml)
     except Exception as exc:
         return None, f"no GPU telemetry: NVML unavailable ({type(exc).__name__}: {exc})"
@@ -173,6 +176,11 @@ async def open_telemetry(
         sampler, note = open_nvml()
         if note is not None:
             notes.append(note)
+    elif enabled:
+        notes.append(
+            "no GPU telemetry: the server is not on this host (give --telemetry URL of its "
+            "DCGM exporter's /metrics)"
+        )
     if sampler is None:
         yield None
         return
