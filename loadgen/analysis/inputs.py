@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.records import MetricsSample, StreamRecord, read_records
+from loadgen.records import MetricsSample, StreamRecord, read_jsonl, read_records
 
 # What each top-level run.json field must be where analysis reads it: a field of another type
 # (hand-edited, or written by a foreign tool) is dropped with a note instead of crashing the
@@ -45,6 +45,8 @@ class RunInputs:
     unreadable_metrics: int = 0
     # run.json fields dropped for their type, as "field (a str, expected dict)"
     dropped_fields: tuple[str, ...] = ()
+    # telemetry.jsonl lines (GPU power, energy, clocks; engine/telemetry.py), when sampled
+    telemetry: tuple[dict[str, Any], ...] = ()
 
 
 def is_run_dir(path: Path) -> bool:
@@ -109,6 +111,13 @@ def load_run(path: Path) -> RunInputs:
         raise NotARunDirectory(f"{path}: not a run directory, no streams.jsonl")
     streams, unreadable = read_records(path / "streams.jsonl", StreamRecord.from_json)
     metrics, bad_metrics = read_records(path / "metrics.jsonl", MetricsSample.from_json)
+    telemetry = tuple(read_jsonl(path / "telemetry.jsonl"))
     return RunInputs(
-        read_manifest(path), streams, metrics, unreadable, bad_metrics, dropped_fields(path)
+        read_manifest(path),
+        streams,
+        metrics,
+        unreadable,
+        bad_metrics,
+        dropped_fields(path),
+        telemetry,
     )

@@ -25,6 +25,7 @@ from loadgen.analysis.aggregate import (
     token_source_of,
     window_json,
 )
+from loadgen.analysis.energy import energy_section
 from loadgen.analysis.goodput import goodput
 from loadgen.analysis.hist import (
     HIST_DIGITS,
@@ -121,6 +122,8 @@ def analyze(inputs: RunInputs) -> Analysis:
         "sessions": session_turns(measure, rows),
         "goodput": goodput(measure, rows, manifest.get("slo")),
         "needles": needle_recall(measure),
+        "energy": energy_section(inputs.telemetry, measure, span_ns(measure)),
+        "telemetry_notes": (manifest.get("telemetry") or {}).get("notes") or [],
         "thresholds": {
             "admitted_factor": ADMITTED_FACTOR,
             "admitted_slack_s": ADMITTED_SLACK_S,

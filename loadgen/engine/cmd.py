@@ -68,6 +68,17 @@ TARGET_OPTIONS = _options(
     ),
     click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="Env: OPENAI_API_KEY."),
     click.option("--model", default=None, help="Model name (default: the server's first)."),
+    click.option(
+        "--telemetry",
+        "telemetry_url",
+        default=None,
+        metavar="URL",
+        help="A DCGM exporter's /metrics to sample GPU power, energy and clocks from (a remote "
+        "server); without it NVML is sampled where the server is on this host.",
+    ),
+    click.option(
+        "--no-telemetry", is_flag=True, help="Do not sample this host's GPUs through NVML."
+    ),
 )
 OUTPUT_OPTIONS = _options(
     click.option(
@@ -182,6 +193,8 @@ def run_cmd(
     base_url: str | None,
     api_key: str | None,
     model: str | None,
+    telemetry_url: str | None,
+    no_telemetry: bool,
     api: str | None,
     out_root: Path,
     overrides: tuple[str, ...],
@@ -211,6 +224,8 @@ def run_cmd(
             "--clock virtual runs the built-in sim without HTTP; drop --base-url (or "
             "OPENAI_BASE_URL) or use --clock wall"
         )
+    if clock == "virtual" and telemetry_url:
+        raise click.UsageError("--clock virtual runs no real GPU: drop --telemetry")
     if clock == "virtual" and workers not in (None, 1):
         raise click.UsageError("--clock virtual has no client to spread: drop --workers")
     problems = client_problems(workers, ray_address)
@@ -260,7 +275,8 @@ def run_cmd(
         progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
         server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
         server_flags=tuple(flags), server=server, boot_order_seed=boot_order_seed,
-        workers=workers, ray_address=ray_address,
+        workers=workers, ray_address=ray_address, telemetry_url=telemetry_url,
+        telemetry=not no_telemetry,
     )  # fmt: skip
 
     run_dir = execute(plan(loaded, run_seed=seed.value), opts)

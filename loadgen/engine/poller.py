@@ -112,8 +112,11 @@ class MetricsPoller:
         run_start_ns: int,
         warn: Callable[[str], None] = lambda msg: None,
         clock: Callable[[], int] | None = None,
+        on_sample: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         self._fetch = fetch
+        # GPU telemetry is read at the same instants (engine/telemetry.py), on the same clock.
+        self._on_sample = on_sample
         # A virtual run reads its own clock (run-clock ns); run() is for the wall clock only.
         self._clock = clock
         self._sink = sink
@@ -137,6 +140,10 @@ class MetricsPoller:
             self.info.update(parsed.info)
             sample = MetricsSample(self._now(), parsed.values)
         self.last = sample
+        if self._on_sample is not None:
+            # Before the sink: its write can take ms under load, and an energy counter read
+            # that late is stamped early (2 J off of 380 J on a loaded 2-core machine).
+            await self._on_sample(sample.t_ns)
         self._sink(sample)
         return sample
 

@@ -14,7 +14,7 @@ import datetime as dt
 import platform
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import nullcontext, suppress
+from contextlib import AsyncExitStack, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from loadgen.engine.sessions import build_sessions, run_sessions
 from loadgen.engine.soak import SoakStop
 from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_pool, worker_count
 from loadgen.engine.target import Target, open_target, server_spec_for
+from loadgen.engine.telemetry import open_telemetry
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord, write_manifest
 from loadgen.request import StreamRequest
 from loadgen.scenario.model import Scenario, scenario_to_json
@@ -97,6 +98,10 @@ class RunOptions:
     workers: int | None = None
     # Send them from Ray actors on the cluster at this address instead (client/ray_pool.py).
     ray_address: str | None = None
+    # GPU telemetry: a DCGM exporter's /metrics URL, else NVML where the target is on this host
+    # unless `telemetry` is off (engine/telemetry.py).
+    telemetry_url: str | None = None
+    telemetry: bool = True
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -264,7 +269,7 @@ async def _drive_arm(
         workers, url=target.url, api_key=opts.api_key, peak_in_flight=concurrency,
         timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
         ray_address=ray,
-    ) as pool:  # fmt: skip
+    ) as pool, AsyncExitStack() as stack:  # fmt: skip
         model = await _resolve_model(client, opts.model or scenario.model or target.model)
         counter = await pick_counter(
             client, model, chat=scenario.api == "chat",
@@ -278,12 +283,18 @@ async def _drive_arm(
                 client, model, chat=False, chat_template_kwargs=None, warn=warn
             )
             session_builder = PromptBuilder(plain)
+        notes: list[str] = []
+        gpu = await stack.enter_async_context(open_telemetry(
+            rundir.path, opts.telemetry_url, target.url, opts.telemetry, notes
+        ))  # fmt: skip
+        manifest["telemetry"] = {"source": None if gpu is None else gpu.source, "notes": notes}
         poller = MetricsPoller(
             lambda: client.get_text("/metrics"),
             lambda s: rundir.metrics.append(s.to_json()),
             interval_s=scenario.metrics.poll_interval_s,
             run_start_ns=run_start_ns,
             warn=warn,
+            on_sample=None if gpu is None else gpu.tick,
         )
         lag = LoopLagMonitor()
         await poller.scrape_once()  # the opening sample; also reads cache_config_info

@@ -58,6 +58,8 @@ def soak_cmd(
     base_url: str | None,
     api_key: str | None,
     model: str | None,
+    telemetry_url: str | None,
+    no_telemetry: bool,
     out_root: Path,
     overrides: tuple[str, ...],
     faults: tuple[str, ...],
@@ -70,6 +72,8 @@ def soak_cmd(
         raise click.UsageError("--clock virtual runs the built-in sim without HTTP; drop "
                                "--base-url (or OPENAI_BASE_URL) or use --clock wall")  # fmt: skip
     clock = clock or ("wall" if base_url else "virtual")
+    if clock == "virtual" and telemetry_url:
+        raise click.UsageError("--clock virtual runs no real GPU: drop --telemetry")
     try:
         loaded = load_scenario(scenario, list(overrides))
     except ScenarioError as exc:
@@ -92,7 +96,7 @@ def soak_cmd(
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
         progress=progress, stop=stop, self_watch=clock == "wall", clock=clock,
-        seed_source=seed.source,
+        seed_source=seed.source, telemetry_url=telemetry_url, telemetry=not no_telemetry,
     )  # fmt: skip
 
     the_plan = plan(soak_scenario(loaded, settings), run_seed=seed.value)

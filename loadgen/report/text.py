@@ -516,6 +516,34 @@ def needle_table(summary: dict[str, Any]) -> Table | None:
     )
 
 
+def energy_table(summary: dict[str, Any]) -> Table | None:
+    """GPU energy over the measured window (telemetry.jsonl), or why there was none."""
+    e, why = summary.get("energy"), tuple(summary.get("telemetry_notes") or ())
+    if e is None:
+        return Table("GPU energy", ("source",), (("none",),), why) if why else None
+    if not e["available"]:
+        return Table("GPU energy", ("source",), ((e["source"],),), (e["note"], *why))
+    jpt = e["j_per_output_token"]
+    row = (
+        e["source"], str(e["gpus"]), num(e["energy_j"], 1), str(e["output_tokens"]),
+        DASH if jpt is None else num(jpt, 4), num(e["mean_power_w"], 1),
+        DASH if e["peak_sm_clock_mhz"] is None else num(e["peak_sm_clock_mhz"], 0),
+        ", ".join(e["throttle_reasons"]) or "none",
+    )  # fmt: skip
+    return Table(
+        "GPU energy (measured window)",
+        ("source", "GPUs", "energy J", "output tokens", "J/token", "mean W", "peak SM MHz",
+         "throttle reasons"),
+        (row,),
+        (
+            f"energy from the {e['energy_method'].replace('_', ' ')} over "
+            f"{e['window_s']:.3g} s, all GPUs; output tokens from {', '.join(e['token_sources'])}",
+            *why,
+        ),
+        left=frozenset({0, 7}),
+    )  # fmt: skip
+
+
 def hist_lines(summary: dict[str, Any]) -> list[str]:
     h = summary["hist"]
     bad = {g: v for g, v in h["out_of_range"].items() if v}
@@ -532,6 +560,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     tables.append(mixed if mixed is not None else run_ladder_table(summary))
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
     tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
+    tables.append(energy_table(summary))
     return [t for t in tables if t is not None]
 
 

@@ -1,0 +1,302 @@
+"""GPU telemetry: NVML against a fake pynvml, DCGM against a recorded exposition on loopback,
+energy per output token from telemetry.jsonl, and the notes when there is none."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+from click.testing import CliRunner
+from run_fixtures import ns, stream, write_run
+from test_run_integration import SMALL, run_against, sim_config
+from virtual_support import run_virtual
+
+from loadgen.analysis.energy import energy_section
+from loadgen.analysis.summary import analyze_run
+from loadgen.cli import main
+from loadgen.engine.run import RunOptions, run_plan
+from loadgen.engine.telemetry import is_loopback, open_nvml, open_telemetry, parse_dcgm
+from loadgen.records import JsonlAppender, read_jsonl, read_metrics
+from loadgen.report.cmd import write_report
+from loadgen.scenario.load import load_scenario
+from loadgen.scenario.plan import plan
+from loadgen.sim.server import start_sim_server
+
+WATTS = 300.0  # the fake GPU's constant draw: its energy counter rises 300 J per second
+
+# A DCGM exporter's exposition as it serves it (names from etc/default-counters.csv).
+DCGM_TEXT = """\
+# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).
+# TYPE DCGM_FI_DEV_SM_CLOCK gauge
+DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-a",modelName="NVIDIA H200"} 1980
+DCGM_FI_DEV_SM_CLOCK{gpu="1",UUID="GPU-b",modelName="NVIDIA H200"} 1755
+# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-a",modelName="NVIDIA H200"} 130000
+DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-b",modelName="NVIDIA H200"} 64000
+# HELP DCGM_FI_DEV_POWER_USAGE Power draw (in W).
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a",modelName="NVIDIA H200"} 612.5
+DCGM_FI_DEV_POWER_USAGE{gpu="1",UUID="GPU-b",modelName="NVIDIA H200"} 88.25
+# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).
+# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-a",modelName="NVIDIA H200"} 9000000
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="1",UUID="GPU-b",modelName="NVIDIA H200"} 4000000
+# HELP DCGM_FI_DEV_CLOCK_THROTTLE_REASONS Current clock throttle reasons.
+# TYPE DCGM_FI_DEV_CLOCK_THROTTLE_REASONS gauge
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="0",UUID="GPU-a",modelName="NVIDIA H200"} 4
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{gpu="1",UUID="GPU-b",modelName="NVIDIA H200"} 0
+"""
+
+
+def fake_pynvml(gpus: int = 1, *, energy: bool = True) -> types.ModuleType:
+    """pynvml's calls as nvidia-ml-py names them; energy rises WATTS J/s of perf_counter."""
+    t0 = time.perf_counter_ns()
+    m = types.ModuleType("pynvml")
+    m.NVML_CLOCK_SM = 1
+    m.nvmlInit = lambda: None
+    m.nvmlDeviceGetCount = lambda: gpus
+    m.nvmlDeviceGetHandleByIndex = lambda i: i
+    m.nvmlDeviceGetPowerUsage = lambda h: int(WATTS * 1000)  # mW
+    if energy:
+        m.nvmlDeviceGetTotalEnergyConsumption = lambda h: (
+            (time.perf_counter_ns() - t0) * WATTS / 1e6  # mJ
+        )
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=2048 * 1024 * 1024)
+    m.nvmlDeviceGetClockInfo = lambda h, clock: 1980 if clock == m.NVML_CLOCK_SM else 0
+    m.nvmlDeviceGetCurrentClocksThrottleReasons = lambda h: 0x4  # sw_power_cap
+    return m
+
+
+def line(t: float, **gpu: float) -> dict:
+    return {"t_ns": ns(t), "source": "nvml", "gpus": [{"index": 0, **gpu}]}
+
+
+# --- analysis: exact joules on synthesized samples -------------------------------------
+
+
+def test_energy_counter_is_read_at_the_window_edges_exactly():
+    # Window: intended 0.5 s -> done 3.0 s = 2.5 s; samples every second, counter 300 J/s.
+    streams = [
+        stream("a", chunks=[1.0, 2.0], tokens=[10, 15], intended=0.5, sent=0.5, done=3.0),
+        stream("b", chunks=[1.5], tokens=[25], intended=0.5, sent=0.5, done=2.0),
+    ]
+    lines = [line(t, energy_j=1000 + WATTS * t, power_w=WATTS, sm_clock_mhz=1500 + t,
+                  throttle=0x1 if t == 2 else 0) for t in (0, 1, 2, 3, 4)]  # fmt: skip
+    e = energy_section(lines, streams, (ns(0.5), ns(3.0)))
+    assert e["energy_method"] == "energy_counter"
+    assert e["energy_j"] == pytest.approx(750.0, abs=1e-9)
+    assert e["output_tokens"] == 50
+    assert e["j_per_output_token"] == pytest.approx(15.0, abs=1e-12)
+    assert e["mean_power_w"] == pytest.approx(WATTS)
+    assert e["peak_sm_clock_mhz"] == 1503  # the 4 s sample lies outside the window
+    assert e["throttle_reasons"] == ["gpu_idle"]
+
+
+def test_power_is_integrated_where_no_energy_counter_and_the_method_says_so():
+    streams = [stream("a", chunks=[1.0], tokens=[20], intended=0.0, sent=0.0, done=2.0)]
+    # Power ramps 100 -> 300 W over 2 s: 400 J by trapezoids.
+    lines = [line(t, power_w=100 + 100 * t) for t in (0, 1, 2)]
+    e = energy_section(lines, streams, (ns(0.0), ns(2.0)))
+    assert e["energy_method"] == "power_integrated"
+    assert e["energy_j"] == pytest.approx(400.0)
+    assert e["j_per_output_token"] == pytest.approx(20.0)
+    assert e["throttle_reasons"] == []
+
+
+def test_no_telemetry_lines_is_no_energy_section():
+    streams = [stream("a", chunks=[1.0])]
+    assert energy_section([], streams, (0, ns(1))) is None
+    assert energy_section([{"t_ns": 0, "source": "nvml", "error": "x"}], streams, (0, 1)) is None
+
+
+def test_report_table_only_when_telemetry_exists(tmp_path: Path):
+    streams = [stream("a", chunks=[1.0, 2.0], tokens=[10, 10], intended=0.0, sent=0.0, done=2.0)]
+    with_gpu = write_run(tmp_path / "gpu", streams)
+    log = JsonlAppender(with_gpu / "telemetry.jsonl")
+    for t in (0, 1, 2):
+        log.append(line(t, energy_j=WATTS * t, power_w=WATTS, throttle=0x4))
+    log.close()
+    write_report(with_gpu)
+    summary = orjson.loads((with_gpu / "summary.json").read_bytes())
+    assert summary["energy"]["j_per_output_token"] == pytest.approx(30.0)
+    assert "GPU energy (measured window)" in (with_gpu / "report.txt").read_text()
+    assert "sw_power_cap" in (with_gpu / "report.txt").read_text()
+    without = write_run(tmp_path / "plain", streams)
+    write_report(without)
+    assert "GPU energy" not in (without / "report.txt").read_text()
+    assert orjson.loads((without / "summary.json").read_bytes())["energy"] is None
+
+
+# --- NVML on a wall-clock sim run ------------------------------------------------------
+
+
+async def test_nvml_samples_land_on_the_metrics_instants_and_give_joules_per_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpus=2))
+    async with start_sim_server(sim_config()) as sim:
+        run_dir = await run_against(sim, "whale_c4", tmp_path, ["metrics.poll_interval_s=0.05"])
+    tele = list(read_jsonl(run_dir / "telemetry.jsonl"))
+    assert [t["t_ns"] for t in tele] == [m.t_ns for m in read_metrics(run_dir)]
+    assert {len(t["gpus"]) for t in tele} == {2}
+    assert tele[0]["gpus"][0]["power_w"] == WATTS
+    assert tele[0]["gpus"][0]["mem_used_mib"] == 2048
+    manifest = orjson.loads((run_dir / "run.json").read_bytes())
+    assert manifest["telemetry"] == {"source": "nvml", "notes": []}
+    e = analyze_run(run_dir).summary["energy"]
+    assert e["energy_method"] == "energy_counter"
+    # The counter is read just after each stamp (microseconds), so 2 GPUs x 300 J/s x window
+    # holds to 1e-3; joules per token is exactly energy over the usage tokens.
+    assert e["energy_j"] == pytest.approx(2 * WATTS * e["window_s"], rel=1e-3)
+    assert e["output_tokens"] == 4 * 32
+    # summary.json keeps 9 significant digits
+    assert e["j_per_output_token"] == pytest.approx(e["energy_j"] / 128, rel=1e-8)
+    assert e["peak_sm_clock_mhz"] == 1980
+    assert e["throttle_reasons"] == ["sw_power_cap"]
+
+
+async def test_missing_nvml_is_a_note_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    async with start_sim_server(sim_config()) as sim:
+        run_dir = await run_against(sim, "whale_c4", tmp_path)
+    assert not (run_dir / "telemetry.jsonl").exists()
+    notes = orjson.loads((run_dir / "run.json").read_bytes())["telemetry"]["notes"]
+    note = "no GPU telemetry: pynvml is not installed (pip install 'loadgen[gpu]')"
+    assert notes == [note]
+    write_report(run_dir)
+    assert note in (run_dir / "report.txt").read_text()
+
+
+def test_nvml_without_gpus_or_driver_is_a_note(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpus=0))
+    assert open_nvml() == (None, "no GPU telemetry: NVML found no GPU")
+    no_driver = fake_pynvml()
+
+    def fail() -> None:
+        raise OSError("NVML Shared Library Not Found")
+
+    no_driver.nvmlInit = fail
+    monkeypatch.setitem(sys.modules, "pynvml", no_driver)
+    assert open_nvml() == (
+        None, "no GPU telemetry: NVML unavailable (OSError: NVML Shared Library Not Found)"
+    )  # fmt: skip
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpus=1))
+    sampler, note = open_nvml()
+    assert sampler is not None and note is None
+
+
+async def test_no_telemetry_turns_nvml_off_with_no_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    async with start_sim_server(sim_config()) as sim:
+        scenario = load_scenario("whale_c4", [*SMALL, "groups.minnows.count=1"])
+        opts = RunOptions(base_url=sim.url, out_root=tmp_path, progress=False, telemetry=False)
+        run_dir = await run_plan(plan(scenario), opts, warn=lambda m: None)
+    assert not (run_dir / "telemetry.jsonl").exists()
+    assert orjson.loads((run_dir / "run.json").read_bytes())["telemetry"] == {
+        "source": None, "notes": []
+    }  # fmt: skip
+
+
+async def test_a_remote_server_is_not_sampled_through_this_hosts_nvml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    notes: list[str] = []
+    async with open_telemetry(tmp_path, None, "http://10.0.0.7:8000", True, notes) as log:
+        assert log is None
+    assert notes == [
+        "no GPU telemetry: the server is not on this host (give --telemetry URL of its "
+        "DCGM exporter's /metrics)"
+    ]
+    notes.clear()
+    async with open_telemetry(tmp_path, None, "http://127.0.0.1:8000", True, notes) as log:
+        assert log is not None and log.source == "nvml"
+    assert notes == []
+    async with open_telemetry(tmp_path, None, "http://10.0.0.7:8000", False, notes) as log:
+        assert log is None
+    assert notes == []
+
+
+def test_loopback_decides_where_nvml_is_sampled():
+    assert is_loopback("http://127.0.0.1:8000/v1")
+    assert is_loopback("http://localhost:8000")
+    assert not is_loopback("http://10.0.0.7:8000/v1")
+    assert not is_loopback("https://api.example.com")
+
+
+# --- DCGM exporter over loopback -------------------------------------------------------
+
+
+def test_dcgm_exposition_parses_into_per_gpu_fields():
+    assert parse_dcgm(DCGM_TEXT) == [
+        {"index": 0, "sm_clock_mhz": 1980, "mem_used_mib": 130000, "power_w": 612.5,
+         "energy_j": 9000.0, "throttle": 4},
+        {"index": 1, "sm_clock_mhz": 1755, "mem_used_mib": 64000, "power_w": 88.25,
+         "energy_j": 4000.0, "throttle": 0},
+    ]  # fmt: skip
+
+
+async def test_dcgm_exporter_is_scraped_on_the_metrics_instants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())  # DCGM wins over NVML
+    app = web.Application()
+
+    async def exporter(_request: web.Request) -> web.Response:
+        return web.Response(text=DCGM_TEXT)
+
+    app.router.add_get("/metrics", exporter)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        async with start_sim_server(sim_config()) as sim:
+            scenario = load_scenario("whale_c4", [*SMALL, "groups.minnows.count=1"])
+            opts = RunOptions(
+                base_url=sim.url, out_root=tmp_path, progress=False,
+                telemetry_url=f"http://127.0.0.1:{port}/metrics",
+            )  # fmt: skip
+            run_dir = await run_plan(plan(scenario), opts, warn=lambda m: None)
+    finally:
+        await runner.cleanup()
+    tele = list(read_jsonl(run_dir / "telemetry.jsonl"))
+    assert [t["t_ns"] for t in tele] == [m.t_ns for m in read_metrics(run_dir)]
+    assert {t["source"] for t in tele} == {"dcgm"}
+    assert tele[-1]["gpus"] == parse_dcgm(DCGM_TEXT)
+    e = analyze_run(run_dir).summary["energy"]
+    assert e["energy_j"] == 0.0  # the recorded counter stands still
+    assert e["peak_sm_clock_mhz"] == 1980
+    assert e["throttle_reasons"] == ["sw_power_cap"]
+
+
+# --- the virtual clock has no GPU ------------------------------------------------------
+
+
+async def test_virtual_clock_samples_no_telemetry_and_notes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    run = await run_virtual("whale_c4", [], tmp_path)
+    assert not (run.run_dir / "telemetry.jsonl").exists()
+    assert run.summary["energy"] is None and run.summary["telemetry_notes"] == []
+
+
+def test_telemetry_url_on_the_virtual_clock_is_a_usage_error(tmp_path: Path):
+    for cmd in (["run", "whale_c4"], ["soak", "whale_c4"]):
+        url = "http://127.0.0.1:9400/metrics"
+        args = [*cmd, "--clock", "virtual", "--telemetry", url, "--out", str(tmp_path)]
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2
+        assert "--clock virtual runs no real GPU: drop --telemetry" in res.output
