@@ -88,3 +88,15 @@ def test_a_timing_error_under_a_server_verdict_is_named_beside_not_added() -> No
     )
     assert RecordCounts(4, 3, 1, 1, 1).missing == 1
     assert RecordCounts(None, 3, 0, 0, 0).missing is None
+
+
+def test_a_sweep_names_each_arms_client_limited_count_and_stays_quiet_without() -> None:
+    from loadgen.analysis.sweep import _limited_reasons
+
+    lag = "event-loop lag max 80.0 ms > 50 ms"
+    run = {"client_limited_streams": 3, "records": {"measured": 300},
+           "client_limited_reasons": [lag]}  # fmt: skip
+    assert _limited_reasons(run) == ["3 of 300 streams client_limited", lag]
+    quiet = {"client_limited_streams": 0, "records": {"measured": 300},
+             "client_limited_reasons": []}  # fmt: skip
+    assert _limited_reasons(quiet) == []
