@@ -109,10 +109,11 @@ def analyze(inputs: RunInputs) -> Analysis:
     rows = {s["id"]: s for s in streams if s["phase"] == MEASURE}
     histograms = build_histograms(measure)
     reps = _reps(measure, records, rows, timeline)
+    counts = record_counts(manifest, records, rows)
     summary = {
         "schema": SCHEMA,
-        "run": _run_section(manifest, records, measure, rows, timeline, ctx)
-        | {"records": _record_counts(manifest, measure, inputs)},
+        "run": _run_section(manifest, records, measure, rows, timeline, ctx, counts)
+        | {"records": _records_block(counts, inputs)},
         "streams": streams,
         "groups": _groups(measure, rows, timeline, manifest, reps),
         "reps": reps,
@@ -146,6 +147,7 @@ def _run_section(
     rows: dict[str, dict[str, Any]],
     timeline: Timeline,
     ctx: VerdictContext,
+    counts: RecordCounts,
 ) -> dict[str, Any]:
     scenario = manifest.get("scenario") or {}
     client = manifest.get("client") or {}
@@ -153,13 +155,14 @@ def _run_section(
     span = span_ns(measure)
     verdict_counts = _count(rows[r.id]["verdict"] for r in measure)
     reasons = []
-    # Streams timed beyond tolerance, whether or not their server verdict outweighed it.
-    limited = sum(
-        rows[r.id]["verdict"] == "client_limited" or "client_error" in rows[r.id]["evidence"]
-        for r in measure
-    )
-    if limited:
-        reasons.append(f"{limited} of {len(measure)} streams timed beyond tolerance")
+    # The banner counts what the verdict table counts; streams whose server verdict outweighed
+    # their timing error are named beside it, never added to it.
+    limited = counts.limited
+    if counts.beyond_tolerance:
+        reasons.append(
+            f"{counts.beyond_tolerance} of {counts.measured} streams timed beyond tolerance kept"
+            " their server verdict (not counted as client_limited)"
+        )
     if lag is not None and lag > LOOP_LAG_LIMIT_MS:
         reasons.append(f"event-loop lag max {lag:.1f} ms > {LOOP_LAG_LIMIT_MS:g} ms")
     phases = _count(r.phase for r in records)
@@ -177,10 +180,10 @@ def _run_section(
         "tool_version": manifest.get("tool_version"),
         "analysis_version": __version__,
         "interrupted": bool(manifest.get("interrupted", False)),
-        "client_limited": bool(reasons),
+        "client_limited": bool(limited or reasons),
         "client_limited_reasons": reasons,
         "client_limited_streams": limited,
-        "client_banner": client_banner(limited, len(measure), reasons),
+        "client_banner": client_banner(limited, counts.measured, reasons),
         "client": client,
         "speed": manifest.get("speed", 1.0),
         "clock": manifest.get("clock", "wall"),
@@ -214,15 +217,52 @@ def _target(target: Any) -> dict[str, Any] | None:
     return target
 
 
-def _record_counts(
-    manifest: dict[str, Any], measure: list[StreamRecord], inputs: RunInputs
-) -> dict[str, Any]:
-    """Measured records against the plan: `missing` planned streams have no record (the run was
-    killed, or lines of streams.jsonl were torn or lost); None where the plan is unknown. Lines
-    skipped as unreadable and run.json fields dropped for their type are counted beside."""
-    planned = manifest.get("planned_streams")
-    missing = None if planned is None else max(planned - len(measure), 0)
-    return {"planned": planned, "measured": len(measure), "missing": missing,
+@dataclass(frozen=True)
+class RecordCounts:
+    """The one definition of planned / measured / limited that the report header, the banner,
+    the verdict table and summary.json's `records` block all read (an agent_sessions run once
+    printed "32 measured of 0 planned" beside "of 32", and an Azure replay's banner said 166
+    limited while its verdict table said 3).
+
+    planned: measured requests the plan declares, session turns included (None where a
+    duration may end a rep early). measured: records of measured phases. limited: measured
+    streams whose verdict is client_limited. beyond_tolerance: measured streams timed beyond
+    tolerance that kept a server verdict because it outweighed loadgen's own error."""
+
+    planned: int | None
+    measured: int
+    not_measured: int
+    limited: int
+    beyond_tolerance: int
+
+    @property
+    def missing(self) -> int | None:
+        """Planned streams with no record (the run was stopped, or lines were lost)."""
+        return None if self.planned is None else max(self.planned - self.measured, 0)
+
+
+def record_counts(
+    manifest: dict[str, Any], records: list[StreamRecord], rows: dict[str, dict[str, Any]]
+) -> RecordCounts:
+    """Counts of `records` against the plan; `rows` are the measured streams' summary rows."""
+    measure = [r for r in records if r.phase == MEASURE]
+    verdicts = [rows[r.id]["verdict"] for r in measure]
+    limited = sum(v == "client_limited" for v in verdicts)
+    flagged = sum("client_error" in rows[r.id]["evidence"] for r in measure)
+    beyond = flagged - sum(
+        v == "client_limited" and "client_error" in rows[r.id]["evidence"]
+        for r, v in zip(measure, verdicts, strict=True)
+    )
+    return RecordCounts(manifest.get("planned_streams"), len(measure),
+                        len(records) - len(measure), limited, beyond)  # fmt: skip
+
+
+def _records_block(counts: RecordCounts, inputs: RunInputs) -> dict[str, Any]:
+    """summary.json's `records`: the counts, and lines skipped as unreadable and run.json fields
+    dropped for their type beside them."""
+    return {"planned": counts.planned, "measured": counts.measured, "missing": counts.missing,
+            "not_measured": counts.not_measured, "limited": counts.limited,
+            "beyond_tolerance": counts.beyond_tolerance,
             "unreadable_lines": inputs.unreadable_streams,
             "unreadable_metrics_lines": inputs.unreadable_metrics,
             "dropped_manifest_fields": list(inputs.dropped_fields)}  # fmt: skip

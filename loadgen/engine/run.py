@@ -48,6 +48,7 @@ from loadgen.engine.soak import SoakStop
 from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_pool, worker_count
 from loadgen.engine.target import Target, open_target, server_spec_for
 from loadgen.engine.telemetry import open_telemetry
+from loadgen.engine.virtual_progress import planned_streams
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord, write_manifest
 from loadgen.request import StreamRequest
 from loadgen.scenario.model import Scenario, scenario_to_json
@@ -238,10 +239,11 @@ async def run_arm(
 
 
 def _planned_streams(arm: ArmPlan) -> int | None:
-    """Measured streams the plan holds; None when a duration may end a rep before them all."""
+    """Measured requests the plan holds, session turns included (agent_sessions once read "32
+    measured of 0 planned"); None when a duration may end a rep before them all."""
     if any(rep.duration_ns is not None for rep in arm.reps):
         return None
-    return sum(len(rep.requests) for rep in arm.reps)
+    return planned_streams(arm)
 
 
 async def _drive_arm(

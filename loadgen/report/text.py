@@ -79,8 +79,8 @@ def header(summary: dict[str, Any]) -> list[str]:
     if "streams" in run and isinstance(run["streams"], dict):
         st, cap, base = run["streams"], run["cap"], run["prefill_baseline"]
         lines.append(
-            f"streams: {st['measure']} measured ({st['ok']} ok, {st['error']} errors) of "
-            f"{st['total']} | wall {secs(run['wall_s'])} s | cap {cap['value'] or DASH}"
+            f"streams: {st['measure']} measured ({st['ok']} ok, {st['error']} errors)"
+            f"{_unmeasured(st)} | wall {secs(run['wall_s'])} s | cap {cap['value'] or DASH}"
             f" ({cap['source'] or 'unknown'}) | prefill baseline {rate(base['tok_s'])} tok/s"
             f" ({base['source']}) | prompt tokens by {run.get('token_counter') or DASH}"
         )
@@ -98,6 +98,15 @@ def header(summary: dict[str, Any]) -> list[str]:
         banner = run.get("client_banner") or f"!! CLIENT LIMITED: {why}"
         lines.insert(0, banner)
     return lines
+
+
+def _unmeasured(streams: dict[str, Any]) -> str:
+    """The records beside the measured ones, by phase: "3 measured ... of 12" once read as 12
+    planned beside "3 of 3 planned" (deep_decode's 9 were warmup)."""
+    other = {p: n for p, n in sorted((streams.get("by_phase") or {}).items()) if p != "measure"}
+    if not other:
+        return ""
+    return " + " + ", ".join(f"{n} {p}" for p, n in other.items()) + " (not measured)"
 
 
 def user_server_lines(run: dict[str, Any]) -> list[str]:
