@@ -3,6 +3,7 @@ end of a run (write_report): everything is recomputed from the run directory's f
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,13 @@ from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.plots import sessions_png
 from loadgen.report.soak_report import is_soak, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
-from loadgen.report.sweep_text import render_sweep_plain, sweep_tables
+from loadgen.report.sweep_text import (
+    arm_names,
+    arm_title,
+    render_sweep_plain,
+    sweep_header,
+    sweep_tables,
+)
 from loadgen.report.tables import DASH, Table, num
 from loadgen.report.text import (
     header,
@@ -64,20 +71,27 @@ def write_report(run_dir: Path) -> str:
     sweep, arms = analyze_sweep(run_dir)
     bodies = {name: _write_run(run_dir / "arms" / name, a) for name, a in arms.items()}
     (run_dir / "summary.json").write_bytes(dumps_canonical(sweep))
-    plain = render_sweep_plain(sweep, {n: a.summary for n, a in arms.items()})
+    summaries = {n: a.summary for n, a in arms.items()}
+    plain = render_sweep_plain(sweep, summaries)
     (run_dir / "report.txt").write_text(plain, encoding="utf-8")
     figure = sweep_figure(sweep)
     if figure is not None:
         (run_dir / SWEEP_PNG).write_bytes(figure)
-    (run_dir / "report.html").write_text(render_sweep_html(sweep, bodies, figure), encoding="utf-8")
+    (run_dir / "report.html").write_text(
+        render_sweep_html(sweep, bodies, figure, summaries), encoding="utf-8"
+    )
     return _sweep_rich(sweep, arms)
 
 
 def _sweep_rich(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:
     tables = sweep_tables(sweep)
-    for a in arms.values():
-        tables += run_tables(a.summary)
-    return render_rich(tables, header(sweep))
+    for name in arm_names(sweep, list(arms)):
+        # Every arm's tables carry the same titles: without its name a block is anonymous.
+        arm = arm_title(name, sweep["arms"].get(name) or {})
+        tables += [
+            replace(t, title=f"arm {arm} | {t.title}") for t in run_tables(arms[name].summary)
+        ]
+    return render_rich(tables, sweep_header(sweep, {n: a.summary for n, a in arms.items()}))
 
 
 def render_report(run_dir: Path) -> str:
