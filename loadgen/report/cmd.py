@@ -12,12 +12,12 @@ import click
 from loadgen.analysis.compare import compare_summaries
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import NotARunDirectory, is_sweep_dir, read_manifest
-from loadgen.analysis.stats import dumps_canonical
+from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.plots import sessions_png
-from loadgen.report.soak_report import is_soak, write_soak_report
+from loadgen.report.soak_report import analyze_soak_dir, is_soak, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
 from loadgen.report.sweep_text import (
     arm_names,
@@ -150,6 +150,42 @@ def _arm_note(label: str, path: Path, result: dict[str, Any], i: int) -> str:
     return f"{label} = {path}" + "".join(f"; {line}" for line in said)
 
 
+def _soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
+    """Two soaks side by side in the soak report's own terms: decode tok/s per request on the
+    server's clock (a run summary's is per wall second: x20 at sim speed 20, 4,192 vs 210) and
+    each soak's drift verdict (its fixed-context trend, not the rep spread, which called a
+    -23% drift within noise)."""
+    if not all(soaks):
+        soak, other = (run_a, run_b) if soaks[0] else (run_b, run_a)
+        raise click.ClickException(
+            f"cannot compare soak {soak} with non-soak run {other}: compare two soaks "
+            "(drift verdicts) or two runs (per-group medians)"
+        )
+    a, b = analyze_soak_dir(run_a), analyze_soak_dir(run_b)
+    ra, rb = (median([p["rate"] for p in s["points"]]) for s in (a, b))
+    diff = None if ra is None or rb is None else rb - ra
+    pct = None if diff is None or not ra else 100 * diff / ra
+    va, vb = a["verdict"], b["verdict"]
+    effect = [None if v["adjusted"] is None else 100 * v["adjusted"]["effect"] for v in (va, vb)]
+    rows = (
+        ("requests decoded", str(a["requests"]), str(b["requests"]), DASH, DASH),
+        ("median decode tok/s", num(ra), num(rb), num(diff), num(pct)),
+        ("drift at fixed context %", num(effect[0]), num(effect[1]), DASH, DASH),
+        ("drift verdict", va["verdict"], vb["verdict"], DASH, DASH),
+    )
+    return Table(
+        "Compare soaks (B - A; each soak's own drift verdict)",
+        ("quantity", "A", "B", "B - A", "%"),
+        rows,
+        (
+            f"A = {run_a}: {va['reason']}",
+            f"B = {run_b}: {vb['reason']}",
+            "decode tok/s: per request, token-true, on the server's clock (the soak report's)",
+        ),
+        left=frozenset({0}),
+    )
+
+
 @click.command("compare")
 @click.argument("run_a", type=click.Path(path_type=Path))
 @click.argument("run_b", type=click.Path(path_type=Path))
@@ -158,6 +194,10 @@ def compare_cmd(run_a: Path, run_b: Path) -> None:
     difference against each run's own rep-to-rep spread, "within noise" when it does not exceed
     it."""
     try:
+        soaks = [is_soak(read_manifest(p)) for p in (run_a, run_b)]
+        if any(soaks):
+            click.echo(render_rich([_soak_pair(run_a, run_b, soaks)], []), nl=False)
+            return
         result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary)
     except NotARunDirectory as e:
         raise click.ClickException(str(e)) from None
