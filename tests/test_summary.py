@@ -145,7 +145,7 @@ def test_sweep_directory_reports_every_arm_and_the_politeness_table(tmp_path: Pa
         assert (root / "arms" / arm / "summary.json").is_file()
     parent = orjson.loads((root / "summary.json").read_bytes())
     assert parent["arms"]["b512"]["row"]["minnow_decode_during_tok_s"]["median"] == 10.0
-    assert "== arm b512 ==" in text
+    assert "== arm b512: max_num_batched_tokens=512 ==" in text
 
 
 def test_ladder_sweep_reports_one_row_per_arm(tmp_path: Path):

@@ -3,6 +3,7 @@ sweep parent's summary (arms/<arm>/ run directories plus the parent's run.json).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,12 @@ from loadgen.analysis.inputs import arm_dirs, read_manifest
 from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import SCHEMA, Analysis, analyze_run
 from loadgen.analysis.sweep_boots import boot_points, floor_rows
+
+
+def arm_sort_key(name: str) -> list[tuple[int, float, str]]:
+    """Orders arm names numerically where numeric: as text, 512 sorts after 2048."""
+    parts = re.split(r"(\d+(?:\.\d+)?)", name)
+    return [(1, float(p), "") if i % 2 else (0, 0.0, p) for i, p in enumerate(parts) if p]
 
 
 def _minmax(values: list[float]) -> dict[str, float | None]:
@@ -80,7 +87,9 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
     manifest = read_manifest(path)
     declared = {a.get("name"): a for a in manifest.get("arms") or [] if isinstance(a, dict)}
     found = {d.name: d for d in arm_dirs(path)}
-    order = [n for n in declared if n in found] + sorted(n for n in found if n not in declared)
+    order = [n for n in declared if n in found] + sorted(
+        (n for n in found if n not in declared), key=arm_sort_key
+    )
     arms = {name: analyze_run(found[name]) for name in order}
     first = next(iter(arms.values())).summary["run"]
     scenario = manifest.get("scenario") or {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +14,21 @@ import click
 from loadgen.analysis.compare import compare_summaries
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import NotARunDirectory, is_sweep_dir, read_manifest
-from loadgen.analysis.stats import dumps_canonical
+from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.client.errors import one_line
 from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.plots import sessions_png
-from loadgen.report.soak_report import is_soak, write_soak_report
+from loadgen.report.soak_report import analyze_soak_dir, is_soak, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
-from loadgen.report.sweep_text import render_sweep_plain, sweep_tables
+from loadgen.report.sweep_text import (
+    arm_names,
+    arm_title,
+    render_sweep_plain,
+    sweep_header,
+    sweep_tables,
+)
 from loadgen.report.tables import DASH, Table, num
 from loadgen.report.text import (
     header,
@@ -73,23 +80,29 @@ def write_report(run_dir: Path) -> str:
     sweep, arms = analyze_sweep(run_dir)
     bodies = {name: _write_run(run_dir / "arms" / name, a) for name, a in arms.items()}
     (run_dir / "summary.json").write_bytes(dumps_canonical(sweep))
-    plain = render_sweep_plain(sweep, {n: a.summary for n, a in arms.items()})
+    summaries = {n: a.summary for n, a in arms.items()}
+    plain = render_sweep_plain(sweep, summaries)
     (run_dir / "report.txt").write_text(plain, encoding="utf-8")
     figure = sweep_figure(sweep)
     if figure is not None:
         (run_dir / SWEEP_PNG).write_bytes(figure)
-    (run_dir / "report.html").write_text(render_sweep_html(sweep, bodies, figure), encoding="utf-8")
+    (run_dir / "report.html").write_text(
+        render_sweep_html(sweep, bodies, figure, summaries), encoding="utf-8"
+    )
     return _sweep_rich(sweep, arms)
 
 
 def _sweep_rich(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:
     tables = sweep_tables(sweep)
     lost = []  # an arm's skipped lines show on the terminal too, not only in its report.txt
-    for name, a in arms.items():
-        tables += run_tables(a.summary)
-        records = a.summary["run"].get("records") or {}
+    for name in arm_names(sweep, list(arms)):
+        # Every arm's tables carry the same titles: without its name a block is anonymous.
+        arm = arm_title(name, sweep["arms"].get(name) or {})
+        summary = arms[name].summary
+        tables += [replace(t, title=f"arm {arm} | {t.title}") for t in run_tables(summary)]
+        records = summary["run"].get("records") or {}
         lost += [f"arm {name}: {x}" for x in record_lines(records) if x.startswith("!!")]
-    return render_rich(tables, header(sweep) + lost)
+    return render_rich(tables, sweep_header(sweep, {n: a.summary for n, a in arms.items()}) + lost)
 
 
 def render_report(run_dir: Path) -> str:
@@ -163,6 +176,42 @@ def _arm_note(label: str, path: Path, result: dict[str, Any], i: int) -> str:
     return f"{label} = {path}" + "".join(f"; {line}" for line in said)
 
 
+def _soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
+    """Two soaks side by side in the soak report's own terms: decode tok/s per request on the
+    server's clock (a run summary's is per wall second: x20 at sim speed 20, 4,192 vs 210) and
+    each soak's drift verdict (its fixed-context trend, not the rep spread, which called a
+    -23% drift within noise)."""
+    if not all(soaks):
+        soak, other = (run_a, run_b) if soaks[0] else (run_b, run_a)
+        raise click.ClickException(
+            f"cannot compare soak {soak} with non-soak run {other}: compare two soaks "
+            "(drift verdicts) or two runs (per-group medians)"
+        )
+    a, b = analyze_soak_dir(run_a), analyze_soak_dir(run_b)
+    ra, rb = (median([p["rate"] for p in s["points"]]) for s in (a, b))
+    diff = None if ra is None or rb is None else rb - ra
+    pct = None if diff is None or not ra else 100 * diff / ra
+    va, vb = a["verdict"], b["verdict"]
+    effect = [None if v["adjusted"] is None else 100 * v["adjusted"]["effect"] for v in (va, vb)]
+    rows = (
+        ("requests decoded", str(a["requests"]), str(b["requests"]), DASH, DASH),
+        ("median decode tok/s", num(ra), num(rb), num(diff), num(pct)),
+        ("drift at fixed context %", num(effect[0]), num(effect[1]), DASH, DASH),
+        ("drift verdict", va["verdict"], vb["verdict"], DASH, DASH),
+    )
+    return Table(
+        "Compare soaks (B - A; each soak's own drift verdict)",
+        ("quantity", "A", "B", "B - A", "%"),
+        rows,
+        (
+            f"A = {run_a}: {va['reason']}",
+            f"B = {run_b}: {vb['reason']}",
+            "decode tok/s: per request, token-true, on the server's clock (the soak report's)",
+        ),
+        left=frozenset({0}),
+    )
+
+
 @click.command("compare")
 @click.argument("run_a", type=click.Path(path_type=Path))
 @click.argument("run_b", type=click.Path(path_type=Path))
@@ -171,6 +220,10 @@ def compare_cmd(run_a: Path, run_b: Path) -> None:
     difference against each run's own rep-to-rep spread, "within noise" when it does not exceed
     it."""
     with readable(run_a, run_b):
+        soaks = [is_soak(read_manifest(p)) for p in (run_a, run_b)]
+        if any(soaks):
+            click.echo(render_rich([_soak_pair(run_a, run_b, soaks)], []), nl=False)
+            return
         result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary)
     if not result["rows"]:
         only_a, only_b = (

@@ -9,7 +9,7 @@ from typing import Any
 
 from loadgen.analysis.summary import Analysis
 from loadgen.report import plots
-from loadgen.report.sweep_text import sweep_tables
+from loadgen.report.sweep_text import arm_names, arm_title, sweep_header, sweep_tables
 from loadgen.report.tables import DASH, Table, rate, secs, to_html
 from loadgen.report.text import header, hist_lines, run_tables
 
@@ -24,6 +24,7 @@ th.l, td.l { text-align: left; } th { background: #f4f4f6; }
 
 .note { color: #555; font-size: 12px; margin: 2px 0; }
 img.plot { max-width: 100%; border: 1px solid #e3e3e3; margin: 6px 0; }
+.wide { overflow-x: auto; max-width: 100%; } section.table { min-width: 0; max-width: 100%; }
 .tables { display: flex; flex-wrap: wrap; gap: 8px 40px; }
 details { margin-top: 20px; } summary { cursor: pointer; font-weight: 600; }
 """
@@ -125,15 +126,22 @@ def render_html(analysis: Analysis, body: str) -> str:
 
 
 def render_sweep_html(
-    sweep: dict[str, Any], bodies: dict[str, str], figure: bytes | None = None
+    sweep: dict[str, Any],
+    bodies: dict[str, str],
+    figure: bytes | None = None,
+    arms: dict[str, dict[str, Any]] | None = None,
 ) -> str:
     """report.html of a sweep parent: the across-arm tables and figure (sweep_plot's, drawn
     against the swept flag), then each arm's report body (as rendered for the arm's own
     report.html: drawing every figure again would double the report's cost)."""
-    parts = [_head_lines(_without_title(header(sweep)))]
+    head = sweep_header(sweep, arms)
+    parts = [_head_lines(_without_title(head))]
     parts += [to_html(t) for t in sweep_tables(sweep)]
     if figure is not None:
         parts.append("<h2>Across the sweep</h2>" + _img(figure, "sweep figure", ""))
-    for name, body in sorted(bodies.items()):
-        parts.append(f"<h2>Arm {html.escape(name)}</h2>{body}")
-    return _page(_title(header(sweep)), "".join(parts))
+    for name in arm_names(sweep, list(bodies)):
+        title = arm_title(name, sweep["arms"].get(name) or {})
+        parts.append(
+            f"<h2 id='arm-{html.escape(name)}'>Arm {html.escape(title)}</h2>{bodies[name]}"
+        )
+    return _page(_title(head), "".join(parts))

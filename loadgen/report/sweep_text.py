@@ -4,7 +4,9 @@ concurrency ladder when each arm is a cohort size), then every arm's own report.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
+from loadgen.analysis.sweep import arm_sort_key
 from loadgen.report.boot_tables import arms_over_boots_table, boots_table
 from loadgen.report.tables import DASH, Table, secs, span, to_plain
 from loadgen.report.text import header, ladder_table, multi_token, render_plain
@@ -20,6 +22,76 @@ def arm_title(name: str, arm: dict[str, Any]) -> str:
     """The arm's name, with its flags and settings when the name does not already say them."""
     label = arm_label(arm)
     return name if label in (DASH, name) else f"{name}: {label}"
+
+
+def arm_names(sweep: dict[str, Any], names: list[str] | None = None) -> list[str]:
+    """The sweep's declared arm order; names it does not declare follow, numerically."""
+    known = list(sweep["arms"]) if names is None else names
+    declared = [n for n in sweep.get("arm_order") or [] if n in known]
+    return declared + sorted((n for n in known if n not in declared), key=arm_sort_key)
+
+
+def _varied(sweep: dict[str, Any]) -> dict[str, list[str]]:
+    """Each flag or setting whose value differs between arms -> its values in arm order."""
+    names = arm_names(sweep)
+    both = [
+        {**(sweep["arms"][n].get("settings") or {}), **(sweep["arms"][n].get("flags") or {})}
+        for n in names
+    ]
+    keys = sorted({k for b in both for k in b})
+    return {
+        k: [str(b.get(k, DASH)) for b in both]
+        for k in keys
+        if len({str(b.get(k, DASH)) for b in both}) > 1
+    }
+
+
+def _drop_flags(flags: list[str], keys: set[str]) -> list[str]:
+    """The sim's command line without the flags (and their values) that vary per arm."""
+    cli = {"--" + k.replace("_", "-") for k in keys}
+    out: list[str] = []
+    skip = False
+    for f in flags:
+        if skip and not f.startswith("--"):
+            skip = False
+            continue
+        skip = f in cli
+        if not skip:
+            out.append(f)
+    return out
+
+
+def _port(url: str) -> str | None:
+    try:
+        port = urlsplit(url).port
+    except ValueError:
+        return None
+    return None if port is None else str(port)
+
+
+def sweep_header(sweep: dict[str, Any], arms: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """The header of a sweep parent: what every arm shares, then what differs per arm (the
+    parent's run.target is one arm's, so its flags and port would be quoted as the sweep's)."""
+    varied = _varied(sweep)
+    target = dict(sweep["run"].get("target") or {})
+    if target.get("flags"):
+        target["flags"] = _drop_flags([str(f) for f in target["flags"]], set(varied))
+    urls = {n: (a["run"].get("target") or {}).get("url", "") for n, a in (arms or {}).items()}
+    ports = {n: _port(u) for n, u in urls.items()}
+    per_port = len(set(urls.values())) > 1 and all(ports.values())
+    if per_port and target.get("url"):
+        target["url"] = target["url"].rsplit(":", 1)[0] + ":<port per arm>"
+    lines = header({**sweep, "run": {**sweep["run"], "target": target}})
+    names = arm_names(sweep)
+    if varied:
+        lines.append("per arm: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in varied.items()))
+    if per_port:
+        lines.append(
+            "ports: " + ", ".join(f"{n}={ports[n]}" for n in arm_names(sweep, list(ports)))
+        )
+    if not varied:
+        lines.append(f"arms ({len(names)}): {', '.join(names)}")
+    return lines
 
 
 def _speed_note(sweep: dict[str, Any]) -> tuple[str, ...]:
@@ -84,7 +156,7 @@ def sweep_ladder_table(sweep: dict[str, Any]) -> Table | None:
 
 def _arms(sweep: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(name, arm entry) in the sweep's declared order."""
-    return [(n, sweep["arms"][n]) for n in sweep.get("arm_order") or sorted(sweep["arms"])]
+    return [(n, sweep["arms"][n]) for n in arm_names(sweep)]
 
 
 def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
@@ -99,9 +171,9 @@ def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
 
 def render_sweep_plain(sweep: dict[str, Any], arms: dict[str, dict[str, Any]]) -> str:
     """report.txt of a sweep parent: the across-arm tables, then every arm's report."""
-    parts = ["\n".join(header(sweep))]
+    parts = ["\n".join(sweep_header(sweep, arms))]
     parts += [to_plain(t) for t in sweep_tables(sweep)]
-    for name in sweep.get("arm_order") or sorted(arms):
-        s = arms[name]
-        parts.append(f"== arm {name} ==\n" + render_plain(s).rstrip("\n"))
+    for name in arm_names(sweep, list(arms)):
+        title = arm_title(name, sweep["arms"].get(name) or {})
+        parts.append(f"== arm {title} ==\n" + render_plain(arms[name]).rstrip("\n"))
     return "\n\n".join(parts) + "\n"
