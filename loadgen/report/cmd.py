@@ -14,6 +14,7 @@ from loadgen.analysis.inputs import NotARunDirectory, is_sweep_dir, read_manifes
 from loadgen.analysis.stats import dumps_canonical
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
+from loadgen.redact import redact, redact_text
 from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.plots import sessions_png
 from loadgen.report.soak_report import is_soak, write_soak_report
@@ -38,9 +39,10 @@ def _write_run(path: Path, analysis: Analysis) -> str:
     body = run_body(analysis, sessions)
     plain, html = render_plain(s), render_html(analysis, body)
     write_hlogs(path / "hist", analysis.histograms)
-    (path / "summary.json").write_bytes(dumps_canonical(s))
-    (path / "report.txt").write_text(plain, encoding="utf-8")
-    (path / "report.html").write_text(html, encoding="utf-8")
+    # A run.json written before redaction existed still holds its secrets: masked here too.
+    (path / "summary.json").write_bytes(dumps_canonical(redact(s)))
+    (path / "report.txt").write_text(redact_text(plain), encoding="utf-8")
+    (path / "report.html").write_text(redact_text(html), encoding="utf-8")
     if sessions is not None:
         (path / "sessions.png").write_bytes(sessions)
     return body
