@@ -41,6 +41,7 @@ from loadgen.engine.executor import run_closed_loop, run_open_loop
 from loadgen.engine.lag import LoopLagMonitor, quiet_collector
 from loadgen.records import JsonlAppender, StreamRecord, install_stop_signals, read_jsonl
 from loadgen.request import StreamRequest
+from loadgen.server.launcher import die_with
 
 OnRecord = Callable[[StreamRecord], None]
 # A worker that has not said it is ready by then is reported as failed to start.
@@ -120,6 +121,9 @@ class _WorkerArgs:
 
 def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
     """A worker process: warm its connections, say ready, then serve jobs until told to stop."""
+    parent = mp.parent_process()
+    if parent is not None and parent.pid is not None:
+        die_with(parent.pid)
     spill = JsonlAppender(Path(args.spill))
 
     def emit(rec: StreamRecord) -> None:
