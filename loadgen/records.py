@@ -15,6 +15,8 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 
+from loadgen.redact import redact
+
 TokenSource = Literal[
     "usage_continuous", "usage_final", "server_counter", "tokenizer", "chunk_count"
 ]
@@ -261,7 +263,9 @@ def read_streams(run_dir: Path) -> list[StreamRecord]:
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     """Writes run.json atomically (a reader never sees half a manifest)."""
     tmp = folder / "run.json.tmp"
-    tmp.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    # Redacted here, where every run.json is written: no secret reaches the disk (issue 20).
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    tmp.write_bytes(orjson.dumps(redact(manifest), option=options))
     tmp.replace(folder / "run.json")
 
 

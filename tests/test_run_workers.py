@@ -15,11 +15,17 @@ import orjson
 import pytest
 from cli_support import loadgen
 from pacedserver import PacedConfig, PacedServer
+from run_fixtures import manifest, stream, write_run
 
 from loadgen.analysis.hist import merge_hlogs
 from loadgen.client.pool import Job, ProcessPool, split_jobs
 from loadgen.client.target import Timeouts
-from loadgen.engine.cmd import workers_value
+from loadgen.engine.cmd import (
+    FAILED_STREAMS_EXIT,
+    report_run,
+    unrecorded_summary,
+    workers_value,
+)
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 
@@ -126,6 +132,37 @@ async def test_a_killed_worker_loses_no_completed_record(tmp_path: Path) -> None
     assert len(problems) == 1 and problems[0].startswith("client worker 0 ")
     assert "1 record(s) recovered" in problems[0]
     assert (tmp_path / "w0.jsonl").exists()  # kept as evidence when a worker died
+    # Every stream of the dead worker's job without a record is named, none that has one.
+    unsent = [f"r{i:02d}" for i in range(0, 12, 2) if f"r{i:02d}" not in ids]
+    assert pool.unrecorded == unsent and "r10" in unsent
+
+
+async def test_a_pool_whose_workers_all_finish_names_no_stream(tmp_path: Path) -> None:
+    async with PacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
+        pool = ProcessPool(
+            2, base_url=srv.url, api_key=None, seats=1, timeouts=Timeouts(),
+            run_start_ns=time.perf_counter_ns(), spill_dir=tmp_path,
+        )  # fmt: skip
+        async with pool:
+            problems = await pool.run(split_jobs(_requests(4), 2, 2), lambda rec: None)
+    assert problems == [] and pool.unrecorded == []
+
+
+def test_streams_a_dead_worker_left_unsent_fail_the_run_in_one_line(tmp_path: Path) -> None:
+    lost = [f"r{i:02d}" for i in range(0, 14, 2)]
+    quiet = write_run(tmp_path / "quiet", [stream("r01", chunks=[0.1, 0.2])])
+    assert unrecorded_summary(quiet) == ""
+    run = manifest() | {"client": {"streams_without_record": lost}}
+    loud = write_run(tmp_path / "loud", [stream("r01", chunks=[0.1, 0.2])], run=run)
+    assert unrecorded_summary(loud) == (
+        "7 stream(s) have no record: a client worker died before sending them (r00, r02, r04, "
+        "r06, r08 and 2 more; run.json client.streams_without_record has all)"
+    )
+    with pytest.raises(SystemExit) as exit_:
+        report_run(loud)
+    assert exit_.value.code == FAILED_STREAMS_EXIT
+    summary = orjson.loads((loud / "summary.json").read_bytes())
+    assert summary["run"]["client"]["streams_without_record"] == lost
 
 
 async def test_an_open_loop_job_keeps_its_schedule_from_the_pools_start(tmp_path: Path) -> None:

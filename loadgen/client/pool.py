@@ -41,6 +41,7 @@ from loadgen.engine.executor import run_closed_loop, run_open_loop
 from loadgen.engine.lag import LoopLagMonitor, quiet_collector
 from loadgen.records import JsonlAppender, StreamRecord, install_stop_signals, read_jsonl
 from loadgen.request import StreamRequest
+from loadgen.server.launcher import die_with
 
 OnRecord = Callable[[StreamRecord], None]
 # A worker that has not said it is ready by then is reported as failed to start.
@@ -120,6 +121,9 @@ class _WorkerArgs:
 
 def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
     """A worker process: warm its connections, say ready, then serve jobs until told to stop."""
+    parent = mp.parent_process()
+    if parent is not None and parent.pid is not None:
+        die_with(parent.pid)
     spill = JsonlAppender(Path(args.spill))
 
     def emit(rec: StreamRecord) -> None:
@@ -197,6 +201,9 @@ class ProcessPool:
         self._exited: set[int] = set()
         self._on_record: OnRecord | None = None
         self._reported: set[int] = set()  # workers already said to have died
+        # Ids of streams a dead worker's jobs left without any record (run.json's
+        # client.streams_without_record): a SIGKILLed worker left 7 of 17 unsent, silently.
+        self.unrecorded: list[str] = []
 
     async def __aenter__(self) -> ProcessPool:
         self._spill_dir.mkdir(parents=True, exist_ok=True)
@@ -278,7 +285,16 @@ class ProcessPool:
             raise
         finally:
             lost = self._recover(died | dropped)
+            self.unrecorded += self._without_record(jobs, died | dropped)
         return lost
+
+    def _without_record(self, jobs: list[Job], unfinished: set[int]) -> list[str]:
+        """The ids of job i's requests with no record, for each worker i in `unfinished`."""
+        out = []
+        for i in sorted(unfinished & set(range(len(jobs)))):
+            seen = {key[0] for key in self._seen[i]}
+            out += [r.id for r in jobs[i].requests if r.id not in seen]
+        return out
 
     def _next(self, deadline: float | None) -> tuple[str, int, Any] | None:
         """The next message from a worker, records handed on as they pass; a worker found dead

@@ -388,10 +388,25 @@ def report_run(run_dir: Path) -> None:
         )
         sys.exit(REPORT_FAILED_EXIT)
     click.echo(f"run directory: {run_dir}")
-    summary = failure_summary(measured_records(run_dir))
+    summary = failure_summary(measured_records(run_dir)) or unrecorded_summary(run_dir)
     if summary:
         click.echo(f"Error: {summary}", err=True)
         sys.exit(FAILED_STREAMS_EXIT)
+
+
+def unrecorded_summary(run_dir: Path, shown: int = 5) -> str:
+    """One line naming the streams a dead client worker left without a record; "" if none."""
+    manifests = [
+        orjson.loads((d / "run.json").read_bytes()) for d in arm_dirs(run_dir) or [run_dir]
+    ]
+    lost = [i for m in manifests for i in (m.get("client") or {}).get("streams_without_record", [])]
+    if not lost:
+        return ""
+    more = f" and {len(lost) - shown} more" if len(lost) > shown else ""
+    return (
+        f"{len(lost)} stream(s) have no record: a client worker died before sending them "
+        f"({', '.join(lost[:shown])}{more}; run.json client.streams_without_record has all)"
+    )
 
 
 def measured_records(run_dir: Path) -> list[StreamRecord]:

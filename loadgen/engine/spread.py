@@ -104,8 +104,17 @@ def pool_manifest(pool: ProcessPool | RayPool | None, requested: int | None) -> 
     if pool is None:
         return {"workers": 1, "workers_source": source}
     ray = {"ray": pool.run_manifest()} if isinstance(pool, RayPool) else {}
-    return {
-        "workers": pool.size,
-        "workers_source": source,
-        "worker_processes": pool.manifest(),
-    } | ray
+    return (
+        {
+            "workers": pool.size,
+            "workers_source": source,
+            "worker_processes": pool.manifest(),
+        }
+        | ray
+        | _unrecorded(pool)
+    )
+
+
+def _unrecorded(pool: ProcessPool | RayPool) -> dict[str, Any]:
+    lost = getattr(pool, "unrecorded", None)
+    return {"streams_without_record": list(lost)} if lost else {}

@@ -18,6 +18,7 @@ from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.client.errors import one_line
+from loadgen.redact import redact, redact_text
 from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.plots import sessions_png
 from loadgen.report.soak_report import analyze_soak_dir, is_soak, write_soak_report
@@ -54,9 +55,10 @@ def _write_run(path: Path, analysis: Analysis) -> str:
         click.echo(f"warning: {hist} is not a folder; histogram logs not written", err=True)
     else:
         write_hlogs(hist, analysis.histograms)
-    (path / "summary.json").write_bytes(dumps_canonical(s))
-    (path / "report.txt").write_text(plain, encoding="utf-8")
-    (path / "report.html").write_text(html, encoding="utf-8")
+    # A run.json written before redaction existed still holds its secrets: masked here too.
+    (path / "summary.json").write_bytes(dumps_canonical(redact(s)))
+    (path / "report.txt").write_text(redact_text(plain), encoding="utf-8")
+    (path / "report.html").write_text(redact_text(html), encoding="utf-8")
     if sessions is not None:
         (path / "sessions.png").write_bytes(sessions)
     return body

@@ -219,7 +219,16 @@ PARENT_PID_ENV = "LOADGEN_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> Callable[[], None] | None:
+def die_with(parent: int) -> None:
+    """Has the kernel SIGKILL this process (a client worker) when `parent` dies: a SIGKILLed
+    `loadgen run --workers 2` left both workers, and the resource tracker they hold open,
+    running on."""
+    arm = _die_with_parent(parent)
+    if arm is not None:
+        arm()
+
+
+def _die_with_parent(parent: int | None = None) -> Callable[[], None] | None:
     """A preexec_fn that has the kernel SIGKILL the server when the thread that started it
     dies (Linux prctl), SIGKILL of loadgen included; None where prctl does not exist. libc is
     looked up here, before the fork: the child only makes the call. SIGKILL, not SIGTERM:
@@ -229,7 +238,7 @@ def _die_with_parent() -> Callable[[], None] | None:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-    parent = os.getpid()
+    parent = os.getpid() if parent is None else parent
 
     def arm() -> None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
