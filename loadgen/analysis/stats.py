@@ -50,9 +50,25 @@ def spread(values: Iterable[float | None]) -> float | None:
     return max(xs) - min(xs) if xs else None
 
 
+# Leaves canonical() returns as they are, told by exact type (a subclass takes the long way).
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def canonical(obj: Any) -> Any:
     """A JSON-ready copy with floats cut to SIGNIFICANT_DIGITS, NaN/inf as None, tuples as lists
     and numpy scalars as Python numbers, so serialising it is byte-stable."""
+    # Exact-type dispatch first, plain leaves copied without a call: the isinstance chain on
+    # every leaf of a 20,000-stream summary cost 87 s of its report (bench/trace_scale.yaml).
+    t = type(obj)
+    if t is dict:
+        return {
+            k if type(k) is str else str(k): v if type(v) in _PLAIN else canonical(v)
+            for k, v in obj.items()
+        }
+    if t is list:
+        return [v if type(v) in _PLAIN else canonical(v) for v in obj]
+    if t is float:
+        return float(f"{obj:.{SIGNIFICANT_DIGITS}g}") if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {str(k): canonical(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -62,10 +78,7 @@ def canonical(obj: Any) -> Any:
     if isinstance(obj, int | np.integer):
         return int(obj)
     if isinstance(obj, float | np.floating):
-        x = float(obj)
-        if not math.isfinite(x):
-            return None
-        return float(f"{x:.{SIGNIFICANT_DIGITS}g}")
+        return canonical(float(obj))
     raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
 
 
