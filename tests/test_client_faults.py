@@ -18,7 +18,8 @@ from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
 
 from loadgen.cli import main
 from loadgen.client.decode import StreamDecoder
-from loadgen.client.openai import OpenAIClient, ServerUnreachable
+from loadgen.client.errors import ServerUnreachable
+from loadgen.client.openai import OpenAIClient
 from loadgen.client.probe import failure_summary
 from loadgen.client.target import Timeouts
 from loadgen.records import StreamError, StreamRecord, read_streams

@@ -12,7 +12,7 @@ from loadgen.analysis import rates
 from loadgen.client.decode import StreamDecoder
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import read_streams
-from loadgen.report.text import reasoning_table
+from loadgen.report.sections import reasoning_table
 from loadgen.request import StreamRequest
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan

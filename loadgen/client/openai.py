@@ -20,24 +20,20 @@ from __future__ import annotations
 import asyncio
 import os
 from time import perf_counter_ns
-from typing import Any
 
 import aiohttp
 import orjson
 from yarl import URL
 
+from loadgen.client.aux_requests import AuxRequests
 from loadgen.client.decode import StreamDecoder
 from loadgen.client.errors import (
-    ClientError,
-    HTTPStatusError,
     ServerUnreachable,
     connect_reason,
     error_message,
-    error_text,
     http_error_text,
     not_event_stream,
     one_line,
-    parse_json,
     read_capped,
     wrong_content,
     wrong_content_text,
@@ -73,7 +69,7 @@ class _Live:
         self.rtt_us: int | None = None
 
 
-class OpenAIClient:
+class OpenAIClient(AuxRequests):
     """Async context manager owning one aiohttp session (pool = concurrency) and a watchdog."""
 
     def __init__(
@@ -465,42 +461,3 @@ class OpenAIClient:
         for r in results:
             if isinstance(r, BaseException):
                 raise r
-
-    async def get_json(self, path: str) -> Any:
-        return parse_json("GET", path, await self._aux("GET", path, None))
-
-    async def post_json(self, path: str, body: dict) -> Any:
-        return parse_json("POST", path, await self._aux("POST", path, body))
-
-    async def get_text(self, path: str) -> str:
-        return (await self._aux("GET", path, None)).decode("utf-8", "replace")
-
-    def _aux_timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(
-            total=self.timeouts.idle_s, sock_connect=self.timeouts.connect_s
-        )
-
-    async def _aux(self, method: str, path: str, body: dict | None) -> bytes:
-        data = None if body is None else orjson.dumps(body)
-        try:
-            if self._aux_session is None:
-                raise RuntimeError("use OpenAIClient as `async with OpenAIClient(...) as client`")
-            async with self._aux_session.request(
-                method, self.base_url + path, data=data, timeout=self._aux_timeout()
-            ) as resp:
-                raw = await read_capped(resp, f"{method} {path}")
-                if resp.status >= 400:
-                    msg = error_text(raw) or resp.reason or ""
-                    raise HTTPStatusError(
-                        resp.status, f"{method} {path} returned HTTP {resp.status}: {msg}"
-                    )
-                return raw
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise self._aux_error(method, path, exc) from None
-
-    def _aux_error(self, method: str, path: str, exc: BaseException) -> ClientError:
-        if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-            return ServerUnreachable(f"cannot connect to {self.base_url}: {connect_reason(exc)}")
-        if isinstance(exc, TimeoutError):
-            return ClientError(f"{method} {path} timed out after {self.timeouts.idle_s} s")
-        return ClientError(f"{method} {path} failed: {one_line(exc) or type(exc).__name__}")

@@ -33,7 +33,8 @@ from loadgen.analysis.selferror import (
     error_bound_s,
     limited_records,
 )
-from loadgen.client.openai import ClientError, OpenAIClient
+from loadgen.client.errors import ClientError
+from loadgen.client.openai import OpenAIClient
 from loadgen.client.pool import ProcessPool, split_jobs
 from loadgen.client.ray_pool import RayPool, RayUnavailable, import_ray
 from loadgen.client.target import Timeouts, resolve_target

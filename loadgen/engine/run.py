@@ -13,7 +13,7 @@ import dataclasses
 import datetime as dt
 import platform
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import AsyncExitStack, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,6 @@ from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.target import Timeouts
 from loadgen.engine.boots import run_boots
-from loadgen.engine.cache import ANSWER_TOKENS, GREEDY, CacheCheck, prime_and_verify
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop, run_open_loop
 from loadgen.engine.lag import LoopLagMonitor, quiet_collector
@@ -40,7 +39,7 @@ from loadgen.engine.preflight import (
     list_models,
     served_window,
 )
-from loadgen.engine.probe_cache import PROBE_TAIL_TOKENS
+from loadgen.engine.primes import prime_rep
 from loadgen.engine.progress import Progress
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.sessions import build_sessions, run_sessions
@@ -52,7 +51,7 @@ from loadgen.engine.virtual_progress import planned_streams
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord, write_manifest
 from loadgen.request import StreamRequest
 from loadgen.scenario.model import Scenario, scenario_to_json
-from loadgen.scenario.plan import ArmPlan, Plan, PlannedRequest, PromptSpec, RepPlan, derive_seed
+from loadgen.scenario.plan import ArmPlan, Plan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
 from loadgen.server.spec import ServerSpec
@@ -60,8 +59,6 @@ from loadgen.server.spec import ServerSpec
 # Sends of a rep are scheduled this far ahead of "now", so the first one is not late by the
 # time it takes to create its task.
 SCHEDULE_LEAD_NS = 20_000_000
-# A prime or probe is timed by its first token only.
-PRIME_MAX_TOKENS = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,71 +396,6 @@ def _max_in_flight(arm: ArmPlan) -> int:
     """Connections to open before launch: the most requests any rep can have in flight."""
     sizes = [(rep.concurrency or len(rep.requests)) + len(rep.sessions) for rep in arm.reps] or [1]
     return max(max(sizes), 1)
-
-
-def probe_request(
-    spec: PromptSpec, planned: PlannedRequest, phase: str, rep: int
-) -> PlannedRequest:
-    """The prime or probe of a primed prefix: the prefix plus a short tail of its own; the
-    "repeat" is the prime's prompt again (its greedy answer must equal the prime's), and those
-    two answer ANSWER_TOKENS tokens."""
-    probe_spec = dataclasses.replace(
-        spec,
-        tokens=(spec.prefix_tokens or spec.tokens) + PROBE_TAIL_TOKENS,
-        text_seed=derive_seed(
-            spec.text_seed, "prime" if phase in ("repeat", "control") else phase, rep
-        ),
-    )
-    answer = phase in ("prime", "repeat", "control")
-    return dataclasses.replace(
-        planned, id=f"{planned.id}-{phase}", phase=phase, prompt=probe_spec,
-        max_tokens=ANSWER_TOKENS if answer else PRIME_MAX_TOKENS, min_tokens=None,
-    )  # fmt: skip
-
-
-async def prime_rep(
-    rep: RepPlan,
-    builder: PromptBuilder,
-    send_now: Callable[[StreamRequest], Awaitable[StreamRecord]],
-    poller: MetricsPoller,
-    model: str,
-    target: Target,
-    record: Callable[[StreamRecord], None],
-) -> list[CacheCheck]:
-    checks = []
-    for spec in rep.primes:
-        planned = next(r for r in rep.requests if r.prompt.prefix_key == spec.prefix_key)
-
-        async def send(
-            phase: str, spec: PromptSpec = spec, planned: PlannedRequest = planned
-        ) -> StreamRecord:
-            probe = probe_request(spec, planned, phase, rep.rep)
-            req = await materialize(probe, builder, model=model, t_intended_ns=0)
-            if phase in ("prime", "repeat", "control"):
-                # Greedy, so the repeat's answer must equal the prime's (a cache that restores
-                # wrong state answers otherwise); the control is computed cold again.
-                req = dataclasses.replace(
-                    req, keep_text=True, extra_body={**req.extra_body, **GREEDY}
-                )
-            if phase == "control":
-                req = dataclasses.replace(req, cache_salt=f"{req.cache_salt or ''}-control")
-            rec = await send_now(req)
-            record(rec)
-            return rec
-
-        async def read_hits() -> float | None:
-            sample = await poller.scrape_once()
-            return sample.values.get("prefix_cache_hits_total")
-
-        check = await prime_and_verify(
-            group=planned.group, rep=rep.rep, prefix_key=spec.prefix_key or "",
-            probe_tokens=spec.prefix_tokens or spec.tokens,
-            block_size=target.facts.get("block_size"),
-            block_size_source=target.fact_sources.get("block_size"),
-            send=send, read_hits=read_hits,
-        )  # fmt: skip
-        checks.append(check)
-    return checks
 
 
 async def _run_rep(

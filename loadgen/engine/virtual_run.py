@@ -28,7 +28,8 @@ from prometheus_client.metrics_core import Metric
 
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
-from loadgen.engine.run import RunOptions, client_timeouts, prime_rep
+from loadgen.engine.primes import prime_rep
+from loadgen.engine.run import RunOptions, client_timeouts
 from loadgen.engine.sessions import BuiltSession, build_sessions, turn_request
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.engine.virtual_progress import VirtualProgress

@@ -1,0 +1,151 @@
+"""The report tables of sections a run has only sometimes: sessions, goodput, reasoning,
+needles and GPU energy; each is None where the run has nothing to show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.needle import RECALL_CAVEAT
+from loadgen.report.tables import DASH, Table, count, num, rate, secs, triple
+
+
+def sessions_table(summary: dict[str, Any]) -> Table | None:
+    """Per session group and turn: context, prefix hits, new tokens, TTFT, decode rate."""
+    sessions = summary.get("sessions") or {}
+    rows = []
+    for group, turns in sessions.items():
+        for t in turns:
+            hit = t["hit_share"]
+            rows.append((
+                group, str(t["turn"]), f"{t['ok']}/{t['sessions']}", count(t["prompt_tokens"]),
+                count(t["cached_tokens"]), count(t["new_tokens"]),
+                DASH if hit is None else f"{100 * hit:.1f}", secs(t["ttft_s"]),
+                rate(t["decode_tok_s"]),
+            ))  # fmt: skip
+    if not rows:
+        return None
+    return Table(
+        "Sessions per turn (medians over sessions)",
+        (
+            "group",
+            "turn",
+            "ok",
+            "context tok",
+            "cached tok",
+            "new tok",
+            "hit %",
+            "TTFT s",
+            "decode tok/s",
+        ),
+        tuple(rows),
+        (
+            "tokens from usage: prompt_tokens and prompt_tokens_details.cached_tokens (- when the "
+            "server does not report it); new = prompt - cached",
+        ),
+    )
+
+
+def goodput_table(summary: dict[str, Any]) -> Table | None:
+    """Per group: requests meeting every SLO, goodput beside throughput (requests/s)."""
+    g = summary.get("goodput")
+    if not g:
+        return None
+    rows = tuple(
+        (
+            group, f"{v['good']}/{v['n']}",
+            DASH if v["attainment"] is None else f"{100 * v['attainment']:.1f}",
+            num(v["goodput_req_s"], 3), num(v["throughput_req_s"], 3), secs(v["span_s"]),
+        )
+        for group, v in g["groups"].items()
+    )  # fmt: skip
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in g["slo"].items())
+    return Table(
+        "Goodput (requests meeting every SLO)",
+        ("group", "good/n", "SLO met %", "goodput req/s", "throughput req/s", "span s"),
+        rows,
+        (
+            f"SLO: {slo}; TTFT and E2E from the actual send, TPOT = decode window / decode "
+            "tokens; per group span: first intended send -> last end (vLLM's goodput)",
+        ),
+    )
+
+
+def reasoning_table(summary: dict[str, Any]) -> Table | None:
+    """Per group whose streams reasoned: TTFT beside TTFO, reasoning tokens and their source,
+    reasoning and output decode rates apart (None when no stream reasoned)."""
+    rows = []
+    for group, g in summary["groups"].items():
+        r = g.get("reasoning")
+        if not r:
+            continue
+        rows.append((
+            group, f"{r['streams']}/{g['n']}", triple(g["ttft_s"], secs), triple(r["ttfo_s"], secs),
+            count(r["reasoning_tokens"]["median"]), r["reasoning_token_source"],
+            rate(r["reasoning_tok_s"]["median"]), rate(r["output_tok_s"]["median"]),
+        ))  # fmt: skip
+    if not rows:
+        return None
+    notes = [
+        "TTFT: first token of any kind; TTFO: first output token (reasoning excluded); "
+        "decode rates split at the first output chunk, each without its first chunk's tokens",
+    ]
+    if any(summary["groups"][row[0]]["reasoning"]["estimated"] for row in rows):
+        notes.append(
+            "!! reasoning tokens estimated (no usage.completion_tokens_details.reasoning_tokens):"
+            " see the source column"
+        )
+    return Table(
+        "Reasoning (TTFO and decode rates, reasoning vs output)",
+        ("group", "reasoned", "TTFT s min/med/max", "TTFO s min/med/max", "reasoning tok",
+         "source", "reasoning tok/s", "output tok/s"),
+        tuple(rows),
+        tuple(notes),
+    )  # fmt: skip
+
+
+def needle_table(summary: dict[str, Any]) -> Table | None:
+    """Per group (and arm) with needle prompts: the planted code found in the answer."""
+    needles = summary.get("needles") or []
+    if not needles:
+        return None
+    rows = tuple(
+        (
+            n["group"], n["arm"] or DASH, f"{n['hits']}/{n['streams'] - n['errors']}",
+            DASH if n["recall"] is None else f"{100 * n['recall']:.1f}", str(n["errors"]),
+        )
+        for n in needles
+    )  # fmt: skip
+    return Table(
+        "Needle recall (planted code in the answer)",
+        ("group", "arm", "hits/answered", "recall %", "errors"),
+        rows,
+        ("exact match: the expected code appears in the answer text", RECALL_CAVEAT),
+    )
+
+
+def energy_table(summary: dict[str, Any]) -> Table | None:
+    """GPU energy over the measured window (telemetry.jsonl), or why there was none."""
+    e, why = summary.get("energy"), tuple(summary.get("telemetry_notes") or ())
+    if e is None:
+        return Table("GPU energy", ("source",), (("none",),), why) if why else None
+    if not e["available"]:
+        return Table("GPU energy", ("source",), ((e["source"],),), (e["note"], *why))
+    jpt = e["j_per_output_token"]
+    row = (
+        e["source"], str(e["gpus"]), num(e["energy_j"], 1), str(e["output_tokens"]),
+        DASH if jpt is None else num(jpt, 4), num(e["mean_power_w"], 1),
+        DASH if e["peak_sm_clock_mhz"] is None else num(e["peak_sm_clock_mhz"], 0),
+        ", ".join(e["throttle_reasons"]) or "none",
+    )  # fmt: skip
+    return Table(
+        "GPU energy (measured window)",
+        ("source", "GPUs", "energy J", "output tokens", "J/token", "mean W", "peak SM MHz",
+         "throttle reasons"),
+        (row,),
+        (
+            f"energy from the {e['energy_method'].replace('_', ' ')} over "
+            f"{e['window_s']:.3g} s, all GPUs; output tokens from {', '.join(e['token_sources'])}",
+            *why,
+        ),
+        left=frozenset({0, 7}),
+    )  # fmt: skip
