@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -22,6 +21,7 @@ from loadgen.engine.probe_cache import (
     next_probe_tokens,
     probe_size,
 )
+from loadgen.server.launcher import free_port
 
 # A sim whose fixed per-request cost (50 ms) dwarfs its prefill (tiny profile: 8k tokens in
 # ~25 ms): the TTFT ratio is noise there, as on an H200, and the counters must decide.
@@ -150,12 +150,6 @@ def test_absurd_sizes_are_refused_in_one_line_before_connecting(
     code, out = cli("--base-url", "http://127.0.0.1:9", flag, value)
     assert (code, out) == (2, f"cache probe refused: {line}" + (
         " (10 blocks must fit 131072 tokens)\n" if flag == "--block-size" else "\n"))  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_nothing_listening_says_cannot_connect() -> None:

@@ -6,6 +6,7 @@ import hashlib
 import random
 from array import array
 from dataclasses import dataclass, field
+from typing import Any
 
 from loadgen.needle import find_answer
 from loadgen.sim.tokenizer import SimTokenizer, TextGenerator
@@ -112,6 +113,14 @@ def seed_of(seed: int, data: bytes) -> int:
     """A stable 64-bit seed from the engine seed and some bytes (never the salted hash())."""
     digest = hashlib.blake2b(data, digest_size=8, key=seed.to_bytes(8, "little", signed=True))
     return int.from_bytes(digest.digest(), "little")
+
+
+def asked_text(messages: list[dict[str, Any]] | None, prompt: str | None) -> str | None:
+    """The text a needle question ends: the prompt, or the last message's content."""
+    if messages:
+        content = messages[-1].get("content")
+        return content if isinstance(content, str) else None
+    return prompt
 
 
 def needle_answer(prompt: str | None, tokenizer: SimTokenizer, miss: float) -> tuple[int, ...]:

@@ -47,7 +47,7 @@ from loadgen.sim.openai_wire import (
     reasoning_split,
     resolve_max_tokens,
 )
-from loadgen.sim.requests import needle_answer
+from loadgen.sim.requests import asked_text, needle_answer
 from loadgen.sim.runner import Clock, SimRunner
 
 # Characters tokenized between two yields to the event loop: 1-2 ms of encoding on this machine
@@ -246,7 +246,9 @@ class _Handlers:
             ignore_eos=parsed.ignore_eos,
             cache_salt=parsed.cache_salt,
             answer_prefix=needle_answer(
-                _last_text(parsed), s.tokenizer, s.faults.config.needle_miss
+                asked_text(parsed.messages, parsed.prompt_text),
+                s.tokenizer,
+                s.faults.config.needle_miss,
             ),
         )
         try:
@@ -479,11 +481,3 @@ async def start_sim_server(
         )
     finally:
         await app_runner.cleanup()
-
-
-def _last_text(parsed: ParsedRequest) -> str | None:
-    """The text a needle question ends: the prompt, or the last message's content."""
-    if parsed.messages:
-        content = parsed.messages[-1].get("content")
-        return content if isinstance(content, str) else None
-    return parsed.prompt_text

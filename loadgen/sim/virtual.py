@@ -41,7 +41,7 @@ from loadgen.sim.engine import AdmissionRejected, EngineConfig, SimRequest, Toke
 from loadgen.sim.faults import RequestFaults, parse_fault_options
 from loadgen.sim.openai_wire import WireError, resolve_max_tokens
 from loadgen.sim.profiles import get_profile
-from loadgen.sim.requests import needle_answer
+from loadgen.sim.requests import asked_text, needle_answer
 from loadgen.sim.server import SimServerConfig, SimState, ground_truth_rows
 
 NS = 1_000_000_000
@@ -245,7 +245,7 @@ class VirtualSim:
             cache_salt=req.cache_salt,
             arrival_s=t / self._ns_per_engine_s,
             answer_prefix=needle_answer(
-                _last_text(req), self.tokenizer, s.faults.config.needle_miss
+                asked_text(req.messages, req.prompt), self.tokenizer, s.faults.config.needle_miss
             ),
         )
         try:
@@ -429,10 +429,3 @@ def _reasoning(
     reported = min(n, cum) if n and finished else None
     tokens = list(chunk_tokens) if chunk_ns else None
     return reasoning_fields(chunk_ns, tokens, reasoning_at, out_at, reported)
-
-
-def _last_text(req: StreamRequest) -> str | None:
-    """The text a needle question ends: the prompt, or the last message of a conversation."""
-    if req.messages:
-        return req.messages[-1].get("content")
-    return req.prompt
