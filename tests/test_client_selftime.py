@@ -162,8 +162,10 @@ async def test_a_stalled_client_loop_flags_its_streams_and_a_free_one_does_not()
     stalled = await paced_streams(2, hog_ms=120)
     assert [client_error_evidence(r) for r in free] == [None, None]
     for r in stalled:
+        # The hog holds the loop either before the send (the stream goes out late) or around
+        # the first token (its read tick lags): which one is chance, the bound counts both.
         ev = client_error_evidence(r)
-        assert ev is not None and ev["loop_lag_ttft_s"] >= 0.1
+        assert ev is not None and ev["error_bound_s"] >= 0.1
     assert all(r.reads >= 1 for r in free + stalled)
 
 
