@@ -3,8 +3,10 @@ test's mark in its environment is gone soon after the parent is killed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -61,3 +63,62 @@ def test_a_sigkilled_run_leaves_no_worker_behind(tmp_path: Path) -> None:
             for pid in _marked(mark):  # a failed check leaves nothing running (or holding
                 os.kill(pid, signal.SIGKILL)  # the output pipes open) either
             proc.communicate()
+
+
+FORKING_SERVER = (
+    "import subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+    "time.sleep(120)\n"
+)
+
+
+def _grandchildren(mark: str) -> list[int]:
+    """Marked processes that are the forking server's own child."""
+    child = b"import time; time.sleep(120)"
+    return [
+        p for p in _marked(mark) if child in Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+    ]
+
+
+def test_a_sigkilled_run_leaves_no_child_of_a_command_server_behind(tmp_path: Path) -> None:
+    # The command's server forks a child of its own: PR_SET_PDEATHSIG alone reaches the
+    # server and left that child running under PID 1.
+    mark = uuid.uuid4().hex
+    command = [sys.executable, "-c", FORKING_SERVER, "{port}"]
+    scenario = tmp_path / "forks.yaml"
+    scenario.write_text(
+        "name: forks\nseed: 1\n"
+        "groups:\n  - {name: g, count: 1, prompt: {tokens: 16}, max_tokens: 4}\n"
+        f"server:\n  kind: command\n  boot_timeout_s: 60\n  command: {json.dumps(command)}\n"
+    )
+    proc = spawn_loadgen(
+        ["run", scenario, "--out", tmp_path / "runs", "--no-progress"],
+        env={**os.environ, MARK_ENV: mark},
+    )
+    try:
+        _poll("the server's child", lambda: _grandchildren(mark) != [])
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=WAIT_S)
+        _poll("every marked process to exit", lambda: _marked(mark) == [])
+    finally:
+        proc.kill()
+        for pid in _marked(mark):
+            os.kill(pid, signal.SIGKILL)
+        proc.communicate()
+
+
+def test_a_stopped_server_releases_its_watchdog(tmp_path: Path) -> None:
+    from loadgen.server.launcher import _WATCHDOGS, _spawn, stop_process_group
+
+    mark = uuid.uuid4().hex
+    os.environ[MARK_ENV] = mark
+    try:
+        proc = _spawn([sys.executable, "-c", FORKING_SERVER], {}, tmp_path / "srv.log")
+    finally:
+        del os.environ[MARK_ENV]
+    _poll("the server's child", lambda: _grandchildren(mark) != [])
+    watchdog = _WATCHDOGS[proc.pid][1]
+    stop_process_group(proc, grace_s=1.0)
+    assert proc.pid not in _WATCHDOGS
+    assert watchdog.returncode == 0  # it left on the all-clear, not by a signal
+    _poll("every marked process to exit", lambda: _marked(mark) == [])
