@@ -122,3 +122,32 @@ def test_a_stopped_server_releases_its_watchdog(tmp_path: Path) -> None:
     assert proc.pid not in _WATCHDOGS
     assert watchdog.returncode == 0  # it left on the all-clear, not by a signal
     _poll("every marked process to exit", lambda: _marked(mark) == [])
+
+
+def _workers(mark: str) -> list[int]:
+    """Marked client worker processes (spawned by multiprocessing, not its resource tracker)."""
+    return [p for p in _marked(mark) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+def test_a_run_whose_worker_is_sigkilled_names_the_lost_streams_and_exits_4(
+    tmp_path: Path,
+) -> None:
+    from loadgen.engine.cmd import FAILED_STREAMS_EXIT
+
+    mark = uuid.uuid4().hex
+    # Streams of ~3 s (300 tokens 10 ms apart): both workers hold streams when one is killed.
+    with ThreadedPacedServer(PacedConfig(ttft_s=0.0, gap_s=0.01)) as srv:
+        proc = spawn_loadgen(
+            ["run", "smoke", "--base-url", srv.url, "--out", tmp_path, "--no-progress",
+             "--workers", "2", "--set=groups.short.max_tokens=300",
+             "--set=groups.long.max_tokens=300"],
+            env={**os.environ, MARK_ENV: mark},
+        )  # fmt: skip
+        try:
+            _poll("every stream at the server", lambda: srv.arrivals >= 4)
+            os.kill(_workers(mark)[0], signal.SIGKILL)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == FAILED_STREAMS_EXIT, (out, err)
+    assert "have no record: a client worker died" in out + err

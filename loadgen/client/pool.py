@@ -35,6 +35,7 @@ from typing import Any
 
 import uvloop
 
+from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.target import Timeouts
 from loadgen.engine.executor import run_closed_loop, run_open_loop
@@ -215,7 +216,7 @@ class ProcessPool:
             item = await asyncio.to_thread(self._next, deadline)
             if item is None or item[0] == "exit":
                 await self.__aexit__(None, None, None)
-                raise RuntimeError(f"a client worker process failed to start ({self._status()})")
+                raise ClientError(f"a client worker process failed to start ({self._status()})")
             kind, index, payload = item
             if kind == "ready":
                 ready.add(index)
