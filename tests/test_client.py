@@ -4,6 +4,7 @@ token-true counts, the continuous-usage fallback, pass-through fields, warm-up a
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import orjson
@@ -196,6 +197,10 @@ def test_cli_request_prints_the_summary_and_writes_the_run_directory(tmp_path: P
     assert result.exit_code == 0, result.output
     assert "model paced" in result.output and "exact" in result.output
     assert "over ok streams" in result.output
+    # The benchmark block, as `vllm bench serve` prints it: 3 ok, 0 failed, tokens from usage.
+    bench = result.output[result.output.index("Benchmark (measure phase") :]
+    assert re.search(r"total\s*│\s+3\s*│\s+0\s*│", bench), bench
+    assert "usage_continuous" in bench and "Benchmark latency, ms" in bench
     # All ok: the summary only; --per-stream adds a row per stream.
     assert [f"r000{i}" in result.output for i in range(3)] == [False] * 3
     assert rows.exit_code == 0, rows.output

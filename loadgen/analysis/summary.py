@@ -25,6 +25,7 @@ from loadgen.analysis.aggregate import (
     token_source_of,
     window_json,
 )
+from loadgen.analysis.benchmark import benchmark_block
 from loadgen.analysis.energy import energy_section
 from loadgen.analysis.goodput import goodput
 from loadgen.analysis.hist import (
@@ -124,6 +125,7 @@ def analyze(inputs: RunInputs) -> Analysis:
         "goodput": goodput(measure, rows, manifest.get("slo")),
         "needles": needle_recall(measure),
         "energy": energy_section(inputs.telemetry, measure, span_ns(measure)),
+        "benchmark": benchmark_block(measure),
         "telemetry_notes": (manifest.get("telemetry") or {}).get("notes") or [],
         "thresholds": {
             "admitted_factor": ADMITTED_FACTOR,

@@ -25,6 +25,7 @@ from rich.table import Table
 from yarl import URL
 
 from loadgen import __version__
+from loadgen.analysis.benchmark import benchmark_block
 from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.analysis.selferror import (
     CLIENT_LIMITED_EXIT,
@@ -45,6 +46,8 @@ from loadgen.engine.preflight import ensure_fd_limit
 from loadgen.engine.seeds import SEED_TYPE, fresh_seed
 from loadgen.engine.target import RunError
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals, stop_exit_code
+from loadgen.report.bench_tables import benchmark_tables
+from loadgen.report.tables import to_rich
 from loadgen.request import StreamRequest
 from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS, client_problems
 from loadgen.scenario.plan import PromptSpec, salt_tags
@@ -378,6 +381,8 @@ def _print_tables(
         if xs:
             summary.add_row(name, _fmt(min(xs)), _fmt(statistics.median(xs)), _fmt(max(xs)))
     console.print(summary)
+    for table in benchmark_tables(benchmark_block(outcome.records)):
+        console.print(to_rich(table))
 
 
 def _stream_rows(records: list[StreamRecord]) -> Table:

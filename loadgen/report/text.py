@@ -14,6 +14,7 @@ from loadgen.analysis.reuse import reuse_lines
 from loadgen.analysis.sweep import mixed_row
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.analysis.warmth import warm_note
+from loadgen.report.bench_tables import benchmark_tables
 from loadgen.report.sections import (
     energy_table,
     goodput_table,
@@ -434,6 +435,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
     tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
     tables.append(energy_table(summary))
+    tables += benchmark_tables(summary.get("benchmark"))
     return [t for t in tables if t is not None]
 
 
