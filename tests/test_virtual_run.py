@@ -139,6 +139,32 @@ async def test_a_trace_replays_its_rows_at_their_offsets(tmp_path: Path):
     assert all(r.t_sent_ns == r.t_intended_ns for r in recs)
 
 
+async def test_trace_rows_under_the_minimum_prompt_are_raised_with_a_note(tmp_path: Path):
+    scenario = tmp_path / "t.yaml"
+    scenario.write_text(
+        "name: t\nseed: 1\ngroups:\n  - name: a\n    prompt: {shape: code}\n"
+        "arrival: {trace: {path: short.csv}}\nsim: {profile: default, max_num_seqs: 4}\n"
+    )
+    trace = tmp_path / "short.csv"
+    trace.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,3,4\n"
+        "2023-11-16 18:17:04.0319600,200,4\n"
+    )
+    run = await run_virtual(scenario, [], tmp_path / "out")
+    assert sorted(r.requested_prompt_tokens for r in run.records.values()) == [16, 200]
+    raised = {"rows": 1, "of": 2, "smallest": 3, "raised_to": MIN_PROMPT_TOKENS}
+    assert run.summary["run"]["trace_prompts_raised"] == raised
+    write_report(run.run_dir)
+    text = (run.run_dir / "report.txt").read_text()
+    assert "note: 1 of 2 trace rows ask for fewer than 16 prompt tokens (smallest 3)" in text
+    # A trace whose rows are all long enough says nothing of it.
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9,20,4\n")
+    quiet = await run_virtual(scenario, [], tmp_path / "quiet")
+    assert quiet.summary["run"]["trace_prompts_raised"] is None
+    write_report(quiet.run_dir)
+    assert "trace rows ask for fewer" not in (quiet.run_dir / "report.txt").read_text()
+
+
 async def test_injected_http_errors_and_drops_become_the_clients_error_records(tmp_path: Path):
     run = await run_virtual(UNIFORM, sim_overrides(faults="[http500=1.0]"), tmp_path / "500")
     assert {r.error.cls for r in run.records.values()} == {"http_500"}

@@ -15,6 +15,14 @@ from typing import Any
 REUSE_TOLERANCE = 0.02
 
 
+def trace_prompts_raised(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The trace rows sent with more prompt tokens than they asked for (loadgen's minimum)."""
+    scenario = manifest.get("scenario")
+    arrival = scenario.get("arrival") if isinstance(scenario, dict) else None
+    raised = arrival.get("raised_prompts") if isinstance(arrival, dict) else None
+    return raised if isinstance(raised, dict) else None
+
+
 def trace_reuse(manifest: dict[str, Any], server: dict[str, Any]) -> dict[str, Any] | None:
     """Implied vs measured reuse for a trace arrival with hash_ids, else None."""
     scenario = manifest.get("scenario")

@@ -40,7 +40,7 @@ from loadgen.analysis.hist import (
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.limits import POOL_FULL
 from loadgen.analysis.needles import needle_recall
-from loadgen.analysis.reuse import trace_reuse
+from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
 from loadgen.analysis.selferror import client_banner
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, median, spread
@@ -209,6 +209,7 @@ def _run_section(
         "wall_s": None if span is None else (span[1] - span[0]) / NS,
         "server": server,
         "trace_reuse": trace_reuse(manifest, server),
+        "trace_prompts_raised": trace_prompts_raised(manifest),
     }
 
 

@@ -92,6 +92,7 @@ def header(summary: dict[str, Any]) -> list[str]:
             f" ({base['source']}) | prompt tokens by {run.get('token_counter') or DASH}"
         )
     lines += reuse_lines(run.get("trace_reuse"))
+    lines += raised_lines(run.get("trace_prompts_raised"))
     lines += record_lines(run.get("records") or {})
     if run.get("boots_per_arm"):
         lines.append(f"boots per arm: {run['boots_per_arm']} ({run.get('boots_note') or ''})")
@@ -105,6 +106,17 @@ def header(summary: dict[str, Any]) -> list[str]:
         banner = run.get("client_banner") or f"!! CLIENT LIMITED: {why}"
         lines.insert(0, banner)
     return lines
+
+
+def raised_lines(raised: dict[str, Any] | None) -> list[str]:
+    """The note on trace rows whose prompts were sent longer than the trace asked."""
+    if not raised:
+        return []
+    return [
+        f"note: {raised['rows']:,} of {raised['of']:,} trace rows ask for fewer than "
+        f"{raised['raised_to']} prompt tokens (smallest {raised['smallest']}): sent with "
+        f"{raised['raised_to']}, loadgen's minimum prompt, so prompt totals exceed the trace's"
+    ]
 
 
 def _unmeasured(streams: dict[str, Any]) -> str:

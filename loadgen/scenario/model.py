@@ -331,13 +331,23 @@ def scenario_to_json(scenario: Scenario) -> dict[str, Any]:
     return _jsonable(scenario)
 
 
+def raised_prompts(trace: Trace) -> dict[str, int] | None:
+    """The trace rows that ask for fewer than MIN_PROMPT_TOKENS prompt tokens, which are sent
+    with that many (the Azure code trace has 72 of 8,819, the smallest 3); None when none."""
+    short = [r.input_tokens for r in trace.rows if r.input_tokens < MIN_PROMPT_TOKENS]
+    if not short:
+        return None
+    return {"rows": len(short), "of": len(trace.rows), "smallest": min(short),
+            "raised_to": MIN_PROMPT_TOKENS}  # fmt: skip
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, Trace):
         out = {"kind": "trace", "path": str(value.path), "format": value.format}
         out |= {"limit": value.limit, "time_scale": value.time_scale, "rows": len(value.rows)}
         implied = None if value.implied is None else _jsonable(value.implied)
-        return out | {"sharing": value.sharing, "block_tokens": value.block_tokens,
-                      "implied_reuse": implied}  # fmt: skip
+        out |= {"sharing": value.sharing, "block_tokens": value.block_tokens}
+        return out | {"implied_reuse": implied, "raised_prompts": raised_prompts(value)}
     if isinstance(value, SweepArm):
         return {"name": value.name, "flags": value.flags, "settings": value.settings}
     if is_dataclass(value):

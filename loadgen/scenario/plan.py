@@ -234,7 +234,7 @@ class _Prompts:
         blocks = full_blocks(row, trace.block_tokens)
         text_seed = derive_seed(salt, "tail", group.name, index)
         return PromptSpec(
-            row.input_tokens, "prose", "hash_ids", salt, text_seed,
+            max(row.input_tokens, MIN_PROMPT_TOKENS), "prose", "hash_ids", salt, text_seed,
             blocks=blocks, block_tokens=trace.block_tokens,
         )  # fmt: skip
 
