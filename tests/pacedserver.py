@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import threading
 from dataclasses import dataclass, field
 from time import perf_counter_ns
@@ -52,6 +53,9 @@ class PacedConfig:
     faults: dict[int, str] = field(default_factory=dict)  # arrival index -> fault name
     stall_s: float = 30.0
     events_per_write: int = 1  # > 1 only in zero-delay mode, to stream fast
+    # After each first token the server's thread holds the GIL this long (ThreadedPacedServer:
+    # a client sharing the process is frozen, as one short of a core is).
+    hold_gil_s: float = 0.0
 
 
 @dataclass
@@ -197,6 +201,8 @@ class PacedServer:
                 await resp.write(b"".join(pending))
                 pending.clear()
                 served.send_ns.append(t)
+                if chunk == 0 and cfg.hold_gil_s:
+                    _hold_gil(cfg.hold_gil_s)
             else:
                 served.send_ns.append(perf_counter_ns())
             served.tokens.append(ntok)
@@ -270,6 +276,11 @@ class _Frame:
 
     def usage(self, total: int) -> bytes:
         return self._event([], total)
+
+
+def _hold_gil(seconds: float) -> None:
+    """Sleeps without releasing the GIL: a PyDLL call keeps it, whatever the machine's speed."""
+    ctypes.PyDLL(None).usleep(round(seconds * 1e6))
 
 
 def _peer(request: web.Request) -> tuple | None:
