@@ -132,7 +132,7 @@ async def drive(
         clock=lambda: sim.now_ns,
     )
     records: dict[str, StreamRecord] = {}
-    arm = VirtualArm(sim, poller, round(poll_s * NS), None, MODEL, lambda r: None)  # type: ignore[arg-type]
+    arm = VirtualArm(sim, poller, round(poll_s * NS), None, MODEL)  # type: ignore[arg-type]
     arm.next_poll_ns = sim.now_ns
     schedule = Schedule()
     for t_s, req in sends:

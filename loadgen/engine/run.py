@@ -13,23 +13,21 @@ import dataclasses
 import datetime as dt
 import platform
 import time
-from collections.abc import Callable
-from contextlib import AsyncExitStack, nullcontext, suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager, closing, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from loadgen import __version__
-from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.target import Timeouts
+from loadgen.engine.arm import ArmBackend, Record, drive_arm
 from loadgen.engine.boots import run_boots
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.executor import run_closed_loop, run_open_loop
 from loadgen.engine.lag import LoopLagMonitor, quiet_collector
 from loadgen.engine.materialize import materialize
+from loadgen.engine.options import RunOptions, client_timeouts
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.preflight import (
     check_out_root,
@@ -39,67 +37,24 @@ from loadgen.engine.preflight import (
     list_models,
     served_window,
 )
-from loadgen.engine.primes import prime_rep
 from loadgen.engine.progress import Progress
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.sessions import build_sessions, run_sessions
-from loadgen.engine.soak import SoakStop
 from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_pool, worker_count
 from loadgen.engine.target import Target, open_target, server_spec_for
 from loadgen.engine.telemetry import open_telemetry
 from loadgen.engine.virtual_progress import planned_streams
+from loadgen.engine.virtual_run import open_virtual_backend
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord, write_manifest
 from loadgen.request import StreamRequest
 from loadgen.scenario.model import Scenario, scenario_to_json
 from loadgen.scenario.plan import ArmPlan, Plan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
-from loadgen.server.spec import ServerSpec
 
 # Sends of a rep are scheduled this far ahead of "now", so the first one is not late by the
 # time it takes to create its task.
 SCHEDULE_LEAD_NS = 20_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class RunOptions:
-    base_url: str | None = None
-    api_key: str | None = None
-    model: str | None = None
-    out_root: Path = Path("runs")
-    run_seed: int | None = None
-    progress: bool = True
-    block_size: int | None = None
-    # Limits of an external server that loadgen did not launch but someone else did (the
-    # launcher's ServerFacts), with each fact's source ("flags", "boot_log", ...); a fact
-    # without a source entry is labelled "flags".
-    server_facts: dict[str, int] | None = None
-    server_facts_sources: dict[str, str] | None = None
-    # Soaks: when to stop sending (deadline, server gone), and the client's self-watch
-    # (client.jsonl).
-    stop: SoakStop | None = None
-    self_watch: bool = False
-    # SLOs from `--slo`; each field overrides the scenario's `slo` of the same name.
-    slo: dict[str, float] | None = None
-    # "wall": the sim (or a server) over HTTP in real time; "virtual": the sim's engine on a
-    # discrete-event clock, no HTTP (loadgen/engine/virtual_run.py).
-    clock: str = "wall"
-    # Where run_seed came from (engine/seeds.py: "fresh", "user", "replay:<dir>").
-    seed_source: str | None = None
-    # The launch flags of an external server, as the user gave them (server/user_facts.py).
-    server_flags: tuple[str, ...] = ()
-    # The server loadgen launches per boot (None: the built-in sim), and the seed that shuffles
-    # each round of boots (None: the arms in declared order, A B C A B C).
-    server: ServerSpec | None = None
-    boot_order_seed: int | None = None
-    # Client processes that send the measured streams (None: auto, engine/spread.py).
-    workers: int | None = None
-    # Send them from Ray actors on the cluster at this address instead (client/ray_pool.py).
-    ray_address: str | None = None
-    # GPU telemetry: a DCGM exporter's /metrics URL, else NVML where the target is on this host
-    # unless `telemetry` is off (engine/telemetry.py).
-    telemetry_url: str | None = None
-    telemetry: bool = True
 
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
@@ -213,18 +168,9 @@ async def run_arm(
         "planned_streams": _planned_streams(arm),
         "cache_checks": [],
     } | ({"boot": boot} if boot else {})  # fmt: skip
-    given = nullcontext(target) if target is not None else None
     try:
-        if opts.clock == "virtual":
-            # Imported here: the virtual driver reuses this module's phases.
-            from loadgen.engine.virtual_run import drive_virtual_arm
-
-            await drive_virtual_arm(arm, rundir, manifest, opts, warn)
-        else:
-            async with given or open_target(arm, opts, log_dir=path, warn=warn) as target:
-                manifest |= target.manifest()
-                rundir.write_manifest(manifest)
-                await _drive_arm(arm, target, rundir, manifest, opts, warn)
+        async with _open_backend(arm, rundir, manifest, opts, warn, target) as backend:
+            await drive_arm(arm, backend, rundir, manifest, opts.stop)
         manifest["interrupted"] = False
     except Exception as exc:
         manifest["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -235,6 +181,29 @@ async def run_arm(
         rundir.close()
 
 
+@asynccontextmanager
+async def _open_backend(
+    arm: ArmPlan,
+    rundir: RunDirectory,
+    manifest: dict[str, Any],
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    target: Target | None,
+) -> AsyncIterator[ArmBackend]:
+    """The arm's backend: the sim's engine on the virtual clock, else HTTP to `target` (a
+    sweep's boot) or to the target the options name, started for this arm."""
+    if opts.clock == "virtual":
+        async with open_virtual_backend(arm, rundir, manifest, opts, warn) as virtual:
+            yield virtual
+        return
+    given = nullcontext(target) if target is not None else None
+    async with given or open_target(arm, opts, log_dir=rundir.path, warn=warn) as reached:
+        manifest |= reached.manifest()
+        rundir.write_manifest(manifest)
+        async with open_http_backend(arm, reached, rundir, manifest, opts, warn) as http:
+            yield http
+
+
 def _planned_streams(arm: ArmPlan) -> int | None:
     """Measured requests the plan holds, session turns included (agent_sessions once read "32
     measured of 0 planned"); None when a duration may end a rep before them all."""
@@ -243,14 +212,64 @@ def _planned_streams(arm: ArmPlan) -> int | None:
     return planned_streams(arm)
 
 
-async def _drive_arm(
+@dataclass
+class HttpBackend:
+    """The wall clock: requests go over HTTP from this process's client or its worker pool,
+    with the poller, the loop-lag monitor and the self-watch running beside them."""
+
+    target: Target
+    model: str
+    builder: PromptBuilder
+    session_builder: PromptBuilder
+    poller: MetricsPoller
+    progress: Progress
+    client: OpenAIClient
+    pool: Pool | None
+    lag: LoopLagMonitor
+    run_start_ns: int
+    warn: Callable[[str], None]
+    background: list[asyncio.Task[None]]
+    describe: Callable[[], dict[str, Any]]
+
+    @property
+    def speed(self) -> float:
+        return self.target.speed
+
+    def now_ns(self) -> int:
+        return time.perf_counter_ns() - self.run_start_ns
+
+    async def send_now(self, req: StreamRequest) -> StreamRecord:
+        return await self.client.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
+
+    async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
+        await _run_rep(
+            rep, (self.builder, self.session_builder), self.client, self.model,
+            self.run_start_ns, record, self.progress, self.lag, stop, pool=self.pool,
+            warn=self.warn,
+        )  # fmt: skip
+
+    async def finish(self) -> list[StreamRecord]:
+        for task in self.background:
+            task.cancel()
+        for task in self.background:
+            with suppress(asyncio.CancelledError):
+                await task
+        with suppress(Exception):
+            await self.poller.scrape_once()  # the closing sample bounds every counter delta
+        return self.client.take_cancelled()
+
+
+@asynccontextmanager
+async def open_http_backend(
     arm: ArmPlan,
     target: Target,
     rundir: RunDirectory,
     manifest: dict[str, Any],
     opts: RunOptions,
     warn: Callable[[str], None],
-) -> None:
+) -> AsyncIterator[HttpBackend]:
+    """The client (and worker pool) for `target`, the prompt sizing, telemetry, the poller with
+    its opening sample and the background tasks, ready for the arm's phases."""
     scenario = arm.scenario
     concurrency = _max_in_flight(arm)
     timeouts = client_timeouts(scenario)
@@ -299,80 +318,23 @@ async def _drive_arm(
         await poller.scrape_once()  # the opening sample; also reads cache_config_info
         target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
         progress = Progress(arm, poller, enabled=opts.progress, live_counts=client.live_counts)
-        manifest |= {
-            "model": model,
-            "token_counter": counter.method,
-            "prompt_shapes": {g.name: g.prompt.shape for g in scenario.groups},
-        }
-
-        stop = opts.stop
-
-        def record(rec: StreamRecord) -> None:
-            rundir.append_stream(rec)
-            progress.done(rec)
-            if stop is not None:
-                stop.see(rec)
-
-        async def send_now(req: StreamRequest) -> StreamRecord:
-            return await client.stream(_now_intended(req, run_start_ns))
-
         background = [asyncio.create_task(poller.run()), asyncio.create_task(lag.run())]
         if opts.self_watch:
-            client_log = JsonlAppender(rundir.path / "client.jsonl")
+            client_log = stack.enter_context(closing(JsonlAppender(rundir.path / "client.jsonl")))
             watch = SelfWatch(client_log.append, run_start_ns=run_start_ns)
             background.append(asyncio.create_task(watch.run()))
-        if stop is not None:
-            stop.start(run_start_ns, target.speed)
-        try:
-            with progress:
-                for warm in arm.warmup:
-                    req = await materialize(warm, builder, model=model, t_intended_ns=0)
-                    record(await client.stream(_now_intended(req, run_start_ns)))
-                for rep in arm.reps:
-                    if stop is not None and stop.stopped():
-                        break
-                    try:
-                        checks = await prime_rep(
-                            rep, builder, send_now, poller, model, target, record
-                        )
-                        manifest["cache_checks"] += [c.to_json() for c in checks]
-                        await _run_rep(
-                            rep, (builder, session_builder), client, model, run_start_ns,
-                            record, progress, lag, None if stop is None else stop.stopped,
-                            pool=pool, warn=warn,
-                        )  # fmt: skip
-                    except (ClientError, OSError, aiohttp.ClientError) as exc:
-                        # A soak ends on a server gone away (a report follows); a run raises.
-                        if stop is None:
-                            raise
-                        stop.server_gone(f"{type(exc).__name__}: {exc}")
-                else:
-                    if stop is not None:
-                        stop.plan_exhausted()
-        finally:
-            for task in background:
-                task.cancel()
-            for task in background:
-                with suppress(asyncio.CancelledError):
-                    await task
-            with suppress(Exception):
-                await poller.scrape_once()  # the closing sample bounds every counter delta
-            for rec in client.take_cancelled():
-                record(rec)
-            manifest["client"] = lag.summary_ms() | {
+
+        def describe() -> dict[str, Any]:
+            client_section = lag.summary_ms() | {
                 "dispatch_late_max_ms": progress.max_late_ms,
                 "concurrency_pool": concurrency,
             } | pool_manifest(pool, opts.workers)  # fmt: skip
-            manifest["server_info"] = poller.info
-            manifest |= target.manifest()
-            if stop is not None:
-                manifest["soak_end"] = stop.to_json()
-            if opts.self_watch:
-                client_log.close()
+            return {"client": client_section, "server_info": poller.info} | target.manifest()
 
-
-def _now_intended(req: StreamRequest, run_start_ns: int) -> StreamRequest:
-    return dataclasses.replace(req, t_intended_ns=time.perf_counter_ns() - run_start_ns)
+        yield HttpBackend(
+            target, model, builder, session_builder, poller, progress, client, pool, lag,
+            run_start_ns, warn, background, describe,
+        )  # fmt: skip
 
 
 async def _resolve_model(client: OpenAIClient, model: str | None) -> str:
@@ -380,16 +342,6 @@ async def _resolve_model(client: OpenAIClient, model: str | None) -> str:
         return model
     models = await client.get_json("/v1/models")
     return models["data"][0]["id"]
-
-
-def client_timeouts(scenario: Scenario) -> Timeouts:
-    t = scenario.timeouts
-    return Timeouts(
-        connect_s=t.connect_s or 3600.0,
-        first_byte_s=t.first_token_s or 86_400.0,
-        idle_s=t.idle_s or 86_400.0,
-        total_s=t.total_s,
-    )
 
 
 def _max_in_flight(arm: ArmPlan) -> int:

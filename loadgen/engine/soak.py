@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -57,12 +56,10 @@ class SoakStop:
         self.detail: str | None = None
         self.at_s: float | None = None
 
-    def start(
-        self, run_start_ns: int, speed: float, clock: Callable[[], int] | None = None
-    ) -> None:
-        """Starts the deadline: `clock` gives ns on the run clock (default: wall time since
-        `run_start_ns`); a sim at `speed` covers duration_s of its clock in duration/speed."""
-        self._clock = clock or (lambda: time.perf_counter_ns() - run_start_ns)
+    def start(self, speed: float, clock: Callable[[], int]) -> None:
+        """Starts the deadline: `clock` gives ns on the run clock; a sim at `speed` covers
+        duration_s of its clock in duration/speed."""
+        self._clock = clock
         self._deadline_ns = self._clock() + round(self.duration_s / speed * 1e9)
 
     def stopped(self) -> bool:

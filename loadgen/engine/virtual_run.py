@@ -1,7 +1,8 @@
 """`loadgen run --clock virtual`: one arm's plan on the sim's engine, on a discrete-event clock.
 
-The same phases as the wall-clock `_drive_arm` (warmups one at a time, then per rep: prime and
-verify cached prefixes, then the measured requests, open or closed loop), the same prompts
+The arm's phases are engine/arm.py's, the same as on the wall clock (warmups one at a time,
+then per rep: prime and verify cached prefixes, then the measured requests, open or closed
+loop); this is the backend they run on here. The same prompts
 (sized on the sim's tokenizer, as its /tokenize would), the same records and metrics.jsonl, so
 analysis and reports run unchanged. What changes is time: the run clock is VirtualSim's, which
 jumps from event to event (an arrival, a step start, a client timeout, a poll instant on the
@@ -21,15 +22,17 @@ import dataclasses
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
+from loadgen.engine.arm import Record
 from loadgen.engine.materialize import materialize
+from loadgen.engine.options import RunOptions, client_timeouts
 from loadgen.engine.poller import MetricsPoller
-from loadgen.engine.primes import prime_rep
-from loadgen.engine.run import RunOptions, client_timeouts
 from loadgen.engine.sessions import BuiltSession, build_sessions, turn_request
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.engine.virtual_progress import VirtualProgress
@@ -145,14 +148,10 @@ class VirtualArm:
         interval_ns: int,
         builder: PromptBuilder,
         model: str,
-        record: Callable[[StreamRecord], None],
     ) -> None:
         self.sim, self.poller, self.builder, self.model = sim, poller, builder, model
         self.interval_ns = max(interval_ns, 1)
         self.next_poll_ns = self.interval_ns
-        self.record = record
-        # A soak's stop rule: no new request once it says so.
-        self.stop: Callable[[], bool] | None = None
         # Kept across calls: a soak's reps are many short runs, each under 50 ms.
         self._yield_at = time.perf_counter_ns() + YIELD_EVERY_NS
 
@@ -186,8 +185,8 @@ class VirtualArm:
         return await materialize(item, self.builder, model=self.model, t_intended_ns=t_ns)
 
     def _sessions(
-        self, sessions: Sequence[BuiltSession], schedule: Schedule, start: int
-    ) -> Callable[[StreamRecord], None]:
+        self, sessions: Sequence[BuiltSession], schedule: Schedule, start: int, record: Record
+    ) -> Record:
         """Schedules every session's turn 0; the returned on_record schedules each next turn
         once its answer is in (a failed turn ends its session, as on the wall clock)."""
         by_id = {s.plan.id: s for s in sessions}
@@ -197,7 +196,7 @@ class VirtualArm:
             schedule.add(t0, turn_request(s, 0, [], self.model, t0))
 
         def done(rec: StreamRecord) -> None:
-            self.record(dataclasses.replace(rec, answer=None))
+            record(dataclasses.replace(rec, answer=None))
             s = by_id.get(rec.session or "")
             if s is None or rec.status != "ok" or rec.turn is None:
                 return
@@ -218,30 +217,37 @@ class VirtualArm:
         (rec,) = got
         return rec
 
-    async def rep(self, rep: RepPlan, sessions: Sequence[BuiltSession] = ()) -> None:
-        """A rep's measured requests from now: on their offsets, or closed loop; session
-        turns each after the previous answer and its think time."""
+    async def rep(
+        self,
+        rep: RepPlan,
+        sessions: Sequence[BuiltSession],
+        record: Record,
+        stop: Callable[[], bool] | None,
+    ) -> None:
+        """A rep's measured requests from now, each recorded: on their offsets, or closed loop
+        (no new request once `stop` says so); session turns each after the previous answer
+        and its think time."""
         start = self.sim.now_ns
         schedule = Schedule()
         if rep.concurrency is None:
             for p in rep.requests:
                 schedule.add(start + (p.offset_ns or 0), p)
-            await self.run(schedule, self._sessions(sessions, schedule, start))
+            await self.run(schedule, self._sessions(sessions, schedule, start, record))
             return
         pending = iter(rep.requests)
-        stop = None if rep.duration_ns is None else start + rep.duration_ns
+        end = None if rep.duration_ns is None else start + rep.duration_ns
 
         def pull(t_ns: int) -> None:
-            if stop is not None and t_ns >= stop:
+            if end is not None and t_ns >= end:
                 return
-            if self.stop is not None and self.stop():
+            if stop is not None and stop():
                 return
             nxt = next(pending, None)
             if nxt is not None:
                 schedule.add(t_ns, nxt)
 
         def done(rec: StreamRecord) -> None:
-            self.record(rec)
+            record(rec)
             pull(rec.t_done_ns if rec.t_done_ns is not None else self.sim.now_ns)
 
         for _ in range(min(rep.concurrency, len(rep.requests))):
@@ -249,14 +255,50 @@ class VirtualArm:
         await self.run(schedule, done)
 
 
-async def drive_virtual_arm(
+@dataclass
+class VirtualBackend:
+    """The virtual clock: requests go straight into one fresh VirtualSim, whose clock jumps
+    from event to event; nothing runs beside it."""
+
+    target: Target
+    model: str
+    builder: PromptBuilder
+    session_builder: PromptBuilder
+    poller: MetricsPoller
+    progress: VirtualProgress
+    driver: VirtualArm
+    speed: float
+
+    def now_ns(self) -> int:
+        return self.driver.sim.now_ns
+
+    async def send_now(self, req: StreamRequest) -> StreamRecord:
+        return await self.driver.one(req)
+
+    async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
+        sessions = await build_sessions(rep.sessions, self.session_builder)
+        await self.driver.rep(rep, sessions, record, stop)
+
+    async def finish(self) -> list[StreamRecord]:
+        await self.poller.scrape_once()  # the closing sample bounds every counter delta
+        return []  # no stream outlives the run of the clock
+
+    def describe(self) -> dict[str, Any]:
+        sim = self.driver.sim
+        virtual = {"end_ns": sim.now_ns, "engine_steps": len(sim.engine.iteration_tokens)}
+        return {"server_info": self.poller.info, "virtual": virtual}
+
+
+@asynccontextmanager
+async def open_virtual_backend(
     arm: ArmPlan,
     rundir: RunDirectory,
     manifest: dict[str, Any],
     opts: RunOptions,
     warn: Callable[[str], None],
-) -> None:
-    """The arm's warmups, primes and reps on a fresh VirtualSim, into `rundir`."""
+) -> AsyncIterator[VirtualBackend]:
+    """A fresh VirtualSim for the arm, its prompt sizing on the sim's tokenizer, the poller on
+    its clock with the opening sample taken."""
     scenario = arm.scenario
     settings = sim_settings(arm)
     try:
@@ -286,56 +328,15 @@ async def drive_virtual_arm(
     target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
     manifest |= target.manifest() | {
         "clock": "virtual",
-        "model": model,
-        "token_counter": builder.counter.method,
-        "prompt_shapes": {g.name: g.prompt.shape for g in scenario.groups},
         "client": {"in_loop": False, "note": CLIENT_NOTE},
     }
-    rundir.write_manifest(manifest)
-    soak = opts.stop
     progress = VirtualProgress(
         arm, lambda: sim.now_ns, lambda: sim.in_flight, enabled=opts.progress
     )
-
-    def record(rec: StreamRecord) -> None:
-        rundir.append_stream(rec)
-        progress.done(rec)
-        if soak is not None:
-            soak.see(rec)
-
-    driver = VirtualArm(
-        sim, poller, round(scenario.metrics.poll_interval_s * NS), builder, model, record,
-    )  # fmt: skip
-    if soak is not None:
-        soak.start(0, config.speed, clock=lambda: sim.now_ns)
-        driver.stop = soak.stopped
-
-    async def send_now(req: StreamRequest) -> StreamRecord:
-        return await driver.one(req)
-
-    try:
-        with progress:
-            for warm in arm.warmup:
-                req = await materialize(warm, builder, model=model, t_intended_ns=sim.now_ns)
-                rundir.append_stream(await driver.one(req))
-            for rep in arm.reps:
-                if soak is not None and soak.stopped():
-                    break
-                checks = await prime_rep(rep, builder, send_now, poller, model, target, record)
-                manifest["cache_checks"] += [c.to_json() for c in checks]
-                await driver.rep(rep, await build_sessions(rep.sessions, session_builder))
-            else:
-                if soak is not None:
-                    soak.plan_exhausted()
-    finally:
-        await poller.scrape_once()  # the closing sample bounds every counter delta
-        manifest["server_info"] = poller.info
-        manifest["virtual"] = {
-            "end_ns": sim.now_ns,
-            "engine_steps": len(sim.engine.iteration_tokens),
-        }
-        if soak is not None:
-            manifest["soak_end"] = soak.to_json()
+    driver = VirtualArm(sim, poller, round(scenario.metrics.poll_interval_s * NS), builder, model)
+    yield VirtualBackend(
+        target, model, builder, session_builder, poller, progress, driver, config.speed
+    )
 
 
 def metrics_fetch(sim: VirtualSim) -> Callable[[], Any]:

@@ -1,0 +1,136 @@
+"""One arm's phases, written once for both clocks.
+
+Warmups one at a time; then per rep: prime and verify the cached prefixes, send the measured
+requests on the rep's schedule; stop where a soak says so (its deadline, the server gone, the
+plan exhausted); at the end, the closing scrape, the records of streams cut short and the
+manifest. What a clock changes sits behind `ArmBackend`: the HTTP backend (engine/run.py: the
+client, its pools, the poller on wall time) and the virtual one (engine/virtual_run.py: the
+sim's engine on its event clock). A phase added here runs on both, and cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+import aiohttp
+
+from loadgen.client.errors import ClientError
+from loadgen.engine.materialize import materialize
+from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.primes import prime_rep
+from loadgen.engine.soak import SoakStop
+from loadgen.engine.target import Target
+from loadgen.records import RunDirectory, StreamRecord
+from loadgen.request import StreamRequest
+from loadgen.scenario.plan import ArmPlan, RepPlan
+from loadgen.scenario.prompts import PromptBuilder
+
+Record = Callable[[StreamRecord], None]
+# What a server gone away raises on the wall clock: a soak ends on it (its report follows), a
+# run raises it.
+SERVER_GONE = (ClientError, OSError, aiohttp.ClientError)
+
+
+class ArmProgress(AbstractContextManager[Any], Protocol):
+    def done(self, rec: StreamRecord) -> None: ...
+
+
+class ArmBackend(Protocol):
+    """A clock and a way to send: what the arm's phases need of either."""
+
+    target: Target
+    model: str
+    builder: PromptBuilder
+    poller: MetricsPoller
+    progress: ArmProgress
+
+    @property
+    def speed(self) -> float:
+        """The server's speed (a sim's; 1 for a real server): a soak's duration is its time."""
+        ...
+
+    def now_ns(self) -> int:
+        """The run clock: ns since the arm's start."""
+        ...
+
+    async def send_now(self, req: StreamRequest) -> StreamRecord:
+        """Sends `req` now, alone, and returns its record."""
+        ...
+
+    async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
+        """A rep's measured requests (and session turns) on their schedule, each recorded."""
+        ...
+
+    async def finish(self) -> list[StreamRecord]:
+        """Stops the background work and takes the closing sample; returns the records of
+        streams the stop cut short."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest entries the backend owns, as they stand at the end."""
+        ...
+
+
+async def drive_arm(
+    arm: ArmPlan,
+    backend: ArmBackend,
+    rundir: RunDirectory,
+    manifest: dict[str, Any],
+    stop: SoakStop | None,
+) -> None:
+    """Every phase of `arm` on `backend`, recorded into `rundir`; `manifest` gains the arm's
+    cache checks and, at the end, what the backend and the soak's stop have to say."""
+    progress = backend.progress
+
+    def record(rec: StreamRecord) -> None:
+        rundir.append_stream(rec)
+        progress.done(rec)
+        if stop is not None:
+            stop.see(rec)
+
+    manifest |= {
+        "model": backend.model,
+        "token_counter": backend.builder.counter.method,
+        "prompt_shapes": {g.name: g.prompt.shape for g in arm.scenario.groups},
+    }
+    rundir.write_manifest(manifest)
+    if stop is not None:
+        stop.start(backend.speed, backend.now_ns)
+    try:
+        with progress:
+            await _phases(arm, backend, manifest, record, stop)
+    finally:
+        for rec in await backend.finish():
+            record(rec)
+        manifest |= backend.describe()
+        if stop is not None:
+            manifest["soak_end"] = stop.to_json()
+
+
+async def _phases(
+    arm: ArmPlan,
+    backend: ArmBackend,
+    manifest: dict[str, Any],
+    record: Record,
+    stop: SoakStop | None,
+) -> None:
+    b = backend
+    for warm in arm.warmup:
+        req = await materialize(warm, b.builder, model=b.model, t_intended_ns=b.now_ns())
+        record(await b.send_now(req))
+    for rep in arm.reps:
+        if stop is not None and stop.stopped():
+            return
+        try:
+            checks = await prime_rep(rep, b.builder, b.send_now, b.poller, b.model, b.target,
+                                     record)  # fmt: skip
+            manifest["cache_checks"] += [c.to_json() for c in checks]
+            await b.run_rep(rep, record, None if stop is None else stop.stopped)
+        except SERVER_GONE as exc:
+            if stop is None:
+                raise
+            stop.server_gone(f"{type(exc).__name__}: {exc}")
+    if stop is not None:
+        stop.plan_exhausted()

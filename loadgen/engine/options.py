@@ -1,0 +1,62 @@
+"""How a run is asked for: the options every arm of it shares, whichever clock drives it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadgen.client.target import Timeouts
+from loadgen.engine.soak import SoakStop
+from loadgen.scenario.model import Scenario
+from loadgen.server.spec import ServerSpec
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = None
+    out_root: Path = Path("runs")
+    run_seed: int | None = None
+    progress: bool = True
+    block_size: int | None = None
+    # Limits of an external server that loadgen did not launch but someone else did (the
+    # launcher's ServerFacts), with each fact's source ("flags", "boot_log", ...); a fact
+    # without a source entry is labelled "flags".
+    server_facts: dict[str, int] | None = None
+    server_facts_sources: dict[str, str] | None = None
+    # Soaks: when to stop sending (deadline, server gone), and the client's self-watch
+    # (client.jsonl).
+    stop: SoakStop | None = None
+    self_watch: bool = False
+    # SLOs from `--slo`; each field overrides the scenario's `slo` of the same name.
+    slo: dict[str, float] | None = None
+    # "wall": the sim (or a server) over HTTP in real time; "virtual": the sim's engine on a
+    # discrete-event clock, no HTTP (loadgen/engine/virtual_run.py).
+    clock: str = "wall"
+    # Where run_seed came from (engine/seeds.py: "fresh", "user", "replay:<dir>").
+    seed_source: str | None = None
+    # The launch flags of an external server, as the user gave them (server/user_facts.py).
+    server_flags: tuple[str, ...] = ()
+    # The server loadgen launches per boot (None: the built-in sim), and the seed that shuffles
+    # each round of boots (None: the arms in declared order, A B C A B C).
+    server: ServerSpec | None = None
+    boot_order_seed: int | None = None
+    # Client processes that send the measured streams (None: auto, engine/spread.py).
+    workers: int | None = None
+    # Send them from Ray actors on the cluster at this address instead (client/ray_pool.py).
+    ray_address: str | None = None
+    # GPU telemetry: a DCGM exporter's /metrics URL, else NVML where the target is on this host
+    # unless `telemetry` is off (engine/telemetry.py).
+    telemetry_url: str | None = None
+    telemetry: bool = True
+
+
+def client_timeouts(scenario: Scenario) -> Timeouts:
+    t = scenario.timeouts
+    return Timeouts(
+        connect_s=t.connect_s or 3600.0,
+        first_byte_s=t.first_token_s or 86_400.0,
+        idle_s=t.idle_s or 86_400.0,
+        total_s=t.total_s,
+    )
