@@ -1,0 +1,40 @@
+"""Each command loads only what it uses (issue 19): `loadgen --version` loaded matplotlib,
+aiohttp and the sim, 2.1 s on a 2-core machine. Which modules a command imports is exact,
+unlike its time (bench/startup.py measures that)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("matplotlib", "scipy", "aiohttp", "numpy", "loadgen.sim.engine", "rich")
+
+
+def imported(*args: str) -> set[str]:
+    """Top-level names (and loadgen modules) `python -m loadgen ARGS` imported."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "loadgen", *args],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            names.add(name if name.startswith("loadgen.") else name.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize(
+    ("args", "allowed"),
+    [
+        (["--version"], ()),
+        (["validate", "scenarios/whale_c4.yaml"], ("numpy",)),
+        (["request", "--help"], ("aiohttp", "numpy", "rich")),
+    ],
+)
+def test_a_command_imports_only_what_it_uses(args: list[str], allowed: tuple[str, ...]) -> None:
+    loaded = imported(*args)
+    assert "click" in loaded  # the parse of importtime's output saw the imports
+    assert sorted(m for m in HEAVY if m in loaded and m not in allowed) == []
