@@ -32,8 +32,8 @@ import uvloop
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from loadgen.client.loops import run_closed_loop  # noqa: E402
 from loadgen.client.openai import READ_BUFSIZE, OpenAIClient  # noqa: E402
-from loadgen.engine.executor import run_closed_loop  # noqa: E402
 from loadgen.request import StreamRequest  # noqa: E402
 
 # ../shared beside a checkout, or two levels up from a worktree under /work/wt/.

@@ -11,7 +11,7 @@ from loadgen import __version__
 
 # Command name -> (module, attribute).
 COMMANDS = {
-    "request": ("loadgen.client.probe", "request_cmd"),
+    "request": ("loadgen.engine.request_cmd", "request_cmd"),
     "validate": ("loadgen.scenario.validate_cmd", "validate_cmd"),
     "run": ("loadgen.engine.cmd", "run_cmd"),
     "report": ("loadgen.report.cmd", "report_cmd"),

@@ -14,7 +14,6 @@ from loadgen.scenario.limits import (
     MAX_ARMS,
     MAX_PROMPT_TOKENS,
     MAX_SECONDS,
-    MAX_SIM_BLOCKS,
     MAX_STREAMS,
     MAX_TIME_SCALE,
     arms_problem,
@@ -22,6 +21,7 @@ from loadgen.scenario.limits import (
     worker_limit,
 )
 from loadgen.scenario.load import ScenarioError, load_scenario
+from loadgen.sim.profiles import MAX_SIM_BLOCKS
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 SESSIONS = SCENARIOS / "agent_sessions.yaml"

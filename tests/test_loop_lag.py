@@ -7,8 +7,8 @@ import gc
 
 import pytest
 
-from loadgen.engine import lag
-from loadgen.engine.lag import LoopLagMonitor, quiet_collector
+from loadgen.client import lag
+from loadgen.client.lag import LoopLagMonitor, quiet_collector
 
 
 async def test_a_stall_that_began_before_measuring_is_not_counted(

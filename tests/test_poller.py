@@ -2,7 +2,8 @@
 
 import time
 
-from loadgen.engine.poller import MetricsPoller, parse_exposition
+from loadgen.engine.poller import MetricsPoller
+from loadgen.exposition import parse_exposition
 
 VLLM_V1 = """\
 # TYPE vllm:num_requests_running gauge
@@ -123,7 +124,7 @@ def test_collector_families_read_as_the_exposition_text_does():
     text round trip (what the wall-clock poller reads) gives, on a sim mid-run."""
     from prometheus_client import generate_latest
 
-    from loadgen.engine.poller import parse_families
+    from loadgen.exposition import parse_families
     from loadgen.sim.requests import SimRequest
     from loadgen.sim.server import SimState
     from loadgen.sim.virtual import config_from_settings

@@ -14,7 +14,7 @@ import pytest
 from cli_support import loadgen
 from install_support import fake_python
 
-from loadgen.engine.poller import parse_exposition
+from loadgen.exposition import parse_exposition
 from loadgen.server.boot import boot_server
 from loadgen.server.launcher import launch_sync
 from loadgen.server.sglang import SglangProfile, server_info_facts

@@ -8,6 +8,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from loadgen.messages import one_line
+
 ERROR_CLASSES = ("connect_error", "connect_timeout", "http_<status>", "first_byte_timeout",
                  "idle_timeout", "total_timeout", "connection_closed", "malformed_sse",
                  "server_error_event", "cancelled", "line_too_long", "bad_usage",
@@ -120,7 +122,3 @@ def connect_reason(exc: BaseException) -> str:
     if err is not None and err.errno:
         return os.strerror(err.errno)  # the same words under uvloop and asyncio
     return one_line(exc)
-
-
-def one_line(x: object, limit: int = 300) -> str:
-    return " ".join(str(x).split())[:limit]

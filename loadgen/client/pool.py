@@ -36,13 +36,13 @@ from typing import Any
 import uvloop
 
 from loadgen.client.errors import ClientError
+from loadgen.client.lag import LoopLagMonitor, quiet_collector
+from loadgen.client.loops import run_closed_loop, run_open_loop
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.target import Timeouts
-from loadgen.engine.executor import run_closed_loop, run_open_loop
-from loadgen.engine.lag import LoopLagMonitor, quiet_collector
+from loadgen.lifeline import die_with
 from loadgen.records import JsonlAppender, StreamRecord, install_stop_signals, read_jsonl
 from loadgen.request import StreamRequest
-from loadgen.server.launcher import die_with
 
 OnRecord = Callable[[StreamRecord], None]
 # A worker that has not said it is ready by then is reported as failed to start.

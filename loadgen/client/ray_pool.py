@@ -33,11 +33,11 @@ from typing import Any
 import uvloop
 
 from loadgen import __version__
-from loadgen.client.errors import one_line
+from loadgen.client.lag import quiet_collector
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.pool import STREAMS_PER_PROCESS, Job, OnRecord, serve_job
 from loadgen.client.target import Timeouts
-from loadgen.engine.lag import quiet_collector
+from loadgen.messages import one_line
 from loadgen.records import StreamRecord
 
 INSTALL_HINT = "pip install 'loadgen[ray]'"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from yarl import URL
 
-from loadgen.client.errors import one_line
+from loadgen.messages import one_line
 from loadgen.records import StreamError
 
 

@@ -29,7 +29,7 @@ from loadgen.engine.cache import (
     probe_blind_reason,
 )
 from loadgen.engine.counters import pick_counter
-from loadgen.engine.poller import parse_exposition
+from loadgen.exposition import parse_exposition
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PromptSpec, derive_seed

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from loadgen.engine.executor import Backend
+from loadgen.client.loops import Backend
 from loadgen.engine.poller import MetricsPoller
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from loadgen import __version__
+from loadgen.client.lag import LoopLagMonitor, quiet_collector
+from loadgen.client.loops import run_closed_loop, run_open_loop
 from loadgen.client.openai import OpenAIClient
 from loadgen.engine.arm import ArmBackend, Record, drive_arm
 from loadgen.engine.boots import run_boots
 from loadgen.engine.counters import pick_counter
-from loadgen.engine.executor import run_closed_loop, run_open_loop
-from loadgen.engine.lag import LoopLagMonitor, quiet_collector
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions, client_timeouts
 from loadgen.engine.poller import MetricsPoller

@@ -17,7 +17,7 @@ from loadgen.analysis.inputs import NotARunDirectory, is_sweep_dir, read_manifes
 from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
-from loadgen.client.errors import one_line
+from loadgen.messages import one_line
 from loadgen.redact import redact, redact_text
 from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.plots import sessions_png

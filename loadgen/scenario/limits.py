@@ -19,9 +19,8 @@ aliases expand without end would otherwise pass `validate` and then hang while m
   loop's count / rate): a week. MAX_TIME_SCALE bounds a trace's time_scale.
 - MAX_WORKERS and WORKERS_PER_CORE: client processes (`--workers`); each is a whole Python
   process with its own pipes, so 5000 forked without end and 100000 hit EMFILE after 55 s.
-- MAX_SIM_BLOCKS and SIM_SPEED: the built-in sim's KV pool (it holds a few lists per block:
-  4M blocks took 680 MB, 10^12 a MemoryError) and its time factor (speed 1e-9 stretched a
-  smoke run's virtual time until it never ended).
+- The built-in sim's own bounds (MAX_SIM_BLOCKS, SIM_SPEED) are its vocabulary's, in
+  sim/profiles.py, where its CLI and the scenario's sim block both read them.
 - SEED_MAX: seeds are stored as JSON integers, which orjson writes only up to 64 bits.
 - Command-line SLOs must be finite numbers (nan, inf and 1e999 passed `> 0` or crashed
   the report), each key once.
@@ -69,8 +68,6 @@ MAX_TIME_SCALE = 1000.0
 MAX_WORKERS = 256
 WORKERS_PER_CORE = 4
 SEED_MAX = (1 << 63) - 1
-MAX_SIM_BLOCKS = 1 << 20
-SIM_SPEED = (0.001, 1000.0)
 
 
 def worker_limit(*, ray: bool, cores: int | None = None) -> int:

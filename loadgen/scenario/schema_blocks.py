@@ -17,7 +17,7 @@ from loadgen.scenario.checks import (
     number,
     show,
 )
-from loadgen.scenario.limits import MAX_SECONDS, MAX_SIM_BLOCKS, MAX_TIME_SCALE, SIM_SPEED
+from loadgen.scenario.limits import MAX_SECONDS, MAX_TIME_SCALE
 from loadgen.scenario.marked_yaml import MarkedMap
 from loadgen.scenario.model import (
     DEFAULT_TRACE_BLOCK_TOKENS,
@@ -38,7 +38,7 @@ from loadgen.scenario.model import (
 )
 from loadgen.scenario.traces import TraceError, implied_reuse, infer_format, read_trace
 from loadgen.sim.faults import parse_fault_options
-from loadgen.sim.profiles import PROFILES
+from loadgen.sim.profiles import MAX_SIM_BLOCKS, PROFILES, SIM_SPEED
 
 ARRIVAL_KEYS = {
     "together": (),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from loadgen.engine.poller import parse_exposition
+from loadgen.exposition import parse_exposition
 
 _INT = r"(\d[\d,]*)"
 _VLLM_ARGS = r"non-default args: \{.*"  # vLLM echoes the flags it did not default

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import shlex
@@ -26,11 +25,12 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadgen.client.errors import read_capped_sync
+from loadgen.lifeline import PARENT_PID_ENV, die_with_parent
 from loadgen.server import installs
 from loadgen.server.bootlog import parse_boot_log, parse_boot_notes
 from loadgen.server.llamacpp import LlamaCppProfile
@@ -279,41 +279,6 @@ def get_profile(name: str | Profile) -> Profile:
         ) from None
 
 
-# The server's environment names its launcher, so a server that watches (the sim) can exit
-# when loadgen is gone, whatever killed it.
-PARENT_PID_ENV = "LOADGEN_PARENT_PID"
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with(parent: int) -> None:
-    """Has the kernel SIGKILL this process (a client worker) when `parent` dies: a SIGKILLed
-    `loadgen run --workers 2` left both workers, and the resource tracker they hold open,
-    running on."""
-    arm = _die_with_parent(parent)
-    if arm is not None:
-        arm()
-
-
-def _die_with_parent(parent: int | None = None) -> Callable[[], None] | None:
-    """A preexec_fn that has the kernel SIGKILL the server when the thread that started it
-    dies (Linux prctl), SIGKILL of loadgen included; None where prctl does not exist. libc is
-    looked up here, before the fork: the child only makes the call. SIGKILL, not SIGTERM:
-    vLLM catches SIGTERM for a graceful shutdown that, with its client gone, was seen to hang
-    on for minutes holding a core."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid() if parent is None else parent
-
-    def arm() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return arm
-
-
 def _spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -323,7 +288,7 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subpr
             stderr=subprocess.STDOUT,
             env={**os.environ, **env, PARENT_PID_ENV: str(os.getpid())},
             start_new_session=True,
-            preexec_fn=_die_with_parent(),
+            preexec_fn=die_with_parent(),
         )
     _RUNNING.add(proc)
     try:

@@ -15,11 +15,10 @@ import sys
 
 import click
 
-from loadgen.scenario.limits import MAX_SIM_BLOCKS, SIM_SPEED
-from loadgen.server.launcher import PARENT_PID_ENV
+from loadgen.lifeline import PARENT_PID_ENV
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.faults import parse_fault_options
-from loadgen.sim.profiles import PROFILES, get_profile
+from loadgen.sim.profiles import MAX_SIM_BLOCKS, PROFILES, SIM_SPEED, get_profile
 from loadgen.sim.server import SimServerConfig, boot_lines, start_sim_server
 
 _DEFAULTS = EngineConfig()

@@ -13,7 +13,8 @@ from typing import Any
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.client.openai import OpenAIClient
-from loadgen.engine.poller import MetricsPoller, parse_exposition
+from loadgen.engine.poller import MetricsPoller
+from loadgen.exposition import parse_exposition
 from loadgen.records import MetricsSample
 from loadgen.server import installs
 from loadgen.server.launcher import Server, launch_sync

@@ -3,7 +3,7 @@
 import asyncio
 import time
 
-from loadgen.engine.executor import run_closed_loop, run_open_loop
+from loadgen.client.loops import run_closed_loop, run_open_loop
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 
