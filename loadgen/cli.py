@@ -17,7 +17,7 @@ COMMANDS = {
     "report": ("loadgen.report.cmd", "report_cmd"),
     "compare": ("loadgen.report.cmd", "compare_cmd"),
     "sim": ("loadgen.sim.cli", "sim"),
-    "probe-cache": ("loadgen.engine.probe_cmd", "probe_cache_cmd"),
+    "probe-cache": ("loadgen.engine.probe_cache_cmd", "probe_cache_cmd"),
     "soak": ("loadgen.engine.soak_cmd", "soak_cmd"),
     "servers": ("loadgen.server.servers_cmd", "servers_cmd"),
 }

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from loadgen.records import StreamRecord
 from loadgen.sim.engine import Engine, EngineConfig, SimRequest
-from loadgen.sim.profiles import get_profile
+from loadgen.sim.profiles import sim_profile
 from loadgen.sim.tokenizer import SimTokenizer
 
 NS = 1_000_000_000
@@ -30,7 +30,7 @@ def engine_soak(
     """Requests sent back to back until `duration_s` of engine time; records of those done."""
     engine = Engine(
         EngineConfig(
-            max_num_seqs=max(concurrency, 1), num_gpu_blocks=16_384, profile=get_profile(profile),
+            max_num_seqs=max(concurrency, 1), num_gpu_blocks=16_384, profile=sim_profile(profile),
             num_speculative_tokens=spec_tokens, acceptance_rate=0.7, seed=seed,
             drift_per_hour=drift_pct_per_h / 100,
         )

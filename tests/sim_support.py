@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from loadgen.request import StreamRequest
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.faults import FaultConfig
-from loadgen.sim.profiles import StepProfile, get_profile
+from loadgen.sim.profiles import StepProfile, sim_profile
 from loadgen.sim.server import SimServer, SimServerConfig, ground_truth_rows
 
 MODEL = "loadgen-sim"
@@ -35,7 +35,7 @@ def sim_config(
     faults: FaultConfig | None = None,
     **engine: Any,
 ) -> SimServerConfig:
-    prof = get_profile(profile) if isinstance(profile, str) else profile
+    prof = sim_profile(profile) if isinstance(profile, str) else profile
     return SimServerConfig(
         engine=dataclasses.replace(EngineConfig(), profile=prof, **engine),
         max_model_len=max_model_len,

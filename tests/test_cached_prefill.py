@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from run_fixtures import manifest, sample, stream, ticks
 
+from loadgen.analysis.baselines import expected_prefill_s, group_min_ttft, prefill_baseline
 from loadgen.analysis.cached import estimate_cached
-from loadgen.analysis.limits import expected_prefill_s, group_min_ttft, prefill_baseline
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.verdicts import build_context
 

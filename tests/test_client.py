@@ -14,8 +14,8 @@ from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer, count_tok
 
 from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.cli import main
+from loadgen.client.endpoint import resolve_target
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.target import resolve_target
 from loadgen.engine.request_cmd import probe_prompts
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest

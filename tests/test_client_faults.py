@@ -18,9 +18,9 @@ from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
 
 from loadgen.cli import main
 from loadgen.client.decode import StreamDecoder
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import ServerUnreachable
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.target import Timeouts
 from loadgen.engine.request_cmd import failure_summary
 from loadgen.records import StreamError, StreamRecord, read_streams
 from loadgen.request import StreamRequest

@@ -15,9 +15,9 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from loadgen.cli import main
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.sse import DEFAULT_MAX_EVENT_BYTES
-from loadgen.client.target import Timeouts
 from loadgen.request import StreamRequest
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -16,7 +16,7 @@ from loadgen.scenario.plan import plan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.faults import parse_fault_options
-from loadgen.sim.profiles import get_profile
+from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, start_sim_server
 from loadgen.sim.tokenizer import SimTokenizer
 
@@ -63,7 +63,7 @@ async def test_runs_without_needles_have_no_needle_table(tmp_path: Path) -> None
 async def test_wall_clock_sim_answers_needles(tmp_path: Path) -> None:
     engine = EngineConfig(
         max_num_seqs=8, max_num_batched_tokens=1024, block_size=16, num_gpu_blocks=1024,
-        enable_prefix_caching=True, profile=get_profile("tiny"),
+        enable_prefix_caching=True, profile=sim_profile("tiny"),
     )  # fmt: skip
     async with start_sim_server(SimServerConfig(engine=engine, max_model_len=2048)) as sim:
         opts = RunOptions(base_url=sim.url, out_root=tmp_path / "runs", progress=False)

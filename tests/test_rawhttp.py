@@ -9,9 +9,9 @@ import asyncio
 import pytest
 from pacedserver import PacedConfig, PacedServer
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.rawhttp import Conn, ProtocolError, RawPool
-from loadgen.client.target import Timeouts
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 

@@ -24,9 +24,9 @@ from pacedserver import PacedConfig, ThreadedPacedServer
 from ray_cluster import free_port, local_ray_cluster, ray_processes
 from test_run_workers import EXPECTED, _hist_counts, _run, _server_verdicts, _streams
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.pool import Job
 from loadgen.client.ray_pool import RayPool
-from loadgen.client.target import Timeouts
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
 

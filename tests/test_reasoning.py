@@ -17,7 +17,7 @@ from loadgen.request import StreamRequest
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.sim.engine import EngineConfig
-from loadgen.sim.profiles import get_profile
+from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, start_sim_server
 
 MS = 1_000_000
@@ -130,7 +130,7 @@ async def test_no_reasoning_no_table_on_the_virtual_clock(tmp_path: Path) -> Non
 
 async def test_sim_reasoning_tokens_on_the_wall_clock(tmp_path: Path) -> None:
     engine = EngineConfig(max_num_seqs=4, max_num_batched_tokens=256, block_size=16,
-                          num_gpu_blocks=1024, profile=get_profile("tiny"))  # fmt: skip
+                          num_gpu_blocks=1024, profile=sim_profile("tiny"))  # fmt: skip
     config = SimServerConfig(engine=engine, max_model_len=1024, reasoning_tokens=3)
     async with start_sim_server(config) as sim:
         opts = RunOptions(base_url=sim.url, out_root=tmp_path, progress=False)

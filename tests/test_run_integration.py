@@ -14,7 +14,7 @@ from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.faults import FaultConfig
-from loadgen.sim.profiles import get_profile
+from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, ground_truth_rows, start_sim_server
 
 # whale_c4 shrunk so a test takes seconds: same shape (one whale, three minnows, together).
@@ -25,7 +25,7 @@ SMALL = ["groups.whale.prompt.tokens=6000", "groups.minnows.prompt.tokens=600",
 def sim_config() -> SimServerConfig:
     engine = EngineConfig(
         max_num_seqs=4, max_num_batched_tokens=512, block_size=16, num_gpu_blocks=4096,
-        enable_prefix_caching=True, profile=get_profile("default"),
+        enable_prefix_caching=True, profile=sim_profile("default"),
     )  # fmt: skip
     return SimServerConfig(engine=engine, max_model_len=16384)
 

@@ -18,8 +18,8 @@ from pacedserver import PacedConfig, PacedServer
 from run_fixtures import manifest, stream, write_run
 
 from loadgen.analysis.hist import merge_hlogs
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.pool import Job, ProcessPool, split_jobs
-from loadgen.client.target import Timeouts
 from loadgen.engine.cmd import (
     FAILED_STREAMS_EXIT,
     report_run,

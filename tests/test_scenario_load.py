@@ -20,7 +20,7 @@ from loadgen.scenario.model import (
 )
 from loadgen.scenario.schema_blocks import FAULT_FORMS
 from loadgen.scenario.validate_cmd import validate_cmd
-from loadgen.sim.profiles import PROFILES
+from loadgen.sim.profiles import SIM_PROFILES
 
 DATA = Path(__file__).parent / "data"
 SHIPPED = sorted(p.stem for p in REPO_SCENARIOS.glob("*.yaml"))
@@ -248,7 +248,7 @@ MALFORMED = [
         BASE + "sim: {profile: defualt}\n",
         (),
         [
-            f"s.yaml:12: sim.profile: got 'defualt' (expected one of: {', '.join(PROFILES)}; "
+            f"s.yaml:12: sim.profile: got 'defualt' (expected one of: {', '.join(SIM_PROFILES)}; "
             "did you mean 'default'?)"
         ],
         id="bad-sim-profile",

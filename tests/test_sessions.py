@@ -14,7 +14,7 @@ from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.sim.engine import EngineConfig
-from loadgen.sim.profiles import get_profile
+from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, ground_truth_rows, start_sim_server
 from loadgen.sim.tokenizer import SimTokenizer
 
@@ -79,7 +79,7 @@ def test_conversation_resends_history_in_order() -> None:
 def sim_config() -> SimServerConfig:
     engine = EngineConfig(
         max_num_seqs=8, max_num_batched_tokens=512, block_size=16, num_gpu_blocks=4096,
-        enable_prefix_caching=True, profile=get_profile("default"),
+        enable_prefix_caching=True, profile=sim_profile("default"),
     )  # fmt: skip
     return SimServerConfig(engine=engine, max_model_len=16384)
 

@@ -7,11 +7,11 @@ from collections import defaultdict
 import pytest
 
 from loadgen.sim.engine import AdmissionRejected, Engine, EngineConfig, SimRequest, Step
-from loadgen.sim.profiles import get_profile
+from loadgen.sim.profiles import sim_profile
 from loadgen.sim.tokenizer import SimTokenizer, render_chat
 
 TOK = SimTokenizer()
-RTX4090 = get_profile("rtx4090-long")
+RTX4090 = sim_profile("rtx4090-long")
 WHALE = 72_631
 MINNOW = 4096
 

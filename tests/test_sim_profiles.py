@@ -5,12 +5,12 @@ import pytest
 from loadgen.sim.engine import Engine, EngineConfig, SimRequest
 from loadgen.sim.profiles import (
     FITTED,
-    PROFILES,
     RTX3090_LONG,
     RTX4090_LONG,
+    SIM_PROFILES,
     SeedFigures,
     StepProfile,
-    get_profile,
+    sim_profile,
 )
 from loadgen.sim.tokenizer import SimTokenizer
 
@@ -89,7 +89,7 @@ def test_warm_whale_ttft(profile: StepProfile, f: SeedFigures) -> None:
 
 
 def test_default_is_the_4090_shape_ten_times_faster() -> None:
-    default, rtx4090 = get_profile("default"), FITTED["rtx4090-long"]
+    default, rtx4090 = sim_profile("default"), FITTED["rtx4090-long"]
     assert default.fixed_s == pytest.approx(rtx4090.fixed_s / 10)
     assert default.cached_token_s == pytest.approx(rtx4090.cached_token_s / 10)
     e = Engine(EngineConfig(profile=default, max_num_seqs=4, max_num_batched_tokens=2048))
@@ -103,7 +103,7 @@ def test_default_is_the_4090_shape_ten_times_faster() -> None:
 
 
 def test_tiny_finishes_a_small_scenario_fast() -> None:
-    e = Engine(EngineConfig(profile=get_profile("tiny")))
+    e = Engine(EngineConfig(profile=sim_profile("tiny")))
     for i in range(8):
         e.add_request(SimRequest(f"r{i}", prompt(1000, i), max_tokens=64))
     e.run_until_idle()
@@ -111,10 +111,10 @@ def test_tiny_finishes_a_small_scenario_fast() -> None:
 
 
 def test_fitted_constants_are_positive() -> None:
-    for p in PROFILES.values():
+    for p in SIM_PROFILES.values():
         assert min(p.fixed_s, p.per_token_s, p.decode_ctx_s, p.prefill_ctx_s, p.cached_token_s) > 0
 
 
 def test_unknown_profile_lists_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="default, rtx3090-long, rtx4090-long, tiny"):
-        get_profile("h100")
+        sim_profile("h100")

@@ -21,7 +21,7 @@ from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.scenario.soak_block import Soak
 from loadgen.sim.engine import EngineConfig
-from loadgen.sim.profiles import get_profile
+from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, ground_truth_rows, start_sim_server
 
 
@@ -79,7 +79,7 @@ def test_a_bad_soak_block_is_one_line_naming_the_field(tmp_path: Path):
 
 
 def sim_config(speed: float) -> SimServerConfig:
-    engine = EngineConfig(max_num_seqs=4, num_gpu_blocks=4096, profile=get_profile("default"))
+    engine = EngineConfig(max_num_seqs=4, num_gpu_blocks=4096, profile=sim_profile("default"))
     return SimServerConfig(engine=engine, max_model_len=8192, speed=speed)
 
 

@@ -11,13 +11,13 @@ from sim_soak import TOK, engine_soak
 from loadgen.analysis.soak import analyze_soak
 from loadgen.analysis.timeline import Timeline
 from loadgen.sim.engine import Engine, EngineConfig, SimRequest
-from loadgen.sim.profiles import get_profile
+from loadgen.sim.profiles import sim_profile
 
 TEN_MINUTES = 600.0
 
 
 def decode_s_per_token(drift: float, prompt: int, at_s: float) -> float:
-    engine = Engine(EngineConfig(profile=get_profile("rtx4090-long"), num_gpu_blocks=16_384,
+    engine = Engine(EngineConfig(profile=sim_profile("rtx4090-long"), num_gpu_blocks=16_384,
                                  drift_per_hour=drift))  # fmt: skip
     engine.add_request(SimRequest("a", TOK.generator(1).take(prompt), max_tokens=65,
                                   arrival_s=at_s))  # fmt: skip

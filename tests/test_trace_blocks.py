@@ -16,7 +16,7 @@ from loadgen.scenario.plan import plan
 from loadgen.scenario.prompts import PromptBuilder, WordCounter
 from loadgen.scenario.traces import implied_reuse, read_trace
 from loadgen.sim.engine import EngineConfig
-from loadgen.sim.profiles import get_profile
+from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, ground_truth_rows, start_sim_server
 from loadgen.sim.tokenizer import SimTokenizer
 
@@ -119,7 +119,7 @@ async def replay(folder: Path, trace: Path, **kw) -> tuple[Path, list[dict]]:
         engine=EngineConfig(
             max_num_seqs=64, max_num_batched_tokens=8192, block_size=16,
             num_gpu_blocks=kw.get("num_gpu_blocks", 4096), enable_prefix_caching=True,
-            profile=get_profile("tiny"),
+            profile=sim_profile("tiny"),
         ),
         max_model_len=kw.get("max_model_len", 16384),
     )  # fmt: skip

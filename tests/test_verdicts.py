@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from run_fixtures import failed, manifest, sample, stream, ticks
 
+from loadgen.analysis.baselines import inferred_cap
 from loadgen.analysis.inputs import RunInputs
-from loadgen.analysis.limits import inferred_cap
 from loadgen.analysis.occupancy import admission_order
 from loadgen.analysis.summary import analyze
 from loadgen.analysis.timeline import Timeline

@@ -278,7 +278,7 @@ async def test_sim_token_counter_agrees_with_encoding_whatever_it_reuses():
     unrelated text: every count is the tokenizer's count of the text sent."""
     import random
 
-    from loadgen.client.target import Timeouts
+    from loadgen.client.endpoint import Timeouts
     from loadgen.engine.virtual_run import SimTokenCounter
     from loadgen.scenario.textgen import text_chunks
     from loadgen.sim.virtual import VirtualSim, config_from_settings

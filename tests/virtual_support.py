@@ -8,7 +8,7 @@ from typing import Any
 from unittest import mock
 
 from loadgen.analysis.summary import analyze_run
-from loadgen.client.target import Timeouts
+from loadgen.client.endpoint import Timeouts
 from loadgen.engine import virtual_run
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.run import RunOptions, run_plan

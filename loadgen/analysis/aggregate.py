@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.analysis import rates
-from loadgen.analysis.limits import prefill_tokens
+from loadgen.analysis.baselines import prefill_tokens
 from loadgen.analysis.occupancy import Seat
 from loadgen.analysis.stats import describe, median
 from loadgen.analysis.streams import rate_after, window_rate

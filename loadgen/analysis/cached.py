@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.analysis.limits import alone_ids, prompt_size
+from loadgen.analysis.baselines import alone_ids, prompt_size
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import StreamRecord
 

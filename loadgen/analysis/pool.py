@@ -23,7 +23,7 @@ import bisect
 import math
 from typing import Any
 
-from loadgen.analysis.limits import KV, POOL_FULL, RUNNING, WAITING, preemption_rose
+from loadgen.analysis.baselines import KV, POOL_FULL, RUNNING, WAITING, preemption_rose
 from loadgen.analysis.occupancy import TIE_WINDOW_NS, Seat
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import MetricsSample

@@ -31,8 +31,8 @@ import numpy as np
 
 from loadgen.analysis import rates
 from loadgen.analysis.aggregate import server_window
+from loadgen.analysis.baselines import prefill_tokens
 from loadgen.analysis.drift import DriftPoint, Verdict, change, drift_verdict
-from loadgen.analysis.limits import prefill_tokens
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import StreamRecord
 from loadgen.scenario.soak_block import parse_window

@@ -25,6 +25,7 @@ from loadgen.analysis.aggregate import (
     token_source_of,
     window_json,
 )
+from loadgen.analysis.baselines import POOL_FULL
 from loadgen.analysis.benchmark import benchmark_block
 from loadgen.analysis.energy import energy_section
 from loadgen.analysis.goodput import goodput
@@ -38,7 +39,6 @@ from loadgen.analysis.hist import (
     hlog_name,
 )
 from loadgen.analysis.inputs import RunInputs, load_run
-from loadgen.analysis.limits import POOL_FULL
 from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
 from loadgen.analysis.selferror import client_banner

@@ -58,8 +58,7 @@ from itertools import pairwise
 from typing import Any
 
 from loadgen.analysis import rates
-from loadgen.analysis.cached import CacheEstimates, estimate_cached
-from loadgen.analysis.limits import (
+from loadgen.analysis.baselines import (
     Cap,
     PrefillBaseline,
     expected_prefill_s,
@@ -68,6 +67,7 @@ from loadgen.analysis.limits import (
     prefill_tokens,
     resolve_cap,
 )
+from loadgen.analysis.cached import CacheEstimates, estimate_cached
 from loadgen.analysis.occupancy import Seat, prefill_ahead, seats
 from loadgen.analysis.pool import PoolEvidence
 from loadgen.analysis.selferror import client_error_evidence

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.analysis.limits import prompt_size
+from loadgen.analysis.baselines import prompt_size
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import StreamRecord
 

@@ -8,6 +8,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import (
     ClientError,
     HTTPStatusError,
@@ -18,7 +19,6 @@ from loadgen.client.errors import (
     parse_json,
     read_capped,
 )
-from loadgen.client.target import Timeouts
 
 
 class AuxRequests:

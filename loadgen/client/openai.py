@@ -27,6 +27,7 @@ from yarl import URL
 
 from loadgen.client.aux_requests import AuxRequests
 from loadgen.client.decode import StreamDecoder
+from loadgen.client.endpoint import Timeouts, timeout_error
 from loadgen.client.errors import (
     ServerUnreachable,
     connect_reason,
@@ -40,7 +41,6 @@ from loadgen.client.errors import (
 )
 from loadgen.client.rawhttp import Conn, ProtocolError, RawPool, response_id, tcp_rtt_us
 from loadgen.client.selftime import LoopLagTicker
-from loadgen.client.target import Timeouts, timeout_error
 from loadgen.records import StreamError, StreamRecord
 from loadgen.request import StreamRequest, wire_body
 

@@ -35,11 +35,11 @@ from typing import Any
 
 import uvloop
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import ClientError
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import run_closed_loop, run_open_loop
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.target import Timeouts
 from loadgen.lifeline import die_with
 from loadgen.records import JsonlAppender, StreamRecord, install_stop_signals, read_jsonl
 from loadgen.request import StreamRequest

@@ -33,10 +33,10 @@ from typing import Any
 import uvloop
 
 from loadgen import __version__
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.lag import quiet_collector
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.pool import STREAMS_PER_PROCESS, Job, OnRecord, serve_job
-from loadgen.client.target import Timeouts
 from loadgen.messages import one_line
 from loadgen.records import StreamRecord
 

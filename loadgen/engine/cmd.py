@@ -18,10 +18,10 @@ from loadgen.analysis.goodput import parse_slo_flag
 from loadgen.analysis.inputs import arm_dirs
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
+from loadgen.client.endpoint import resolve_target
 from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
-from loadgen.client.target import resolve_target
-from loadgen.engine.probe_cmd import server_options, server_spec
+from loadgen.engine.probe_cache_cmd import server_options, server_spec
 from loadgen.engine.request_cmd import failure_summary
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.client.target import Timeouts
+from loadgen.client.endpoint import Timeouts
 from loadgen.engine.soak import SoakStop
 from loadgen.scenario.model import Scenario
 from loadgen.server.spec import ServerSpec

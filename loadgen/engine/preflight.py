@@ -8,8 +8,8 @@ import resource
 from pathlib import Path
 from typing import Any
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.openai import AUX_CONNECTIONS, OpenAIClient
-from loadgen.client.target import Timeouts
 from loadgen.engine.target import RunError
 from loadgen.scenario.limits import sim_window, window_problem
 from loadgen.scenario.plan import Plan

@@ -34,13 +34,13 @@ from loadgen.analysis.selferror import (
     error_bound_s,
     limited_records,
 )
+from loadgen.client.endpoint import Timeouts, resolve_target
 from loadgen.client.errors import ClientError
 from loadgen.client.lag import quiet_collector
 from loadgen.client.loops import run_closed_loop
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.pool import ProcessPool, split_jobs
 from loadgen.client.ray_pool import RayPool, RayUnavailable, import_ray
-from loadgen.client.target import Timeouts, resolve_target
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.preflight import ensure_fd_limit
 from loadgen.engine.seeds import SEED_TYPE, fresh_seed

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from loadgen.client.target import resolve_target
+from loadgen.client.endpoint import resolve_target
 from loadgen.engine.cmd import OUTPUT_OPTIONS, TARGET_OPTIONS, execute, report_run
 from loadgen.engine.run import RunOptions
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed

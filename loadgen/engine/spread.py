@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.pool import ProcessPool, auto_workers, split_jobs
 from loadgen.client.ray_pool import RayPool, ray_pool
-from loadgen.client.target import Timeouts
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import RepPlan

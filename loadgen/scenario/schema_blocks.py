@@ -38,7 +38,7 @@ from loadgen.scenario.model import (
 )
 from loadgen.scenario.traces import TraceError, implied_reuse, infer_format, read_trace
 from loadgen.sim.faults import parse_fault_options
-from loadgen.sim.profiles import MAX_SIM_BLOCKS, PROFILES, SIM_SPEED
+from loadgen.sim.profiles import MAX_SIM_BLOCKS, SIM_PROFILES, SIM_SPEED
 
 ARRIVAL_KEYS = {
     "together": (),
@@ -187,7 +187,7 @@ def sim(c: Checker, root: MarkedMap) -> SimConfig:
         problem = _fault_problem(item)
         if problem:
             c.add(items.item_locs[i], f"sim.faults[{i}]", problem)
-    profile = c.field(m, "profile", "sim", choice(tuple(PROFILES)), "default")
+    profile = c.field(m, "profile", "sim", choice(tuple(SIM_PROFILES)), "default")
     return SimConfig(profile, faults=tuple(items), **flags)
 
 

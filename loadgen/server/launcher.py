@@ -38,7 +38,7 @@ from loadgen.server.profile import Profile, ServerFacts, merge_facts
 from loadgen.server.sglang import SglangProfile
 from loadgen.server.vllm import VllmProfile
 
-PROFILES: Mapping[str, Profile] = {
+SERVER_PROFILES: Mapping[str, Profile] = {
     p.name: p for p in (VllmProfile(), SglangProfile(), LlamaCppProfile())
 }
 STOP_GRACE_S = 10.0
@@ -268,14 +268,14 @@ def read_facts(profile: Profile, *, url: str, log_path: Path, flags: Sequence[st
     return merge_facts(layers, parse_boot_notes(text))
 
 
-def get_profile(name: str | Profile) -> Profile:
+def server_profile(name: str | Profile) -> Profile:
     if isinstance(name, Profile):
         return name
     try:
-        return PROFILES[name]
+        return SERVER_PROFILES[name]
     except KeyError:
         raise ValueError(
-            f"unknown server profile {name!r}; known: {', '.join(sorted(PROFILES))}"
+            f"unknown server profile {name!r}; known: {', '.join(sorted(SERVER_PROFILES))}"
         ) from None
 
 
@@ -316,7 +316,7 @@ def start_server(
 ) -> Server:
     """Starts the server and returns once it serves; the caller must `stop()` it. `model`: a
     path (must exist), or a str: a name the server resolves itself (its local cache)."""
-    prof = get_profile(profile)
+    prof = server_profile(profile)
     model_path = _model_of(prof, model)
     try:
         effective = prof.effective_flags(flags)

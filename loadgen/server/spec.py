@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.server.launcher import PROFILES, ServerBootError
+from loadgen.server.launcher import SERVER_PROFILES, ServerBootError
 from loadgen.server.llamacpp import LlamaCppProfile
 from loadgen.server.profile import Layer, Profile
 from loadgen.server.sglang import SglangProfile
@@ -126,7 +126,7 @@ def base_profile(kind: str, python: Path | None = None, bin: Path | None = None)
     if kind == "llama.cpp":
         return LlamaCppProfile(bin)
     try:
-        return PROFILES[kind]
+        return SERVER_PROFILES[kind]
     except KeyError:
         raise ValueError(
             f"unknown server kind {kind!r}; known: {', '.join(SERVER_KINDS)}"

@@ -18,7 +18,7 @@ import click
 from loadgen.lifeline import PARENT_PID_ENV
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.faults import parse_fault_options
-from loadgen.sim.profiles import MAX_SIM_BLOCKS, PROFILES, SIM_SPEED, get_profile
+from loadgen.sim.profiles import MAX_SIM_BLOCKS, SIM_PROFILES, SIM_SPEED, sim_profile
 from loadgen.sim.server import SimServerConfig, boot_lines, start_sim_server
 
 _DEFAULTS = EngineConfig()
@@ -30,8 +30,8 @@ _ORPHAN_POLL_S = 0.5
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="0 picks a free port.")  # fmt: skip
 @click.option("--model", default="loadgen-sim", show_default=True, help="Served model name.")
-@click.option("--profile", type=click.Choice(sorted(PROFILES)), default="tiny", show_default=True,
-              help="Step-time profile.")  # fmt: skip
+@click.option("--profile", type=click.Choice(sorted(SIM_PROFILES)), default="tiny",
+              show_default=True, help="Step-time profile.")  # fmt: skip
 @click.option("--max-num-seqs", type=click.IntRange(min=1), default=_DEFAULTS.max_num_seqs,
               show_default=True)  # fmt: skip
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1),
@@ -99,7 +99,7 @@ def sim(
         long_prefill_token_threshold=long_prefill_token_threshold,
         num_speculative_tokens=num_speculative_tokens,
         acceptance_rate=acceptance_rate,
-        profile=get_profile(profile),
+        profile=sim_profile(profile),
         seed=seed,
         request_overhead_s=request_overhead_s,
     )

@@ -194,17 +194,17 @@ TINY = StepProfile(
     prefill_ctx_s=2e-11,
     cached_token_s=2e-7,
 )
-PROFILES: dict[str, StepProfile] = {
+SIM_PROFILES: dict[str, StepProfile] = {
     "tiny": TINY,
     "default": _RTX4090.scaled("default", 0.1),
     **FITTED,
 }
 
 
-def get_profile(name: str) -> StepProfile:
+def sim_profile(name: str) -> StepProfile:
     try:
-        return PROFILES[name]
+        return SIM_PROFILES[name]
     except KeyError:
         raise ValueError(
-            f"unknown sim profile {name!r}; valid profiles: {', '.join(sorted(PROFILES))}"
+            f"unknown sim profile {name!r}; valid profiles: {', '.join(sorted(SIM_PROFILES))}"
         ) from None

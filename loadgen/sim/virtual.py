@@ -33,14 +33,14 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 
 from loadgen.client.decode import reasoning_fields
-from loadgen.client.target import Timeouts, timeout_error
+from loadgen.client.endpoint import Timeouts, timeout_error
 from loadgen.needle import needle_hit
 from loadgen.records import StreamError, StreamRecord
 from loadgen.request import StreamRequest, record_fields
 from loadgen.sim.engine import AdmissionRejected, EngineConfig, SimRequest, TokenOutput
 from loadgen.sim.faults import RequestFaults, parse_fault_options
 from loadgen.sim.openai_wire import WireError, resolve_max_tokens
-from loadgen.sim.profiles import get_profile
+from loadgen.sim.profiles import sim_profile
 from loadgen.sim.requests import asked_text, needle_answer
 from loadgen.sim.server import SimServerConfig, SimState, ground_truth_rows
 
@@ -89,7 +89,7 @@ def config_from_settings(settings: Mapping[str, Any]) -> SimServerConfig:
                 f"sim flag {name!r} is not modelled by the sim; drop it from sim: or the sweep"
             )
     try:
-        engine_cfg = dataclasses.replace(EngineConfig(), profile=get_profile(profile), **engine)
+        engine_cfg = dataclasses.replace(EngineConfig(), profile=sim_profile(profile), **engine)
         return SimServerConfig(engine=engine_cfg, faults=parse_fault_options(faults), **server)
     except (ValueError, KeyError) as exc:
         raise SettingsError(f"sim settings: {str(exc).strip(chr(39))}") from None

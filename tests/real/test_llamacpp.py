@@ -25,7 +25,7 @@ from realutil import (
     verdict_line,
 )
 
-from loadgen.analysis.limits import inferred_cap
+from loadgen.analysis.baselines import inferred_cap
 from loadgen.analysis.rates import decode_tok_s
 from loadgen.analysis.summary import analyze_run
 from loadgen.analysis.timeline import Timeline

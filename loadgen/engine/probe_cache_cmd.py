@@ -12,9 +12,9 @@ from typing import Any
 import click
 import uvloop
 
+from loadgen.client.endpoint import resolve_target
 from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.target import resolve_target
 from loadgen.engine.cache import CacheCheck
 from loadgen.engine.probe_cache import (
     ProbeRefused,
