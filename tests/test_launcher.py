@@ -14,7 +14,8 @@ from typing import ClassVar
 
 import pytest
 
-from loadgen.server.launcher import SERVER_PROFILES, ServerBootError, launch, launch_sync
+from loadgen.server.kinds import SERVER_KINDS
+from loadgen.server.launcher import ServerBootError, launch, launch_sync
 from loadgen.server.profile import Profile
 
 # Prints vLLM-worded boot lines, starts a child that ignores SIGTERM (as a stuck engine core
@@ -133,8 +134,8 @@ def test_boot_timeout_stops_the_server(tmp_path):
 
 
 def test_unknown_profile_names_the_known_ones(tmp_path):
-    assert {"llama.cpp", "sglang", "vllm"} <= set(SERVER_PROFILES)
-    known = f"unknown server profile 'tgi'; known: {', '.join(sorted(SERVER_PROFILES))}"
+    assert {"llama.cpp", "sglang", "vllm", "sim"} <= set(SERVER_KINDS)
+    known = f"unknown server kind 'tgi'; known: {', '.join(SERVER_KINDS)}"
     with pytest.raises(ValueError, match=re.escape(known)), launch_sync("tgi", log_dir=tmp_path):
         pass
 

@@ -28,10 +28,10 @@ from loadgen.records import StreamRecord
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan, Plan
 from loadgen.server import installs
+from loadgen.server.profile import Profile
 from loadgen.server.readback import first_token
+from loadgen.server.spec import profile_for
 
-REAL_BOOTS_PER_ARM = 2
-SIM_BOOTS_PER_ARM = 1
 CACHE_ATTEMPTS = 2  # a cache-dead boot is restarted once
 WARMUP_TOKENS = 16
 
@@ -69,10 +69,10 @@ def boot_order(n_groups: int, boots: int, seed: int | None = None) -> list[tuple
     return order
 
 
-def boots_per_arm(plan: Plan, is_sim: bool) -> int:
+def boots_per_arm(plan: Plan, profile: Profile) -> int:
     if plan.boots_per_arm is not None:
         return plan.boots_per_arm
-    return SIM_BOOTS_PER_ARM if is_sim else REAL_BOOTS_PER_ARM
+    return profile.default_boots_per_arm
 
 
 def uses_cache(scenario: Scenario) -> bool:
@@ -101,7 +101,7 @@ async def run_boots(
     healthy boot. `on_boot(boots, boots_per_arm)` is called whenever a boot's record changes
     (so run.json names the server's pid while it runs)."""
     spec = server_spec_for(plan.scenario, opts)
-    n = boots_per_arm(plan, spec.is_sim)
+    n = boots_per_arm(plan, profile_for(spec))
     groups = flag_groups(plan.arms)
     probe = uses_cache(plan.scenario)
     records: list[dict[str, Any]] = []

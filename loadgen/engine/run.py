@@ -51,6 +51,7 @@ from loadgen.scenario.model import Scenario, scenario_to_json
 from loadgen.scenario.plan import ArmPlan, Plan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
+from loadgen.server.spec import profile_for
 
 # Sends of a rep are scheduled this far ahead of "now", so the first one is not late by the
 # time it takes to create its task.
@@ -79,7 +80,7 @@ async def run_plan(
         check_windows(
             plan, served_window(listing, opts.model or plan.scenario.model), opts.base_url
         )
-    elif server_spec_for(plan.scenario, opts).kind == "sim":
+    elif profile_for(server_spec_for(plan.scenario, opts)).configured_by_sim_block:
         check_sim_windows(plan)
     started = dt.datetime.now(dt.UTC)
     root = opts.out_root / run_dir_name(plan.scenario, started)
@@ -100,11 +101,12 @@ async def run_plan(
         write_manifest(root, parent | _unbooted(opts))
         return root
 
-    kind = server_spec_for(plan.scenario, opts).kind
+    spec = server_spec_for(plan.scenario, opts)
+    deterministic = profile_for(spec).deterministic
     latest: dict[str, Any] = {"interrupted": True}  # until every boot is done
 
     def on_boot(boots: list[dict[str, Any]], per_arm: int) -> None:
-        latest.update(_launched_boots(kind, per_arm) | {"boots": boots})
+        latest.update(_launched_boots(spec.kind, deterministic, per_arm) | {"boots": boots})
         write_manifest(root, parent | latest)
 
     async def arm_on_boot(arm: ArmPlan, path: Path, target: Target, boot: dict[str, Any]) -> None:
@@ -125,12 +127,12 @@ def _unbooted(opts: RunOptions) -> dict[str, Any]:
     return {"boots_per_arm": 0, "boots_note": "external server: loadgen restarted nothing"}
 
 
-def _launched_boots(kind: str, per_arm: int) -> dict[str, Any]:
+def _launched_boots(kind: str, deterministic: bool, per_arm: int) -> dict[str, Any]:
     """Boots per arm, said out loud: a cross-boot comparison is only as good as its floor."""
     if per_arm == 1:
         note = f"one {kind} boot per arm: no boot-to-boot floor, every effect is unresolved"
-        if kind == "sim":
-            note += " (the sim is deterministic, so its boots would agree)"
+        if deterministic:
+            note += f" (the {kind} is deterministic, so its boots would agree)"
     else:
         note = f"{per_arm} {kind} boots per arm, interleaved; effects are read against the floor"
     return {"boots_per_arm": per_arm, "boots_note": note, "server_kind": kind}

@@ -11,8 +11,9 @@ from typing import Any
 
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan
-from loadgen.server.boot import SIM_MODEL as SIM_MODEL
 from loadgen.server.boot import Boot, boot_server
+from loadgen.server.profile import Profile
+from loadgen.server.sim import SIM_MODEL as SIM_MODEL
 from loadgen.server.sim import sim_flags
 from loadgen.server.spec import ServerSpec, flag_args, profile_for
 
@@ -90,7 +91,8 @@ async def launch_target(
     """A fresh boot of the run's server (opts.server, default the sim) with the arm's flags."""
     spec = server_spec_for(arm.scenario, opts)
     settings: dict[str, Any] = {}
-    if spec.is_sim:
+    profile = profile_for(spec)
+    if profile.configured_by_sim_block:
         settings = sim_settings(arm)
         literal = {k: settings.pop(k) for k in list(settings) if k.startswith("-")}
         flags = sim_flags(settings) + flag_args(profile_for(spec), literal)
@@ -99,7 +101,7 @@ async def launch_target(
             warn(f"scenario's sim: block is ignored: the run launches {spec.kind}")
         flags = flag_args(profile_for(spec, arm.flags), arm.flags)
     async with boot_server(spec, flags, log_dir=log_dir, values=arm.flags) as booted:
-        yield _launched(spec, booted, float(settings.get("speed", 1.0)), log_dir)
+        yield _launched(spec, profile, booted, float(settings.get("speed", 1.0)), log_dir)
 
 
 def server_spec_for(scenario: Scenario, opts: Any) -> ServerSpec:
@@ -116,7 +118,9 @@ def server_spec_for(scenario: Scenario, opts: Any) -> ServerSpec:
     )  # fmt: skip
 
 
-def _launched(spec: ServerSpec, booted: Boot, speed: float, log_dir: Path) -> Target:
+def _launched(
+    spec: ServerSpec, profile: Profile, booted: Boot, speed: float, log_dir: Path
+) -> Target:
     server = booted.server
     target = Target(
         url=server.url, kind=spec.kind, model=server.model, flags=list(server.flags), speed=speed,
@@ -124,7 +128,8 @@ def _launched(spec: ServerSpec, booted: Boot, speed: float, log_dir: Path) -> Ta
     )  # fmt: skip
     facts = {k: v for k, v in server.facts.to_json().items() if isinstance(v, int)}
     for name, value in facts.items():
-        target.learn({name: value}, "sim" if spec.is_sim else server.facts.sources[name])
+        source = profile.name if profile.configured_by_sim_block else server.facts.sources[name]
+        target.learn({name: value}, source)
     return target
 
 

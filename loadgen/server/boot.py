@@ -19,8 +19,6 @@ from loadgen.server.launcher import Server, ServerBootError, launch
 from loadgen.server.readback import environment_record, first_token, server_version
 from loadgen.server.spec import ServerSpec, profile_for
 
-SIM_MODEL = "loadgen-sim"
-
 
 @dataclass(frozen=True)
 class Boot:
@@ -41,8 +39,9 @@ class Boot:
 def served_name(spec: ServerSpec) -> str:
     if spec.served_name:
         return spec.served_name
-    if spec.is_sim:
-        return SIM_MODEL
+    default = profile_for(spec).default_served_name
+    if default:
+        return default
     if spec.model_path:
         return spec.model_path.name
     return spec.model_name or installs.TINY_MODEL_NAME

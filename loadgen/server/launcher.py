@@ -33,14 +33,9 @@ from loadgen.client.errors import read_capped_sync
 from loadgen.lifeline import PARENT_PID_ENV, die_with_parent
 from loadgen.server import installs
 from loadgen.server.bootlog import parse_boot_log, parse_boot_notes
-from loadgen.server.llamacpp import LlamaCppProfile
+from loadgen.server.kinds import kind_profile
 from loadgen.server.profile import Profile, ServerFacts, merge_facts
-from loadgen.server.sglang import SglangProfile
-from loadgen.server.vllm import VllmProfile
 
-SERVER_PROFILES: Mapping[str, Profile] = {
-    p.name: p for p in (VllmProfile(), SglangProfile(), LlamaCppProfile())
-}
 STOP_GRACE_S = 10.0
 _POLL_S = 0.2
 _LOG_TAIL_LINES = 40
@@ -269,14 +264,8 @@ def read_facts(profile: Profile, *, url: str, log_path: Path, flags: Sequence[st
 
 
 def server_profile(name: str | Profile) -> Profile:
-    if isinstance(name, Profile):
-        return name
-    try:
-        return SERVER_PROFILES[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown server profile {name!r}; known: {', '.join(sorted(SERVER_PROFILES))}"
-        ) from None
+    """The profile itself, or a kind's profile from the installs found here."""
+    return name if isinstance(name, Profile) else kind_profile(name)
 
 
 def _spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:

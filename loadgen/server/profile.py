@@ -109,6 +109,15 @@ class Profile:
 
     name: str = ""
     boot_timeout_s: float = 120.0
+    # Traits of the kind. A deterministic server gives equal boots, so one boot per arm is its
+    # floor; a real one's boot-to-boot noise needs two at least to read an effect against.
+    deterministic: bool = False
+    default_boots_per_arm: int = 2
+    # The model name it serves when the launch names none (None: the model's own name).
+    default_served_name: str | None = None
+    # Configured by the scenario's `sim:` block rather than by the arm's server flags, and
+    # its facts are its own settings (labelled with its kind, not "flags" or "boot_log").
+    configured_by_sim_block: bool = False
     # Whether /metrics carries `vllm:cache_config_info` worth reading after boot.
     reads_cache_config_metric: bool = False
     default_flags: tuple[DefaultFlag, ...] = ()

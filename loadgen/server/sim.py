@@ -13,10 +13,16 @@ from typing import Any, ClassVar
 
 from loadgen.server.profile import Profile
 
+SIM_MODEL = "loadgen-sim"
+
 
 class SimProfile(Profile):
     name = "sim"
     boot_timeout_s = 30.0
+    deterministic = True
+    default_boots_per_arm = 1
+    default_served_name = SIM_MODEL
+    configured_by_sim_block = True
     reads_cache_config_metric = True
     fact_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "block_size": ("--block-size",),

@@ -18,15 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.server.launcher import SERVER_PROFILES, ServerBootError
-from loadgen.server.llamacpp import LlamaCppProfile
+from loadgen.server.kinds import SERVER_KINDS as SERVER_KINDS
+from loadgen.server.kinds import kind_profile
+from loadgen.server.launcher import ServerBootError
 from loadgen.server.profile import Layer, Profile
-from loadgen.server.sglang import SglangProfile
-from loadgen.server.sim import SimProfile, sim_flags
-from loadgen.server.vllm import VllmProfile
-
-# What --server takes; a scenario adds "command".
-SERVER_KINDS = ("vllm", "sglang", "llama.cpp", "sim")
+from loadgen.server.sim import sim_flags
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +41,6 @@ class ServerSpec:
     bin: Path | None = None  # the server's executable
     boot_timeout_s: float | None = None  # None: the profile's default for its build
 
-    @property
-    def is_sim(self) -> bool:
-        return self.kind == "sim"
-
 
 class ConfiguredProfile(Profile):
     """A profile with the spec's environment added to the one the profile sets."""
@@ -58,6 +50,10 @@ class ConfiguredProfile(Profile):
         self.extra_env = dict(env)
         self.name = base.name
         self.boot_timeout_s = base.boot_timeout_s
+        self.deterministic = base.deterministic
+        self.default_boots_per_arm = base.default_boots_per_arm
+        self.default_served_name = base.default_served_name
+        self.configured_by_sim_block = base.configured_by_sim_block
         self.reads_cache_config_metric = base.reads_cache_config_metric
         self.fact_flags = base.fact_flags  # type: ignore[misc]
         self.bool_flags = base.bool_flags  # type: ignore[misc]
@@ -115,31 +111,13 @@ class CommandProfile(Profile):
         return [token.format(**fields) for token in self.template] + list(flags)
 
 
-def base_profile(kind: str, python: Path | None = None, bin: Path | None = None) -> Profile:
-    """A fresh profile of the kind; vLLM and SGLang from the install named (or found)."""
-    if kind == "sim":
-        return SimProfile()
-    if kind == "vllm":
-        return VllmProfile(python, bin)
-    if kind == "sglang":
-        return SglangProfile(python, bin)
-    if kind == "llama.cpp":
-        return LlamaCppProfile(bin)
-    try:
-        return SERVER_PROFILES[kind]
-    except KeyError:
-        raise ValueError(
-            f"unknown server kind {kind!r}; known: {', '.join(SERVER_KINDS)}"
-        ) from None
-
-
 def profile_for(spec: ServerSpec, values: Mapping[str, Any] | None = None) -> Profile:
     """The profile that starts the spec's server; `values` are the boot's swept flags (a
     command template substitutes them)."""
     if spec.kind == "command":
         base: Profile = CommandProfile(spec.command, values or {})
     else:
-        base = base_profile(spec.kind, spec.python, spec.bin)
+        base = kind_profile(spec.kind, spec.python, spec.bin)
     return ConfiguredProfile(base, dict(spec.env)) if spec.env else base
 
 
