@@ -11,7 +11,7 @@ import signal
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import orjson
 
@@ -188,7 +188,8 @@ def _annotation_check(annotation: str) -> Callable[[Any], bool]:
 # (`error` is checked apart; `answer` is never stored): a hand-kept table once dropped every
 # field added after it (rtt_us, response_id, the reasoning fields, cold) from every report.
 _STREAM_FIELDS: dict[str, Callable[[Any], bool]] = {
-    f.name: _annotation_check(f.type)
+    # A string: this module's `from __future__ import annotations` leaves every one unevaluated.
+    f.name: _annotation_check(cast(str, f.type))
     for f in fields(StreamRecord)
     if f.name not in ("error", "answer")
 }
@@ -291,7 +292,7 @@ class RunDirectory:
             self.metrics.close()
 
 
-def install_stop_signals(on_stop: Callable[[int], None]) -> None:
+def install_stop_signals(on_stop: Callable[[int], object]) -> None:
     """Routes SIGINT/SIGTERM to `on_stop(signal number)` (cancel the run scope) on the running
     loop. The handler runs only when the running coroutine yields to the loop (the virtual
     clock's event loop, which awaits nothing real, yields every 50 ms for it)."""

@@ -65,23 +65,22 @@ def joint_decode(
     cohort: list[StreamRecord], everyone: list[StreamRecord], timeline: Timeline
 ) -> dict[str, Any] | None:
     """The cohort's joint-decode aggregate (module docstring); None if nothing decoded."""
-    live = [
-        r
-        for r in cohort
-        if r.status == "ok" and r.t_first_ns is not None and r.t_last_ns is not None
-    ]
+    live: list[StreamRecord] = []
+    firsts: list[int] = []
+    lasts: list[int] = []
+    for r in cohort:
+        if r.status == "ok" and r.t_first_ns is not None and r.t_last_ns is not None:
+            live.append(r)
+            firsts.append(r.t_first_ns)
+            lasts.append(r.t_last_ns)
     if not live:
         return None
-    opens, closes = max(r.t_first_ns for r in live), min(r.t_last_ns for r in live)
+    opens, closes = max(firsts), min(lasts)
     steady = len(live) == len(cohort) and opens < closes
     if steady:
         t0, t1, kind = opens, closes, "joint"
     else:
-        t0, t1, kind = (
-            min(r.t_first_ns for r in live),
-            max(r.t_last_ns for r in live),
-            "decode_span",
-        )
+        t0, t1, kind = min(firsts), max(lasts), "decode_span"
     out: dict[str, Any] = {
         "n": len(cohort),
         "decoding": len(live),
@@ -229,7 +228,13 @@ def interference(
     rows = []
     for m in sorted(minnows, key=lambda r: (r.t_sent_ns or 0, r.id)):
         during = None
-        if m.t_first_ns is not None and m.t_last_ns is not None and p0 is not None:
+        # p1 is never None once p0 is not; the test says so to the type checker.
+        if (
+            m.t_first_ns is not None
+            and m.t_last_ns is not None
+            and p0 is not None
+            and p1 is not None
+        ):
             w = window_rate(m, max(m.t_first_ns, p0), min(p1, m.t_last_ns))
             during = None if w is None else w.to_json()
         after = rate_after(m, p1) if p1 is not None else None

@@ -44,8 +44,14 @@ class PoolEvidence:
         self._ts = [s.t_ns for s in timeline.samples]
         self._order = sorted(seats.values(), key=lambda s: s.rank)
         blocks, block_size = server.get("num_gpu_blocks"), server.get("block_size")
-        sized = isinstance(blocks, int) and isinstance(block_size, int)
-        self._pool = (blocks, block_size) if sized and blocks > 0 and block_size > 0 else None
+        self._pool: tuple[int, int] | None = None
+        if (
+            isinstance(blocks, int)
+            and isinstance(block_size, int)
+            and blocks > 0
+            and block_size > 0
+        ):
+            self._pool = (blocks, block_size)
         self._full = _full_flags(timeline.samples)
         flags = _unresolved_flags(timeline.samples)
         # Per interval i (its last poll i-1): none before the first poll.

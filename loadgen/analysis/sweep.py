@@ -93,7 +93,7 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
     arms = {name: analyze_run(found[name]) for name in order}
     first = next(iter(arms.values())).summary["run"]
     scenario = manifest.get("scenario") or {}
-    summary = {
+    summary: dict[str, Any] = {
         "schema": SCHEMA,
         "sweep": True,
         "run": {

@@ -431,8 +431,8 @@ def _rationing(rec: StreamRecord, ctx: VerdictContext) -> dict[str, Any] | None:
     if rec.t_first_ns is None or rec.t_last_ns is None or len(rec.chunk_ns) < 3:
         return None
     stretches = _prefill_stretches(rec, ctx)
-    judged = [_judge_stretch(rec, i, stretches) for i in range(len(stretches))]
-    judged = [j for j in judged if j is not None]
+    candidates = [_judge_stretch(rec, i, stretches) for i in range(len(stretches))]
+    judged = [j for j in candidates if j is not None]
     if not judged:
         return None
     return min(judged, key=lambda j: (not j["rationed"], j["fraction"]))

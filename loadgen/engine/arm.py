@@ -44,7 +44,11 @@ class ArmBackend(Protocol):
     model: str
     builder: PromptBuilder
     poller: MetricsPoller
-    progress: ArmProgress
+
+    @property
+    def progress(self) -> ArmProgress:
+        """Read-only, so each backend may keep its own kind of progress view."""
+        ...
 
     @property
     def speed(self) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import cast
 
 from loadgen.analysis.rates import ttft_s
 from loadgen.client.errors import HTTPStatusError
@@ -193,9 +194,11 @@ async def probe_cache(
 
     async def stream(key: str, phase: str, tokens: int, prefix: int | None) -> StreamRecord:
         seed_phase = "prime" if phase in ("repeat", "control") else phase
+        # `prefix and key` is 0 for a 0-token prefix, which build() takes for a key (it tests
+        # for None): kept as it always was, only told to the type checker.
         spec = PromptSpec(
             tokens=tokens, shape="prose", cache="primed" if prefix else "cold", salt=key,
-            text_seed=derive_seed(key, seed_phase), prefix_key=prefix and key,
+            text_seed=derive_seed(key, seed_phase), prefix_key=cast(str | None, prefix and key),
             prefix_tokens=prefix, prefix_seed=derive_seed(key, "prefix"),
         )  # fmt: skip
         built = await builder.build(spec)

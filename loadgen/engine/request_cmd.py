@@ -370,7 +370,7 @@ def _print_tables(
     if not ok:
         return
     summary = Table("over ok streams", "min", "median", "max")
-    series = {
+    series: dict[str, list[float]] = {
         "TTFT ms": [t * 1e3 for r in ok if (t := ttft_s(r)) is not None],
         "RTT ms": [r.rtt_us / 1e3 for r in ok if r.rtt_us is not None],
         "decode tok/s": [d for r in ok if (d := decode_tok_s(r)) is not None],

@@ -308,9 +308,12 @@ async def open_http_backend(
             rundir.path, opts.telemetry_url, target.url, opts.telemetry, notes
         ))  # fmt: skip
         manifest["telemetry"] = {"source": None if gpu is None else gpu.source, "notes": notes}
+        metrics = rundir.metrics
+        # run_arm's RunDirectory always opens metrics.jsonl.
+        assert metrics is not None
         poller = MetricsPoller(
             lambda: client.get_text("/metrics"),
-            lambda s: rundir.metrics.append(s.to_json()),
+            lambda s: metrics.append(s.to_json()),
             interval_s=scenario.metrics.poll_interval_s,
             run_start_ns=run_start_ns,
             warn=warn,

@@ -44,7 +44,7 @@ class Target:
                 self.fact_sources[name] = source
 
     def manifest(self) -> dict[str, Any]:
-        server = dict(self.facts)
+        server: dict[str, Any] = dict(self.facts)
         server["sources"] = dict(self.fact_sources)
         # One `source` for readers that want a single word: where the cap came from.
         server["source"] = self.fact_sources.get("max_num_seqs")

@@ -133,12 +133,12 @@ def sweep_png(
         boots = sorted({p.boot for p in points})
         for boot in boots:
             mine = sorted((p for p in points if p.boot == boot), key=lambda p: p.x)
-            have = [p for p in mine if p.values.get(metric.key) is not None]
-            px = [p.x for p in have]
-            py = [p.values[metric.key] for p in have]
+            have = [(p, v) for p in mine if (v := p.values.get(metric.key)) is not None]
+            px = [p.x for p, _ in have]
+            py = [v for _, v in have]
             ax.plot(px, py, marker="o", linestyle="-" if len(boots) == 1 else ":",
                     color=f"C{boot % 10}", label=f"boot {boot + 1}")  # fmt: skip
-            for p in have:
+            for p, _ in have:
                 if metric.key in p.ranges:
                     lo, hi = p.ranges[metric.key]
                     ax.vlines(p.x, lo, hi, color=f"C{boot % 10}", alpha=0.5)
@@ -166,7 +166,7 @@ def sweep_figure(sweep: dict[str, Any]) -> bytes | None:
         names = metric_names([{"values": p.values} for p in points])
         metrics = [SweepMetric(n, metric_label(n)) for n in names]
         return sweep_png(points, axis, metrics, ticks)
-    axis = swept_axis(sweep)
-    if axis is None:
+    swept = swept_axis(sweep)
+    if swept is None:
         return None
-    return sweep_png(sweep_points(sweep, axis), axis)
+    return sweep_png(sweep_points(sweep, swept), swept)

@@ -209,7 +209,9 @@ def decode_table(summary: dict[str, Any]) -> Table:
     if multi:
         cols.append("chunks/s min/med/max")
     cols += ["tok/chunk", "TPOT ms", "chunk gap p50/p99 ms", "token gap p50/p99 ms", "tokens"]
-    extra = ("decode-only: (tokens - first chunk's) / (last - first chunk); TTFT split out",)
+    extra: tuple[str, ...] = (
+        "decode-only: (tokens - first chunk's) / (last - first chunk); TTFT split out",
+    )
     if multi:
         extra += (*chunk_notes(summary),)
     return Table(

@@ -6,6 +6,7 @@ validation error can name it. Overrides edit the parsed tree before validation.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
@@ -37,7 +38,7 @@ class MarkedMap(dict):
 
 
 class MarkedList(list):
-    def __init__(self, loc: str, items: list[Any] = (), item_locs: list[str] = ()) -> None:
+    def __init__(self, loc: str, items: Iterable[Any] = (), item_locs: Iterable[str] = ()) -> None:
         super().__init__(items)
         self.loc = loc
         self.item_locs = list(item_locs)
@@ -45,6 +46,8 @@ class MarkedList(list):
 
 class _MarkedLoader(yaml.SafeLoader):
     filename = "<string>"
+    # Set per parse by parse_marked, which reports them all at once.
+    duplicates: list[str]
 
     def loc(self, node: yaml.Node) -> str:
         return f"{self.filename}:{node.start_mark.line + 1}"

@@ -341,9 +341,15 @@ def raised_prompts(trace: Trace) -> dict[str, int] | None:
             "raised_to": MIN_PROMPT_TOKENS}  # fmt: skip
 
 
+def _dataclass_json(value: Any) -> dict[str, Any]:
+    # `value` stays Any: the arrival kinds are ClassVars that is_dataclass's narrowing hides.
+    out = {"kind": value.kind} if hasattr(type(value), "kind") else {}
+    return out | {f.name: _jsonable(getattr(value, f.name)) for f in fields(value)}
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, Trace):
-        out = {"kind": "trace", "path": str(value.path), "format": value.format}
+        out: dict[str, Any] = {"kind": "trace", "path": str(value.path), "format": value.format}
         out |= {"limit": value.limit, "time_scale": value.time_scale, "rows": len(value.rows)}
         implied = None if value.implied is None else _jsonable(value.implied)
         out |= {"sharing": value.sharing, "block_tokens": value.block_tokens}
@@ -351,8 +357,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, SweepArm):
         return {"name": value.name, "flags": value.flags, "settings": value.settings}
     if is_dataclass(value):
-        out = {"kind": value.kind} if hasattr(type(value), "kind") else {}
-        return out | {f.name: _jsonable(getattr(value, f.name)) for f in fields(value)}
+        return _dataclass_json(value)
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

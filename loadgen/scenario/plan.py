@@ -28,7 +28,7 @@ import hashlib
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -212,7 +212,10 @@ class _Prompts:
 
     def spec(self, group: Group, index: int, rep: int, tokens: int | None = None) -> PromptSpec:
         p = group.prompt
-        size = max(tokens if tokens is not None else p.tokens, MIN_PROMPT_TOKENS)
+        wanted = tokens if tokens is not None else p.tokens
+        # A group's prompt has no size only under a trace arrival, whose rows all give one.
+        assert wanted is not None
+        size = max(wanted, MIN_PROMPT_TOKENS)
         text_seed = derive_seed(self.scenario.seed, "text", group.name, index, rep)
         file = str(p.file) if p.file else None
         if p.cache == "salted":
@@ -241,6 +244,8 @@ class _Prompts:
     def prime(self, group: Group) -> PromptSpec:
         """The primed prefix alone: its text is exactly the prefix of the group's prompts."""
         full = self.spec(group, 0, 0)
+        # A primed group's spec always has a prefix (its own or default_prefix_tokens) and seed.
+        assert full.prefix_tokens is not None and full.prefix_seed is not None
         return PromptSpec(
             full.prefix_tokens,
             full.shape,
@@ -292,6 +297,11 @@ def _warmups(s: Scenario, arm: str, salts: _Salts) -> Iterator[PlannedRequest]:
         yield _request(s, arm, group, 0, i, None, prompt, max_tokens, "warmup")
 
 
+# One request to plan: (offset, prompt tokens, max tokens); a None offset is a closed loop's
+# (sent when a seat frees), None sizes are the group's.
+_Row = tuple[int | None, int | None, int | None]
+
+
 class _Rep:
     """One rep's requests under the scenario's arrival pattern."""
 
@@ -300,6 +310,7 @@ class _Rep:
 
     def plan(self) -> RepPlan:
         a = self.s.arrival
+        rows: list[_Row]
         primes = tuple(self.prompts.prime(g) for g in self.s.groups if g.prompt.cache == "primed")
         if isinstance(a, Together | Staggered):
             sessions = tuple(self._sessions(a))
@@ -321,7 +332,9 @@ class _Rep:
     def _request(self, g: Group, i: int, offset: int | None, tokens: int | None = None,
                  out: int | None = None) -> PlannedRequest:  # fmt: skip
         spec = self.prompts.spec(g, i, self.rep, tokens)
-        return _request(self.s, self.arm, g, self.rep, i, offset, spec, out or g.max_tokens)
+        # A group has no max_tokens only under a trace arrival, whose rows all give `out`.
+        max_tokens = cast(int, out or g.max_tokens)
+        return _request(self.s, self.arm, g, self.rep, i, offset, spec, max_tokens)
 
     def _sessions(self, a: Together | Staggered) -> Iterator[PlannedSession]:
         """Each session group's conversations, started like streams of a plain group."""
@@ -335,12 +348,14 @@ class _Rep:
     def _session(self, g: Group, i: int, offset: int) -> PlannedSession:
         cfg = g.session
         assert cfg is not None
+        # Sessions start together or staggered, never from a trace: the group has max_tokens.
+        max_tokens = cast(int, g.max_tokens)
         shape, file = g.prompt.shape, str(g.prompt.file) if g.prompt.file else None
         system = PromptSpec(
             cfg.system_tokens, shape, "salted", self.prompts.salts.next(),
             derive_seed(self.s.seed, "system", g.name, i, self.rep), file=file,
         )  # fmt: skip
-        template = _request(self.s, self.arm, g, self.rep, i, offset, system, g.max_tokens)
+        template = _request(self.s, self.arm, g, self.rep, i, offset, system, max_tokens)
         sid = template.id
         rng = np.random.default_rng(derive_seed(self.s.seed, "think", g.name, i, self.rep))
         turns, context = [], cfg.system_tokens
@@ -351,8 +366,8 @@ class _Rep:
             seed = derive_seed(self.s.seed, "user", g.name, i, self.rep, k)
             # The user message is a tail of the conversation: no salt tag of its own.
             user = PromptSpec(cfg.user_tokens, shape, "session", "", seed, file=file)
-            turns.append(PlannedTurn(k, user, g.max_tokens, _think_ns(cfg, rng) if k else 0))
-            context += g.max_tokens
+            turns.append(PlannedTurn(k, user, max_tokens, _think_ns(cfg, rng) if k else 0))
+            context += max_tokens
         return PlannedSession(sid, offset, system, tuple(turns), template)
 
     def _trace_blocks(self, a: Trace) -> tuple[PlannedRequest, ...]:
@@ -377,9 +392,10 @@ class _Rep:
             if g.session is None
             for i in range(g.count)
         ]
-        return tuple(sorted(reqs, key=lambda r: r.offset_ns))
+        # Every stream here got an offset above: only a closed loop's are None.
+        return tuple(sorted(reqs, key=lambda r: cast(int, r.offset_ns)))
 
-    def _mixed(self, rows: list[tuple[int | None, int | None, int | None]]) -> tuple:
+    def _mixed(self, rows: list[_Row]) -> tuple:
         """One request per row (offset, prompt tokens, max tokens), groups interleaved."""
         seen: dict[str, int] = {}
         reqs = []

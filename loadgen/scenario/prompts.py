@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from loadgen import needle
 from loadgen.scenario.plan import PromptSpec, derive_seed
@@ -126,7 +126,7 @@ class PromptBuilder:
                 salt_tag(spec.salt), None, chunks, spec.tokens, spec.shape
             )
             return BuiltPrompt(text, tokens, method)
-        prefix, prefix_tokens = await self._prefix(spec)
+        prefix, prefix_tokens = await self._prefix(spec, spec.prefix_key, spec.prefix_tokens)
         if spec.tokens <= spec.prefix_tokens:
             return BuiltPrompt(prefix, prefix_tokens, method, len(prefix))
         tail = _separated(self._chunks(spec, spec.text_seed))
@@ -169,21 +169,25 @@ class PromptBuilder:
         whole = text[:cut] + planted + text[cut:] + asked
         return BuiltPrompt(whole, await self.count(whole), self.counter.method)
 
-    async def _prefix(self, spec: PromptSpec) -> tuple[str, int]:
-        key = (spec.prefix_key, spec.prefix_tokens)
+    async def _prefix(self, spec: PromptSpec, prefix_key: str, tokens: int) -> tuple[str, int]:
+        key = (prefix_key, tokens)
         if key not in self._prefixes:
-            chunks = self._chunks(spec, spec.prefix_seed)
+            # Every spec with a prefix_key (plan.py's, the cache probe's) has its prefix_seed.
+            chunks = self._chunks(spec, cast(int, spec.prefix_seed))
             self._prefixes[key] = await self._fit(
-                salt_tag(spec.salt), None, chunks, spec.prefix_tokens, spec.shape
+                salt_tag(spec.salt), None, chunks, tokens, spec.shape
             )
         return self._prefixes[key]
 
     def _chunks(self, spec: PromptSpec, seed: int) -> Iterator[str]:
         if spec.shape != "file":
             return text_chunks(spec.shape, seed)
-        if spec.file not in self._files:
-            self._files[spec.file] = Path(spec.file).read_text(encoding="utf-8")
-        return text_chunks("file", seed, self._files[spec.file])
+        file = spec.file
+        # Shape "file" is `shape: {file: PATH}` in a scenario: it always names one.
+        assert file is not None
+        if file not in self._files:
+            self._files[file] = Path(file).read_text(encoding="utf-8")
+        return text_chunks("file", seed, self._files[file])
 
     async def count(self, text: str) -> int:
         """The counter's count, tallied in `count_calls`."""

@@ -221,4 +221,11 @@ def _burstgpt(path: Path) -> Iterator[tuple[int, int, int]]:
         yield row
 
 
-_ROWS = {"mooncake": _mooncake, "bailian": _bailian, "azure": _azure, "burstgpt": _burstgpt}
+# Each reader yields TraceRow's leading fields: offset, input and output tokens, then what its
+# format adds (hash_ids; session and turn).
+_ROWS: dict[str, Callable[[Path], Iterator[tuple[Any, ...]]]] = {
+    "mooncake": _mooncake,
+    "bailian": _bailian,
+    "azure": _azure,
+    "burstgpt": _burstgpt,
+}

@@ -85,7 +85,8 @@ class IncrementalHistogram:
         self._seen = len(samples)
 
     def cumulative(self) -> list[tuple[str, float]]:
-        out, running = [], 0
+        out: list[tuple[str, float]] = []
+        running = 0
         for edge, n in zip((*self.buckets, float("inf")), self._counts, strict=True):
             running += n
             out.append((_le(edge), running))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import random
 from array import array
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +116,7 @@ def seed_of(seed: int, data: bytes) -> int:
     return int.from_bytes(digest.digest(), "little")
 
 
-def asked_text(messages: list[dict[str, Any]] | None, prompt: str | None) -> str | None:
+def asked_text(messages: Sequence[Mapping[str, Any]] | None, prompt: str | None) -> str | None:
     """The text a needle question ends: the prompt, or the last message's content."""
     if messages:
         content = messages[-1].get("content")
