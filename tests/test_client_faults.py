@@ -89,7 +89,7 @@ async def test_unreachable_server_is_a_connect_error_record() -> None:
 
 async def test_slow_first_byte_and_total_time_are_timeouts() -> None:
     slow = PacedServer(PacedConfig(ttft_s=5.0))
-    async with slow as srv, OpenAIClient(srv.url, timeouts=Timeouts(first_byte_s=0.2)) as c:
+    async with slow as srv, OpenAIClient(srv.url, timeouts=Timeouts(first_token_s=0.2)) as c:
         rec = await c.stream(req(0))
     assert rec.error is not None and rec.error.cls == "first_byte_timeout"
     long = PacedServer(PacedConfig(ttft_s=0.0, gap_s=0.05))

@@ -71,7 +71,7 @@ async def test_comments_before_any_content_end_at_the_first_byte_timeout() -> No
         except ConnectionError:
             return resp
 
-    rec = await asyncio.wait_for(one_stream(only_comments, first_byte_s=0.3, idle_s=60), 10)
+    rec = await asyncio.wait_for(one_stream(only_comments, first_token_s=0.3, idle_s=60), 10)
     assert rec.error is not None and rec.error.cls == "first_byte_timeout"
     assert rec.error.message == "no content within 0.3 s of send"
 

@@ -367,7 +367,8 @@ class OpenAIClient(AuxRequests):
 
     async def _watch(self) -> None:
         t = self.timeouts
-        period = min(_WATCH_PERIOD_S, t.idle_s / 4, t.first_byte_s / 4)
+        limits = (x / 4 for x in (t.idle_s, t.first_token_s) if x is not None)
+        period = min(_WATCH_PERIOD_S, *limits)
         while True:
             await asyncio.sleep(period)
             if self._live:
@@ -375,17 +376,17 @@ class OpenAIClient(AuxRequests):
 
     def _expire_stalled(self, now: int) -> None:
         t = self.timeouts
-        first_byte = int(t.first_byte_s * 1e9)
-        idle = int(t.idle_s * 1e9)
-        total = None if t.total_s is None else int(t.total_s * 1e9)
+        first_byte = _ns(t.first_token_s)
+        idle = _ns(t.idle_s)
+        total = _ns(t.total_s)
         for live in self._live:
             if live.timeout is not None:
                 continue
             if total is not None and now - live.t_sent > total:
                 live.timeout = timeout_error("total", t)
-            elif live.last_ns == 0 and now - live.t_sent > first_byte:
+            elif first_byte is not None and live.last_ns == 0 and now - live.t_sent > first_byte:
                 live.timeout = timeout_error("first_byte", t)
-            elif live.last_ns and now - live.last_ns > idle:
+            elif idle is not None and live.last_ns and now - live.last_ns > idle:
                 live.timeout = timeout_error("idle", t)
             if live.timeout is not None:
                 live.task.cancel()
@@ -461,3 +462,8 @@ class OpenAIClient(AuxRequests):
         for r in results:
             if isinstance(r, BaseException):
                 raise r
+
+
+def _ns(seconds: float | None) -> int | None:
+    """A timeout in ns; None stays None (no limit)."""
+    return None if seconds is None else int(seconds * 1e9)

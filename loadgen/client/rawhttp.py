@@ -322,7 +322,7 @@ class Conn(asyncio.Protocol):
 class RawPool:
     """Idle keep-alive connections to one http:// origin, newest first."""
 
-    def __init__(self, base_url: str, headers: dict[str, str], connect_s: float) -> None:
+    def __init__(self, base_url: str, headers: dict[str, str], connect_s: float | None) -> None:
         url = URL(base_url)
         self.host = url.host or "127.0.0.1"
         self.port = url.port or 80

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.client.endpoint import Timeouts
 from loadgen.engine.soak import SoakStop
-from loadgen.scenario.model import Scenario
 from loadgen.server.spec import ServerSpec
 
 
@@ -50,13 +48,3 @@ class RunOptions:
     # unless `telemetry` is off (engine/telemetry.py).
     telemetry_url: str | None = None
     telemetry: bool = True
-
-
-def client_timeouts(scenario: Scenario) -> Timeouts:
-    t = scenario.timeouts
-    return Timeouts(
-        connect_s=t.connect_s or 3600.0,
-        first_byte_s=t.first_token_s or 86_400.0,
-        idle_s=t.idle_s or 86_400.0,
-        total_s=t.total_s,
-    )

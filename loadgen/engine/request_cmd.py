@@ -185,7 +185,7 @@ async def _probe(base_url: str, api_key: str | None, opts: dict[str, Any]) -> Pr
     install_stop_signals(stop)
     run_dir = RunDirectory(opts["out"], metrics=False) if opts["out"] else None
     timeouts = Timeouts(
-        first_byte_s=opts["first_byte_timeout"],
+        first_token_s=opts["first_byte_timeout"],
         idle_s=opts["idle_timeout"],
         total_s=opts["total_timeout"],
     )

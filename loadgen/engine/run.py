@@ -27,7 +27,7 @@ from loadgen.engine.arm import ArmBackend, Record, drive_arm
 from loadgen.engine.boots import run_boots
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.materialize import materialize
-from loadgen.engine.options import RunOptions, client_timeouts
+from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.preflight import (
     check_out_root,
@@ -274,7 +274,7 @@ async def open_http_backend(
     its opening sample and the background tasks, ready for the arm's phases."""
     scenario = arm.scenario
     concurrency = _max_in_flight(arm)
-    timeouts = client_timeouts(scenario)
+    timeouts = scenario.timeouts
     run_start_ns = time.perf_counter_ns()
     manifest["run_start_perf_ns"] = run_start_ns
     ray = None if opts.stop else opts.ray_address

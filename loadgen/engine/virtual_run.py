@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import Metric
 
 from loadgen.engine.arm import Record
 from loadgen.engine.materialize import materialize
-from loadgen.engine.options import RunOptions, client_timeouts
+from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.sessions import BuiltSession, build_sessions, turn_request
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
@@ -305,7 +305,7 @@ async def open_virtual_backend(
         config = config_from_settings(settings)
     except SettingsError as e:
         raise RunError(f"arm {arm.name!r}: {e}") from None
-    sim = VirtualSim(config, client_timeouts(scenario), model=SIM_MODEL)
+    sim = VirtualSim(config, scenario.timeouts, model=SIM_MODEL)
     target = Target(
         url=VIRTUAL_URL, kind="sim", model=SIM_MODEL, flags=sim_flags(settings),
         speed=config.speed,

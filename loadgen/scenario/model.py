@@ -16,9 +16,11 @@ Choices the file format makes (scenarios/README.md is the user's reference):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from loadgen.client.endpoint import Timeouts as Timeouts
 
 if TYPE_CHECKING:
     # Only a type here: soak_block parses YAML, and the parser's limits read this module.
@@ -217,16 +219,6 @@ class Metrics:
 
 
 @dataclass(frozen=True, slots=True)
-class Timeouts:
-    """Seconds; None means no limit. first_token_s is generous: a 72k prefill takes ~65 s."""
-
-    connect_s: float | None = 10.0
-    first_token_s: float | None = 900.0
-    idle_s: float | None = 120.0
-    total_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class SimConfig:
     """The simulated server used when no server is given; None fields take the profile's value.
 
@@ -309,7 +301,7 @@ class Scenario:
     repetitions: int = 1
     warmup: Warmup = Warmup()
     metrics: Metrics = Metrics()
-    timeouts: Timeouts = Timeouts()
+    timeouts: Timeouts = field(default_factory=Timeouts)
     sim: SimConfig | None = None
     sweep: Sweep | None = None
     server: ServerConfig | None = None

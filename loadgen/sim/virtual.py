@@ -339,10 +339,11 @@ class VirtualSim:
         if t.total_s is not None:
             limits.append(flight.t_sent + round(t.total_s * NS))
         if not flight.chunk_ns:
-            limits.append(flight.t_sent + round(t.first_byte_s * NS))
-        else:
+            if t.first_token_s is not None:
+                limits.append(flight.t_sent + round(t.first_token_s * NS))
+        elif t.idle_s is not None:
             limits.append(flight.chunk_ns[-1] + round(t.idle_s * NS))
-        return min(limits)
+        return min(limits) if limits else None
 
     def _expired_kind(self, flight: _Flight) -> str:
         t = self.timeouts
