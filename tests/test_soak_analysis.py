@@ -128,3 +128,41 @@ def test_a_window_where_the_client_fell_behind_is_left_out() -> None:
     assert out["verdict"]["reason"].startswith("1 of 3 windows left out (the client fell behind)")
     assert out["client_memory"] == {"measured": True, "first_mib": 100.0, "last_mib": 100.0,
                                     "change": 0.0, "flat": True}  # fmt: skip
+
+
+def gpu_line(t_s: float, sm: float, power: float, throttle: int = 0) -> dict:
+    gpus = [{"index": i, "sm_clock_mhz": sm, "power_w": power, "throttle": throttle}
+            for i in range(2)]  # fmt: skip
+    return {"t_ns": round(t_s * S), "source": "nvml", "gpus": gpus}
+
+
+def test_gpu_clocks_are_ruled_out_only_when_flat_and_never_throttled() -> None:
+    from loadgen.report.soak_report import head_lines
+
+    recs = [request(i, r) for i, r in enumerate(SEED_RATES)]
+    # The idle bit is no slowdown: a GPU waiting between requests is not throttled.
+    quiet = [gpu_line(5, 1980, 400, throttle=0x1), gpu_line(35, 1975, 410),
+             gpu_line(65, 1980, 405)]  # fmt: skip
+    out = analyze_soak(recs, Timeline([]), [], telemetry=quiet)
+    assert [w["gpu"]["sm_clock_mhz_mean"] for w in out["windows"]] == [1980, 1975, 1980]
+    assert out["windows"][0]["gpu"]["throttle_reasons"] == []
+    assert out["clocks"]["ruled_out"] is True
+    hot = [gpu_line(5, 1980, 400), gpu_line(35, 1900, 450), gpu_line(65, 1600, 700, 0x40 | 0x4)]
+    out_hot = analyze_soak(recs, Timeline([]), [], telemetry=hot)
+    assert out_hot["windows"][2]["gpu"]["throttle_reasons"] == [
+        "sw_power_cap", "hw_thermal_slowdown"
+    ]  # fmt: skip
+    c = out_hot["clocks"]
+    assert (c["ruled_out"], c["throttled_windows"]) == (False, ["last third"])
+    assert c["sm_clock_change"] == pytest.approx(1600 / 1980 - 1)
+    base = {"scenario": "s", "target": {}, "end": {}, "failed_streams": 0, "clock": "wall"}
+    ok_line = [x for x in head_lines(out | base) if "GPU clocks" in x]
+    assert ok_line == ["GPU clocks ruled out: SM 1980 -> 1980 MHz (+0.0%), no power or thermal "
+                       "throttling in any window"]  # fmt: skip
+    (bad,) = [x for x in head_lines(out_hot | base) if "GPU clocks" in x]
+    assert bad.startswith("!! GPU clocks NOT ruled out: throttled (hw_thermal_slowdown, "
+                          "sw_power_cap) in last third; SM 1980 -> 1600 MHz (-19.2%)")  # fmt: skip
+    # No telemetry: nothing measured, nothing said.
+    none = analyze_soak(recs, Timeline([]), [])
+    assert none["clocks"] == {"measured": False}
+    assert not [x for x in head_lines(none | base) if "GPU clocks" in x]

@@ -300,3 +300,26 @@ def test_telemetry_url_on_the_virtual_clock_is_a_usage_error(tmp_path: Path):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 2
         assert "--clock virtual runs no real GPU: drop --telemetry" in res.output
+
+
+def test_the_sweep_report_sets_joules_per_token_of_its_arms_side_by_side() -> None:
+    from loadgen.report.sweep_text import energy_table
+
+    def energy(j_per_token: float, joules: float, tokens: int, reasons: list[str]) -> dict:
+        return {"available": True, "j_per_output_token": j_per_token, "energy_j": joules,
+                "output_tokens": tokens, "mean_power_w": 612.4, "peak_sm_clock_mhz": 1980,
+                "throttle_reasons": reasons}  # fmt: skip
+
+    arms = {
+        "max_num_batched_tokens=512": {"energy": energy(4.717, 9434.0, 2000, [])},
+        "max_num_batched_tokens=2048": {"energy": energy(4.347, 8694.0, 2000, ["sw_power_cap"])},
+        "cold": {"energy": None},
+    }
+    order = ["max_num_batched_tokens=512", "max_num_batched_tokens=2048", "cold"]
+    table = energy_table({"arms": arms, "arm_order": order})
+    assert table is not None
+    assert table.rows == (
+        ("max_num_batched_tokens=512", "4.717", "9434", "2000", "612", "1980", "none"),
+        ("max_num_batched_tokens=2048", "4.347", "8694", "2000", "612", "1980", "sw_power_cap"),
+    )
+    assert energy_table({"arms": {"cold": {"energy": None}}}) is None

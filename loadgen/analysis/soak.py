@@ -15,6 +15,9 @@ time): generation and prompt tokens, prefix hits/queries, spec-decode accepted/d
 preemptions, kv usage (peak and mean of the polls, with the window's length), TTFT and
 inter-token latency means from histogram sum/count deltas where exported.
 From the client's self-watch (client.jsonl): event-loop lag, CPU share and RSS of loadgen.
+From GPU telemetry (telemetry.jsonl, where sampled): SM clock and power means of the window's
+samples over every GPU, and the clock-lowering reasons seen (power cap, thermal and hardware
+slowdowns): the control that says whether a drift was the clocks rather than the server.
 
 Context bins (rate by context per window, the seed's table): CONTEXT_BINS, in tokens.
 """
@@ -33,6 +36,7 @@ from loadgen.analysis import rates
 from loadgen.analysis.aggregate import server_window
 from loadgen.analysis.baselines import prefill_tokens
 from loadgen.analysis.drift import DriftPoint, Verdict, change, drift_verdict
+from loadgen.analysis.energy import THROTTLE_BITS
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import StreamRecord
 from loadgen.scenario.soak_block import parse_window
@@ -55,6 +59,12 @@ BEHIND_SHARE = 0.1
 BEHIND_CPU = 0.9
 # Client RSS is "flat" when the last window's mean is within this fraction of the first's.
 RSS_FLAT = 0.10
+
+# Throttle reasons that lower the clocks under load: a power cap, thermal or hardware slowdown
+# (not idle, sync boost, or a clock someone set by hand).
+SLOWDOWN_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+# SM clocks are "flat" when the last window's mean is within this fraction of the first's.
+CLOCK_FLAT = 0.02
 
 HIST_MEANS = (
     ("ttft_mean_s", "time_to_first_token_seconds_sum", "time_to_first_token_seconds_count"),
@@ -230,6 +240,49 @@ def client_stats(samples: Sequence[dict[str, Any]], w: Window) -> dict[str, Any]
     }
 
 
+def gpu_stats(telemetry: Sequence[dict[str, Any]], w: Window) -> dict[str, Any]:
+    """The GPUs over the window: mean SM clock and power of its samples (all GPUs), and the
+    clock-lowering throttle reasons any sample carried."""
+    inside = [t for t in telemetry if t.get("gpus") and w.from_ns <= t["t_ns"] < w.to_ns]
+    gpus = [g for t in inside for g in t["gpus"]]
+    if not gpus:
+        return {"available": False}
+    sm = [float(g["sm_clock_mhz"]) for g in gpus if "sm_clock_mhz" in g]
+    power = [float(g["power_w"]) for g in gpus if "power_w" in g]
+    mask = 0
+    for g in gpus:
+        mask |= int(g.get("throttle", 0)) & SLOWDOWN_BITS
+    return {
+        "available": True,
+        "samples": len(inside),
+        "sm_clock_mhz_mean": float(np.mean(sm)) if sm else None,
+        "power_w_mean": float(np.mean(power)) if power else None,
+        "throttle_reasons": [name for bit, name in THROTTLE_BITS.items() if mask & bit],
+    }
+
+
+def clocks_control(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the GPU clocks can be ruled out as a cause of drift: no window throttled for
+    power or heat, and the SM clock's mean flat from the first window to the last."""
+    seen = [r for r in rows if r["gpu"]["available"]]
+    if not seen:
+        return {"measured": False}
+    throttled = [r["label"] for r in seen if r["gpu"]["throttle_reasons"]]
+    reasons = sorted({x for r in seen for x in r["gpu"]["throttle_reasons"]})
+    clocks = [r["gpu"]["sm_clock_mhz_mean"] for r in seen if r["gpu"]["sm_clock_mhz_mean"]]
+    moved = change(clocks[0], clocks[-1]) if len(clocks) > 1 else None
+    flat = moved is None or abs(moved) <= CLOCK_FLAT
+    return {
+        "measured": True,
+        "throttled_windows": throttled,
+        "reasons": reasons,
+        "sm_clock_first_mhz": clocks[0] if clocks else None,
+        "sm_clock_last_mhz": clocks[-1] if clocks else None,
+        "sm_clock_change": moved,
+        "ruled_out": not throttled and flat,
+    }
+
+
 def context_bins(w: Window, speed: float = 1.0) -> list[dict[str, Any]]:
     """Rate by context bin in one window (bins with no request are left out)."""
     rows = []
@@ -269,6 +322,7 @@ def analyze_soak(
     *,
     window: str = "thirds",
     speed: float = 1.0,
+    telemetry: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The soak's windows (`thirds` or a length like `5m` of the server's clock: client,
     server and self-watch stats side by side), the context-bin table per window, the client
@@ -285,6 +339,7 @@ def analyze_soak(
             | {
                 "server": server_stats(timeline, w),
                 "client": client_stats(client_samples, w),
+                "gpu": gpu_stats(telemetry, w),
                 "context_bins": context_bins(w, speed),
             }
         )
@@ -306,6 +361,7 @@ def analyze_soak(
         "excluded_windows": excluded,
         "client_memory": memory_flat([r["client"] for r in rows]),
         "client_watched": any(r["client"]["available"] for r in rows),
+        "clocks": clocks_control(rows),
         "verdict": verdict.to_json(),
         "points": [
             {

@@ -66,6 +66,7 @@ def arm_entry(summary: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
         "row": mixed_row(mixed["reps"]) if mixed else None,
         "interrupted": summary["run"]["interrupted"],
         "wall_s": summary["run"]["wall_s"],
+        "energy": summary.get("energy"),
         "groups": {
             g: {
                 "n": v["n"],

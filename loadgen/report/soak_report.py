@@ -37,7 +37,8 @@ def analyze_soak_dir(path: Path) -> dict[str, Any]:
     target = m.get("target") or {}
     speed = float(m.get("speed") or 1.0) if target.get("kind") == "sim" else 1.0
     out = analyze_soak(inputs.streams, Timeline(inputs.metrics), client,
-                       window=str(block.get("window", "thirds")), speed=speed)  # fmt: skip
+                       window=str(block.get("window", "thirds")), speed=speed,
+                       telemetry=inputs.telemetry)  # fmt: skip
     failed = [r for r in inputs.streams if r.phase == "measure" and r.status != "ok"]
     return out | {
         "scenario": (m.get("scenario") or {}).get("name"),
@@ -73,13 +74,14 @@ def windows_table(s: dict[str, Any]) -> Table:
             f"{num(srv.get('kv_peak_perc'))}/{num(srv.get('kv_mean_perc'))}",
             num(srv.get("preemptions"), 0), num(srv.get("generation_tokens"), 0),
             num(srv.get("prompt_tokens"), 0),
-            _client_cell(cl),
+            _client_cell(cl), _gpu_cell(w["gpu"]),
         ))  # fmt: skip
     return Table(
         f"Soak windows ({s['window']})",
         ("window", "n", "length s", "decode tok/s p50", "p10", "TTFT p50 s", "prefill tok/s",
          "mean ctx", "prompt/out", "prefix hit", "spec accept", "kv% peak/mean", "preempt",
-         "gen tok (server)", "prompt tok (server)", "client lag max ms / cpu / RSS MiB"),
+         "gen tok (server)", "prompt tok (server)", "client lag max ms / cpu / RSS MiB",
+         "GPU SM MHz / W / throttle"),
         tuple(rows),
         notes=(
             "decode tok/s: per request, token-true (completion tokens after the first chunk over "
@@ -93,6 +95,13 @@ def windows_table(s: dict[str, Any]) -> Table:
 
 def _perc(x: float | None) -> str:
     return DASH if x is None else f"{x * 100:.1f}%"
+
+
+def _gpu_cell(g: dict[str, Any]) -> str:
+    if not g.get("available"):
+        return DASH
+    return (f"{num(g['sm_clock_mhz_mean'], 0)} / {num(g['power_w_mean'], 0)} / "
+            f"{','.join(g['throttle_reasons']) or 'none'}")  # fmt: skip
 
 
 def _client_cell(c: dict[str, Any]) -> str:
@@ -142,6 +151,7 @@ def head_lines(s: dict[str, Any]) -> list[str]:
     if end.get("reason") in ("server unreachable", "server failing"):
         lines.append(f"!! the server stopped serving mid-soak: {end.get('detail')}")
     lines.append(_client_line(s))
+    lines += _clocks_lines(s.get("clocks") or {})
     if s["excluded_windows"]:
         lines.append("!! left out of the verdict (client fell behind): "
                      + ", ".join(s["excluded_windows"]))  # fmt: skip
@@ -149,6 +159,21 @@ def head_lines(s: dict[str, Any]) -> list[str]:
         lines.append(f"sim at speed {s['speed']:g}: times and rates are on the sim's "
                      "engine clock (wall x speed)")  # fmt: skip
     return lines
+
+
+def _clocks_lines(c: dict[str, Any]) -> list[str]:
+    """The GPU clocks as a control of the drift verdict (nothing where no GPU was sampled)."""
+    if not c.get("measured"):
+        return []
+    moved = c["sm_clock_change"]
+    clock = (DASH if c["sm_clock_first_mhz"] is None else
+             f"SM {c['sm_clock_first_mhz']:.0f} -> {c['sm_clock_last_mhz']:.0f} MHz"
+             + ("" if moved is None else f" ({moved * 100:+.1f}%)"))  # fmt: skip
+    if c["ruled_out"]:
+        return [f"GPU clocks ruled out: {clock}, no power or thermal throttling in any window"]
+    why = (f"throttled ({', '.join(c['reasons'])}) in {', '.join(c['throttled_windows'])}"
+           if c["throttled_windows"] else "clocks moved")  # fmt: skip
+    return [f"!! GPU clocks NOT ruled out: {why}; {clock}: a drift may be the clocks"]
 
 
 def _client_line(s: dict[str, Any]) -> str:

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from loadgen.analysis.sweep import arm_sort_key
 from loadgen.report.boot_tables import arms_over_boots_table, boots_table
-from loadgen.report.tables import DASH, Table, secs, span, to_plain
+from loadgen.report.tables import DASH, Table, num, secs, span, to_plain
 from loadgen.report.text import header, ladder_table, multi_token, render_plain
 
 
@@ -154,6 +154,26 @@ def sweep_ladder_table(sweep: dict[str, Any]) -> Table | None:
     return ladder_table(cohorts, multi, _source_notes(sweep))
 
 
+def energy_table(sweep: dict[str, Any]) -> Table | None:
+    """Joules per output token across arms, where any arm's GPUs were sampled."""
+    rows = [
+        (arm_title(name, arm), num(e["j_per_output_token"], 3), num(e["energy_j"], 0),
+         str(e["output_tokens"]), num(e["mean_power_w"], 0), num(e["peak_sm_clock_mhz"], 0),
+         ", ".join(e["throttle_reasons"]) or "none")
+        for name, arm in _arms(sweep)
+        if (e := arm.get("energy")) and e.get("available")
+    ]  # fmt: skip
+    if not rows:
+        return None
+    return Table(
+        "Energy per arm (GPU telemetry over each arm's measured window, all GPUs)",
+        ("arm", "J / output token", "energy J", "output tokens", "mean W", "peak SM MHz",
+         "throttle reasons"),
+        tuple(rows),
+        ("lower J / output token is better at equal tokens; throttling makes arms unequal",),
+    )  # fmt: skip
+
+
 def _arms(sweep: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(name, arm entry) in the sweep's declared order."""
     return [(n, sweep["arms"][n]) for n in arm_names(sweep)]
@@ -165,6 +185,7 @@ def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
         boots_table(sweep),
         politeness_table(sweep),
         sweep_ladder_table(sweep),
+        energy_table(sweep),
     )
     return [t for t in tables if t is not None]
 
