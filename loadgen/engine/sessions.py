@@ -66,6 +66,36 @@ def conversation(
     return None, "".join(parts)
 
 
+class Conversation:
+    """One session's turns on any clock: the first turn's request, then after each answer the
+    next one's, intended at that answer's end + its think time. Both clocks run sessions
+    through it: the wall clock awaiting each answer, the virtual one scheduling the next turn
+    from the answer's record."""
+
+    def __init__(self, session: BuiltSession, model: str, rep_start_ns: int) -> None:
+        self.session, self.model = session, model
+        self.start_ns = rep_start_ns + session.plan.offset_ns
+        self.answers: list[str] = []
+
+    def first(self) -> StreamRequest:
+        turn = self.session.plan.turns[0]
+        return turn_request(self.session, 0, [], self.model, self.start_ns + turn.think_ns)
+
+    def after(self, rec: StreamRecord, end_ns: int) -> StreamRequest | None:
+        """The next turn after `rec`, the record of the last one, which ended at `end_ns`;
+        None when the session is over (its last turn, or a failed one: the conversation
+        cannot go on without its answer)."""
+        if rec.status != "ok" or rec.turn is None:
+            return None
+        self.answers.append(rec.answer or "")
+        nxt = rec.turn + 1
+        turns = self.session.plan.turns
+        if nxt >= len(turns):
+            return None
+        return turn_request(self.session, nxt, self.answers, self.model,
+                            end_ns + turns[nxt].think_ns)  # fmt: skip
+
+
 async def run_sessions(
     sessions: Sequence[BuiltSession],
     backend: AnswerBackend,
@@ -89,19 +119,13 @@ async def _converse(
     run_start_ns: int,
     rep_start_ns: int,
 ) -> None:
-    p = s.plan
-    intended = rep_start_ns + p.offset_ns
-    answers: list[str] = []
-    for turn in p.turns:
-        intended += turn.think_ns
-        await _sleep_until(run_start_ns + intended)
-        req = turn_request(s, turn.turn, answers, model, intended)
+    conv = Conversation(s, model, rep_start_ns)
+    req: StreamRequest | None = conv.first()
+    while req is not None:
+        await _sleep_until(run_start_ns + req.t_intended_ns)
         rec = await backend.stream(req)
         on_record(dataclasses.replace(rec, answer=None))
-        if rec.status != "ok":
-            return  # the conversation cannot go on without its answer
-        answers.append(rec.answer or "")
-        intended = time.perf_counter_ns() - run_start_ns
+        req = conv.after(rec, time.perf_counter_ns() - run_start_ns)
 
 
 def turn_request(

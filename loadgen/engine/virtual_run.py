@@ -33,7 +33,7 @@ from loadgen.engine.arm import Record
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
-from loadgen.engine.sessions import BuiltSession, build_sessions, turn_request
+from loadgen.engine.sessions import BuiltSession, Conversation, build_sessions
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.engine.virtual_progress import VirtualProgress
 from loadgen.records import RunDirectory, StreamRecord
@@ -189,22 +189,17 @@ class VirtualArm:
     ) -> Record:
         """Schedules every session's turn 0; the returned on_record schedules each next turn
         once its answer is in (a failed turn ends its session, as on the wall clock)."""
-        by_id = {s.plan.id: s for s in sessions}
-        answers: dict[str, list[str]] = {s.plan.id: [] for s in sessions}
-        for s in sessions:
-            t0 = start + s.plan.offset_ns
-            schedule.add(t0, turn_request(s, 0, [], self.model, t0))
+        conversations = {s.plan.id: Conversation(s, self.model, start) for s in sessions}
+        for conv in conversations.values():
+            first = conv.first()
+            schedule.add(first.t_intended_ns, first)
 
         def done(rec: StreamRecord) -> None:
             record(dataclasses.replace(rec, answer=None))
-            s = by_id.get(rec.session or "")
-            if s is None or rec.status != "ok" or rec.turn is None:
-                return
-            answers[s.plan.id].append(rec.answer or "")
-            nxt = rec.turn + 1
-            if nxt < len(s.plan.turns):
-                t = (rec.t_done_ns or self.sim.now_ns) + s.plan.turns[nxt].think_ns
-                schedule.add(t, turn_request(s, nxt, answers[s.plan.id], self.model, t))
+            conv = conversations.get(rec.session or "")
+            nxt = None if conv is None else conv.after(rec, rec.t_done_ns or self.sim.now_ns)
+            if nxt is not None:
+                schedule.add(nxt.t_intended_ns, nxt)
 
         return done
 
