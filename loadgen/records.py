@@ -118,10 +118,17 @@ class StreamRecord:
     # The plan's intent (StreamRequest.cold): True when every prompt token was salted, False
     # when the prompt was meant to share cached blocks, None in records written before it.
     cold: bool | None = None
+    # Session turns with tools: the tool calls the stream answered with (parsed from
+    # `delta.tool_calls`), and whether this request carried a tool's result back.
+    tool_calls: int = 0
+    tool_result: bool = False
+    # The calls themselves, (id, name, arguments) each, kept for the request that sends the
+    # tool's result; never written (as `answer`).
+    calls: tuple[tuple[str, str, str], ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        del d["answer"]
+        del d["answer"], d["calls"]
         d["error"] = self.error.to_json() if self.error else None
         return d
 
@@ -185,13 +192,14 @@ def _annotation_check(annotation: str) -> Callable[[Any], bool]:
 
 
 # What each stored field of StreamRecord must be, read off the record's own annotations
-# (`error` is checked apart; `answer` is never stored): a hand-kept table once dropped every
-# field added after it (rtt_us, response_id, the reasoning fields, cold) from every report.
+# (`error` is checked apart; `answer` and `calls` are never stored): a hand-kept table once
+# dropped every field added after it (rtt_us, response_id, the reasoning fields, cold) from
+# every report.
 _STREAM_FIELDS: dict[str, Callable[[Any], bool]] = {
     # A string: this module's `from __future__ import annotations` leaves every one unevaluated.
     f.name: _annotation_check(cast(str, f.type))
     for f in fields(StreamRecord)
-    if f.name not in ("error", "answer")
+    if f.name not in ("error", "answer", "calls")
 }
 
 

@@ -32,7 +32,7 @@ class StreamRequest:
     # A session turn: the whole conversation as chat messages (then `prompt` is unused), its
     # session id and turn index, and whether to keep the answer's text (only session turns
     # need it: the next turn resends it).
-    messages: tuple[dict[str, str], ...] | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
     session: str | None = None
     turn: int | None = None
     keep_text: bool = False
@@ -42,6 +42,8 @@ class StreamRequest:
     cold: bool | None = None
     # A needle prompt's planted code (loadgen/needle.py): the answer is kept and scored for it.
     needle: str | None = None
+    # A session turn's second request: it carries the tool's result back (records say so).
+    tool_result: bool = False
     # Pass-through body fields (temperature, seed, ...); they override nothing above.
     extra_body: dict[str, Any] = field(default_factory=dict)
 
@@ -53,7 +55,7 @@ def record_fields(req: StreamRequest) -> dict[str, Any]:
         "id": req.id, "group": req.group, "rep": req.rep, "phase": req.phase, "arm": req.arm,
         "api": req.api, "model": req.model, "requested_prompt_tokens": req.requested_prompt_tokens,
         "t_intended_ns": req.t_intended_ns, "max_tokens": req.max_tokens, "cold": req.cold,
-        "needle_expected": req.needle,
+        "needle_expected": req.needle, "tool_result": req.tool_result,
     }  # fmt: skip
 
 

@@ -1,7 +1,10 @@
 """Multi-turn sessions, turn by turn: how TTFT, prefix hits and decode move as the context
 grows. Token counts are the server's (`usage`: prompt_tokens, and cached_tokens where the
 server reports usage.prompt_tokens_details); `new_tokens` = prompt - cached, the part the
-server had to prefill. TTFT and decode rate are the streams' own (summary `streams` rows)."""
+server had to prefill. TTFT and decode rate are the streams' own (summary `streams` rows).
+A turn with a tool call is two requests: the one offered the tool (its row: the turn's TTFT,
+context and hits) and the one that sent the tool's result back; the time in the tool (from
+the call's end to the result's send) and the result request's TTFT are given apart."""
 
 from __future__ import annotations
 
@@ -17,12 +20,16 @@ def session_turns(
 ) -> dict[str, list[dict[str, Any]]]:
     """Per session group, one row per turn index (medians over the group's sessions)."""
     by_turn: dict[tuple[str, int], list[StreamRecord]] = defaultdict(list)
+    results: dict[tuple[str | None, int | None], StreamRecord] = {}
     for r in records:
-        if r.turn is not None:
+        if r.turn is not None and r.tool_result:
+            results[(r.session, r.turn)] = r
+        elif r.turn is not None:
             by_turn[(r.group, r.turn)].append(r)
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (group, turn), recs in sorted(by_turn.items()):
         ok = [r for r in recs if r.status == "ok"]
+        back = [results[k] for r in ok if (k := (r.session, r.turn)) in results]
         out[group].append(
             {
                 "turn": turn,
@@ -34,9 +41,19 @@ def session_turns(
                 "hit_share": median(_hit_share(r) for r in ok),
                 "ttft_s": median(rows[r.id]["ttft_s"] for r in ok if r.id in rows),
                 "decode_tok_s": median(rows[r.id]["decode_tok_s"] for r in ok if r.id in rows),
+                "tool_calls": sum(r.tool_calls for r in ok),
+                "tool_s": median(_tool_s(r, results.get((r.session, r.turn))) for r in ok),
+                "result_ttft_s": median(rows[b.id]["ttft_s"] for b in back if b.id in rows),
             }
         )
     return dict(out)
+
+
+def _tool_s(call: StreamRecord, result: StreamRecord | None) -> float | None:
+    """Seconds from the call's end to the tool result's send: the tool's share of the turn."""
+    if result is None or result.t_sent_ns is None or call.t_done_ns is None:
+        return None
+    return (result.t_sent_ns - call.t_done_ns) / 1e9
 
 
 def _new_tokens(r: StreamRecord) -> int | None:

@@ -57,10 +57,31 @@ RUNAWAY_SLACK = 64
 class StreamDecoder:
     """Fed every body read with its arrival time (absolute perf_counter ns), once per read."""
 
-    __slots__ = ("_limit", "_max_tokens", "_oversized", "_parser", "_sse_errors", "chat",
-                 "chunk_cum", "chunk_ns", "coalesced_reads", "continuous", "done_ns", "error",
-                 "events", "finish_reason", "json_errors", "last_ct", "nbytes", "out_at",
-                 "reads", "reasoning_at", "texts", "usage")  # fmt: skip
+    __slots__ = (
+        "_limit",
+        "_max_tokens",
+        "_oversized",
+        "_parser",
+        "_sse_errors",
+        "calls",
+        "chat",
+        "chunk_cum",
+        "chunk_ns",
+        "coalesced_reads",
+        "continuous",
+        "done_ns",
+        "error",
+        "events",
+        "finish_reason",
+        "json_errors",
+        "last_ct",
+        "nbytes",
+        "out_at",
+        "reads",
+        "reasoning_at",
+        "texts",
+        "usage",
+    )  # fmt: skip
 
     def __init__(self, chat: bool, keep_text: bool = False, max_tokens: int | None = None) -> None:
         self.chat = chat
@@ -86,6 +107,8 @@ class StreamDecoder:
         # the indices of the reasoning chunks (empty for a model that does not reason).
         self.out_at = -1
         self.reasoning_at: list[int] = []
+        # Tool calls of the answer, [id, name, arguments] each (None until one came).
+        self.calls: list[list[str]] | None = None
         self.last_ct = 0
         self.usage: dict | None = None
         self.finish_reason: str | None = None
@@ -141,11 +164,15 @@ class StreamDecoder:
                             # Only a delta without content pays for the reasoning lookups
                             # (role-only, reasoning, empty): an answer's chunks do not.
                             if not text:
-                                text = delta.get("reasoning") or delta.get("reasoning_content")
-                                thinking = bool(text)
+                                calls = delta.get("tool_calls")
+                                if calls:
+                                    text = self._tool_delta(calls)
+                                else:
+                                    text = delta.get("reasoning") or delta.get("reasoning_content")
+                                    thinking = bool(text)
                     else:
                         text = c0.get("text")
-                    if texts is not None and text:
+                    if texts is not None and text and text is not True:  # True: a tool call
                         texts.append(text)
                     if usage and not finish:
                         self.continuous = True
@@ -211,6 +238,23 @@ class StreamDecoder:
                 "bad_usage", f"usage cached_tokens {cached} is not within prompt_tokens {prompt}"
             )
         return None
+
+    def _tool_delta(self, deltas: Any) -> bool:
+        """Adds a `delta.tool_calls` event to the answer's calls: an entry with an `id` opens
+        a call, later ones extend its name and arguments. Its tokens are output: the event is
+        a content chunk."""
+        if not isinstance(deltas, list):
+            raise TypeError("delta.tool_calls is not a list")
+        calls = self.calls if self.calls is not None else []
+        self.calls = calls
+        for d in deltas:
+            fn = d.get("function") or {}
+            if d.get("id") or not calls:
+                calls.append([str(d.get("id") or ""), "", ""])
+            call = calls[-1]
+            call[1] += str(fn.get("name") or "")
+            call[2] += str(fn.get("arguments") or "")
+        return True
 
     def _malformed(self, data: bytes) -> None:
         self.json_errors += 1
@@ -311,6 +355,8 @@ class StreamDecoder:
             loop_lag_ttft_ns=loop_lag_ttft_ns,
             rtt_us=rtt_us,
             response_id=response_id,
+            tool_calls=len(self.calls or ()),
+            calls=None if self.calls is None else tuple((i, n, a) for i, n, a in self.calls),
             **reasoning_fields(ns, per_chunk, self.reasoning_at, self.out_at, reported),
         )
 

@@ -15,7 +15,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
@@ -27,34 +27,63 @@ class AnswerBackend(Protocol):
     async def stream(self, req: StreamRequest) -> StreamRecord: ...
 
 
+# The function a tool-calling turn offers: the server's answer calls it, with a query.
+LOOKUP_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a query up and return what was found.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+        },
+    },
+}
+Call = tuple[str, str, str]  # a tool call: id, function name, arguments
+
+
 @dataclass(frozen=True, slots=True)
 class BuiltSession:
     plan: PlannedSession
     system: str
     users: tuple[str, ...]
+    # Per turn, the text its tool sends back (None for a turn without a tool).
+    results: tuple[str | None, ...] = ()
 
 
 async def build_sessions(
     sessions: Sequence[PlannedSession], builder: PromptBuilder
 ) -> list[BuiltSession]:
-    """Every session's system prompt and user messages, sized on the target's tokenizer."""
+    """Every session's system prompt, user messages and tool results, sized on the target's
+    tokenizer."""
     out = []
     for s in sessions:
         system = (await builder.build(s.system)).text
         users = tuple([(await builder.build(t.user)).text for t in s.turns])
-        out.append(BuiltSession(s, system, users))
+        results = tuple([None if t.tool is None else (await builder.build(t.tool.result)).text
+                         for t in s.turns])  # fmt: skip
+        out.append(BuiltSession(s, system, users, results))
     return out
 
 
 def conversation(
-    api: str, system: str, users: Sequence[str], answers: Sequence[str]
-) -> tuple[tuple[dict[str, str], ...] | None, str]:
+    api: str,
+    system: str,
+    users: Sequence[str],
+    answers: Sequence[str],
+    tools: Sequence[tuple[Call, str] | None] = (),
+) -> tuple[tuple[dict[str, Any], ...] | None, str]:
     """(chat messages, or None) and the completions prompt for a turn: the system prompt,
-    then each earlier user message with its answer, then the new user message."""
+    then each earlier user message with its answer, then the new user message. A turn with a
+    tool call (chat) has, between its user message and its answer, the assistant's call and
+    the tool's result: `tools[i]` for turn i."""
     if api == "chat":
-        messages = [{"role": "system", "content": system}]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         for i, user in enumerate(users):
             messages.append({"role": "user", "content": user})
+            if i < len(tools) and (exchange := tools[i]) is not None:
+                messages += _tool_messages(*exchange)
             if i < len(answers):
                 messages.append({"role": "assistant", "content": answers[i]})
         return tuple(messages), ""
@@ -66,34 +95,61 @@ def conversation(
     return None, "".join(parts)
 
 
+def _tool_messages(call: Call, result: str) -> list[dict[str, Any]]:
+    call_id, name, arguments = call
+    function = {"name": name, "arguments": arguments}
+    return [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": call_id, "type": "function", "function": function}]},
+        {"role": "tool", "tool_call_id": call_id, "content": result},
+    ]  # fmt: skip
+
+
 class Conversation:
     """One session's turns on any clock: the first turn's request, then after each answer the
-    next one's, intended at that answer's end + its think time. Both clocks run sessions
-    through it: the wall clock awaiting each answer, the virtual one scheduling the next turn
-    from the answer's record."""
+    next one's, intended at that answer's end + its think time. A turn with a tool: its first
+    request offers the tool; once the answer calls it, the tool's result goes back after the
+    tool's latency, and that request's answer ends the turn. Both clocks run sessions through
+    it: the wall clock awaiting each answer, the virtual one scheduling from the records."""
 
     def __init__(self, session: BuiltSession, model: str, rep_start_ns: int) -> None:
         self.session, self.model = session, model
         self.start_ns = rep_start_ns + session.plan.offset_ns
         self.answers: list[str] = []
+        self.tools: list[tuple[Call, str] | None] = []
 
     def first(self) -> StreamRequest:
         turn = self.session.plan.turns[0]
-        return turn_request(self.session, 0, [], self.model, self.start_ns + turn.think_ns)
+        return self._turn(0, self.start_ns + turn.think_ns)
 
     def after(self, rec: StreamRecord, end_ns: int) -> StreamRequest | None:
-        """The next turn after `rec`, the record of the last one, which ended at `end_ns`;
-        None when the session is over (its last turn, or a failed one: the conversation
-        cannot go on without its answer)."""
+        """The next request after `rec`, the last one's record, which ended at `end_ns`; None
+        when the session is over (its last turn, or a failed one: the conversation cannot go
+        on without its answer)."""
         if rec.status != "ok" or rec.turn is None:
             return None
+        tool = self.session.plan.turns[rec.turn].tool
+        result = self.session.results[rec.turn] if self.session.results else None
+        if tool is not None and result is not None and not rec.tool_result and rec.calls:
+            self.tools.append((rec.calls[0], result))
+            return self._turn(rec.turn, end_ns + tool.latency_ns, tool_result=True)
+        if len(self.tools) <= rec.turn:
+            self.tools.append(None)  # answered without calling the tool it was offered
         self.answers.append(rec.answer or "")
         nxt = rec.turn + 1
         turns = self.session.plan.turns
         if nxt >= len(turns):
             return None
-        return turn_request(self.session, nxt, self.answers, self.model,
-                            end_ns + turns[nxt].think_ns)  # fmt: skip
+        return self._turn(nxt, end_ns + turns[nxt].think_ns)
+
+    def _turn(self, turn: int, intended: int, *, tool_result: bool = False) -> StreamRequest:
+        req = turn_request(self.session, turn, self.answers, self.model, intended, self.tools)
+        if tool_result:
+            return dataclasses.replace(req, id=f"{req.id}r", tool_result=True, cold=False)
+        if self.session.plan.turns[turn].tool is not None:
+            tools = {"tools": [LOOKUP_TOOL], "tool_choice": "required"}
+            return dataclasses.replace(req, extra_body={**req.extra_body, **tools})
+        return req
 
 
 async def run_sessions(
@@ -129,14 +185,19 @@ async def _converse(
 
 
 def turn_request(
-    s: BuiltSession, turn: int, answers: Sequence[str], model: str, intended: int
+    s: BuiltSession,
+    turn: int,
+    answers: Sequence[str],
+    model: str,
+    intended: int,
+    tools: Sequence[tuple[Call, str] | None] = (),
 ) -> StreamRequest:
-    """Turn `turn` of the session (the conversation so far with `answers`), intended at
-    `intended` on the run clock."""
+    """Turn `turn` of the session (the conversation so far with `answers`, and `tools`'
+    calls and results), intended at `intended` on the run clock."""
     p = s.plan
     t = p.request
     max_tokens = p.turns[turn].max_tokens
-    messages, prompt = conversation(t.api, s.system, s.users[: turn + 1], answers)
+    messages, prompt = conversation(t.api, s.system, s.users[: turn + 1], answers, tools)
     return StreamRequest(
         id=f"{p.id}/t{turn}",
         model=model,

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from loadgen.engine.progress import LiveView
 from loadgen.records import StreamRecord
-from loadgen.scenario.plan import ArmPlan
+from loadgen.scenario.plan import ArmPlan, PlannedSession
 
 NS = 1_000_000_000
 COLUMNS = ("virtual s / last arrival", "done / planned", "failed", "in flight", "wall", "speed-up")
@@ -25,7 +25,13 @@ COLUMNS = ("virtual s / last arrival", "done / planned", "failed", "in flight", 
 def planned_streams(arm: ArmPlan) -> int:
     """Measured requests the plan holds, session turns included (an upper bound when a rep
     has a duration)."""
-    return sum(len(rep.requests) + sum(len(s.turns) for s in rep.sessions) for rep in arm.reps)
+    return sum(len(rep.requests) + sum(_session_requests(s) for s in rep.sessions)
+               for rep in arm.reps)  # fmt: skip
+
+
+def _session_requests(s: PlannedSession) -> int:
+    """A session's requests: one per turn, two for a turn that sends a tool's result back."""
+    return sum(2 if t.tool is not None else 1 for t in s.turns)
 
 
 def planned_virtual_ns(arm: ArmPlan) -> int | None:

@@ -12,18 +12,23 @@ from loadgen.report.tables import DASH, Table, count, num, rate, secs, triple
 def sessions_table(summary: dict[str, Any]) -> Table | None:
     """Per session group and turn: context, prefix hits, new tokens, TTFT, decode rate."""
     sessions = summary.get("sessions") or {}
+    tools = any(t.get("tool_calls") for turns in sessions.values() for t in turns)
     rows = []
     for group, turns in sessions.items():
         for t in turns:
             hit = t["hit_share"]
-            rows.append((
+            row: tuple[str, ...] = (
                 group, str(t["turn"]), f"{t['ok']}/{t['sessions']}", count(t["prompt_tokens"]),
                 count(t["cached_tokens"]), count(t["new_tokens"]),
                 DASH if hit is None else f"{100 * hit:.1f}", secs(t["ttft_s"]),
                 rate(t["decode_tok_s"]),
-            ))  # fmt: skip
+            )  # fmt: skip
+            if tools:
+                row += (str(t["tool_calls"]), secs(t["tool_s"]), secs(t["result_ttft_s"]))
+            rows.append(row)
     if not rows:
         return None
+    extra = ("tool calls", "in tool s", "result TTFT s") if tools else ()
     return Table(
         "Sessions per turn (medians over sessions)",
         (
@@ -36,6 +41,7 @@ def sessions_table(summary: dict[str, Any]) -> Table | None:
             "hit %",
             "TTFT s",
             "decode tok/s",
+            *extra,
         ),
         tuple(rows),
         (

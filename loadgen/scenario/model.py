@@ -100,6 +100,16 @@ class SessionConfig:
     max_context_tokens: int | None = None
     think_s: float = 0.0
     think: str = "fixed"
+    # Every turn calls a tool (chat only): the request offers one function, the server's
+    # answer calls it, the tool takes `latency_s` and its result (`result_tokens` of text)
+    # goes back as the turn's second request, whose answer ends the turn.
+    tools: ToolTurns | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolTurns:
+    latency_s: float
+    result_tokens: int
 
 
 THINK_KINDS = ("fixed", "exponential")

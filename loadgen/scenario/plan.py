@@ -111,6 +111,14 @@ class PlannedTurn:
     user: PromptSpec
     max_tokens: int
     think_ns: int
+    # A turn that calls a tool: the tool's latency and the result it sends back.
+    tool: PlannedTool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTool:
+    latency_ns: int
+    result: PromptSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,7 +374,18 @@ class _Rep:
             seed = derive_seed(self.s.seed, "user", g.name, i, self.rep, k)
             # The user message is a tail of the conversation: no salt tag of its own.
             user = PromptSpec(cfg.user_tokens, shape, "session", "", seed, file=file)
-            turns.append(PlannedTurn(k, user, max_tokens, _think_ns(cfg, rng) if k else 0))
+            tool = None
+            if cfg.tools is not None:
+                # The call's answer and the tool's result come before the turn's own answer.
+                context += max_tokens + cfg.tools.result_tokens
+                if cfg.max_context_tokens is not None and context > cfg.max_context_tokens:
+                    break
+                rseed = derive_seed(self.s.seed, "tool", g.name, i, self.rep, k)
+                result = PromptSpec(cfg.tools.result_tokens, shape, "session", "", rseed,
+                                    file=file)  # fmt: skip
+                tool = PlannedTool(round(cfg.tools.latency_s * NS), result)
+            think = _think_ns(cfg, rng) if k else 0
+            turns.append(PlannedTurn(k, user, max_tokens, think, tool))
             context += max_tokens
         return PlannedSession(sid, offset, system, tuple(turns), template)
 

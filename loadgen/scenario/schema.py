@@ -97,7 +97,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         chat_template_kwargs=_template_kwargs(c, root, api),
         seed=c.field(root, "seed", "", SEED),
         model=c.field(root, "model", "", OPTIONAL_TEXT, None),
-        groups=_groups(c, root, base_dir, arrival),
+        groups=_groups(c, root, base_dir, arrival, api),
         arrival=arrival,
         repetitions=c.field(root, "repetitions", "", POSITIVE, 1),
         warmup=blocks.warmup(c, root, isinstance(arrival, Trace)),
@@ -125,7 +125,7 @@ def _template_kwargs(c: Checker, root: MarkedMap, api: str | None) -> dict[str, 
 
 
 def _groups(
-    c: Checker, root: MarkedMap, base_dir: Path, arrival: Arrival | None
+    c: Checker, root: MarkedMap, base_dir: Path, arrival: Arrival | None, api: str | None
 ) -> tuple[Group, ...]:
     items = c.sequence(root, "groups", "", required=True)
     if isinstance(root.get("groups"), list) and not items:
@@ -141,11 +141,13 @@ def _groups(
             message = f"got {show(name)} again (expected unique group names)"
             c.at_value(item, "name", path, message)
         seen.add(name)
-        groups.append(_group(c, item, path, base_dir, arrival))
+        groups.append(_group(c, item, path, base_dir, arrival, api))
     return tuple(groups)
 
 
-def _group(c: Checker, m: MarkedMap, path: str, base_dir: Path, arrival: Arrival | None) -> Group:
+def _group(
+    c: Checker, m: MarkedMap, path: str, base_dir: Path, arrival: Arrival | None, api: str | None
+) -> Group:
     c.keys(m, path, GROUP_KEYS)
     trace_mode = isinstance(arrival, Trace)
     if trace_mode and "max_tokens" in m:
@@ -159,7 +161,7 @@ def _group(c: Checker, m: MarkedMap, path: str, base_dir: Path, arrival: Arrival
     if start and arrival is not None and arrival.kind not in OPEN_LOOP_START_KINDS:
         why = f"got {show(m['start'])} under a {arrival.kind} arrival"
         c.at_value(m, "start", path, f"{why} (expected start only with together or staggered)")
-    session = session_block(c, m, path, arrival)
+    session = session_block(c, m, path, arrival, api)
     return Group(
         name=c.field(m, "name", path, NAME),
         count=c.field(m, "count", path, POSITIVE, *((1,) if trace_mode else ())),

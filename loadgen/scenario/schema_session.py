@@ -12,16 +12,17 @@ from loadgen.scenario.model import (
     THINK_KINDS,
     Arrival,
     SessionConfig,
+    ToolTurns,
 )
 
 SESSION_KEYS = (
-    "turns", "system_tokens", "user_tokens", "max_context_tokens", "think_s", "think",
+    "turns", "system_tokens", "user_tokens", "max_context_tokens", "think_s", "think", "tools",
 )  # fmt: skip
 TOKENS = integer(MIN_PROMPT_TOKENS, MAX_PROMPT_TOKENS)
 
 
 def session(
-    c: Checker, group: MarkedMap, path: str, arrival: Arrival | None
+    c: Checker, group: MarkedMap, path: str, arrival: Arrival | None, api: str | None
 ) -> SessionConfig | None:
     """The group's session block, or None when the group has none (or it is wrong)."""
     if "session" not in group:
@@ -42,6 +43,23 @@ def session(
         first = system + user
         message = f"got {show(cap)} (expected >= the first turn, system + user = {first})"
         c.at_value(m, "max_context_tokens", spath, message)
-    if None in (turns, system, user, think_s, think):
+    tools = _tools(c, m, spath, api) if "tools" in m else None
+    if None in (turns, system, user, think_s, think) or ("tools" in m and tools is None):
         return None
-    return SessionConfig(turns, system, user, cap, think_s, think)
+    return SessionConfig(turns, system, user, cap, think_s, think, tools)
+
+
+def _tools(c: Checker, session: MarkedMap, spath: str, api: str | None) -> ToolTurns | None:
+    """`tools: {latency_s, result_tokens}`: a tool call in every turn (chat only)."""
+    if api != "chat":
+        why = "only applies to api: chat (tool calls are chat messages)"
+        c.at_key(session, "tools", spath, f"{why} (expected api: chat, or remove it)")
+        return None
+    m = c.mapping(session, "tools", spath)
+    tpath = join(spath, "tools")
+    c.keys(m, tpath, ("latency_s", "result_tokens"))
+    latency = c.field(m, "latency_s", tpath, number(ge=0, le=MAX_SECONDS))
+    result = c.field(m, "result_tokens", tpath, TOKENS)
+    if latency is None or result is None:
+        return None
+    return ToolTurns(float(latency), result)

@@ -6,6 +6,10 @@ chat delta, cumulative `usage` on every chunk with `continuous_usage_stats`, a f
 usage chunk with `include_usage`, then `data: [DONE]`. The sim always adds
 `usage.prompt_tokens_details.cached_tokens` to final usage (vLLM does so only with
 `--enable-prompt-tokens-details`), so clients can read the prefix-cache hit per request.
+A chat request with `tools` (and a `tool_choice` other than "none") is answered with one call
+of its first function, as vLLM's tool parsers stream it: `delta.tool_calls` events whose
+`function.arguments` pieces make `{"query": "<the generated text>"}`, finish_reason
+"tool_calls".
 With `reasoning_tokens` N, a chat answer's first N tokens stream as `delta.reasoning` (vLLM's
 reasoning parsers; a step that crosses the boundary carries both keys) and final usage gains
 `completion_tokens_details.reasoning_tokens`.
@@ -14,6 +18,7 @@ Errors are `{"error": {"message", "type", "param", "code"}}` with the HTTP statu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -72,6 +77,8 @@ class ParsedRequest:
     include_usage: bool
     continuous_usage: bool
     client_request_id: str | None
+    # The function a tool-calling answer calls (None: the answer is text).
+    tool: str | None = None
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -94,7 +101,7 @@ def parse_body(api: Api, body: dict[str, Any], default_model: str) -> ParsedRequ
     if api == "completions":
         prompt_text, prompt_ids = _parse_prompt(body.get("prompt"))
     else:
-        messages = _parse_messages(body.get("messages"))
+        messages = chat_messages(body.get("messages"))
     max_tokens = _optional_int(body, "max_completion_tokens" if api == "chat" else "max_tokens")
     if max_tokens is None and api == "chat":
         max_tokens = _optional_int(body, "max_tokens")
@@ -128,7 +135,28 @@ def parse_body(api: Api, body: dict[str, Any], default_model: str) -> ParsedRequ
         include_usage=include_usage,
         continuous_usage=continuous,
         client_request_id=_optional_str(body, "request_id"),
+        tool=tool_to_call(body) if api == "chat" else None,
     )
+
+
+def tool_to_call(body: Mapping[str, Any]) -> str | None:
+    """The function a chat answer calls: the first of `tools`, unless tool_choice is "none"."""
+    tools = body.get("tools")
+    if not tools or body.get("tool_choice") == "none":
+        return None
+    if not isinstance(tools, list) or not isinstance(tools[0], dict):
+        raise WireError(400, "tools must be a list of tool objects", "tools")
+    name = (tools[0].get("function") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        raise WireError(400, "tools[0].function.name must be a non-empty string", "tools")
+    return name
+
+
+def tool_arguments(text: str, *, first: bool, last: bool) -> str:
+    """One piece of a tool call's arguments: the generated text JSON-escaped, opened by the
+    first piece and closed by the last, so the pieces join into `{"query": "..."}`."""
+    piece = orjson.dumps(text).decode()[1:-1]
+    return ('{"query": "' if first else "") + piece + ('"}' if last else "")
 
 
 def parse_tokenize(body: dict[str, Any], default_model: str) -> ParsedRequest:
@@ -211,15 +239,27 @@ def _parse_prompt(prompt: Any) -> tuple[str | None, list[int] | None]:
     raise WireError(400, "prompt must be a string or a non-empty list of token ids", "prompt")
 
 
-def _parse_messages(messages: Any) -> list[dict[str, str]]:
+def chat_messages(messages: Any) -> list[dict[str, str]]:
+    """The messages as the chat template reads them (role and text; an assistant's tool calls
+    as their arguments); raises WireError(400) naming a bad one."""
     if not isinstance(messages, list) or not messages:
         raise WireError(400, "messages must be a non-empty list", "messages")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise WireError(400, f"messages[{i}] needs a string 'role'", "messages")
-        out.append({"role": m["role"], "content": _message_text(m.get("content"), i)})
+        content = m.get("content")
+        if content is None and m.get("tool_calls"):
+            content = _calls_text(m["tool_calls"], i)
+        out.append({"role": m["role"], "content": _message_text(content, i)})
     return out
+
+
+def _calls_text(calls: Any, i: int) -> str:
+    """An assistant message's tool calls as the template renders them: their arguments."""
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        raise WireError(400, f"messages[{i}].tool_calls must be a list of calls", "messages")
+    return "".join(str((c.get("function") or {}).get("arguments") or "") for c in calls)
 
 
 def _message_text(content: Any, i: int) -> str:
@@ -317,6 +357,7 @@ class ResponseShaper:
     prompt_tokens: int
     continuous_usage: bool
     reasoning_tokens: int = 0
+    tool: str | None = None
 
     def _head(self, obj_type: str) -> dict[str, Any]:
         return {
@@ -351,14 +392,18 @@ class ResponseShaper:
         finish_reason: str | None,
         completion_tokens: int,
         reasoning: str | None = None,
+        first: bool = False,
     ) -> bytes:
         """One engine step's tokens as one event; `completion_tokens` is cumulative. A chat
         step's reasoning part goes in `delta.reasoning`, its answer part in `delta.content`."""
         if self.api == "completions":
             choice = _completion_choice(text or "", finish_reason)
         else:
-            delta = {"reasoning": reasoning} if reasoning is not None else {}
-            if text is not None or reasoning is None:
+            delta: dict[str, Any] = {"reasoning": reasoning} if reasoning is not None else {}
+            if self.tool is not None:
+                delta = {"tool_calls": [self._call_delta(text or "", first, finish_reason)]}
+                finish_reason = finish_reason and "tool_calls"
+            elif text is not None or reasoning is None:
                 delta["content"] = text or ""
             choice = {
                 "index": 0,
@@ -372,6 +417,14 @@ class ResponseShaper:
         if self.continuous_usage:
             obj["usage"] = usage(self.prompt_tokens, completion_tokens)
         return sse(obj)
+
+    def _call_delta(self, text: str, first: bool, finish: str | None) -> dict[str, Any]:
+        args = tool_arguments(text, first=first, last=finish is not None)
+        call: dict[str, Any] = {"index": 0, "function": {"arguments": args}}
+        if first:
+            call = {"index": 0, "id": f"call-{self.request_id}", "type": "function",
+                    "function": {"name": self.tool, "arguments": args}}  # fmt: skip
+        return call
 
     def usage_chunk(self, completion_tokens: int, cached_tokens: int) -> bytes:
         obj = {
@@ -393,9 +446,16 @@ class ResponseShaper:
             choice = _completion_choice(text, finish_reason) | {"prompt_logprobs": None}
         else:
             head = self._head("chat.completion")
+            message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
+            if self.tool is not None:
+                args = tool_arguments(text, first=True, last=True)
+                call = {"id": f"call-{self.request_id}", "type": "function",
+                        "function": {"name": self.tool, "arguments": args}}  # fmt: skip
+                message = {"role": "assistant", "content": None, "tool_calls": [call]}
+                finish_reason = finish_reason and "tool_calls"
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason,
                 "stop_reason": None,

@@ -266,6 +266,7 @@ class _Handlers:
             prompt_tokens=len(prompt_ids),
             continuous_usage=parsed.continuous_usage,
             reasoning_tokens=s.config.reasoning_tokens if api == "chat" else 0,
+            tool=parsed.tool,
         )
         outcome = _Outcome()
         try:
@@ -332,7 +333,7 @@ class _Handlers:
             r = reasoning_split(done - len(ids), len(ids), shaper.reasoning_tokens)
             thought = decode(ids[:r]) if r else None
             text = decode(ids[r:]) if r < len(ids) else None
-            await resp.write(shaper.content_chunk(text, finish, done, thought))
+            await resp.write(shaper.content_chunk(text, finish, done, thought, first=first))
             if first and faults.mid_stream == "drop" and not out.finished:
                 # An abrupt close mid-body: the client sees a truncated chunked stream.
                 assert request.transport is not None

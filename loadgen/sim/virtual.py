@@ -39,7 +39,13 @@ from loadgen.records import StreamError, StreamRecord
 from loadgen.request import StreamRequest, record_fields
 from loadgen.sim.engine import AdmissionRejected, EngineConfig, SimRequest, TokenOutput
 from loadgen.sim.faults import RequestFaults, parse_fault_options
-from loadgen.sim.openai_wire import WireError, resolve_max_tokens
+from loadgen.sim.openai_wire import (
+    WireError,
+    chat_messages,
+    resolve_max_tokens,
+    tool_arguments,
+    tool_to_call,
+)
 from loadgen.sim.profiles import sim_profile
 from loadgen.sim.requests import asked_text, needle_answer
 from loadgen.sim.server import SimServerConfig, SimState, ground_truth_rows
@@ -162,7 +168,8 @@ class VirtualSim:
             chat = req.api == "chat"
             return self.prompt_ids(req.prompt, chat=chat, template=req.chat_template_kwargs)
         tok = self.tokenizer
-        return tok.encode(tok.apply_chat_template(list(req.messages), req.chat_template_kwargs))
+        messages = chat_messages(list(req.messages))
+        return tok.encode(tok.apply_chat_template(messages, req.chat_template_kwargs))
 
     def truth_rows(self) -> list[dict[str, Any]]:
         """GET /sim/requests: the engine's truth, `*_ns` on the run clock."""
@@ -324,7 +331,15 @@ class VirtualSim:
             flight.chunk_tokens, 200, t_done, error, cached, finish,
             self.state.config.reasoning_tokens if chat else 0,
         )  # fmt: skip
-        if flight.answer_ids is not None:
+        tool = tool_to_call(flight.req.extra_body) if chat else None
+        if tool is not None and rec.chunks:
+            # The wire sim streams this answer as one tool call: its text is the arguments.
+            text = self.tokenizer.decode(flight.answer_ids or [])
+            args = tool_arguments(text, first=True, last=True)
+            call = (f"call-{flight.engine_id}", tool, args)
+            rec = dataclasses.replace(rec, answer="", tool_calls=1, calls=(call,),
+                                      finish_reason=finish and "tool_calls")  # fmt: skip
+        elif flight.answer_ids is not None:
             answer = self.tokenizer.decode(flight.answer_ids)
             hit = None if flight.req.needle is None else needle_hit(flight.req.needle, answer)
             rec = dataclasses.replace(rec, answer=answer, needle_hit=hit)
