@@ -35,6 +35,10 @@ class StreamError:
         return {"class": self.cls, "message": self.message}
 
 
+# StreamRecord fields kept in memory for the next request of a session, never written.
+UNSTORED = ("answer", "calls")
+
+
 @dataclass(frozen=True, slots=True)
 class StreamRecord:
     """One stream, start to end. All `t_*` and `chunk_ns` are ns since the run's start.
@@ -128,7 +132,8 @@ class StreamRecord:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        del d["answer"], d["calls"]
+        for name in UNSTORED:
+            del d[name]
         d["error"] = self.error.to_json() if self.error else None
         return d
 
@@ -199,7 +204,7 @@ _STREAM_FIELDS: dict[str, Callable[[Any], bool]] = {
     # A string: this module's `from __future__ import annotations` leaves every one unevaluated.
     f.name: _annotation_check(cast(str, f.type))
     for f in fields(StreamRecord)
-    if f.name not in ("error", "answer", "calls")
+    if f.name != "error" and f.name not in UNSTORED
 }
 
 
