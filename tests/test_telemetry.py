@@ -20,7 +20,13 @@ from loadgen.analysis.energy import energy_section
 from loadgen.analysis.summary import analyze_run
 from loadgen.cli import main
 from loadgen.engine.run import RunOptions, run_plan
-from loadgen.engine.telemetry import is_loopback, open_nvml, open_telemetry, parse_dcgm
+from loadgen.engine.telemetry import (
+    is_loopback,
+    open_nvml,
+    open_telemetry,
+    parse_dcgm,
+    visible_devices,
+)
 from loadgen.records import JsonlAppender, read_jsonl, read_metrics
 from loadgen.report.cmd import write_report
 from loadgen.scenario.load import load_scenario
@@ -140,6 +146,7 @@ async def test_nvml_samples_land_on_the_metrics_instants_and_give_joules_per_tok
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpus=2))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     async with start_sim_server(sim_config()) as sim:
         run_dir = await run_against(sim, "whale_c4", tmp_path, ["metrics.poll_interval_s=0.05"])
     tele = list(read_jsonl(run_dir / "telemetry.jsonl"))
@@ -148,7 +155,9 @@ async def test_nvml_samples_land_on_the_metrics_instants_and_give_joules_per_tok
     assert tele[0]["gpus"][0]["power_w"] == WATTS
     assert tele[0]["gpus"][0]["mem_used_mib"] == 2048
     manifest = orjson.loads((run_dir / "run.json").read_bytes())
-    assert manifest["telemetry"] == {"source": "nvml", "notes": []}
+    summed = ("energy sums all 2 GPUs of this host: set CUDA_VISIBLE_DEVICES to the server's "
+              "GPUs to count only those")  # fmt: skip
+    assert manifest["telemetry"] == {"source": "nvml", "notes": [summed]}
     e = analyze_run(run_dir).summary["energy"]
     assert e["energy_method"] == "energy_counter"
     # The counter is read just after each stamp (microseconds), so 2 GPUs x 300 J/s x window
@@ -323,3 +332,22 @@ def test_the_sweep_report_sets_joules_per_token_of_its_arms_side_by_side() -> No
         ("max_num_batched_tokens=2048", "4.347", "8694", "2000", "612", "1980", "sw_power_cap"),
     )
     assert energy_table({"arms": {"cold": {"energy": None}}}) is None
+
+
+async def test_only_the_gpus_cuda_visible_devices_names_are_sampled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nv = fake_pynvml(gpus=4)
+    nv.nvmlDeviceGetHandleByUUID = lambda uuid: {"GPU-b": 1, "GPU-d": 3}[uuid]
+    nv.nvmlDeviceGetIndex = lambda h: h
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    assert visible_devices({}) is None
+    assert visible_devices({"CUDA_VISIBLE_DEVICES": "2, 0"}) == ["2", "0"]
+    sampler, note = open_nvml(visible_devices({"CUDA_VISIBLE_DEVICES": "2"}))
+    assert note is None and sampler is not None
+    assert [g["index"] for g in await sampler.sample()] == [2]
+    sampler, _ = open_nvml(["GPU-d", "GPU-b"])
+    assert sampler is not None and [g["index"] for g in await sampler.sample()] == [3, 1]
+    sampler, _ = open_nvml(None)
+    assert sampler is not None and [g["index"] for g in await sampler.sample()] == [0, 1, 2, 3]
+    assert open_nvml(["GPU-x"])[0] is None  # an unknown UUID is a note, not a crash

@@ -9,7 +9,8 @@ give is absent. Analysis (analysis/energy.py) reads the file offline.
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -40,24 +41,44 @@ def is_loopback(url: str) -> bool:
     return (urlparse(url).hostname or "") in LOOPBACK_HOSTS
 
 
+def visible_devices(env: Mapping[str, str]) -> list[str] | None:
+    """The GPUs CUDA_VISIBLE_DEVICES names (indices or GPU-/MIG- UUIDs), None when unset: the
+    server loadgen launches inherits it, so these are the GPUs that serve."""
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    return [d.strip() for d in raw.split(",") if d.strip()]
+
+
 class NvmlSampler:
-    """Reads every GPU of this host through pynvml (nvidia-ml-py), imported lazily."""
+    """Reads the GPUs of this host through pynvml (nvidia-ml-py), imported lazily: those
+    `visible` names (CUDA_VISIBLE_DEVICES), else every one. Each sample names the GPU's NVML
+    index: idle GPUs beside the server's would add their joules to its tokens."""
 
     source = "nvml"
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: Any, visible: list[str] | None = None) -> None:
         self._nvml = nvml
         nvml.nvmlInit()
-        self._handles = [
-            nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())
-        ]
+        count = nvml.nvmlDeviceGetCount()
+        if visible is None:
+            self._handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
+        else:
+            self._handles = [self._device(d) for d in visible]
+
+    def _device(self, name: str) -> tuple[int, Any]:
+        nv = self._nvml
+        if name.isdigit():
+            return int(name), nv.nvmlDeviceGetHandleByIndex(int(name))
+        h = nv.nvmlDeviceGetHandleByUUID(name)
+        return int(nv.nvmlDeviceGetIndex(h)), h
 
     @property
     def gpus(self) -> int:
         return len(self._handles)
 
     async def sample(self) -> list[dict[str, Any]]:
-        return [self._gpu(i, h) for i, h in enumerate(self._handles)]
+        return [self._gpu(i, h) for i, h in self._handles]
 
     def _gpu(self, index: int, h: Any) -> dict[str, Any]:
         nv = self._nvml
@@ -86,14 +107,17 @@ def _throttle(nv: Any, h: Any) -> int:
     return int(read(h))
 
 
-def open_nvml() -> tuple[NvmlSampler | None, str | None]:
-    """An NVML sampler, or None and the note why (no pynvml, no driver, no GPU)."""
+def open_nvml(
+    visible: list[str] | None = None,
+) -> tuple[NvmlSampler | None, str | None]:
+    """An NVML sampler of the `visible` GPUs (None: all), or None and the note why (no
+    pynvml, no driver, no GPU, a CUDA_VISIBLE_DEVICES entry NVML does not know)."""
     try:
         nvml = importlib.import_module("pynvml")
     except ImportError:
         return None, "no GPU telemetry: pynvml is not installed (pip install 'loadgen[gpu]')"
     try:
-        sampler = NvmlSampler(nvml)
+        sampler = NvmlSampler(nvml, visible)
     except Exception as exc:
         return None, f"no GPU telemetry: NVML unavailable ({type(exc).__name__}: {exc})"
     if sampler.gpus == 0:
@@ -173,9 +197,15 @@ async def open_telemetry(
         return
     sampler = None
     if enabled and is_loopback(target_url):
-        sampler, note = open_nvml()
+        visible = visible_devices(os.environ)
+        sampler, note = open_nvml(visible)
         if note is not None:
             notes.append(note)
+        elif sampler is not None and visible is None and sampler.gpus > 1:
+            notes.append(
+                f"energy sums all {sampler.gpus} GPUs of this host: set CUDA_VISIBLE_DEVICES "
+                "to the server's GPUs to count only those"
+            )
     elif enabled:
         notes.append(
             "no GPU telemetry: the server is not on this host (give --telemetry URL of its "
