@@ -3,7 +3,7 @@
 import asyncio
 import time
 
-from loadgen.client.loops import run_closed_loop, run_open_loop
+from loadgen.client.loops import ClosedSeats, run_closed_loop, run_open_loop
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 
@@ -76,3 +76,34 @@ async def test_closed_loop_caps_in_flight_and_stamps_pickup_as_intended():
     assert len(records) == 6
     later = sorted(records, key=lambda r: r.t_intended_ns)[-1]
     assert later.t_intended_ns > 0  # picked up after earlier ones finished, not at t=0
+
+
+def test_closed_seats_fill_then_take_one_per_free_seat_until_the_end_or_a_stop() -> None:
+    seats = ClosedSeats(["a", "b", "c", "d", "e"], 2, end_ns=10)
+    assert seats.first(0) == ["a", "b"]
+    assert seats.take(9) == "c"
+    assert seats.take(10) is None  # the duration is over: the seat stays empty
+    stopped = [False]
+    seats = ClosedSeats(["a", "b", "c"], 5, stop=lambda: stopped[0])
+    assert seats.first(0) == ["a", "b", "c"]  # never more seats than items
+    assert seats.take(1) is None
+    seats = ClosedSeats(["a", "b"], 1, stop=lambda: stopped[0])
+    assert seats.first(0) == ["a"]
+    stopped[0] = True
+    assert seats.take(1) is None
+
+
+def test_a_closed_loop_sends_nothing_after_its_duration() -> None:
+    async def go() -> SlowBackend:
+        start = time.perf_counter_ns()
+        backend = SlowBackend(start, delay_s=0.05)
+        reqs = [StreamRequest(id=f"r{i}", model="m", prompt="p", max_tokens=1) for i in range(400)]
+        await run_closed_loop(reqs, backend, lambda r: None, concurrency=2, run_start_ns=start,
+                              duration_ns=300 * MS)  # fmt: skip
+        return backend
+
+    backend = asyncio.run(go())
+    sends = sum(kind == "send" for kind, _ in backend.events)
+    # 2 seats of 50 ms requests over 300 ms: about 12 sends, far from the 400 planned (a
+    # loaded machine's slower sleeps can only make it fewer).
+    assert 2 <= sends <= 14

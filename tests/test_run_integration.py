@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
+from cli_support import loadgen
 
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import read_metrics, read_streams
@@ -135,3 +137,26 @@ def test_cli_run_whale_c4_prints_the_whale_table(tmp_path: Path):
     assert "whale TTFT" in proc.stdout
     for name in ("summary.json", "report.txt", "report.html", "run.json", "metrics.jsonl"):
         assert (run_dir / name).is_file(), name
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_closed_loop_with_a_duration_stops_sending_at_it_on_the_wall_clock(
+    tmp_path: Path, workers: str
+) -> None:
+    # Before: the wall clock sent every planned request past the duration (a 1 s duration
+    # without a count plans 10,000); the virtual clock stopped at 1 s. 2 seats of ~10 ms
+    # requests need ~2 s for these 400.
+    scenario = tmp_path / "closed.yaml"
+    scenario.write_text(
+        "name: closed\nseed: 1\ngroups:\n  - {name: g, count: 1, prompt: {tokens: 32}, "
+        "max_tokens: 8}\narrival: {closed: {concurrency: 2, count: 400, duration_s: 1.0}}\n"
+        "sim: {profile: tiny}\n"
+    )
+    proc = loadgen("run", scenario, "--out", tmp_path / "runs", "--no-progress",
+                   "--workers", workers)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    recs = read_streams(run)
+    assert 2 <= len(recs) < 400
+    first = min(r.t_intended_ns for r in recs)
+    assert max(r.t_sent_ns for r in recs) - first < 1_000_000_000 + 200_000_000

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, Protocol, TypeVar
 
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
@@ -21,6 +21,40 @@ class Backend(Protocol):
 
 
 OnRecord = Callable[[StreamRecord], None]
+T = TypeVar("T")
+
+
+class ClosedSeats(Generic[T]):
+    """A closed loop's schedule on any clock: `concurrency` seats, each taking the next item
+    as its last one ends; none from `end_ns` on (a duration) or once `stop` says so (a soak's
+    deadline). The wall clock's loop and the virtual clock's both take their items here: the
+    wall clock once ran a 1 s closed-loop duration for 10,000 requests, the virtual one
+    stopped at 1 s."""
+
+    def __init__(
+        self,
+        items: Sequence[T],
+        concurrency: int,
+        *,
+        end_ns: int | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> None:
+        self._pending: Iterator[T] = iter(items)
+        self._seats = min(concurrency, len(items))
+        self._end_ns, self._stop = end_ns, stop
+
+    def first(self, now_ns: int) -> list[T]:
+        """The items the seats start with at `now_ns`."""
+        firsts = (self.take(now_ns) for _ in range(self._seats))
+        return [item for item in firsts if item is not None]
+
+    def take(self, now_ns: int) -> T | None:
+        """The next item for a seat free at `now_ns`; None: the seat stays empty."""
+        if self._end_ns is not None and now_ns >= self._end_ns:
+            return None
+        if self._stop is not None and self._stop():
+            return None
+        return next(self._pending, None)
 
 
 async def run_open_loop(
@@ -50,22 +84,28 @@ async def run_closed_loop(
     concurrency: int,
     run_start_ns: int,
     stop: Callable[[], bool] | None = None,
+    duration_ns: int | None = None,
 ) -> None:
-    """`concurrency` workers, each sending its next request as soon as its last one ended;
-    the intended send is that moment (a closed loop has no schedule to fall behind). With
-    `stop`, no request is sent once it says so (a soak's deadline); those in flight finish."""
-    pending = iter(requests)
+    """`concurrency` seats, each sending its next request as soon as its last one ended; the
+    intended send is that moment (a closed loop has no schedule to fall behind). No request
+    is sent `duration_ns` after the start, nor once `stop` says so; those in flight finish."""
 
-    async def worker() -> None:
-        for req in pending:
-            if stop is not None and stop():
-                return
-            picked = dataclasses.replace(req, t_intended_ns=time.perf_counter_ns() - run_start_ns)
+    def now() -> int:
+        return time.perf_counter_ns() - run_start_ns
+
+    start = now()
+    end = None if duration_ns is None else start + duration_ns
+    seats = ClosedSeats(requests, concurrency, end_ns=end, stop=stop)
+
+    async def seat(req: StreamRequest | None) -> None:
+        while req is not None:
+            picked = dataclasses.replace(req, t_intended_ns=now())
             await _stream_and_record(backend, picked, on_record)
+            req = seats.take(now())
 
     async with asyncio.TaskGroup() as tg:
-        for _ in range(min(concurrency, len(requests))):
-            tg.create_task(worker())
+        for req in seats.first(start):
+            tg.create_task(seat(req))
 
 
 async def _stream_and_record(backend: Backend, req: StreamRequest, on_record: OnRecord) -> None:

@@ -61,19 +61,25 @@ class Job:
 
     requests: tuple[StreamRequest, ...]
     concurrency: int | None = None
+    # A closed loop's duration: no send this long after the job's start.
+    duration_ns: int | None = None
 
 
-def split_jobs(requests: Sequence[StreamRequest], concurrency: int | None, n: int) -> list[Job]:
+def split_jobs(
+    requests: Sequence[StreamRequest],
+    concurrency: int | None,
+    n: int,
+    duration_ns: int | None = None,
+) -> list[Job]:
     """The requests dealt round-robin into at most n jobs (in send order for an open loop, so
     every worker gets an even share of each burst), a closed loop's seats shared alike."""
     ordered = list(requests)
     if concurrency is None:
         ordered.sort(key=lambda r: r.t_intended_ns)
     slices = [tuple(ordered[i::n]) for i in range(n) if ordered[i::n]]
-    return [
-        Job(part, None if concurrency is None else seat_share(concurrency, len(slices), i))
-        for i, part in enumerate(slices)
-    ]
+    seats = [None if concurrency is None else seat_share(concurrency, len(slices), i)
+             for i in range(len(slices))]  # fmt: skip
+    return [Job(part, n, duration_ns) for part, n in zip(slices, seats, strict=True)]
 
 
 def seat_share(concurrency: int, n: int, i: int) -> int:
@@ -102,8 +108,9 @@ async def serve_job(
             await run_open_loop(timed, client, emit, run_start_ns=run_start_ns)
         else:
             await run_closed_loop(
-                job.requests, client, emit, concurrency=job.concurrency, run_start_ns=run_start_ns
-            )
+                job.requests, client, emit, concurrency=job.concurrency,
+                run_start_ns=run_start_ns, duration_ns=job.duration_ns,
+            )  # fmt: skip
     finally:
         for rec in client.take_cancelled():
             emit(rec)

@@ -414,6 +414,7 @@ async def _send_rep(
             concurrency=rep.concurrency,
             run_start_ns=run_start_ns,
             stop=stop,
+            duration_ns=rep.duration_ns,
         )
         return
     rep_start = time.perf_counter_ns() - run_start_ns + SCHEDULE_LEAD_NS

@@ -93,7 +93,7 @@ async def send_rep_in_pool(
     if rep.concurrency is None:
         offsets = [p.offset_ns or 0 for p in rep.requests]
         built = [replace(req, t_intended_ns=o) for req, o in zip(built, offsets, strict=True)]
-    jobs = split_jobs(built, rep.concurrency, pool.size)
+    jobs = split_jobs(built, rep.concurrency, pool.size, rep.duration_ns)
     for line in await pool.run(jobs, record, lead_ns=POOL_LEAD_NS):
         warn(line)
 

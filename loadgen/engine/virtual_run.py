@@ -29,6 +29,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
+from loadgen.client.loops import ClosedSeats
 from loadgen.engine.arm import Record
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
@@ -229,24 +230,18 @@ class VirtualArm:
                 schedule.add(start + (p.offset_ns or 0), p)
             await self.run(schedule, self._sessions(sessions, schedule, start, record))
             return
-        pending = iter(rep.requests)
         end = None if rep.duration_ns is None else start + rep.duration_ns
-
-        def pull(t_ns: int) -> None:
-            if end is not None and t_ns >= end:
-                return
-            if stop is not None and stop():
-                return
-            nxt = next(pending, None)
-            if nxt is not None:
-                schedule.add(t_ns, nxt)
+        seats = ClosedSeats(rep.requests, rep.concurrency, end_ns=end, stop=stop)
 
         def done(rec: StreamRecord) -> None:
             record(rec)
-            pull(rec.t_done_ns if rec.t_done_ns is not None else self.sim.now_ns)
+            t = rec.t_done_ns if rec.t_done_ns is not None else self.sim.now_ns
+            nxt = seats.take(t)
+            if nxt is not None:
+                schedule.add(t, nxt)
 
-        for _ in range(min(rep.concurrency, len(rep.requests))):
-            pull(start)
+        for first in seats.first(start):
+            schedule.add(start, first)
         await self.run(schedule, done)
 
 
