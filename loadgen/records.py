@@ -299,6 +299,11 @@ class RunDirectory:
     def append_stream(self, record: StreamRecord) -> None:
         self.streams.append(record.to_json())
 
+    def append_metrics(self, sample: MetricsSample) -> None:
+        if self.metrics is None:
+            raise RuntimeError(f"{self.path} was opened without metrics.jsonl")
+        self.metrics.append(sample.to_json())
+
     def close(self) -> None:
         self.streams.close()
         if self.metrics is not None:

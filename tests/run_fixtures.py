@@ -162,6 +162,6 @@ def write_run(
     for s in streams:
         rd.append_stream(s)
     for m in metrics or []:
-        rd.metrics.append(m.to_json())
+        rd.append_metrics(m)
     rd.close()
     return path

@@ -108,7 +108,8 @@ def test_a_sigkilled_run_leaves_no_child_of_a_command_server_behind(tmp_path: Pa
 
 
 def test_a_stopped_server_releases_its_watchdog(tmp_path: Path) -> None:
-    from loadgen.server.launcher import _WATCHDOGS, _spawn, stop_process_group
+    from loadgen.lifeline import _WATCHDOGS
+    from loadgen.server.launcher import _spawn, stop_process_group
 
     mark = uuid.uuid4().hex
     os.environ[MARK_ENV] = mark

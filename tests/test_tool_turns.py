@@ -80,7 +80,8 @@ def test_sessions_without_tools_offer_no_tool() -> None:
     s = load_scenario("agent_sessions", ["groups.agents.count=1"])
     session = plan(s).arms[0].reps[0].sessions[0]
     assert all(t.tool is None for t in session.turns)
-    conv = Conversation(BuiltSession(session, "S", ("u",) * len(session.turns)), "m", 0)
+    n = len(session.turns)
+    conv = Conversation(BuiltSession(session, "S", ("u",) * n, (None,) * n), "m", 0)
     assert "tools" not in conv.first().extra_body
 
 

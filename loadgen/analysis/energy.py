@@ -76,8 +76,13 @@ def energy_section(
         "mean_power_w": joules / ((b - a) / NS) if b > a else None,
         "peak_sm_clock_mhz": max(sm) if sm else None,
         "throttle_mask": mask,
-        "throttle_reasons": [name for bit, name in THROTTLE_BITS.items() if mask & bit],
+        "throttle_reasons": throttle_names(mask),
     }
+
+
+def throttle_names(mask: int) -> list[str]:
+    """The reasons a throttle bitmask holds, in NVML's order."""
+    return [name for bit, name in THROTTLE_BITS.items() if mask & bit]
 
 
 def _series(lines: list[dict[str, Any]]) -> dict[int, dict[str, Points]]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from loadgen.analysis import rates
 from loadgen.analysis.aggregate import server_window
 from loadgen.analysis.baselines import prefill_tokens
 from loadgen.analysis.drift import DriftPoint, Verdict, change, drift_verdict
-from loadgen.analysis.energy import THROTTLE_BITS
+from loadgen.analysis.energy import throttle_names
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import StreamRecord
 from loadgen.scenario.soak_block import parse_window
@@ -240,10 +241,9 @@ def client_stats(samples: Sequence[dict[str, Any]], w: Window) -> dict[str, Any]
     }
 
 
-def gpu_stats(telemetry: Sequence[dict[str, Any]], w: Window) -> dict[str, Any]:
-    """The GPUs over the window: mean SM clock and power of its samples (all GPUs), and the
-    clock-lowering throttle reasons any sample carried."""
-    inside = [t for t in telemetry if t.get("gpus") and w.from_ns <= t["t_ns"] < w.to_ns]
+def gpu_stats(inside: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The GPUs over a window, from its telemetry lines: mean SM clock and power of its samples
+    (all GPUs), and the clock-lowering throttle reasons any sample carried."""
     gpus = [g for t in inside for g in t["gpus"]]
     if not gpus:
         return {"available": False}
@@ -257,7 +257,7 @@ def gpu_stats(telemetry: Sequence[dict[str, Any]], w: Window) -> dict[str, Any]:
         "samples": len(inside),
         "sm_clock_mhz_mean": float(np.mean(sm)) if sm else None,
         "power_w_mean": float(np.mean(power)) if power else None,
-        "throttle_reasons": [name for bit, name in THROTTLE_BITS.items() if mask & bit],
+        "throttle_reasons": throttle_names(mask),
     }
 
 
@@ -332,14 +332,17 @@ def analyze_soak(
     window_s = parse_window(window)
     points = soak_points(records)
     windows = thirds(points) if window_s is None else time_windows(points, window_s / speed)
+    tele = sorted((t for t in telemetry if t.get("gpus")), key=lambda t: t["t_ns"])
+    tele_ns = [t["t_ns"] for t in tele]
     rows = []
     for w in windows:
+        inside = tele[bisect_left(tele_ns, w.from_ns) : bisect_left(tele_ns, w.to_ns)]
         rows.append(
             window_stats(w, speed)
             | {
                 "server": server_stats(timeline, w),
                 "client": client_stats(client_samples, w),
-                "gpu": gpu_stats(telemetry, w),
+                "gpu": gpu_stats(inside),
                 "context_bins": context_bins(w, speed),
             }
         )

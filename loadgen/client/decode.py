@@ -57,31 +57,10 @@ RUNAWAY_SLACK = 64
 class StreamDecoder:
     """Fed every body read with its arrival time (absolute perf_counter ns), once per read."""
 
-    __slots__ = (
-        "_limit",
-        "_max_tokens",
-        "_oversized",
-        "_parser",
-        "_sse_errors",
-        "calls",
-        "chat",
-        "chunk_cum",
-        "chunk_ns",
-        "coalesced_reads",
-        "continuous",
-        "done_ns",
-        "error",
-        "events",
-        "finish_reason",
-        "json_errors",
-        "last_ct",
-        "nbytes",
-        "out_at",
-        "reads",
-        "reasoning_at",
-        "texts",
-        "usage",
-    )  # fmt: skip
+    __slots__ = ("_limit", "_max_tokens", "_oversized", "_parser", "_sse_errors", "calls",
+                 "chat", "chunk_cum", "chunk_ns", "coalesced_reads", "continuous", "done_ns",
+                 "error", "events", "finish_reason", "json_errors", "last_ct", "nbytes",
+                 "out_at", "reads", "reasoning_at", "texts", "usage")  # fmt: skip
 
     def __init__(self, chat: bool, keep_text: bool = False, max_tokens: int | None = None) -> None:
         self.chat = chat
@@ -172,7 +151,8 @@ class StreamDecoder:
                                     thinking = bool(text)
                     else:
                         text = c0.get("text")
-                    if texts is not None and text and text is not True:  # True: a tool call
+                    # A tool call's chunk is True: its text is in `calls`, not the answer's.
+                    if texts is not None and type(text) is str and text:
                         texts.append(text)
                     if usage and not finish:
                         self.continuous = True
@@ -241,8 +221,8 @@ class StreamDecoder:
 
     def _tool_delta(self, deltas: Any) -> bool:
         """Adds a `delta.tool_calls` event to the answer's calls: an entry with an `id` opens
-        a call, later ones extend its name and arguments. Its tokens are output: the event is
-        a content chunk."""
+        a call, later ones extend its name and arguments. True: its tokens are output, so the
+        event is a content chunk."""
         if not isinstance(deltas, list):
             raise TypeError("delta.tool_calls is not a list")
         calls = self.calls if self.calls is not None else []
@@ -356,7 +336,7 @@ class StreamDecoder:
             rtt_us=rtt_us,
             response_id=response_id,
             tool_calls=len(self.calls or ()),
-            calls=None if self.calls is None else tuple((i, n, a) for i, n, a in self.calls),
+            calls=None if self.calls is None else tuple((c[0], c[1], c[2]) for c in self.calls),
             **reasoning_fields(ns, per_chunk, self.reasoning_at, self.out_at, reported),
         )
 

@@ -231,7 +231,8 @@ class HttpBackend:
     run_start_ns: int
     warn: Callable[[str], None]
     background: list[asyncio.Task[None]]
-    describe: Callable[[], dict[str, Any]]
+    concurrency: int
+    workers: int | None  # as asked (None: auto)
 
     @property
     def speed(self) -> float:
@@ -259,6 +260,13 @@ class HttpBackend:
         with suppress(Exception):
             await self.poller.scrape_once()  # the closing sample bounds every counter delta
         return self.client.take_cancelled()
+
+    def describe(self) -> dict[str, Any]:
+        client = self.lag.summary_ms() | {
+            "dispatch_late_max_ms": self.progress.max_late_ms,
+            "concurrency_pool": self.concurrency,
+        } | pool_manifest(self.pool, self.workers)  # fmt: skip
+        return {"client": client, "server_info": self.poller.info} | self.target.manifest()
 
 
 @asynccontextmanager
@@ -308,12 +316,9 @@ async def open_http_backend(
             rundir.path, opts.telemetry_url, target.url, opts.telemetry, notes
         ))  # fmt: skip
         manifest["telemetry"] = {"source": None if gpu is None else gpu.source, "notes": notes}
-        metrics = rundir.metrics
-        # run_arm's RunDirectory always opens metrics.jsonl.
-        assert metrics is not None
         poller = MetricsPoller(
             lambda: client.get_text("/metrics"),
-            lambda s: metrics.append(s.to_json()),
+            rundir.append_metrics,
             interval_s=scenario.metrics.poll_interval_s,
             run_start_ns=run_start_ns,
             warn=warn,
@@ -328,17 +333,9 @@ async def open_http_backend(
             client_log = stack.enter_context(closing(JsonlAppender(rundir.path / "client.jsonl")))
             watch = SelfWatch(client_log.append, run_start_ns=run_start_ns)
             background.append(asyncio.create_task(watch.run()))
-
-        def describe() -> dict[str, Any]:
-            client_section = lag.summary_ms() | {
-                "dispatch_late_max_ms": progress.max_late_ms,
-                "concurrency_pool": concurrency,
-            } | pool_manifest(pool, opts.workers)  # fmt: skip
-            return {"client": client_section, "server_info": poller.info} | target.manifest()
-
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, pool, lag,
-            run_start_ns, warn, background, describe,
+            run_start_ns, warn, background, concurrency, opts.workers,
         )  # fmt: skip
 
 

@@ -49,7 +49,7 @@ class BuiltSession:
     system: str
     users: tuple[str, ...]
     # Per turn, the text its tool sends back (None for a turn without a tool).
-    results: tuple[str | None, ...] = ()
+    results: tuple[str | None, ...]
 
 
 async def build_sessions(
@@ -120,7 +120,7 @@ class Conversation:
 
     def first(self) -> StreamRequest:
         turn = self.session.plan.turns[0]
-        return self._turn(0, self.start_ns + turn.think_ns)
+        return self._request(0, self.start_ns + turn.think_ns)
 
     def after(self, rec: StreamRecord, end_ns: int) -> StreamRequest | None:
         """The next request after `rec`, the last one's record, which ended at `end_ns`; None
@@ -129,10 +129,10 @@ class Conversation:
         if rec.status != "ok" or rec.turn is None:
             return None
         tool = self.session.plan.turns[rec.turn].tool
-        result = self.session.results[rec.turn] if self.session.results else None
+        result = self.session.results[rec.turn]
         if tool is not None and result is not None and not rec.tool_result and rec.calls:
             self.tools.append((rec.calls[0], result))
-            return self._turn(rec.turn, end_ns + tool.latency_ns, tool_result=True)
+            return self._request(rec.turn, end_ns + tool.latency_ns, tool_result=True)
         if len(self.tools) <= rec.turn:
             self.tools.append(None)  # answered without calling the tool it was offered
         self.answers.append(rec.answer or "")
@@ -140,16 +140,11 @@ class Conversation:
         turns = self.session.plan.turns
         if nxt >= len(turns):
             return None
-        return self._turn(nxt, end_ns + turns[nxt].think_ns)
+        return self._request(nxt, end_ns + turns[nxt].think_ns)
 
-    def _turn(self, turn: int, intended: int, *, tool_result: bool = False) -> StreamRequest:
-        req = turn_request(self.session, turn, self.answers, self.model, intended, self.tools)
-        if tool_result:
-            return dataclasses.replace(req, id=f"{req.id}r", tool_result=True, cold=False)
-        if self.session.plan.turns[turn].tool is not None:
-            tools = {"tools": [LOOKUP_TOOL], "tool_choice": "required"}
-            return dataclasses.replace(req, extra_body={**req.extra_body, **tools})
-        return req
+    def _request(self, turn: int, intended: int, *, tool_result: bool = False) -> StreamRequest:
+        return turn_request(self.session, turn, self.answers, self.model, intended, self.tools,
+                            tool_result=tool_result)  # fmt: skip
 
 
 async def run_sessions(
@@ -191,15 +186,19 @@ def turn_request(
     model: str,
     intended: int,
     tools: Sequence[tuple[Call, str] | None] = (),
+    *,
+    tool_result: bool = False,
 ) -> StreamRequest:
     """Turn `turn` of the session (the conversation so far with `answers`, and `tools`'
-    calls and results), intended at `intended` on the run clock."""
+    calls and results), intended at `intended` on the run clock: the request that offers the
+    turn's tool, or with `tool_result` the one that sends the tool's result back."""
     p = s.plan
     t = p.request
     max_tokens = p.turns[turn].max_tokens
     messages, prompt = conversation(t.api, s.system, s.users[: turn + 1], answers, tools)
+    offers = p.turns[turn].tool is not None and not tool_result
     return StreamRequest(
-        id=f"{p.id}/t{turn}",
+        id=f"{p.id}/t{turn}" + ("r" if tool_result else ""),
         model=model,
         prompt=prompt,
         max_tokens=max_tokens,
@@ -217,9 +216,11 @@ def turn_request(
         session=p.id,
         turn=turn,
         keep_text=True,
-        # Only turn 0 is all new (a salted system prompt); every later turn resends the
-        # conversation so far, which the prefix cache is meant to carry.
-        cold=turn == 0,
+        # Only turn 0 is all new (a salted system prompt); every later turn, and a tool's
+        # result, resends the conversation so far, which the prefix cache is meant to carry.
+        cold=turn == 0 and not tool_result,
+        tool_result=tool_result,
+        extra_body={"tools": [LOOKUP_TOOL], "tool_choice": "required"} if offers else {},
     )
 
 

@@ -306,12 +306,9 @@ async def open_virtual_backend(
     builder = PromptBuilder(SimTokenCounter(sim, chat=chat, template=scenario.chat_template_kwargs))
     # Session messages are sized as content, as on the wall clock.
     session_builder = PromptBuilder(SimTokenCounter(sim, chat=False, template=None))
-    metrics = rundir.metrics
-    # run_arm's RunDirectory always opens metrics.jsonl.
-    assert metrics is not None
     poller = MetricsPoller(
         metrics_fetch(sim),
-        lambda s: metrics.append(s.to_json()),
+        rundir.append_metrics,
         interval_s=scenario.metrics.poll_interval_s,
         run_start_ns=0,
         warn=warn,

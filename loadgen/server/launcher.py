@@ -20,7 +20,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadgen.client.errors import read_capped_sync
-from loadgen.lifeline import PARENT_PID_ENV, die_with_parent
+from loadgen.lifeline import PARENT_PID_ENV, die_with_parent, release_group, watch_group
 from loadgen.server import installs
 from loadgen.server.bootlog import parse_boot_log, parse_boot_notes
 from loadgen.server.kinds import kind_profile
@@ -70,37 +69,6 @@ class Server:
 
 # Servers not stopped yet: stopped at interpreter exit should a caller forget.
 _RUNNING: set[subprocess.Popen[bytes]] = set()
-# Per server pid: the write end of its watchdog's pipe, and the watchdog.
-_WATCHDOGS: dict[int, tuple[int, subprocess.Popen[bytes]]] = {}
-_ALL_CLEAR = b"."
-# PR_SET_PDEATHSIG reaches the server's leader only: a SIGKILLed loadgen whose
-# `server: {kind: command}` forked left that child running under PID 1. The watchdog, outside
-# the server's group, reads a pipe whose only writer is loadgen: EOF without the all-clear
-# means loadgen died, and it SIGKILLs the whole group (SIGKILL as for the leader: nobody is
-# left to wait for a graceful shutdown). It also leaves once the group is gone; the group's id
-# cannot be reused while any member, a zombie leader included, is alive.
-_WATCHDOG_CODE = """
-import os, select, signal, sys
-pgid = int(sys.argv[1])
-def gone():
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass
-    return False
-while True:
-    if select.select([0], [], [], 1.0)[0]:
-        if not os.read(0, 1):
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        break
-    if gone():
-        break
-"""
 
 
 @atexit.register
@@ -117,46 +85,15 @@ def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRAC
     The leader is reaped only after the SIGKILL, so the group's id cannot have been reused.
     """
     if proc.returncode is not None:
-        _release_watchdog(proc.pid)
+        release_group(proc.pid)
         return proc.returncode  # reaped already: its id may belong to another process now
     pgid = proc.pid  # start_new_session made the server its group's leader
     _signal_group(pgid, signal.SIGTERM)
     _wait_exited(proc, grace_s)
     _signal_group(pgid, signal.SIGKILL)
     code = proc.wait()
-    _release_watchdog(pgid)
+    release_group(pgid)
     return code
-
-
-def _start_watchdog(pgid: int) -> None:
-    read_end, write_end = os.pipe()  # not inheritable: the server's processes never hold it
-    try:
-        watchdog = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _WATCHDOG_CODE, str(pgid)],
-            stdin=read_end,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C at the terminal is loadgen's to handle
-        )
-    except BaseException:
-        os.close(write_end)
-        raise
-    finally:
-        os.close(read_end)
-    _WATCHDOGS[pgid] = (write_end, watchdog)
-
-
-def _release_watchdog(pgid: int) -> None:
-    """Gives the server's watchdog the all-clear (loadgen stopped the group itself) and reaps it."""
-    entry = _WATCHDOGS.pop(pgid, None)
-    if entry is None:
-        return
-    write_end, watchdog = entry
-    with contextlib.suppress(OSError):  # it left already: the group had exited on its own
-        os.write(write_end, _ALL_CLEAR)
-    os.close(write_end)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        watchdog.wait(timeout=2.0)
 
 
 def has_exited(proc: subprocess.Popen[bytes]) -> bool:
@@ -281,7 +218,7 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subpr
         )
     _RUNNING.add(proc)
     try:
-        _start_watchdog(proc.pid)
+        watch_group(proc.pid)
     except BaseException:
         _RUNNING.discard(proc)
         stop_process_group(proc)

@@ -152,6 +152,16 @@ def tool_to_call(body: Mapping[str, Any]) -> str | None:
     return name
 
 
+def tool_call(request_id: str, name: str, arguments: str) -> dict[str, Any]:
+    """The call object of a request's answer (one call a request: its id is the request's)."""
+    return {"id": call_id(request_id), "type": "function",
+            "function": {"name": name, "arguments": arguments}}  # fmt: skip
+
+
+def call_id(request_id: str) -> str:
+    return f"call-{request_id}"
+
+
 def tool_arguments(text: str, *, first: bool, last: bool) -> str:
     """One piece of a tool call's arguments: the generated text JSON-escaped, opened by the
     first piece and closed by the last, so the pieces join into `{"query": "..."}`."""
@@ -419,12 +429,11 @@ class ResponseShaper:
         return sse(obj)
 
     def _call_delta(self, text: str, first: bool, finish: str | None) -> dict[str, Any]:
+        """A step's piece of the call: the first opens it (id, name), the rest extend it."""
         args = tool_arguments(text, first=first, last=finish is not None)
-        call: dict[str, Any] = {"index": 0, "function": {"arguments": args}}
-        if first:
-            call = {"index": 0, "id": f"call-{self.request_id}", "type": "function",
-                    "function": {"name": self.tool, "arguments": args}}  # fmt: skip
-        return call
+        if first and self.tool is not None:
+            return {"index": 0, **tool_call(self.request_id, self.tool, args)}
+        return {"index": 0, "function": {"arguments": args}}
 
     def usage_chunk(self, completion_tokens: int, cached_tokens: int) -> bytes:
         obj = {
@@ -449,8 +458,7 @@ class ResponseShaper:
             message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": []}
             if self.tool is not None:
                 args = tool_arguments(text, first=True, last=True)
-                call = {"id": f"call-{self.request_id}", "type": "function",
-                        "function": {"name": self.tool, "arguments": args}}  # fmt: skip
+                call = tool_call(self.request_id, self.tool, args)
                 message = {"role": "assistant", "content": None, "tool_calls": [call]}
                 finish_reason = finish_reason and "tool_calls"
             choice = {

@@ -41,6 +41,7 @@ from loadgen.sim.engine import AdmissionRejected, EngineConfig, SimRequest, Toke
 from loadgen.sim.faults import RequestFaults, parse_fault_options
 from loadgen.sim.openai_wire import (
     WireError,
+    call_id,
     chat_messages,
     resolve_max_tokens,
     tool_arguments,
@@ -336,7 +337,7 @@ class VirtualSim:
             # The wire sim streams this answer as one tool call: its text is the arguments.
             text = self.tokenizer.decode(flight.answer_ids or [])
             args = tool_arguments(text, first=True, last=True)
-            call = (f"call-{flight.engine_id}", tool, args)
+            call = (call_id(flight.engine_id), tool, args)
             rec = dataclasses.replace(rec, answer="", tool_calls=1, calls=(call,),
                                       finish_reason=finish and "tool_calls")  # fmt: skip
         elif flight.answer_ids is not None:
