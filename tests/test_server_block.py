@@ -115,3 +115,15 @@ def test_a_missing_command_executable_is_named_in_one_line(tmp_path: Path) -> No
 def test_a_found_command_executable_is_its_path() -> None:
     profile = CommandProfile([sys.executable, "-m", "loadgen", "sim"], {})
     assert profile.default_model() == Path(sys.executable)
+
+
+def test_the_blocks_env_reaches_the_server_and_keeps_the_kinds_traits(tmp_path: Path) -> None:
+    from loadgen.server.launcher import launch_sync
+    from loadgen.server.spec import profile_for
+
+    prof = profile_for(ServerSpec("sim", env=(("LOADGEN_TEST_ENV", "7"),)))
+    assert prof.deterministic and prof.default_boots_per_arm == 1  # still the sim's
+    assert profile_for(ServerSpec("sim")).extra_env == ()  # the kind's own is untouched
+    with launch_sync(prof, log_dir=tmp_path, served_name="m") as server:
+        environ = Path(f"/proc/{server.pid}/environ").read_bytes().split(b"\0")
+    assert b"LOADGEN_TEST_ENV=7" in environ

@@ -258,7 +258,7 @@ def start_server(
         log_path = log_dir / f"{prof.name}-{port}.log"
         argv = prof.argv(port=port, model=model_path, served_name=served_name, flags=effective)
         t0 = time.perf_counter_ns()
-        proc = _spawn(argv, prof.env(state), log_path)
+        proc = _spawn(argv, {**prof.env(state), **dict(prof.extra_env)}, log_path)
         try:
             wait_ready(
                 proc,

@@ -118,6 +118,8 @@ class Profile:
     # Configured by the scenario's `sim:` block rather than by the arm's server flags, and
     # its facts are its own settings (labelled with its kind, not "flags" or "boot_log").
     configured_by_sim_block: bool = False
+    # Variables the scenario's `server.env` adds over the profile's own (`env`).
+    extra_env: tuple[tuple[str, str], ...] = ()
     # Whether /metrics carries `vllm:cache_config_info` worth reading after boot.
     reads_cache_config_metric: bool = False
     default_flags: tuple[DefaultFlag, ...] = ()

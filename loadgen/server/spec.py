@@ -11,9 +11,10 @@ is a literal flag of the server (`-ub`, `--ubatch-size`) passed as written.
 
 from __future__ import annotations
 
+import copy
 import shutil
 import string
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from loadgen.server.kinds import SERVER_KINDS as SERVER_KINDS
 from loadgen.server.kinds import kind_profile
 from loadgen.server.launcher import ServerBootError
-from loadgen.server.profile import Layer, Profile
+from loadgen.server.profile import Profile
 from loadgen.server.sim import sim_flags
 
 
@@ -40,41 +41,6 @@ class ServerSpec:
     python: Path | None = None  # the interpreter with the server installed
     bin: Path | None = None  # the server's executable
     boot_timeout_s: float | None = None  # None: the profile's default for its build
-
-
-class ConfiguredProfile(Profile):
-    """A profile with the spec's environment added to the one the profile sets."""
-
-    def __init__(self, base: Profile, env: Mapping[str, str]) -> None:
-        self.base = base
-        self.extra_env = dict(env)
-        self.name = base.name
-        self.boot_timeout_s = base.boot_timeout_s
-        self.deterministic = base.deterministic
-        self.default_boots_per_arm = base.default_boots_per_arm
-        self.default_served_name = base.default_served_name
-        self.configured_by_sim_block = base.configured_by_sim_block
-        self.reads_cache_config_metric = base.reads_cache_config_metric
-        self.fact_flags = base.fact_flags  # type: ignore[misc]
-        self.bool_flags = base.bool_flags  # type: ignore[misc]
-
-    def default_model(self) -> Path | None:
-        return self.base.default_model()
-
-    def default_boot_timeout_s(self) -> float:
-        return self.base.default_boot_timeout_s()
-
-    def effective_flags(self, user: Sequence[str]) -> list[str]:
-        return self.base.effective_flags(user)
-
-    def queried_facts(self, get: Callable[[str], tuple[int, str]]) -> list[Layer]:
-        return self.base.queried_facts(get)
-
-    def argv(self, *, port: int, model: Path, served_name: str, flags: Sequence[str]) -> list[str]:
-        return self.base.argv(port=port, model=model, served_name=served_name, flags=flags)
-
-    def env(self, state_dir: Path) -> dict[str, str]:
-        return {**self.base.env(state_dir), **self.extra_env}
 
 
 class CommandProfile(Profile):
@@ -118,7 +84,10 @@ def profile_for(spec: ServerSpec, values: Mapping[str, Any] | None = None) -> Pr
         base: Profile = CommandProfile(spec.command, values or {})
     else:
         base = kind_profile(spec.kind, spec.python, spec.bin)
-    return ConfiguredProfile(base, dict(spec.env)) if spec.env else base
+    if spec.env:
+        base = copy.copy(base)  # the kind's own profile stays as it is
+        base.extra_env = spec.env
+    return base
 
 
 def flag_args(profile: Profile, flags: Mapping[str, Any]) -> list[str]:
