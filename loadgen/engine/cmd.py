@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import signal
 import sys
@@ -28,8 +29,10 @@ from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.target import RunError
 from loadgen.messages import one_line
 from loadgen.records import StreamRecord, install_stop_signals, read_streams, stop_exit_code
-from loadgen.scenario.limits import client_problems
+from loadgen.scenario.limits import client_problems, size_problems
 from loadgen.scenario.load import ScenarioError, load_scenario
+from loadgen.scenario.load_axis import LoadAxis, load_problem, load_sweep, parse_load_values
+from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.prompts import PromptSizeError
 from loadgen.scenario.validate_cmd import ALLOW_FILES_OUTSIDE
@@ -79,6 +82,29 @@ TARGET_OPTIONS = _options(
     ),
     click.option(
         "--no-telemetry", is_flag=True, help="Do not sample this host's GPUs through NVML."
+    ),
+)
+# A load sweep from the command line, as `vllm bench serve` users run one: one arm per value on
+# one server boot (scenario/load_axis.py says what each value sets).
+LOAD_SWEEP_OPTIONS = _options(
+    click.option(
+        "--concurrency",
+        default=None,
+        metavar="N[,N...]",
+        help="One arm per value: a closed loop with N requests in flight.",
+    ),
+    click.option(
+        "--rate",
+        default=None,
+        metavar="R[,R...]",
+        help="One arm per value: Poisson arrivals at R requests/s (inf: all at once).",
+    ),
+    click.option(
+        "--requests",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Requests per arm of --concurrency/--rate (default: the arrival's count, else "
+        "at least 32, 4 per seat or 10 s of arrivals).",
     ),
 )
 OUTPUT_OPTIONS = _options(
@@ -165,6 +191,7 @@ OUTPUT_OPTIONS = _options(
     default=None,
     help="Shuffle each round of a sweep's boots with this seed (default: A B C A B C).",
 )
+@LOAD_SWEEP_OPTIONS
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option(
     "--workers",
@@ -213,6 +240,9 @@ def run_cmd(
     server_bin: Path | None,
     boot_timeout_s: float | None,
     boot_order_seed: int | None,
+    concurrency: str | None,
+    rate: str | None,
+    requests: int | None,
     progress: bool,
     workers: int | None = None,
     ray_address: str | None = None,
@@ -244,6 +274,7 @@ def run_cmd(
         loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
+    loaded = with_load_sweep(loaded, concurrency, rate, requests)
     try:
         slos = parse_slo_flag(slo) if slo is not None else None
     except ValueError as exc:
@@ -284,6 +315,33 @@ def run_cmd(
     report_run(run_dir)
     if strict and run_was_client_limited(run_dir):
         sys.exit(CLIENT_LIMITED_EXIT)
+
+
+def with_load_sweep(
+    loaded: Scenario, concurrency: str | None, rate: str | None, requests: int | None
+) -> Scenario:
+    """The scenario with one arm per `--concurrency` or `--rate` value (itself without them)."""
+    if concurrency is not None and rate is not None:
+        raise click.UsageError("give --concurrency or --rate, not both")
+    if concurrency is None and rate is None:
+        if requests is not None:
+            raise click.UsageError("--requests sizes the arms of --concurrency or --rate")
+        return loaded
+    over, text = ("concurrency", concurrency) if concurrency is not None else ("rate", rate)
+    assert text is not None
+    try:
+        values = parse_load_values(text, over)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    axis = LoadAxis(over, requests=requests)
+    problem = load_problem(loaded, axis)
+    if problem:
+        raise click.ClickException(problem)
+    sweep = load_sweep(loaded, axis, values)
+    problems = size_problems([arm.scenario for arm in sweep.arms])
+    if problems:
+        raise click.ClickException(f"{loaded.source or loaded.name}: {problems[0]}")
+    return dataclasses.replace(loaded, sweep=sweep)
 
 
 def workers_value(value: str) -> int | None:

@@ -165,6 +165,9 @@ async def run_arm(
     started = dt.datetime.now(dt.UTC)
     rundir = RunDirectory(path)
     manifest = _base_manifest(plan, opts, started) | {
+        # What this arm ran: a client-side sweep arm's own settings applied (a load sweep's
+        # arrival), not the sweep's base scenario.
+        "scenario": scenario_to_json(arm.scenario),
         "arm": {"name": arm.name, "flags": arm.flags, "settings": arm.settings},
         "interrupted": True,  # until the arm completes
         "planned_streams": _planned_streams(arm),
