@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.analysis.inputs import arm_dirs, read_manifest
+from loadgen.analysis.load_sweep import load_block, load_row
 from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import SCHEMA, Analysis, analyze_run
 from loadgen.analysis.sweep_boots import boot_points, floor_rows
@@ -58,12 +59,14 @@ def mixed_row(reps: list[dict[str, Any]]) -> dict[str, Any]:
 
 def arm_entry(summary: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
     """One arm of a sweep parent's summary: its server flags and client-side settings, its
-    politeness row (mixed load) and per-group medians and cohort (ladder) rows."""
+    politeness row (mixed load), its load row (benchmark totals, goodput, tokens/s per user;
+    analysis/load_sweep.py) and per-group medians and cohort (ladder) rows."""
     mixed = summary.get("mixed")
     return {
         "flags": arm.get("flags") or {},
         "settings": arm.get("settings") or {},
         "row": mixed_row(mixed["reps"]) if mixed else None,
+        "load_row": load_row(summary),
         "interrupted": summary["run"]["interrupted"],
         "wall_s": summary["run"]["wall_s"],
         "energy": summary.get("energy"),
@@ -124,6 +127,9 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
             for name, a in arms.items()
         },
     }
+    load = load_block(summary["arms"], order, manifest.get("slo"))
+    if load is not None:
+        summary["load"] = load
     boots = manifest.get("boots")
     if isinstance(boots, list):
         declared_order = [n for n in declared if isinstance(n, str)]
