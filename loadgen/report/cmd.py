@@ -20,6 +20,7 @@ from loadgen.analysis.sweep import analyze_sweep
 from loadgen.messages import one_line
 from loadgen.redact import redact, redact_text
 from loadgen.report.html import render_html, render_sweep_html, run_body
+from loadgen.report.load_plot import load_figures
 from loadgen.report.plots import sessions_png
 from loadgen.report.soak_report import analyze_soak_dir, is_soak, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
@@ -70,7 +71,8 @@ def _run_rich(s: dict[str, Any]) -> str:
 
 def write_report(run_dir: Path) -> str:
     """(Re)writes summary.json, report.txt, report.html and hist/ of a run directory (for a
-    sweep directory: of every arm, plus the parent's summary.json, report.txt, report.html) and
+    sweep directory: of every arm, plus the parent's summary.json, report.txt, report.html and
+    figures: sweep.png, and a load sweep's load.png and pareto.png) and
     returns the report as the terminal shows it. Raises NotARunDirectory for anything else."""
     if is_soak(read_manifest(run_dir)):
         return write_soak_report(run_dir)
@@ -85,11 +87,13 @@ def write_report(run_dir: Path) -> str:
     summaries = {n: a.summary for n, a in arms.items()}
     plain = render_sweep_plain(sweep, summaries)
     (run_dir / "report.txt").write_text(plain, encoding="utf-8")
-    figure = sweep_figure(sweep)
+    figure, load = sweep_figure(sweep), load_figures(sweep)
     if figure is not None:
         (run_dir / SWEEP_PNG).write_bytes(figure)
+    for name, png in load.items():
+        (run_dir / name).write_bytes(png)
     (run_dir / "report.html").write_text(
-        render_sweep_html(sweep, bodies, figure, summaries), encoding="utf-8"
+        render_sweep_html(sweep, bodies, figure, summaries, load), encoding="utf-8"
     )
     return _sweep_rich(sweep, arms)
 

@@ -130,13 +130,18 @@ def render_sweep_html(
     bodies: dict[str, str],
     figure: bytes | None = None,
     arms: dict[str, dict[str, Any]] | None = None,
+    load_figures: dict[str, bytes] | None = None,
 ) -> str:
-    """report.html of a sweep parent: the across-arm tables and figure (sweep_plot's, drawn
-    against the swept flag), then each arm's report body (as rendered for the arm's own
-    report.html: drawing every figure again would double the report's cost)."""
+    """report.html of a sweep parent: the across-arm tables and figures (a load sweep's
+    load.png and pareto.png, by file name; sweep_plot's, drawn against the swept flag), then
+    each arm's report body (as rendered for the arm's own report.html: drawing every figure
+    again would double the report's cost)."""
     head = sweep_header(sweep, arms)
     parts = [_head_lines(_without_title(head))]
     parts += [to_html(t) for t in sweep_tables(sweep)]
+    if load_figures:
+        parts.append("<h2>Load sweep</h2>")
+        parts += [_img(png, name.removesuffix(".png"), "") for name, png in load_figures.items()]
     if figure is not None:
         parts.append("<h2>Across the sweep</h2>" + _img(figure, "sweep figure", ""))
     for name in arm_names(sweep, list(bodies)):

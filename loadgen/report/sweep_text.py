@@ -1,5 +1,6 @@
-"""The tables of a sweep parent: one row per arm (politeness under mixed load; the
-concurrency ladder when each arm is a cohort size), then every arm's own report."""
+"""The tables of a sweep parent: one row per arm (the load sweep's latency and throughput per
+load value; politeness under mixed load; the concurrency ladder when each arm is a cohort size),
+then every arm's own report."""
 
 from __future__ import annotations
 
@@ -8,8 +9,26 @@ from urllib.parse import urlsplit
 
 from loadgen.analysis.sweep import arm_sort_key
 from loadgen.report.boot_tables import arms_over_boots_table, boots_table
-from loadgen.report.tables import DASH, Table, num, secs, span, to_plain
+from loadgen.report.sections import slo_text
+from loadgen.report.tables import DASH, Table, msecs, num, rate, secs, span, to_plain
 from loadgen.report.text import header, ladder_table, multi_token, render_plain
+from loadgen.scenario.load_axis import format_load
+
+# What one load value of each axis is, for the load table's first footnote.
+LOAD_AXIS_NOTES = {
+    "concurrency": "concurrency: seats of a closed loop, each refilled as its stream ends "
+    "(vllm bench serve --max-concurrency)",
+    "rate": "rate: Poisson arrivals in requests/s; inf sends every request at once",
+}
+# The definitions the load table's columns and loadgen export's arms.csv share.
+PER_USER_NOTE = (
+    "tok/s per user: median over ok streams of each stream's decode-only rate, decode tokens / "
+    "(last - first content chunk) = 1/TPOT: what one user reads once its first token came"
+)
+PARETO_NOTE = (
+    "Pareto *: no other arm has at least as much tok/s per user and output tok/s, and more of "
+    "one (both higher-is-better)"
+)
 
 
 def arm_label(arm: dict[str, Any]) -> str:
@@ -174,6 +193,69 @@ def energy_table(sweep: dict[str, Any]) -> Table | None:
     )  # fmt: skip
 
 
+def load_label(value: Any) -> str:
+    """A load value of a sweep's `load` block as the flag took it: 4, 2.5, inf."""
+    return format_load(float(value))
+
+
+def pair(a: float | None, b: float | None) -> str:
+    """Two latencies in ms as `p50/p90`."""
+    return f"{msecs(a)}/{msecs(b)}"
+
+
+def load_table(sweep: dict[str, Any]) -> Table | None:
+    """A load sweep's arms, one row per load value: requests, throughput, TTFT and TPOT p50/p90,
+    goodput where an SLO was given, tokens/s per user and the Pareto mark (None for any other
+    sweep)."""
+    load = sweep.get("load")
+    if not load:
+        return None
+    slo, front = load.get("slo"), set(load["pareto"])
+    rows = []
+    for name, value in zip(load["arms"], load["values"], strict=True):
+        r = sweep["arms"][name]["load_row"]
+        good = () if not slo else (
+            num(r["goodput_req_s"], 2),
+            DASH if r["attainment"] is None else f"{100 * r['attainment']:.1f}",
+        )  # fmt: skip
+        rows.append((
+            load_label(value), f"{r['requests_ok']}/{r['requests_failed']}",
+            num(r["request_per_s"], 2), rate(r["output_tok_s"]),
+            pair(r["ttft_median_ms"], r["ttft_p90_ms"]),
+            pair(r["tpot_median_ms"], r["tpot_p90_ms"]), *good,
+            rate(r["tok_s_per_user"]), "*" if name in front else "",
+        ))  # fmt: skip
+    good_cols = ("goodput req/s", "SLO met %") if slo else ()
+    return Table(
+        f"Load sweep over {load['axis']} (measure phase, all groups)",
+        (load["axis"], "ok/failed", "req/s", "output tok/s", "TTFT p50/p90 ms",
+         "TPOT p50/p90 ms", *good_cols, "tok/s per user", "Pareto"),
+        tuple(rows),
+        _load_notes(sweep, load),
+        left=frozenset(),
+    )  # fmt: skip
+
+
+def _load_notes(sweep: dict[str, Any], load: dict[str, Any]) -> tuple[str, ...]:
+    rows = [sweep["arms"][n]["load_row"] for n in load["arms"]]
+    sources = sorted({r["output_token_source"] for r in rows if r["output_token_source"]})
+    slo = load.get("slo")
+    return (
+        LOAD_AXIS_NOTES[load["axis"]],
+        "req/s, output tok/s: ok requests and their output tokens over the arm's span (first "
+        "intended send -> last end); latencies over ok streams, TTFT from the actual send",
+        f"output tokens from {', '.join(sources) or DASH}",
+        PER_USER_NOTE,
+        PARETO_NOTE,
+        *(
+            (f"goodput: requests meeting every SLO ({slo_text(slo)}) per second of the arm's "
+             "span; SLO met % = good / all requests, failed ones included",)
+            if slo else ()
+        ),
+        *_speed_note(sweep),
+    )  # fmt: skip
+
+
 def _arms(sweep: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(name, arm entry) in the sweep's declared order."""
     return [(n, sweep["arms"][n]) for n in arm_names(sweep)]
@@ -181,6 +263,7 @@ def _arms(sweep: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
     tables = (
+        load_table(sweep),
         arms_over_boots_table(sweep),
         boots_table(sweep),
         politeness_table(sweep),
