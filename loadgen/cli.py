@@ -16,6 +16,7 @@ COMMANDS = {
     "run": ("loadgen.engine.cmd", "run_cmd"),
     "report": ("loadgen.report.cmd", "report_cmd"),
     "compare": ("loadgen.report.cmd", "compare_cmd"),
+    "export": ("loadgen.report.export_cmd", "export_cmd"),
     "sim": ("loadgen.sim.cli", "sim"),
     "probe-cache": ("loadgen.engine.probe_cache_cmd", "probe_cache_cmd"),
     "soak": ("loadgen.engine.soak_cmd", "soak_cmd"),

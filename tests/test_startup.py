@@ -32,6 +32,8 @@ def imported(*args: str) -> set[str]:
         (["--version"], ()),
         (["validate", "scenarios/whale_c4.yaml"], ("numpy",)),
         (["request", "--help"], ("aiohttp", "numpy", "rich")),
+        # CSV from the analysis alone: no figure, no table renderer.
+        (["export", "--help"], ("numpy",)),
     ],
 )
 def test_a_command_imports_only_what_it_uses(args: list[str], allowed: tuple[str, ...]) -> None:

@@ -3,8 +3,6 @@ end of a run (write_report): everything is recomputed from the run directory's f
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -13,15 +11,15 @@ import click
 
 from loadgen.analysis.compare import compare_summaries
 from loadgen.analysis.hist import write_hlogs
-from loadgen.analysis.inputs import NotARunDirectory, is_sweep_dir, read_manifest
+from loadgen.analysis.inputs import is_sweep_dir, read_manifest
 from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
-from loadgen.messages import one_line
 from loadgen.redact import redact, redact_text
 from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.load_plot import load_figures
 from loadgen.report.plots import sessions_png
+from loadgen.report.readable import readable
 from loadgen.report.soak_report import analyze_soak_dir, is_soak, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
 from loadgen.report.sweep_text import (
@@ -116,23 +114,6 @@ def render_report(run_dir: Path) -> str:
     if is_sweep_dir(run_dir):
         return _sweep_rich(*analyze_sweep(run_dir))
     return _run_rich(analyze_run(run_dir).summary)
-
-
-@contextmanager
-def readable(*run_dirs: Path) -> Iterator[None]:
-    """One line, never a traceback, for a run directory analysis cannot read. Records and
-    run.json's top-level fields are checked where they are read (records.py, inputs.py); a
-    value nested deeper that is of the wrong shape (run.json's `cache_checks: [5]`) ends here."""
-    try:
-        yield
-    except NotARunDirectory as e:
-        raise click.ClickException(str(e)) from None
-    except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
-        where = " / ".join(map(str, run_dirs))
-        raise click.ClickException(
-            f"{where}: a field of run.json has an unexpected shape ({type(e).__name__}: "
-            f"{one_line(e, 120)}); restore run.json from a copy or delete the field"
-        ) from None
 
 
 @click.command("report")

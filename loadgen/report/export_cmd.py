@@ -1,0 +1,129 @@
+"""`loadgen export RUN_DIR [--out DIR]`: a run's measured streams and a sweep's arms as CSV, for a
+spreadsheet or a dataframe.
+
+streams.csv holds one row per measured stream of every arm, its columns named after the fields
+of summary.json's `streams`; a sweep adds arms.csv, one row per arm: its swept settings and
+flags, its load row (analysis/load_sweep.py) and, in a load sweep, whether it is on the Pareto
+frontier. Both are recomputed from the records, as every report is (summary.json on disk may be
+older, or redacted); nothing draws, so matplotlib and rich stay unimported.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from loadgen.analysis.inputs import is_run_dir, is_sweep_dir
+from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
+from loadgen.analysis.summary import MEASURE, analyze_run
+from loadgen.analysis.sweep import analyze_sweep
+from loadgen.report.readable import readable
+
+STREAMS_CSV = "streams.csv"
+ARMS_CSV = "arms.csv"
+# The scalar fields of a summary stream row that streams.csv keeps, in this order.
+STREAM_COLUMNS = (
+    "arm",
+    "id",
+    "group",
+    "rep",
+    "status",
+    "verdict",
+    "prompt_tokens",
+    "completion_tokens",
+    "token_source",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "decode_tok_s",
+    "t_intended_s",
+    "t_sent_s",
+)
+PARETO = "pareto"
+
+
+def stream_rows(summaries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The measured streams of each summary, in its order, as STREAM_COLUMNS."""
+    return [
+        {c: s[c] for c in STREAM_COLUMNS}
+        for summary in summaries
+        for s in summary["streams"]
+        if s["phase"] == MEASURE
+    ]
+
+
+def _swept(arm: dict[str, Any]) -> dict[str, Any]:
+    return {**(arm.get("settings") or {}), **(arm.get("flags") or {})}
+
+
+def arm_columns(sweep: dict[str, Any]) -> list[str]:
+    """arm, every setting or flag any arm sets (sorted), the load row's fields, pareto."""
+    keys = sorted({k for arm in sweep["arms"].values() for k in _swept(arm)})
+    return ["arm", *keys, *LOAD_ROW_FIELDS, PARETO]
+
+
+def arm_rows(sweep: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per arm in the sweep's order; `pareto` is empty unless it is a load sweep."""
+    load = sweep.get("load")
+    front = set(load["pareto"]) if load else None
+    return [
+        {"arm": name, **_swept(arm), **arm["load_row"],
+         PARETO: None if front is None else name in front}
+        for name, arm in sweep["arms"].items()
+    ]  # fmt: skip
+
+
+def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> None:
+    """A header of `columns`, then one line per row (None as an empty cell)."""
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns), restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def export(run_dir: Path, out: Path) -> list[Path]:
+    """Writes streams.csv (and, for a sweep, arms.csv) of `run_dir` into `out`; their paths."""
+    tables: list[tuple[str, Sequence[str], list[dict[str, Any]]]]
+    if is_sweep_dir(run_dir):
+        sweep, arms = analyze_sweep(run_dir)
+        streams = stream_rows(a.summary for a in arms.values())
+        tables = [(STREAMS_CSV, STREAM_COLUMNS, streams),
+                  (ARMS_CSV, arm_columns(sweep), arm_rows(sweep))]  # fmt: skip
+    else:
+        tables = [(STREAMS_CSV, STREAM_COLUMNS, stream_rows([analyze_run(run_dir).summary]))]
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, columns, rows in tables:
+        write_csv(out / name, columns, rows)
+        written.append(out / name)
+    return written
+
+
+@click.command("export")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="Folder for the CSV files (default: RUN_DIR itself).")  # fmt: skip
+def export_cmd(run_dir: Path, out: Path | None) -> None:
+    """Write RUN_DIR's measured streams as streams.csv (one row per stream of every arm) and, for
+    a sweep, its arms as arms.csv (swept values, throughput, latency p50/p90, goodput, tokens/s
+    per user, Pareto mark); prints the paths written."""
+    if not (is_run_dir(run_dir) or is_sweep_dir(run_dir)):
+        raise click.ClickException(
+            f"{run_dir}: not a run directory (no streams.jsonl, no arms/); pass a directory "
+            "`loadgen run` wrote, such as runs/<timestamp>-<scenario>"
+        )
+    target = run_dir if out is None else out
+    with readable(run_dir):
+        try:
+            written = export(run_dir, target)
+        except OSError as e:
+            raise click.ClickException(
+                f"{target}: cannot write the CSV files ({e.strerror or e}); pass --out a "
+                "writable folder"
+            ) from None
+    for path in written:
+        click.echo(str(path))
