@@ -77,8 +77,10 @@ def _panel(ax: Axes, ylabel: str, title: str) -> None:
     ax.set_xlabel("output tok/s (all ok streams)")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    # From 0, with room above the top point for its label.
+    # y from 0; room above and right of the last points for their labels ("inf" was cut off).
     ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
+    lo, hi = ax.get_xlim()
+    ax.set_xlim(lo, hi + 0.06 * (hi - lo))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
 

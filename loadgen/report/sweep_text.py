@@ -20,7 +20,7 @@ LOAD_AXIS_NOTES = {
     "(vllm bench serve --max-concurrency)",
     "rate": "rate: Poisson arrivals in requests/s; inf sends every request at once",
 }
-# The definitions the load table's columns and loadgen export's arms.csv share.
+# The definitions behind the load table's tok/s per user and Pareto columns, stated under it.
 PER_USER_NOTE = (
     "tok/s per user: median over ok streams of each stream's decode-only rate, decode tokens / "
     "(last - first content chunk) = 1/TPOT: what one user reads once its first token came"
