@@ -17,6 +17,10 @@ REDACTED = "***"
 SECRET_PARTS = frozenset(
     {"token", "key", "secret", "password", "passwd", "auth", "credential", "credentials"}
 )
+# A last part that says a name describes where a count came from (`token_source`,
+# `output_token_source`, `token_counter` in summary.json), never a credential: masked, the
+# report's "tokens from usage" read "tokens from ***".
+PROVENANCE_PARTS = frozenset({"source", "counter"})
 # Query parameters that carry a credential (AWS/Azure signed URLs use sig, key, token).
 SECRET_PARAMS = frozenset({"key", "token", "secret", "password", "auth", "sig", "api_key"})
 
@@ -25,7 +29,9 @@ _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable or flag name looks like it holds a secret."""
-    parts = (p for p in re.split(r"[_\-.]+", name.lower().lstrip("-")) if p)
+    parts = [p for p in re.split(r"[_\-.]+", name.lower().lstrip("-")) if p]
+    if parts and parts[-1] in PROVENANCE_PARTS:
+        return False
     return any(p in SECRET_PARTS for p in parts)
 
 

@@ -24,10 +24,16 @@ def test_a_secret_looking_name_is_a_secret(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     ["max_num_batched_tokens", "--max-num-batched-tokens", "KEYBOARD", "XDG_SESSION_TYPE",
-     "VLLM_ATTENTION_BACKEND", "AUTHOR", "TOKENIZERS_PARALLELISM", "--max-tokens", "MONKEY"],
+     "VLLM_ATTENTION_BACKEND", "AUTHOR", "TOKENIZERS_PARALLELISM", "--max-tokens", "MONKEY",
+     "token_source", "output_token_source", "prompt_token_source", "token_counter"],
 )  # fmt: skip
 def test_a_name_that_only_contains_a_secret_word_is_not(name: str) -> None:
     assert not is_secret_name(name)
+
+
+def test_a_summarys_token_sources_survive_redaction() -> None:
+    summary = {"groups": {"a": {"token_source": "usage", "HF_TOKEN": "hf_x"}}}
+    assert redact(summary) == {"groups": {"a": {"token_source": "usage", "HF_TOKEN": REDACTED}}}
 
 
 def test_a_urls_password_and_credential_params_are_masked() -> None:
