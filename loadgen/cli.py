@@ -12,6 +12,7 @@ from loadgen import __version__
 # Command name -> (module, attribute).
 COMMANDS = {
     "request": ("loadgen.engine.request_cmd", "request_cmd"),
+    "capacity": ("loadgen.engine.capacity_cmd", "capacity_cmd"),
     "validate": ("loadgen.scenario.validate_cmd", "validate_cmd"),
     "run": ("loadgen.engine.cmd", "run_cmd"),
     "report": ("loadgen.report.cmd", "report_cmd"),

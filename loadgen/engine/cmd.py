@@ -8,6 +8,7 @@ import errno
 import signal
 import sys
 from collections.abc import Callable, Coroutine
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -362,16 +363,26 @@ class Stopped(KeyboardInterrupt):
 
 
 def execute(the_plan: Plan, opts: RunOptions, interrupted: str = "") -> Path:
-    """Runs the plan and returns its run directory; a run that cannot start is a one-line
-    error. Ctrl-C or SIGTERM, on either clock, keeps every record written, prints the report
-    of what was recorded and exits 130 / 143 (`interrupted` adds a hint)."""
+    """Runs the plan and returns its run directory (execute_work says how it ends)."""
+    return execute_work(partial(run_plan, the_plan, opts), interrupted)
+
+
+# Work that writes one run directory: called with the warning sink and a callback that hears
+# the directory's path before anything is sent.
+Work = Callable[..., Coroutine[Any, Any, Path]]
+
+
+def execute_work(work: Work, interrupted: str = "") -> Path:
+    """Runs `work(warn, on_root=...)` and returns its directory; work that cannot start is a
+    one-line error. Ctrl-C or SIGTERM, on either clock, keeps every record written, prints the
+    report of what was recorded and exits 130 / 143 (`interrupted` adds a hint)."""
 
     def warn(msg: str) -> None:
         click.echo(f"warning: {msg}", err=True)
 
     roots: list[Path] = []
     try:
-        return uvloop.run(until_stopped(run_plan(the_plan, opts, warn, on_root=roots.append)))
+        return uvloop.run(until_stopped(work(warn, on_root=roots.append)))
     except ServerBootError as exc:
         # The first line says what failed; the server log's last lines below it say why.
         raise click.ClickException(str(exc).rstrip()) from None

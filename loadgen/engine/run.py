@@ -91,7 +91,7 @@ async def run_plan(
         await run_arm(plan, plan.arms[0], root, opts, warn)
         return root
     root.mkdir(parents=True, exist_ok=False)
-    parent = _base_manifest(plan, opts, started) | {
+    parent = base_manifest(plan, opts, started) | {
         "arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]
     }
     # The parent of a sweep holds only the manifest: its records live in arms/<arm>/.
@@ -138,7 +138,7 @@ def _launched_boots(kind: str, deterministic: bool, per_arm: int) -> dict[str, A
     return {"boots_per_arm": per_arm, "boots_note": note, "server_kind": kind}
 
 
-def _base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[str, Any]:
+def base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[str, Any]:
     return {
         "tool_version": __version__,
         "scenario": scenario_to_json(plan.scenario),
@@ -164,7 +164,7 @@ async def run_arm(
     """Runs one arm into `path`, on `target` when given (a sweep's boot), else on its own."""
     started = dt.datetime.now(dt.UTC)
     rundir = RunDirectory(path)
-    manifest = _base_manifest(plan, opts, started) | {
+    manifest = base_manifest(plan, opts, started) | {
         # What this arm ran: a client-side sweep arm's own settings applied (a load sweep's
         # arrival), not the sweep's base scenario.
         "scenario": scenario_to_json(arm.scenario),

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from loadgen.analysis.capacity import analyze_capacity, is_capacity
 from loadgen.analysis.compare import compare_summaries
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import is_sweep_dir, read_manifest
@@ -16,6 +17,7 @@ from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.redact import redact, redact_text
+from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
 from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.load_plot import load_figures
 from loadgen.report.plots import sessions_png
@@ -72,8 +74,11 @@ def write_report(run_dir: Path) -> str:
     sweep directory: of every arm, plus the parent's summary.json, report.txt, report.html and
     figures: sweep.png, and a load sweep's load.png and pareto.png) and
     returns the report as the terminal shows it. Raises NotARunDirectory for anything else."""
-    if is_soak(read_manifest(run_dir)):
+    manifest = read_manifest(run_dir)
+    if is_soak(manifest):
         return write_soak_report(run_dir)
+    if is_capacity(manifest):
+        return write_capacity_report(run_dir)
     if not is_sweep_dir(run_dir):
         analysis = analyze_run(run_dir)
         shown = _run_rich(analysis.summary)
@@ -94,6 +99,21 @@ def write_report(run_dir: Path) -> str:
         render_sweep_html(sweep, bodies, figure, summaries, load), encoding="utf-8"
     )
     return _sweep_rich(sweep, arms)
+
+
+def write_capacity_report(root: Path) -> str:
+    """A capacity directory's summary.json, report.txt and capacity.png (every probe's own
+    report too), recomputed from the probes' records; returns the report text."""
+    summary, probes = analyze_capacity(root)
+    for name, analysis in probes.items():
+        _write_run(root / "probes" / name, analysis)
+    (root / "summary.json").write_bytes(dumps_canonical(redact(summary)))
+    plain = capacity_plain(summary)
+    (root / "report.txt").write_text(redact_text(plain), encoding="utf-8")
+    figure = capacity_figure(summary)
+    if figure is not None:
+        (root / CAPACITY_PNG).write_bytes(figure)
+    return plain
 
 
 def _sweep_rich(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:

@@ -1,0 +1,425 @@
+"""Capacity: the largest load whose SLO attainment meets its target, and what binds beyond it.
+
+SLO items are `metric_pNN=limit` (TTFT and E2E in s, TPOT in ms): at least NN% of the judged
+streams must have the metric within the limit; a bare `metric=limit` takes `--attain` as its
+share. A failed stream, or one without the metric (TPOT of a one-token answer), misses every
+item. With nearest-rank percentiles, "attainment >= NN%" is exactly "pNN <= limit".
+
+The search (next_probe, pure, from the history of probes) brackets upwards from `lo` by
+doubling, bisects between the largest passing and the smallest failing load to the axis'
+resolution (1 for concurrency, `rel_tol` of the value for a rate), then repeats the two
+boundary loads until each has `repeats` runs. A load passes when its runs pooled meet every
+item, so a repeat that fails moves the boundary down and bisection resumes. The answer is the
+largest passing load below the smallest failing one, and the interval [answer, first fail).
+
+The cause at the boundary: among the streams that missed an item at the first failing load,
+the verdict most of them carry names what binds (DESIGN.md's vocabulary), with the evidence
+that decided it (the cap and its source, the prefilling prompts, kv% and preemptions, the
+client's own error); streams admitted promptly that still miss a TPOT or E2E item are
+`decode_batch`: the batch's own step time, which no verdict blames on a wait.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen.analysis.inputs import read_manifest
+from loadgen.analysis.stats import canonical
+from loadgen.analysis.summary import MEASURE, SCHEMA, Analysis, analyze_run
+from loadgen.scenario.limits import MAX_SECONDS
+from loadgen.scenario.load_axis import format_load
+
+# Item metric -> (summary stream field, factor from the item's unit to the field's, unit).
+METRICS = {"ttft": ("ttft_s", 1.0, "s"), "tpot": ("tpot_s", 1e-3, "ms"), "e2e": ("e2e_s", 1.0, "s")}
+DEFAULT_ATTAIN = 0.9
+DEFAULT_REPEATS = 2
+DEFAULT_REL_TOL = 0.1
+DEFAULT_MAX_PROBES = 24
+# Verdicts that name a cause, in the order a tie is broken (a wait before a crawl).
+CAUSES = ("admission_cap", "prefill_hol", "pool_pressure", "rationed_decode", "client_limited")
+
+
+@dataclass(frozen=True, slots=True)
+class SloItem:
+    metric: str  # ttft | tpot | e2e
+    limit: float  # in the metric's unit (s, ms, s)
+    share: float  # the share of streams that must be within it
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}_p{_pct(self.share)}"
+
+    def to_json(self) -> dict[str, Any]:
+        unit = METRICS[self.metric][2]
+        return {"name": self.name, "metric": self.metric, "limit": self.limit, "unit": unit,
+                "share": self.share}  # fmt: skip
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:g}"
+
+
+def parse_capacity_slo(text: str, attain: float = DEFAULT_ATTAIN) -> tuple[SloItem, ...]:
+    """`ttft_p90=2,tpot_p90=50,e2e_p99=20` (or `ttft=2`, share `attain`) as items; ValueError
+    with a one-line message naming the flag otherwise."""
+    items: list[SloItem] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        metric, _, pct = key.strip().partition("_p")
+        if not sep or metric not in METRICS:
+            raise ValueError(
+                f"--slo {text!r}: bad item {part!r} (expected ttft_pNN=S, tpot_pNN=MS or "
+                "e2e_pNN=S, comma-separated)"
+            )
+        share = attain
+        if pct:
+            try:
+                share = float(pct) / 100
+            except ValueError:
+                raise ValueError(f"--slo {text!r}: {key!r}: pNN must be a number") from None
+            if not 0 < share <= 1:
+                raise ValueError(f"--slo {text!r}: {key!r}: pNN must be in (0, 100]")
+        try:
+            limit = float(value)
+        except ValueError:
+            raise ValueError(f"--slo {text!r}: {value!r} is not a number") from None
+        if not 0 < limit <= MAX_SECONDS * 1e3:
+            raise ValueError(f"--slo {text!r}: {key} must be a finite limit > 0")
+        if any(i.metric == metric for i in items):
+            raise ValueError(f"--slo {text!r}: {metric} given twice (expected each once)")
+        items.append(SloItem(metric, limit, share))
+    if not items:
+        raise ValueError(f"--slo {text!r}: no SLO given (expected e.g. ttft_p90=2,tpot_p90=50)")
+    return tuple(items)
+
+
+def judged_rows(summary: dict[str, Any], group: str | None) -> list[dict[str, Any]]:
+    """The measured stream rows a probe is judged on: `group`'s, or every group's."""
+    return [
+        s for s in summary["streams"]
+        if s["phase"] == MEASURE and (group is None or s["group"] == group)
+    ]  # fmt: skip
+
+
+def within(row: dict[str, Any], item: SloItem) -> bool:
+    field, factor, _ = METRICS[item.metric]
+    value = row.get(field)
+    return row["status"] == "ok" and value is not None and value <= item.limit * factor
+
+
+def judge(rows: Sequence[dict[str, Any]], slo: Sequence[SloItem]) -> dict[str, Any]:
+    """Per item: attainment and the measured percentile at the item's share; `passes` when every
+    item's attainment reaches its share; `good` counts streams within every item."""
+    items = {}
+    for item in slo:
+        n_within = sum(within(r, item) for r in rows)
+        attainment = n_within / len(rows) if rows else 0.0
+        items[item.name] = {
+            "attainment": attainment,
+            "value": _finite(nearest_rank([_value(r, item) for r in rows], item.share)),
+            "passes": bool(rows) and attainment >= item.share,
+        }
+    good = sum(all(within(r, i) for i in slo) for r in rows)
+    return {
+        "n": len(rows),
+        "good": good,
+        "items": items,
+        "passes": all(v["passes"] for v in items.values()),
+    }
+
+
+def _value(row: dict[str, Any], item: SloItem) -> float:
+    """The row's metric in the item's unit; a failed or missing one is +inf (never within)."""
+    field, factor, _ = METRICS[item.metric]
+    value = row.get(field)
+    return math.inf if row["status"] != "ok" or value is None else value / factor
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no infinity: a percentile that falls on a missed stream is None."""
+    return None if value is None or math.isinf(value) else value
+
+
+def nearest_rank(values: list[float], share: float) -> float | None:
+    """The nearest-rank percentile: the smallest value at least `share` of them are within."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    over: str  # concurrency | rate
+    lo: float
+    hi: float
+    repeats: int = DEFAULT_REPEATS
+    rel_tol: float = DEFAULT_REL_TOL
+    max_probes: int = DEFAULT_MAX_PROBES
+
+    def to_json(self) -> dict[str, Any]:
+        return {"over": self.over, "min": self.lo, "max": self.hi, "repeats": self.repeats,
+                "rel_tol": self.rel_tol, "max_probes": self.max_probes}  # fmt: skip
+
+
+def pooled(probes: Sequence[dict[str, Any]], value: float) -> list[dict[str, Any]]:
+    return [p for p in probes if p["value"] == value]
+
+
+def load_passes(probes: Sequence[dict[str, Any]], value: float, slo: Sequence[SloItem]) -> bool:
+    """Whether the runs at `value`, their streams pooled, meet every item."""
+    runs = pooled(probes, value)
+    n = sum(p["n"] for p in runs)
+    for item in slo:
+        within_n = sum(p["items"][item.name]["attainment"] * p["n"] for p in runs)
+        if n == 0 or within_n / n < item.share - 1e-12:
+            return False
+    return True
+
+
+def boundary(
+    probes: Sequence[dict[str, Any]], slo: Sequence[SloItem]
+) -> tuple[float | None, float | None]:
+    """(largest passing load below the smallest failing one, that smallest failing load)."""
+    values = sorted({p["value"] for p in probes})
+    fails = [v for v in values if not load_passes(probes, v, slo)]
+    first_fail = fails[0] if fails else None
+    passing = [
+        v for v in values
+        if load_passes(probes, v, slo) and (first_fail is None or v < first_fail)
+    ]  # fmt: skip
+    return (passing[-1] if passing else None), first_fail
+
+
+def next_probe(
+    probes: Sequence[dict[str, Any]], search: Search, slo: Sequence[SloItem]
+) -> float | None:
+    """The next load to run, or None when the search is done (module docstring)."""
+    if len(probes) >= search.max_probes:
+        return None
+    if not probes:
+        return search.lo
+    lo, hi = boundary(probes, slo)
+    if hi is None:  # everything so far passes: go up
+        assert lo is not None
+        return None if lo >= search.hi else min(search.hi, _up(lo, search))
+    if lo is None:  # the smallest load, search.lo, fails: confirm it, then stop
+        return _repeat(probes, (hi,), search)
+    if _gap_open(lo, hi, search):
+        return _mid(lo, hi, search)
+    return _repeat(probes, (lo, hi), search)
+
+
+def _up(value: float, search: Search) -> float:
+    return value * 2 if search.over == "rate" else float(int(value) * 2)
+
+
+def _gap_open(lo: float, hi: float, search: Search) -> bool:
+    if search.over == "concurrency":
+        return hi - lo > 1
+    return (hi - lo) > search.rel_tol * lo
+
+
+def _mid(lo: float, hi: float, search: Search) -> float:
+    if search.over == "concurrency":
+        return float((int(lo) + int(hi)) // 2)
+    return float(f"{(lo + hi) / 2:.4g}")
+
+
+def _repeat(
+    probes: Sequence[dict[str, Any]], values: Sequence[float], search: Search
+) -> float | None:
+    for v in values:
+        if len(pooled(probes, v)) < search.repeats:
+            return v
+    return None
+
+
+def answer(
+    probes: Sequence[dict[str, Any]], search: Search, slo: Sequence[SloItem]
+) -> dict[str, Any]:
+    """The capacity, its interval and how the search ended."""
+    lo, hi = boundary(probes, slo)
+    if hi is None:
+        ended = "holds at --max: the SLO is met at every load tried"
+    elif lo is None:
+        ended = "fails at --min: no load tried meets the SLO"
+    elif _gap_open(lo, hi, search) or _repeat(probes, (lo, hi), search) is not None:
+        ended = f"stopped by --max-probes {search.max_probes} before the boundary was resolved"
+    else:
+        ended = "resolved"
+    return {
+        "capacity": lo,
+        "interval": [lo, hi],
+        "first_fail": hi,
+        "ended": ended,
+        "runs_at": {format_load(v): len(pooled(probes, v)) for v in (lo, hi) if v is not None},
+    }
+
+
+def missed_rows(rows: Sequence[dict[str, Any]], slo: Sequence[SloItem]) -> list[dict[str, Any]]:
+    return [r for r in rows if not all(within(r, i) for i in slo)]
+
+
+def binding_cause(
+    missed: Sequence[dict[str, Any]], summary: dict[str, Any], load: str
+) -> dict[str, Any]:
+    """What binds at the first failing load (`load`, its label): the verdict most of the
+    streams that missed carry, its evidence, and what would move the boundary."""
+    counts = Counter(r["verdict"] for r in missed)
+    ranked = sorted(
+        (v for v in counts if v in CAUSES or v in ("admitted", "unexplained", "error")),
+        key=lambda v: (-counts[v], CAUSES.index(v) if v in CAUSES else len(CAUSES)),
+    )
+    verdict = ranked[0] if ranked else None
+    cause = "decode_batch" if verdict in ("admitted", "unexplained") else verdict
+    run = summary["run"]
+    server = run.get("server") or {}
+    evidence: dict[str, Any] = {"verdicts": dict(sorted(counts.items())), "missed": len(missed)}
+    facts = run.get("server_facts") or {}
+    if cause == "admission_cap":
+        cap = run.get("cap") or {}
+        evidence |= {"cap": cap.get("value"), "cap_source": cap.get("source")}
+        move = (
+            f"seats: max_num_seqs {cap.get('value')} ({cap.get('source')}) is full at {load}; "
+            "more seats (or a smaller load) move the boundary"
+        )
+    elif cause == "prefill_hol":
+        ahead = Counter(p for r in missed for p in (r.get("evidence") or {}).get("prefilling", []))
+        prompts = _prefilling_prompts(summary, list(ahead))
+        evidence |= {"prefilling": prompts}
+        budget = facts.get("max_num_batched_tokens")
+        move = (
+            "prefill head-of-line: the missed streams waited behind the prefill of "
+            f"{_describe_prompts(prompts)}; a smaller prefill budget "
+            f"(max_num_batched_tokens {budget}) shares it, or those prompts go to another server"
+        )
+    elif cause == "pool_pressure":
+        evidence |= {"kv_peak_perc": server.get("kv_peak_perc"),
+                     "preemptions": server.get("preemptions"),
+                     "num_gpu_blocks": facts.get("num_gpu_blocks")}  # fmt: skip
+        move = (
+            f"KV pool pressure: kv% peaked at {_fmt(server.get('kv_peak_perc'))} with "
+            f"{_fmt(server.get('preemptions'))} preemptions at {load}; a larger pool "
+            "(num_gpu_blocks / gpu_memory_utilization) or shorter contexts move the boundary"
+        )
+    elif cause == "rationed_decode":
+        budget = facts.get("max_num_batched_tokens")
+        move = (
+            "rationed decode: decode crawled while other prompts prefilled; a smaller "
+            f"prefill budget (max_num_batched_tokens {budget}) rations it less"
+        )
+    elif cause == "client_limited":
+        move = "the client itself: loadgen's own timing error exceeded its tolerance; add --workers"
+    elif cause == "error":
+        move = "requests failed at this load: see the probe's report for the errors"
+    elif cause == "decode_batch":
+        evidence |= {"tpot_p50_ms": _median_ms([r.get("tpot_s") for r in missed])}
+        move = (
+            "every missed stream was admitted without a wait the verdicts can blame: the "
+            "batch's own step time (TPOT grows with the batch); a faster server or a looser "
+            "SLO moves the boundary"
+        )
+    else:
+        move = "no stream missed the SLO"
+    return {"cause": cause, "verdict": verdict, "evidence": evidence, "move": move}
+
+
+def _prefilling_prompts(summary: dict[str, Any], ids: list[str]) -> list[dict[str, Any]]:
+    by_id = {s["id"]: s for s in summary["streams"]}
+    groups = Counter(by_id[i]["group"] for i in ids if i in by_id)
+    tokens = {by_id[i]["group"]: by_id[i]["prompt_tokens"] for i in ids if i in by_id}
+    # The largest prompt first: it is the one whose prefill the others queue behind.
+    order = sorted(groups, key=lambda g: (-tokens[g], g))
+    return [{"group": g, "streams": groups[g], "prompt_tokens": tokens[g]} for g in order]
+
+
+def _describe_prompts(prompts: list[dict[str, Any]]) -> str:
+    if not prompts:
+        return "other prompts"
+    return ", ".join(f"{p['group']} ({p['prompt_tokens']} tokens)" for p in prompts)
+
+
+def _median_ms(values: list[float | None]) -> float | None:
+    got = sorted(v for v in values if v is not None)
+    return None if not got else got[len(got) // 2] * 1e3
+
+
+def _fmt(value: Any) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+def _first_target(analyses: dict[str, Analysis]) -> Any:
+    """Where each probe found its own target (the virtual clock, a URL), the first's."""
+    first = next(iter(analyses.values()), None)
+    return None if first is None else first.summary["run"]["target"]
+
+
+def is_capacity(manifest: dict[str, Any]) -> bool:
+    return isinstance(manifest.get("capacity"), dict)
+
+
+def slo_items(config: dict[str, Any]) -> tuple[SloItem, ...]:
+    return tuple(SloItem(i["metric"], i["limit"], i["share"]) for i in config["slo"])
+
+
+def search_of(config: dict[str, Any]) -> Search:
+    s = config["search"]
+    return Search(s["over"], s["min"], s["max"], s["repeats"], s["rel_tol"], s["max_probes"])
+
+
+def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
+    """The summary of a capacity directory, recomputed from every probe's records (so the
+    search history is redrawn offline), and each probe's own analysis by directory name."""
+    manifest = read_manifest(path)
+    config = manifest["capacity"]
+    slo, search = slo_items(config), search_of(config)
+    analyses: dict[str, Analysis] = {}
+    probes = []
+    for i, probe in enumerate(manifest.get("probes") or [], 1):
+        run_dir = path / probe["dir"]
+        if not (run_dir / "streams.jsonl").exists():
+            continue
+        analysis = analyze_run(run_dir)
+        analyses[run_dir.name] = analysis
+        rows = judged_rows(analysis.summary, config.get("group"))
+        counts = Counter(r["verdict"] for r in rows)
+        probes.append({"order": i, "value": probe["value"], "label": probe["label"],
+                       "repeat": probe["repeat"], "dir": probe["dir"],
+                       "verdicts": dict(sorted(counts.items())),
+                       "wall_s": analysis.summary["run"]["wall_s"],
+                       **judge(rows, slo)})  # fmt: skip
+    result = answer(probes, search, slo)
+    cause = None
+    if result["first_fail"] is not None:
+        at = [p for p in probes if p["value"] == result["first_fail"]]
+        missed = [
+            r for p in at
+            for r in missed_rows(judged_rows(analyses[Path(p["dir"]).name].summary,
+                                             config.get("group")), slo)
+        ]  # fmt: skip
+        first = analyses[Path(at[0]["dir"]).name].summary
+        cause = binding_cause(missed, first, at[0]["label"])
+    summary = {
+        "schema": SCHEMA,
+        "capacity": {
+            "scenario": (manifest.get("scenario") or {}).get("name"),
+            "target": manifest.get("target") or _first_target(analyses),
+            "clock": manifest.get("clock"),
+            "over": search.over,
+            "group": config.get("group"),
+            "slo": [i.to_json() for i in slo],
+            "search": search.to_json(),
+            "requests_per_probe": config.get("requests"),
+            "probes": probes,
+            "interrupted": bool(manifest.get("interrupted")),
+            **result,
+            "boundary": cause,
+        },
+    }
+    return canonical(summary), analyses

@@ -1,0 +1,139 @@
+"""The capacity search on a target: one probe (an arm at one load) after another, as
+analysis/capacity.py's next_probe picks them, into RUN/probes/<order>-<load>[.r<k>]/.
+
+One server for the whole search: an external one by URL, the virtual clock's fresh engine per
+probe, or one boot of the launched server (the sim by default) that every probe shares, as a
+load sweep's arms share theirs. Each probe gets its own salts (a run seed derived from the
+search's and the probe's order), so no probe finds an earlier one's prompts in the cache; a
+repeat also draws its own arrival schedule (the scenario seed derived from the repeat).
+run.json lists every probe as it ends, so a stopped search keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from loadgen.analysis.capacity import (
+    Search,
+    SloItem,
+    judge,
+    judged_rows,
+    next_probe,
+    pooled,
+)
+from loadgen.analysis.summary import analyze_run
+from loadgen.engine.options import RunOptions
+from loadgen.engine.preflight import check_out_root
+from loadgen.engine.run import base_manifest, run_arm, run_dir_name
+from loadgen.engine.target import Target, launch_target
+from loadgen.records import write_manifest
+from loadgen.scenario.load_axis import LoadAxis, format_load, with_load
+from loadgen.scenario.model import Scenario
+from loadgen.scenario.plan import derive_seed, plan
+
+
+async def search_capacity(
+    scenario: Scenario,
+    axis: LoadAxis,
+    search: Search,
+    slo: tuple[SloItem, ...],
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    on_root: Callable[[Path], None] | None = None,
+    *,
+    max_time_s: float | None = None,
+    say: Callable[[str], None] = lambda _line: None,
+) -> Path:
+    """Runs the search; returns its directory. `say` hears one line per probe."""
+    check_out_root(opts.out_root)
+    started = dt.datetime.now(dt.UTC)
+    root = opts.out_root / run_dir_name(scenario, started)
+    if on_root is not None:
+        on_root(root)
+    root.mkdir(parents=True, exist_ok=False)
+    seed = scenario.seed if opts.run_seed is None else opts.run_seed
+    manifest = base_manifest(plan(scenario, run_seed=seed), opts, started) | {
+        "clock": opts.clock,
+        "capacity": {
+            "over": axis.over, "group": axis.group, "requests": axis.requests,
+            "slo": [i.to_json() for i in slo], "search": search.to_json(),
+            "max_time_s": max_time_s,
+        },
+        "probes": [], "interrupted": True,
+    }  # fmt: skip
+    write_manifest(root, manifest)
+    probes: list[dict[str, Any]] = []
+    deadline = None if max_time_s is None else time.monotonic() + max_time_s
+    async with _search_target(scenario, opts, root, warn) as target:
+        while (value := next_probe(probes, search, slo)) is not None:
+            if deadline is not None and time.monotonic() > deadline:
+                manifest["stopped_by"] = f"--max-time {max_time_s:g} s"
+                break
+            probe = await _run_probe(scenario, axis, value, probes, seed, root, opts, warn, target)
+            probe |= judge(judged_rows(analyze_run(root / probe["dir"]).summary, axis.group), slo)
+            probes.append(probe)
+            manifest["probes"].append({k: probe[k] for k in ("value", "label", "repeat", "dir")})
+            write_manifest(root, manifest)
+            say(_probe_line(len(probes), probe, slo))
+    manifest["interrupted"] = False
+    write_manifest(root, manifest)
+    return root
+
+
+async def _run_probe(
+    scenario: Scenario,
+    axis: LoadAxis,
+    value: float,
+    probes: list[dict[str, Any]],
+    seed: int,
+    root: Path,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    target: Target | None,
+) -> dict[str, Any]:
+    repeat = len(pooled(probes, value))
+    loaded = with_load(scenario, axis, value)
+    if repeat:
+        loaded = dataclasses.replace(loaded, seed=derive_seed(scenario.seed, "repeat", repeat))
+    order = len(probes) + 1
+    the_plan = plan(loaded, run_seed=derive_seed(seed, "probe", order))
+    arm = dataclasses.replace(the_plan.arms[0], name=axis.label(value))
+    name = f"{order:02d}-{axis.label(value)}" + (f".r{repeat}" if repeat else "")
+    await run_arm(the_plan, arm, root / "probes" / name, opts, warn, target=target)
+    return {"value": value, "label": axis.label(value), "repeat": repeat,
+            "dir": f"probes/{name}"}  # fmt: skip
+
+
+@asynccontextmanager
+async def _search_target(
+    scenario: Scenario, opts: RunOptions, root: Path, warn: Callable[[str], None]
+) -> AsyncIterator[Target | None]:
+    """None where each probe reaches its own (the URL, the virtual clock), else one boot."""
+    if opts.base_url or opts.clock == "virtual":
+        yield None
+        return
+    first = plan(scenario, run_seed=0).arms[0]
+    async with launch_target(first, opts, log_dir=root / "boot", warn=warn) as target:
+        yield target
+
+
+def _probe_line(order: int, probe: dict[str, Any], slo: tuple[SloItem, ...]) -> str:
+    items = ", ".join(
+        f"{i.name} {_value(probe['items'][i.name]['value'], i)} "
+        f"({probe['items'][i.name]['attainment']:.0%} within {i.limit:g})"
+        for i in slo
+    )
+    again = f" (repeat {probe['repeat']})" if probe["repeat"] else ""
+    verdict = "meets" if probe["passes"] else "misses"
+    return f"probe {order}: {probe['label']}{again}: {verdict} the SLO: {items}"
+
+
+def _value(value: float | None, item: SloItem) -> str:
+    unit = {"tpot": "ms"}.get(item.metric, "s")
+    return "-" if value is None else f"{format_load(round(value, 3))}{unit}"

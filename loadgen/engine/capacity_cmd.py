@@ -1,0 +1,185 @@
+"""`loadgen capacity SCENARIO --slo ... --over concurrency|rate`: the largest load that meets
+the SLO, searched by bracketing and bisection, and what binds beyond it."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from pathlib import Path
+
+import click
+
+from loadgen.analysis.capacity import (
+    DEFAULT_ATTAIN,
+    DEFAULT_MAX_PROBES,
+    DEFAULT_REL_TOL,
+    DEFAULT_REPEATS,
+    Search,
+    parse_capacity_slo,
+)
+from loadgen.client.endpoint import resolve_target
+from loadgen.engine.capacity import search_capacity
+from loadgen.engine.cmd import OUTPUT_OPTIONS, TARGET_OPTIONS, execute_work
+from loadgen.engine.options import RunOptions
+from loadgen.engine.probe_cache_cmd import server_options, server_spec
+from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
+from loadgen.scenario.limits import size_problems
+from loadgen.scenario.load import ScenarioError, load_scenario
+from loadgen.scenario.load_axis import LoadAxis, load_problem, with_load
+
+# Default search ranges: seats from one user to 256; a rate from 0.5 to 64 requests/s.
+DEFAULT_RANGE = {"concurrency": (1.0, 256.0), "rate": (0.5, 64.0)}
+DEFAULT_MAX_TIME_S = 3600.0
+
+
+@click.command("capacity")
+@click.argument("scenario")
+@click.option(
+    "--slo",
+    required=True,
+    metavar="ttft_p90=S,tpot_p90=MS,e2e_p99=S",
+    help="What each load must meet: metric_pNN=limit (TTFT, E2E in s; TPOT in ms); a bare "
+    "metric=limit takes --attain as its share.",
+)
+@click.option("--over", type=click.Choice(["concurrency", "rate"]), required=True)
+@click.option(
+    "--group",
+    default=None,
+    help="Make this group's count the load (under together/staggered) and judge the SLO on "
+    "its streams alone.",
+)
+@click.option("--min", "lo", type=float, default=None, help="Lowest load (default 1 or 0.5/s).")
+@click.option("--max", "hi", type=float, default=None, help="Highest load (default 256 or 64/s).")
+@click.option(
+    "--attain",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=DEFAULT_ATTAIN,
+    show_default=True,
+    help="Share of streams that must meet an SLO item without its own pNN.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=DEFAULT_REPEATS,
+    show_default=True,
+    help="Runs of each of the two boundary loads (each with its own arrivals and salts).",
+)
+@click.option("--rel-tol", type=click.FloatRange(min=0.001), default=DEFAULT_REL_TOL,
+              show_default=True, help="A rate's resolution, relative to it.")  # fmt: skip
+@click.option(
+    "--max-probes", type=click.IntRange(min=1), default=DEFAULT_MAX_PROBES, show_default=True
+)
+@click.option(
+    "--max-time",
+    "max_time_s",
+    type=click.FloatRange(min=1),
+    default=DEFAULT_MAX_TIME_S,
+    show_default=True,
+    help="Wall seconds after which no new probe starts.",
+)
+@click.option(
+    "--requests",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Requests per probe (default: the arrival's count, else at least 32, 4 per seat "
+    "or 10 s of arrivals).",
+)
+@click.option("--clock", type=click.Choice(["wall", "virtual"]), default="wall", show_default=True)
+@TARGET_OPTIONS
+@OUTPUT_OPTIONS
+@click.option("--seed", "run_seed", type=SEED_TYPE, default=None, help="Run seed for salts.")
+@server_options
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def capacity_cmd(
+    scenario: str,
+    slo: str,
+    over: str,
+    group: str | None,
+    lo: float | None,
+    hi: float | None,
+    attain: float,
+    repeats: int,
+    rel_tol: float,
+    max_probes: int,
+    max_time_s: float,
+    requests: int | None,
+    clock: str,
+    base_url: str | None,
+    api_key: str | None,
+    model: str | None,
+    telemetry_url: str | None,
+    no_telemetry: bool,
+    out_root: Path,
+    overrides: tuple[str, ...],
+    run_seed: int | None,
+    server_kind: str | None,
+    server_args: tuple[str, ...],
+    model_path: Path | None,
+    server_python: Path | None,
+    server_bin: Path | None,
+    boot_timeout_s: float | None,
+    progress: bool,
+) -> None:
+    """Search the largest load of SCENARIO that meets --slo, and name what binds beyond it."""
+    from loadgen.report.cmd import write_capacity_report
+
+    try:
+        items = parse_capacity_slo(slo, attain)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    lo, hi = _range(over, lo, hi)
+    server = server_spec(
+        server_kind, server_args, model_path, model=model, python=server_python,
+        bin=server_bin, boot_timeout_s=boot_timeout_s,
+    )  # fmt: skip
+    if clock == "virtual" and (base_url or server or telemetry_url):
+        raise click.UsageError(
+            "--clock virtual runs the built-in sim's engine: drop --base-url/--server/--telemetry"
+        )
+    if server is not None and base_url:
+        raise click.UsageError("give --base-url or --server, not both")
+    try:
+        loaded = load_scenario(scenario, overrides)
+    except ScenarioError as exc:
+        raise click.ClickException(str(exc)) from None
+    axis = LoadAxis(over, group, requests)
+    problem = load_problem(loaded, axis)
+    if problem:
+        raise click.ClickException(problem)
+    per_probe = size_problems([with_load(loaded, axis, hi)] * max_probes)
+    if per_probe:
+        raise click.ClickException(f"{loaded.source}: at --max {hi:g}: {per_probe[0]}")
+    if base_url is not None:
+        try:
+            base_url, api_key = resolve_target(base_url, api_key)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    seed = resolve_run_seed(run_seed, None)
+    opts = RunOptions(
+        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
+        progress=progress, clock=clock, seed_source=seed.source, server=server,
+        telemetry_url=telemetry_url, telemetry=not no_telemetry,
+    )  # fmt: skip
+    search = Search(over, lo, hi, repeats, rel_tol, max_probes)
+
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
+    work = partial(search_capacity, loaded, axis, search, items, opts, max_time_s=max_time_s,
+                   say=say)  # fmt: skip
+    root = execute_work(work)
+    click.echo(write_capacity_report(root))
+    click.echo(f"run directory: {root}")
+
+
+def _range(over: str, lo: float | None, hi: float | None) -> tuple[float, float]:
+    d_lo, d_hi = DEFAULT_RANGE[over]
+    lo, hi = d_lo if lo is None else lo, d_hi if hi is None else hi
+    whole = over == "concurrency"
+    for flag, v in (("--min", lo), ("--max", hi)):
+        if not math.isfinite(v) or v <= 0 or (whole and not float(v).is_integer()):
+            kind = "a whole number >= 1" if whole else "a finite rate > 0"
+            raise click.UsageError(f"{flag} {v:g}: expected {kind}")
+    if lo > hi:
+        raise click.UsageError(f"--min {lo:g} is above --max {hi:g}")
+    return lo, hi

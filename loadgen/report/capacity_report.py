@@ -1,0 +1,112 @@
+"""A capacity search's report: the answer and its interval, what binds at the first failing
+load and what would move it, every probe in search order, and capacity.png (each SLO item's
+attainment against the load, its target share dashed, the answer marked)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.report.tables import DASH, Table
+from loadgen.scenario.load_axis import format_load
+
+CAPACITY_PNG = "capacity.png"
+
+
+def _load(value: float | None, over: str) -> str:
+    if value is None:
+        return DASH
+    return format_load(value) + (" req/s" if over == "rate" else "")
+
+
+def capacity_head(c: dict[str, Any]) -> list[str]:
+    """The lines a reader needs first: what was searched, the answer, the cause."""
+    over, items = c["over"], c["slo"]
+    slo = ", ".join(f"{i['name']} <= {i['limit']:g} {i['unit']}" for i in items)
+    who = f"group {c['group']}'s count" if c["group"] else over
+    target = c.get("target") or {}
+    lines = [
+        f"loadgen capacity: scenario {c['scenario']} | target {target.get('url', DASH)} "
+        f"({target.get('kind', DASH)}) | clock {c.get('clock') or 'wall'}",
+        f"searched: {who} from {_load(c['search']['min'], over)} to "
+        f"{_load(c['search']['max'], over)}; SLO {slo}"
+        + (f" (judged on group {c['group']})" if c["group"] else " (judged on every group)"),
+    ]
+    lo, hi = c["interval"]
+    if c["capacity"] is None:
+        lines.append(f"capacity: below {_load(hi, over)} ({c['ended']})")
+    elif hi is None:
+        lines.append(f"capacity: at least {_load(lo, over)} ({c['ended']})")
+    else:
+        runs = c["runs_at"]
+        lines.append(
+            f"capacity: {_load(lo, over)} (meets the SLO in {runs.get(format_load(lo), 0)} run(s); "
+            f"{_load(hi, over)} misses it pooled over {runs.get(format_load(hi), 0)}; interval "
+            f"[{_load(lo, over)}, {_load(hi, over)}); {c['ended']})"
+        )
+    b = c.get("boundary")
+    if b:
+        lines.append(f"binds at {_load(hi, over)}: {b['cause']}: {b['move']}")
+        counts = ", ".join(f"{v} {n}" for v, n in b["evidence"]["verdicts"].items())
+        lines.append(f"  verdicts of the {b['evidence']['missed']} streams that missed: {counts}")
+    if c.get("interrupted"):
+        lines.append("!! interrupted: the search stopped before it ended")
+    return lines
+
+
+def probes_table(c: dict[str, Any]) -> Table:
+    items = c["slo"]
+    per_item = [f"{i['name']} ({i['unit']}) / within" for i in items]
+    cols = ("#", c["over"], "repeat", "streams", "good", *per_item, "meets", "verdicts")
+    rows = []
+    for p in c["probes"]:
+        cells = [str(p["order"]), _load(p["value"], c["over"]), str(p["repeat"]), str(p["n"]),
+                 str(p["good"])]  # fmt: skip
+        for i in items:
+            got = p["items"][i["name"]]
+            value = DASH if got["value"] is None else f"{got['value']:.4g}"
+            cells.append(f"{value} / {got['attainment']:.0%}")
+        cells.append("yes" if p["passes"] else "no")
+        cells.append(", ".join(f"{v} {n}" for v, n in p["verdicts"].items()))
+        rows.append(tuple(cells))
+    notes = (
+        "within: the share of judged streams inside the item's limit (failed streams never "
+        "are); a load meets the SLO when every share reaches its pNN, its runs pooled",
+        "a value is the nearest-rank pNN of the probe's streams (- when it falls on a miss)",
+        "probe directories: probes/<#>-<load>[.r<repeat>]/ (each a run directory)",
+    )
+    left = frozenset({0, len(cols) - 1})
+    return Table("Capacity probes (search order)", cols, tuple(rows), notes, left)
+
+
+def capacity_plain(summary: dict[str, Any]) -> str:
+    from loadgen.report.tables import to_plain
+
+    c = summary["capacity"]
+    return "\n".join(capacity_head(c)) + "\n\n" + to_plain(probes_table(c)) + "\n"
+
+
+def capacity_figure(summary: dict[str, Any]) -> bytes | None:
+    """capacity.png: attainment per SLO item against the load; None with no probe."""
+    c = summary["capacity"]
+    if not c["probes"]:
+        return None
+    from matplotlib.figure import Figure
+
+    from loadgen.report.plots import png_bytes
+
+    fig = Figure(figsize=(7, 4))
+    ax = fig.add_subplot()
+    for k, item in enumerate(c["slo"]):
+        points = sorted((p["value"], p["items"][item["name"]]["attainment"]) for p in c["probes"])
+        ax.plot([x for x, _ in points], [y * 100 for _, y in points], "o-", color=f"C{k}",
+                label=f"{item['name']} <= {item['limit']:g} {item['unit']}")  # fmt: skip
+        ax.axhline(item["share"] * 100, color=f"C{k}", linestyle="--", linewidth=0.8)
+    if c["capacity"] is not None:
+        ax.axvline(c["capacity"], color="0.3", linestyle=":", label=f"capacity {c['capacity']:g}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(c["over"] + (" (req/s)" if c["over"] == "rate" else " (streams in flight)"))
+    ax.set_ylabel("streams within the limit (%)")
+    ax.set_ylim(-5, 105)
+    ax.legend(fontsize="small")
+    ax.set_title(f"{c['scenario']}: SLO attainment by load")
+    return png_bytes(fig)
