@@ -293,11 +293,10 @@ def binding_cause(
         ahead = Counter(p for r in missed for p in (r.get("evidence") or {}).get("prefilling", []))
         prompts = _prefilling_prompts(summary, list(ahead))
         evidence |= {"prefilling": prompts}
-        budget = facts.get("max_num_batched_tokens")
         move = (
             "prefill head-of-line: the missed streams waited behind the prefill of "
-            f"{_describe_prompts(prompts)}; a smaller prefill budget "
-            f"(max_num_batched_tokens {budget}) shares it, or those prompts go to another server"
+            f"{_describe_prompts(prompts)}; a smaller prefill budget{_budget(facts)} shares "
+            "it, or those prompts go to another server"
         )
     elif cause == "pool_pressure":
         evidence |= {"kv_peak_perc": server.get("kv_peak_perc"),
@@ -309,10 +308,9 @@ def binding_cause(
             "(num_gpu_blocks / gpu_memory_utilization) or shorter contexts move the boundary"
         )
     elif cause == "rationed_decode":
-        budget = facts.get("max_num_batched_tokens")
         move = (
             "rationed decode: decode crawled while other prompts prefilled; a smaller "
-            f"prefill budget (max_num_batched_tokens {budget}) rations it less"
+            f"prefill budget{_budget(facts)} rations it less"
         )
     elif cause == "client_limited":
         move = "the client itself: loadgen's own timing error exceeded its tolerance; add --workers"
@@ -328,6 +326,11 @@ def binding_cause(
     else:
         move = "no stream missed the SLO"
     return {"cause": cause, "verdict": verdict, "evidence": evidence, "move": move}
+
+
+def _budget(facts: dict[str, Any]) -> str:
+    budget = facts.get("max_num_batched_tokens")
+    return "" if budget is None else f" (max_num_batched_tokens {budget})"
 
 
 def _prefilling_prompts(summary: dict[str, Any], ids: list[str]) -> list[dict[str, Any]]:
