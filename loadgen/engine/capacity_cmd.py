@@ -19,7 +19,13 @@ from loadgen.analysis.capacity import (
 )
 from loadgen.client.endpoint import resolve_target
 from loadgen.engine.capacity import search_capacity
-from loadgen.engine.cmd import OUTPUT_OPTIONS, TARGET_OPTIONS, execute_work
+from loadgen.engine.cmd import (
+    CLOCK_OPTION,
+    OUTPUT_OPTIONS,
+    REQUESTS_OPTION,
+    TARGET_OPTIONS,
+    execute_work,
+)
 from loadgen.engine.options import RunOptions
 from loadgen.engine.probe_cache_cmd import server_options, server_spec
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
@@ -77,14 +83,8 @@ DEFAULT_MAX_TIME_S = 3600.0
     show_default=True,
     help="Wall seconds after which no new probe starts.",
 )
-@click.option(
-    "--requests",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Requests per probe (default: the arrival's count, else at least 32, 4 per seat "
-    "or 10 s of arrivals).",
-)
-@click.option("--clock", type=click.Choice(["wall", "virtual"]), default="wall", show_default=True)
+@REQUESTS_OPTION
+@CLOCK_OPTION
 @TARGET_OPTIONS
 @OUTPUT_OPTIONS
 @click.option("--seed", "run_seed", type=SEED_TYPE, default=None, help="Run seed for salts.")

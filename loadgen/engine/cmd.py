@@ -85,6 +85,22 @@ TARGET_OPTIONS = _options(
         "--no-telemetry", is_flag=True, help="Do not sample this host's GPUs through NVML."
     ),
 )
+# Requests per load value, for a load sweep's arms and a capacity search's probes alike.
+REQUESTS_OPTION = click.option(
+    "--requests",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Requests per load value (default: the arrival's count, else at least 32, 4 per "
+    "seat or 10 s of arrivals).",
+)
+CLOCK_OPTION = click.option(
+    "--clock",
+    type=click.Choice(["wall", "virtual"]),
+    default="wall",
+    show_default=True,
+    help="virtual: the built-in sim's engine on a discrete-event clock, no HTTP (exact, "
+    "repeatable, faster than real time); wall: real time over HTTP.",
+)
 # A load sweep from the command line, as `vllm bench serve` users run one: one arm per value on
 # one server boot (scenario/load_axis.py says what each value sets).
 LOAD_SWEEP_OPTIONS = _options(
@@ -100,13 +116,7 @@ LOAD_SWEEP_OPTIONS = _options(
         metavar="R[,R...]",
         help="One arm per value: Poisson arrivals at R requests/s (inf: all at once).",
     ),
-    click.option(
-        "--requests",
-        type=click.IntRange(min=1),
-        default=None,
-        help="Requests per arm of --concurrency/--rate (default: the arrival's count, else "
-        "at least 32, 4 per seat or 10 s of arrivals).",
-    ),
+    REQUESTS_OPTION,
 )
 OUTPUT_OPTIONS = _options(
     click.option(
@@ -162,14 +172,7 @@ OUTPUT_OPTIONS = _options(
     metavar="ttft=S,tpot=MS,e2e=S",
     help="SLOs for goodput (TTFT, E2E in s; TPOT in ms); override the scenario's slo.",
 )
-@click.option(
-    "--clock",
-    type=click.Choice(["wall", "virtual"]),
-    default="wall",
-    show_default=True,
-    help="virtual: the built-in sim's engine on a discrete-event clock, no HTTP (exact, "
-    "repeatable, faster than real time); wall: real time over HTTP.",
-)
+@CLOCK_OPTION
 @click.option(
     "--server-facts",
     "server_facts",
