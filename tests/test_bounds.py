@@ -21,7 +21,7 @@ from loadgen.scenario.limits import (
     worker_limit,
 )
 from loadgen.scenario.load import ScenarioError, load_scenario
-from loadgen.sim.profiles import MAX_SIM_BLOCKS
+from loadgen.simoptions import MAX_SIM_BLOCKS
 
 SCENARIOS = Path(__file__).parents[1] / "scenarios"
 SESSIONS = SCENARIOS / "agent_sessions.yaml"

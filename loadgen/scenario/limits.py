@@ -20,7 +20,7 @@ aliases expand without end would otherwise pass `validate` and then hang while m
 - MAX_WORKERS and WORKERS_PER_CORE: client processes (`--workers`); each is a whole Python
   process with its own pipes, so 5000 forked without end and 100000 hit EMFILE after 55 s.
 - The built-in sim's own bounds (MAX_SIM_BLOCKS, SIM_SPEED) are its vocabulary's, in
-  sim/profiles.py, where its CLI and the scenario's sim block both read them.
+  loadgen/simoptions.py, where its CLI and the scenario's sim block both read them.
 - SEED_MAX: seeds are stored as JSON integers, which orjson writes only up to 64 bits.
 - Command-line SLOs must be finite numbers (nan, inf and 1e999 passed `> 0` or crashed
   the report), each key once.

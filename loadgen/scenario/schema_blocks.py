@@ -38,7 +38,8 @@ from loadgen.scenario.model import (
 )
 from loadgen.scenario.traces import TraceError, implied_reuse, infer_format, read_trace
 from loadgen.sim.faults import parse_fault_options
-from loadgen.sim.profiles import MAX_SIM_BLOCKS, SIM_PROFILES, SIM_SPEED
+from loadgen.sim.profiles import SIM_PROFILES
+from loadgen.simoptions import MAX_SIM_BLOCKS, SIM_SPEED
 
 ARRIVAL_KEYS = {
     "together": (),

@@ -54,10 +54,6 @@ from dataclasses import dataclass, replace
 
 BUDGET = 2048
 BLOCK = 16
-# The KV pool holds a few lists per block (4M blocks took 680 MB, 10^12 a MemoryError); a speed
-# of 1e-9 stretched a smoke run's virtual time until it never ended.
-MAX_SIM_BLOCKS = 1 << 20
-SIM_SPEED = (0.001, 1000.0)
 SHALLOW_PROMPT = 256
 OUTPUT_TOKENS = 256
 
