@@ -3,6 +3,7 @@ timeouts. Same conventions as schema.py: every error noted, None returned for a 
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from loadgen.scenario.checks import (
     BOOL,
     TEXT,
     Checker,
+    Rule,
     choice,
     did_you_mean,
     integer,
@@ -39,7 +41,7 @@ from loadgen.scenario.model import (
 from loadgen.scenario.traces import TraceError, implied_reuse, infer_format, read_trace
 from loadgen.sim.faults import parse_fault_options
 from loadgen.sim.profiles import SIM_PROFILES
-from loadgen.simoptions import MAX_SIM_BLOCKS, SIM_SPEED
+from loadgen.simoptions import SIM_OPTION_NAMES, SimOption
 
 ARRIVAL_KEYS = {
     "together": (),
@@ -49,17 +51,22 @@ ARRIVAL_KEYS = {
     "gamma": ("rate_per_s", "burstiness", "count", "duration_s"),
     "trace": ("path", "format", "limit", "time_scale", "sharing", "block_tokens"),
 }
+
+
+def _sim_rule(o: SimOption) -> Rule:
+    if o.kind is bool:
+        return BOOL
+    if o.kind is int:
+        return integer(*o.int_bounds())
+    return number(ge=o.lo, le=o.hi)
+
+
+# The `sim:` block's settings in SimConfig's order (that of the launch's argv), each checked by
+# its row's type and bounds.
 SIM_RULES = {
-    "max_num_seqs": integer(1),
-    "max_num_batched_tokens": integer(1),
-    "block_size": integer(1),
-    "num_gpu_blocks": integer(1, MAX_SIM_BLOCKS),
-    "enable_prefix_caching": BOOL,
-    "num_speculative_tokens": integer(0),
-    "acceptance_rate": number(ge=0, le=1),
-    "speed": number(ge=SIM_SPEED[0], le=SIM_SPEED[1]),
-    "max_model_len": integer(1),
-    "reasoning_tokens": integer(0),
+    f.name: _sim_rule(SIM_OPTION_NAMES[f.name])
+    for f in fields(SimConfig)
+    if f.name in SIM_OPTION_NAMES and SIM_OPTION_NAMES[f.name].sim_block
 }
 FAULT_FORMS = (
     "the sim's --fault forms: http500=P, http429=P, drop=P, stall=P, stall_s=S, cache_dead, "
