@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from loadgen.server.profile import Profile
+from loadgen.simoptions import setting_argv, sim_flag
 
 SIM_MODEL = "loadgen-sim"
 
@@ -25,12 +26,12 @@ class SimProfile(Profile):
     configured_by_sim_block = True
     reads_cache_config_metric = True
     fact_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        "block_size": ("--block-size",),
-        "max_num_batched_tokens": ("--max-num-batched-tokens",),
-        "max_num_seqs": ("--max-num-seqs",),
-        "max_model_len": ("--max-model-len",),
-        "num_gpu_blocks": ("--num-gpu-blocks",),
-    }
+        name: (sim_flag(name),)
+        for name in (
+            "block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
+            "num_gpu_blocks",
+        )
+    }  # fmt: skip
 
     def default_model(self) -> Path:
         # The sim has no weights; the launcher wants a path that exists, and this one does.
@@ -44,16 +45,13 @@ class SimProfile(Profile):
 
 
 def sim_flags(settings: Mapping[str, Any]) -> list[str]:
-    """`loadgen sim` options from a scenario's `sim:` block (vLLM flag names, underscores)."""
+    """`loadgen sim` options from a scenario's `sim:` block (vLLM flag names, underscores),
+    spelled as loadgen/simoptions.py spells them."""
     out: list[str] = []
     for name, value in settings.items():
         if name == "faults":
             for fault in value:
                 out += ["--fault", str(fault)]
-            continue
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            out.append(flag if value else f"--no-{flag[2:]}")
         else:
-            out += [flag, str(value)]
+            out += setting_argv(name, value)
     return out

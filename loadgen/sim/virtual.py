@@ -50,22 +50,9 @@ from loadgen.sim.openai_wire import (
 from loadgen.sim.profiles import sim_profile
 from loadgen.sim.requests import asked_text, needle_answer
 from loadgen.sim.server import SimServerConfig, SimState, ground_truth_rows
+from loadgen.simoptions import SIM_OPTION_NAMES, owned
 
 NS = 1_000_000_000
-# What `loadgen sim` starts with when a flag is not given (its click defaults).
-SIM_DEFAULT_PROFILE = "tiny"
-SIM_DEFAULT_MAX_MODEL_LEN = 8192
-_ENGINE_FLAGS = (
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "block_size",
-    "num_gpu_blocks",
-    "enable_prefix_caching",
-    "long_prefill_token_threshold",
-    "num_speculative_tokens",
-    "acceptance_rate",
-    "seed",
-)
 
 OnRecord = Callable[[StreamRecord], None]
 
@@ -76,28 +63,20 @@ class SettingsError(ValueError):
 
 def config_from_settings(settings: Mapping[str, Any]) -> SimServerConfig:
     """The SimServerConfig `loadgen sim` would boot with these flags (vLLM names, underscores:
-    a scenario's `sim:` block plus an arm's flags)."""
-    engine: dict[str, Any] = {}
-    server: dict[str, Any] = {"max_model_len": SIM_DEFAULT_MAX_MODEL_LEN}
-    profile = SIM_DEFAULT_PROFILE
-    faults: list[str] = []
-    for name, value in settings.items():
-        key = "num_gpu_blocks" if name == "num_gpu_blocks_override" else name
-        if key in _ENGINE_FLAGS:
-            engine[key] = value
-        elif key in ("max_model_len", "speed", "reasoning_tokens"):
-            server[key] = value
-        elif key == "profile":
-            profile = value
-        elif key == "faults":
-            faults = list(value)
-        else:
+    a scenario's `sim:` block plus an arm's flags); each is a row of loadgen/simoptions.py, or
+    `profile` or `faults`."""
+    for name in settings:
+        if name not in SIM_OPTION_NAMES and name not in ("profile", "faults"):
             raise SettingsError(
                 f"sim flag {name!r} is not modelled by the sim; drop it from sim: or the sweep"
             )
+    engine = owned(settings, "engine")
     try:
-        engine_cfg = dataclasses.replace(EngineConfig(), profile=sim_profile(profile), **engine)
-        return SimServerConfig(engine=engine_cfg, faults=parse_fault_options(faults), **server)
+        if "profile" in settings:
+            engine["profile"] = sim_profile(settings["profile"])
+        engine_cfg = dataclasses.replace(EngineConfig(), **engine)
+        faults = parse_fault_options(list(settings.get("faults", ())))
+        return SimServerConfig(engine=engine_cfg, faults=faults, **owned(settings, "server"))
     except (ValueError, KeyError) as exc:
         raise SettingsError(f"sim settings: {str(exc).strip(chr(39))}") from None
 
