@@ -36,7 +36,8 @@ TRACE_SHARING = ("hash_ids", "salted")
 # Prefix block size of each trace's hash_ids: Mooncake 512 tokens, Qwen-Bailian 16.
 TRACE_BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
 DEFAULT_TRACE_BLOCK_TOKENS = 512
-# Server flags a sweep may vary (vLLM's names, dashes as underscores). Sim-only knobs included.
+# Server flags a sweep may vary (vLLM's names, dashes as underscores). Sim-only knobs included:
+# loadgen/simoptions.py's rows with `sweep` and their aliases (tests/test_sim_options.py).
 SERVER_FLAGS = (
     "max_num_seqs",
     "max_num_batched_tokens",
@@ -232,7 +233,9 @@ class Metrics:
 class SimConfig:
     """The simulated server used when no server is given; None fields take the profile's value.
 
-    `faults` are the sim's `--fault` options as written (`http500=0.1`, `cache_dead`, ...).
+    Its settings are loadgen/simoptions.py's rows with `sim_block` (tests/test_sim_options.py
+    holds them equal), in the order a launch's argv lists them. `faults` are the sim's
+    `--fault` options as written (`http500=0.1`, `cache_dead`, ...).
     """
 
     profile: str = "default"
