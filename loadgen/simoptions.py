@@ -5,9 +5,10 @@ scenario's `sim:` block rules (scenario/schema_blocks.py), the virtual sim's con
 (sim/virtual.py `config_from_settings`) and a launch's argv (server/sim.py `sim_flags`). It
 sits at the bottom of the layers so that the server stage, below the sim, can spell a flag too.
 
-A setting's name is vLLM's (underscores); its flag is the name with dashes, a boolean's false
-form `--no-` it. Its default is its owner's: the field of the same name in EngineConfig
-("engine") or SimServerConfig ("server"), so the engine states it and the CLI shows it.
+A setting's name is vLLM's (underscores); its flag is the name with dashes, and a boolean's
+false form puts `no-` after the dashes. Its default is its owner's: the field of the same name
+in EngineConfig ("engine") or SimServerConfig ("server"), so the engine states it and the CLI
+shows it.
 `profile` and `faults` are not rows: a profile is chosen by name from sim/profiles.py and a
 fault is parsed by sim/faults.py, each through its own option.
 """
@@ -46,18 +47,22 @@ def setting_argv(name: str, value: Any) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class SimOption:
-    """One setting. `lo`/`hi`: inclusive bounds (None: unbounded). `aliases`: other names the
-    same setting goes by (vLLM's), each a flag too. `sim_block`: a scenario's `sim:` block may
-    set it; `sweep`: a sweep may vary it as a server flag (scenario/model.py SERVER_FLAGS)."""
+    """One setting of the sim, and every face it shows."""
 
     name: str
-    kind: type
+    kind: type  # int, float or bool
+    # "engine": an EngineConfig field of the same name holds it and its default; "server":
+    # a SimServerConfig field.
     owner: Owner
+    # Inclusive bounds (None: unbounded).
     lo: float | None = None
     hi: float | None = None
     help: str | None = None
+    # Other names the same setting goes by (vLLM's), each a flag too.
     aliases: tuple[str, ...] = ()
+    # A scenario's `sim:` block may set it.
     sim_block: bool = True
+    # A sweep may vary it as a server flag (scenario/model.py SERVER_FLAGS).
     sweep: bool = True
 
     @property
