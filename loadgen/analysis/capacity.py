@@ -28,14 +28,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.analysis.goodput import SLO_FIELDS
 from loadgen.analysis.inputs import read_manifest
-from loadgen.analysis.stats import canonical
+from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import MEASURE, SCHEMA, Analysis, analyze_run
 from loadgen.scenario.limits import MAX_SECONDS
 from loadgen.scenario.load_axis import format_load
 
 # Item metric -> (summary stream field, factor from the item's unit to the field's, unit).
-METRICS = {"ttft": ("ttft_s", 1.0, "s"), "tpot": ("tpot_s", 1e-3, "ms"), "e2e": ("e2e_s", 1.0, "s")}
+METRICS = {
+    metric: (*SLO_FIELDS[f"{metric}_{unit}"], unit)
+    for metric, unit in (("ttft", "s"), ("tpot", "ms"), ("e2e", "s"))
+}
 DEFAULT_ATTAIN = 0.9
 DEFAULT_REPEATS = 2
 DEFAULT_REL_TOL = 0.1
@@ -317,7 +321,8 @@ def binding_cause(
     elif cause == "error":
         move = "requests failed at this load: see the probe's report for the errors"
     elif cause == "decode_batch":
-        evidence |= {"tpot_p50_ms": _median_ms([r.get("tpot_s") for r in missed])}
+        tpot = median(r.get("tpot_s") for r in missed)
+        evidence |= {"tpot_p50_ms": None if tpot is None else tpot * 1e3}
         move = (
             "every missed stream was admitted without a wait the verdicts can blame: the "
             "batch's own step time (TPOT grows with the batch); a faster server or a looser "
@@ -346,11 +351,6 @@ def _describe_prompts(prompts: list[dict[str, Any]]) -> str:
     if not prompts:
         return "other prompts"
     return ", ".join(f"{p['group']} ({p['prompt_tokens']} tokens)" for p in prompts)
-
-
-def _median_ms(values: list[float | None]) -> float | None:
-    got = sorted(v for v in values if v is not None)
-    return None if not got else got[len(got) // 2] * 1e3
 
 
 def _fmt(value: Any) -> str:

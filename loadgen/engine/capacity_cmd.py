@@ -17,14 +17,15 @@ from loadgen.analysis.capacity import (
     Search,
     parse_capacity_slo,
 )
-from loadgen.client.endpoint import resolve_target
 from loadgen.engine.capacity import search_capacity
 from loadgen.engine.cmd import (
     CLOCK_OPTION,
     OUTPUT_OPTIONS,
     REQUESTS_OPTION,
     TARGET_OPTIONS,
+    check_target,
     execute_work,
+    resolved_target,
 )
 from loadgen.engine.options import RunOptions
 from loadgen.engine.probe_cache_cmd import server_options, server_spec
@@ -132,12 +133,7 @@ def capacity_cmd(
         server_kind, server_args, model_path, model=model, python=server_python,
         bin=server_bin, boot_timeout_s=boot_timeout_s,
     )  # fmt: skip
-    if clock == "virtual" and (base_url or server or telemetry_url):
-        raise click.UsageError(
-            "--clock virtual runs the built-in sim's engine: drop --base-url/--server/--telemetry"
-        )
-    if server is not None and base_url:
-        raise click.UsageError("give --base-url or --server, not both")
+    check_target(clock, base_url, telemetry_url, server)
     try:
         loaded = load_scenario(scenario, overrides)
     except ScenarioError as exc:
@@ -149,11 +145,7 @@ def capacity_cmd(
     per_probe = size_problems([with_load(loaded, axis, hi)] * max_probes)
     if per_probe:
         raise click.ClickException(f"{loaded.source}: at --max {hi:g}: {per_probe[0]}")
-    if base_url is not None:
-        try:
-            base_url, api_key = resolve_target(base_url, api_key)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+    base_url, api_key = resolved_target(base_url, api_key)
     seed = resolve_run_seed(run_seed, None)
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,

@@ -38,6 +38,7 @@ from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.prompts import PromptSizeError
 from loadgen.scenario.validate_cmd import ALLOW_FILES_OUTSIDE
 from loadgen.server.launcher import ServerBootError
+from loadgen.server.spec import ServerSpec
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 
 T = TypeVar("T")
@@ -254,13 +255,11 @@ def run_cmd(
     allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
-    if clock == "virtual" and base_url:
-        raise click.UsageError(
-            "--clock virtual runs the built-in sim without HTTP; drop --base-url (or "
-            "OPENAI_BASE_URL) or use --clock wall"
-        )
-    if clock == "virtual" and telemetry_url:
-        raise click.UsageError("--clock virtual runs no real GPU: drop --telemetry")
+    server = server_spec(
+        server_kind, server_args, model_path, model=model, python=server_python,
+        bin=server_bin, boot_timeout_s=boot_timeout_s,
+    )  # fmt: skip
+    check_target(clock, base_url, telemetry_url, server)
     if clock == "virtual" and workers not in (None, 1):
         raise click.UsageError("--clock virtual has no client to spread: drop --workers")
     problems = client_problems(workers, ray_address)
@@ -293,19 +292,7 @@ def run_cmd(
             "--server-facts/--server-flags describe an external server: pass --base-url too"
             " (the built-in sim reports its own)"
         )
-    server = server_spec(
-        server_kind, server_args, model_path, model=model, python=server_python,
-        bin=server_bin, boot_timeout_s=boot_timeout_s,
-    )  # fmt: skip
-    if server is not None and base_url:
-        raise click.UsageError("give --base-url or --server, not both")
-    if server is not None and clock == "virtual":
-        raise click.UsageError("--clock virtual runs the built-in sim's engine; drop --server")
-    if base_url is not None:
-        try:
-            base_url, api_key = resolve_target(base_url, api_key)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+    base_url, api_key = resolved_target(base_url, api_key)
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
         progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
@@ -319,6 +306,33 @@ def run_cmd(
     report_run(run_dir)
     if strict and run_was_client_limited(run_dir):
         sys.exit(CLIENT_LIMITED_EXIT)
+
+
+def check_target(
+    clock: str, base_url: str | None, telemetry_url: str | None, server: ServerSpec | None
+) -> None:
+    """What a run talks to is named once: a URL, a launched server or the virtual clock."""
+    if clock == "virtual" and base_url:
+        raise click.UsageError(
+            "--clock virtual runs the built-in sim without HTTP; drop --base-url (or "
+            "OPENAI_BASE_URL) or use --clock wall"
+        )
+    if clock == "virtual" and telemetry_url:
+        raise click.UsageError("--clock virtual runs no real GPU: drop --telemetry")
+    if server is not None and base_url:
+        raise click.UsageError("give --base-url or --server, not both")
+    if server is not None and clock == "virtual":
+        raise click.UsageError("--clock virtual runs the built-in sim's engine; drop --server")
+
+
+def resolved_target(base_url: str | None, api_key: str | None) -> tuple[str | None, str | None]:
+    """The URL and key a run uses (client/endpoint.py); a bad URL is a usage error."""
+    if base_url is None:
+        return None, api_key
+    try:
+        return resolve_target(base_url, api_key)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def with_load_sweep(
