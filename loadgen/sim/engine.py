@@ -343,11 +343,12 @@ class Engine:
     # -- execution --------------------------------------------------------------------------
 
     def _duration(self, plan: list[tuple[LiveRequest, int, int, bool, int]], start: float) -> float:
-        decode_context = 0
+        decode_context = decode_tokens = 0
         prefill_work = 0.0
         for _, n, before, is_decode, _ in plan:
             if is_decode:
                 decode_context += before + n
+                decode_tokens += n
             else:
                 prefill_work += n * (before + n / 2)
         t = self.config.profile.step_s(
@@ -355,6 +356,7 @@ class Engine:
             decode_context_tokens=decode_context,
             prefill_attention_work=prefill_work,
             restored_tokens=sum(p[4] for p in plan),
+            decode_tokens=decode_tokens,
         )
         return t * (1.0 + self.config.drift_per_hour * start / 3600.0)
 

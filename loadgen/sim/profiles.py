@@ -2,6 +2,9 @@
 
     t = fixed_s
       + per_token_s    x tokens scheduled in the step (prefill chunks, decode and draft tokens)
+                         (with decode_token_s set: prefill-chunk tokens only, and
+      + decode_token_s x decode and draft tokens: on a GPU a decode token is nearly free
+                         beside a prefill token, which one slope cannot fit)
       + decode_ctx_s   x sum over decoding requests of their context (KV read per step)
       + prefill_ctx_s  x sum over prefill chunks of chunk x (context before + chunk / 2)
       + cached_token_s x prefix-cache tokens reused by requests admitted in the step
@@ -68,6 +71,8 @@ class StepProfile:
     decode_ctx_s: float
     prefill_ctx_s: float
     cached_token_s: float = 0.0
+    # None: decode tokens cost per_token_s like prefill tokens (the hand-set cards).
+    decode_token_s: float | None = None
 
     def step_s(
         self,
@@ -76,10 +81,18 @@ class StepProfile:
         decode_context_tokens: int,
         prefill_attention_work: float,
         restored_tokens: int,
+        decode_tokens: int = 0,
     ) -> float:
+        if self.decode_token_s is None:
+            tokens_s = self.per_token_s * scheduled_tokens
+        else:
+            tokens_s = (
+                self.per_token_s * (scheduled_tokens - decode_tokens)
+                + self.decode_token_s * decode_tokens
+            )
         return (
             self.fixed_s
-            + self.per_token_s * scheduled_tokens
+            + tokens_s
             + self.decode_ctx_s * decode_context_tokens
             + self.prefill_ctx_s * prefill_attention_work
             + self.cached_token_s * restored_tokens
@@ -95,6 +108,7 @@ class StepProfile:
             decode_ctx_s=self.decode_ctx_s * factor,
             prefill_ctx_s=self.prefill_ctx_s * factor,
             cached_token_s=self.cached_token_s * factor,
+            decode_token_s=None if self.decode_token_s is None else self.decode_token_s * factor,
         )
 
 
