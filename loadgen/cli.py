@@ -13,6 +13,7 @@ from loadgen import __version__
 COMMANDS = {
     "request": ("loadgen.engine.request_cmd", "request_cmd"),
     "capacity": ("loadgen.engine.capacity_cmd", "capacity_cmd"),
+    "calibrate": ("loadgen.engine.calibrate_cmd", "calibrate_cmd"),
     "validate": ("loadgen.scenario.validate_cmd", "validate_cmd"),
     "run": ("loadgen.engine.cmd", "run_cmd"),
     "report": ("loadgen.report.cmd", "report_cmd"),

@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from loadgen.analysis.summary import analyze_run
 from loadgen.engine.options import RunOptions
 from loadgen.engine.preflight import check_out_root
 from loadgen.engine.run import base_manifest, run_arm, run_dir_name
-from loadgen.engine.target import Target, launch_target
+from loadgen.engine.target import Target, shared_target
 from loadgen.records import write_manifest
 from loadgen.scenario.load_axis import LoadAxis, format_load, with_load
 from loadgen.scenario.model import Scenario
@@ -70,7 +69,7 @@ async def search_capacity(
     write_manifest(root, manifest)
     probes: list[dict[str, Any]] = []
     deadline = None if max_time_s is None else time.monotonic() + max_time_s
-    async with _search_target(scenario, opts, root, warn) as target:
+    async with shared_target(scenario, opts, root, warn) as target:
         while (value := next_probe(probes, search, slo)) is not None:
             if deadline is not None and time.monotonic() > deadline:
                 manifest["stopped_by"] = f"--max-time {max_time_s:g} s"
@@ -108,19 +107,6 @@ async def _run_probe(
     await run_arm(the_plan, arm, root / "probes" / name, opts, warn, target=target)
     return {"value": value, "label": axis.label(value), "repeat": repeat,
             "dir": f"probes/{name}"}  # fmt: skip
-
-
-@asynccontextmanager
-async def _search_target(
-    scenario: Scenario, opts: RunOptions, root: Path, warn: Callable[[str], None]
-) -> AsyncIterator[Target | None]:
-    """None where each probe reaches its own (the URL, the virtual clock), else one boot."""
-    if opts.base_url or opts.clock == "virtual":
-        yield None
-        return
-    first = plan(scenario, run_seed=0).arms[0]
-    async with launch_target(first, opts, log_dir=root / "boot", warn=warn) as target:
-        yield target
 
 
 def _probe_line(order: int, probe: dict[str, Any], slo: tuple[SloItem, ...]) -> str:

@@ -119,6 +119,24 @@ LOAD_SWEEP_OPTIONS = _options(
     ),
     REQUESTS_OPTION,
 )
+# What a server loadgen did not launch cannot report of itself.
+EXTERNAL_SERVER_OPTIONS = _options(
+    click.option(
+        "--server-facts",
+        "server_facts",
+        multiple=True,
+        metavar="KEY=N[,KEY=N]",
+        help="Known limits of an external server, e.g. max_num_seqs=4,max_num_batched_tokens="
+        "512 (verdicts label them 'user').",
+    ),
+    click.option(
+        "--server-flags",
+        "server_flags",
+        multiple=True,
+        metavar="FLAGS",
+        help="The flags an external server was launched with, recorded in run.json and reports.",
+    ),
+)
 OUTPUT_OPTIONS = _options(
     click.option(
         "--out",
@@ -174,21 +192,7 @@ OUTPUT_OPTIONS = _options(
     help="SLOs for goodput (TTFT, E2E in s; TPOT in ms); override the scenario's slo.",
 )
 @CLOCK_OPTION
-@click.option(
-    "--server-facts",
-    "server_facts",
-    multiple=True,
-    metavar="KEY=N[,KEY=N]",
-    help="Known limits of an external server, e.g. max_num_seqs=4,max_num_batched_tokens=512"
-    " (verdicts label them 'user').",
-)
-@click.option(
-    "--server-flags",
-    "server_flags",
-    multiple=True,
-    metavar="FLAGS",
-    help="The flags an external server was launched with, recorded in run.json and reports.",
-)
+@EXTERNAL_SERVER_OPTIONS
 @server_options
 @click.option(
     "--boot-order-seed",
@@ -284,14 +288,9 @@ def run_cmd(
         raise click.ClickException(str(exc)) from None
     try:
         seed = resolve_run_seed(run_seed, replay)
-        facts, flags = parse_server_facts(server_facts), parse_server_flags(server_flags)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    if (facts or flags) and not base_url:
-        raise click.UsageError(
-            "--server-facts/--server-flags describe an external server: pass --base-url too"
-            " (the built-in sim reports its own)"
-        )
+    facts, flags = external_server(server_facts, server_flags, base_url)
     base_url, api_key = resolved_target(base_url, api_key)
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
@@ -306,6 +305,22 @@ def run_cmd(
     report_run(run_dir)
     if strict and run_was_client_limited(run_dir):
         sys.exit(CLIENT_LIMITED_EXIT)
+
+
+def external_server(
+    server_facts: tuple[str, ...], server_flags: tuple[str, ...], base_url: str | None
+) -> tuple[dict[str, int], list[str]]:
+    """--server-facts and --server-flags, parsed; a usage error without --base-url."""
+    try:
+        facts, flags = parse_server_facts(server_facts), parse_server_flags(server_flags)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if (facts or flags) and not base_url:
+        raise click.UsageError(
+            "--server-facts/--server-flags describe an external server: pass --base-url too"
+            " (the built-in sim reports its own)"
+        )
+    return facts, flags
 
 
 def check_target(

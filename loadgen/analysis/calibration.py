@@ -1,0 +1,347 @@
+"""Fitting the sim's step-cost model to one server: the probe plan, what each probe measures,
+the design row the sim's model gives it, and the fit with its residuals.
+
+The sim's engine prices a step as (sim/profiles.py)
+
+    fixed_s + per_token_s x prefill tokens + decode_token_s x decode tokens
+            + decode_ctx_s x sum of decoding contexts + prefill_ctx_s x prefill attention work
+            + cached_token_s x prefix-cache tokens restored
+
+and every request waits request_overhead_s before it is scheduled. Every probe below measures
+a time that is a sum of such steps with a known schedule, so it is linear in the seven costs:
+its design row holds each cost's coefficient, and the fit is a non-negative least squares on
+relative error (a 2 ms TTFT counts as much as a 20 s one).
+
+- `ttft`: one stream alone, cold (salted), max_tokens 1. TTFT = overhead + its prefill steps:
+  ceil(U / budget) steps, U tokens, work sum c (before + c / 2) over its chunks c.
+- `cached`: one stream whose prefix was primed: the steps of its uncached tail after the hit,
+  plus the hit's restore cost. Its cached tokens come from the server's usage when reported.
+- `decode`: B streams sent together; the inter-chunk gaps while all B decode (after the last
+  first token, before the first last one) are single decode steps of batch B. Their median
+  is the measurement: fixed + decode_token B(1 + k) + decode_ctx B x context.
+
+Timing is the client's (send to first content chunk, chunk arrivals), so the fitted overhead
+holds the HTTP path too; token counts are the server's usage. Speculative decoding (k draft
+tokens, acceptance a) is read from the tokens per chunk: k + 1 is the largest chunk, and the
+mean chunk is 1 + a + ... + a^k.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any, Literal
+
+import numpy as np
+
+from loadgen.analysis import rates
+from loadgen.analysis.stats import median
+from loadgen.records import StreamRecord
+
+COSTS = ("request_overhead_s", "fixed_s", "per_token_s", "decode_token_s", "decode_ctx_s",
+         "prefill_ctx_s", "cached_token_s")  # fmt: skip
+ProbeKind = Literal["ttft", "cached", "decode"]
+# A probe whose prediction misses its measurement by more than this is named in the fit.
+MISS = 0.10
+# Below this many decode gaps in the all-decoding window a decode probe falls back to every
+# gap after the last first token.
+MIN_WINDOW_GAPS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ServerShape:
+    """What the plan and the model need to know of the server's scheduler."""
+
+    budget: int  # max_num_batched_tokens
+    seats: int  # max_num_seqs
+    block_size: int
+    max_model_len: int
+    prefix_caching: bool = True
+    spec_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One measured shape: `streams` streams of `prompt_tokens` (the last `prompt_tokens -
+    prefix_tokens` of them uncached) and `max_tokens` each, `reps` times."""
+
+    name: str
+    kind: ProbeKind
+    prompt_tokens: int
+    max_tokens: int
+    streams: int = 1
+    prefix_tokens: int = 0
+    reps: int = 3
+
+    @property
+    def requests(self) -> int:
+        primes = self.reps if self.kind == "cached" else 0
+        return self.streams * self.reps + primes
+
+
+@dataclass(frozen=True, slots=True)
+class PlanLimits:
+    reps: int = 3
+    max_prompt_tokens: int = 65536
+    decode_tokens: int = 64
+    # The TTFT floor's prompt: the smallest the scenario schema allows.
+    tiny_tokens: int = 16
+
+
+def calibration_plan(shape: ServerShape, limits: PlanLimits = PlanLimits()) -> tuple[Probe, ...]:
+    """The probes, cheapest first: the TTFT floor, prefills from half a budget up to the
+    largest prompt the window allows (doubling), cached prefixes, decode by batch up to the
+    seats, decode by context."""
+    reps, out = limits.reps, limits.decode_tokens
+    longest = min(limits.max_prompt_tokens, shape.max_model_len - out - 1)
+    probes = [Probe("tiny", "ttft", limits.tiny_tokens, 1, reps=reps)]
+    probes += [Probe(f"prefill-{n}", "ttft", n, 1, reps=reps) for n in _doubling(
+        max(shape.budget // 2, limits.tiny_tokens * 2), longest)]  # fmt: skip
+    if shape.prefix_caching:
+        tail = max(shape.block_size, 32)
+        for prefix in _doubling(max(shape.budget, 4 * shape.block_size), longest - tail, 4):
+            probes.append(Probe(f"cached-{prefix}", "cached", prefix + tail, 1, 1, prefix, reps))
+    short = max(limits.tiny_tokens, min(256, shape.budget // max(shape.seats, 1)))
+    for batch in _doubling(1, shape.seats):
+        probes.append(Probe(f"decode-b{batch}", "decode", short, out, batch, reps=reps))
+    for context in _doubling(max(shape.budget, 1024), longest - out, 4)[-2:]:
+        probes.append(Probe(f"decode-ctx{context}", "decode", context, out, 1, reps=reps))
+    return tuple(probes)
+
+
+def _doubling(lo: int, hi: int, factor: int = 2) -> list[int]:
+    """lo, lo x factor, ... up to hi, and hi itself when the last step falls short of it."""
+    out: list[int] = []
+    n = lo
+    while n <= hi:
+        out.append(n)
+        n *= factor
+    if out and out[-1] < hi and hi / out[-1] > 1.5:
+        out.append(hi)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One probe's measured time, its sample count and the model's coefficients for it."""
+
+    probe: str
+    kind: ProbeKind
+    value_s: float
+    samples: int
+    row: Mapping[str, float]
+    # What the row was built from (prompt, cached and context tokens), for the record.
+    basis: Mapping[str, float] = field(default_factory=dict)
+
+
+def prefill_row(shape: ServerShape, uncached: int, cached: int) -> dict[str, float]:
+    """The coefficients of one stream's TTFT when it prefills `uncached` tokens after a hit of
+    `cached`, alone on the server."""
+    row = dict.fromkeys(COSTS, 0.0)
+    row["request_overhead_s"] = 1.0
+    before, left = cached, uncached
+    while left > 0:
+        chunk = min(left, shape.budget)
+        row["fixed_s"] += 1
+        row["per_token_s"] += chunk
+        row["prefill_ctx_s"] += chunk * (before + chunk / 2)
+        before += chunk
+        left -= chunk
+    row["cached_token_s"] = float(cached)
+    return row
+
+
+def decode_row(shape: ServerShape, batch: int, context: float) -> dict[str, float]:
+    """The coefficients of one decode step of `batch` streams at `context` tokens each."""
+    row = dict.fromkeys(COSTS, 0.0)
+    row["fixed_s"] = 1.0
+    row["decode_token_s"] = batch * (1.0 + shape.spec_tokens)
+    row["decode_ctx_s"] = batch * context
+    return row
+
+
+def measure(
+    probe: Probe, records: Sequence[StreamRecord], shape: ServerShape
+) -> Measurement | None:
+    """The probe's measurement from its measured streams; None when none of them finished."""
+    done = [r for r in records if r.status == "ok" and r.t_first_ns is not None]
+    if not done:
+        return None
+    if probe.kind == "decode":
+        return _decode_measurement(probe, done, shape)
+    ttfts = [rates.ttft_s(r) for r in done]
+    value = median(ttfts)
+    if value is None:
+        return None
+    prompt = median(r.prompt_tokens or probe.prompt_tokens for r in done) or probe.prompt_tokens
+    cached = 0.0
+    if probe.kind == "cached":
+        reported = [r.cached_tokens for r in done if r.cached_tokens is not None]
+        cached = median(reported) if reported else _block_floor(probe.prefix_tokens, shape)
+    prompt_n, cached_n = round(prompt), round(cached or 0)
+    row = prefill_row(shape, prompt_n - cached_n, cached_n)
+    return Measurement(
+        probe.name, probe.kind, value, len(done), row,
+        {"prompt_tokens": prompt_n, "cached_tokens": cached_n},
+    )  # fmt: skip
+
+
+def _block_floor(tokens: int, shape: ServerShape) -> float:
+    return float(tokens // shape.block_size * shape.block_size)
+
+
+def _decode_measurement(
+    probe: Probe, done: Sequence[StreamRecord], shape: ServerShape
+) -> Measurement | None:
+    gaps: list[float] = []
+    contexts: list[float] = []
+    for rep in sorted({r.rep for r in done}):
+        cohort = [r for r in done if r.rep == rep and len(r.chunk_ns) > 1]
+        if len(cohort) < probe.streams:
+            continue  # a stream failed: the steps were not all of batch B
+        g, c = _window_gaps(cohort, shape)
+        gaps += g
+        contexts += c
+    value = median(gaps)
+    if value is None:
+        return None
+    context = median(contexts) or 0.0
+    return Measurement(
+        probe.name, probe.kind, value, len(gaps), decode_row(shape, probe.streams, context),
+        {"prompt_tokens": probe.prompt_tokens, "context_tokens": round(context, 1),
+         "batch": probe.streams},
+    )  # fmt: skip
+
+
+def _window_gaps(
+    cohort: Sequence[StreamRecord], shape: ServerShape
+) -> tuple[list[float], list[float]]:
+    """Gaps (s) while every stream of the cohort decoded, with each gap's context (tokens)."""
+    opens = max(r.chunk_ns[0] for r in cohort)
+    closes = min(r.chunk_ns[-1] for r in cohort)
+    inside = _gaps(cohort, opens, closes, shape)
+    if len(inside[0]) >= MIN_WINDOW_GAPS * len(cohort):
+        return inside
+    return _gaps(cohort, opens, max(r.chunk_ns[-1] for r in cohort), shape)
+
+
+def _gaps(
+    cohort: Sequence[StreamRecord], opens: int, closes: int, shape: ServerShape
+) -> tuple[list[float], list[float]]:
+    gaps: list[float] = []
+    contexts: list[float] = []
+    for r in cohort:
+        tokens = _chunk_token_counts(r)
+        prompt = r.prompt_tokens or 0
+        emitted = tokens[0]
+        for (a, b), n in zip(pairwise(r.chunk_ns), tokens[1:], strict=True):
+            if a >= opens and b <= closes:
+                gaps.append((b - a) / 1e9)
+                contexts.append(prompt + emitted + shape.spec_tokens)
+            emitted += n
+    return gaps, contexts
+
+
+def _chunk_token_counts(r: StreamRecord) -> list[float]:
+    """Tokens per content chunk: the server's where it said, else spread evenly."""
+    if r.chunk_tokens is not None and len(r.chunk_tokens) == len(r.chunk_ns):
+        return [float(n) for n in r.chunk_tokens]
+    first = float(rates.first_chunk_tokens(r))
+    rest = (r.completion_tokens - first) / max(len(r.chunk_ns) - 1, 1)
+    return [first] + [rest] * (len(r.chunk_ns) - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Speculation:
+    """Draft tokens per step and their acceptance, and what they were read from."""
+
+    tokens: int
+    acceptance: float | None
+    mean_tokens_per_chunk: float | None
+    source: str
+
+
+def speculation(records: Iterable[StreamRecord]) -> Speculation:
+    """k and a from decode chunks (the first chunk and each stream's last, which max_tokens
+    may cut, are left out)."""
+    sizes: list[int] = []
+    for r in records:
+        if r.status == "ok" and r.chunk_tokens is not None and len(r.chunk_tokens) > 2:
+            sizes += r.chunk_tokens[1:-1]
+    if not sizes:
+        return Speculation(0, None, None, "no per-chunk token counts (continuous usage)")
+    mean = sum(sizes) / len(sizes)
+    k = max(sizes) - 1
+    if k == 0:
+        return Speculation(0, None, mean, "usage per chunk: one token per chunk")
+    return Speculation(k, _acceptance(k, mean), mean, "usage per chunk")
+
+
+def _acceptance(k: int, mean: float) -> float:
+    """a in [0, 1] with 1 + a + ... + a^k = mean (bisection: the sum grows with a)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid**i for i in range(k + 1)) < mean:
+            lo = mid
+        else:
+            hi = mid
+    return round((lo + hi) / 2, 4)
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """Fitted costs (s) with each measurement's prediction and signed relative error."""
+
+    costs: Mapping[str, float]
+    rows: tuple[Mapping[str, Any], ...]
+    # Costs no probe measured (their column is all zeros): fitted as 0.
+    unmeasured: tuple[str, ...]
+
+    def summary(self) -> dict[str, Any]:
+        errors = [abs(r["error"]) for r in self.rows]
+        misses = [r["probe"] for r in self.rows if abs(r["error"]) > MISS]
+        return {
+            "method": "non-negative least squares on relative error",
+            "measurements": len(self.rows),
+            "rms_error": round(math.sqrt(sum(e * e for e in errors) / len(errors)), 4),
+            "max_error": round(max(errors), 4),
+            "misses": misses,
+            "miss_threshold": MISS,
+            "unmeasured": list(self.unmeasured),
+        }
+
+
+def fit_costs(measurements: Sequence[Measurement]) -> Fit:
+    """The costs that minimise the squared relative error of every measurement."""
+    from scipy.optimize import nnls
+
+    if not measurements:
+        raise ValueError("no probe produced a measurement")
+    x = np.array([[m.row[c] for c in COSTS] for m in measurements], dtype=float)
+    y = np.array([m.value_s for m in measurements], dtype=float)
+    a = x / y[:, None]
+    scale = np.abs(a).max(axis=0)
+    measured = scale > 0
+    scale[~measured] = 1.0
+    solution, _ = nnls(a / scale, np.ones(len(y)))
+    theta = solution / scale
+    predicted = x @ theta
+    rows = tuple(
+        {
+            "probe": m.probe, "kind": m.kind, "samples": m.samples,
+            "measured_s": _sig(m.value_s), "predicted_s": _sig(float(p)),
+            "error": round(float(p) / m.value_s - 1, 4), **dict(m.basis),
+        }
+        for m, p in zip(measurements, predicted, strict=True)
+    )  # fmt: skip
+    costs = {c: _sig(float(v)) for c, v in zip(COSTS, theta, strict=True)}
+    unmeasured = tuple(c for c, ok in zip(COSTS, measured, strict=True) if not ok)
+    return Fit(costs, rows, unmeasured)
+
+
+def _sig(value: float) -> float:
+    """Six significant figures: enough for a 0.1% fit, short enough to read."""
+    return float(f"{value:.6g}")

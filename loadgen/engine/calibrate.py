@@ -1,0 +1,276 @@
+"""`loadgen calibrate` on a target: analysis/calibration.py's probes, one after another, each an
+ordinary run into RUN/probes/<order>-<probe>/, on one server (the URL, one boot of the launched
+server, or the virtual clock's fresh engine per probe), then the fit and the profile file.
+
+The first probe (the TTFT floor) also shows whether the server can be driven at all (it
+streams, it reports usage) and which limits it states (budget, seats, block size, window:
+boot log, flags, /metrics or --server-facts); the rest of the plan is sized from those. The
+plan is bounded before anything is sent (requests) and while it runs (wall time); run.json
+lists each probe as it ends, so a stopped calibration keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen import __version__
+from loadgen.analysis.calibration import (
+    Fit,
+    Measurement,
+    PlanLimits,
+    Probe,
+    ServerShape,
+    Speculation,
+    calibration_plan,
+    fit_costs,
+    measure,
+    speculation,
+)
+from loadgen.analysis.inputs import load_run, read_manifest
+from loadgen.engine.options import RunOptions
+from loadgen.engine.preflight import check_out_root
+from loadgen.engine.run import base_manifest, run_arm, run_dir_name
+from loadgen.engine.target import RunError, Target, shared_target
+from loadgen.records import StreamRecord, write_manifest
+from loadgen.scenario.model import Group, PromptConfig, Scenario
+from loadgen.scenario.plan import derive_seed, plan
+from loadgen.sim.profile_file import FittedProfile, write_profile_file
+from loadgen.sim.profiles import StepProfile
+
+# Facts the plan cannot be sized without, and the one that names a fix for each.
+NEEDED = ("max_num_batched_tokens", "max_num_seqs", "block_size", "max_model_len")
+# What a profile carries of the server's facts, when the server stated them.
+CARRIED = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks",
+           "max_model_len")  # fmt: skip
+USAGE_SOURCES = ("usage_continuous", "usage_final", "server_counter")
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrateRequest:
+    """What to calibrate and within which bounds."""
+
+    base: Scenario
+    limits: PlanLimits
+    max_requests: int
+    max_time_s: float
+    out: Path | None = None
+    name: str | None = None
+    hardware: str | None = None
+
+
+async def calibrate(
+    req: CalibrateRequest,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    on_root: Callable[[Path], None] | None = None,
+    *,
+    say: Callable[[str], None] = lambda _line: None,
+) -> Path:
+    """Runs the plan and writes the profile; returns the calibration's directory."""
+    check_out_root(opts.out_root)
+    started = dt.datetime.now(dt.UTC)
+    root = opts.out_root / run_dir_name(req.base, started)
+    if on_root is not None:
+        on_root(root)
+    root.mkdir(parents=True, exist_ok=False)
+    seed = req.base.seed if opts.run_seed is None else opts.run_seed
+    manifest = base_manifest(plan(req.base, run_seed=seed), opts, started) | {
+        "clock": opts.clock,
+        "calibrate": {"limits": dataclasses.asdict(req.limits),
+                      "max_requests": req.max_requests, "max_time_s": req.max_time_s},
+        "probes": [], "interrupted": True,
+    }  # fmt: skip
+    write_manifest(root, manifest)
+    deadline = time.monotonic() + req.max_time_s
+    measured: list[Measurement] = []
+    decode_records: list[StreamRecord] = []
+    async with shared_target(req.base, opts, root, warn) as target:
+        tiny = calibration_plan(_PROVISIONAL, req.limits)[0]
+        first_dir = await _run_probe(req.base, tiny, 1, seed, root, opts, warn, target)
+        _check_drivable(_measured(root / first_dir), opts)
+        shape, first = _server_shape(root / first_dir)
+        probes = calibration_plan(shape, req.limits)
+        _check_bounds(probes, req.max_requests)
+        say(f"calibrate: {len(probes)} probes, {sum(p.requests for p in probes)} requests, at "
+            f"most {req.max_time_s:g} s; the server: budget {shape.budget}, seats "
+            f"{shape.seats}, block {shape.block_size}, window {shape.max_model_len}")  # fmt: skip
+        for order, probe in enumerate(probes, start=1):
+            if order > 1 and time.monotonic() > deadline:
+                manifest["stopped_by"] = f"--max-time {req.max_time_s:g} s"
+                say(f"calibrate: --max-time {req.max_time_s:g} s reached; fitting what ran")
+                break
+            rel = first_dir if order == 1 else await _run_probe(
+                req.base, probe, order, seed, root, opts, warn, target)  # fmt: skip
+            records = _measured(root / rel)
+            m = measure(probe, records, shape)
+            manifest["probes"].append({"name": probe.name, "dir": rel,
+                                       "measured": m is not None})  # fmt: skip
+            write_manifest(root, manifest)
+            if m is not None:
+                measured.append(m)
+                if probe.kind == "decode":
+                    decode_records += records
+            say(_probe_line(order, len(probes), probe, m))
+    spec = speculation(decode_records)
+    fit = fit_costs(measured)
+    profile = _profile(req, opts, first, shape=shape, fit=fit, spec=spec, started=started,
+                       prefix_caching=_prefix_caching(measured))  # fmt: skip
+    path = req.out or root / "profile.yaml"
+    write_profile_file(path, profile)
+    if path != root / "profile.yaml":
+        write_profile_file(root / "profile.yaml", profile)
+    manifest |= {"interrupted": False, "profile": str(path), "fit": fit.summary()}
+    write_manifest(root, manifest)
+    return root
+
+
+# Sizes only the first probe (the TTFT floor), which does not depend on the server.
+_PROVISIONAL = ServerShape(budget=2048, seats=1, block_size=16, max_model_len=4096)
+
+
+async def _run_probe(
+    base: Scenario,
+    probe: Probe,
+    order: int,
+    seed: int,
+    root: Path,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    target: Target | None,
+) -> str:
+    scenario = probe_scenario(base, probe)
+    the_plan = plan(scenario, run_seed=derive_seed(seed, "calibrate", order))
+    arm = dataclasses.replace(the_plan.arms[0], name=probe.name)
+    rel = f"probes/{order:02d}-{probe.name}"
+    await run_arm(the_plan, arm, root / rel, opts, warn, target=target)
+    return rel
+
+
+def probe_scenario(base: Scenario, probe: Probe) -> Scenario:
+    """`base` with its groups replaced by the probe's one group, `reps` repetitions."""
+    cache = "primed" if probe.kind == "cached" else "salted"
+    prompt = PromptConfig(probe.prompt_tokens, "prose", cache,
+                          prefix_tokens=probe.prefix_tokens or None)  # fmt: skip
+    group = Group("probe", probe.streams, prompt, probe.max_tokens)
+    return dataclasses.replace(base, groups=(group,), repetitions=probe.reps, sweep=None)
+
+
+def _measured(run_dir: Path) -> list[StreamRecord]:
+    return [r for r in load_run(run_dir).streams if r.phase == "measure"]
+
+
+def _server_shape(run_dir: Path) -> tuple[ServerShape, dict[str, Any]]:
+    """The server's limits as the first probe's run learned them (with the run's manifest);
+    RunError naming the fix for one it does not state."""
+    manifest = read_manifest(run_dir)
+    server = manifest.get("server") or {}
+    missing = [k for k in NEEDED if not isinstance(server.get(k), int)]
+    if missing:
+        listed = ",".join(f"{k}=N" for k in missing)
+        raise RunError(
+            f"calibrate needs the server's {', '.join(missing)} (no flag, boot log or /metrics "
+            f"stated it): pass --server-facts {listed}"
+        )
+    shape = ServerShape(
+        budget=server["max_num_batched_tokens"], seats=server["max_num_seqs"],
+        block_size=server["block_size"], max_model_len=server["max_model_len"],
+    )  # fmt: skip
+    return shape, manifest
+
+
+def _check_bounds(probes: tuple[Probe, ...], max_requests: int) -> None:
+    total = sum(p.requests for p in probes)
+    if total > max_requests:
+        raise RunError(
+            f"the calibration plan sends {total} requests, above --max-requests {max_requests};"
+            " raise it, or lower --reps or --max-prompt"
+        )
+
+
+def _check_drivable(records: list[StreamRecord], opts: RunOptions) -> None:
+    """One line on why the server cannot be calibrated, from the first probe's streams."""
+    where = opts.base_url or "the launched server"
+    failed = [r for r in records if r.status != "ok"]
+    if not records or len(failed) == len(records):
+        why = failed[0].error.message if failed and failed[0].error else "no stream ran"
+        raise RunError(f"cannot calibrate {where}: its first request failed: {why}")
+    untimed = [r for r in records if r.status == "ok" and r.t_first_ns is None]
+    if untimed:
+        raise RunError(f"cannot calibrate {where}: it streamed no content chunk")
+    if any(r.token_source not in USAGE_SOURCES for r in records):
+        raise RunError(
+            f"cannot calibrate {where}: it reports no token usage "
+            "(stream_options.include_usage); calibration counts tokens, not chunks"
+        )
+
+
+def _probe_line(order: int, total: int, probe: Probe, m: Measurement | None) -> str:
+    if m is None:
+        return f"calibrate {order}/{total} {probe.name}: no stream finished"
+    what = "decode step (median gap)" if probe.kind == "decode" else "TTFT (median)"
+    return (
+        f"calibrate {order}/{total} {probe.name}: {what} {m.value_s * 1e3:.2f} ms "
+        f"({m.samples} samples)"
+    )
+
+
+def _prefix_caching(measured: list[Measurement]) -> bool:
+    """False only where the server reported its cached tokens and every cached probe got none
+    (an unreported count is taken as the full block-aligned prefix)."""
+    cached = [m.basis["cached_tokens"] for m in measured if m.kind == "cached"]
+    return not cached or any(n > 0 for n in cached)
+
+
+def _profile(
+    req: CalibrateRequest,
+    opts: RunOptions,
+    first: dict[str, Any],
+    *,
+    shape: ServerShape,
+    fit: Fit,
+    spec: Speculation,
+    started: dt.datetime,
+    prefix_caching: bool,
+) -> FittedProfile:
+    """The profile file's content: fitted costs, the server's facts, what it was fitted on."""
+    c = fit.costs
+    target = first.get("target") or {}
+    kind = str(target.get("kind") or "server")
+    name = req.name or f"{kind}-{started.strftime('%Y%m%d')}"
+    step = StepProfile(
+        name, fixed_s=c["fixed_s"], per_token_s=c["per_token_s"],
+        decode_ctx_s=c["decode_ctx_s"], prefill_ctx_s=c["prefill_ctx_s"],
+        cached_token_s=c["cached_token_s"], decode_token_s=c["decode_token_s"],
+    )  # fmt: skip
+    server = first.get("server") or {}
+    facts: dict[str, Any] = {k: server[k] for k in CARRIED if isinstance(server.get(k), int)}
+    facts["enable_prefix_caching"] = prefix_caching
+    facts["num_speculative_tokens"] = spec.tokens
+    if spec.acceptance is not None:
+        facts["acceptance_rate"] = spec.acceptance
+    fitted_on = {
+        "server": kind, "model": first.get("model"), "flags": target.get("flags") or [],
+        "url": target.get("url") if kind == "external" else None,
+        "hardware": req.hardware or _this_host(), "clock": opts.clock,
+        "date": started.isoformat(timespec="seconds"), "loadgen": __version__,
+    }  # fmt: skip
+    return FittedProfile(
+        name=name, step=step, request_overhead_s=c["request_overhead_s"], facts=facts,
+        fitted_on=fitted_on,
+        sources={"timing": "client: send to first content chunk; content chunk gaps",
+                 "tokens": "server usage", "facts": dict(server.get("sources") or {}),
+                 "speculation": spec.source},
+        fit=fit.summary(), measurements=fit.rows,
+    )  # fmt: skip
+
+
+def _this_host() -> str:
+    return f"{platform.machine()} {os.cpu_count()} cores ({platform.node()})"

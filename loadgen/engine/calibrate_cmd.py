@@ -1,0 +1,123 @@
+"""`loadgen calibrate --base-url URL | --server KIND ...`: fit the sim's step costs to a server
+and write a profile file (`--sim-profile FILE` then runs the sim as that server)."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import click
+
+from loadgen.analysis.calibration import PlanLimits
+from loadgen.engine.calibrate import CalibrateRequest, calibrate
+from loadgen.engine.cmd import (
+    CLOCK_OPTION,
+    EXTERNAL_SERVER_OPTIONS,
+    OUTPUT_OPTIONS,
+    TARGET_OPTIONS,
+    check_target,
+    execute_work,
+    external_server,
+    resolved_target,
+)
+from loadgen.engine.options import RunOptions
+from loadgen.engine.probe_cache_cmd import server_options, server_spec
+from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
+from loadgen.scenario.load import ScenarioError, load_scenario
+from loadgen.server.user_facts import USER_SOURCE
+
+DEFAULTS = PlanLimits()
+
+
+@click.command("calibrate")
+@click.option("--profile-out", "profile_out", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="The profile file (default: RUN/profile.yaml).")  # fmt: skip
+@click.option("--name", default=None, help="The profile's name (default: KIND-DATE).")
+@click.option("--hardware", default=None,
+              help="What the server runs on, for the profile (default: this host).")  # fmt: skip
+@click.option("--scenario", "base", default="calibrate", show_default=True,
+              help="The probes' base scenario (api, model, timeouts, sim block).")  # fmt: skip
+@click.option("--reps", type=click.IntRange(1, 20), default=DEFAULTS.reps, show_default=True,
+              help="Runs of each probe (the median is kept).")  # fmt: skip
+@click.option("--max-prompt", "max_prompt", type=click.IntRange(min=64),
+              default=DEFAULTS.max_prompt_tokens, show_default=True,
+              help="Longest prompt a probe sends (the window caps it too).")  # fmt: skip
+@click.option("--decode-tokens", type=click.IntRange(8, 4096), default=DEFAULTS.decode_tokens,
+              show_default=True, help="max_tokens of the decode probes.")  # fmt: skip
+@click.option("--max-requests", type=click.IntRange(min=1), default=400, show_default=True,
+              help="Refuse a plan that would send more.")  # fmt: skip
+@click.option("--max-time", "max_time_s", type=click.FloatRange(min=1), default=900.0,
+              show_default=True, help="Wall seconds after which no new probe starts.")  # fmt: skip
+@CLOCK_OPTION
+@TARGET_OPTIONS
+@OUTPUT_OPTIONS
+@EXTERNAL_SERVER_OPTIONS
+@click.option("--seed", "run_seed", type=SEED_TYPE, default=None, help="Run seed for salts.")
+@server_options
+@click.option("--progress/--no-progress", default=False, show_default=True)
+def calibrate_cmd(
+    profile_out: Path | None,
+    name: str | None,
+    hardware: str | None,
+    base: str,
+    reps: int,
+    max_prompt: int,
+    decode_tokens: int,
+    max_requests: int,
+    max_time_s: float,
+    clock: str,
+    base_url: str | None,
+    api_key: str | None,
+    model: str | None,
+    telemetry_url: str | None,
+    no_telemetry: bool,
+    out_root: Path,
+    overrides: tuple[str, ...],
+    server_facts: tuple[str, ...],
+    server_flags: tuple[str, ...],
+    run_seed: int | None,
+    server_kind: str | None,
+    server_args: tuple[str, ...],
+    model_path: Path | None,
+    server_python: Path | None,
+    server_bin: Path | None,
+    boot_timeout_s: float | None,
+    progress: bool,
+) -> None:
+    """Measure a server's step costs with a short, bounded plan and fit the sim to them."""
+    from loadgen.report.calibration_report import calibration_text
+
+    server = server_spec(
+        server_kind, server_args, model_path, model=model, python=server_python,
+        bin=server_bin, boot_timeout_s=boot_timeout_s,
+    )  # fmt: skip
+    if not base_url and server is None and clock == "wall":
+        raise click.UsageError(
+            "calibrate needs a server: --base-url URL, or --server KIND to launch one "
+            "(--server sim or --clock virtual calibrate the built-in sim)"
+        )
+    check_target(clock, base_url, telemetry_url, server)
+    facts, flags = external_server(server_facts, server_flags, base_url)
+    try:
+        scenario = load_scenario(base, overrides)
+    except ScenarioError as exc:
+        raise click.ClickException(str(exc)) from None
+    base_url, api_key = resolved_target(base_url, api_key)
+    seed = resolve_run_seed(run_seed, None)
+    opts = RunOptions(
+        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
+        progress=progress, clock=clock, seed_source=seed.source, server=server,
+        server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
+        server_flags=tuple(flags), telemetry_url=telemetry_url, telemetry=not no_telemetry,
+    )  # fmt: skip
+    req = CalibrateRequest(
+        scenario, PlanLimits(reps, max_prompt, decode_tokens), max_requests, max_time_s,
+        out=profile_out, name=name, hardware=hardware,
+    )  # fmt: skip
+
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
+    root = execute_work(partial(calibrate, req, opts, say=say))
+    click.echo(calibration_text(root))
+    click.echo(f"run directory: {root}")
