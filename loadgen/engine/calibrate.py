@@ -89,12 +89,11 @@ async def calibrate(
         "probes": [], "interrupted": True,
     }  # fmt: skip
     write_manifest(root, manifest)
-    deadline = time.monotonic() + req.max_time_s
-    measured: list[Measurement] = []
-    decode_records: list[StreamRecord] = []
     async with shared_target(req.base, opts, root, warn) as target:
         tiny = calibration_plan(_PROVISIONAL, req.limits)[0]
         first_dir = await _run_probe(req.base, tiny, 1, seed, root, opts, warn, target)
+        manifest["probes"].append({"name": tiny.name, "dir": first_dir})
+        write_manifest(root, manifest)
         _check_drivable(_measured(root / first_dir), opts)
         shape, first = _server_shape(root / first_dir)
         probes = calibration_plan(shape, req.limits)
@@ -102,24 +101,23 @@ async def calibrate(
         say(f"calibrate: {len(probes)} probes, {sum(p.requests for p in probes)} requests, at "
             f"most {req.max_time_s:g} s; the server: budget {shape.budget}, seats "
             f"{shape.seats}, block {shape.block_size}, window {shape.max_model_len}")  # fmt: skip
-        for order, probe in enumerate(probes, start=1):
-            if order > 1 and time.monotonic() > deadline:
+        ran = [(tiny, _measured(root / first_dir))]
+        say(_probe_line(1, len(probes), tiny, measure(tiny, ran[0][1], shape)))
+        deadline = time.monotonic() + req.max_time_s
+        for order, probe in enumerate(probes[1:], start=2):
+            if time.monotonic() > deadline:
                 manifest["stopped_by"] = f"--max-time {req.max_time_s:g} s"
                 say(f"calibrate: --max-time {req.max_time_s:g} s reached; fitting what ran")
                 break
-            rel = first_dir if order == 1 else await _run_probe(
-                req.base, probe, order, seed, root, opts, warn, target)  # fmt: skip
-            records = _measured(root / rel)
-            m = measure(probe, records, shape)
-            manifest["probes"].append({"name": probe.name, "dir": rel,
-                                       "measured": m is not None})  # fmt: skip
+            rel = await _run_probe(req.base, probe, order, seed, root, opts, warn, target)
+            manifest["probes"].append({"name": probe.name, "dir": rel})
             write_manifest(root, manifest)
-            if m is not None:
-                measured.append(m)
-                if probe.kind == "decode":
-                    decode_records += records
-            say(_probe_line(order, len(probes), probe, m))
-    spec = speculation(decode_records)
+            ran.append((probe, _measured(root / rel)))
+            say(_probe_line(order, len(probes), probe, measure(probe, ran[-1][1], shape)))
+    # Drafts are known only once every decode probe ran; the decode rows price them.
+    spec = speculation(r for p, recs in ran if p.kind == "decode" for r in recs)
+    shape = dataclasses.replace(shape, spec_tokens=spec.tokens)
+    measured = [m for p, recs in ran if (m := measure(p, recs, shape)) is not None]
     fit = fit_costs(measured)
     profile = _profile(req, opts, first, shape=shape, fit=fit, spec=spec, started=started,
                        prefix_caching=_prefix_caching(measured))  # fmt: skip
