@@ -25,7 +25,8 @@ def _calibrate(tmp_path: Path, *args: str) -> tuple[Path, str]:
 
 def test_virtual_calibration_recovers_the_sims_own_profile(tmp_path: Path) -> None:
     out, printed = _calibrate(
-        tmp_path, "--clock", "virtual", "--set", "sim.max_model_len=131072",
+        tmp_path, "--clock", "virtual", "--set", "sim.profile=default",
+        "--set", "sim.max_model_len=131072",
         "--set", "sim.num_gpu_blocks=9000", "--set", "sim.max_num_seqs=8",
     )  # fmt: skip
     fitted = load_profile_file(out)
@@ -49,7 +50,7 @@ def test_virtual_calibration_recovers_the_sims_own_profile(tmp_path: Path) -> No
 
 def test_speculation_is_found_from_the_chunks(tmp_path: Path) -> None:
     out, _ = _calibrate(
-        tmp_path, "--clock", "virtual", "--max-prompt", "8192",
+        tmp_path, "--clock", "virtual", "--max-prompt", "8192", "--set", "sim.profile=default",
         "--set", "sim.num_speculative_tokens=3", "--set", "sim.acceptance_rate=0.6",
     )  # fmt: skip
     fitted = load_profile_file(out)
@@ -80,7 +81,8 @@ def test_calibrate_refuses_what_it_cannot_drive_in_one_line(tmp_path: Path) -> N
     assert "cannot calibrate" in line and "first request failed" in line
     with ThreadedPacedServer(PacedConfig(ttft_s=0.001, gap_s=0.001)) as srv:
         line = _refusal("--base-url", srv.url, "--out", str(tmp_path / "b"))
-        assert "max_num_batched_tokens" in line and "--server-facts" in line
+        assert "max_num_batched_tokens, max_num_seqs, max_model_len" in line
+        assert "--server-facts max_num_batched_tokens=N" in line
         line = _refusal("--base-url", srv.url, "--out", str(tmp_path / "c"), "--max-requests",
                         "5", "--server-facts", "max_num_seqs=2,max_num_batched_tokens=512,"
                         "block_size=16,max_model_len=2048")  # fmt: skip

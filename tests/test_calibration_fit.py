@@ -128,6 +128,9 @@ def test_speculation_is_read_from_tokens_per_chunk() -> None:
         sum(middle) / len(middle), abs=1e-3
     )
     assert speculation([record()]).tokens == 0
+    # One coalesced pair in 200 chunks is a late write, not a draft.
+    rare = [1] * 100 + [2] + [1] * 100
+    assert speculation([record(chunk_tokens=rare, chunk_ns=list(range(len(rare))))]).tokens == 0
     assert speculation([record(chunk_tokens=None)]).source.startswith("no per-chunk")
 
 

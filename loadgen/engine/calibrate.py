@@ -45,8 +45,12 @@ from loadgen.scenario.plan import derive_seed, plan
 from loadgen.sim.profile_file import FittedProfile, write_profile_file
 from loadgen.sim.profiles import StepProfile
 
-# Facts the plan cannot be sized without, and the one that names a fix for each.
-NEEDED = ("max_num_batched_tokens", "max_num_seqs", "block_size", "max_model_len")
+# Facts the plan cannot be sized without.
+NEEDED = ("max_num_batched_tokens", "max_num_seqs", "max_model_len")
+# A server without paged blocks (llama.cpp reuses a slot's prefix token by token) states none;
+# the plan then sizes its cached tails as the sim's default block would, and the profile
+# leaves the block size to the sim.
+UNSTATED_BLOCK = 16
 # What a profile carries of the server's facts, when the server stated them.
 CARRIED = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks",
            "max_model_len")  # fmt: skip
@@ -179,7 +183,8 @@ def _server_shape(run_dir: Path) -> tuple[ServerShape, dict[str, Any]]:
         )
     shape = ServerShape(
         budget=server["max_num_batched_tokens"], seats=server["max_num_seqs"],
-        block_size=server["block_size"], max_model_len=server["max_model_len"],
+        block_size=server.get("block_size") or UNSTATED_BLOCK,
+        max_model_len=server["max_model_len"],
     )  # fmt: skip
     return shape, manifest
 
