@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from loadgen.scenario.checks import BOOL
 from loadgen.scenario.limits import SIM_MAX_MODEL_LEN
 from loadgen.scenario.model import SERVER_FLAGS, SimConfig
-from loadgen.scenario.schema_blocks import SIM_RULES
+from loadgen.scenario.schema_blocks import SIM_RULES, SWEEP_RULES
 from loadgen.server.sim import SimProfile, sim_flags
 from loadgen.sim.cli import sim
 from loadgen.sim.engine import EngineConfig
@@ -76,6 +76,11 @@ def test_the_sim_block_rules_say_what_they_said() -> None:
 def test_a_sweep_varies_the_rows_it_may() -> None:
     swept = {n for o in SIM_OPTIONS if o.sweep for n in (o.name, *o.aliases)}
     assert set(SERVER_FLAGS) & set(SIM_OPTION_NAMES) == swept
+    # Each by its row's bounds, so a value the sim would refuse at boot fails validation.
+    assert set(SWEEP_RULES) == swept
+    for name, rule in SWEEP_RULES.items():
+        lo = SIM_OPTION_NAMES[name].lo
+        assert lo is None or not rule.accepts(lo - 1), name
 
 
 def test_argv_and_the_virtual_config_match_the_cli() -> None:
