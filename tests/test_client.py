@@ -16,7 +16,7 @@ from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.cli import main
 from loadgen.client.endpoint import resolve_target
 from loadgen.client.openai import OpenAIClient
-from loadgen.engine.request_run import probe_prompts
+from loadgen.engine.request_run import request_prompts
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
 
@@ -168,9 +168,9 @@ def test_resolve_target_normalises_and_falls_back_to_env(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("dialect", ["vllm", "llamacpp"])
-async def test_probe_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect: str) -> None:
+async def test_request_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect: str) -> None:
     async with PacedServer(PacedConfig(tokenize=dialect)) as srv, OpenAIClient(srv.url) as c:
-        built, method, how = await probe_prompts(c, "m", 3, 57, chat=False, seed=1)
+        built, method, how = await request_prompts(c, "m", 3, 57, chat=False, seed=1)
     prompts = [p for p, _ in built]
     assert (method, how) == ("tokenize", "exact, sized by /tokenize")
     assert [count_tokens(p.text) for p in prompts] == [57, 57, 57]
@@ -178,9 +178,9 @@ async def test_probe_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect:
     assert len({p.text.split()[0] for p in prompts}) == 3  # salted: differ at the first token
 
 
-async def test_probe_prompts_without_tokenize_are_labelled_estimated() -> None:
+async def test_request_prompts_without_tokenize_are_labelled_estimated() -> None:
     async with PacedServer(PacedConfig(tokenize=None)) as srv, OpenAIClient(srv.url) as c:
-        built, method, how = await probe_prompts(c, "m", 2, 40, chat=False, seed=1)
+        built, method, how = await request_prompts(c, "m", 2, 40, chat=False, seed=1)
     prompts = [p for p, _ in built]
     assert (method, how) == ("estimate", "estimated: no /tokenize")
     assert [(p.tokens, p.method) for p in prompts] == [(40, "estimate")] * 2

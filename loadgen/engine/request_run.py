@@ -79,7 +79,7 @@ class RequestArgs:
 
 
 @dataclass
-class ProbeOutcome:
+class RequestOutcome:
     records: list[StreamRecord] = field(default_factory=list)
     model: str = ""
     sizing: str = ""
@@ -118,7 +118,7 @@ def run_request(args: RequestArgs) -> None:
             raise click.ClickException(str(exc)) from None
     try:
         ensure_fd_limit(args.concurrency)
-        outcome = uvloop.run(_probe(args))
+        outcome = uvloop.run(_send_all(args))
     except (ClientError, RayUnavailable, RunError) as exc:
         raise click.ClickException(str(exc)) from None
     limited = limited_records(outcome.records)
@@ -148,7 +148,7 @@ def failure_summary(records: list[StreamRecord]) -> str | None:
     return f"{sum(classes.values())} of {len(records)} streams failed: {parts}"
 
 
-def _report(outcome: ProbeOutcome, args: RequestArgs) -> str:
+def _report(outcome: RequestOutcome, args: RequestArgs) -> str:
     head = (
         f"{args.base_url}  model {outcome.model}  api {args.api}  prompt ~{args.prompt_tokens}"
         f" tokens ({outcome.sizing})"
@@ -159,8 +159,8 @@ def _report(outcome: ProbeOutcome, args: RequestArgs) -> str:
     return render_rich(tables, [head], width=width)
 
 
-async def _probe(args: RequestArgs) -> ProbeOutcome:
-    outcome = ProbeOutcome()
+async def _send_all(args: RequestArgs) -> RequestOutcome:
+    outcome = RequestOutcome()
     task = asyncio.current_task()
     assert task is not None
 
@@ -204,12 +204,12 @@ async def _probe(args: RequestArgs) -> ProbeOutcome:
 async def _launch(
     client: OpenAIClient,
     args: RequestArgs,
-    outcome: ProbeOutcome,
+    outcome: RequestOutcome,
     run_dir: RunDirectory | None,
     keep: Callable[[StreamRecord], None],
 ) -> None:
     outcome.model = args.model or await _first_model(client)
-    prompts, counter, outcome.sizing = await probe_prompts(
+    prompts, counter, outcome.sizing = await request_prompts(
         client, outcome.model, args.count, args.prompt_tokens, chat=args.api == "chat",
         seed=args.seed.value,
     )  # fmt: skip
@@ -271,7 +271,7 @@ def _warn_all(lines: list[str]) -> None:
         click.echo(f"warning: {line}", err=True)
 
 
-async def probe_prompts(
+async def request_prompts(
     client: OpenAIClient, model: str, count: int, tokens: int, *, chat: bool, seed: int
 ) -> tuple[list[tuple[BuiltPrompt, str]], str, str]:
     """`count` prose prompts of `tokens` tokens with their salts, each salted at its start from
@@ -322,7 +322,7 @@ def _remove_stop_signals() -> None:
         loop.remove_signal_handler(sig)
 
 
-def _manifest(args: RequestArgs, outcome: ProbeOutcome, *, finished: bool) -> dict[str, Any]:
+def _manifest(args: RequestArgs, outcome: RequestOutcome, *, finished: bool) -> dict[str, Any]:
     """run.json in `loadgen run`'s shape: an external target by URL, the streams planned, who
     sent them; `interrupted` stays true until the last stream is in."""
     started = outcome.started or dt.datetime.now(dt.UTC)
