@@ -23,6 +23,10 @@ from typing import Any, Literal
 # of 1e-9 stretched a smoke run's virtual time until it never ended.
 MAX_SIM_BLOCKS = 1 << 20
 SIM_SPEED = (0.001, 1000.0)
+# The sim server's window by default (SimServerConfig.max_model_len): here, below both, because
+# the scenario stage checks prompts against it before any sim is imported (sim/server.py would
+# bring aiohttp and the engine into `loadgen validate`).
+SIM_MAX_MODEL_LEN = 8192
 
 Owner = Literal["engine", "server"]
 
@@ -64,6 +68,9 @@ class SimOption:
     sim_block: bool = True
     # A sweep may vary it as a server flag (scenario/model.py SERVER_FLAGS).
     sweep: bool = True
+    # One of the server's limits the launcher reads back from a booted sim (its flags, or the
+    # virtual sim's config) for the verdicts and the preflight window check.
+    fact: bool = False
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -77,17 +84,17 @@ class SimOption:
 
 # In `loadgen sim --help`'s order.
 SIM_OPTIONS = (
-    SimOption("max_num_seqs", int, "engine", lo=1),
-    SimOption("max_num_batched_tokens", int, "engine", lo=1),
-    SimOption("block_size", int, "engine", lo=1),
+    SimOption("max_num_seqs", int, "engine", lo=1, fact=True),
+    SimOption("max_num_batched_tokens", int, "engine", lo=1, fact=True),
+    SimOption("block_size", int, "engine", lo=1, fact=True),
     SimOption("num_gpu_blocks", int, "engine", lo=1, hi=MAX_SIM_BLOCKS,
-              help="KV pool size in blocks.", aliases=("num_gpu_blocks_override",)),
+              help="KV pool size in blocks.", aliases=("num_gpu_blocks_override",), fact=True),
     SimOption("enable_prefix_caching", bool, "engine"),
     SimOption("long_prefill_token_threshold", int, "engine", lo=0, sim_block=False,
               help="Cap on one request's prefill chunk per step (0 = off)."),
     SimOption("num_speculative_tokens", int, "engine", lo=0),
     SimOption("acceptance_rate", float, "engine", lo=0.0, hi=1.0),
-    SimOption("max_model_len", int, "server", lo=1),
+    SimOption("max_model_len", int, "server", lo=1, fact=True),
     SimOption("speed", float, "server", lo=SIM_SPEED[0], hi=SIM_SPEED[1],
               help="Time factor: 2 runs the engine twice as fast."),
     SimOption("request_overhead_s", float, "engine", lo=0.0, sim_block=False, sweep=False,
@@ -97,6 +104,8 @@ SIM_OPTIONS = (
               help="Chat answers open with N reasoning deltas (delta.reasoning), as vLLM's "
                    "reasoning parser emits a thinking model's output."),
 )  # fmt: skip
+# The rows that are server facts, in the table's order.
+SIM_FACTS = tuple(o for o in SIM_OPTIONS if o.fact)
 # Every name a setting goes by, aliases included.
 SIM_OPTION_NAMES: Mapping[str, SimOption] = {
     n: o for o in SIM_OPTIONS for n in (o.name, *o.aliases)

@@ -89,11 +89,16 @@ def test_a_request_out_directory_is_reportable(tmp_path: Path) -> None:
     rep = loadgen("report", out)
     assert rep.returncode == 0, rep.stderr
     assert "Traceback" not in rep.stderr
-    assert f"target {srv.url} (external)" in rep.stdout
+    assert f"scenario request | target {srv.url} (external)" in rep.stdout
     assert "records: 3 measured of 3 planned" in rep.stdout
+    assert "prompt shape: request=prose" in rep.stdout
     assert "MISSING" not in rep.stdout
     for name in ("summary.json", "report.txt", "report.html"):
         assert (out / name).is_file()
+    # Two request directories compare like two runs of one scenario: one group in common.
+    cmp = loadgen("compare", out, out)
+    assert cmp.returncode == 0, cmp.stderr
+    assert "request │ median TTFT (s)" in cmp.stdout
 
 
 def test_a_torn_streams_file_reports_measured_of_planned(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.cli import main
 from loadgen.client.endpoint import resolve_target
 from loadgen.client.openai import OpenAIClient
-from loadgen.engine.request_cmd import probe_prompts
+from loadgen.engine.request_run import request_prompts
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
 
@@ -168,21 +168,21 @@ def test_resolve_target_normalises_and_falls_back_to_env(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("dialect", ["vllm", "llamacpp"])
-async def test_probe_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect: str) -> None:
+async def test_request_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect: str) -> None:
     async with PacedServer(PacedConfig(tokenize=dialect)) as srv, OpenAIClient(srv.url) as c:
-        built, how = await probe_prompts(c, "m", 3, 57, chat=False, seed=1)
+        built, method, how = await request_prompts(c, "m", 3, 57, chat=False, seed=1)
     prompts = [p for p, _ in built]
-    assert how == "exact, sized by /tokenize"
+    assert (method, how) == ("tokenize", "exact, sized by /tokenize")
     assert [count_tokens(p.text) for p in prompts] == [57, 57, 57]
     assert all(p.tokens == 57 and p.method == "tokenize" for p in prompts)
     assert len({p.text.split()[0] for p in prompts}) == 3  # salted: differ at the first token
 
 
-async def test_probe_prompts_without_tokenize_are_labelled_estimated() -> None:
+async def test_request_prompts_without_tokenize_are_labelled_estimated() -> None:
     async with PacedServer(PacedConfig(tokenize=None)) as srv, OpenAIClient(srv.url) as c:
-        built, how = await probe_prompts(c, "m", 2, 40, chat=False, seed=1)
+        built, method, how = await request_prompts(c, "m", 2, 40, chat=False, seed=1)
     prompts = [p for p, _ in built]
-    assert how == "estimated: no /tokenize"
+    assert (method, how) == ("estimate", "estimated: no /tokenize")
     assert [(p.tokens, p.method) for p in prompts] == [(40, "estimate")] * 2
 
 
@@ -210,10 +210,29 @@ def test_cli_request_prints_the_summary_and_writes_the_run_directory(tmp_path: P
     assert {(r.status, r.completion_tokens, r.chunks, r.prompt_tokens) for r in recs} == {
         ("ok", 10, 5, 30)
     }
+    # run.json in every run's shape: the target, seed and a one-group scenario of the request.
     manifest = orjson.loads((out / "run.json").read_bytes())
-    assert (manifest["target"], manifest["model"], manifest["command"]) == (
-        srv.url,
+    assert manifest["target"]["url"] == srv.url and manifest["target"]["kind"] == "external"
+    assert (manifest["model"], manifest["command"], manifest["seed_source"]) == (
         "paced",
         "request",
+        "fresh",
     )
-    assert manifest["args"]["count"] == 3 and "start_wall" in manifest and "version" in manifest
+    assert {"tool_version", "started_wall", "finished_wall"} <= set(manifest)
+    assert manifest["interrupted"] is False and manifest["planned_streams"] == 3
+    (group,) = manifest["scenario"]["groups"]
+    assert (group["name"], group["count"], group["max_tokens"]) == ("request", 3, 10)
+    assert group["prompt"] == {
+        "tokens": 30,
+        "shape": "prose",
+        "cache": "salted",
+        "prefix_tokens": None,
+        "file": None,
+        "depth": None,
+    }
+    assert manifest["scenario"]["arrival"] == {
+        "kind": "closed",
+        "concurrency": 2,
+        "count": 3,
+        "duration_s": None,
+    }

@@ -21,7 +21,7 @@ from loadgen.client.decode import StreamDecoder
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import ServerUnreachable
 from loadgen.client.openai import OpenAIClient
-from loadgen.engine.request_cmd import failure_summary
+from loadgen.engine.request_run import failure_summary
 from loadgen.records import StreamError, StreamRecord, read_streams
 from loadgen.request import StreamRequest
 

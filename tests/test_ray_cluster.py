@@ -80,7 +80,7 @@ def test_two_ray_workers_merge_into_one_run_directory(
     # Stamped on the run clock: no stream left before it was meant to, nor before the run.
     assert all(0 <= r.t_intended_ns <= r.t_sent_ns < r.t_first_ns for r in recs)
     manifest = orjson.loads((out / "run.json").read_bytes())
-    workers = manifest["ray"]["workers"]
+    workers = manifest["client"]["ray"]["workers"]
     names = {w["worker"] for w in workers}
     assert len(names) == 2 and Counter(r.worker for r in recs) == {n: 6 for n in names}
     # One per node. (Ray's default scheduling spreads two 1-CPU actors here too, so this shows

@@ -58,6 +58,9 @@ def test_request_salts_are_fresh_per_invocation_unless_seeded(tmp_path: Path):
     assert m1["seed_source"] == "fresh" and m1["seed"] != m2["seed"]
     again, m3 = _request_prompts(tmp_path, "c", "--seed", str(m1["seed"]))
     assert again == first and m3["seed_source"] == "user"
+    # --replay, as `loadgen run` takes it: the recorded seed, so the same salts.
+    replayed, m4 = _request_prompts(tmp_path, "d", "--replay", str(tmp_path / "a"))
+    assert replayed == first and m4["seed_source"] == f"replay:{tmp_path / 'a'}"
 
 
 def test_a_prompt_shorter_than_the_salt_tag_keeps_one_salt_word(tmp_path: Path):
@@ -68,3 +71,9 @@ def test_a_prompt_shorter_than_the_salt_tag_keeps_one_salt_word(tmp_path: Path):
     prompts = [s.body["prompt"] for s in srv.served]
     assert len(set(prompts)) == 2 and all(len(p.split()) == 1 for p in prompts)
     assert all(len(s.body["cache_salt"].split("-")) == 4 for s in srv.served)
+
+
+def test_request_refuses_two_seeds_in_one_line(tmp_path: Path):
+    args = ["request", "--base-url", "http://127.0.0.1:9", "--seed", "1", "--replay", tmp_path]
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 2 and "--seed and --replay both name a seed" in result.output

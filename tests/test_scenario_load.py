@@ -298,6 +298,17 @@ MALFORMED = [
         id="bad-sim-flag-in-sweep",
     ),
     pytest.param(
+        BASE + "sweep: {num_gpu_blocks_override: [0], long_prefill_token_threshold: [-1]}\n",
+        ("sweep.speed=[0]",),
+        [
+            "s.yaml:12: sweep.num_gpu_blocks_override[0]: got 0 (expected an integer >= 1 and "
+            "<= 1048576)",
+            "s.yaml:12: sweep.long_prefill_token_threshold[0]: got -1 (expected an integer >= 0)",
+            "--set sweep.speed=[0]: sweep.speed[0]: got 0 (expected a number >= 0.001 and <= 1000)",
+        ],
+        id="sim-flag-aliases-and-sweep-only-rows-bounded",
+    ),
+    pytest.param(
         BASE,
         ("groups.nosuch.count=2",),
         [

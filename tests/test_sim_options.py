@@ -10,15 +10,20 @@ import click
 from click.testing import CliRunner
 
 from loadgen.scenario.checks import BOOL
-from loadgen.scenario.limits import SIM_MAX_MODEL_LEN
 from loadgen.scenario.model import SERVER_FLAGS, SimConfig
-from loadgen.scenario.schema_blocks import SIM_RULES
+from loadgen.scenario.schema_blocks import SIM_RULES, SWEEP_RULES
 from loadgen.server.sim import SimProfile, sim_flags
 from loadgen.sim.cli import sim
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.server import SimServerConfig
-from loadgen.sim.virtual import config_from_settings
-from loadgen.simoptions import SIM_OPTION_NAMES, SIM_OPTIONS, negated, sim_flag
+from loadgen.sim.virtual import config_from_settings, sim_facts
+from loadgen.simoptions import (
+    SIM_FACTS,
+    SIM_OPTION_NAMES,
+    SIM_OPTIONS,
+    negated,
+    sim_flag,
+)
 
 # The sim's options that are not settings: where it listens, the name it serves, its profile
 # and its faults (each chosen or parsed by its own module).
@@ -76,6 +81,11 @@ def test_the_sim_block_rules_say_what_they_said() -> None:
 def test_a_sweep_varies_the_rows_it_may() -> None:
     swept = {n for o in SIM_OPTIONS if o.sweep for n in (o.name, *o.aliases)}
     assert set(SERVER_FLAGS) & set(SIM_OPTION_NAMES) == swept
+    # Each by its row's bounds, so a value the sim would refuse at boot fails validation.
+    assert set(SWEEP_RULES) == swept
+    for name, rule in SWEEP_RULES.items():
+        lo = SIM_OPTION_NAMES[name].lo
+        assert lo is None or not rule.accepts(lo - 1), name
 
 
 def test_argv_and_the_virtual_config_match_the_cli() -> None:
@@ -97,6 +107,14 @@ def test_argv_and_the_virtual_config_match_the_cli() -> None:
 
 
 def test_the_sim_facts_and_window_are_rows() -> None:
-    for name, (flag,) in SimProfile.fact_flags.items():
-        assert SIM_OPTION_NAMES[name].flags[0] == flag
-    assert SimServerConfig().max_model_len == SIM_MAX_MODEL_LEN
+    # One `fact` mark per row: the launch's flags and the virtual sim's facts both read it.
+    facts = [o.name for o in SIM_FACTS]
+    assert facts == ["max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks",
+                     "max_model_len"]  # fmt: skip
+    assert {n: f for n, (f,) in SimProfile.fact_flags.items()} == {
+        n: SIM_OPTION_NAMES[n].flags[0] for n in facts
+    }
+    config = config_from_settings(OTHER)
+    assert sim_facts(config) == {n: OTHER[n] for n in facts} | {
+        "kv_cache_tokens": OTHER["num_gpu_blocks"] * OTHER["block_size"]
+    }

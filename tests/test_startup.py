@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from pacedserver import PacedConfig, ThreadedPacedServer
 
 HEAVY = ("matplotlib", "scipy", "aiohttp", "numpy", "loadgen.sim.engine", "rich")
 
 
-def imported(*args: str) -> set[str]:
+def imported(*args: str | Path) -> set[str]:
     """Top-level names (and loadgen modules) `python -m loadgen ARGS` imported."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "loadgen", *args],
@@ -31,7 +33,8 @@ def imported(*args: str) -> set[str]:
     [
         (["--version"], ()),
         (["validate", "scenarios/whale_c4.yaml"], ("numpy",)),
-        (["request", "--help"], ("aiohttp", "numpy", "rich")),
+        # The options alone: what the command runs is imported once they are read.
+        (["request", "--help"], ()),
         # CSV from the analysis alone: no figure, no table renderer.
         (["export", "--help"], ("numpy",)),
     ],
@@ -39,4 +42,14 @@ def imported(*args: str) -> set[str]:
 def test_a_command_imports_only_what_it_uses(args: list[str], allowed: tuple[str, ...]) -> None:
     loaded = imported(*args)
     assert "click" in loaded  # the parse of importtime's output saw the imports
+    assert sorted(m for m in HEAVY if m in loaded and m not in allowed) == []
+
+
+def test_a_request_loads_no_figures_nor_the_sim(tmp_path: Path) -> None:
+    # Its report is tables of its records: matplotlib and the sim's engine are other commands'.
+    with ThreadedPacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
+        loaded = imported("request", "--base-url", srv.url, "-n", "2", "--max-tokens", "4",
+                          "--out", tmp_path / "probe")  # fmt: skip
+    assert (tmp_path / "probe" / "streams.jsonl").is_file()
+    allowed = ("aiohttp", "numpy", "rich")
     assert sorted(m for m in HEAVY if m in loaded and m not in allowed) == []

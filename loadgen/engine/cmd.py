@@ -24,7 +24,7 @@ from loadgen.client.endpoint import resolve_target
 from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.engine.probe_cache_cmd import server_options, server_spec
-from loadgen.engine.request_cmd import failure_summary
+from loadgen.engine.request_run import failure_summary
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.target import RunError

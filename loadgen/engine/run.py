@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import platform
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, closing, nullcontext, suppress
@@ -19,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen import __version__
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import run_closed_loop, run_open_loop
 from loadgen.client.openai import OpenAIClient
 from loadgen.engine.arm import ArmBackend, Record, drive_arm
 from loadgen.engine.boots import run_boots
 from loadgen.engine.counters import pick_counter
+from loadgen.engine.manifest import manifest_head
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
@@ -38,6 +37,7 @@ from loadgen.engine.preflight import (
     served_window,
 )
 from loadgen.engine.progress import Progress
+from loadgen.engine.seeds import RunSeed
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.sessions import build_sessions, run_sessions
 from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_pool, worker_count
@@ -139,16 +139,9 @@ def _launched_boots(kind: str, deterministic: bool, per_arm: int) -> dict[str, A
 
 
 def base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[str, Any]:
-    return {
-        "tool_version": __version__,
-        "scenario": scenario_to_json(plan.scenario),
-        "seed": plan.seed,
-        "seed_source": opts.seed_source or ("user" if opts.run_seed is not None else "scenario"),
-        "started_wall": started.isoformat(),
-        "host": platform.node(),
-        "python": platform.python_version(),
-        "slo": {**(plan.scenario.slo or {}), **(opts.slo or {})} or None,
-    }
+    source = opts.seed_source or ("user" if opts.run_seed is not None else "scenario")
+    slo = {**(plan.scenario.slo or {}), **(opts.slo or {})}
+    return manifest_head(plan.scenario, RunSeed(plan.seed, source), started, slo)
 
 
 async def run_arm(

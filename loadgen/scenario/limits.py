@@ -10,8 +10,9 @@ aliases expand without end would otherwise pass `validate` and then hang while m
 - MAX_YAML_NODES: values of a scenario file after alias expansion (no override: no scenario
   comes near it, a billion-laughs file goes far past it).
 - A request's prompt plus max_tokens must fit the target's window: the sim's max_model_len
-  (SIM_MAX_MODEL_LEN unless the scenario's `sim:` block sets one), or an external server's
-  `max_model_len` from /v1/models when it gives one (checked at run start).
+  (simoptions' SIM_MAX_MODEL_LEN, the sim server's own default, unless the scenario's `sim:`
+  block sets one), or an external server's `max_model_len` from /v1/models when it gives one
+  (checked at run start).
 - MAX_ARMS: arms of a sweep, counted from its axes before any arm is built (a 6 x 10 sweep
   asked for 10^6 and held 263 MB before it had built them).
 - MAX_SECONDS: any one time a scenario states (think, interval, duration, start) and the
@@ -40,6 +41,7 @@ from loadgen.scenario.model import (
     Staggered,
     Trace,
 )
+from loadgen.simoptions import SIM_MAX_MODEL_LEN
 
 # Problems with the limits' own environment variables, reported by size_problems (an import
 # must not raise: LOADGEN_MAX_STREAMS=abc used to crash every command with a traceback).
@@ -61,7 +63,6 @@ def _env_limit(name: str, default: int) -> int:
 MAX_STREAMS = _env_limit("LOADGEN_MAX_STREAMS", 100_000)
 MAX_PROMPT_TOKENS = _env_limit("LOADGEN_MAX_PROMPT_TOKENS", 1 << 20)
 MAX_YAML_NODES = 100_000
-SIM_MAX_MODEL_LEN = 8192
 MAX_ARMS = 1000
 MAX_SECONDS = 7 * 86_400.0
 MAX_TIME_SCALE = 1000.0

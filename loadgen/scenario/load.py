@@ -25,7 +25,7 @@ from loadgen.scenario.marked_yaml import (
 )
 from loadgen.scenario.model import SERVER_FLAGS, Scenario, Sweep, SweepArm
 from loadgen.scenario.schema import build_scenario
-from loadgen.scenario.schema_blocks import SIM_RULES
+from loadgen.scenario.schema_blocks import SWEEP_RULES
 
 __all__ = ["ScenarioError", "load_scenario", "resolve_scenario_path", "scenario_dirs"]
 
@@ -114,7 +114,7 @@ def _sweep(
         if not isinstance(values, MarkedList) or not values:
             c.add(m.value_locs[key], path, f"got {show(values)} (expected a non-empty list)")
             continue
-        rule = SIM_RULES.get(key)
+        rule = SWEEP_RULES.get(key)
         for i, value in enumerate(values):
             if rule and not rule.accepts(value):
                 c.bad(values.item_locs[i], f"{path}[{i}]", value, rule)

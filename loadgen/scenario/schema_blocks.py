@@ -68,6 +68,10 @@ SIM_RULES = {
     for f in fields(SimConfig)
     if f.name in SIM_OPTION_NAMES and SIM_OPTION_NAMES[f.name].sim_block
 }
+# A sweep's sim flags by every name a sweep may give them (aliases too), each by its row's rule:
+# `num_gpu_blocks_override: [0]` or `long_prefill_token_threshold: [-1]` passed validation and
+# failed the arm at boot.
+SWEEP_RULES = {n: _sim_rule(o) for n, o in SIM_OPTION_NAMES.items() if o.sweep}
 FAULT_FORMS = (
     "the sim's --fault forms: http500=P, http429=P, drop=P, stall=P, stall_s=S, cache_dead, "
     "drift=PCT_PER_HOUR, max_waiting=N, warm_mismatch=P"

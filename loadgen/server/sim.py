@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from loadgen.server.profile import Profile
-from loadgen.simoptions import setting_argv, sim_flag
+from loadgen.simoptions import SIM_FACTS, setting_argv, sim_flag
 
 SIM_MODEL = "loadgen-sim"
 
@@ -26,12 +26,8 @@ class SimProfile(Profile):
     configured_by_sim_block = True
     reads_cache_config_metric = True
     fact_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
-        name: (sim_flag(name),)
-        for name in (
-            "block_size", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
-            "num_gpu_blocks",
-        )
-    }  # fmt: skip
+        o.name: (sim_flag(o.name),) for o in SIM_FACTS
+    }
 
     def default_model(self) -> Path:
         # The sim has no weights; the launcher wants a path that exists, and this one does.

@@ -114,12 +114,14 @@ def load_profile_file(path: Path) -> FittedProfile:
     costs = _costs(path, doc.get("costs"))
     facts = _facts(path, doc.get("facts", {}))
     name = str(doc.get("name") or path.stem)
+    # _costs refused a file without the step costs: those are floats here, never None.
+    given = {n: v for n, v in costs.items() if v is not None}
     step = StepProfile(
         name,
-        fixed_s=costs["fixed_s"],
-        per_token_s=costs["per_token_s"],
-        decode_ctx_s=costs["decode_ctx_s"],
-        prefill_ctx_s=costs["prefill_ctx_s"],
+        fixed_s=given["fixed_s"],
+        per_token_s=given["per_token_s"],
+        decode_ctx_s=given["decode_ctx_s"],
+        prefill_ctx_s=given["prefill_ctx_s"],
         cached_token_s=costs.get("cached_token_s") or 0.0,
         decode_token_s=costs.get("decode_token_s"),
     )

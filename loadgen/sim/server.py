@@ -49,6 +49,7 @@ from loadgen.sim.openai_wire import (
 )
 from loadgen.sim.requests import asked_text, needle_answer
 from loadgen.sim.runner import Clock, SimRunner
+from loadgen.simoptions import SIM_MAX_MODEL_LEN
 
 # Characters tokenized between two yields to the event loop: 1-2 ms of encoding on this machine
 # (bench/sim_tokenize_lateness.py; smaller parts cut lateness further but lengthen the encode).
@@ -61,7 +62,7 @@ class SimServerConfig:
 
     engine: EngineConfig = field(default_factory=EngineConfig)
     model: str = "loadgen-sim"
-    max_model_len: int = 8192
+    max_model_len: int = SIM_MAX_MODEL_LEN
     speed: float = 1.0
     faults: FaultConfig = field(default_factory=FaultConfig)
     # The first N tokens of each chat answer stream as reasoning deltas (a thinking model

@@ -50,7 +50,7 @@ from loadgen.sim.openai_wire import (
 from loadgen.sim.profiles import sim_profile
 from loadgen.sim.requests import asked_text, needle_answer
 from loadgen.sim.server import SimServerConfig, SimState, ground_truth_rows
-from loadgen.simoptions import SIM_OPTION_NAMES, owned
+from loadgen.simoptions import SIM_FACTS, SIM_OPTION_NAMES, owned
 
 NS = 1_000_000_000
 
@@ -83,15 +83,10 @@ def config_from_settings(settings: Mapping[str, Any]) -> SimServerConfig:
 
 def sim_facts(config: SimServerConfig) -> dict[str, int]:
     """The limits the launcher reads from a booted sim (boot log, flags), from its config."""
-    e = config.engine
-    return {
-        "block_size": e.block_size,
-        "num_gpu_blocks": e.num_gpu_blocks,
-        "kv_cache_tokens": config.kv_cache_size_tokens,
-        "max_num_batched_tokens": e.max_num_batched_tokens,
-        "max_num_seqs": e.max_num_seqs,
-        "max_model_len": config.max_model_len,
-    }
+    facts = {o.name: getattr(config.engine if o.owner == "engine" else config, o.name)
+             for o in SIM_FACTS}  # fmt: skip
+    # The pool in tokens is no setting but a product of two: a launched sim's boot log says it.
+    return facts | {"kv_cache_tokens": config.kv_cache_size_tokens}
 
 
 @dataclass(slots=True)

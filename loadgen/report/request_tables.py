@@ -1,0 +1,70 @@
+"""`loadgen request`'s tables, from the records it just took: a row per shown stream, the spread
+over the ok ones, and the benchmark block every run's report ends with."""
+
+from __future__ import annotations
+
+from loadgen.analysis.benchmark import benchmark_block
+from loadgen.analysis.rates import decode_tok_s, ttft_s
+from loadgen.analysis.selferror import error_bound_s
+from loadgen.analysis.stats import median
+from loadgen.records import StreamRecord
+from loadgen.report.bench_tables import benchmark_tables
+from loadgen.report.tables import Table, count, msecs, rate
+
+STREAM_COLUMNS = (
+    "stream", "status", "TTFT ms", "RTT ms", "decode tok/s", "prompt", "tokens", "chunks",
+    "token source", "client err ms", "error",
+)  # fmt: skip
+
+
+def request_tables(records: list[StreamRecord], *, per_stream: bool) -> list[Table]:
+    """Rows for every stream when `per_stream`, else for the failed ones only (2,048 rows on an
+    H200 buried the summary), then the spread over ok streams and the benchmark block."""
+    shown = [r for r in records if per_stream or r.status != "ok"]
+    tables = [stream_table(shown)] if shown else []
+    ok = [r for r in records if r.status == "ok"]
+    if ok:
+        tables.append(spread_table(ok))
+        tables += benchmark_tables(benchmark_block(records))
+    return tables
+
+
+def stream_table(records: list[StreamRecord]) -> Table:
+    """One row per stream, sorted by id."""
+    # RTT beside TTFT: the kernel's smoothed round trip of the stream's connection, the
+    # network's share, so a reader can tell server time from transit.
+    rows = tuple(_stream_row(r) for r in sorted(records, key=lambda r: r.id))
+    return Table("Streams", STREAM_COLUMNS, rows, left=frozenset({0, 1, 8, 10}))
+
+
+def _stream_row(r: StreamRecord) -> tuple[str, ...]:
+    t, bound = ttft_s(r), error_bound_s(r)
+    return (
+        r.id,
+        r.status,
+        msecs(None if t is None else t * 1e3),
+        msecs(None if r.rtt_us is None else r.rtt_us / 1e3),
+        rate(decode_tok_s(r)),
+        count(r.prompt_tokens),
+        str(r.completion_tokens),
+        str(r.chunks),
+        r.token_source + (" (chunks!)" if r.token_source == "chunk_count" else ""),
+        msecs(None if bound is None else bound * 1e3),
+        f"{r.error.cls}: {r.error.message}" if r.error else "",
+    )
+
+
+def spread_table(ok: list[StreamRecord]) -> Table:
+    """min / median / max of TTFT, RTT, decode-only rate, tokens and chunks over ok streams."""
+    series = (
+        ("TTFT ms", msecs, [t * 1e3 for r in ok if (t := ttft_s(r)) is not None]),
+        ("RTT ms", msecs, [r.rtt_us / 1e3 for r in ok if r.rtt_us is not None]),
+        ("decode tok/s", rate, [d for r in ok if (d := decode_tok_s(r)) is not None]),
+        ("tokens", count, [float(r.completion_tokens) for r in ok]),
+        ("chunks", count, [float(r.chunks) for r in ok]),
+    )
+    rows = tuple(
+        (name, fmt(min(xs)), fmt(median(xs)), fmt(max(xs))) for name, fmt, xs in series if xs
+    )
+    return Table(f"Spread over {len(ok)} ok streams", ("over ok streams", "min", "median", "max"),
+                 rows)  # fmt: skip
