@@ -182,7 +182,7 @@ def measure(
     if value is None:
         return None
     prompt = median(r.prompt_tokens or probe.prompt_tokens for r in done) or probe.prompt_tokens
-    cached = 0.0
+    cached: float | None = 0.0
     if probe.kind == "cached":
         reported = [r.cached_tokens for r in done if r.cached_tokens is not None]
         cached = median(reported) if reported else _block_floor(probe.prefix_tokens, shape)

@@ -36,7 +36,7 @@ def fit_table(measurements: list[dict[str, Any]], fit: dict[str, Any]) -> Table:
          f"{m['predicted_s'] * 1e3:.3f}", f"{m['error']:+.1%}")
         for m in measurements
     )  # fmt: skip
-    notes = (
+    notes: tuple[str, ...] = (
         "ttft/cached: median TTFT of the probe's streams (client: send to first content chunk); "
         "decode: median gap between content chunks while all of the probe's streams decoded",
         f"error: predicted / measured - 1; rms {fit['rms_error']:.1%}, max {fit['max_error']:.1%}"
