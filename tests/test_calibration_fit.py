@@ -15,6 +15,7 @@ from loadgen.analysis.calibration import (
     measure,
     prefill_row,
     speculation,
+    speculation_from_counters,
 )
 from loadgen.records import StreamRecord
 
@@ -132,6 +133,18 @@ def test_speculation_is_read_from_tokens_per_chunk() -> None:
     rare = [1] * 100 + [2] + [1] * 100
     assert speculation([record(chunk_tokens=rare, chunk_ns=list(range(len(rare))))]).tokens == 0
     assert speculation([record(chunk_tokens=None)]).source.startswith("no per-chunk")
+
+
+def test_the_servers_spec_counters_outrank_the_chunks() -> None:
+    # 100 drafts of 3 tokens, 117.6 accepted: 1.176 per draft = a + a^2 + a^3 at a = 0.6.
+    deltas = {"spec_decode_num_drafts_total": 100.0, "spec_decode_num_draft_tokens_total": 300.0,
+              "spec_decode_num_accepted_tokens_total": 117.6}  # fmt: skip
+    spec = speculation_from_counters(deltas)
+    assert spec is not None
+    assert spec.tokens == 3 and spec.acceptance == pytest.approx(0.6, abs=1e-3)
+    assert spec.source.startswith("server counters")
+    assert speculation_from_counters({**deltas, "spec_decode_num_drafts_total": 0.0}) is None
+    assert speculation_from_counters({}) is None
 
 
 def _measurements(costs: dict[str, float], bend: float = 0.0) -> list[Measurement]:

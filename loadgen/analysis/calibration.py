@@ -39,7 +39,7 @@ import numpy as np
 
 from loadgen.analysis import rates
 from loadgen.analysis.stats import median
-from loadgen.records import StreamRecord
+from loadgen.records import MetricsSample, StreamRecord
 
 COSTS = ("request_overhead_s", "fixed_s", "per_token_s", "decode_token_s", "decode_ctx_s",
          "prefill_ctx_s", "cached_token_s")  # fmt: skip
@@ -285,6 +285,34 @@ def speculation(records: Iterable[StreamRecord]) -> Speculation:
     k = max(common) - 1
     return Speculation(k, _acceptance(k, mean), mean, f"usage per chunk: {mean:.3f} tokens "
                        f"per chunk, at most {k + 1} in 1% of chunks or more")  # fmt: skip
+
+
+SPEC_COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
+                 "spec_decode_num_accepted_tokens_total")  # fmt: skip
+
+
+def counter_deltas(samples: Iterable[MetricsSample]) -> dict[str, float]:
+    """Each spec-decode counter's rise over one run's scrapes (absent counters left out)."""
+    seen = [s.values for s in samples if s.error is None]
+    out: dict[str, float] = {}
+    for name in SPEC_COUNTERS:
+        values = [v[name] for v in seen if name in v]
+        if len(values) >= 2:
+            out[name] = values[-1] - values[0]
+    return out
+
+
+def speculation_from_counters(deltas: Mapping[str, float]) -> Speculation | None:
+    """k and a from the server's own spec-decode counters, which outrank the chunks: k is
+    draft tokens per draft, and the accepted tokens per draft are a + ... + a^k. None where
+    the server counted no draft."""
+    drafts = deltas.get("spec_decode_num_drafts_total", 0.0)
+    if drafts <= 0 or not {*SPEC_COUNTERS} <= set(deltas):
+        return None
+    k = round(deltas["spec_decode_num_draft_tokens_total"] / drafts)
+    accepted = deltas["spec_decode_num_accepted_tokens_total"] / drafts
+    return Speculation(k, _acceptance(k, 1 + accepted), 1 + accepted,
+                       "server counters (vllm:spec_decode_*)")  # fmt: skip
 
 
 def _acceptance(k: int, mean: float) -> float:

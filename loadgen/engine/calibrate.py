@@ -30,9 +30,11 @@ from loadgen.analysis.calibration import (
     ServerShape,
     Speculation,
     calibration_plan,
+    counter_deltas,
     fit_costs,
     measure,
     speculation,
+    speculation_from_counters,
 )
 from loadgen.analysis.inputs import load_run, read_manifest
 from loadgen.engine.options import RunOptions
@@ -119,7 +121,7 @@ async def calibrate(
             ran.append((probe, _measured(root / rel)))
             say(_probe_line(order, len(probes), probe, measure(probe, ran[-1][1], shape)))
     # Drafts are known only once every decode probe ran; the decode rows price them.
-    spec = speculation(r for p, recs in ran if p.kind == "decode" for r in recs)
+    spec = _speculation(root, manifest["probes"], ran)
     shape = dataclasses.replace(shape, spec_tokens=spec.tokens)
     measured = [m for p, recs in ran if (m := measure(p, recs, shape)) is not None]
     fit = fit_costs(measured)
@@ -187,6 +189,23 @@ def _server_shape(run_dir: Path) -> tuple[ServerShape, dict[str, Any]]:
         max_model_len=server["max_model_len"],
     )  # fmt: skip
     return shape, manifest
+
+
+def _speculation(
+    root: Path, listed: list[dict[str, str]], ran: list[tuple[Probe, list[StreamRecord]]]
+) -> Speculation:
+    """From the server's spec-decode counters over the decode probes where it has them, else
+    from the decode chunks' token counts."""
+    decode_dirs = [root / p["dir"] for p, (probe, _) in zip(listed, ran, strict=True)
+                   if probe.kind == "decode"]  # fmt: skip
+    totals: dict[str, float] = {}
+    for run_dir in decode_dirs:
+        for name, rise in counter_deltas(load_run(run_dir).metrics).items():
+            totals[name] = totals.get(name, 0.0) + rise
+    counted = speculation_from_counters(totals)
+    if counted is not None:
+        return counted
+    return speculation(r for probe, recs in ran if probe.kind == "decode" for r in recs)
 
 
 def _check_bounds(probes: tuple[Probe, ...], max_requests: int) -> None:
