@@ -14,6 +14,7 @@ COMMANDS = {
     "request": ("loadgen.engine.request_cmd", "request_cmd"),
     "capacity": ("loadgen.engine.capacity_cmd", "capacity_cmd"),
     "calibrate": ("loadgen.engine.calibrate_cmd", "calibrate_cmd"),
+    "fidelity": ("loadgen.engine.fidelity_cmd", "fidelity_cmd"),
     "validate": ("loadgen.scenario.validate_cmd", "validate_cmd"),
     "run": ("loadgen.engine.cmd", "run_cmd"),
     "report": ("loadgen.report.cmd", "report_cmd"),

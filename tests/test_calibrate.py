@@ -25,8 +25,7 @@ def _calibrate(tmp_path: Path, *args: str) -> tuple[Path, str]:
 
 def test_virtual_calibration_recovers_the_sims_own_profile(tmp_path: Path) -> None:
     out, printed = _calibrate(
-        tmp_path, "--clock", "virtual", "--set", "sim.profile=default",
-        "--set", "sim.max_model_len=131072",
+        tmp_path, "--clock", "virtual", "--set", "sim.max_model_len=131072",
         "--set", "sim.num_gpu_blocks=9000", "--set", "sim.max_num_seqs=8",
     )  # fmt: skip
     fitted = load_profile_file(out)
@@ -50,7 +49,7 @@ def test_virtual_calibration_recovers_the_sims_own_profile(tmp_path: Path) -> No
 
 def test_speculation_is_found_from_the_chunks(tmp_path: Path) -> None:
     out, _ = _calibrate(
-        tmp_path, "--clock", "virtual", "--max-prompt", "8192", "--set", "sim.profile=default",
+        tmp_path, "--clock", "virtual", "--max-prompt", "8192",
         "--set", "sim.num_speculative_tokens=3", "--set", "sim.acceptance_rate=0.6",
     )  # fmt: skip
     fitted = load_profile_file(out)

@@ -434,8 +434,8 @@ def test_every_shipped_scenario_validates(name: str) -> None:
 
 def test_shipped_set_is_complete() -> None:
     assert SHIPPED == [
-        "agent_sessions", "agent_tools", "azure_code", "capacity_seats", "capacity_whale",
-        "deep_decode", "ladder", "needle",
+        "agent_sessions", "agent_tools", "azure_code", "calibrate", "capacity_seats",
+        "capacity_whale", "deep_decode", "ladder", "needle",
         "politeness", "politeness_fine",
         "prose_vs_code", "smoke", "soak_agent", "soak_steady", "whale_c2", "whale_c4",
         "whale_c4_cached", "whale_c8",
@@ -496,8 +496,8 @@ def test_bare_names_resolve_through_the_env_var(
         load_scenario("nosuch")
     assert info.value.errors[0].startswith(f"nosuch: no such scenario (looked in {folder}, ")
     known = (
-        "known: agent_sessions, agent_tools, azure_code, capacity_seats, capacity_whale, "
-        "deep_decode, ladder, local_one, "
+        "known: agent_sessions, agent_tools, azure_code, calibrate, capacity_seats, "
+        "capacity_whale, deep_decode, ladder, local_one, "
     )
     assert known in info.value.errors[0]
 

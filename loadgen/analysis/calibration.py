@@ -17,8 +17,8 @@ relative error (a 2 ms TTFT counts as much as a 20 s one).
 - `cached`: one stream whose prefix was primed: the steps of its uncached tail after the hit,
   plus the hit's restore cost. Its cached tokens come from the server's usage when reported.
 - `decode`: B streams sent together; the inter-chunk gaps while all B decode (after the last
-  first token, before the first last one) are single decode steps of batch B. Their median
-  is the measurement: fixed + decode_token B(1 + k) + decode_ctx B x context.
+  first token, before the first last one) are single decode steps of batch B. Their mean is
+  the measurement: fixed + decode_token B(1 + k) + decode_ctx B x context.
 
 Timing is the client's (send to first content chunk, chunk arrivals), so the fitted overhead
 holds the HTTP path too; token counts are the server's usage. Speculative decoding (k draft
@@ -210,10 +210,13 @@ def _decode_measurement(
         g, c = _window_gaps(cohort, shape)
         gaps += g
         contexts += c
-    value = median(gaps)
-    if value is None:
+    if not gaps:
         return None
-    context = median(contexts) or 0.0
+    # The mean, not the median: a client that reads one chunk late reads the next one early,
+    # so gaps skew right and their median runs below the step; the mean is the window's time
+    # over its steps, what a decode-only rate divides by.
+    value = sum(gaps) / len(gaps)
+    context = sum(contexts) / len(contexts)
     return Measurement(
         probe.name, probe.kind, value, len(gaps), decode_row(shape, probe.streams, context),
         {"prompt_tokens": probe.prompt_tokens, "context_tokens": round(context, 1),

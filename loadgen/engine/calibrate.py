@@ -237,7 +237,7 @@ def _check_drivable(records: list[StreamRecord], opts: RunOptions) -> None:
 def _probe_line(order: int, total: int, probe: Probe, m: Measurement | None) -> str:
     if m is None:
         return f"calibrate {order}/{total} {probe.name}: no stream finished"
-    what = "decode step (median gap)" if probe.kind == "decode" else "TTFT (median)"
+    what = "decode step (mean gap)" if probe.kind == "decode" else "TTFT (median)"
     return (
         f"calibrate {order}/{total} {probe.name}: {what} {m.value_s * 1e3:.2f} ms "
         f"({m.samples} samples)"

@@ -3,6 +3,7 @@ and write a profile file (`--sim-profile FILE` then runs the sim as that server)
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from pathlib import Path
 
@@ -102,6 +103,9 @@ def calibrate_cmd(
         scenario = load_scenario(base, overrides)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
+    if base_url or (server is not None and server.kind != "sim"):
+        # The sim block describes the built-in sim; a real server has its own limits.
+        scenario = dataclasses.replace(scenario, sim=None)
     base_url, api_key = resolved_target(base_url, api_key)
     seed = resolve_run_seed(run_seed, None)
     opts = RunOptions(

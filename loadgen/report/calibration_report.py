@@ -38,7 +38,7 @@ def fit_table(measurements: list[dict[str, Any]], fit: dict[str, Any]) -> Table:
     )  # fmt: skip
     notes: tuple[str, ...] = (
         "ttft/cached: median TTFT of the probe's streams (client: send to first content chunk); "
-        "decode: median gap between content chunks while all of the probe's streams decoded",
+        "decode: mean gap between content chunks while all of the probe's streams decoded",
         f"error: predicted / measured - 1; rms {fit['rms_error']:.1%}, max {fit['max_error']:.1%}"
         + (f"; beyond {fit['miss_threshold']:.0%}: {', '.join(fit['misses'])}"
            if fit["misses"] else ""),

@@ -8,16 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import click
+import orjson
 
 from loadgen.analysis.capacity import analyze_capacity, is_capacity
 from loadgen.analysis.compare import compare_summaries
+from loadgen.analysis.fidelity import fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
-from loadgen.analysis.inputs import is_sweep_dir, read_manifest
+from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.redact import redact, redact_text
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
+from loadgen.report.fidelity_report import FIDELITY_PNG, fidelity_figure, fidelity_text
 from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.load_plot import load_figures
 from loadgen.report.plots import sessions_png
@@ -79,6 +82,8 @@ def write_report(run_dir: Path) -> str:
         return write_soak_report(run_dir)
     if is_capacity(manifest):
         return write_capacity_report(run_dir)
+    if is_fidelity(manifest):
+        return write_fidelity_report(run_dir)
     if not is_sweep_dir(run_dir):
         analysis = analyze_run(run_dir)
         shown = _run_rich(analysis.summary)
@@ -114,6 +119,35 @@ def write_capacity_report(root: Path) -> str:
     if figure is not None:
         (root / CAPACITY_PNG).write_bytes(figure)
     return plain
+
+
+def write_fidelity_report(root: Path) -> str:
+    """A fidelity directory's two runs reported again (real/ and virtual/), then its
+    fidelity.json, report.txt and fidelity.png from their summaries; returns the report."""
+    f = read_manifest(root)["fidelity"]
+    sides = {}
+    for side in ("real", "virtual"):
+        write_report(root / f[side])
+        sides[side] = _arm_summaries(root / f[side])
+    table = fidelity_table(sides["real"], sides["virtual"], f["tolerance"])
+    (root / "fidelity.json").write_bytes(dumps_canonical(redact(table)))
+    head = [f"fidelity of sim profile {f['profile']['name']} ({f['profile']['path']}) on "
+            f"{f['scenario']}", f"real: {f['real']} | predicted: {f['virtual']}"]  # fmt: skip
+    plain = fidelity_text(table, head)
+    (root / "report.txt").write_text(redact_text(plain), encoding="utf-8")
+    figure = fidelity_figure(table, f"{f['scenario']}: profile {f['profile']['name']}")
+    if figure is not None:
+        (root / FIDELITY_PNG).write_bytes(figure)
+    return plain
+
+
+def _arm_summaries(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """Each arm's summary.json by arm name ("-" for a run without arms)."""
+    arms = arm_dirs(run_dir) or [run_dir]
+    return {
+        ("-" if a == run_dir else a.name): orjson.loads((a / "summary.json").read_bytes())
+        for a in arms
+    }
 
 
 def _sweep_rich(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:

@@ -1,0 +1,63 @@
+"""`loadgen fidelity` on a target: the scenario on the real server (wall clock: a URL, or a
+launched server, by default the built-in sim with the scenario's own sim block), then on the
+virtual clock with the calibrated profile, into RUN/real/ and RUN/virtual/; run.json names
+both and the profile as each side ends, so a stopped comparison keeps what ran."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loadgen.engine.options import RunOptions
+from loadgen.engine.preflight import check_out_root
+from loadgen.engine.run import run_dir_name, run_plan
+from loadgen.records import write_manifest
+from loadgen.scenario.model import Scenario
+from loadgen.scenario.plan import plan
+from loadgen.sim.profile_file import load_profile_file
+
+
+async def run_fidelity(
+    real: Scenario,
+    predicted: Scenario,
+    profile: Path,
+    tolerance: float,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    on_root: Callable[[Path], None] | None = None,
+    *,
+    say: Callable[[str], None] = lambda _line: None,
+) -> Path:
+    """Both runs, with one run seed (the same prompts, salts and arrivals); returns RUN."""
+    check_out_root(opts.out_root)
+    started = dt.datetime.now(dt.UTC)
+    root = opts.out_root / (run_dir_name(real, started) + "-fidelity")
+    if on_root is not None:
+        on_root(root)
+    root.mkdir(parents=True, exist_ok=False)
+    seed = real.seed if opts.run_seed is None else opts.run_seed
+    manifest: dict[str, Any] = {
+        "fidelity": {
+            "scenario": real.name, "tolerance": tolerance, "real": None, "virtual": None,
+            "profile": {"path": str(profile), "name": load_profile_file(profile).name,
+                        "sha256": hashlib.sha256(profile.read_bytes()).hexdigest()},
+        },
+        "seed": seed, "started_wall": started.isoformat(), "interrupted": True,
+    }  # fmt: skip
+    write_manifest(root, manifest)
+    sides = (("real", real, opts),
+             ("virtual", predicted, dataclasses.replace(opts, clock="virtual", base_url=None,
+                                                        server=None)))  # fmt: skip
+    for side, scenario, side_opts in sides:
+        say(f"fidelity: {side} run of {scenario.name}")
+        out = dataclasses.replace(side_opts, out_root=root / side, run_seed=seed)
+        run_dir = await run_plan(plan(scenario, run_seed=seed), out, warn)
+        manifest["fidelity"][side] = str(run_dir.relative_to(root))
+        write_manifest(root, manifest)
+    manifest["interrupted"] = False
+    write_manifest(root, manifest)
+    return root

@@ -1,0 +1,92 @@
+"""The fidelity report: measured against predicted, figure by figure, the verdicts side by side,
+and fidelity.png (predicted against measured, one point per figure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadgen.report.tables import DASH, Table, to_plain
+
+FIDELITY_PNG = "fidelity.png"
+
+
+def _value(v: float | None, unit: str) -> str:
+    if v is None:
+        return DASH
+    return f"{v:.0f}" if unit == "tok/s" else f"{v:.3f}"
+
+
+def figures_table(f: dict[str, Any]) -> Table:
+    rows = []
+    for r in f["rows"]:
+        mark = DASH if r["within"] is None else ("yes" if r["within"] else "NO")
+        err = DASH if r["error"] is None else f"{r['error']:+.1%}"
+        rows.append((r["arm"], r["group"], f"{r['label']} ({r['unit']})",
+                     _value(r["measured"], r["unit"]), _value(r["predicted"], r["unit"]),
+                     err, mark))  # fmt: skip
+    cols = ("arm", "group", "figure", "measured", "predicted", "error",
+            f"within ±{f['tolerance']:.0%}")  # fmt: skip
+    notes = (
+        "measured: the real server (wall clock, over HTTP); predicted: the virtual clock with "
+        "the profile; error: predicted / measured - 1",
+        "decode-only rate: usage tokens after the first chunk over the time after it (tok/s)",
+    )
+    return Table("Fidelity: measured against predicted", cols, tuple(rows), notes,
+                 frozenset({0, 1, 2}))  # fmt: skip
+
+
+def verdicts_table(f: dict[str, Any]) -> Table:
+    def counts(c: dict[str, int]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or DASH
+
+    rows = tuple(
+        (v["arm"], v["group"], counts(v["real"]), counts(v["virtual"]),
+         "yes" if v["real"] == v["virtual"] else "NO")
+        for v in f["verdicts"]
+    )  # fmt: skip
+    cols = ("arm", "group", "real verdicts", "predicted verdicts", "same")
+    return Table("Verdicts per group", cols, rows, (), frozenset({0, 1, 2, 3}))
+
+
+def fidelity_line(f: dict[str, Any]) -> str:
+    return (
+        f"fidelity: {f['within']} of {f['figures']} figures within ±{f['tolerance']:.0%}; "
+        f"verdicts the same in {f['verdicts_agree']} of {len(f['verdicts'])} groups"
+    )
+
+
+def fidelity_text(f: dict[str, Any], head: list[str]) -> str:
+    parts = ["\n".join(head), to_plain(figures_table(f)), to_plain(verdicts_table(f)),
+             fidelity_line(f)]  # fmt: skip
+    return "\n\n".join(parts) + "\n"
+
+
+def fidelity_figure(f: dict[str, Any], title: str) -> bytes | None:
+    """Predicted against measured, log-log, one marker per figure kind."""
+    rows = [r for r in f["rows"] if r["measured"] and r["predicted"]]
+    if not rows:
+        return None
+    from matplotlib.figure import Figure
+
+    from loadgen.report.plots import png_bytes
+
+    fig = Figure(figsize=(6, 5))
+    ax = fig.add_subplot()
+    for k, label in enumerate(dict.fromkeys(r["label"] for r in rows)):
+        pts = [(r["measured"], r["predicted"]) for r in rows if r["label"] == label]
+        unit = next(r["unit"] for r in rows if r["label"] == label)
+        ax.scatter([x for x, _ in pts], [y for _, y in pts], color=f"C{k}",
+                   label=f"{label} ({unit})")  # fmt: skip
+    values = [v for r in rows for v in (r["measured"], r["predicted"])]
+    lo, hi = min(values) / 1.5, max(values) * 1.5
+    tol = f["tolerance"]
+    ax.plot([lo, hi], [lo, hi], color="0.4", linewidth=0.8, label="exact")
+    ax.fill_between([lo, hi], [lo * (1 - tol), hi * (1 - tol)], [lo * (1 + tol), hi * (1 + tol)],
+                    color="0.85", label=f"±{tol:.0%}")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured on the server")
+    ax.set_ylabel("predicted on the virtual clock")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return png_bytes(fig)
