@@ -99,7 +99,7 @@ class Pending(Generic[T]):
     def set(self, value: T) -> None:
         self._set, self._value = True, value
         if self._waiter is not None:
-            self._time._ready.append((self._waiter, value))
+            self._time._wake(self._waiter, value)
 
     def __await__(self) -> Generator[Any, Any, T]:
         if not self._set:
@@ -185,7 +185,7 @@ class VirtualTime:
     def wake_next(self) -> None:
         """Makes the earliest timer's coroutine ready (ties: the first one set)."""
         _, _, strand = heapq.heappop(self._timers)
-        self._ready.append((strand, None))
+        self._wake(strand)
 
     def close(self) -> None:
         """Closes every coroutine not yet ended (a stopped run): their `finally`s run."""
@@ -197,7 +197,11 @@ class VirtualTime:
 
     def _make_ready(self, strand: _Strand) -> None:
         self._live[strand] = None
-        self._ready.append((strand, None))
+        self._wake(strand)
+
+    def _wake(self, strand: _Strand, value: Any = None) -> None:
+        """Queues `strand` to resume with `value` (what its await returns)."""
+        self._ready.append((strand, value))
 
     def _park(self, strand: _Strand, park: object) -> None:
         if isinstance(park, Pending):
@@ -217,4 +221,4 @@ class VirtualTime:
             return
         crew.live -= 1
         if crew.live == 0 and crew.waiter is not None:
-            self._ready.append((crew.waiter, None))
+            self._wake(crew.waiter)
