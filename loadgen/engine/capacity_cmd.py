@@ -22,10 +22,12 @@ from loadgen.engine.cmd import (
     CLOCK_OPTION,
     OUTPUT_OPTIONS,
     REQUESTS_OPTION,
+    SIM_PROFILE_OPTION,
     TARGET_OPTIONS,
     check_target,
     execute_work,
     resolved_target,
+    with_sim_profile,
 )
 from loadgen.engine.options import RunOptions
 from loadgen.engine.probe_cache_cmd import server_options, server_spec
@@ -90,6 +92,7 @@ DEFAULT_MAX_TIME_S = 3600.0
 @OUTPUT_OPTIONS
 @click.option("--seed", "run_seed", type=SEED_TYPE, default=None, help="Run seed for salts.")
 @server_options
+@SIM_PROFILE_OPTION
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def capacity_cmd(
     scenario: str,
@@ -119,6 +122,7 @@ def capacity_cmd(
     server_python: Path | None,
     server_bin: Path | None,
     boot_timeout_s: float | None,
+    sim_profile: Path | None,
     progress: bool,
 ) -> None:
     """Search the largest load of SCENARIO that meets --slo, and name what binds beyond it."""
@@ -135,7 +139,7 @@ def capacity_cmd(
     )  # fmt: skip
     check_target(clock, base_url, telemetry_url, server)
     try:
-        loaded = load_scenario(scenario, overrides)
+        loaded = load_scenario(scenario, with_sim_profile(sim_profile, overrides, base_url, server))
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     axis = LoadAxis(over, group, requests)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import json
 import signal
 import sys
 from collections.abc import Callable, Coroutine
@@ -40,6 +41,7 @@ from loadgen.scenario.validate_cmd import ALLOW_FILES_OUTSIDE
 from loadgen.server.launcher import ServerBootError
 from loadgen.server.spec import ServerSpec
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
+from loadgen.sim.profile_file import ProfileFileError, load_profile_file
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -118,6 +120,15 @@ LOAD_SWEEP_OPTIONS = _options(
         help="One arm per value: Poisson arrivals at R requests/s (inf: all at once).",
     ),
     REQUESTS_OPTION,
+)
+SIM_PROFILE_OPTION = click.option(
+    "--sim-profile",
+    "sim_profile",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Run the built-in sim as a calibrated server: a profile file from `loadgen "
+    "calibrate` (its step costs and limits; the scenario's sim: block gives way to it, a "
+    "sweep's flags and --set sim.* do not).",
 )
 # What a server loadgen did not launch cannot report of itself.
 EXTERNAL_SERVER_OPTIONS = _options(
@@ -200,6 +211,7 @@ OUTPUT_OPTIONS = _options(
     default=None,
     help="Shuffle each round of a sweep's boots with this seed (default: A B C A B C).",
 )
+@SIM_PROFILE_OPTION
 @LOAD_SWEEP_OPTIONS
 @click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option(
@@ -249,6 +261,7 @@ def run_cmd(
     server_bin: Path | None,
     boot_timeout_s: float | None,
     boot_order_seed: int | None,
+    sim_profile: Path | None,
     concurrency: str | None,
     rate: str | None,
     requests: int | None,
@@ -276,7 +289,8 @@ def run_cmd(
             import_ray()
         except RayUnavailable as exc:
             raise click.ClickException(str(exc)) from None
-    sets = list(overrides) + ([f"api={api}"] if api else [])
+    sets = list(with_sim_profile(sim_profile, overrides, base_url, server))
+    sets += [f"api={api}"] if api else []
     try:
         loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
     except ScenarioError as exc:
@@ -321,6 +335,31 @@ def external_server(
             " (the built-in sim reports its own)"
         )
     return facts, flags
+
+
+def with_sim_profile(
+    sim_profile: Path | None,
+    overrides: tuple[str, ...],
+    base_url: str | None,
+    server: ServerSpec | None,
+) -> tuple[str, ...]:
+    """`overrides` with the profile's settings put first: --set sim.profile=FILE and one --set
+    per fact, so the user's own --set, applied after them, still wins."""
+    if sim_profile is None:
+        return overrides
+    if base_url or (server is not None and server.kind != "sim"):
+        raise click.UsageError(
+            "--sim-profile configures the built-in sim: drop --base-url / --server KIND (or "
+            "compare the two with `loadgen fidelity`)"
+        )
+    path = sim_profile.resolve()
+    try:
+        profile = load_profile_file(path)
+    except ProfileFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    sets = [f"sim.profile={json.dumps(str(path))}"]
+    sets += [f"sim.{name}={json.dumps(value)}" for name, value in profile.facts.items()]
+    return (*sets, *overrides)
 
 
 def check_target(

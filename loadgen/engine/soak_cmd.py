@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 
 from loadgen.client.endpoint import resolve_target
-from loadgen.engine.cmd import OUTPUT_OPTIONS, TARGET_OPTIONS, execute, report_run
+from loadgen.engine.cmd import (
+    OUTPUT_OPTIONS,
+    SIM_PROFILE_OPTION,
+    TARGET_OPTIONS,
+    execute,
+    report_run,
+    with_sim_profile,
+)
 from loadgen.engine.run import RunOptions
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.soak import SoakStop, soak_scenario
@@ -49,6 +56,7 @@ from loadgen.scenario.soak_block import Soak, parse_duration, parse_window
     "seconds; the default without --base-url); wall: real time over HTTP.",
 )
 @click.option("--seed", "run_seed", type=SEED_TYPE, default=None, help="Run seed for salts.")
+@SIM_PROFILE_OPTION
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def soak_cmd(
     scenario: str,
@@ -65,6 +73,7 @@ def soak_cmd(
     faults: tuple[str, ...],
     clock: str | None,
     run_seed: int | None,
+    sim_profile: Path | None,
     progress: bool,
 ) -> None:
     """Soak a server (or the sim) with SCENARIO's groups back to back; report drift."""
@@ -75,7 +84,9 @@ def soak_cmd(
     if clock == "virtual" and telemetry_url:
         raise click.UsageError("--clock virtual runs no real GPU: drop --telemetry")
     try:
-        loaded = load_scenario(scenario, list(overrides))
+        loaded = load_scenario(
+            scenario, list(with_sim_profile(sim_profile, overrides, base_url, None))
+        )
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     settings = _soak_settings(loaded.soak or Soak(), duration, window, concurrency)

@@ -103,7 +103,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         warmup=blocks.warmup(c, root, isinstance(arrival, Trace)),
         metrics=Metrics(c.field(metrics, "poll_interval_s", "metrics", blocks.SECONDS, 0.25)),
         timeouts=blocks.timeouts(c, root),
-        sim=blocks.sim(c, root) if root.get("sim") is not None else None,
+        sim=blocks.sim(c, root, base_dir) if root.get("sim") is not None else None,
         slo=blocks.slo(c, root),
         server=schema_server.server(c, root, base_dir) if root.get("server") is not None else None,
         source=source,

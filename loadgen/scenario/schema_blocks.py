@@ -40,6 +40,7 @@ from loadgen.scenario.model import (
 )
 from loadgen.scenario.traces import TraceError, implied_reuse, infer_format, read_trace
 from loadgen.sim.faults import parse_fault_options
+from loadgen.sim.profile_file import ProfileFileError, is_profile_path, load_profile_file
 from loadgen.sim.profiles import SIM_PROFILES
 from loadgen.simoptions import SIM_OPTION_NAMES, SimOption
 
@@ -190,7 +191,7 @@ def timeouts(c: Checker, root: MarkedMap) -> Timeouts:
     return Timeouts(**values)
 
 
-def sim(c: Checker, root: MarkedMap) -> SimConfig:
+def sim(c: Checker, root: MarkedMap, base_dir: Path) -> SimConfig:
     m = c.mapping(root, "sim", "")
     c.keys(m, "sim", ("profile", *SIM_RULES, "faults"))
     flags = {k: c.field(m, k, "sim", rule, None) for k, rule in SIM_RULES.items()}
@@ -199,8 +200,22 @@ def sim(c: Checker, root: MarkedMap) -> SimConfig:
         problem = _fault_problem(item)
         if problem:
             c.add(items.item_locs[i], f"sim.faults[{i}]", problem)
-    profile = c.field(m, "profile", "sim", choice(tuple(SIM_PROFILES)), "default")
+    profile = _sim_profile(c, m, base_dir)
     return SimConfig(profile, faults=tuple(items), **flags)
+
+
+def _sim_profile(c: Checker, m: MarkedMap, base_dir: Path) -> str:
+    """A built-in profile's name, or a profile file (`loadgen calibrate`'s) made absolute:
+    relative to the scenario file, so a launched sim reads the same file from anywhere."""
+    ref = c.field(m, "profile", "sim", TEXT, "default")
+    if ref is None or not is_profile_path(ref):
+        return c.field(m, "profile", "sim", choice(tuple(SIM_PROFILES)), "default") or "default"
+    path = (base_dir / ref).resolve()
+    try:
+        load_profile_file(path)
+    except ProfileFileError as exc:
+        c.at_value(m, "profile", "sim", str(exc))
+    return str(path)
 
 
 def _fault_problem(item: Any) -> str | None:

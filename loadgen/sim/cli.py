@@ -16,11 +16,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from loadgen.lifeline import PARENT_PID_ENV
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.faults import parse_fault_options
-from loadgen.sim.profiles import SIM_PROFILES, sim_profile
+from loadgen.sim.profile_file import resolve_step_profile
+from loadgen.sim.profiles import SIM_PROFILES
 from loadgen.sim.server import SimServerConfig, boot_lines, start_sim_server
 from loadgen.simoptions import SIM_OPTIONS, SimOption, negated, owned
 
@@ -60,8 +62,11 @@ def sim_options(command: F) -> F:
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
               help="0 picks a free port.")  # fmt: skip
 @click.option("--model", default="loadgen-sim", show_default=True, help="Served model name.")
-@click.option("--profile", type=click.Choice(sorted(SIM_PROFILES)), default=_DEFAULTS.profile.name,
-              show_default=True, help="Step-time profile.")  # fmt: skip
+@click.option("--profile", default=_DEFAULTS.profile.name, show_default=True,
+              metavar="NAME|FILE",
+              help=f"Step-time profile: {', '.join(sorted(SIM_PROFILES))}, or a profile file "
+                   "from `loadgen calibrate` (its request overhead too, unless "
+                   "--request-overhead-s is given).")  # fmt: skip
 @sim_options
 @click.option("--fault", "faults", multiple=True, metavar="NAME[=VALUE]",
               help="Inject a fault: http500=P, http429=P, drop=P, stall=P, stall_s=S, "
@@ -75,9 +80,17 @@ def sim(
         fault_config = parse_fault_options(faults)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--fault") from None
-    engine = dataclasses.replace(
-        _DEFAULTS, profile=sim_profile(profile), **owned(settings, "engine")
-    )
+    try:
+        step, overhead = resolve_step_profile(profile)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--profile") from None
+    ctx = click.get_current_context()
+    if (
+        overhead is not None
+        and ctx.get_parameter_source("request_overhead_s") is ParameterSource.DEFAULT
+    ):
+        settings["request_overhead_s"] = overhead
+    engine = dataclasses.replace(_DEFAULTS, profile=step, **owned(settings, "engine"))
     try:
         config = SimServerConfig(
             engine=engine, model=model, faults=fault_config, **owned(settings, "server")

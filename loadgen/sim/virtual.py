@@ -47,7 +47,7 @@ from loadgen.sim.openai_wire import (
     tool_arguments,
     tool_to_call,
 )
-from loadgen.sim.profiles import sim_profile
+from loadgen.sim.profile_file import resolve_step_profile
 from loadgen.sim.requests import asked_text, needle_answer
 from loadgen.sim.server import SimServerConfig, SimState, ground_truth_rows
 from loadgen.simoptions import SIM_FACTS, SIM_OPTION_NAMES, owned
@@ -73,7 +73,9 @@ def config_from_settings(settings: Mapping[str, Any]) -> SimServerConfig:
     engine = owned(settings, "engine")
     try:
         if "profile" in settings:
-            engine["profile"] = sim_profile(settings["profile"])
+            engine["profile"], overhead = resolve_step_profile(settings["profile"])
+            if overhead is not None and "request_overhead_s" not in settings:
+                engine["request_overhead_s"] = overhead
         engine_cfg = dataclasses.replace(EngineConfig(), **engine)
         faults = parse_fault_options(list(settings.get("faults", ())))
         return SimServerConfig(engine=engine_cfg, faults=faults, **owned(settings, "server"))
