@@ -3,7 +3,14 @@
 import asyncio
 import time
 
-from loadgen.client.loops import ClosedSeats, run_closed_loop, run_open_loop
+from loadgen.client.loops import (
+    ClosedSeats,
+    recorded,
+    run_closed_loop,
+    run_open_loop,
+    stream_at,
+)
+from loadgen.clock import WallClock
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 
@@ -52,7 +59,8 @@ async def test_open_loop_sends_do_not_wait_for_responses():
     start = time.perf_counter_ns()
     backend = SlowBackend(start, delay_s=0.3)
     records: list[StreamRecord] = []
-    await run_open_loop(requests(5, 10), backend, records.append, run_start_ns=start)
+    arrivals = [(r.t_intended_ns, r) for r in requests(5, 10)]
+    await run_open_loop(arrivals, recorded(stream_at(backend), records.append), WallClock(start))
     sends = [e for e in backend.events[:5]]
     # Every send happens before the first response: arrivals never wait on the server.
     assert sends == [("send", f"r{i}") for i in range(5)]
@@ -70,7 +78,7 @@ async def test_closed_loop_caps_in_flight_and_stamps_pickup_as_intended():
     backend = SlowBackend(start, delay_s=0.02)
     records: list[StreamRecord] = []
     await run_closed_loop(
-        requests(6, 0), backend, records.append, concurrency=2, run_start_ns=start
+        requests(6, 0), stream_at(backend), records.append, WallClock(start), concurrency=2
     )
     assert backend.max_in_flight == 2
     assert len(records) == 6
@@ -98,8 +106,8 @@ def test_a_closed_loop_sends_nothing_after_its_duration() -> None:
         start = time.perf_counter_ns()
         backend = SlowBackend(start, delay_s=0.05)
         reqs = [StreamRequest(id=f"r{i}", model="m", prompt="p", max_tokens=1) for i in range(400)]
-        await run_closed_loop(reqs, backend, lambda r: None, concurrency=2, run_start_ns=start,
-                              duration_ns=300 * MS)  # fmt: skip
+        await run_closed_loop(reqs, stream_at(backend), lambda r: None, WallClock(start),
+                              concurrency=2, duration_ns=300 * MS)  # fmt: skip
         return backend
 
     backend = asyncio.run(go())

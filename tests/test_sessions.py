@@ -204,3 +204,39 @@ async def test_agent_sessions_on_the_virtual_clock(tmp_path: Path) -> None:
     cold_rate = ttft[0] / turns[0].prompt_tokens
     for r, t in zip(turns[1:], ttft[1:], strict=True):
         assert t < 0.5 * cold_rate * r.prompt_tokens, (r.turn, t)
+
+
+MIXED = """
+name: mixed
+api: chat
+seed: 5
+arrival: {staggered: {interval_s: 0.5}}
+groups:
+  - name: plain
+    count: 3
+    prompt: {tokens: 200, shape: prose}
+    max_tokens: 20
+  - name: talk
+    count: 3
+    prompt: {shape: prose}
+    max_tokens: 20
+    session: {turns: 2, system_tokens: 300, user_tokens: 100, think_s: 0.01}
+"""
+
+
+async def test_a_plain_stream_and_a_session_due_at_one_instant_go_in_plan_order(
+    tmp_path: Path,
+) -> None:
+    """Sessions start from the open loop's schedule: at each staggered instant the plain
+    group's request reaches the server before the session's first turn, on the virtual clock
+    as when each clock had a loop of its own."""
+    from tests.virtual_support import run_virtual
+
+    path = tmp_path / "mixed.yaml"
+    path.write_text(MIXED)
+    run = await run_virtual(path, [], tmp_path / "out")
+    (sim,) = run.sims
+    measured = [rid for rid in sim.prompts if run.records[rid].phase == "measure"]
+    firsts = [rid for rid in measured if "/t1" not in rid]
+    assert [run.records[rid].group for rid in firsts] == ["plain", "talk"] * 3
+    assert len({run.records[rid].t_sent_ns for rid in firsts[:2]}) == 1  # one instant

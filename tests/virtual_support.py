@@ -9,10 +9,11 @@ from unittest import mock
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.client.endpoint import Timeouts
+from loadgen.client.loops import recorded, run_open_loop
 from loadgen.engine import virtual_run
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.run import RunOptions, run_plan
-from loadgen.engine.virtual_run import Schedule, VirtualArm, metrics_fetch
+from loadgen.engine.virtual_run import VirtualArm, metrics_fetch
 from loadgen.records import MetricsSample, StreamRecord, read_metrics, read_streams
 from loadgen.request import StreamRequest
 from loadgen.scenario.load import load_scenario
@@ -134,9 +135,8 @@ async def drive(
     records: dict[str, StreamRecord] = {}
     arm = VirtualArm(sim, poller, round(poll_s * NS), None, MODEL)  # type: ignore[arg-type]
     arm.next_poll_ns = sim.now_ns
-    schedule = Schedule()
-    for t_s, req in sends:
-        schedule.add(sim.now_ns + round(t_s * NS), req)
-    await arm.run(schedule, lambda rec: records.__setitem__(rec.id, rec))
+    arrivals = [(sim.now_ns + round(t_s * NS), req) for t_s, req in sends]
+    keep = recorded(arm.send, lambda rec: records.__setitem__(rec.id, rec))
+    await arm.run(run_open_loop(arrivals, keep, arm.time))
     await poller.scrape_once()
     return Driven(records, samples, sim)

@@ -1,17 +1,18 @@
-"""Executes a list of requests against a backend: open loop on a schedule, or closed loop.
+"""The send loops, once for both clocks: an open loop on a schedule, or a closed loop.
 
-The executor knows nothing of HTTP: a backend is anything with `async stream(request) ->
-StreamRecord` that never raises for server faults (OpenAIClient, or a fake in tests).
+A loop knows nothing of HTTP or of the sim: it is given a `LoopClock` (loadgen/clock.py: the
+wall's, or the sim's virtual time) and a `Send`, which sends one item intended at an instant and
+returns its record, never raising for server faults (OpenAIClient.stream through `stream_at`,
+the virtual sim's submit, or a fake in tests).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
+from loadgen.clock import Clock, LoopClock
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 
@@ -22,14 +23,18 @@ class Backend(Protocol):
 
 OnRecord = Callable[[StreamRecord], None]
 T = TypeVar("T")
+# Sends one item intended at an instant (run clock) and returns its record.
+Send = Callable[[T, int], Awaitable[StreamRecord]]
+# Starts one item's work at its instant: a request's send, or a whole conversation.
+Start = Callable[[T, int], Coroutine[Any, Any, None]]
 
 
 class ClosedSeats(Generic[T]):
-    """A closed loop's schedule on any clock: `concurrency` seats, each taking the next item
-    as its last one ends; none from `end_ns` on (a duration) or once `stop` says so (a soak's
-    deadline). The wall clock's loop and the virtual clock's both take their items here: the
-    wall clock once ran a 1 s closed-loop duration for 10,000 requests, the virtual one
-    stopped at 1 s."""
+    """A closed loop's seats: `concurrency` of them, each taking the next item as its last one
+    ends; none from `end_ns` on (a duration) or once `stop` says so (a soak's deadline). The
+    rule stands apart from the loop to be tested on its own: when each clock had a loop of its
+    own, the wall clock once ran a 1 s closed-loop duration for 10,000 requests while the
+    virtual one stopped at 1 s."""
 
     def __init__(
         self,
@@ -57,56 +62,69 @@ class ClosedSeats(Generic[T]):
         return next(self._pending, None)
 
 
+def stream_at(backend: Backend) -> Send[StreamRequest]:
+    """Sends a request through `backend`, stamped with the instant it was intended at."""
+
+    async def send(req: StreamRequest, intended_ns: int) -> StreamRecord:
+        return await backend.stream(dataclasses.replace(req, t_intended_ns=intended_ns))
+
+    return send
+
+
+def recorded(send: Send[T], on_record: OnRecord) -> Start[T]:
+    """An open loop's start for plain requests: send the item, record its record."""
+
+    async def start(item: T, intended_ns: int) -> None:
+        on_record(await send(item, intended_ns))
+
+    return start
+
+
+def record_end(rec: StreamRecord, clock: Clock) -> int:
+    """When `rec`'s stream ended on the run clock. The virtual sim hands a record over when the
+    step that ends it is computed, before that step's end, so its own t_done is the instant."""
+    return rec.t_done_ns if rec.t_done_ns is not None else clock.now_ns()
+
+
 async def run_open_loop(
-    requests: Sequence[StreamRequest],
-    backend: Backend,
-    on_record: OnRecord,
-    *,
-    run_start_ns: int,
+    arrivals: Iterable[tuple[int, T]], start: Start[T], clock: LoopClock
 ) -> None:
-    """Sends each request at its `t_intended_ns` (run clock), never waiting for earlier
-    responses, so a slow server cannot slow the arrival process (no coordinated omission).
-    A request that leaves late keeps its intended time; the client records the actual one."""
-    ordered = sorted(requests, key=lambda r: r.t_intended_ns)
-    async with asyncio.TaskGroup() as tg:
-        for req in ordered:
-            delay_ns = run_start_ns + req.t_intended_ns - time.perf_counter_ns()
-            if delay_ns > 0:
-                await asyncio.sleep(delay_ns / 1e9)
-            tg.create_task(_stream_and_record(backend, req, on_record))
+    """Starts each item at its instant (run clock), never waiting for earlier ones to end, so
+    a slow server cannot slow the arrival process (no coordinated omission). An item that
+    starts late keeps its intended instant; the client records the actual one. Items of one
+    instant start in the order given."""
+    async with clock.crew() as crew:
+        for t_ns, item in sorted(arrivals, key=lambda a: a[0]):
+            await clock.sleep_until(t_ns)
+            crew.create_task(start(item, t_ns))
 
 
 async def run_closed_loop(
-    requests: Sequence[StreamRequest],
-    backend: Backend,
+    items: Sequence[T],
+    send: Send[T],
     on_record: OnRecord,
+    clock: LoopClock,
     *,
     concurrency: int,
-    run_start_ns: int,
     stop: Callable[[], bool] | None = None,
     duration_ns: int | None = None,
 ) -> None:
-    """`concurrency` seats, each sending its next request as soon as its last one ended; the
-    intended send is that moment (a closed loop has no schedule to fall behind). No request
-    is sent `duration_ns` after the start, nor once `stop` says so; those in flight finish."""
-
-    def now() -> int:
-        return time.perf_counter_ns() - run_start_ns
-
-    start = now()
+    """`concurrency` seats, each sending its next item as soon as its last one ended; the
+    intended send is that moment (a closed loop has no schedule to fall behind). No item is
+    sent `duration_ns` after the start, nor once `stop` says so; those in flight finish."""
+    start = clock.now_ns()
     end = None if duration_ns is None else start + duration_ns
-    seats = ClosedSeats(requests, concurrency, end_ns=end, stop=stop)
+    seats = ClosedSeats(items, concurrency, end_ns=end, stop=stop)
 
-    async def seat(req: StreamRequest | None) -> None:
-        while req is not None:
-            picked = dataclasses.replace(req, t_intended_ns=now())
-            await _stream_and_record(backend, picked, on_record)
-            req = seats.take(now())
+    async def seat(item: T | None) -> None:
+        while item is not None:
+            rec = await send(item, clock.now_ns())
+            on_record(rec)
+            ended = record_end(rec, clock)
+            item = seats.take(ended)
+            if item is not None:
+                await clock.sleep_until(ended)
 
-    async with asyncio.TaskGroup() as tg:
-        for req in seats.first(start):
-            tg.create_task(seat(req))
-
-
-async def _stream_and_record(backend: Backend, req: StreamRequest, on_record: OnRecord) -> None:
-    on_record(await backend.stream(req))
+    async with clock.crew() as crew:
+        for item in seats.first(start):
+            crew.create_task(seat(item))

@@ -29,7 +29,7 @@ import queue as queue_mod
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,9 @@ import uvloop
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import ClientError
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
-from loadgen.client.loops import run_closed_loop, run_open_loop
+from loadgen.client.loops import recorded, run_closed_loop, run_open_loop, stream_at
 from loadgen.client.openai import OpenAIClient
+from loadgen.clock import WallClock
 from loadgen.lifeline import die_with
 from loadgen.records import JsonlAppender, StreamRecord, install_stop_signals, read_jsonl
 from loadgen.request import StreamRequest
@@ -101,15 +102,17 @@ async def serve_job(
     """Runs one job on `client` from `start_ns` on the run clock (the worker-side core of every
     pool), emitting each record as its stream ends, and the records of streams cancelled
     under it (Ctrl-C) on the way out."""
-    await asyncio.sleep(max(0, run_start_ns + start_ns - time.perf_counter_ns()) / 1e9)
+    clock = WallClock(run_start_ns)
+    await clock.sleep_until(start_ns)
+    send = stream_at(client)
     try:
         if job.concurrency is None:
-            timed = [replace(r, t_intended_ns=start_ns + r.t_intended_ns) for r in job.requests]
-            await run_open_loop(timed, client, emit, run_start_ns=run_start_ns)
+            timed = [(start_ns + r.t_intended_ns, r) for r in job.requests]
+            await run_open_loop(timed, recorded(send, emit), clock)
         else:
             await run_closed_loop(
-                job.requests, client, emit, concurrency=job.concurrency,
-                run_start_ns=run_start_ns, duration_ns=job.duration_ns,
+                job.requests, send, emit, clock, concurrency=job.concurrency,
+                duration_ns=job.duration_ns,
             )  # fmt: skip
     finally:
         for rec in client.take_cancelled():

@@ -34,10 +34,11 @@ from loadgen.analysis.selferror import (
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import ClientError
 from loadgen.client.lag import quiet_collector
-from loadgen.client.loops import run_closed_loop
+from loadgen.client.loops import run_closed_loop, stream_at
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.pool import ProcessPool, split_jobs
 from loadgen.client.ray_pool import RayPool, RayUnavailable, import_ray
+from loadgen.clock import WallClock
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.manifest import manifest_head
 from loadgen.engine.preflight import ensure_fd_limit
@@ -241,8 +242,9 @@ async def _launch(
 
     mark()
     if args.workers == 1 and not args.ray_address:
+        clock = WallClock(client.run_start_ns)
         await run_closed_loop(
-            requests, client, keep, concurrency=args.concurrency, run_start_ns=client.run_start_ns
+            requests, stream_at(client), keep, clock, concurrency=args.concurrency
         )
         return
     jobs = split_jobs(requests, args.concurrency, args.workers)

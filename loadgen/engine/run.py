@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
-from loadgen.client.loops import run_closed_loop, run_open_loop
+from loadgen.client.loops import stream_at
 from loadgen.client.openai import OpenAIClient
+from loadgen.clock import WallClock
 from loadgen.engine.arm import ArmBackend, Record, drive_arm
 from loadgen.engine.boots import run_boots
 from loadgen.engine.counters import pick_counter
@@ -39,10 +40,11 @@ from loadgen.engine.preflight import (
 from loadgen.engine.progress import Progress
 from loadgen.engine.seeds import RunSeed
 from loadgen.engine.selfwatch import SelfWatch
-from loadgen.engine.sessions import build_sessions, run_sessions
+from loadgen.engine.sessions import build_sessions
 from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_pool, worker_count
 from loadgen.engine.target import Target, open_target, server_spec_for
 from loadgen.engine.telemetry import open_telemetry
+from loadgen.engine.traffic import send_rep
 from loadgen.engine.virtual_progress import planned_streams
 from loadgen.engine.virtual_run import open_virtual_backend
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord, write_manifest
@@ -224,7 +226,7 @@ class HttpBackend:
     client: OpenAIClient
     pool: Pool | None
     lag: LoopLagMonitor
-    run_start_ns: int
+    clock: WallClock  # the run clock: from this arm's start
     warn: Callable[[str], None]
     background: list[asyncio.Task[None]]
     concurrency: int
@@ -235,7 +237,7 @@ class HttpBackend:
         return self.target.speed
 
     def now_ns(self) -> int:
-        return time.perf_counter_ns() - self.run_start_ns
+        return self.clock.now_ns()
 
     async def send_now(self, req: StreamRequest) -> StreamRecord:
         return await self.client.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
@@ -243,8 +245,8 @@ class HttpBackend:
     async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
         await _run_rep(
             rep, (self.builder, self.session_builder), self.client, self.model,
-            self.run_start_ns, record, self.progress, self.lag, stop, pool=self.pool,
-            warn=self.warn,
+            self.clock, record, self.progress, self.lag, stop,
+            pool=self.pool, warn=self.warn,
         )  # fmt: skip
 
     async def finish(self) -> list[StreamRecord]:
@@ -331,7 +333,7 @@ async def open_http_backend(
             background.append(asyncio.create_task(watch.run()))
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, pool, lag,
-            run_start_ns, warn, background, concurrency, opts.workers,
+            WallClock(run_start_ns), warn, background, concurrency, opts.workers,
         )  # fmt: skip
 
 
@@ -353,7 +355,7 @@ async def _run_rep(
     builders: tuple[PromptBuilder, PromptBuilder],
     client: OpenAIClient,
     model: str,
-    run_start_ns: int,
+    clock: WallClock,
     record: Callable[[StreamRecord], None],
     progress: Progress,
     lag: LoopLagMonitor,
@@ -370,49 +372,16 @@ async def _run_rep(
     await client.warm(mine + len(sessions) or 1)
     quiet_collector()
     progress.start_rep(rep, built)
-
-    async def send() -> None:
-        if pool is not None:
-            await send_rep_in_pool(pool, rep, built, record, warn)
-        else:
-            await _send_rep(rep, built, client, run_start_ns, record, progress, stop)
-
+    send = stream_at(progress.watch(client))
     with lag.measuring():
-        if not sessions:
-            await send()
+        if pool is None:
+            await send_rep(rep, built, sessions, send, record, clock, model=model,
+                           lead_ns=SCHEDULE_LEAD_NS, stop=stop)  # fmt: skip
             return
-        rep_start = time.perf_counter_ns() - run_start_ns + SCHEDULE_LEAD_NS
+        # The pool's workers send the requests; the sessions' turns go from here.
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(send())
-            tg.create_task(run_sessions(
-                sessions, progress.watch(client), record, model=model,
-                run_start_ns=run_start_ns, rep_start_ns=rep_start,
+            tg.create_task(send_rep_in_pool(pool, rep, built, record, warn))
+            tg.create_task(send_rep(
+                dataclasses.replace(rep, requests=()), [], sessions, send, record, clock,
+                model=model, lead_ns=SCHEDULE_LEAD_NS, stop=stop,
             ))  # fmt: skip
-
-
-async def _send_rep(
-    rep: RepPlan,
-    built: list[Any],
-    client: OpenAIClient,
-    run_start_ns: int,
-    record: Callable[[StreamRecord], None],
-    progress: Progress,
-    stop: Callable[[], bool] | None = None,
-) -> None:
-    if rep.concurrency is not None:
-        await run_closed_loop(
-            built,
-            progress.watch(client),
-            record,
-            concurrency=rep.concurrency,
-            run_start_ns=run_start_ns,
-            stop=stop,
-            duration_ns=rep.duration_ns,
-        )
-        return
-    rep_start = time.perf_counter_ns() - run_start_ns + SCHEDULE_LEAD_NS
-    scheduled = [
-        dataclasses.replace(req, t_intended_ns=rep_start + (p.offset_ns or 0))
-        for req, p in zip(built, rep.requests, strict=True)
-    ]
-    await run_open_loop(scheduled, progress.watch(client), record, run_start_ns=run_start_ns)

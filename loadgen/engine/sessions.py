@@ -10,22 +10,17 @@ closed loop of one, so a slow answer delays the rest of its session, as it would
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from loadgen.client.loops import OnRecord, Send, record_end
+from loadgen.clock import Clock
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PlannedSession
 from loadgen.scenario.prompts import PromptBuilder
-
-
-class AnswerBackend(Protocol):
-    async def stream(self, req: StreamRequest) -> StreamRecord: ...
-
 
 # The function a tool-calling turn offers: the server's answer calls it, with a query.
 LOOKUP_TOOL = {
@@ -109,8 +104,7 @@ class Conversation:
     """One session's turns on any clock: the first turn's request, then after each answer the
     next one's, intended at that answer's end + its think time. A turn with a tool: its first
     request offers the tool; once the answer calls it, the tool's result goes back after the
-    tool's latency, and that request's answer ends the turn. Both clocks run sessions through
-    it: the wall clock awaiting each answer, the virtual one scheduling from the records."""
+    tool's latency, and that request's answer ends the turn."""
 
     def __init__(self, session: BuiltSession, model: str, rep_start_ns: int) -> None:
         self.session, self.model = session, model
@@ -147,36 +141,16 @@ class Conversation:
                             tool_result=tool_result)  # fmt: skip
 
 
-async def run_sessions(
-    sessions: Sequence[BuiltSession],
-    backend: AnswerBackend,
-    on_record: Callable[[StreamRecord], None],
-    *,
-    model: str,
-    run_start_ns: int,
-    rep_start_ns: int,
+async def converse(
+    conv: Conversation, send: Send[StreamRequest], on_record: OnRecord, clock: Clock
 ) -> None:
-    """Runs every session concurrently, each turn after the previous answer + think time."""
-    async with asyncio.TaskGroup() as tg:
-        for s in sessions:
-            tg.create_task(_converse(s, backend, on_record, model, run_start_ns, rep_start_ns))
-
-
-async def _converse(
-    s: BuiltSession,
-    backend: AnswerBackend,
-    on_record: Callable[[StreamRecord], None],
-    model: str,
-    run_start_ns: int,
-    rep_start_ns: int,
-) -> None:
-    conv = Conversation(s, model, rep_start_ns)
+    """One session's turns, each sent at its intended instant, until the conversation ends."""
     req: StreamRequest | None = conv.first()
     while req is not None:
-        await _sleep_until(run_start_ns + req.t_intended_ns)
-        rec = await backend.stream(req)
+        await clock.sleep_until(req.t_intended_ns)
+        rec = await send(req, req.t_intended_ns)
         on_record(dataclasses.replace(rec, answer=None))
-        req = conv.after(rec, time.perf_counter_ns() - run_start_ns)
+        req = conv.after(rec, record_end(rec, clock))
 
 
 def turn_request(
@@ -222,9 +196,3 @@ def turn_request(
         tool_result=tool_result,
         extra_body={"tools": [LOOKUP_TOOL], "tool_choice": "required"} if offers else {},
     )
-
-
-async def _sleep_until(t_ns: int) -> None:
-    delay = t_ns - time.perf_counter_ns()
-    if delay > 0:
-        await asyncio.sleep(delay / 1e9)

@@ -7,7 +7,9 @@ loop); this is the backend they run on here. The same prompts
 analysis and reports run unchanged. What changes is time: the run clock is VirtualSim's, which
 jumps from event to event (an arrival, a step start, a client timeout, a poll instant on the
 scenario's poll grid), so the result is exact and repeatable and does not depend on the load
-on the machine. Nothing here awaits anything real: the coroutines are the shared phases'.
+on the machine. The loops are the wall clock's own (client/loops.py, engine/traffic.py): here
+they run on `VirtualTime` (loadgen/clock.py), which `VirtualArm.run` moves from event to event,
+stepping the sim between; nothing awaits anything real.
 
 The driver lives in engine/ and not in sim/ because it executes a Plan (scenario, prompts,
 cache checks, records), which is the engine stage's job; the sim side (loadgen/sim/virtual.py)
@@ -19,23 +21,22 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
-import heapq
-import itertools
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from prometheus_client.metrics_core import Metric
 
-from loadgen.client.loops import ClosedSeats
+from loadgen.clock import Pending, VirtualTime
 from loadgen.engine.arm import Record
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
-from loadgen.engine.sessions import BuiltSession, Conversation, build_sessions
+from loadgen.engine.sessions import build_sessions
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
+from loadgen.engine.traffic import send_rep
 from loadgen.engine.virtual_progress import VirtualProgress
 from loadgen.records import RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
@@ -119,28 +120,12 @@ def _shared_head(a: str, b: str) -> int:
 # anything real: a 10 h virtual soak ran 125 s deaf to Ctrl-C and SIGTERM. A yield each
 # 50 ms of wall time (one clock read per event) stops a run within a tenth of a second.
 YIELD_EVERY_NS = 50_000_000
-
-
-class Schedule:
-    """Requests due at run-clock instants, earliest first (ties in the order they were added)."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[int, int, PlannedRequest | StreamRequest]] = []
-        self._seq = itertools.count()
-
-    def add(self, t_ns: int, item: PlannedRequest | StreamRequest) -> None:
-        heapq.heappush(self._heap, (t_ns, next(self._seq), item))
-
-    def next_ns(self) -> int | None:
-        return self._heap[0][0] if self._heap else None
-
-    def pop(self) -> tuple[int, PlannedRequest | StreamRequest]:
-        t, _, item = heapq.heappop(self._heap)
-        return t, item
+T = TypeVar("T")
 
 
 class VirtualArm:
-    """One arm on one fresh VirtualSim: its clock, its poll grid, its records."""
+    """One arm on one fresh VirtualSim: the loops' virtual time, its poll grid, and the send
+    that hands a request to the sim and returns its record."""
 
     def __init__(
         self,
@@ -151,98 +136,59 @@ class VirtualArm:
         model: str,
     ) -> None:
         self.sim, self.poller, self.builder, self.model = sim, poller, builder, model
+        self.time = VirtualTime(lambda: sim.now_ns)
         self.interval_ns = max(interval_ns, 1)
         self.next_poll_ns = self.interval_ns
         # Kept across calls: a soak's reps are many short runs, each under 50 ms.
         self._yield_at = time.perf_counter_ns() + YIELD_EVERY_NS
 
-    async def run(self, schedule: Schedule, on_record: Callable[[StreamRecord], None]) -> None:
-        """Until the schedule is empty and the server idle: each event in time order, polls
-        before anything else due at the same instant."""
-        sim = self.sim
-        while True:
-            if time.perf_counter_ns() >= self._yield_at:
-                await asyncio.sleep(0)  # a stop (cancellation) is raised here
-                self._yield_at = time.perf_counter_ns() + YIELD_EVERY_NS
-            t_arrival, t_sim = schedule.next_ns(), sim.next_event_ns()
-            if t_arrival is None and t_sim is None:
-                return
-            t = min(x for x in (t_arrival, t_sim) if x is not None)
-            if self.next_poll_ns <= t:
-                sim.advance_to(self.next_poll_ns)
-                await self.poller.scrape_once()
-                self.next_poll_ns += self.interval_ns
-            elif t_arrival is not None and t_arrival <= t:
-                t_due, item = schedule.pop()
-                sim.advance_to(t_due)
-                req = await self._request(item, t_due)
-                sim.submit(req, on_record)
-            else:
-                sim.step_next()
+    async def run(self, work: Coroutine[Any, Any, T]) -> T:
+        """Runs `work` on virtual time until nothing is due and the server is idle: each
+        event in time order, polls before anything else due at the same instant, then the
+        loops' timers (one at a time), then the server's own events."""
+        sim, clock = self.sim, self.time
+        root = clock.start(work)
+        try:
+            while True:
+                if time.perf_counter_ns() >= self._yield_at:
+                    await asyncio.sleep(0)  # a stop (cancellation) is raised here
+                    self._yield_at = time.perf_counter_ns() + YIELD_EVERY_NS
+                clock.run_ready()
+                t_timer, t_sim = clock.next_timer_ns(), sim.next_event_ns()
+                if t_timer is None and t_sim is None:
+                    break
+                t = min(x for x in (t_timer, t_sim) if x is not None)
+                if self.next_poll_ns <= t:
+                    sim.advance_to(self.next_poll_ns)
+                    await self.poller.scrape_once()
+                    self.next_poll_ns += self.interval_ns
+                elif t_timer is not None and t_timer <= t:
+                    sim.advance_to(t_timer)
+                    clock.wake_next()
+                else:
+                    sim.step_next()
+        finally:
+            clock.close()  # what a stop left parked
+        if not root.done:
+            raise RuntimeError("virtual clock: the work waits on nothing that will happen")
+        return cast(T, root.result)
 
-    async def _request(self, item: PlannedRequest | StreamRequest, t_ns: int) -> StreamRequest:
+    async def send(self, item: PlannedRequest | StreamRequest, intended_ns: int) -> StreamRecord:
+        """Hands `item` to the sim when the clock takes its turn (now, behind any send made
+        before it at this instant) and returns its record, which the sim gives when the
+        step that ends it is computed: the record's t_done may still lie ahead.
+
+        Each send is an event of its own: the records one step ends are all recorded (and
+        seen by a soak's stop) before the first send they free goes in, and the next send of
+        a request refused on arrival queues behind those already due at this instant."""
+        await self.time.take_turn()
         if isinstance(item, StreamRequest):
-            return dataclasses.replace(item, t_intended_ns=t_ns)
-        return await materialize(item, self.builder, model=self.model, t_intended_ns=t_ns)
-
-    def _sessions(
-        self, sessions: Sequence[BuiltSession], schedule: Schedule, start: int, record: Record
-    ) -> Record:
-        """Schedules every session's turn 0; the returned on_record schedules each next turn
-        once its answer is in (a failed turn ends its session, as on the wall clock)."""
-        conversations = {s.plan.id: Conversation(s, self.model, start) for s in sessions}
-        for conv in conversations.values():
-            first = conv.first()
-            schedule.add(first.t_intended_ns, first)
-
-        def done(rec: StreamRecord) -> None:
-            record(dataclasses.replace(rec, answer=None))
-            conv = conversations.get(rec.session or "")
-            nxt = None if conv is None else conv.after(rec, rec.t_done_ns or self.sim.now_ns)
-            if nxt is not None:
-                schedule.add(nxt.t_intended_ns, nxt)
-
-        return done
-
-    async def one(self, req: StreamRequest) -> StreamRecord:
-        """Sends `req` now, alone, and runs the clock until its record is in."""
-        got: list[StreamRecord] = []
-        schedule = Schedule()
-        schedule.add(self.sim.now_ns, req)
-        await self.run(schedule, got.append)
-        (rec,) = got
-        return rec
-
-    async def rep(
-        self,
-        rep: RepPlan,
-        sessions: Sequence[BuiltSession],
-        record: Record,
-        stop: Callable[[], bool] | None,
-    ) -> None:
-        """A rep's measured requests from now, each recorded: on their offsets, or closed loop
-        (no new request once `stop` says so); session turns each after the previous answer
-        and its think time."""
-        start = self.sim.now_ns
-        schedule = Schedule()
-        if rep.concurrency is None:
-            for p in rep.requests:
-                schedule.add(start + (p.offset_ns or 0), p)
-            await self.run(schedule, self._sessions(sessions, schedule, start, record))
-            return
-        end = None if rep.duration_ns is None else start + rep.duration_ns
-        seats = ClosedSeats(rep.requests, rep.concurrency, end_ns=end, stop=stop)
-
-        def done(rec: StreamRecord) -> None:
-            record(rec)
-            t = rec.t_done_ns if rec.t_done_ns is not None else self.sim.now_ns
-            nxt = seats.take(t)
-            if nxt is not None:
-                schedule.add(t, nxt)
-
-        for first in seats.first(start):
-            schedule.add(start, first)
-        await self.run(schedule, done)
+            req = dataclasses.replace(item, t_intended_ns=intended_ns)
+        else:
+            req = await materialize(item, self.builder, model=self.model, t_intended_ns=intended_ns)
+        got: Pending[StreamRecord] = self.time.pending()
+        self.sim.submit(req, got.set)
+        return await got
 
 
 @dataclass
@@ -263,11 +209,14 @@ class VirtualBackend:
         return self.driver.sim.now_ns
 
     async def send_now(self, req: StreamRequest) -> StreamRecord:
-        return await self.driver.one(req)
+        driver = self.driver
+        return await driver.run(driver.send(req, driver.sim.now_ns))
 
     async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
         sessions = await build_sessions(rep.sessions, self.session_builder)
-        await self.driver.rep(rep, sessions, record, stop)
+        d = self.driver
+        await d.run(send_rep(rep, rep.requests, sessions, d.send, record, d.time, model=d.model,
+                             lead_ns=0, stop=stop))  # fmt: skip
 
     async def finish(self) -> list[StreamRecord]:
         await self.poller.scrape_once()  # the closing sample bounds every counter delta

@@ -16,35 +16,17 @@ computed: mid-step, the request joins the next step; idle, the next step starts 
 max(end of the last step, arrival), and its outputs go out when that step's end is due (at once
 if that is already past, the engine clock staying the reference).
 
-The clock is injectable: `VirtualClock` runs the same loop with no real sleeping (tests).
+The clock is injectable (loadgen/clock.py's `Clock`): `VirtualClock` runs the same loop with no
+real sleeping (tests).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from typing import Protocol
 
+from loadgen.clock import Clock, WallClock
 from loadgen.sim.engine import Engine, SimRequest, TokenOutput
-
-
-class Clock(Protocol):
-    def now_ns(self) -> int: ...
-
-    async def sleep_until(self, deadline_ns: int) -> None: ...
-
-
-class MonotonicClock:
-    """time.perf_counter_ns and asyncio.sleep."""
-
-    def now_ns(self) -> int:
-        return time.perf_counter_ns()
-
-    async def sleep_until(self, deadline_ns: int) -> None:
-        delay_ns = deadline_ns - time.perf_counter_ns()
-        if delay_ns > 0:
-            await asyncio.sleep(delay_ns / 1e9)
 
 
 class VirtualClock:
@@ -67,7 +49,7 @@ class SimRunner:
             raise ValueError(f"speed must be > 0, got {speed}")
         self.engine = engine
         self.speed = speed
-        self._clock: Clock = clock or MonotonicClock()
+        self._clock: Clock = clock or WallClock()
         self._queues: dict[str, asyncio.Queue[TokenOutput]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

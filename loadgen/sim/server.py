@@ -29,6 +29,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
 from loadgen import __version__
+from loadgen.clock import Clock
 from loadgen.sim.engine import AdmissionRejected, Engine, EngineConfig, SimRequest, TokenOutput
 from loadgen.sim.faults import FaultConfig, FaultInjector, RequestFaults
 from loadgen.sim.metrics import CONTENT_TYPE, HttpStats, SimCollector, cache_config_labels
@@ -48,7 +49,7 @@ from loadgen.sim.openai_wire import (
     resolve_max_tokens,
 )
 from loadgen.sim.requests import asked_text, needle_answer
-from loadgen.sim.runner import Clock, SimRunner
+from loadgen.sim.runner import SimRunner
 from loadgen.simoptions import SIM_MAX_MODEL_LEN
 
 # Characters tokenized between two yields to the event loop: 1-2 ms of encoding on this machine
