@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
@@ -14,17 +13,44 @@ from typing import Any
 from loadgen.analysis.summary import analyze_run
 from loadgen.client.openai import OpenAIClient
 from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.run import RunOptions, run_plan
 from loadgen.exposition import parse_exposition
 from loadgen.records import MetricsSample
+from loadgen.report.cmd import write_report
+from loadgen.scenario.load import load_scenario
+from loadgen.scenario.plan import plan
 from loadgen.server import installs
 from loadgen.server.launcher import Server, launch_sync
 
-# tools/compare_sim_vllm.py runs scenarios on launched servers; the tests run theirs with it.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from compare_sim_vllm import run_on as run_on  # re-exported for the tests
-
 # (what, value) measured by the tests; conftest prints them at the end of the run.
 NUMBERS: list[tuple[str, str]] = []
+
+
+def run_options(server: Server, out_root: Path, run_seed: int | None = None) -> RunOptions:
+    """Options for a run against a server the launcher started: its URL and model, and the
+    limits it read back (each with its source), so verdicts judge against the real cap."""
+    facts = {k: v for k, v in server.facts.to_json().items() if isinstance(v, int)}
+    return RunOptions(
+        base_url=server.url, model=server.model, out_root=out_root, run_seed=run_seed,
+        progress=False, server_facts=facts, server_facts_sources=dict(server.facts.sources),
+    )  # fmt: skip
+
+
+async def run_on(
+    server: Server,
+    scenario: Path,
+    out_root: Path,
+    overrides: Sequence[str] = (),
+    run_seed: int | None = None,
+) -> Path:
+    """Runs the scenario (with `--set` style overrides) against the server; returns the run
+    directory with its report written. A boot keeps its prefix cache between runs, and salts
+    derive from the run seed: a second run on one boot needs a seed of its own."""
+    scn = load_scenario(scenario, list(overrides))
+    opts = run_options(server, out_root, run_seed)
+    run_dir = await run_plan(plan(scn, run_seed=run_seed), opts, warn=print)
+    write_report(run_dir)
+    return run_dir
 
 
 def note(name: str, value: str) -> None:

@@ -1,0 +1,122 @@
+"""`loadgen calibrate` on vLLM's CPU build and on llama-server with the tiny model, then
+`loadgen fidelity` of the fitted profile on whale, ladder and politeness at the CPU's scale
+(tests/data/scenarios/fidelity_*.yaml).
+
+What is asserted is what must hold whatever the machine's speed: the calibration drives the
+server within its bounds and fits it (the fit's own residuals), the profile carries the limits
+the server stated (boot log), and the fidelity table is complete and honest (each figure's
+mark agrees with its error). How close the virtual clock comes is measured, printed and kept
+in the summary, and the 15% target is checked where the model can reach it: TTFT medians of
+the cold whale, which one prefill decides."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from realutil import note, tiny_model
+
+from loadgen.sim.profile_file import load_profile_file
+
+pytestmark = pytest.mark.real
+
+DATA = Path(__file__).parents[1] / "data" / "scenarios"
+VLLM_FLAGS = ("--max-num-seqs", "4", "--max-num-batched-tokens", "512", "--max-model-len", "8192")
+TOLERANCE = 0.15
+
+
+def _loadgen(*args: str | Path, timeout_s: float = 900) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadgen", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _server_args(kind: str, flags: tuple[str, ...]) -> list[str]:
+    out = ["--server", kind, "--model-path", str(tiny_model(kind))]
+    return out + [f"--server-arg={f}" for f in flags]
+
+
+def _calibrate(tmp_path: Path, kind: str, flags: tuple[str, ...]) -> Path:
+    profile = tmp_path / f"{kind}.yaml"
+    _loadgen("calibrate", *_server_args(kind, flags), "--out", tmp_path / "cal",
+             "--profile-out", profile, "--name", f"{kind}-cpu-tiny")  # fmt: skip
+    fitted = load_profile_file(profile)
+    costs = ", ".join(f"{k} {v:.3g}" for k, v in fitted.costs().items() if v is not None)
+    fit = fitted.fit
+    note(f"{kind} calibration", f"rms {fit['rms_error']:.1%}, max {fit['max_error']:.1%} over "
+         f"{fit['measurements']} probes; {costs}")  # fmt: skip
+    return profile
+
+
+def _fidelity(tmp_path: Path, kind: str, flags: tuple[str, ...], scenario: str,
+              profile: Path) -> dict:  # fmt: skip
+    out = tmp_path / f"fid-{scenario}"
+    _loadgen("fidelity", DATA / f"{scenario}.yaml", "--sim-profile", profile,
+             *_server_args(kind, flags), "--out", out, "--seed", "7")  # fmt: skip
+    [root] = list(out.iterdir())
+    table = orjson.loads((root / "fidelity.json").read_bytes())
+    assert (root / "fidelity.png").stat().st_size > 0
+    for r in table["rows"]:
+        if r["error"] is not None:
+            assert r["within"] == (abs(r["error"]) <= TOLERANCE), r
+        note(f"{kind} fidelity {scenario} {r['arm']} {r['group']} {r['label']}",
+             f"measured {r['measured']}, predicted {r['predicted']}, error "
+             + ("-" if r["error"] is None else f"{r['error']:+.1%}"))  # fmt: skip
+    note(f"{kind} fidelity {scenario}", f"{table['within']} of {table['figures']} figures "
+         f"within ±15%; verdicts the same in {table['verdicts_agree']} of "
+         f"{len(table['verdicts'])} groups")  # fmt: skip
+    return table
+
+
+def _row(table: dict, group: str, metric: str) -> dict:
+    [row] = [r for r in table["rows"] if r["group"] == group and r["metric"] == metric]
+    return row
+
+
+@pytest.fixture(scope="module")
+def vllm_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _calibrate(tmp_path_factory.mktemp("cal-vllm"), "vllm", VLLM_FLAGS)
+
+
+def test_vllm_calibration_fits_and_carries_the_boot_logs_limits(vllm_profile: Path) -> None:
+    fitted = load_profile_file(vllm_profile)
+    assert fitted.facts["max_num_seqs"] == 4
+    assert fitted.facts["max_num_batched_tokens"] == 512
+    assert fitted.facts["block_size"] == 32  # vLLM's CPU build pages in 32-token blocks
+    assert fitted.facts["num_speculative_tokens"] == 0
+    assert fitted.fitted_on["server"] == "vllm"
+    assert fitted.fit["rms_error"] < 0.15, fitted.fit
+
+
+def test_vllm_fidelity_whale(vllm_profile: Path, tmp_path: Path) -> None:
+    table = _fidelity(tmp_path, "vllm", VLLM_FLAGS, "fidelity_whale", vllm_profile)
+    assert _row(table, "whale", "ttft_median_s")["within"], _row(table, "whale", "ttft_median_s")
+    # The minnows wait behind the whale's prefill on both sides.
+    [minnows] = [v for v in table["verdicts"] if v["group"] == "minnows"]
+    assert minnows["real"].get("prefill_hol") == minnows["virtual"].get("prefill_hol") == 3
+
+
+def test_vllm_fidelity_ladder(vllm_profile: Path, tmp_path: Path) -> None:
+    table = _fidelity(tmp_path, "vllm", VLLM_FLAGS, "fidelity_ladder", vllm_profile)
+    assert {r["arm"] for r in table["rows"]} == {
+        "groups.streams.count=1", "groups.streams.count=2", "groups.streams.count=4"}  # fmt: skip
+
+
+def test_vllm_fidelity_politeness(vllm_profile: Path, tmp_path: Path) -> None:
+    table = _fidelity(tmp_path, "vllm", VLLM_FLAGS, "fidelity_politeness", vllm_profile)
+    assert {r["arm"] for r in table["rows"]} == {
+        "max_num_batched_tokens=512", "max_num_batched_tokens=256"}  # fmt: skip
+
+
+def test_llamacpp_calibration_and_fidelity(tmp_path: Path) -> None:
+    profile = _calibrate(tmp_path, "llama.cpp", ())
+    fitted = load_profile_file(profile)
+    assert fitted.facts["max_num_seqs"] == 4  # loadgen's -np default
+    assert "block_size" not in fitted.facts  # llama.cpp pages no blocks
+    _fidelity(tmp_path, "llama.cpp", (), "fidelity_whale", profile)
