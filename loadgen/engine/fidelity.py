@@ -50,8 +50,9 @@ async def run_fidelity(
     }  # fmt: skip
     write_manifest(root, manifest)
     sides = (("real", real, opts),
+             # The sim serves its own model name: the real server's --model is not its.
              ("virtual", predicted, dataclasses.replace(opts, clock="virtual", base_url=None,
-                                                        server=None)))  # fmt: skip
+                                                        server=None, model=None)))  # fmt: skip
     for side, scenario, side_opts in sides:
         say(f"fidelity: {side} run of {scenario.name}")
         out = dataclasses.replace(side_opts, out_root=root / side, run_seed=seed)
