@@ -2,6 +2,8 @@
 hand-built records, the speculation estimate, and a fit that recovers known costs and names
 the probes a wrong model misses."""
 
+import dataclasses
+
 import pytest
 
 from loadgen.analysis.calibration import (
@@ -14,6 +16,7 @@ from loadgen.analysis.calibration import (
     fit_costs,
     measure,
     prefill_row,
+    prefill_steps,
     speculation,
     speculation_from_counters,
 )
@@ -154,11 +157,12 @@ def _measurements(costs: dict[str, float], bend: float = 0.0) -> list[Measuremen
     for n in (16, 1024, 2048, 8192, 65536):
         row = prefill_row(SHAPE, n, 0)
         out.append(Measurement(f"prefill-{n}", "ttft", sum(row[c] * costs[c] for c in COSTS),
-                               3, row))  # fmt: skip
+                               3, row, steps=tuple(prefill_steps(SHAPE, n, 0))))  # fmt: skip
     for cached in (2048, 32768):
         row = prefill_row(SHAPE, 32, cached)
         out.append(Measurement(f"cached-{cached}", "cached",
-                               sum(row[c] * costs[c] for c in COSTS), 3, row))  # fmt: skip
+                               sum(row[c] * costs[c] for c in COSTS), 3, row,
+                               steps=tuple(prefill_steps(SHAPE, 32, cached))))  # fmt: skip
     for batch, ctx in ((1, 300), (2, 300), (4, 300), (8, 300), (1, 32768), (1, 65536)):
         row = decode_row(SHAPE, batch, ctx)
         value = sum(row[c] * costs[c] for c in COSTS) + bend * batch * batch
@@ -189,3 +193,22 @@ def test_a_cost_no_probe_measures_is_said_to_be_unmeasured() -> None:
     fit = fit_costs(ms)
     assert fit.unmeasured == ("cached_token_s",)
     assert fit.costs["cached_token_s"] == 0
+
+
+def test_a_floor_under_every_step_is_fitted_where_the_decode_steps_show_one() -> None:
+    # An eager-mode GPU: no step under 16 ms (kernel launches), prefill steps well above it.
+    gpu = {**KNOWN, "fixed_s": 0.001, "decode_token_s": 2e-4, "decode_ctx_s": 1e-9}
+    floor = 0.016
+    ms = []
+    for m in _measurements(gpu):
+        steps = m.steps or (m.row,)
+        value = m.row["request_overhead_s"] * gpu["request_overhead_s"] + sum(
+            max(floor, sum(s[c] * gpu[c] for c in COSTS if c != "request_overhead_s"))
+            for s in steps
+        )
+        ms.append(dataclasses.replace(m, value_s=value))
+    fit = fit_costs(ms)
+    assert fit.min_step_s == pytest.approx(floor, rel=0.02)
+    assert fit.summary()["max_error"] < 0.02
+    # The linear model alone cannot: decode flat at the floor, prefill steps far above it.
+    assert fit_costs([m for m in ms if m.kind != "decode"]).min_step_s is None

@@ -44,7 +44,7 @@ from loadgen.engine.target import RunError, Target, shared_target
 from loadgen.records import StreamRecord, write_manifest
 from loadgen.scenario.model import Group, PromptConfig, Scenario
 from loadgen.scenario.plan import derive_seed, plan
-from loadgen.sim.profile_file import FittedProfile, write_profile_file
+from loadgen.sim.profile_file import FittedProfile, load_profile_file, write_profile_file
 from loadgen.sim.profiles import StepProfile
 
 # Facts the plan cannot be sized without.
@@ -120,20 +120,59 @@ async def calibrate(
             write_manifest(root, manifest)
             ran.append((probe, _measured(root / rel)))
             say(_probe_line(order, len(probes), probe, measure(probe, ran[-1][1], shape)))
+    _fit_and_write(root, manifest, ran, shape, first, req.out, _Naming(req.name, req.hardware))
+    return root
+
+
+@dataclass(frozen=True, slots=True)
+class _Naming:
+    name: str | None
+    hardware: str | None
+
+
+def refit(root: Path, out: Path | None, name: str | None, hardware: str | None) -> Path:
+    """Fits a calibration's recorded probes again (no server: analysis of the records), e.g.
+    after the model gained a term; writes the profile; returns `root`."""
+    manifest = read_manifest(root)
+    if not isinstance(manifest.get("calibrate"), dict) or not manifest.get("probes"):
+        raise RunError(f"{root}: not a calibration directory (run.json has no probes)")
+    if (root / "profile.yaml").is_file():
+        # What the first fit was told of the server stands unless this call says otherwise.
+        before = load_profile_file(root / "profile.yaml")
+        name = name or before.name
+        hardware = hardware or before.fitted_on.get("hardware")
+    shape, first = _server_shape(root / manifest["probes"][0]["dir"])
+    planned = {p.name: p for p in calibration_plan(shape, PlanLimits(
+        **manifest["calibrate"]["limits"]))}  # fmt: skip
+    ran = [(planned[p["name"]], _measured(root / p["dir"])) for p in manifest["probes"]]
+    _fit_and_write(root, manifest, ran, shape, first, out, _Naming(name, hardware))
+    return root
+
+
+def _fit_and_write(
+    root: Path,
+    manifest: dict[str, Any],
+    ran: list[tuple[Probe, list[StreamRecord]]],
+    shape: ServerShape,
+    first: dict[str, Any],
+    out: Path | None,
+    naming: _Naming,
+) -> None:
     # Drafts are known only once every decode probe ran; the decode rows price them.
     spec = _speculation(root, manifest["probes"], ran)
     shape = dataclasses.replace(shape, spec_tokens=spec.tokens)
     measured = [m for p, recs in ran if (m := measure(p, recs, shape)) is not None]
     fit = fit_costs(measured)
-    profile = _profile(req, opts, first, shape=shape, fit=fit, spec=spec, started=started,
+    started = dt.datetime.fromisoformat(manifest["started_wall"])
+    profile = _profile(naming, str(manifest.get("clock")), first, shape=shape, fit=fit,
+                       spec=spec, started=started,
                        prefix_caching=_prefix_caching(measured))  # fmt: skip
-    path = req.out or root / "profile.yaml"
+    path = out or root / "profile.yaml"
     write_profile_file(path, profile)
     if path != root / "profile.yaml":
         write_profile_file(root / "profile.yaml", profile)
     manifest |= {"interrupted": False, "profile": str(path), "fit": fit.summary()}
     write_manifest(root, manifest)
-    return root
 
 
 # Sizes only the first probe (the TTFT floor), which does not depend on the server.
@@ -252,8 +291,8 @@ def _prefix_caching(measured: list[Measurement]) -> bool:
 
 
 def _profile(
-    req: CalibrateRequest,
-    opts: RunOptions,
+    naming: _Naming,
+    clock: str,
     first: dict[str, Any],
     *,
     shape: ServerShape,
@@ -266,11 +305,12 @@ def _profile(
     c = fit.costs
     target = first.get("target") or {}
     kind = str(target.get("kind") or "server")
-    name = req.name or f"{kind}-{started.strftime('%Y%m%d')}"
+    name = naming.name or f"{kind}-{started.strftime('%Y%m%d')}"
     step = StepProfile(
         name, fixed_s=c["fixed_s"], per_token_s=c["per_token_s"],
         decode_ctx_s=c["decode_ctx_s"], prefill_ctx_s=c["prefill_ctx_s"],
         cached_token_s=c["cached_token_s"], decode_token_s=c["decode_token_s"],
+        min_step_s=fit.min_step_s,
     )  # fmt: skip
     server = first.get("server") or {}
     facts: dict[str, Any] = {k: server[k] for k in CARRIED if isinstance(server.get(k), int)}
@@ -281,7 +321,7 @@ def _profile(
     fitted_on = {
         "server": kind, "model": first.get("model"), "flags": target.get("flags") or [],
         "url": target.get("url") if kind == "external" else None,
-        "hardware": req.hardware or _this_host(), "clock": opts.clock,
+        "hardware": naming.hardware or _this_host(), "clock": clock,
         "date": started.isoformat(timespec="seconds"), "loadgen": __version__,
     }  # fmt: skip
     return FittedProfile(

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from loadgen.analysis.calibration import PlanLimits
-from loadgen.engine.calibrate import CalibrateRequest, calibrate
+from loadgen.engine.calibrate import CalibrateRequest, calibrate, refit
 from loadgen.engine.cmd import (
     CLOCK_OPTION,
     EXTERNAL_SERVER_OPTIONS,
@@ -24,6 +24,7 @@ from loadgen.engine.cmd import (
 from loadgen.engine.options import RunOptions
 from loadgen.engine.probe_cache_cmd import server_options, server_spec
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
+from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.server.user_facts import USER_SOURCE
 
@@ -34,6 +35,9 @@ DEFAULTS = PlanLimits()
 @click.option("--profile-out", "profile_out", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="The profile file (default: RUN/profile.yaml).")  # fmt: skip
 @click.option("--name", default=None, help="The profile's name (default: KIND-DATE).")
+@click.option("--refit", "refit_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Fit a calibration directory's recorded probes again; "
+              "sends nothing.")  # fmt: skip
 @click.option("--hardware", default=None,
               help="What the server runs on, for the profile (default: this host).")  # fmt: skip
 @click.option("--scenario", "base", default="calibrate", show_default=True,
@@ -59,6 +63,7 @@ DEFAULTS = PlanLimits()
 def calibrate_cmd(
     profile_out: Path | None,
     name: str | None,
+    refit_dir: Path | None,
     hardware: str | None,
     base: str,
     reps: int,
@@ -88,6 +93,13 @@ def calibrate_cmd(
     """Measure a server's step costs with a short, bounded plan and fit the sim to them."""
     from loadgen.report.calibration_report import calibration_text
 
+    if refit_dir is not None:
+        try:
+            root = refit(refit_dir, profile_out, name, hardware)
+        except (RunError, OSError, ValueError) as exc:
+            raise click.ClickException(str(exc).splitlines()[0]) from None
+        click.echo(calibration_text(root))
+        return
     server = server_spec(
         server_kind, server_args, model_path, model=model, python=server_python,
         bin=server_bin, boot_timeout_s=boot_timeout_s,

@@ -33,10 +33,10 @@ from loadgen.simoptions import SIM_OPTION_NAMES
 FORMAT_KEY = "loadgen_sim_profile"
 FORMAT_VERSION = 1
 STEP_COSTS = ("fixed_s", "per_token_s", "decode_token_s", "decode_ctx_s", "prefill_ctx_s",
-              "cached_token_s")  # fmt: skip
+              "cached_token_s", "min_step_s")  # fmt: skip
 COSTS = (*STEP_COSTS, "request_overhead_s")
 # Costs a file may leave out: decode tokens then cost what prefill tokens do; no overhead.
-OPTIONAL_COSTS = ("decode_token_s", "request_overhead_s", "cached_token_s")
+OPTIONAL_COSTS = ("decode_token_s", "request_overhead_s", "cached_token_s", "min_step_s")
 
 
 class ProfileFileError(ValueError):
@@ -124,6 +124,7 @@ def load_profile_file(path: Path) -> FittedProfile:
         prefill_ctx_s=given["prefill_ctx_s"],
         cached_token_s=costs.get("cached_token_s") or 0.0,
         decode_token_s=costs.get("decode_token_s"),
+        min_step_s=costs.get("min_step_s"),
     )
     return FittedProfile(
         name=name,

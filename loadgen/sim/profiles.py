@@ -5,6 +5,9 @@
                          (with decode_token_s set: prefill-chunk tokens only, and
       + decode_token_s x decode and draft tokens: on a GPU a decode token is nearly free
                          beside a prefill token, which one slope cannot fit)
+and, with min_step_s set, no step is shorter than it: a GPU server whose CPU launches each
+step's kernels (vLLM with --enforce-eager) steps no faster than the launches however little
+the GPU has to do, while a long prefill chunk hides them behind its compute.
       + decode_ctx_s   x sum over decoding requests of their context (KV read per step)
       + prefill_ctx_s  x sum over prefill chunks of chunk x (context before + chunk / 2)
       + cached_token_s x prefix-cache tokens reused by requests admitted in the step
@@ -73,6 +76,8 @@ class StepProfile:
     cached_token_s: float = 0.0
     # None: decode tokens cost per_token_s like prefill tokens (the hand-set cards).
     decode_token_s: float | None = None
+    # None: no floor under a step (the hand-set cards).
+    min_step_s: float | None = None
 
     def step_s(
         self,
@@ -90,13 +95,14 @@ class StepProfile:
                 self.per_token_s * (scheduled_tokens - decode_tokens)
                 + self.decode_token_s * decode_tokens
             )
-        return (
+        t = (
             self.fixed_s
             + tokens_s
             + self.decode_ctx_s * decode_context_tokens
             + self.prefill_ctx_s * prefill_attention_work
             + self.cached_token_s * restored_tokens
         )
+        return t if self.min_step_s is None else max(self.min_step_s, t)
 
     def scaled(self, name: str, factor: float) -> StepProfile:
         """The same shape with every time multiplied by `factor`."""
@@ -109,6 +115,7 @@ class StepProfile:
             prefill_ctx_s=self.prefill_ctx_s * factor,
             cached_token_s=self.cached_token_s * factor,
             decode_token_s=None if self.decode_token_s is None else self.decode_token_s * factor,
+            min_step_s=None if self.min_step_s is None else self.min_step_s * factor,
         )
 
 
