@@ -16,7 +16,7 @@ import pytest
 
 from loadgen.sim.profile_file import load_profile_file
 from loadgen.sim.profiles import sim_profile
-from tests.cli_support import loadgen
+from cli_support import loadgen
 
 ROOT = Path(__file__).parents[1]
 SCENARIOS = ("whale_c4", "ladder", "politeness")

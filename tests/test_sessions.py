@@ -230,7 +230,7 @@ async def test_a_plain_stream_and_a_session_due_at_one_instant_go_in_plan_order(
     """Sessions start from the open loop's schedule: at each staggered instant the plain
     group's request reaches the server before the session's first turn, on the virtual clock
     as when each clock had a loop of its own."""
-    from tests.virtual_support import run_virtual
+    from virtual_support import run_virtual
 
     path = tmp_path / "mixed.yaml"
     path.write_text(MIXED)
