@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cli_support import loadgen
+from pacedserver import PacedConfig, ThreadedPacedServer
 
 from loadgen.sim.profile_file import load_profile_file
 from loadgen.sim.profiles import sim_profile
-from cli_support import loadgen
-from pacedserver import PacedConfig, ThreadedPacedServer
 
 STEP_COSTS = ("fixed_s", "per_token_s", "decode_ctx_s", "prefill_ctx_s", "cached_token_s")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cli_support import loadgen
 
 from loadgen.sim.profile_file import load_profile_file
 from loadgen.sim.profiles import sim_profile
-from cli_support import loadgen
 
 ROOT = Path(__file__).parents[1]
 SCENARIOS = ("whale_c4", "ladder", "politeness")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cli_support import loadgen
 
 from loadgen.analysis.fidelity import fidelity_table
 from loadgen.sim.profile_file import FittedProfile, load_profile_file, write_profile_file
 from loadgen.sim.profiles import sim_profile
-from cli_support import loadgen
 
 SMOKE = Path(__file__).parents[1] / "scenarios" / "smoke.yaml"
 
