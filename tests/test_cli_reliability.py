@@ -99,6 +99,8 @@ def test_a_request_out_directory_is_reportable(tmp_path: Path) -> None:
     cmp = loadgen("compare", out, out)
     assert cmp.returncode == 0, cmp.stderr
     assert "request │ median TTFT (s)" in cmp.stdout
+    notes = " ".join(cmp.stdout.split())
+    assert "; wall clock, external" in notes and "sim's error" not in notes  # one clock
 
 
 def test_a_torn_streams_file_reports_measured_of_planned(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from cli_support import loadgen
 
 from loadgen.analysis.fidelity import fidelity_table
+from loadgen.report.fidelity_report import fidelity_line
 from loadgen.sim.profile_file import FittedProfile, load_profile_file, write_profile_file
 from loadgen.sim.profiles import sim_profile
 
@@ -97,6 +98,20 @@ def test_the_fidelity_table_is_exact() -> None:
         "decode_median_tok_s": (-0.5, False), "wall_s": (-0.1, True),
     }  # fmt: skip
     assert (t["figures"], t["within"], t["verdicts_agree"]) == (4, 3, 1)
+    assert t["unmatched"] == []
+
+
+def test_each_boot_of_an_arm_meets_the_arms_one_prediction() -> None:
+    def summary(wall: float) -> dict:
+        return {"groups": {}, "run": {"wall_s": wall}}
+
+    real = {"n=1.boot1": summary(10.0), "n=1.boot2": summary(12.0), "n=9.boot1": summary(1.0)}
+    t = fidelity_table(real, {"n=1": summary(11.0)}, 0.05)
+    walls = [(r["arm"], round(r["error"], 4), r["within"]) for r in t["rows"]]
+    assert walls == [("n=1.boot1", 0.1, False), ("n=1.boot2", -0.0833, False)]
+    # An arm with no prediction is named, never dropped in silence.
+    assert t["unmatched"] == ["n=9.boot1"]
+    assert "no prediction for arm(s) n=9.boot1" in fidelity_line(t)
 
 
 @pytest.mark.parametrize(("factor", "close"), [(1.0, True), (3.0, False)])
@@ -118,6 +133,12 @@ def test_fidelity_tells_a_right_profile_from_a_wrong_one(
         assert all(abs(e) < 0.35 for e in decode), table["rows"]
     else:
         assert all(e < -0.5 for e in decode), table["rows"]
-    assert (root / "real").is_dir() and (root / "virtual").is_dir()
+    # compare reads the pair and says which side is which.
+    [real], [virtual] = ((root / side).iterdir() for side in ("real", "virtual"))
+    shown = loadgen("compare", real, virtual)
+    assert shown.returncode == 0, shown.stderr
+    notes = " ".join(shown.stdout.split())  # the notes wrap at the table's width
+    assert "; wall clock, sim" in notes and "; virtual clock, sim profile tiny-copy (" in notes
+    assert "B - A is the sim's error with its profile" in notes
     # The file round-trips the card it was written from.
     assert load_profile_file(profile).step == sim_profile("tiny").scaled("tiny-copy", factor)

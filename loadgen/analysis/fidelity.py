@@ -53,12 +53,16 @@ def fidelity_table(
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> dict[str, Any]:
     """The comparison of two runs of one scenario, arm by arm (`real` and `virtual` map an arm's
-    name to its summary.json; a run without arms is one arm named "-")."""
+    name to its summary.json; a run without arms is one arm named "-"). A launched server boots
+    each arm more than once (arms/<arm>.boot<k>/) where the virtual clock needs one: each boot
+    is compared with the one prediction, so the boots' spread shows beside the error."""
     rows: list[dict[str, Any]] = []
     verdicts: list[dict[str, Any]] = []
+    unmatched: list[str] = []
     for arm, measured in real.items():
-        predicted = virtual.get(arm)
+        predicted = virtual.get(arm, virtual.get(_arm_of_boot(arm)))
         if predicted is None:
+            unmatched.append(arm)
             continue
         for group, g in measured.get("groups", {}).items():
             p = predicted.get("groups", {}).get(group, {})
@@ -76,4 +80,11 @@ def fidelity_table(
         "figures": len(judged),
         "within": sum(1 for r in judged if r["within"]),
         "verdicts_agree": sum(1 for v in verdicts if v["real"] == v["virtual"]),
+        "unmatched": unmatched,
     }
+
+
+def _arm_of_boot(arm: str) -> str:
+    """The arm a boot's run directory belongs to ("x=1.boot2" -> "x=1")."""
+    head, dot, boot = arm.rpartition(".boot")
+    return head if dot and boot.isdigit() else arm

@@ -43,6 +43,7 @@ from loadgen.report.text import (
     render_rich,
     run_tables,
     user_server_lines,
+    what_ran,
 )
 
 
@@ -199,6 +200,10 @@ def compare_table(result: dict[str, Any], a: Path, b: Path) -> Table:
             )
         )
     notes = [_arm_note("A", a, result, 0), _arm_note("B", b, result, 1)]
+    clocks = [run.get("clock", "wall") for run in result.get("runs") or []]
+    if len(set(clocks)) > 1:
+        notes.append("one run on the wall clock, one on the virtual clock: B - A is the sim's "
+                     "error with its profile (loadgen fidelity tabulates it per figure)")  # fmt: skip
     notes.append("noise = max(rep spread A, rep spread B); spread = max - min")
     notes += [f"only in A: {g}" for g in result["only_a"]]
     notes += [f"only in B: {g}" for g in result["only_b"]]
@@ -213,7 +218,8 @@ def compare_table(result: dict[str, Any], a: Path, b: Path) -> Table:
 
 def _arm_note(label: str, path: Path, result: dict[str, Any], i: int) -> str:
     """'A = path', with what the user said about that run's server, so arms differ on paper."""
-    said = user_server_lines((result.get("runs") or [{}, {}])[i])
+    run = (result.get("runs") or [{}, {}])[i]
+    said = [what_ran(run, read_manifest(path).get("sim_profile")), *user_server_lines(run)]
     return f"{label} = {path}" + "".join(f"; {line}" for line in said)
 
 

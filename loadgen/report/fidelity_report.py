@@ -49,10 +49,13 @@ def verdicts_table(f: dict[str, Any]) -> Table:
 
 
 def fidelity_line(f: dict[str, Any]) -> str:
-    return (
+    line = (
         f"fidelity: {f['within']} of {f['figures']} figures within ±{f['tolerance']:.0%}; "
         f"verdicts the same in {f['verdicts_agree']} of {len(f['verdicts'])} groups"
     )
+    if f.get("unmatched"):
+        line += f"\n!! no prediction for arm(s) {', '.join(f['unmatched'])}: not compared"
+    return line
 
 
 def fidelity_text(f: dict[str, Any], head: list[str]) -> str:

@@ -128,6 +128,16 @@ def _unmeasured(streams: dict[str, Any]) -> str:
     return " + " + ", ".join(f"{n} {p}" for p, n in other.items()) + " (not measured)"
 
 
+def what_ran(run: dict[str, Any], sim_profile: Any) -> str:
+    """The clock and the server a run measured: "virtual clock, sim profile P" or "wall clock,
+    vllm", so a real and a predicted run are never mistaken for each other."""
+    clock = run.get("clock", "wall")
+    if isinstance(sim_profile, dict) and sim_profile.get("name"):
+        return f"{clock} clock, sim profile {sim_profile['name']} ({sim_profile.get('path')})"
+    kind = (run.get("target") or {}).get("kind") if isinstance(run.get("target"), dict) else None
+    return f"{clock} clock, {kind or 'server unknown'}"
+
+
 def user_server_lines(run: dict[str, Any]) -> list[str]:
     """What the user said about an external server: its launch flags and its limits."""
     target, facts = run.get("target") or {}, run.get("server_facts") or {}
