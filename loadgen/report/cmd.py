@@ -202,8 +202,10 @@ def compare_table(result: dict[str, Any], a: Path, b: Path) -> Table:
     notes = [_arm_note("A", a, result, 0), _arm_note("B", b, result, 1)]
     clocks = [run.get("clock", "wall") for run in result.get("runs") or []]
     if len(set(clocks)) > 1:
-        notes.append("one run on the wall clock, one on the virtual clock: B - A is the sim's "
-                     "error with its profile (loadgen fidelity tabulates it per figure)")  # fmt: skip
+        notes.append(
+            "one run on the wall clock, one on the virtual clock: B - A is the sim's error with "
+            "its profile (loadgen fidelity tabulates it per figure)"
+        )
     notes.append("noise = max(rep spread A, rep spread B); spread = max - min")
     notes += [f"only in A: {g}" for g in result["only_a"]]
     notes += [f"only in B: {g}" for g in result["only_b"]]
