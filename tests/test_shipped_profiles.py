@@ -1,0 +1,44 @@
+"""The fitted profiles shipped in profiles/: each loads, names what it was fitted on, is listed
+in profiles/README.md with its fidelity table, and drives a virtual run whose prediction is the
+table's predicted column (a sim change that moves a prediction must redraw the table)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from cli_support import loadgen
+
+from loadgen.sim.profile_file import load_profile_file
+
+PROFILES = Path(__file__).parents[1] / "profiles"
+SHIPPED = sorted(PROFILES.glob("*.yaml"))
+
+
+def test_profiles_are_shipped_for_the_servers_this_project_reaches() -> None:
+    assert {p.stem for p in SHIPPED} >= {"vllm-cpu-tiny", "llamacpp-cpu-tiny", "h200-vllm-llama8b"}
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_a_shipped_profile_names_its_server_and_its_error(path: Path) -> None:
+    p = load_profile_file(path)
+    for key in ("server", "model", "hardware", "date"):
+        assert p.fitted_on.get(key), (path.name, key)
+    assert p.fit["measurements"] == len(p.measurements) > 0
+    assert 0 <= p.fit["rms_error"] <= p.fit["max_error"]
+    readme = (PROFILES / "README.md").read_text()
+    assert f"`{path.name}`" in readme
+    assert f"rms {p.fit['rms_error']:.1%}" in readme
+
+
+def test_the_h200_tables_prediction_is_what_the_profile_predicts(tmp_path: Path) -> None:
+    # profiles/README.md: whale_c4 at seed 11, whale TTFT median predicted 4.465 s, minnows 4.166.
+    proc = loadgen("run", "whale_c4", "--clock", "virtual", "--sim-profile",
+                   PROFILES / "h200-vllm-llama8b.yaml", "--seed", "11", "--out", tmp_path,
+                   "--no-progress")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    [run] = list(tmp_path.iterdir())
+    groups = orjson.loads((run / "summary.json").read_bytes())["groups"]
+    assert round(groups["whale"]["ttft_s"]["median"], 3) == 4.465
+    assert round(groups["minnows"]["ttft_s"]["median"], 3) == 4.166
