@@ -20,6 +20,7 @@ def _calibrate(tmp_path: Path, *args: str) -> tuple[Path, str]:
     out = tmp_path / "profile.yaml"
     proc = loadgen("calibrate", "--out", tmp_path, "--profile-out", out, *args, timeout_s=300)
     assert proc.returncode == 0, proc.stderr
+    assert f"profile written to {out}" in proc.stdout
     return out, proc.stdout + proc.stderr
 
 

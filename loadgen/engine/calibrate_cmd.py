@@ -99,6 +99,7 @@ def calibrate_cmd(
         except (RunError, OSError, ValueError) as exc:
             raise click.ClickException(str(exc).splitlines()[0]) from None
         click.echo(calibration_text(root))
+        _say_profile_out(profile_out)
         return
     server = server_spec(
         server_kind, server_args, model_path, model=model, python=server_python,
@@ -136,4 +137,10 @@ def calibrate_cmd(
 
     root = execute_work(partial(calibrate, req, opts, say=say))
     click.echo(calibration_text(root))
+    _say_profile_out(profile_out)
     click.echo(f"run directory: {root}")
+
+
+def _say_profile_out(path: Path | None) -> None:
+    if path is not None:
+        click.echo(f"profile written to {path} (a copy is in the run directory)")
