@@ -38,8 +38,7 @@ from loadgen.analysis.calibration import (
 )
 from loadgen.analysis.inputs import load_run, read_manifest
 from loadgen.engine.options import RunOptions
-from loadgen.engine.preflight import check_out_root
-from loadgen.engine.run import base_manifest, run_arm, run_dir_name
+from loadgen.engine.run import base_manifest, open_work_root, run_arm
 from loadgen.engine.target import RunError, Target, shared_target
 from loadgen.records import StreamRecord, write_manifest
 from loadgen.scenario.model import Group, PromptConfig, Scenario
@@ -81,13 +80,8 @@ async def calibrate(
     say: Callable[[str], None] = lambda _line: None,
 ) -> Path:
     """Runs the plan and writes the profile; returns the calibration's directory."""
-    check_out_root(opts.out_root)
-    started = dt.datetime.now(dt.UTC)
-    root = opts.out_root / run_dir_name(req.base, started)
-    if on_root is not None:
-        on_root(root)
-    root.mkdir(parents=True, exist_ok=False)
-    seed = req.base.seed if opts.run_seed is None else opts.run_seed
+    work = open_work_root(req.base, opts, on_root)
+    root, started, seed = work.path, work.started, work.seed
     manifest = base_manifest(plan(req.base, run_seed=seed), opts, started) | {
         "clock": opts.clock,
         "calibrate": {"limits": dataclasses.asdict(req.limits),

@@ -12,7 +12,6 @@ run.json lists every probe as it ends, so a stopped search keeps what it measure
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +27,7 @@ from loadgen.analysis.capacity import (
 )
 from loadgen.analysis.summary import analyze_run
 from loadgen.engine.options import RunOptions
-from loadgen.engine.preflight import check_out_root
-from loadgen.engine.run import base_manifest, run_arm, run_dir_name
+from loadgen.engine.run import base_manifest, open_work_root, run_arm
 from loadgen.engine.target import Target, shared_target
 from loadgen.records import write_manifest
 from loadgen.scenario.load_axis import LoadAxis, format_load, with_load
@@ -50,13 +48,8 @@ async def search_capacity(
     say: Callable[[str], None] = lambda _line: None,
 ) -> Path:
     """Runs the search; returns its directory. `say` hears one line per probe."""
-    check_out_root(opts.out_root)
-    started = dt.datetime.now(dt.UTC)
-    root = opts.out_root / run_dir_name(scenario, started)
-    if on_root is not None:
-        on_root(root)
-    root.mkdir(parents=True, exist_ok=False)
-    seed = scenario.seed if opts.run_seed is None else opts.run_seed
+    work = open_work_root(scenario, opts, on_root)
+    root, started, seed = work.path, work.started, work.seed
     manifest = base_manifest(plan(scenario, run_seed=seed), opts, started) | {
         "clock": opts.clock,
         "capacity": {

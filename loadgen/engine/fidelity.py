@@ -6,15 +6,13 @@ both and the profile as each side ends, so a stopped comparison keeps what ran."
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from loadgen.engine.options import RunOptions
-from loadgen.engine.preflight import check_out_root
-from loadgen.engine.run import run_dir_name, run_plan
+from loadgen.engine.run import open_work_root, run_plan
 from loadgen.records import write_manifest
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import plan
@@ -33,13 +31,8 @@ async def run_fidelity(
     say: Callable[[str], None] = lambda _line: None,
 ) -> Path:
     """Both runs, with one run seed (the same prompts, salts and arrivals); returns RUN."""
-    check_out_root(opts.out_root)
-    started = dt.datetime.now(dt.UTC)
-    root = opts.out_root / (run_dir_name(real, started) + "-fidelity")
-    if on_root is not None:
-        on_root(root)
-    root.mkdir(parents=True, exist_ok=False)
-    seed = real.seed if opts.run_seed is None else opts.run_seed
+    work = open_work_root(real, opts, on_root, "-fidelity")
+    root, started, seed = work.path, work.started, work.seed
     manifest: dict[str, Any] = {
         "fidelity": {
             "scenario": real.name, "tolerance": tolerance, "real": None, "virtual": None,

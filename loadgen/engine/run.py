@@ -64,6 +64,34 @@ def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{scenario.name}"
 
 
+@dataclass(frozen=True, slots=True)
+class WorkRoot:
+    """The directory of a command that runs many runs (capacity, calibrate, fidelity), its start
+    and its run seed (--seed, else the scenario's)."""
+
+    path: Path
+    started: dt.datetime
+    seed: int
+
+
+def open_work_root(
+    scenario: Scenario,
+    opts: RunOptions,
+    on_root: Callable[[Path], None] | None,
+    suffix: str = "",
+) -> WorkRoot:
+    """Creates the directory under --out; `on_root` hears its path first, so an interrupt
+    can name it."""
+    check_out_root(opts.out_root)
+    started = dt.datetime.now(dt.UTC)
+    root = opts.out_root / (run_dir_name(scenario, started) + suffix)
+    if on_root is not None:
+        on_root(root)
+    root.mkdir(parents=True, exist_ok=False)
+    seed = scenario.seed if opts.run_seed is None else opts.run_seed
+    return WorkRoot(root, started, seed)
+
+
 async def run_plan(
     plan: Plan,
     opts: RunOptions,
