@@ -40,6 +40,12 @@ def test_virtual_calibration_recovers_the_sims_own_profile(tmp_path: Path) -> No
     assert fitted.facts["max_num_batched_tokens"] == 2048
     assert fitted.facts["num_speculative_tokens"] == 0
     assert fitted.fit["max_error"] < 1e-3
+    # No HTTP path on the virtual clock: the sim's TTFT histogram is the client's timing.
+    witness = fitted.fit["server_witness"]
+    assert len(witness) == fitted.fit["measurements"]
+    assert all(w["client_ttft_mean_s"] == pytest.approx(w["server_ttft_mean_s"], rel=1e-6)
+               for w in witness), witness  # fmt: skip
+    assert fitted.sources["server_counters"].startswith("server counters beside the fit")
     # Progress: one line per probe, the decode ladder up to the seats.
     assert "calibrate 1/" in printed and "decode-b8" in printed
     assert (tmp_path / "profile.yaml").is_file()

@@ -44,6 +44,9 @@ def test_the_fit_over_http_recovers_the_cards_costs(fitted: Path) -> None:
     for name in ("per_token_s", "decode_ctx_s", "prefill_ctx_s"):
         assert getattr(step, name) == pytest.approx(getattr(known, name), rel=0.05), name
     assert step.decode_token_s == pytest.approx(known.per_token_s, rel=0.25)
+    # Over HTTP the client sees every first token after the sim's own histogram does.
+    witness = load_profile_file(fitted).fit["server_witness"]
+    assert witness and all(w["client_ttft_mean_s"] > w["server_ttft_mean_s"] for w in witness)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -19,8 +19,10 @@ from loadgen.analysis.calibration import (
     prefill_steps,
     speculation,
     speculation_from_counters,
+    ttft_witness,
 )
 from loadgen.records import StreamRecord
+from loadgen.report.calibration_report import witness_line
 
 MS = 1_000_000
 SHAPE = ServerShape(budget=2048, seats=4, block_size=16, max_model_len=131072)
@@ -148,6 +150,26 @@ def test_the_servers_spec_counters_outrank_the_chunks() -> None:
     assert spec.source.startswith("server counters")
     assert speculation_from_counters({**deltas, "spec_decode_num_drafts_total": 0.0}) is None
     assert speculation_from_counters({}) is None
+
+
+def test_the_servers_ttft_histogram_stands_beside_the_clients_timing() -> None:
+    probe = Probe("prefill-1024", "ttft", 1024, 1)
+    recs = [record(id=f"s{i}", t_first_ns=t * MS) for i, t in enumerate((10, 20, 30))]
+    hist = {"time_to_first_token_seconds_sum": 0.054, "time_to_first_token_seconds_count": 3.0}
+    w = ttft_witness(probe, recs, hist)
+    assert w is not None
+    assert (w.requests, w.server_ttft_s, w.client_ttft_s) == (3, pytest.approx(0.018), 0.02)
+    # A histogram that counted other requests than the run's, or none at all: no witness.
+    assert ttft_witness(probe, recs, {**hist, "time_to_first_token_seconds_count": 4.0}) is None
+    assert ttft_witness(probe, recs, {}) is None
+    fit = {"server_witness": [w.to_json()]}
+    assert witness_line(fit, {"request_overhead_s": 0.0025}, "vllm") == (
+        "fit on client timing; vllm's TTFT histogram over the same requests: the client sees "
+        "2.000 ms more (median over 1 probes), the fitted request overhead is 2.500 ms"
+    )
+    assert witness_line({"server_witness": []}, {}, "llama.cpp") == (
+        "llama.cpp has no TTFT histogram on /metrics: the fit rests on client timing alone"
+    )
 
 
 def _measurements(costs: dict[str, float], bend: float = 0.0) -> list[Measurement]:

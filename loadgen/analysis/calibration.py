@@ -310,15 +310,53 @@ SPEC_COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_t
                  "spec_decode_num_accepted_tokens_total")  # fmt: skip
 
 
-def counter_deltas(samples: Iterable[MetricsSample]) -> dict[str, float]:
-    """Each spec-decode counter's rise over one run's scrapes (absent counters left out)."""
+def counter_deltas(
+    samples: Iterable[MetricsSample], names: Sequence[str] = SPEC_COUNTERS
+) -> dict[str, float]:
+    """Each counter's rise over one run's scrapes (absent counters left out)."""
     seen = [s.values for s in samples if s.error is None]
     out: dict[str, float] = {}
-    for name in SPEC_COUNTERS:
+    for name in names:
         values = [v[name] for v in seen if name in v]
         if len(values) >= 2:
             out[name] = values[-1] - values[0]
     return out
+
+
+# The server's own TTFT histogram, beside the client's timing of the same requests. (vLLM's
+# iteration_tokens_total is no step count to check the schedule against: v1 records it only
+# for steps that emit a token, never for a partial prefill's chunk.)
+WITNESS_COUNTERS = ("time_to_first_token_seconds_sum", "time_to_first_token_seconds_count")
+
+
+@dataclass(frozen=True, slots=True)
+class TtftWitness:
+    """The server's mean TTFT over one probe's run (warmups and primes included: its histogram
+    rises for them) against the client's mean over the same requests; the gap is the HTTP path
+    and the client, which the fitted request overhead holds."""
+
+    probe: str
+    requests: int
+    server_ttft_s: float
+    client_ttft_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"probe": self.probe, "requests": self.requests,
+                "server_ttft_mean_s": _sig(self.server_ttft_s),
+                "client_ttft_mean_s": _sig(self.client_ttft_s)}  # fmt: skip
+
+
+def ttft_witness(
+    probe: Probe, records: Sequence[StreamRecord], deltas: Mapping[str, float]
+) -> TtftWitness | None:
+    """The witness from all of a probe run's records and its counters' rises; None where the
+    server has no TTFT histogram, or its count is not the run's requests (other traffic)."""
+    timed = [t for r in records if r.status == "ok" and (t := rates.ttft_s(r)) is not None]
+    count = deltas.get("time_to_first_token_seconds_count")
+    if not timed or count is None or round(count) != len(timed):
+        return None
+    server = deltas["time_to_first_token_seconds_sum"] / len(timed)
+    return TtftWitness(probe.name, len(timed), server, sum(timed) / len(timed))
 
 
 def speculation_from_counters(deltas: Mapping[str, float]) -> Speculation | None:

@@ -23,18 +23,21 @@ from typing import Any
 
 from loadgen import __version__
 from loadgen.analysis.calibration import (
+    WITNESS_COUNTERS,
     Fit,
     Measurement,
     PlanLimits,
     Probe,
     ServerShape,
     Speculation,
+    TtftWitness,
     calibration_plan,
     counter_deltas,
     fit_costs,
     measure,
     speculation,
     speculation_from_counters,
+    ttft_witness,
 )
 from loadgen.analysis.inputs import load_run, read_manifest
 from loadgen.engine.options import RunOptions
@@ -159,8 +162,8 @@ def _fit_and_write(
     fit = fit_costs(measured)
     started = dt.datetime.fromisoformat(manifest["started_wall"])
     profile = _profile(naming, str(manifest.get("clock")), first, shape=shape, fit=fit,
-                       spec=spec, started=started,
-                       prefix_caching=_prefix_caching(measured))  # fmt: skip
+                       spec=spec, started=started, prefix_caching=_prefix_caching(measured),
+                       witnesses=_witnesses(root, manifest["probes"], ran))  # fmt: skip
     path = out or root / "profile.yaml"
     write_profile_file(path, profile)
     if path != root / "profile.yaml":
@@ -168,6 +171,12 @@ def _fit_and_write(
     manifest |= {"interrupted": False, "profile": str(path), "fit": fit.summary()}
     write_manifest(root, manifest)
 
+
+# The fit is the client's timing: the virtual clock must reproduce what a client sees, HTTP
+# path included. The server's counters stand beside it as a witness of the model's schedule.
+WITNESS_SOURCE = ("server counters beside the fit: vllm:time_to_first_token_seconds over each "
+                  "probe's run against the client's TTFTs of the same requests")  # fmt: skip
+WITNESS_NONE = "none: /metrics has no TTFT histogram; client timing only"
 
 # Sizes only the first probe (the TTFT floor), which does not depend on the server.
 _PROVISIONAL = ServerShape(budget=2048, seats=1, block_size=16, max_model_len=4096)
@@ -241,6 +250,21 @@ def _speculation(
     return speculation(r for probe, recs in ran if probe.kind == "decode" for r in recs)
 
 
+def _witnesses(
+    root: Path,
+    listed: list[dict[str, str]],
+    ran: list[tuple[Probe, list[StreamRecord]]],
+) -> list[TtftWitness]:
+    """The server's own TTFT histogram over each probe's run, where it has one."""
+    out = []
+    for p, (probe, _) in zip(listed, ran, strict=True):
+        run = load_run(root / p["dir"])
+        deltas = counter_deltas(run.metrics, WITNESS_COUNTERS)
+        if (w := ttft_witness(probe, run.streams, deltas)) is not None:
+            out.append(w)
+    return out
+
+
 def _check_bounds(probes: tuple[Probe, ...], max_requests: int) -> None:
     total = sum(p.requests for p in probes)
     if total > max_requests:
@@ -294,6 +318,7 @@ def _profile(
     spec: Speculation,
     started: dt.datetime,
     prefix_caching: bool,
+    witnesses: list[TtftWitness],
 ) -> FittedProfile:
     """The profile file's content: fitted costs, the server's facts, what it was fitted on."""
     c = fit.costs
@@ -323,8 +348,10 @@ def _profile(
         fitted_on=fitted_on,
         sources={"timing": "client: send to first content chunk; content chunk gaps",
                  "tokens": "server usage", "facts": dict(server.get("sources") or {}),
-                 "speculation": spec.source},
-        fit=fit.summary(), measurements=fit.rows,
+                 "speculation": spec.source,
+                 "server_counters": WITNESS_SOURCE if witnesses else WITNESS_NONE},
+        fit=fit.summary() | {"server_witness": [w.to_json() for w in witnesses]},
+        measurements=fit.rows,
     )  # fmt: skip
 
 

@@ -101,6 +101,10 @@ def test_vllm_calibration_fits_and_carries_the_boot_logs_limits(vllm_profile: Pa
     assert fitted.facts["num_speculative_tokens"] == 0
     assert fitted.fitted_on["server"] == "vllm"
     assert fitted.fit["rms_error"] < 0.15, fitted.fit
+    # vLLM's TTFT histogram stands beside the client's timing: the client sees each first
+    # token later, by the HTTP path.
+    witness = fitted.fit["server_witness"]
+    assert witness and all(w["client_ttft_mean_s"] > w["server_ttft_mean_s"] for w in witness)
 
 
 def test_vllm_fidelity_whale(vllm_profile: Path, tmp_path: Path) -> None:
@@ -129,4 +133,5 @@ def test_llamacpp_calibration_and_fidelity(tmp_path: Path) -> None:
     fitted = load_profile_file(profile)
     assert fitted.facts["max_num_seqs"] == 4  # loadgen's -np default
     assert "block_size" not in fitted.facts  # llama.cpp pages no blocks
+    assert fitted.sources["server_counters"].startswith("none")  # no TTFT histogram
     _fidelity(tmp_path, "llama.cpp", (), "fidelity_whale", profile)
