@@ -68,6 +68,9 @@ def test_first_token_comes_from_the_step_that_completes_prefill() -> None:
     assert e.ttft_samples == [row["first_token_s"]]
     assert e.prompt_tokens_total == 5000
     assert e.iteration_tokens == [2048, 2048, 904, 1, 1]
+    # vLLM's iteration_tokens_total sees the steps that emit: the prompt whole with its first
+    # token, then one token a step; the two chunks still under way are not counted.
+    assert e.emitting_step_tokens == [5001, 1, 1]
 
 
 # -- chunked prefill: the whale and the minnows ------------------------------------------------

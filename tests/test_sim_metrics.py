@@ -86,9 +86,12 @@ async def test_counters_add_up_to_what_the_clients_and_engine_saw() -> None:
     assert m["vllm:prompt_tokens_total"] == sum(r.prompt_tokens for r in recs) == 3 * 40 + 3
     assert m["vllm:generation_tokens_total"] == sum(r.completion_tokens for r in recs) == 21
     assert m["vllm:request_success_total"] == 3
+    # Short prompts: every step emits a token, so vLLM's count is every engine step.
     assert m["vllm:iteration_tokens_total_count"] == len(steps)
-    # Every prompt token is computed once, and every output token but each request's last.
-    assert m["vllm:iteration_tokens_total_sum"] == sum(steps) == 123 + 3 * (7 - 1)
+    # As vLLM v1 counts: each prompt whole at its first token, and every output token.
+    assert m["vllm:iteration_tokens_total_sum"] == 123 + 21
+    # The engine computed every prompt token once and every output token but each last one.
+    assert sum(steps) == 123 + 3 * (7 - 1)
     assert m["vllm:time_to_first_token_seconds_count"] == 3
     ttft = sum(row["first_token_s"] - row["arrival_s"] for row in truth.values())
     assert math.isclose(m["vllm:time_to_first_token_seconds_sum"], ttft)

@@ -432,12 +432,16 @@ def server_table(summary: dict[str, Any]) -> Table:
         rows.append(("spec acceptance", num(srv["spec_acceptance"], 3)))
         rows.append(("emitted tokens/step", num(srv["spec_emitted_per_step"], 2)))
     if srv["tokens_per_step"] is not None:
-        rows.append(("tokens/engine step", num(srv["tokens_per_step"], 2)))
+        rows.append(("tokens/emitting step", num(srv["tokens_per_step"], 2)))
     return Table(
         "Server (/metrics over the measured phase)",
         ("", "value"),
         tuple(rows),
-        ("a peak of polls grows with run length: quote kv% with its duration",),
+        (
+            "a peak of polls grows with run length: quote kv% with its duration",
+            "tokens/emitting step: vllm:iteration_tokens_total, which skips steps that only "
+            "prefill and counts a prompt whole at its first token",
+        ),
         left=frozenset({0, 1}),
     )
 

@@ -153,6 +153,10 @@ class Engine:
         self.spec_decode_num_draft_tokens_total = 0
         self.spec_decode_num_accepted_tokens_total = 0
         self.iteration_tokens: list[int] = []  # scheduled tokens of every step
+        # What vLLM v1's vllm:iteration_tokens_total observes: only steps that emit a token
+        # (a chunk of a prefill still under way emits none), each the tokens it emitted plus
+        # the whole prompt of every request whose first token it emitted.
+        self.emitting_step_tokens: list[int] = []
         self.ttft_samples: list[float] = []  # engine seconds, one per request's first token
 
     @property
@@ -227,10 +231,14 @@ class Engine:
         duration = self._duration(plan, start)
         end = self.now_s = start + duration
         self._step_index += 1
+        counted = self.prompt_tokens_total + self.generation_tokens_total
         outputs = self._execute(plan, index, start, end)
         prefill = sum(p[1] for p in plan if not p[3])
         scheduled = sum(p[1] for p in plan)
         self.iteration_tokens.append(scheduled)
+        if outputs:
+            emitted = self.prompt_tokens_total + self.generation_tokens_total - counted
+            self.emitting_step_tokens.append(emitted)
         return Step(index, start, duration, prefill, scheduled - prefill, scheduled, outputs)
 
     def run_until_idle(self) -> list[Step]:

@@ -4,6 +4,9 @@ A prometheus_client Collector reads the engine's counters at scrape time, so the
 always consistent with the engine's state at that instant and no second copy of a counter is
 kept. Histograms are folded incrementally from the engine's sample lists.
 
+`iteration_tokens_total` observes what vLLM v1's does: only steps that emit a token (a chunk
+of a prefill still under way is not one), a prompt counted whole at its first token.
+
 Differences from vLLM, on purpose: `time_to_first_token_seconds` is in engine seconds (model time;
 equal to wall time at speed 1), `admission_rejections` counts `max_waiting` refusals (HTTP 503),
 and `request_success` counts aborts (client gone, dropped stream) under finished_reason="abort".
@@ -172,7 +175,7 @@ class SimCollector(Collector):
             "vllm:iteration_tokens_total",
             "Histogram of number of tokens per engine_step.",
             self._iteration_tokens,
-            e.iteration_tokens,
+            e.emitting_step_tokens,
         )
         yield self._histogram(
             "vllm:time_to_first_token_seconds",
