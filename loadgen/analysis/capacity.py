@@ -28,18 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.analysis.goodput import SLO_FIELDS
 from loadgen.analysis.inputs import read_manifest
+from loadgen.analysis.registry import slo_metrics
 from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import MEASURE, SCHEMA, Analysis, analyze_run
 from loadgen.scenario.limits import MAX_SECONDS
 from loadgen.scenario.load_axis import format_load
 
 # Item metric -> (summary stream field, factor from the item's unit to the field's, unit).
-METRICS = {
-    metric: (*SLO_FIELDS[f"{metric}_{unit}"], unit)
-    for metric, unit in (("ttft", "s"), ("tpot", "ms"), ("e2e", "s"))
-}
+METRICS = {m.stem: (m.name, m.slo_factor, m.slo_unit) for m in slo_metrics().values()}
 DEFAULT_ATTAIN = 0.9
 DEFAULT_REPEATS = 2
 DEFAULT_REL_TOL = 0.1

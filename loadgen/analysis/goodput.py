@@ -13,12 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.analysis.aggregate import span_ns
+from loadgen.analysis.registry import slo_metrics
 from loadgen.records import StreamRecord
 from loadgen.scenario.limits import MAX_SECONDS
 
 NS = 1_000_000_000
 # SLO field -> (summary stream field, factor from the SLO's unit to the field's).
-SLO_FIELDS = {"ttft_s": ("ttft_s", 1.0), "tpot_ms": ("tpot_s", 1e-3), "e2e_s": ("e2e_s", 1.0)}
+SLO_FIELDS = {key: (m.name, m.slo_factor) for key, m in slo_metrics().items()}
+# --slo's short names (ttft, tpot, e2e) -> SLO field.
+_SLO_FLAG_NAMES = {m.stem: key for key, m in slo_metrics().items()}
 
 
 def meets(row: dict[str, Any], slo: dict[str, float]) -> bool:
@@ -61,7 +64,7 @@ def goodput(
 def parse_slo_flag(text: str) -> dict[str, float]:
     """`ttft=2,tpot=50,e2e=10` (TTFT and E2E in s, TPOT in ms) as SLO fields; ValueError with
     a one-line message otherwise."""
-    names = {"ttft": "ttft_s", "tpot": "tpot_ms", "e2e": "e2e_s"}
+    names = _SLO_FLAG_NAMES
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")

@@ -20,26 +20,15 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader, HistogramLogWriter
 
-from loadgen.analysis import rates
 from loadgen.analysis.aggregate import span_ns
+from loadgen.analysis.registry import histogram_sources
 from loadgen.records import StreamRecord
 
 HIST_LOWEST_US = 1
 HIST_HIGHEST_US = 3_600_000_000  # one hour
 HIST_DIGITS = 3
-US = 1_000
-HIST_METRICS: dict[str, Callable[[StreamRecord], list[float]]] = {
-    "ttft_corrected": lambda r: _one(rates.ttft_s(r, from_intended=True)),
-    "ttft_uncorrected": lambda r: _one(rates.ttft_s(r)),
-    "e2e_corrected": lambda r: _one(rates.e2e_s(r, from_intended=True)),
-    "e2e_uncorrected": lambda r: _one(rates.e2e_s(r)),
-    "itl_token": lambda r: [g / US for g in rates.token_gaps_ns(r)],
-    "itl_chunk": lambda r: [g / US for g in rates.chunk_gaps_ns(r)],
-}
-
-
-def _one(seconds: float | None) -> list[float]:
-    return [] if seconds is None else [seconds * 1e6]
+# metric -> a record's values in us, from the metric registry.
+HIST_METRICS: dict[str, Callable[[StreamRecord], list[float]]] = histogram_sources()
 
 
 def new_histogram() -> HdrHistogram:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis import rates
+from loadgen.analysis.registry import GAP_METRICS, STREAM_METRICS
 from loadgen.analysis.stats import describe
 from loadgen.records import StreamRecord
 
@@ -93,11 +94,9 @@ def rate_after(rec: StreamRecord, split_ns: int) -> WindowRate | None:
 
 
 def stream_metrics(rec: StreamRecord) -> dict[str, Any]:
-    """Every per-stream timing quantity of one record (no verdict), times in s from run start."""
-    chunk_gaps_ms = [g / MS for g in rates.chunk_gaps_ns(rec)]
-    token_gaps_ms = [g / MS for g in rates.token_gaps_ns(rec)]
-    late = None if rec.t_sent_ns is None else (rec.t_sent_ns - rec.t_intended_ns) / NS
-    return {
+    """Every per-stream quantity of one record (no verdict): who it is, how it ended, each
+    registered metric and the statistics of its gaps; times in s from run start."""
+    row: dict[str, Any] = {
         "id": rec.id,
         "group": rec.group,
         "rep": rec.rep,
@@ -108,37 +107,21 @@ def stream_metrics(rec: StreamRecord) -> dict[str, Any]:
         "status": rec.status,
         "error": rec.error.to_json() if rec.error else None,
         "http_status": rec.http_status,
-        "prompt_tokens": rec.prompt_tokens,
-        "cached_tokens": rec.cached_tokens,
-        "completion_tokens": rec.completion_tokens,
-        "chunks": rec.chunks,
-        "tokens_per_chunk": rec.completion_tokens / rec.chunks if rec.chunks else None,
         "token_source": rec.token_source,
-        "late_s": late,
-        "ttft_s": rates.ttft_s(rec),
-        "ttft_intended_s": rates.ttft_s(rec, from_intended=True),
         # The server does not report a per-request queue time in the record contract.
         "queue_wait_s": None,
-        "decode_tok_s": rates.decode_tok_s(rec),
-        "ttfo_s": rates.ttfo_s(rec),
-        "ttfo_intended_s": rates.ttfo_s(rec, from_intended=True),
         "reasoning_chunks": rec.reasoning_chunks,
         "reasoning_tokens": rec.reasoning_tokens,
         "reasoning_token_source": rec.reasoning_token_source,
-        "reasoning_tok_s": rates.reasoning_tok_s(rec),
-        "output_tok_s": rates.output_tok_s(rec),
-        "chunks_per_s": rates.chunks_per_s(rec),
-        "tpot_s": rates.tpot_s(rec),
-        "itl_chunk_ms": _gap_stats(chunk_gaps_ms),
-        "itl_token_ms": _gap_stats(token_gaps_ms),
-        "e2e_s": rates.e2e_s(rec),
-        "e2e_intended_s": rates.e2e_s(rec, from_intended=True),
         "t_intended_s": rec.t_intended_ns / NS,
         "t_sent_s": _s(rec.t_sent_ns),
         "t_first_s": _s(rec.t_first_ns),
         "t_last_s": _s(rec.t_last_ns),
         "t_done_s": _s(rec.t_done_ns),
     }
+    row |= {m.name: m.of(rec) for m in STREAM_METRICS}
+    row |= {g.name: _gap_stats([t / MS for t in g.gaps_ns(rec)]) for g in GAP_METRICS}
+    return row
 
 
 def _gap_stats(gaps_ms: list[float]) -> dict[str, Any]:

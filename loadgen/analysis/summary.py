@@ -40,6 +40,7 @@ from loadgen.analysis.hist import (
 )
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.needles import needle_recall
+from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
 from loadgen.analysis.selferror import client_banner
 from loadgen.analysis.sessions import session_turns
@@ -65,18 +66,6 @@ SCHEMA = 1
 MEASURE = "measure"
 # Client event-loop lag above this makes every timestamp of the run suspect.
 LOOP_LAG_LIMIT_MS = 50.0
-STAT_FIELDS = (
-    "ttft_s",
-    "ttft_intended_s",
-    "decode_tok_s",
-    "chunks_per_s",
-    "tokens_per_chunk",
-    "tpot_s",
-    "e2e_s",
-    "e2e_intended_s",
-    "completion_tokens",
-    "late_s",
-)
 
 
 @dataclass(frozen=True)
@@ -276,13 +265,11 @@ def _count(items: Iterable[Any]) -> dict[str, int]:
 
 
 def _field_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {f: describe(row[f] for row in rows) for f in STAT_FIELDS}
+    return {f: describe(row[f] for row in rows) for f in names_where("group_stats")}
 
 
 def _pooled_gaps(recs: list[StreamRecord]) -> dict[str, Any]:
-    chunk = [g / MS for r in recs for g in rates.chunk_gaps_ns(r)]
-    token = [g / MS for r in recs for g in rates.token_gaps_ns(r)]
-    return {"itl_chunk_ms": describe(chunk), "itl_token_ms": describe(token)}
+    return {g.name: describe(t / MS for r in recs for t in g.gaps_ns(r)) for g in GAP_METRICS}
 
 
 def _groups(
@@ -300,7 +287,7 @@ def _groups(
         reps = sorted({r.rep for r in recs})
         per_rep = {
             f: [median(rows[r.id][f] for r in recs if r.rep == rep) for rep in reps]
-            for f in ("ttft_s", "decode_tok_s", "e2e_s", "chunks_per_s")
+            for f in names_where("rep_medians")
         }
         span = span_ns(recs)
         server = server_window(timeline, *span) if span else None
@@ -310,7 +297,6 @@ def _groups(
             "errors": _count(r.error.cls for r in recs if r.error),
             "reps": len(reps),
             "prompt_shape": shapes.get(group),
-            "prompt_tokens": describe(r.prompt_tokens for r in recs),
             "token_source": token_source_of(recs),
             "chunk_tokens": chunk_token_tally(recs),
             **_field_stats(grows),
@@ -381,9 +367,7 @@ def _reps(
                 "group": group,
                 "rep": rep,
                 "n": len(recs),
-                "ttft_s": describe(row["ttft_s"] for row in grows),
-                "decode_tok_s": describe(row["decode_tok_s"] for row in grows),
-                "e2e_s": describe(row["e2e_s"] for row in grows),
+                **{f: describe(row[f] for row in grows) for f in names_where("rep_stats")},
                 "wall_s": None if span is None else (span[1] - span[0]) / NS,
                 "joint_decode": joint_decode(recs, everyone, timeline),
                 "server": server_window(timeline, *span) if span else None,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Callable
 from typing import Any
 
+from loadgen.analysis.registry import metric
 from loadgen.analysis.summary import Analysis
 from loadgen.report import plots
 from loadgen.report.sweep_text import arm_names, arm_title, sweep_header, sweep_tables
-from loadgen.report.tables import DASH, Table, rate, secs, to_html
+from loadgen.report.tables import DASH, Table, format_of, to_html
 from loadgen.report.text import header, hist_lines, run_tables
 
 CSS = """
@@ -28,19 +30,25 @@ img.plot { max-width: 100%; border: 1px solid #e3e3e3; margin: 6px 0; }
 .tables { display: flex; flex-wrap: wrap; gap: 8px 40px; }
 details { margin-top: 20px; } summary { cursor: pointer; font-weight: 600; }
 """
-STREAM_COLUMNS = (
+
+
+Column = tuple[str, str, Callable[[Any], str]]
+
+
+def _metric_columns(*fields: str) -> tuple[Column, ...]:
+    """(field, header, format) of registered metrics, each printed as its unit says."""
+    return tuple((f, metric(f).column, format_of(metric(f).unit)) for f in fields)
+
+
+STREAM_COLUMNS: tuple[Column, ...] = (
     ("id", "id", str),
     ("group", "group", str),
     ("rep", "rep", str),
     ("phase", "phase", str),
     ("verdict", "verdict", str),
-    ("ttft_s", "TTFT s", secs),
-    ("decode_tok_s", "decode tok/s", rate),
-    ("chunks_per_s", "chunks/s", rate),
-    ("completion_tokens", "tokens", str),
-    ("chunks", "chunks", str),
+    *_metric_columns("ttft_s", "decode_tok_s", "chunks_per_s", "completion_tokens", "chunks"),
     ("token_source", "token source", str),
-    ("e2e_s", "e2e s", secs),
+    *_metric_columns("e2e_s"),
 )
 
 

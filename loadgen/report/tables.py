@@ -4,6 +4,7 @@ number formats every report uses."""
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +114,15 @@ def num(x: float | None, digits: int = 1) -> str:
 
 def count(x: float | None) -> str:
     return DASH if x is None else f"{x:g}"
+
+
+def format_of(unit: str) -> Callable[[Any], str]:
+    """How a value of a registered metric's unit is printed (analysis/registry.py)."""
+    return {"s": secs, "tok/s": rate, "chunks/s": rate, "tok/chunk": _two}.get(unit, str)
+
+
+def _two(x: float | None) -> str:
+    return num(x, 2)
 
 
 def triple(d: dict[str, Any] | None, fmt: Any = rate) -> str:
