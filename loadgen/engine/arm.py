@@ -3,9 +3,10 @@
 Warmups one at a time; then per rep: prime and verify the cached prefixes, send the measured
 requests on the rep's schedule; stop where a soak says so (its deadline, the server gone, the
 plan exhausted); at the end, the closing scrape, the records of streams cut short and the
-manifest. What a clock changes sits behind `ArmBackend`: the HTTP backend (engine/run.py: the
-client, its pools, the poller on wall time) and the virtual one (engine/virtual_run.py: the
-sim's engine on its event clock). A phase added here runs on both, and cannot drift apart.
+manifest. What a clock changes sits behind `ArmBackend`: the HTTP backend
+(engine/http_backend.py: the client, its pools, the poller on wall time) and the virtual one
+(engine/virtual_run.py: the sim's engine on its event clock). A phase added here runs on
+both, and cannot drift apart.
 """
 
 from __future__ import annotations

@@ -40,9 +40,10 @@ from loadgen.analysis.calibration import (
     ttft_witness,
 )
 from loadgen.analysis.inputs import load_run, read_manifest
+from loadgen.engine.backends import shared_target
 from loadgen.engine.options import RunOptions
 from loadgen.engine.run import base_manifest, open_work_root, run_arm
-from loadgen.engine.target import RunError, Target, shared_target
+from loadgen.engine.target import RunError, Target
 from loadgen.records import StreamRecord, write_manifest
 from loadgen.scenario.model import Group, PromptConfig, Scenario
 from loadgen.scenario.plan import derive_seed, plan

@@ -26,9 +26,10 @@ from loadgen.analysis.capacity import (
     pooled,
 )
 from loadgen.analysis.summary import analyze_run
+from loadgen.engine.backends import shared_target
 from loadgen.engine.options import RunOptions
 from loadgen.engine.run import base_manifest, open_work_root, run_arm
-from loadgen.engine.target import Target, shared_target
+from loadgen.engine.target import Target
 from loadgen.records import write_manifest
 from loadgen.scenario.load_axis import LoadAxis, format_load, with_load
 from loadgen.scenario.model import Scenario

@@ -24,6 +24,7 @@ from loadgen.analysis.summary import MEASURE
 from loadgen.client.endpoint import resolve_target
 from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
+from loadgen.engine.backends import CLOCKS
 from loadgen.engine.probe_cache_cmd import server_options, server_spec
 from loadgen.engine.request_run import failure_summary
 from loadgen.engine.run import RunOptions, run_plan
@@ -98,7 +99,7 @@ REQUESTS_OPTION = click.option(
 )
 CLOCK_OPTION = click.option(
     "--clock",
-    type=click.Choice(["wall", "virtual"]),
+    type=click.Choice(list(CLOCKS)),
     default="wall",
     show_default=True,
     help="virtual: the built-in sim's engine on a discrete-event clock, no HTTP (exact, "

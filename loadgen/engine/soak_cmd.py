@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from loadgen.client.endpoint import resolve_target
+from loadgen.engine.backends import CLOCKS
 from loadgen.engine.cmd import (
     OUTPUT_OPTIONS,
     SIM_PROFILE_OPTION,
@@ -50,7 +51,7 @@ from loadgen.scenario.soak_block import Soak, parse_duration, parse_window
 )
 @click.option(
     "--clock",
-    type=click.Choice(["wall", "virtual"]),
+    type=click.Choice(list(CLOCKS)),
     default=None,
     help="virtual: the sim's engine on a discrete-event clock, no HTTP (an hour in "
     "seconds; the default without --base-url); wall: real time over HTTP.",

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.scenario.model import Scenario
-from loadgen.scenario.plan import ArmPlan, plan
+from loadgen.scenario.plan import ArmPlan
 from loadgen.server.boot import Boot, boot_server
 from loadgen.server.profile import Profile
 from loadgen.server.sim import SIM_MODEL as SIM_MODEL
@@ -102,21 +102,6 @@ async def launch_target(
         flags = flag_args(profile_for(spec, arm.flags), arm.flags)
     async with boot_server(spec, flags, log_dir=log_dir, values=arm.flags) as booted:
         yield _launched(spec, profile, booted, float(settings.get("speed", 1.0)), log_dir)
-
-
-@asynccontextmanager
-async def shared_target(
-    scenario: Scenario, opts: Any, root: Path, warn: Callable[[str], None]
-) -> AsyncIterator[Target | None]:
-    """One server for a series of runs into `root` (a capacity search's probes, a
-    calibration's): None where each run reaches its own (the URL, the virtual clock), else one
-    boot of the launched server, its log under root/boot."""
-    if opts.base_url or opts.clock == "virtual":
-        yield None
-        return
-    first = plan(scenario, run_seed=0).arms[0]
-    async with launch_target(first, opts, log_dir=root / "boot", warn=warn) as target:
-        yield target
 
 
 def server_spec_for(scenario: Scenario, opts: Any) -> ServerSpec:

@@ -1,0 +1,86 @@
+"""The clock a run is driven on, chosen once: what each clock's arm backend needs and how it is
+opened. Everything else asks the chosen ClockKind, never the clock's name."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from loadgen.engine.arm import ArmBackend
+from loadgen.engine.http_backend import open_wall_backend
+from loadgen.engine.options import RunOptions
+from loadgen.engine.target import Target, launch_target
+from loadgen.engine.virtual_run import open_virtual_backend
+from loadgen.records import RunDirectory
+from loadgen.scenario.model import Scenario
+from loadgen.scenario.plan import ArmPlan, plan
+
+
+class OpenBackend(Protocol):
+    def __call__(
+        self,
+        arm: ArmPlan,
+        rundir: RunDirectory,
+        manifest: dict[str, Any],
+        opts: RunOptions,
+        warn: Callable[[str], None],
+        target: Target | None,
+    ) -> AbstractAsyncContextManager[ArmBackend]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClockKind:
+    name: str
+    # Each request holds a socket: the descriptor limit must fit the arm's peak in flight.
+    opens_sockets: bool
+    # A fresh engine per arm, in process: nothing is launched, booted or shared between runs.
+    engine_per_arm: bool
+    # boots_per_arm and the sentence a report prints where no server was launched.
+    unbooted: tuple[int, str]
+    open_backend: OpenBackend
+
+
+def _open_virtual(
+    arm: ArmPlan,
+    rundir: RunDirectory,
+    manifest: dict[str, Any],
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    target: Target | None,
+) -> AbstractAsyncContextManager[ArmBackend]:
+    # The virtual clock runs its own engine: no boot ever hands it a server.
+    return open_virtual_backend(arm, rundir, manifest, opts, warn)
+
+
+CLOCKS = {
+    "wall": ClockKind("wall", opens_sockets=True, engine_per_arm=False,
+                      unbooted=(0, "external server: loadgen restarted nothing"),
+                      open_backend=open_wall_backend),
+    "virtual": ClockKind("virtual", opens_sockets=False, engine_per_arm=True,
+                         unbooted=(1, "one fresh engine per arm on the virtual clock: exact, one "
+                                      "is its floor"),
+                         open_backend=_open_virtual),
+}  # fmt: skip
+
+
+def clock_of(opts: RunOptions) -> ClockKind:
+    """The clock the options chose (cmd.py checked the name against CLOCKS)."""
+    return CLOCKS[opts.clock]
+
+
+@asynccontextmanager
+async def shared_target(
+    scenario: Scenario, opts: RunOptions, root: Path, warn: Callable[[str], None]
+) -> AsyncIterator[Target | None]:
+    """One server for a series of runs into `root` (a capacity search's probes, a
+    calibration's): None where each run reaches its own (the URL, an engine per arm), else one
+    boot of the launched server, its log under root/boot."""
+    if opts.base_url or clock_of(opts).engine_per_arm:
+        yield None
+        return
+    first = plan(scenario, run_seed=0).arms[0]
+    async with launch_target(first, opts, log_dir=root / "boot", warn=warn) as target:
+        yield target

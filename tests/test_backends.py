@@ -1,0 +1,57 @@
+"""The clock is chosen once (engine/backends.py): each ClockKind says what its backend needs,
+and nothing past the options asks for the clock by name."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from loadgen.engine.backends import CLOCKS, clock_of, shared_target
+from loadgen.engine.cmd import CLOCK_OPTION
+from loadgen.engine.run import RunOptions
+from loadgen.scenario.load import load_scenario
+
+ENGINE = Path(__file__).resolve().parents[1] / "loadgen" / "engine"
+# Where options are resolved: the commands (cmd.py, *_cmd.py) check a clock's name against the
+# other options they got; backends.py keys the kinds by it.
+
+
+def test_each_clock_says_what_its_backend_needs():
+    wall, virtual = clock_of(RunOptions(clock="wall")), clock_of(RunOptions(clock="virtual"))
+    assert (wall.opens_sockets, wall.engine_per_arm, wall.unbooted[0]) == (True, False, 0)
+    assert (virtual.opens_sockets, virtual.engine_per_arm, virtual.unbooted[0]) == (False, True, 1)
+
+
+def test_the_clock_option_offers_exactly_the_registered_clocks():
+    @CLOCK_OPTION
+    def cmd(clock: str) -> None: ...
+
+    choice = cmd.__click_params__[0].type  # type: ignore[attr-defined]
+    assert list(choice.choices) == list(CLOCKS) == ["wall", "virtual"]
+
+
+def test_no_stage_past_the_options_tests_the_clock_by_name():
+    asked = re.compile(r"""clock\s*[!=]=\s*["'](wall|virtual)["']""")
+    found = [
+        f"{p.name}:{n}"
+        for p in sorted(ENGINE.glob("*.py"))
+        if not p.name.endswith("cmd.py") and p.name != "backends.py"
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if asked.search(line)
+    ]
+    assert found == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "opts",
+    [RunOptions(clock="virtual"), RunOptions(base_url="http://127.0.0.1:9/v1")],
+    ids=["virtual", "url"],
+)
+async def test_a_series_of_runs_shares_no_server_where_each_reaches_its_own(opts, tmp_path):
+    scenario = load_scenario("whale_c4", [])
+    async with shared_target(scenario, opts, tmp_path, print) as target:
+        assert target is None
+    assert not (tmp_path / "boot").exists()
