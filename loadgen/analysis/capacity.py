@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.analysis.evidence import blamed_prefills, read_evidence
 from loadgen.analysis.inputs import read_manifest
 from loadgen.analysis.registry import slo_metrics
 from loadgen.analysis.stats import canonical, median
@@ -291,7 +292,9 @@ def binding_cause(
             "more seats (or a smaller load) move the boundary"
         )
     elif cause == "prefill_hol":
-        ahead = Counter(p for r in missed for p in (r.get("evidence") or {}).get("prefilling", []))
+        ahead = Counter(
+            p for r in missed for p in blamed_prefills(read_evidence(r["verdict"], r["evidence"]))
+        )
         prompts = _prefilling_prompts(summary, list(ahead))
         evidence |= {"prefilling": prompts}
         move = (

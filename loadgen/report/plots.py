@@ -20,6 +20,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from loadgen.analysis.evidence import held_phases, read_evidence
 from loadgen.analysis.hist import GroupHistograms, percentile_curve
 from loadgen.analysis.timeline import Timeline
 
@@ -69,9 +70,8 @@ def queued_until_s(s: dict[str, Any]) -> float | None:
     decomposition that held it (a seat cap, another request's prefill, the pool), else its
     modelled admission. whale_c4's minnows hold a seat at once yet wait 6.3 s behind the
     whale's prefill (the server counts them waiting): their admission alone drew it as prefill."""
-    ev = s.get("evidence") or {}
-    phases = ev.get("phases") or (ev.get("wait") or {}).get("phases") or []
-    held = [p["to_s"] for p in phases if p["state"] in _HELD]
+    phases = held_phases(read_evidence(s["verdict"], s.get("evidence") or {}))
+    held = [p.to_s for p in phases if p.state in _HELD]
     admit = s["t_admit_s"]
     if not held:
         return admit

@@ -10,6 +10,12 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
+from loadgen.analysis.evidence import (
+    ClientErrorEvidence,
+    RationEvidence,
+    WaitEvidence,
+    read_evidence,
+)
 from loadgen.analysis.reuse import reuse_lines
 from loadgen.analysis.sweep import mixed_row
 from loadgen.analysis.verdicts import VERDICTS
@@ -301,13 +307,15 @@ def waits_table(summary: dict[str, Any]) -> Table | None:
 
 
 def _why(s: dict[str, Any]) -> str:
-    ev = s["evidence"]
-    held = ev.get("held_s")
-    if held:
-        return " ".join(f"{k}={v:.2f}s" for k, v in sorted(held.items()) if v > 0)
-    if "fraction" in ev:
-        return f"{ev['during']['tok_s']:.3g} vs {ev['steady']['tok_s']:.3g} tok/s"
-    return str(ev.get("reason", ""))[:60]
+    """The evidence cell: how long each state held a wait, how a decode crawled, else the
+    reason (a client_limited stream shows what the server verdict it overrode had found)."""
+    ev = read_evidence(s["verdict"], s["evidence"])
+    found = ev.server if isinstance(ev, ClientErrorEvidence) else ev
+    if isinstance(found, WaitEvidence):
+        return " ".join(f"{k}={v:.2f}s" for k, v in sorted(found.wait.held_s.items()) if v > 0)
+    if isinstance(found, RationEvidence):
+        return f"{found.crawl.during_tok_s:.3g} vs {found.crawl.steady_tok_s:.3g} tok/s"
+    return ev.reason[:60]
 
 
 def ladder_table(
