@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadgen.analysis.summary_types import Cohort, Stats, carried_other_than_one
 from loadgen.analysis.sweep import arm_sort_key
 from loadgen.report.boot_tables import arms_over_boots_table, boots_table
 from loadgen.report.sections import slo_text
 from loadgen.report.tables import DASH, Table, msecs, num, rate, secs, span, to_plain
-from loadgen.report.text import header, ladder_table, multi_token, render_plain
+from loadgen.report.text import header, ladder_table, render_plain
 from loadgen.scenario.load_axis import format_load
 
 # What one load value of each axis is, for the load table's first footnote.
@@ -163,13 +164,18 @@ def politeness_table(sweep: dict[str, Any]) -> Table | None:
 def sweep_ladder_table(sweep: dict[str, Any]) -> Table | None:
     """The concurrency ladder across arms without a whale: one row per arm and group."""
     cohorts = [
-        (arm_title(name, arm) if len(arm["groups"]) == 1 else f"{name}/{g}", v["cohort"])
+        (arm_title(name, arm) if len(arm["groups"]) == 1 else f"{name}/{g}",
+         Cohort.from_json(v["cohort"]))
         for name, arm in _arms(sweep)
         if arm["row"] is None
         for g, v in sorted(arm["groups"].items())
         if v["cohort"]
-    ]
-    multi = multi_token(g for a in sweep["arms"].values() for g in a["groups"].values())
+    ]  # fmt: skip
+    multi = any(
+        carried_other_than_one(Stats.from_json(g["tokens_per_chunk"]))
+        for a in sweep["arms"].values()
+        for g in a["groups"].values()
+    )
     return ladder_table(cohorts, multi, _source_notes(sweep))
 
 

@@ -4,9 +4,11 @@ number formats every report uses."""
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from loadgen.analysis.summary_types import Stats
 
 DASH = "-"
 # Past this a single word (a stream id, a path) may fold: the table must still fit the terminal.
@@ -125,13 +127,14 @@ def _two(x: float | None) -> str:
     return num(x, 2)
 
 
-def triple(d: dict[str, Any] | None, fmt: Any = rate) -> str:
-    """min/median/max of a stats dict."""
-    if not d or d.get("n", 0) == 0:
+def triple(d: Stats | Mapping[str, Any] | None, fmt: Any = rate) -> str:
+    """min/median/max of a metric's statistics (one value for one stream)."""
+    st = d if isinstance(d, Stats) else Stats.from_json(d)
+    if st.n == 0:
         return DASH
-    if d["n"] == 1:
-        return fmt(d["median"])
-    return f"{fmt(d['min'])}/{fmt(d['median'])}/{fmt(d['max'])}"
+    if st.n == 1:
+        return fmt(st.median)
+    return f"{fmt(st.min)}/{fmt(st.median)}/{fmt(st.max)}"
 
 
 def span(d: dict[str, Any] | None, fmt: Any = rate) -> str:

@@ -7,7 +7,6 @@ Every table names its token source and prompt shape, and the sim speed factor wh
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
 from typing import Any
 
 from loadgen.analysis.evidence import (
@@ -17,6 +16,7 @@ from loadgen.analysis.evidence import (
     read_evidence,
 )
 from loadgen.analysis.reuse import reuse_lines
+from loadgen.analysis.summary_types import Cohort, any_multi_token, read_groups
 from loadgen.analysis.sweep import mixed_row
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.analysis.warmth import warm_note
@@ -47,10 +47,11 @@ _NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seq
 
 def notes(summary: dict[str, Any], groups: list[str] | None = None) -> tuple[str, ...]:
     """Token source, prompt shape and (when not 1.0) the sim speed of the given groups."""
-    g = summary.get("groups", {})
-    names = sorted(g) if groups is None else groups
-    sources = sorted({g[n]["token_source"] for n in names if n in g})
-    shapes = [f"{n}={g[n]['prompt_shape']}" for n in names if g.get(n, {}).get("prompt_shape")]
+    by_name = {g.name: g for g in read_groups(summary)}
+    names = sorted(by_name) if groups is None else groups
+    chosen = [by_name[n] for n in names if n in by_name]
+    sources = sorted({g.token_source for g in chosen})
+    shapes = [f"{g.name}={g.prompt_shape}" for g in chosen if g.prompt_shape]
     out = [
         f"tokens: {', '.join(sources) or DASH}",
         f"prompt shape: {', '.join(shapes) if shapes else 'not recorded'}",
@@ -59,15 +60,6 @@ def notes(summary: dict[str, Any], groups: list[str] | None = None) -> tuple[str
     if speed not in (None, 1.0):
         out.append(f"sim speed x{speed:g} (times are wall-clock at that speed)")
     return tuple(out)
-
-
-def multi_token(groups: Iterable[dict[str, Any]]) -> bool:
-    """True when some group's chunks carried more than one token (chunks/s != tok/s)."""
-    for g in groups:
-        tpc = g["tokens_per_chunk"]
-        if tpc["n"] and (tpc["max"] > 1.0 + 1e-9 or tpc["min"] < 1.0 - 1e-9):
-            return True
-    return False
 
 
 def header(summary: dict[str, Any]) -> list[str]:
@@ -181,20 +173,20 @@ def record_lines(rec: dict[str, Any]) -> list[str]:
 
 def latency_table(summary: dict[str, Any]) -> Table:
     rows = []
-    for name, g in sorted(summary["groups"].items()):
-        t, ti, e = g["ttft_s"], g["ttft_intended_s"], g["e2e_s"]
+    for g in read_groups(summary):
+        t, ti, e = g.of("ttft_s"), g.of("ttft_intended_s"), g.of("e2e_s")
         rows.append(
             (
-                name,
-                f"{g['ok']}/{g['n']}",
-                num(g["prompt_tokens"]["median"], 0),
+                g.name,
+                f"{g.ok}/{g.n}",
+                num(g.of("prompt_tokens").median, 0),
                 triple(t, secs),
-                secs(t["p90"]),
-                secs(t["p99"]),
-                secs(ti["p50"]),
-                secs(ti["p99"]),
-                secs(e["p50"]),
-                secs(e["p99"]),
+                secs(t.p90),
+                secs(t.p99),
+                secs(ti.p50),
+                secs(ti.p99),
+                secs(e.p50),
+                secs(e.p99),
             )
         )
     cols = ("group", "ok/n", "prompt", "TTFT min/med/max", "p90", "p99", "from intended p50", "p99")
@@ -207,18 +199,24 @@ def latency_table(summary: dict[str, Any]) -> Table:
 
 
 def decode_table(summary: dict[str, Any]) -> Table:
-    multi = multi_token(summary["groups"].values())
+    groups = read_groups(summary)
+    multi = any_multi_token(groups)
     rows = []
-    for name, g in sorted(summary["groups"].items()):
-        row = [name, triple(g["decode_tok_s"])]
+    for g in groups:
+        row = [g.name, triple(g.of("decode_tok_s"))]
         if multi:
-            row.append(triple(g["chunks_per_s"]))
+            row.append(triple(g.of("chunks_per_s")))
+        tpot, chunk_gap, token_gap = (
+            g.of("tpot_s").median,
+            g.of("itl_chunk_ms"),
+            g.of("itl_token_ms"),
+        )
         row += [
-            num(g["tokens_per_chunk"]["median"], 2),
-            num(None if g["tpot_s"]["median"] is None else g["tpot_s"]["median"] * 1e3, 2),
-            f"{num(g['itl_chunk_ms']['p50'], 1)}/{num(g['itl_chunk_ms']['p99'], 1)}",
-            f"{num(g['itl_token_ms']['p50'], 1)}/{num(g['itl_token_ms']['p99'], 1)}",
-            num(g["completion_tokens"]["median"], 0),
+            num(g.of("tokens_per_chunk").median, 2),
+            num(None if tpot is None else tpot * 1e3, 2),
+            f"{num(chunk_gap.p50, 1)}/{num(chunk_gap.p99, 1)}",
+            f"{num(token_gap.p50, 1)}/{num(token_gap.p99, 1)}",
+            num(g.of("completion_tokens").median, 0),
         ]
         rows.append(tuple(row))
     cols = ["group", "decode tok/s min/med/max"]
@@ -239,17 +237,16 @@ def chunk_notes(summary: dict[str, Any]) -> list[str]:
     """What the chunks carried, as seen; a cause (speculative decoding) only when the server
     says it runs it: its spec-decode counters moved, or its facts name draft tokens."""
     out = []
-    for name, g in sorted(summary["groups"].items()):
-        tally = g.get("chunk_tokens") or {}
-        if tally.get("multi"):
+    for g in read_groups(summary):
+        tally, tpc = g.chunk_tokens, g.of("tokens_per_chunk")
+        if tally.multi:
             out.append(
-                f"{name}: {tally['multi']} of {tally['chunks']} chunks carried >1 token;"
-                f" tokens/chunk = {tally['tokens'] / tally['chunks']:.2f}"
+                f"{g.name}: {tally.multi} of {tally.chunks} chunks carried >1 token;"
+                f" tokens/chunk = {tally.tokens / tally.chunks:.2f}"
             )
-        elif not tally.get("chunks") and g["tokens_per_chunk"]["n"]:
-            tpc = g["tokens_per_chunk"]
+        elif not tally.chunks and tpc.n:
             out.append(
-                f"{name}: tokens/chunk {num(tpc['min'], 2)}..{num(tpc['max'], 2)} per stream"
+                f"{g.name}: tokens/chunk {num(tpc.min, 2)}..{num(tpc.max, 2)} per stream"
                 " (the server did not say what each chunk carried)"
             )
     run = summary["run"]
@@ -270,8 +267,8 @@ def chunk_notes(summary: dict[str, Any]) -> list[str]:
 
 def verdict_table(summary: dict[str, Any]) -> Table:
     rows = []
-    for name, g in sorted(summary["groups"].items()):
-        rows.append((name, *(str(g["verdicts"].get(v, 0)) for v in VERDICTS)))
+    for g in read_groups(summary):
+        rows.append((g.name, *(str(g.verdicts.get(v, 0)) for v in VERDICTS)))
     run = summary["run"]
     cap = run["cap"]
     return Table(
@@ -319,29 +316,28 @@ def _why(s: dict[str, Any]) -> str:
 
 
 def ladder_table(
-    cohorts: list[tuple[str, dict[str, Any]]], multi: bool, base_notes: tuple[str, ...]
+    cohorts: list[tuple[str, Cohort]], multi: bool, base_notes: tuple[str, ...]
 ) -> Table | None:
-    """N | per-stream | decode agg | kv% | preempt | steady: one row per (label, cohort row)
-    (summary["groups"][g]["cohort"]: a group's cohorts over reps)."""
+    """N | per-stream | decode agg | kv% | preempt | steady: one row per (label, cohort): a
+    group's cohorts over reps."""
     if not cohorts:
         return None
     rows, sources = [], set()
     for label, c in cohorts:
-        sources.add(c["agg_token_source"] or DASH)
-        all_steady = c["steady"] == c["reps"]
+        sources.add(c.agg_token_source or DASH)
         row = [
             label,
-            str(c["n"]),
-            rate(c["per_stream_tok_s"]),
-            rate(c["agg_tok_s"]) + ("" if all_steady else "*"),
+            str(c.n),
+            rate(c.per_stream_tok_s),
+            rate(c.agg_tok_s) + ("" if c.steady == c.reps else "*"),
         ]
         if multi:
-            row.append(rate(c["agg_chunks_per_s"]))
-        kv = c["kv_peak_perc"]
+            row.append(rate(c.agg_chunks_per_s))
+        kv = c.kv_peak_perc
         row += [
-            DASH if kv is None else f"{kv:.1f} ({secs(c['duration_s'])}s)",
-            count(c["preemptions"]),
-            f"{c['steady']}/{c['reps']}",
+            DASH if kv is None else f"{kv:.1f} ({secs(c.duration_s)}s)",
+            count(c.preemptions),
+            f"{c.steady}/{c.reps}",
         ]
         rows.append(tuple(row))
     cols = ["", "N", "per-stream", "decode agg"]
@@ -364,8 +360,9 @@ def ladder_table(
 
 def run_ladder_table(summary: dict[str, Any]) -> Table | None:
     """The ladder table of one run: one row per group."""
-    cohorts = [(g, v["cohort"]) for g, v in sorted(summary["groups"].items()) if v["cohort"]]
-    return ladder_table(cohorts, multi_token(summary["groups"].values()), notes(summary))
+    groups = read_groups(summary)
+    cohorts = [(g.name, g.cohort) for g in groups if g.cohort is not None]
+    return ladder_table(cohorts, any_multi_token(groups), notes(summary))
 
 
 def whale_table(summary: dict[str, Any]) -> Table | None:
