@@ -22,7 +22,7 @@ from loadgen.engine.cmd import (
     resolved_target,
 )
 from loadgen.engine.options import RunOptions
-from loadgen.engine.probe_cache_cmd import server_options, server_spec
+from loadgen.engine.probe_cache_cmd import LaunchArgs, server_options
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
@@ -82,12 +82,7 @@ def calibrate_cmd(
     server_facts: tuple[str, ...],
     server_flags: tuple[str, ...],
     run_seed: int | None,
-    server_kind: str | None,
-    server_args: tuple[str, ...],
-    model_path: Path | None,
-    server_python: Path | None,
-    server_bin: Path | None,
-    boot_timeout_s: float | None,
+    launch: LaunchArgs,
     progress: bool,
 ) -> None:
     """Measure a server's step costs with a short, bounded plan and fit the sim to them."""
@@ -101,10 +96,7 @@ def calibrate_cmd(
         click.echo(calibration_text(root))
         _say_profile_out(profile_out)
         return
-    server = server_spec(
-        server_kind, server_args, model_path, model=model, python=server_python,
-        bin=server_bin, boot_timeout_s=boot_timeout_s,
-    )  # fmt: skip
+    server = launch.spec(model)
     if not base_url and server is None and clock == "wall":
         raise click.UsageError(
             "calibrate needs a server: --base-url URL, or --server KIND to launch one "

@@ -30,7 +30,7 @@ from loadgen.engine.cmd import (
     with_sim_profile,
 )
 from loadgen.engine.options import RunOptions
-from loadgen.engine.probe_cache_cmd import server_options, server_spec
+from loadgen.engine.probe_cache_cmd import LaunchArgs, server_options
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.limits import size_problems
 from loadgen.scenario.load import ScenarioError, load_scenario
@@ -116,12 +116,7 @@ def capacity_cmd(
     out_root: Path,
     overrides: tuple[str, ...],
     run_seed: int | None,
-    server_kind: str | None,
-    server_args: tuple[str, ...],
-    model_path: Path | None,
-    server_python: Path | None,
-    server_bin: Path | None,
-    boot_timeout_s: float | None,
+    launch: LaunchArgs,
     sim_profile: Path | None,
     progress: bool,
 ) -> None:
@@ -133,10 +128,7 @@ def capacity_cmd(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     lo, hi = _range(over, lo, hi)
-    server = server_spec(
-        server_kind, server_args, model_path, model=model, python=server_python,
-        bin=server_bin, boot_timeout_s=boot_timeout_s,
-    )  # fmt: skip
+    server = launch.spec(model)
     check_target(clock, base_url, telemetry_url, server)
     try:
         loaded = load_scenario(scenario, with_sim_profile(sim_profile, overrides, base_url, server))

@@ -25,7 +25,7 @@ from loadgen.client.endpoint import resolve_target
 from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.engine.backends import CLOCKS
-from loadgen.engine.probe_cache_cmd import server_options, server_spec
+from loadgen.engine.probe_cache_cmd import LaunchArgs, server_options
 from loadgen.engine.request_run import failure_summary
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
@@ -255,12 +255,7 @@ def run_cmd(
     clock: str,
     server_facts: tuple[str, ...],
     server_flags: tuple[str, ...],
-    server_kind: str | None,
-    server_args: tuple[str, ...],
-    model_path: Path | None,
-    server_python: Path | None,
-    server_bin: Path | None,
-    boot_timeout_s: float | None,
+    launch: LaunchArgs,
     boot_order_seed: int | None,
     sim_profile: Path | None,
     concurrency: str | None,
@@ -273,10 +268,7 @@ def run_cmd(
     allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
-    server = server_spec(
-        server_kind, server_args, model_path, model=model, python=server_python,
-        bin=server_bin, boot_timeout_s=boot_timeout_s,
-    )  # fmt: skip
+    server = launch.spec(model)
     check_target(clock, base_url, telemetry_url, server)
     if clock == "virtual" and workers not in (None, 1):
         raise click.UsageError("--clock virtual has no client to spread: drop --workers")

@@ -21,7 +21,7 @@ from loadgen.engine.cmd import (
 )
 from loadgen.engine.fidelity import run_fidelity
 from loadgen.engine.options import RunOptions
-from loadgen.engine.probe_cache_cmd import server_options, server_spec
+from loadgen.engine.probe_cache_cmd import LaunchArgs, server_options
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.server.user_facts import USER_SOURCE
@@ -56,22 +56,14 @@ def fidelity_cmd(
     server_facts: tuple[str, ...],
     server_flags: tuple[str, ...],
     run_seed: int | None,
-    server_kind: str | None,
-    server_args: tuple[str, ...],
-    model_path: Path | None,
-    server_python: Path | None,
-    server_bin: Path | None,
-    boot_timeout_s: float | None,
+    launch: LaunchArgs,
     progress: bool,
 ) -> None:
     """Run SCENARIO on the server (default: the built-in sim as the scenario sets it) and on the
     virtual clock with --sim-profile; print each figure's error."""
     from loadgen.report.cmd import write_fidelity_report
 
-    server = server_spec(
-        server_kind, server_args, model_path, model=model, python=server_python,
-        bin=server_bin, boot_timeout_s=boot_timeout_s,
-    )  # fmt: skip
+    server = launch.spec(model)
     check_target("wall", base_url, telemetry_url, server)
     facts, flags = external_server(server_facts, server_flags, base_url)
     predicted_sets = with_sim_profile(sim_profile, overrides, None, None)

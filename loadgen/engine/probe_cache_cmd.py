@@ -4,8 +4,10 @@ warm greedy answer differs from the cold one)."""
 
 from __future__ import annotations
 
+import functools
 import secrets
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +35,43 @@ EXIT_REFUSED = 2
 EXIT_MISMATCH = 3
 
 
-def server_options(f: Any) -> Any:
-    """--server, --server-arg, --model-path, --server-python, --server-bin, --boot-timeout:
-    shared by `run` and `probe-cache`."""
+@dataclass(frozen=True, slots=True)
+class LaunchArgs:
+    """What the launch options said, before --model is known."""
+
+    kind: str | None
+    args: tuple[str, ...]
+    model_path: Path | None
+    python: Path | None
+    bin: Path | None
+    boot_timeout_s: float | None
+
+    def spec(self, model: str | None) -> ServerSpec | None:
+        """The server to launch (None: none asked for); see server_spec."""
+        return server_spec(self.kind, self.args, self.model_path, model=model,
+                           python=self.python, bin=self.bin,
+                           boot_timeout_s=self.boot_timeout_s)  # fmt: skip
+
+
+def server_options(command: Any) -> Any:
+    """--server, --server-arg, --model-path, --server-python, --server-bin, --boot-timeout,
+    handed to the command as one `launch: LaunchArgs`: every command that launches a server."""
+
+    @functools.wraps(command)
+    def packed(
+        *args: Any,
+        server_kind: str | None,
+        server_args: tuple[str, ...],
+        model_path: Path | None,
+        server_python: Path | None,
+        server_bin: Path | None,
+        boot_timeout_s: float | None,
+        **kwargs: Any,
+    ) -> Any:
+        launch = LaunchArgs(server_kind, tuple(server_args), model_path, server_python,
+                            server_bin, boot_timeout_s)  # fmt: skip
+        return command(*args, launch=launch, **kwargs)
+
     f = click.option(
         "--boot-timeout",
         "boot_timeout_s",
@@ -43,7 +79,7 @@ def server_options(f: Any) -> Any:
         default=None,
         help="Seconds a launched server may take to serve (default per kind and build: vLLM "
         "CPU 240, GPU 900; SGLang 900; llama.cpp 60).",
-    )(f)
+    )(packed)
     f = click.option(
         "--server-bin",
         type=click.Path(dir_okay=False, path_type=Path),
@@ -119,12 +155,7 @@ def server_spec(
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
 def probe_cache_cmd(
     base_url: str | None,
-    server_kind: str | None,
-    server_args: tuple[str, ...],
-    model_path: Path | None,
-    server_python: Path | None,
-    server_bin: Path | None,
-    boot_timeout_s: float | None,
+    launch: LaunchArgs,
     api_key: str | None,
     model: str | None,
     block_size: int | None,
@@ -134,10 +165,7 @@ def probe_cache_cmd(
     """Send a prompt of >= 10 cache blocks twice, then the first again under greedy decoding.
     Healthy when the prefix-hit counter grew by the reusable blocks (TTFT under half of cold
     where the server counts no hits) and the repeat's answer equals the first's."""
-    spec = server_spec(
-        server_kind, server_args, model_path, model=model, python=server_python,
-        bin=server_bin, boot_timeout_s=boot_timeout_s,
-    )  # fmt: skip
+    spec = launch.spec(model)
     if spec is not None and base_url:
         raise click.UsageError("give --base-url or --server, not both")
     if spec is None:
