@@ -15,7 +15,7 @@ Two runs of this workload differ by more than 5% on the server itself (its mean 
 19 -> 26 ms between identical runs: which prefills share an engine step is luck), so the raw
 numbers of two runs cannot agree within 5% however exact the clients. What must agree within
 5% is each tool's figure relative to the server's figure for that tool's own requests: that is
-the part a client can get wrong.
+the part a client can get wrong (for TTFT, the time it adds to the server's, in ms).
 
 Output throughput: the client/server ratios agree within 1-2%. TTFT: they do not, and it is
 vllm bench that is off. Both clients see a first token later than the server's own TTFT (the
@@ -24,7 +24,7 @@ loadgen 1.6-2.2 ms), at 4 in flight bench's grows to 3.5-5.8 ms while loadgen's 
 2.3-2.7 ms. The likely cause, from bench's source (benchmarks/lib/endpoint_request_func.py):
 it reads the clock only after json-parsing the event, in a Python loop that also parses the
 other three streams' events, while loadgen stamps the bytes as they arrive. So the test holds
-loadgen's TTFT between the server's (a lower bound) and bench's overhead plus 5%.
+loadgen's TTFT above the server's (a lower bound) and the time it adds within bench's plus 5%.
 """
 
 from __future__ import annotations
@@ -70,8 +70,10 @@ class Measured:
     server_tok_s: float
 
     @property
-    def ttft_ratio(self) -> float:
-        return self.ttft_ms / self.server_ttft_ms
+    def ttft_added_ms(self) -> float:
+        """What the client's TTFT adds to the server's own for the same requests: the HTTP
+        path and the client's stamping, a time, not a share of a TTFT that queueing sets."""
+        return self.ttft_ms - self.server_ttft_ms
 
     @property
     def tok_s_ratio(self) -> float:
@@ -183,11 +185,14 @@ async def test_loadgen_agrees_with_vllm_bench_serve(vllm: Server, tmp_path: Path
     note("loadgen, the same closed loop", ours.line())
     note(
         "client / server ratios (bench vs loadgen)",
-        f"TTFT {bench.ttft_ratio:.3f} vs {ours.ttft_ratio:.3f}; "
+        f"TTFT added {bench.ttft_added_ms:.1f} vs {ours.ttft_added_ms:.1f} ms; "
         f"output tok/s {bench.tok_s_ratio:.3f} vs {ours.tok_s_ratio:.3f}",
     )
     # The server counted exactly each tool's requests, so the ratios compare like with like.
     assert bench.server_requests == ours.server_requests == PROMPTS
     assert relative_difference(ours.tok_s_ratio, bench.tok_s_ratio) < AGREEMENT
-    # A client's TTFT cannot beat the server's own; loadgen's adds no more than bench's does.
-    assert 1.0 < ours.ttft_ratio < bench.ttft_ratio + AGREEMENT
+    # A client's TTFT cannot beat the server's own; loadgen adds no more time than bench does.
+    # In time, not as a ratio: the two runs' server TTFTs differ by queueing luck (58 vs 28 ms
+    # in one CI run), and a ratio over the smaller one failed loadgen for adding 3.8 ms where
+    # bench added 4.6 ms.
+    assert 0.0 < ours.ttft_added_ms < bench.ttft_added_ms * (1 + AGREEMENT)
