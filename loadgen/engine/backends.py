@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from loadgen.engine.arm import ArmBackend
 from loadgen.engine.http_backend import open_wall_backend
@@ -18,17 +18,12 @@ from loadgen.records import RunDirectory
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan, plan
 
-
-class OpenBackend(Protocol):
-    def __call__(
-        self,
-        arm: ArmPlan,
-        rundir: RunDirectory,
-        manifest: dict[str, Any],
-        opts: RunOptions,
-        warn: Callable[[str], None],
-        target: Target | None,
-    ) -> AbstractAsyncContextManager[ArmBackend]: ...
+# How a clock's backend opens for an arm: (arm, its run directory, its manifest, the options,
+# warn, the sweep boot's target or None).
+OpenBackend = Callable[
+    [ArmPlan, RunDirectory, dict[str, Any], RunOptions, Callable[[str], None], Target | None],
+    AbstractAsyncContextManager[ArmBackend],
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,18 +38,6 @@ class ClockKind:
     open_backend: OpenBackend
 
 
-def _open_virtual(
-    arm: ArmPlan,
-    rundir: RunDirectory,
-    manifest: dict[str, Any],
-    opts: RunOptions,
-    warn: Callable[[str], None],
-    target: Target | None,
-) -> AbstractAsyncContextManager[ArmBackend]:
-    # The virtual clock runs its own engine: no boot ever hands it a server.
-    return open_virtual_backend(arm, rundir, manifest, opts, warn)
-
-
 CLOCKS = {
     "wall": ClockKind("wall", opens_sockets=True, engine_per_arm=False,
                       unbooted=(0, "external server: loadgen restarted nothing"),
@@ -62,7 +45,7 @@ CLOCKS = {
     "virtual": ClockKind("virtual", opens_sockets=False, engine_per_arm=True,
                          unbooted=(1, "one fresh engine per arm on the virtual clock: exact, one "
                                       "is its floor"),
-                         open_backend=_open_virtual),
+                         open_backend=open_virtual_backend),
 }  # fmt: skip
 
 

@@ -235,9 +235,11 @@ async def open_virtual_backend(
     manifest: dict[str, Any],
     opts: RunOptions,
     warn: Callable[[str], None],
+    target: Target | None = None,
 ) -> AsyncIterator[VirtualBackend]:
     """A fresh VirtualSim for the arm, its prompt sizing on the sim's tokenizer, the poller on
-    its clock with the opening sample taken."""
+    its clock with the opening sample taken. `target` is the opener's shape (ClockKind): the
+    virtual clock runs its own engine, so no boot ever hands it one."""
     scenario = arm.scenario
     settings = sim_settings(arm)
     try:
