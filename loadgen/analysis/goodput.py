@@ -64,11 +64,10 @@ def goodput(
 def parse_slo_flag(text: str) -> dict[str, float]:
     """`ttft=2,tpot=50,e2e=10` (TTFT and E2E in s, TPOT in ms) as SLO fields; ValueError with
     a one-line message otherwise."""
-    names = _SLO_FLAG_NAMES
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
-        if not sep or key.strip() not in names:
+        if not sep or key.strip() not in _SLO_FLAG_NAMES:
             raise ValueError(
                 f"--slo {text!r}: bad item {part!r} (expected ttft=S, tpot=MS, e2e=S, "
                 "comma-separated)"
@@ -80,9 +79,9 @@ def parse_slo_flag(text: str) -> dict[str, float]:
         # nan passed `<= 0` and inf (1e999 too) reached the report, which then crashed.
         if not 0 < limit <= MAX_SECONDS:
             raise ValueError(f"--slo {text!r}: {key} must be > 0 and <= {MAX_SECONDS:.0f}")
-        if names[key.strip()] in out:
+        if _SLO_FLAG_NAMES[key.strip()] in out:
             raise ValueError(f"--slo {text!r}: {key.strip()} given twice (expected each once)")
-        out[names[key.strip()]] = limit
+        out[_SLO_FLAG_NAMES[key.strip()]] = limit
     if not out:
         raise ValueError(f"--slo {text!r}: no SLO given (expected e.g. ttft=2,tpot=50)")
     return out
