@@ -7,7 +7,7 @@ import pytest
 from cli_support import loadgen
 from install_support import fake_python
 
-from loadgen.engine.probe_cache_cmd import server_spec
+from loadgen.engine.cli_options import server_spec
 from loadgen.server import installs
 from loadgen.server.servers_cmd import Installed, _python_kind, render
 

@@ -11,18 +11,19 @@ import click
 
 from loadgen.analysis.calibration import PlanLimits
 from loadgen.engine.calibrate import CalibrateRequest, calibrate, refit
-from loadgen.engine.cmd import (
+from loadgen.engine.cli_options import (
     CLOCK_OPTION,
     EXTERNAL_SERVER_OPTIONS,
     OUTPUT_OPTIONS,
     TARGET_OPTIONS,
+    LaunchArgs,
     check_target,
-    execute_work,
     external_server,
     resolved_target,
+    server_options,
 )
+from loadgen.engine.cmd import execute_work
 from loadgen.engine.options import RunOptions
-from loadgen.engine.probe_cache_cmd import LaunchArgs, server_options
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario

@@ -18,19 +18,20 @@ from loadgen.analysis.capacity import (
     parse_capacity_slo,
 )
 from loadgen.engine.capacity import search_capacity
-from loadgen.engine.cmd import (
+from loadgen.engine.cli_options import (
     CLOCK_OPTION,
     OUTPUT_OPTIONS,
     REQUESTS_OPTION,
     SIM_PROFILE_OPTION,
     TARGET_OPTIONS,
+    LaunchArgs,
     check_target,
-    execute_work,
     resolved_target,
+    server_options,
     with_sim_profile,
 )
+from loadgen.engine.cmd import execute_work
 from loadgen.engine.options import RunOptions
-from loadgen.engine.probe_cache_cmd import LaunchArgs, server_options
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.limits import size_problems
 from loadgen.scenario.load import ScenarioError, load_scenario

@@ -9,19 +9,20 @@ from pathlib import Path
 import click
 
 from loadgen.analysis.fidelity import DEFAULT_TOLERANCE
-from loadgen.engine.cmd import (
+from loadgen.engine.cli_options import (
     EXTERNAL_SERVER_OPTIONS,
     OUTPUT_OPTIONS,
     TARGET_OPTIONS,
+    LaunchArgs,
     check_target,
-    execute_work,
     external_server,
     resolved_target,
+    server_options,
     with_sim_profile,
 )
+from loadgen.engine.cmd import execute_work
 from loadgen.engine.fidelity import run_fidelity
 from loadgen.engine.options import RunOptions
-from loadgen.engine.probe_cache_cmd import LaunchArgs, server_options
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.server.user_facts import USER_SOURCE

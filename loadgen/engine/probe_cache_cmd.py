@@ -4,10 +4,8 @@ warm greedy answer differs from the cold one)."""
 
 from __future__ import annotations
 
-import functools
 import secrets
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from loadgen.client.endpoint import resolve_target
 from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
 from loadgen.engine.cache import CacheCheck
+from loadgen.engine.cli_options import LaunchArgs, server_options
 from loadgen.engine.probe_cache import (
     ProbeRefused,
     block_size_from_metrics,
@@ -28,118 +27,11 @@ from loadgen.engine.probe_cache import (
 )
 from loadgen.server.boot import boot_server
 from loadgen.server.launcher import ServerBootError
-from loadgen.server.spec import SERVER_KINDS, ServerSpec
+from loadgen.server.spec import ServerSpec
 
 EXIT_DEAD = 1
 EXIT_REFUSED = 2
 EXIT_MISMATCH = 3
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchArgs:
-    """What the launch options said, before --model is known."""
-
-    kind: str | None
-    args: tuple[str, ...]
-    model_path: Path | None
-    python: Path | None
-    bin: Path | None
-    boot_timeout_s: float | None
-
-    def spec(self, model: str | None) -> ServerSpec | None:
-        """The server to launch (None: none asked for); see server_spec."""
-        return server_spec(self.kind, self.args, self.model_path, model=model,
-                           python=self.python, bin=self.bin,
-                           boot_timeout_s=self.boot_timeout_s)  # fmt: skip
-
-
-def server_options(command: Any) -> Any:
-    """--server, --server-arg, --model-path, --server-python, --server-bin, --boot-timeout,
-    handed to the command as one `launch: LaunchArgs`: every command that launches a server."""
-
-    @functools.wraps(command)
-    def packed(
-        *args: Any,
-        server_kind: str | None,
-        server_args: tuple[str, ...],
-        model_path: Path | None,
-        server_python: Path | None,
-        server_bin: Path | None,
-        boot_timeout_s: float | None,
-        **kwargs: Any,
-    ) -> Any:
-        launch = LaunchArgs(server_kind, tuple(server_args), model_path, server_python,
-                            server_bin, boot_timeout_s)  # fmt: skip
-        return command(*args, launch=launch, **kwargs)
-
-    f = click.option(
-        "--boot-timeout",
-        "boot_timeout_s",
-        type=click.FloatRange(min=1),
-        default=None,
-        help="Seconds a launched server may take to serve (default per kind and build: vLLM "
-        "CPU 240, GPU 900; SGLang 900; llama.cpp 60).",
-    )(packed)
-    f = click.option(
-        "--server-bin",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="The server's executable (vllm, sglang, llama-server) to launch.",
-    )(f)
-    f = click.option(
-        "--server-python",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="The Python that has vLLM or SGLang installed (default: `vllm`/`sglang` on "
-        "PATH, then this environment).",
-    )(f)
-    f = click.option(
-        "--model-path",
-        type=click.Path(path_type=Path),
-        default=None,
-        help="Model the launched server serves (or --model NAME: one in the server's cache).",
-    )(f)
-    f = click.option(
-        "--server-arg",
-        "server_args",
-        multiple=True,
-        metavar="ARG",
-        help="A flag for the launched server, repeatable: --server-arg=--max-num-seqs=4.",
-    )(f)
-    return click.option(
-        "--server",
-        "server_kind",
-        type=click.Choice(SERVER_KINDS),
-        default=None,
-        help="Launch this server on a free loopback port (per boot in a sweep).",
-    )(f)
-
-
-def server_spec(
-    kind: str | None,
-    args: tuple[str, ...],
-    model_path: Path | None,
-    *,
-    model: str | None = None,
-    python: Path | None = None,
-    bin: Path | None = None,
-    boot_timeout_s: float | None = None,
-) -> ServerSpec | None:
-    """The server --server names. `model` (--model): the model to serve by name when no
-    --model-path is given, else the name the server lists it under."""
-    if kind is None:
-        if args or model_path or python or bin or boot_timeout_s:
-            raise click.UsageError(
-                "--server-arg, --model-path, --server-python, --server-bin and --boot-timeout "
-                "need --server KIND"
-            )
-        return None
-    name = model if model_path is not None else None
-    by_name = model if model_path is None else None
-    return ServerSpec(
-        kind, tuple(args), model_path, served_name=name, model_name=by_name, python=python,
-        bin=bin, boot_timeout_s=boot_timeout_s,
-    )  # fmt: skip
 
 
 @click.command("probe-cache")

@@ -9,14 +9,13 @@ import click
 
 from loadgen.client.endpoint import resolve_target
 from loadgen.engine.backends import CLOCKS
-from loadgen.engine.cmd import (
+from loadgen.engine.cli_options import (
     OUTPUT_OPTIONS,
     SIM_PROFILE_OPTION,
     TARGET_OPTIONS,
-    execute,
-    report_run,
     with_sim_profile,
 )
+from loadgen.engine.cmd import execute, report_run
 from loadgen.engine.run import RunOptions
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.soak import SoakStop, soak_scenario
