@@ -1,6 +1,6 @@
-"""The calibration's pure half (analysis/calibration.py): exact design rows, measurements from
-hand-built records, the speculation estimate, and a fit that recovers known costs and names
-the probes a wrong model misses."""
+"""The calibration's pure half (analysis/calibration.py and calibration_fit.py): exact design
+rows, measurements from hand-built records, the speculation estimate, and a fit that recovers
+known costs and names the probes a wrong model misses."""
 
 import dataclasses
 
@@ -13,7 +13,6 @@ from loadgen.analysis.calibration import (
     ServerShape,
     calibration_plan,
     decode_row,
-    fit_costs,
     measure,
     prefill_row,
     prefill_steps,
@@ -21,6 +20,7 @@ from loadgen.analysis.calibration import (
     speculation_from_counters,
     ttft_witness,
 )
+from loadgen.analysis.calibration_fit import fit_costs
 from loadgen.records import StreamRecord
 from loadgen.report.calibration_report import witness_line
 

@@ -1,5 +1,5 @@
-"""Fitting the sim's step-cost model to one server: the probe plan, what each probe measures,
-the design row the sim's model gives it, and the fit with its residuals.
+"""Measuring one server for the sim's step-cost model: the probe plan, what each probe
+measures, and the design row the sim's model gives it (calibration_fit.py fits the costs).
 
 The sim's engine prices a step as (sim/profiles.py)
 
@@ -9,8 +9,7 @@ The sim's engine prices a step as (sim/profiles.py)
 
 and every request waits request_overhead_s before it is scheduled. Every probe below measures
 a time that is a sum of such steps with a known schedule, so it is linear in the seven costs:
-its design row holds each cost's coefficient, and the fit is a non-negative least squares on
-relative error (a 2 ms TTFT counts as much as a 20 s one).
+its design row holds each cost's coefficient.
 
 - `ttft`: one stream alone, cold (salted), max_tokens 1. TTFT = overhead + its prefill steps:
   ceil(U / budget) steps, U tokens, work sum c (before + c / 2) over its chunks c.
@@ -28,14 +27,11 @@ mean chunk is 1 + a + ... + a^k.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Literal
-
-import numpy as np
 
 from loadgen.analysis import rates
 from loadgen.analysis.stats import median
@@ -44,8 +40,6 @@ from loadgen.records import MetricsSample, StreamRecord
 COSTS = ("request_overhead_s", "fixed_s", "per_token_s", "decode_token_s", "decode_ctx_s",
          "prefill_ctx_s", "cached_token_s")  # fmt: skip
 ProbeKind = Literal["ttft", "cached", "decode"]
-# A probe whose prediction misses its measurement by more than this is named in the fit.
-MISS = 0.10
 # Below this many decode gaps in the all-decoding window a decode probe falls back to every
 # gap after the last first token.
 MIN_WINDOW_GAPS = 4
@@ -342,8 +336,8 @@ class TtftWitness:
 
     def to_json(self) -> dict[str, Any]:
         return {"probe": self.probe, "requests": self.requests,
-                "server_ttft_mean_s": _sig(self.server_ttft_s),
-                "client_ttft_mean_s": _sig(self.client_ttft_s)}  # fmt: skip
+                "server_ttft_mean_s": six_figures(self.server_ttft_s),
+                "client_ttft_mean_s": six_figures(self.client_ttft_s)}  # fmt: skip
 
 
 def ttft_witness(
@@ -384,140 +378,6 @@ def _acceptance(k: int, mean: float) -> float:
     return round((lo + hi) / 2, 4)
 
 
-@dataclass(frozen=True, slots=True)
-class Fit:
-    """Fitted costs (s) with each measurement's prediction and signed relative error."""
-
-    costs: Mapping[str, float]
-    rows: tuple[Mapping[str, Any], ...]
-    # Costs no probe measured (their column is all zeros): fitted as 0.
-    unmeasured: tuple[str, ...]
-    # The floor under every step, where the data asked for one (None: the linear model).
-    min_step_s: float | None = None
-
-    def summary(self) -> dict[str, Any]:
-        errors = [abs(r["error"]) for r in self.rows]
-        misses = [r["probe"] for r in self.rows if abs(r["error"]) > MISS]
-        return {
-            "method": "non-negative least squares on relative error",
-            "measurements": len(self.rows),
-            "rms_error": round(math.sqrt(sum(e * e for e in errors) / len(errors)), 4),
-            "max_error": round(max(errors), 4),
-            "misses": misses,
-            "miss_threshold": MISS,
-            "unmeasured": list(self.unmeasured),
-            "min_step_s": self.min_step_s,
-        }
-
-
-def fit_costs(measurements: Sequence[Measurement]) -> Fit:
-    """The costs that minimise the squared relative error of every measurement: the linear
-    model, or, where it fits materially better, the model with a floor under every step
-    (min_step_s; module docstring)."""
-    if not measurements:
-        raise ValueError("no probe produced a measurement")
-    linear = _solve(measurements, None)
-    best, best_rms = linear, _rms(measurements, *linear)
-    for floor in _floor_candidates(measurements):
-        theta, _ = _solve(measurements, floor)
-        rms = _rms(measurements, theta, floor)
-        if rms < best_rms:
-            best, best_rms = (theta, floor), rms
-    if best[1] is not None and best_rms > FLOOR_GAIN * _rms(measurements, *linear):
-        best = linear  # a floor that barely helps is a parameter the data do not need
-    return _fit(measurements, *best)
-
-
-# A floor is kept only where it cuts the rms error to this share of the linear model's or less.
-FLOOR_GAIN = 0.8
-FLOOR_ROUNDS = 4
-
-
-def _floor_candidates(measurements: Sequence[Measurement]) -> list[float]:
-    """Floors worth trying: the decode steps measured (a floor shows as decode steps that do not
-    grow with batch or context), each and halfway between neighbours."""
-    values = sorted({m.value_s for m in measurements if m.kind == "decode"})
-    return values + [(a + b) / 2 for a, b in pairwise(values)]
-
-
-def _split(m: Measurement, theta: np.ndarray, floor: float | None) -> tuple[np.ndarray, int]:
-    """m's coefficients over the steps above the floor (with the request overhead), and how
-    many of its steps the floor holds."""
-    steps = m.steps or (m.row,)
-    if floor is None:
-        return np.array([m.row[c] for c in COSTS], dtype=float), 0
-    row = np.zeros(len(COSTS))
-    row[0] = m.row["request_overhead_s"]
-    held = 0
-    for step in steps:
-        coeffs = np.array([step[c] for c in COSTS], dtype=float)
-        coeffs[0] = 0.0  # the overhead is once per request, not per step
-        if coeffs @ theta < floor:
-            held += 1
-        else:
-            row += coeffs
-    return row, held
-
-
-def _solve(
-    measurements: Sequence[Measurement], floor: float | None
-) -> tuple[np.ndarray, float | None]:
-    """Non-negative least squares on relative error; with a floor, the steps it holds are
-    moved to the right-hand side and the split refined a few rounds."""
-    from scipy.optimize import nnls
-
-    y = np.array([m.value_s for m in measurements], dtype=float)
-    theta = np.zeros(len(COSTS))
-    for round_ in range(FLOOR_ROUNDS if floor is not None else 1):
-        # The first split is the floor's hypothesis, that it holds the decode steps and no
-        # prefill step; later rounds split by what the costs fitted so far predict.
-        split = [
-            (_split(m, theta, None)[0] * [1, *[0] * (len(COSTS) - 1)], 1)
-            if floor is not None and round_ == 0 and m.kind == "decode"
-            else _split(m, theta, floor if round_ else None)
-            for m in measurements
-        ]
-        x = np.array([row for row, _ in split])
-        rhs = y - np.array([held for _, held in split]) * (floor or 0.0)
-        a = x / y[:, None]
-        scale = np.abs(a).max(axis=0)
-        scale[scale == 0] = 1.0
-        solution, _ = nnls(a / scale, rhs / y)
-        theta = solution / scale
-    return theta, floor
-
-
-def _predict(m: Measurement, theta: np.ndarray, floor: float | None) -> float:
-    if floor is None:
-        return float(np.array([m.row[c] for c in COSTS]) @ theta)
-    total = m.row["request_overhead_s"] * theta[0]
-    for step in m.steps or (m.row,):
-        coeffs = np.array([step[c] for c in COSTS], dtype=float)
-        coeffs[0] = 0.0
-        total += max(floor, float(coeffs @ theta))
-    return float(total)
-
-
-def _rms(measurements: Sequence[Measurement], theta: np.ndarray, floor: float | None) -> float:
-    errors = [_predict(m, theta, floor) / m.value_s - 1 for m in measurements]
-    return math.sqrt(sum(e * e for e in errors) / len(errors))
-
-
-def _fit(measurements: Sequence[Measurement], theta: np.ndarray, floor: float | None) -> Fit:
-    rows = tuple(
-        {
-            "probe": m.probe, "kind": m.kind, "samples": m.samples,
-            "measured_s": _sig(m.value_s), "predicted_s": _sig(p),
-            "error": round(p / m.value_s - 1, 4), **dict(m.basis),
-        }
-        for m in measurements
-        for p in (_predict(m, theta, floor),)
-    )  # fmt: skip
-    costs = {c: _sig(float(v)) for c, v in zip(COSTS, theta, strict=True)}
-    unmeasured = tuple(c for c in COSTS if not any(m.row[c] for m in measurements))
-    return Fit(costs, rows, unmeasured, None if floor is None else _sig(floor))
-
-
-def _sig(value: float) -> float:
+def six_figures(value: float) -> float:
     """Six significant figures: enough for a 0.1% fit, short enough to read."""
     return float(f"{value:.6g}")

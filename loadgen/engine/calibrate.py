@@ -24,7 +24,6 @@ from typing import Any
 from loadgen import __version__
 from loadgen.analysis.calibration import (
     WITNESS_COUNTERS,
-    Fit,
     Measurement,
     PlanLimits,
     Probe,
@@ -33,12 +32,12 @@ from loadgen.analysis.calibration import (
     TtftWitness,
     calibration_plan,
     counter_deltas,
-    fit_costs,
     measure,
     speculation,
     speculation_from_counters,
     ttft_witness,
 )
+from loadgen.analysis.calibration_fit import Fit, fit_costs
 from loadgen.analysis.inputs import load_run, read_manifest
 from loadgen.engine.backends import shared_target
 from loadgen.engine.options import RunOptions
