@@ -57,6 +57,10 @@ class Cap:
     def to_json(self) -> dict[str, Any]:
         return {"value": self.value, "source": self.source}
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Cap:
+        return cls(d["value"], d["source"])
+
 
 @dataclass(frozen=True, slots=True)
 class PrefillBaseline:
@@ -78,6 +82,11 @@ class PrefillBaseline:
             "by_group": dict(self.by_group),
             "cached_excluded": list(self.cached_excluded),
         }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PrefillBaseline:
+        return cls(d["tok_s"], d["source"], tuple(d["streams"]), tuple(d["by_group"].items()),
+                   tuple(d["cached_excluded"]))  # fmt: skip
 
 
 def resolve_cap(manifest: dict[str, Any], timeline: Timeline) -> Cap:

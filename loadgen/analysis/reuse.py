@@ -9,6 +9,7 @@ rate (less a few blocks lost to requests that arrive while their prefix is still
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 # The measured rate may fall this far below the implied one before the report says so.
@@ -47,7 +48,7 @@ def trace_reuse(manifest: dict[str, Any], server: dict[str, Any]) -> dict[str, A
     }
 
 
-def reuse_lines(reuse: dict[str, Any] | None) -> list[str]:
+def reuse_lines(reuse: Mapping[str, Any] | None) -> list[str]:
     """The report's lines on trace reuse (none when the run replayed no hash_ids)."""
     if reuse is None:
         return []

@@ -1,8 +1,9 @@
-"""summary.json's groups as types: what a report reads of a group, read once from its JSON.
+"""summary.json's run and groups as types: what a report reads of them, read once from JSON.
 
 summary.py writes summary.json (the contract other tools read); a report is drawn from that file
-alone, so it reads it back through these types: a group's statistics per registered metric
-(analysis/registry.py), its verdict counts, what its chunks carried and its ladder cohort.
+alone, so it reads it back through these types: the run's target, counts and server window, and
+a group's statistics per registered metric (analysis/registry.py), its verdict counts, what its
+chunks carried and its ladder cohort.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.registry import GAP_METRICS, names_where
 
 
@@ -121,3 +123,166 @@ def read_groups(summary: Mapping[str, Any]) -> list[GroupSummary]:
 
 def any_multi_token(groups: Iterable[GroupSummary]) -> bool:
     return any(g.multi_token for g in groups)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a run talked to: its URL, its kind (sim, a launched kind, external) and its flags."""
+
+    url: str | None
+    kind: str | None
+    flags: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, d: Any) -> Target:
+        d = d if isinstance(d, Mapping) else {}
+        return cls(d.get("url"), d.get("kind"), tuple(str(f) for f in d.get("flags") or ()))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTally:
+    """The run's records: measured ones by status, and every record by phase."""
+
+    measure: int
+    ok: int
+    error: int
+    by_phase: Mapping[str, int]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StreamTally:
+        return cls(d["measure"], d["ok"], d["error"], dict(d.get("by_phase") or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class RecordTally:
+    """summary.json's `records`: measured of planned, and every line or field that was lost."""
+
+    planned: int | None
+    measured: int
+    missing: int | None
+    unreadable_lines: int
+    unreadable_metrics_lines: int
+    dropped_manifest_fields: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RecordTally:
+        return cls(d.get("planned"), d["measured"], d.get("missing"),
+                   d.get("unreadable_lines") or 0, d.get("unreadable_metrics_lines") or 0,
+                   tuple(d.get("dropped_manifest_fields") or ()))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Gauge:
+    """A /metrics gauge over the window: its peak, and its longest plateau (value, seconds)."""
+
+    max: float | None
+    plateau: tuple[float, float] | None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Gauge:
+        p = d.get("plateau")
+        return cls(d.get("max"), None if p is None else (p["value"], p["duration_s"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ServerWindow:
+    """aggregate.server_window over the measured phase; `note` says why it is unavailable."""
+
+    available: bool
+    note: str
+    duration_s: float | None = None
+    polls: int = 0
+    poll_interval_s: float | None = None
+    kv_peak_perc: float | None = None
+    preemptions: float | None = None
+    running: Gauge = Gauge(None, None)
+    waiting: Gauge = Gauge(None, None)
+    prefix_hit_rate: float | None = None
+    generation_tok_s: float | None = None
+    spec_acceptance: float | None = None
+    spec_emitted_per_step: float | None = None
+    tokens_per_step: float | None = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> ServerWindow:
+        d = d or {}
+        if not d.get("available"):
+            return cls(False, d.get("note", "no server metrics"))
+        return cls(
+            True, "", d["window"]["duration_s"], d["polls"], d["poll_interval_s"],
+            d["kv_peak_perc"], d["preemptions"], Gauge.from_json(d["running"]),
+            Gauge.from_json(d["waiting"]), d["prefix_hit_rate"], d["generation_tok_s"],
+            d["spec_acceptance"], d["spec_emitted_per_step"], d["tokens_per_step"],
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """summary.json's `run`, or a sweep parent's (which has no counts, cap or server window)."""
+
+    scenario: str | None
+    target: Target
+    model: str | None
+    seed: int | None
+    seed_source: str | None
+    clock: str
+    speed: float | None
+    token_counter: str | None
+    interrupted: bool
+    client_limited: bool
+    client_limited_reasons: tuple[str, ...]
+    client_banner: str | None
+    streams: StreamTally | None
+    wall_s: float | None
+    cap: Cap | None
+    prefill_baseline: PrefillBaseline | None
+    records: RecordTally | None
+    boots_per_arm: int | None
+    boots_note: str | None
+    server: ServerWindow
+    # Limits the user stated of an external server (--server-facts), by name.
+    user_facts: tuple[tuple[str, int], ...]
+    speculative_tokens: int | None
+    trace_reuse: Mapping[str, Any] | None
+    trace_prompts_raised: Mapping[str, Any] | None
+
+    @classmethod
+    def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
+        streams = run.get("streams")
+        facts = run.get("server_facts") or {}
+        sources = facts.get("sources") or {}
+        return cls(
+            scenario=run.get("scenario"),
+            target=Target.from_json(run.get("target")),
+            model=run.get("model"),
+            seed=run.get("seed"),
+            seed_source=run.get("seed_source"),
+            clock=run.get("clock", "wall"),
+            speed=run.get("speed", 1.0),
+            token_counter=run.get("token_counter"),
+            interrupted=bool(run.get("interrupted")),
+            client_limited=bool(run.get("client_limited")),
+            client_limited_reasons=tuple(run.get("client_limited_reasons") or ()),
+            client_banner=run.get("client_banner"),
+            streams=StreamTally.from_json(streams) if isinstance(streams, Mapping) else None,
+            wall_s=run.get("wall_s"),
+            cap=Cap.from_json(run["cap"]) if run.get("cap") else None,
+            prefill_baseline=(
+                PrefillBaseline.from_json(run["prefill_baseline"])
+                if run.get("prefill_baseline")
+                else None
+            ),
+            records=RecordTally.from_json(run["records"]) if run.get("records") else None,
+            boots_per_arm=run.get("boots_per_arm"),
+            boots_note=run.get("boots_note"),
+            server=ServerWindow.from_json(run.get("server")),
+            user_facts=tuple((k, facts[k]) for k, src in sorted(sources.items()) if src == "user"),
+            speculative_tokens=facts.get("num_speculative_tokens"),
+            trace_reuse=run.get("trace_reuse"),
+            trace_prompts_raised=run.get("trace_prompts_raised"),
+        )
+
+
+def read_run(summary: Mapping[str, Any]) -> RunSummary:
+    """A run summary's (or a sweep parent's) `run`."""
+    return RunSummary.from_json(summary.get("run") or {})

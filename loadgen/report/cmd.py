@@ -17,6 +17,7 @@ from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
+from loadgen.analysis.summary_types import RunSummary, read_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.redact import redact, redact_text
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
@@ -159,7 +160,7 @@ def _sweep_rich(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:
         arm = arm_title(name, sweep["arms"].get(name) or {})
         summary = arms[name].summary
         tables += [replace(t, title=f"arm {arm} | {t.title}") for t in run_tables(summary)]
-        records = summary["run"].get("records") or {}
+        records = read_run(summary).records
         lost += [f"arm {name}: {x}" for x in record_lines(records) if x.startswith("!!")]
     return render_rich(tables, sweep_header(sweep, {n: a.summary for n, a in arms.items()}) + lost)
 
@@ -220,7 +221,7 @@ def compare_table(result: dict[str, Any], a: Path, b: Path) -> Table:
 
 def _arm_note(label: str, path: Path, result: dict[str, Any], i: int) -> str:
     """'A = path', with what the user said about that run's server, so arms differ on paper."""
-    run = (result.get("runs") or [{}, {}])[i]
+    run = RunSummary.from_json((result.get("runs") or [{}, {}])[i])
     said = [what_ran(run, read_manifest(path).get("sim_profile")), *user_server_lines(run)]
     return f"{label} = {path}" + "".join(f"; {line}" for line in said)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from loadgen.analysis.summary_types import Cohort, Stats, carried_other_than_one
+from loadgen.analysis.summary_types import Cohort, Stats, carried_other_than_one, read_run
 from loadgen.analysis.sweep import arm_sort_key
 from loadgen.report.boot_tables import arms_over_boots_table, boots_table
 from loadgen.report.sections import slo_text
@@ -115,7 +115,7 @@ def sweep_header(sweep: dict[str, Any], arms: dict[str, dict[str, Any]] | None =
 
 
 def _speed_note(sweep: dict[str, Any]) -> tuple[str, ...]:
-    speed = sweep["run"].get("speed", 1.0)
+    speed = read_run(sweep).speed
     return (f"sim speed x{speed:g}",) if speed not in (None, 1.0) else ()
 
 

@@ -7,6 +7,7 @@ Every table names its token source and prompt shape, and the sim speed factor wh
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from typing import Any
 
 from loadgen.analysis.evidence import (
@@ -16,7 +17,15 @@ from loadgen.analysis.evidence import (
     read_evidence,
 )
 from loadgen.analysis.reuse import reuse_lines
-from loadgen.analysis.summary_types import Cohort, any_multi_token, read_groups
+from loadgen.analysis.summary_types import (
+    Cohort,
+    RecordTally,
+    RunSummary,
+    StreamTally,
+    any_multi_token,
+    read_groups,
+    read_run,
+)
 from loadgen.analysis.sweep import mixed_row
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.analysis.warmth import warm_note
@@ -56,57 +65,61 @@ def notes(summary: dict[str, Any], groups: list[str] | None = None) -> tuple[str
         f"tokens: {', '.join(sources) or DASH}",
         f"prompt shape: {', '.join(shapes) if shapes else 'not recorded'}",
     ]
-    speed = summary.get("run", {}).get("speed", 1.0)
+    speed = read_run(summary).speed
     if speed not in (None, 1.0):
         out.append(f"sim speed x{speed:g} (times are wall-clock at that speed)")
     return tuple(out)
 
 
 def header(summary: dict[str, Any]) -> list[str]:
-    run = summary["run"]
-    target = run.get("target") or {}
+    run = read_run(summary)
+    target = run.target
     lines = [
-        f"loadgen report: scenario {run.get('scenario') or DASH}"
-        f" | target {target.get('url', DASH)} ({target.get('kind', DASH)})"
-        f" | model {run.get('model') or DASH} | seed {run.get('seed', DASH)}"
-        + (f" ({run['seed_source']})" if run.get("seed_source") else "")
+        f"loadgen report: scenario {run.scenario or DASH}"
+        f" | target {_or_dash(target.url)} ({_or_dash(target.kind)})"
+        f" | model {run.model or DASH} | seed {_or_dash(run.seed)}"
+        + (f" ({run.seed_source})" if run.seed_source else "")
     ]
-    if target.get("kind") == "sim" and target.get("flags"):
+    if target.kind == "sim" and target.flags:
         # The sim's profile sets its time scale (default = an RTX 4090 shape at 1/10 time), so
         # no sim figure is quoted without it.
-        lines.append("sim: loadgen sim " + " ".join(str(f) for f in target["flags"]))
-    if run.get("clock") == "virtual":
+        lines.append("sim: loadgen sim " + " ".join(target.flags))
+    if run.clock == "virtual":
         lines.append(
             "clock: virtual (the sim's engine on a discrete-event clock; the client and the "
             "HTTP path were not in the loop: figures are the engine model's, exact)"
         )
     lines += user_server_lines(run)
-    if "streams" in run and isinstance(run["streams"], dict):
-        st, cap, base = run["streams"], run["cap"], run["prefill_baseline"]
+    st, cap, base = run.streams, run.cap, run.prefill_baseline
+    if st is not None and cap is not None and base is not None:
         lines.append(
-            f"streams: {st['measure']} measured ({st['ok']} ok, {st['error']} errors)"
-            f"{_unmeasured(st)} | wall {secs(run['wall_s'])} s | cap {cap['value'] or DASH}"
-            f" ({cap['source'] or 'unknown'}) | prefill baseline {rate(base['tok_s'])} tok/s"
-            f" ({base['source']}) | prompt tokens by {run.get('token_counter') or DASH}"
+            f"streams: {st.measure} measured ({st.ok} ok, {st.error} errors)"
+            f"{_unmeasured(st)} | wall {secs(run.wall_s)} s | cap {cap.value or DASH}"
+            f" ({cap.source or 'unknown'}) | prefill baseline {rate(base.tok_s)} tok/s"
+            f" ({base.source}) | prompt tokens by {run.token_counter or DASH}"
         )
-    lines += reuse_lines(run.get("trace_reuse"))
-    lines += raised_lines(run.get("trace_prompts_raised"))
-    lines += record_lines(run.get("records") or {})
-    if run.get("boots_per_arm"):
-        lines.append(f"boots per arm: {run['boots_per_arm']} ({run.get('boots_note') or ''})")
-    if run.get("interrupted"):
+    lines += reuse_lines(run.trace_reuse)
+    lines += raised_lines(run.trace_prompts_raised)
+    lines += record_lines(run.records)
+    if run.boots_per_arm:
+        lines.append(f"boots per arm: {run.boots_per_arm} ({run.boots_note or ''})")
+    if run.interrupted:
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
     if (warm := warm_note(summary.get("streams") or [])) is not None:
         lines.append(warm)
-    if run.get("client_limited"):
+    if run.client_limited:
         # First of all lines: nothing below can be read without knowing it.
-        why = "; ".join(run.get("client_limited_reasons") or [])
-        banner = run.get("client_banner") or f"!! CLIENT LIMITED: {why}"
+        why = "; ".join(run.client_limited_reasons)
+        banner = run.client_banner or f"!! CLIENT LIMITED: {why}"
         lines.insert(0, banner)
     return lines
 
 
-def raised_lines(raised: dict[str, Any] | None) -> list[str]:
+def _or_dash(value: object) -> str:
+    return DASH if value is None else str(value)
+
+
+def raised_lines(raised: Mapping[str, Any] | None) -> list[str]:
     """The note on trace rows whose prompts were sent longer than the trace asked."""
     if not raised:
         return []
@@ -117,56 +130,50 @@ def raised_lines(raised: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def _unmeasured(streams: dict[str, Any]) -> str:
+def _unmeasured(streams: StreamTally) -> str:
     """The records beside the measured ones, by phase: "3 measured ... of 12" once read as 12
     planned beside "3 of 3 planned" (deep_decode's 9 were warmup)."""
-    other = {p: n for p, n in sorted((streams.get("by_phase") or {}).items()) if p != "measure"}
+    other = {p: n for p, n in sorted(streams.by_phase.items()) if p != "measure"}
     if not other:
         return ""
     return " + " + ", ".join(f"{n} {p}" for p, n in other.items()) + " (not measured)"
 
 
-def what_ran(run: dict[str, Any], sim_profile: Any) -> str:
+def what_ran(run: RunSummary, sim_profile: Any) -> str:
     """The clock and the server a run measured: "virtual clock, sim profile P" or "wall clock,
     vllm", so a real and a predicted run are never mistaken for each other."""
-    clock = run.get("clock", "wall")
     if isinstance(sim_profile, dict) and sim_profile.get("name"):
-        return f"{clock} clock, sim profile {sim_profile['name']} ({sim_profile.get('path')})"
-    kind = (run.get("target") or {}).get("kind") if isinstance(run.get("target"), dict) else None
-    return f"{clock} clock, {kind or 'server unknown'}"
+        return f"{run.clock} clock, sim profile {sim_profile['name']} ({sim_profile.get('path')})"
+    return f"{run.clock} clock, {run.target.kind or 'server unknown'}"
 
 
-def user_server_lines(run: dict[str, Any]) -> list[str]:
+def user_server_lines(run: RunSummary) -> list[str]:
     """What the user said about an external server: its launch flags and its limits."""
-    target, facts = run.get("target") or {}, run.get("server_facts") or {}
     out = []
-    if target.get("kind") == "external" and target.get("flags"):
-        out.append("server flags (user): " + " ".join(str(f) for f in target["flags"]))
-    sources = facts.get("sources") or {}
-    stated = [f"{k}={facts[k]}" for k, src in sorted(sources.items()) if src == "user"]
-    if stated:
-        out.append("server facts (user): " + ", ".join(stated))
+    if run.target.kind == "external" and run.target.flags:
+        out.append("server flags (user): " + " ".join(run.target.flags))
+    if run.user_facts:
+        out.append("server facts (user): " + ", ".join(f"{k}={v}" for k, v in run.user_facts))
     return out
 
 
-def record_lines(rec: dict[str, Any]) -> list[str]:
+def record_lines(rec: RecordTally | None) -> list[str]:
     """Measured of planned, and what is missing: a lost record is never silent."""
-    if not rec:
+    if rec is None:
         return []
-    planned = DASH if rec.get("planned") is None else rec["planned"]
-    out = [f"records: {rec['measured']} measured of {planned} planned"]
-    if rec.get("missing"):
+    out = [f"records: {rec.measured} measured of {_or_dash(rec.planned)} planned"]
+    if rec.missing:
         out.append(
-            f"!! MISSING: {rec['missing']} planned streams have no record (the run was stopped"
+            f"!! MISSING: {rec.missing} planned streams have no record (the run was stopped"
             " before sending them, or their lines were lost)"
         )
-    if rec.get("unreadable_lines"):
-        out.append(f"!! TORN: {rec['unreadable_lines']} line(s) of streams.jsonl could not be read")
-    if rec.get("unreadable_metrics_lines"):
-        n = rec["unreadable_metrics_lines"]
+    if rec.unreadable_lines:
+        out.append(f"!! TORN: {rec.unreadable_lines} line(s) of streams.jsonl could not be read")
+    if rec.unreadable_metrics_lines:
+        n = rec.unreadable_metrics_lines
         out.append(f"!! TORN: {n} line(s) of metrics.jsonl could not be read")
-    if rec.get("dropped_manifest_fields"):
-        fields = ", ".join(rec["dropped_manifest_fields"])
+    if rec.dropped_manifest_fields:
+        fields = ", ".join(rec.dropped_manifest_fields)
         out.append(f"!! run.json: ignored field(s) of the wrong type: {fields}")
     return out
 
@@ -249,9 +256,8 @@ def chunk_notes(summary: dict[str, Any]) -> list[str]:
                 f"{g.name}: tokens/chunk {num(tpc.min, 2)}..{num(tpc.max, 2)} per stream"
                 " (the server did not say what each chunk carried)"
             )
-    run = summary["run"]
-    acceptance = (run.get("server") or {}).get("spec_acceptance")
-    drafts = (run.get("server_facts") or {}).get("num_speculative_tokens")
+    run = read_run(summary)
+    acceptance, drafts = run.server.spec_acceptance, run.speculative_tokens
     if acceptance is not None:
         out.append(
             f"the server reports speculative decoding (acceptance {acceptance:.3f}): a chunk can"
@@ -269,16 +275,17 @@ def verdict_table(summary: dict[str, Any]) -> Table:
     rows = []
     for g in read_groups(summary):
         rows.append((g.name, *(str(g.verdicts.get(v, 0)) for v in VERDICTS)))
-    run = summary["run"]
-    cap = run["cap"]
+    run = read_run(summary)
+    cap, base = run.cap, run.prefill_baseline
+    assert cap is not None and base is not None, "a run summary has both; a sweep parent neither"
     return Table(
         "Verdicts per group (why a stream waited or crawled)",
         ("group", *VERDICTS),
         tuple(rows),
         (
-            f"cap {cap['value'] or 'unknown'}"
-            f" ({cap['source'] or _NO_CAP});"
-            f" normal prefill from {run['prefill_baseline']['source']}",
+            f"cap {cap.value or 'unknown'}"
+            f" ({cap.source or _NO_CAP});"
+            f" normal prefill from {base.source}",
             "starvation = prefill_hol + rationed_decode; admission caps = admission_cap",
         ),
     )
@@ -409,35 +416,33 @@ def _whale_row(label: str, reps: list[dict[str, Any]]) -> tuple[str, ...]:
 
 
 def server_table(summary: dict[str, Any]) -> Table:
-    srv = summary["run"]["server"]
-    if not srv.get("available"):
-        note = srv.get("note", "no server metrics")
+    srv = read_run(summary).server
+    if not srv.available:
         return Table(
-            "Server (/metrics)", ("", "value"), (("metrics", note),), left=frozenset({0, 1})
+            "Server (/metrics)", ("", "value"), (("metrics", srv.note),), left=frozenset({0, 1})
         )
-    w = srv["window"]
     kv = (
-        f"{num(srv['kv_peak_perc'])} over {secs(w['duration_s'])} s"
-        if srv["polls"]
-        else f"no poll inside the {secs(w['duration_s'])} s window"
+        f"{num(srv.kv_peak_perc)} over {secs(srv.duration_s)} s"
+        if srv.polls
+        else f"no poll inside the {secs(srv.duration_s)} s window"
     )
     rows = [
         ("kv% peak of polls", kv),
-        ("polls inside", f"{srv['polls']} (one every {secs(srv['poll_interval_s'])} s)"),
-        ("preemptions", count(srv["preemptions"])),
+        ("polls inside", f"{srv.polls} (one every {secs(srv.poll_interval_s)} s)"),
+        ("preemptions", count(srv.preemptions)),
     ]
-    for key in ("running", "waiting"):
-        p = srv[key]["plateau"]
-        plateau = DASH if p is None else f"{p['value']:g} for {secs(p['duration_s'])} s"
-        rows.append((key, f"max {count(srv[key]['max'])}, plateau {plateau}"))
-    hit = srv["prefix_hit_rate"]
+    for key, gauge in (("running", srv.running), ("waiting", srv.waiting)):
+        p = gauge.plateau
+        plateau = DASH if p is None else f"{p[0]:g} for {secs(p[1])} s"
+        rows.append((key, f"max {count(gauge.max)}, plateau {plateau}"))
+    hit = srv.prefix_hit_rate
     rows.append(("prefix hit rate", DASH if hit is None else f"{100 * hit:.1f} %"))
-    rows.append(("generation tok/s (counter)", rate(srv["generation_tok_s"])))
-    if srv["spec_acceptance"] is not None:
-        rows.append(("spec acceptance", num(srv["spec_acceptance"], 3)))
-        rows.append(("emitted tokens/step", num(srv["spec_emitted_per_step"], 2)))
-    if srv["tokens_per_step"] is not None:
-        rows.append(("tokens/emitting step", num(srv["tokens_per_step"], 2)))
+    rows.append(("generation tok/s (counter)", rate(srv.generation_tok_s)))
+    if srv.spec_acceptance is not None:
+        rows.append(("spec acceptance", num(srv.spec_acceptance, 3)))
+        rows.append(("emitted tokens/step", num(srv.spec_emitted_per_step, 2)))
+    if srv.tokens_per_step is not None:
+        rows.append(("tokens/emitting step", num(srv.tokens_per_step, 2)))
     return Table(
         "Server (/metrics over the measured phase)",
         ("", "value"),
