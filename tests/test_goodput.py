@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from loadgen.analysis.goodput import goodput, parse_slo_flag
+from loadgen.analysis.goodput import Goodput, GroupGoodput, goodput, parse_slo_flag
 from loadgen.analysis.streams import stream_metrics
 from loadgen.cli import main
 from loadgen.records import StreamError, StreamRecord
@@ -37,17 +37,27 @@ def test_goodput_counts_requests_meeting_every_slo() -> None:
     ]
     rows = {r.id: stream_metrics(r) for r in records}
     out = goodput(records, rows, {"ttft_s": 2.0, "tpot_ms": 50.0})
-    g = out["groups"]["g"]
+    assert out is not None and out.slo == {"ttft_s": 2.0, "tpot_ms": 50.0}
+    g = out.groups["g"]
     # Span: first intended send (0) -> last end (e: 3500 + 50 + 4 x 10 + 1 = 3591 ms).
-    assert g["span_s"] == pytest.approx(3.591)
-    assert (g["n"], g["ok"], g["good"]) == (5, 4, 2)
-    assert g["attainment"] == pytest.approx(0.4)
-    assert g["goodput_req_s"] == pytest.approx(2 / 3.591)
-    assert g["throughput_req_s"] == pytest.approx(4 / 3.591)
+    assert g.span_s == pytest.approx(3.591)
+    assert (g.n, g.ok, g.good) == (5, 4, 2)
+    assert g.attainment == pytest.approx(0.4)
+    assert g.goodput_req_s == pytest.approx(2 / 3.591)
+    assert g.throughput_req_s == pytest.approx(4 / 3.591)
+    # summary.json holds the derived figures beside the counts, and reads back to the same.
+    assert out.to_json()["groups"]["g"]["attainment"] == pytest.approx(0.4)
+    assert Goodput.from_json(out.to_json()) == out
     # An E2E SLO of 1 s also fails b (e2e 2.581 s); a and d stay good.
-    e2e = goodput(records, rows, {"e2e_s": 1.0})["groups"]["g"]
-    assert e2e["good"] == 3  # a, c (0.341 s), d
+    e2e = goodput(records, rows, {"e2e_s": 1.0})
+    assert e2e is not None and e2e.groups["g"].good == 3  # a, c (0.341 s), d
     assert goodput(records, rows, None) is None
+
+
+def test_a_group_with_no_span_has_no_rates() -> None:
+    g = GroupGoodput(n=1, ok=1, good=1, span_s=0.0)
+    assert (g.attainment, g.goodput_req_s, g.throughput_req_s) == (1.0, None, None)
+    assert GroupGoodput(0, 0, 0, 0.0).attainment is None
 
 
 def test_slo_flag_parses_and_refuses_in_one_line() -> None:

@@ -10,6 +10,7 @@ import pytest
 from run_fixtures import failed, manifest, stream, write_run
 
 from loadgen.analysis import rates
+from loadgen.analysis.goodput import Goodput, GroupGoodput
 from loadgen.analysis.load_sweep import (
     LOAD_ROW_FIELDS,
     load_axis,
@@ -67,7 +68,8 @@ def test_tokens_per_user_is_the_median_decode_only_rate_of_the_ok_measured_strea
 
 
 def test_goodput_over_all_groups_shares_the_benchmark_span() -> None:
-    block = {"groups": {"g": {"good": 3, "n": 4}, "h": {"good": 1, "n": 4}}}
+    groups = {"g": GroupGoodput(4, 4, 3, 1.0), "h": GroupGoodput(4, 4, 1, 1.0)}
+    block = Goodput({"ttft_s": 1.0}, groups)
     assert pooled_goodput(block, 2.0) == {"good": 4, "goodput_req_s": 2.0, "attainment": 0.5}
     assert pooled_goodput(block, None) == {"good": 4, "goodput_req_s": None, "attainment": 0.5}
     assert pooled_goodput(None, 2.0) == {"good": None, "goodput_req_s": None, "attainment": None}

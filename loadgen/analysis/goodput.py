@@ -10,6 +10,8 @@ stays >= 90%) needs a rate sweep; the attainment share here is its per-run ingre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.aggregate import span_ns
@@ -36,29 +38,73 @@ def meets(row: dict[str, Any], slo: dict[str, float]) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class GroupGoodput:
+    """One group's requests against the SLOs over its span (first intended send -> last end)."""
+
+    n: int
+    ok: int
+    good: int
+    span_s: float
+
+    @property
+    def attainment(self) -> float | None:
+        return self.good / self.n if self.n else None
+
+    @property
+    def goodput_req_s(self) -> float | None:
+        return self.good / self.span_s if self.span_s > 0 else None
+
+    @property
+    def throughput_req_s(self) -> float | None:
+        return self.ok / self.span_s if self.span_s > 0 else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"n": self.n, "ok": self.ok, "good": self.good, "attainment": self.attainment,
+                "span_s": self.span_s, "goodput_req_s": self.goodput_req_s,
+                "throughput_req_s": self.throughput_req_s}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> GroupGoodput:
+        return cls(d["n"], d["ok"], d["good"], d["span_s"])
+
+
+@dataclass(frozen=True, slots=True)
+class Goodput:
+    """summary.json's `goodput`: the SLOs applied, and each group's count against them."""
+
+    slo: Mapping[str, float]
+    groups: Mapping[str, GroupGoodput]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slo": dict(self.slo), "groups": {k: g.to_json() for k, g in self.groups.items()}}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Goodput:
+        groups = {k: GroupGoodput.from_json(g) for k, g in d["groups"].items()}
+        return cls(dict(d["slo"]), groups)
+
+
 def goodput(
     records: list[StreamRecord], rows: dict[str, dict[str, Any]], slo: dict[str, float] | None
-) -> dict[str, Any] | None:
+) -> Goodput | None:
     """Per group: SLO attainment, goodput and throughput in requests/s (None without SLOs)."""
     if not slo:
         return None
-    out: dict[str, Any] = {}
+    out: dict[str, GroupGoodput] = {}
     for group in sorted({r.group for r in records}):
         recs = [r for r in records if r.group == group]
         span = span_ns(recs)
         seconds = (span[1] - span[0]) / NS if span else 0.0
         good = sum(meets(rows[r.id], slo) for r in recs)
-        ok = sum(r.status == "ok" for r in recs)
-        out[group] = {
-            "n": len(recs),
-            "ok": ok,
-            "good": good,
-            "attainment": good / len(recs) if recs else None,
-            "span_s": seconds,
-            "goodput_req_s": good / seconds if seconds > 0 else None,
-            "throughput_req_s": ok / seconds if seconds > 0 else None,
-        }
-    return {"slo": dict(slo), "groups": out}
+        out[group] = GroupGoodput(len(recs), sum(r.status == "ok" for r in recs), good, seconds)
+    return Goodput(dict(slo), out)
+
+
+def read_goodput(summary: Mapping[str, Any]) -> Goodput | None:
+    """A run summary's goodput (None: no SLO was given)."""
+    block = summary.get("goodput")
+    return Goodput.from_json(block) if block else None
 
 
 def parse_slo_flag(text: str) -> dict[str, float]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from loadgen.analysis.goodput import Goodput, read_goodput
 from loadgen.analysis.stats import median
 from loadgen.analysis.summary import MEASURE
 from loadgen.scenario.load_axis import LOAD_AXES
@@ -58,15 +59,15 @@ def tok_s_per_user(streams: Iterable[dict[str, Any]]) -> float | None:
     )
 
 
-def pooled_goodput(block: dict[str, Any] | None, duration_s: float | None) -> dict[str, Any]:
+def pooled_goodput(block: Goodput | None, duration_s: float | None) -> dict[str, Any]:
     """Goodput over all groups of a summary's `goodput` block: good requests per second of the
     run's span (first intended send -> last end: the benchmark's duration, so goodput and req/s
     share one denominator) and attainment = good / all requests, failed ones counted as in each
     group's. All None without an SLO."""
-    if not block:
+    if block is None:
         return {"good": None, "goodput_req_s": None, "attainment": None}
-    groups = list(block["groups"].values())
-    good, n = sum(g["good"] for g in groups), sum(g["n"] for g in groups)
+    groups = list(block.groups.values())
+    good, n = sum(g.good for g in groups), sum(g.n for g in groups)
     return {
         "good": good,
         "goodput_req_s": good / duration_s if duration_s else None,
@@ -79,7 +80,7 @@ def load_row(summary: dict[str, Any]) -> dict[str, Any]:
     total = summary["benchmark"]["total"]
     row = {k: total[k] for k in LOAD_SCALARS}
     row |= {latency_key(m, s): total[m][s] for m in LOAD_LATENCIES for s in LOAD_STATS}
-    row |= pooled_goodput(summary.get("goodput"), total["duration_s"])
+    row |= pooled_goodput(read_goodput(summary), total["duration_s"])
     row["tok_s_per_user"] = tok_s_per_user(summary["streams"])
     return row
 

@@ -100,6 +100,7 @@ def analyze(inputs: RunInputs) -> Analysis:
     histograms = build_histograms(measure)
     reps = _reps(measure, records, rows, timeline)
     counts = record_counts(manifest, records, rows)
+    good = goodput(measure, rows, manifest.get("slo"))
     summary = {
         "schema": SCHEMA,
         "run": _run_section(manifest, records, measure, rows, timeline, ctx, counts)
@@ -111,7 +112,7 @@ def analyze(inputs: RunInputs) -> Analysis:
         "mixed": _mixed(measure, records, timeline, ctx.seats),
         "hist": _hist_section(histograms),
         "sessions": session_turns(measure, rows),
-        "goodput": goodput(measure, rows, manifest.get("slo")),
+        "goodput": None if good is None else good.to_json(),
         "needles": needle_recall(measure),
         "energy": energy_section(inputs.telemetry, measure, span_ns(measure)),
         "benchmark": benchmark_block(measure),

@@ -3,8 +3,10 @@ needles and GPU energy; each is None where the run has nothing to show."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from loadgen.analysis.goodput import read_goodput
 from loadgen.needle import RECALL_CAVEAT
 from loadgen.report.tables import DASH, Table, count, num, rate, secs, triple
 
@@ -53,30 +55,30 @@ def sessions_table(summary: dict[str, Any]) -> Table | None:
 
 def goodput_table(summary: dict[str, Any]) -> Table | None:
     """Per group: requests meeting every SLO, goodput beside throughput (requests/s)."""
-    g = summary.get("goodput")
-    if not g:
+    g = read_goodput(summary)
+    if g is None:
         return None
     rows = tuple(
         (
-            group, f"{v['good']}/{v['n']}",
-            DASH if v["attainment"] is None else f"{100 * v['attainment']:.1f}",
-            num(v["goodput_req_s"], 3), num(v["throughput_req_s"], 3), secs(v["span_s"]),
+            group, f"{v.good}/{v.n}",
+            DASH if v.attainment is None else f"{100 * v.attainment:.1f}",
+            num(v.goodput_req_s, 3), num(v.throughput_req_s, 3), secs(v.span_s),
         )
-        for group, v in g["groups"].items()
+        for group, v in g.groups.items()
     )  # fmt: skip
     return Table(
         "Goodput (requests meeting every SLO)",
         ("group", "good/n", "SLO met %", "goodput req/s", "throughput req/s", "span s"),
         rows,
         (
-            f"SLO: {slo_text(g['slo'])}; TTFT and E2E from the actual send, TPOT = decode "
+            f"SLO: {slo_text(g.slo)}; TTFT and E2E from the actual send, TPOT = decode "
             "window / decode tokens; per group span: first intended send -> last end (vLLM's "
             "goodput)",
         ),
     )
 
 
-def slo_text(slo: dict[str, float]) -> str:
+def slo_text(slo: Mapping[str, float]) -> str:
     """The SLOs as the reports state them: `ttft_s <= 2, tpot_ms <= 50`."""
     return ", ".join(f"{k} <= {v:g}" for k, v in slo.items())
 
