@@ -16,7 +16,7 @@ from run_fixtures import ns, stream, write_run
 from test_run_integration import SMALL, run_against, sim_config
 from virtual_support import run_virtual
 
-from loadgen.analysis.energy import energy_section
+from loadgen.analysis.energy import Energy, energy_section
 from loadgen.analysis.summary import analyze_run
 from loadgen.cli import main
 from loadgen.engine.run import RunOptions, run_plan
@@ -95,13 +95,17 @@ def test_energy_counter_is_read_at_the_window_edges_exactly():
     lines = [line(t, energy_j=1000 + WATTS * t, power_w=WATTS, sm_clock_mhz=1500 + t,
                   throttle=0x1 if t == 2 else 0) for t in (0, 1, 2, 3, 4)]  # fmt: skip
     e = energy_section(lines, streams, (ns(0.5), ns(3.0)))
-    assert e["energy_method"] == "energy_counter"
-    assert e["energy_j"] == pytest.approx(750.0, abs=1e-9)
-    assert e["output_tokens"] == 50
-    assert e["j_per_output_token"] == pytest.approx(15.0, abs=1e-12)
-    assert e["mean_power_w"] == pytest.approx(WATTS)
-    assert e["peak_sm_clock_mhz"] == 1503  # the 4 s sample lies outside the window
-    assert e["throttle_reasons"] == ["gpu_idle"]
+    assert e is not None and e.available
+    assert e.energy_method == "energy_counter"
+    assert e.energy_j == pytest.approx(750.0, abs=1e-9)
+    assert e.output_tokens == 50
+    assert e.j_per_output_token == pytest.approx(15.0, abs=1e-12)
+    assert e.mean_power_w == pytest.approx(WATTS)
+    assert e.peak_sm_clock_mhz == 1503  # the 4 s sample lies outside the window
+    assert e.throttle_reasons == ["gpu_idle"]
+    # summary.json holds the derived figures beside the measured ones, and reads back the same.
+    assert e.to_json()["j_per_output_token"] == pytest.approx(15.0, abs=1e-12)
+    assert Energy.from_json(e.to_json()) == e
 
 
 def test_power_is_integrated_where_no_energy_counter_and_the_method_says_so():
@@ -109,16 +113,29 @@ def test_power_is_integrated_where_no_energy_counter_and_the_method_says_so():
     # Power ramps 100 -> 300 W over 2 s: 400 J by trapezoids.
     lines = [line(t, power_w=100 + 100 * t) for t in (0, 1, 2)]
     e = energy_section(lines, streams, (ns(0.0), ns(2.0)))
-    assert e["energy_method"] == "power_integrated"
-    assert e["energy_j"] == pytest.approx(400.0)
-    assert e["j_per_output_token"] == pytest.approx(20.0)
-    assert e["throttle_reasons"] == []
+    assert e is not None
+    assert e.energy_method == "power_integrated"
+    assert e.energy_j == pytest.approx(400.0)
+    assert e.j_per_output_token == pytest.approx(20.0)
+    assert e.throttle_reasons == []
 
 
 def test_no_telemetry_lines_is_no_energy_section():
     streams = [stream("a", chunks=[1.0])]
     assert energy_section([], streams, (0, ns(1))) is None
     assert energy_section([{"t_ns": 0, "source": "nvml", "error": "x"}], streams, (0, 1)) is None
+
+
+def test_telemetry_without_a_window_or_a_counter_says_why_and_reads_back():
+    lines = [line(t, sm_clock_mhz=1500) for t in (0, 1)]
+    streams = [stream("a", chunks=[1.0])]
+    unmeasured = energy_section(lines, streams, None)
+    assert unmeasured == Energy(lines[0]["source"], False, "no measured streams")
+    blind = energy_section(lines, streams, (0, ns(1)))
+    assert blind is not None and blind.note == "no energy counter or power"
+    assert blind.to_json() == {"source": lines[0]["source"], "available": False,
+                               "note": "no energy counter or power"}  # fmt: skip
+    assert Energy.from_json(blind.to_json()) == blind
 
 
 def test_report_table_only_when_telemetry_exists(tmp_path: Path):
@@ -314,22 +331,23 @@ def test_telemetry_url_on_the_virtual_clock_is_a_usage_error(tmp_path: Path):
 def test_the_sweep_report_sets_joules_per_token_of_its_arms_side_by_side() -> None:
     from loadgen.report.sweep_text import energy_table
 
-    def energy(j_per_token: float, joules: float, tokens: int, reasons: list[str]) -> dict:
-        return {"available": True, "j_per_output_token": j_per_token, "energy_j": joules,
-                "output_tokens": tokens, "mean_power_w": 612.4, "peak_sm_clock_mhz": 1980,
-                "throttle_reasons": reasons}  # fmt: skip
+    def energy(joules: float, window_s: float, throttle: int) -> dict:
+        return Energy("nvml", True, gpus=1, energy_method="energy_counter", window_s=window_s,
+                      energy_j=joules, output_tokens=2000, token_sources=("usage",),
+                      peak_sm_clock_mhz=1980, throttle_mask=throttle).to_json()  # fmt: skip
 
     arms = {
-        "max_num_batched_tokens=512": {"energy": energy(4.717, 9434.0, 2000, [])},
-        "max_num_batched_tokens=2048": {"energy": energy(4.347, 8694.0, 2000, ["sw_power_cap"])},
+        "max_num_batched_tokens=512": {"energy": energy(9434.0, 15.0, 0)},
+        "max_num_batched_tokens=2048": {"energy": energy(8694.0, 14.0, 0x4)},
         "cold": {"energy": None},
     }
     order = ["max_num_batched_tokens=512", "max_num_batched_tokens=2048", "cold"]
     table = energy_table({"arms": arms, "arm_order": order})
     assert table is not None
+    # J/token = 9434 J / 2000 tokens; mean W = 9434 J / 15 s.
     assert table.rows == (
-        ("max_num_batched_tokens=512", "4.717", "9434", "2000", "612", "1980", "none"),
-        ("max_num_batched_tokens=2048", "4.347", "8694", "2000", "612", "1980", "sw_power_cap"),
+        ("max_num_batched_tokens=512", "4.717", "9434", "2000", "629", "1980", "none"),
+        ("max_num_batched_tokens=2048", "4.347", "8694", "2000", "621", "1980", "sw_power_cap"),
     )
     assert energy_table({"arms": {"cold": {"energy": None}}}) is None
 

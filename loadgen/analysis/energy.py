@@ -11,7 +11,8 @@ where those came from).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from loadgen.records import StreamRecord
@@ -33,16 +34,73 @@ THROTTLE_BITS: dict[int, str] = {
 Points = list[tuple[int, float]]
 
 
+@dataclass(frozen=True, slots=True)
+class Energy:
+    """summary.json's `energy`: the GPUs' joules over the measured window, or (available
+    False) the note that says why there are none."""
+
+    source: str | None
+    available: bool
+    note: str = ""
+    gpus: int = 0
+    energy_method: str = ""  # "energy_counter" | "power_integrated"
+    window_s: float = 0.0
+    energy_j: float = 0.0
+    output_tokens: int = 0
+    token_sources: tuple[str, ...] = ()
+    peak_sm_clock_mhz: float | None = None
+    throttle_mask: int = 0
+
+    @property
+    def j_per_output_token(self) -> float | None:
+        return self.energy_j / self.output_tokens if self.output_tokens else None
+
+    @property
+    def mean_power_w(self) -> float | None:
+        """All GPUs together: the window's energy over its length."""
+        return self.energy_j / self.window_s if self.window_s > 0 else None
+
+    @property
+    def throttle_reasons(self) -> list[str]:
+        return throttle_names(self.throttle_mask)
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.available:
+            return {"source": self.source, "available": False, "note": self.note}
+        return {
+            "source": self.source, "available": True, "gpus": self.gpus,
+            "energy_method": self.energy_method, "window_s": self.window_s,
+            "energy_j": self.energy_j, "output_tokens": self.output_tokens,
+            "token_sources": list(self.token_sources),
+            "j_per_output_token": self.j_per_output_token, "mean_power_w": self.mean_power_w,
+            "peak_sm_clock_mhz": self.peak_sm_clock_mhz, "throttle_mask": self.throttle_mask,
+            "throttle_reasons": self.throttle_reasons,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Energy:
+        if not d["available"]:
+            return cls(d["source"], False, d["note"])
+        return cls(d["source"], True, "", d["gpus"], d["energy_method"], d["window_s"],
+                   d["energy_j"], d["output_tokens"], tuple(d["token_sources"]),
+                   d["peak_sm_clock_mhz"], d["throttle_mask"])  # fmt: skip
+
+
+def read_energy(block: Mapping[str, Any] | None) -> Energy | None:
+    """A run's (or a sweep arm's) `energy` block; None where it had no telemetry."""
+    return None if block is None else Energy.from_json(block)
+
+
 def energy_section(
     telemetry: Iterable[dict[str, Any]], measure: list[StreamRecord], span: tuple[int, int] | None
-) -> dict[str, Any] | None:
-    """summary.json's "energy": None when the run has no telemetry samples."""
+) -> Energy | None:
+    """The measured window's energy: None when the run has no telemetry samples."""
     lines = sorted((t for t in telemetry if t.get("gpus")), key=lambda t: t["t_ns"])
     if not lines:
         return None
     source = lines[0].get("source")
     if span is None:
-        return {"source": source, "available": False, "note": "no measured streams"}
+        return Energy(source, False, "no measured streams")
     a, b = span
     per_gpu = _series(lines)
     counter = {i: s["energy_j"] for i, s in per_gpu.items() if len(s.get("energy_j", [])) >= 2}
@@ -54,30 +112,19 @@ def energy_section(
         method = "power_integrated"
         joules = sum(_integral(p, a, b) for p in power.values())
     else:
-        return {"source": source, "available": False, "note": "no energy counter or power"}
-    tokens = sum(r.completion_tokens for r in measure)
+        return Energy(source, False, "no energy counter or power")
     inside = [ln for ln in lines if a <= ln["t_ns"] <= b]
     sm = [g["sm_clock_mhz"] for ln in inside for g in ln["gpus"] if "sm_clock_mhz" in g]
     mask = 0
     for ln in inside:
         for g in ln["gpus"]:
             mask |= int(g.get("throttle", 0))
-    return {
-        "source": source,
-        "available": True,
-        "gpus": len(per_gpu),
-        "energy_method": method,
-        "window_s": (b - a) / NS,
-        "energy_j": joules,
-        "output_tokens": tokens,
-        "token_sources": sorted({r.token_source for r in measure}),
-        "j_per_output_token": joules / tokens if tokens else None,
-        # All GPUs together: the window's energy over its length.
-        "mean_power_w": joules / ((b - a) / NS) if b > a else None,
-        "peak_sm_clock_mhz": max(sm) if sm else None,
-        "throttle_mask": mask,
-        "throttle_reasons": throttle_names(mask),
-    }
+    return Energy(
+        source, True, gpus=len(per_gpu), energy_method=method, window_s=(b - a) / NS,
+        energy_j=joules, output_tokens=sum(r.completion_tokens for r in measure),
+        token_sources=tuple(sorted({r.token_source for r in measure})),
+        peak_sm_clock_mhz=max(sm) if sm else None, throttle_mask=mask,
+    )  # fmt: skip
 
 
 def throttle_names(mask: int) -> list[str]:

@@ -5,12 +5,38 @@ misses: a stream that never answered says nothing about recall."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from loadgen.records import StreamRecord
 
 
-def needle_recall(records: list[StreamRecord]) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class NeedleRecall:
+    """One (arm, group)'s needle streams: answered ones that held the code, errors apart."""
+
+    arm: str | None
+    group: str
+    streams: int
+    errors: int
+    hits: int
+
+    @property
+    def recall(self) -> float | None:
+        answered = self.streams - self.errors
+        return self.hits / answered if answered else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"arm": self.arm, "group": self.group, "streams": self.streams,
+                "errors": self.errors, "hits": self.hits, "recall": self.recall}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> NeedleRecall:
+        return cls(d["arm"], d["group"], d["streams"], d["errors"], d["hits"])
+
+
+def needle_recall(records: list[StreamRecord]) -> list[NeedleRecall]:
     """One row per (arm, group) with needle streams; [] when the run planted none."""
     by_group: dict[tuple[str, str], list[StreamRecord]] = defaultdict(list)
     for r in records:
@@ -20,14 +46,9 @@ def needle_recall(records: list[StreamRecord]) -> list[dict[str, Any]]:
     for (arm, group), recs in sorted(by_group.items()):
         ok = [r for r in recs if r.status == "ok"]
         hits = sum(1 for r in ok if r.needle_hit)
-        rows.append(
-            {
-                "arm": arm or None,
-                "group": group,
-                "streams": len(recs),
-                "errors": len(recs) - len(ok),
-                "hits": hits,
-                "recall": hits / len(ok) if ok else None,
-            }
-        )
+        rows.append(NeedleRecall(arm or None, group, len(recs), len(recs) - len(ok), hits))
     return rows
+
+
+def read_needles(summary: Mapping[str, Any]) -> list[NeedleRecall]:
+    return [NeedleRecall.from_json(n) for n in summary.get("needles") or []]

@@ -101,6 +101,7 @@ def analyze(inputs: RunInputs) -> Analysis:
     reps = _reps(measure, records, rows, timeline)
     counts = record_counts(manifest, records, rows)
     good = goodput(measure, rows, manifest.get("slo"))
+    energy = energy_section(inputs.telemetry, measure, span_ns(measure))
     summary = {
         "schema": SCHEMA,
         "run": _run_section(manifest, records, measure, rows, timeline, ctx, counts)
@@ -113,8 +114,8 @@ def analyze(inputs: RunInputs) -> Analysis:
         "hist": _hist_section(histograms),
         "sessions": session_turns(measure, rows),
         "goodput": None if good is None else good.to_json(),
-        "needles": needle_recall(measure),
-        "energy": energy_section(inputs.telemetry, measure, span_ns(measure)),
+        "needles": [n.to_json() for n in needle_recall(measure)],
+        "energy": None if energy is None else energy.to_json(),
         "benchmark": benchmark_block(measure),
         "telemetry_notes": (manifest.get("telemetry") or {}).get("notes") or [],
         "thresholds": {

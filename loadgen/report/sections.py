@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from loadgen.analysis.energy import read_energy
 from loadgen.analysis.goodput import read_goodput
+from loadgen.analysis.needles import read_needles
 from loadgen.needle import RECALL_CAVEAT
 from loadgen.report.tables import DASH, Table, count, num, rate, secs, triple
 
@@ -118,13 +120,13 @@ def reasoning_table(summary: dict[str, Any]) -> Table | None:
 
 def needle_table(summary: dict[str, Any]) -> Table | None:
     """Per group (and arm) with needle prompts: the planted code found in the answer."""
-    needles = summary.get("needles") or []
+    needles = read_needles(summary)
     if not needles:
         return None
     rows = tuple(
         (
-            n["group"], n["arm"] or DASH, f"{n['hits']}/{n['streams'] - n['errors']}",
-            DASH if n["recall"] is None else f"{100 * n['recall']:.1f}", str(n["errors"]),
+            n.group, n.arm or DASH, f"{n.hits}/{n.streams - n.errors}",
+            DASH if n.recall is None else f"{100 * n.recall:.1f}", str(n.errors),
         )
         for n in needles
     )  # fmt: skip
@@ -138,17 +140,18 @@ def needle_table(summary: dict[str, Any]) -> Table | None:
 
 def energy_table(summary: dict[str, Any]) -> Table | None:
     """GPU energy over the measured window (telemetry.jsonl), or why there was none."""
-    e, why = summary.get("energy"), tuple(summary.get("telemetry_notes") or ())
+    e, why = read_energy(summary.get("energy")), tuple(summary.get("telemetry_notes") or ())
     if e is None:
         return Table("GPU energy", ("source",), (("none",),), why) if why else None
-    if not e["available"]:
-        return Table("GPU energy", ("source",), ((e["source"],),), (e["note"], *why))
-    jpt = e["j_per_output_token"]
+    source = e.source or DASH
+    if not e.available:
+        return Table("GPU energy", ("source",), ((source,),), (e.note, *why))
+    jpt = e.j_per_output_token
     row = (
-        e["source"], str(e["gpus"]), num(e["energy_j"], 1), str(e["output_tokens"]),
-        DASH if jpt is None else num(jpt, 4), num(e["mean_power_w"], 1),
-        DASH if e["peak_sm_clock_mhz"] is None else num(e["peak_sm_clock_mhz"], 0),
-        ", ".join(e["throttle_reasons"]) or "none",
+        source, str(e.gpus), num(e.energy_j, 1), str(e.output_tokens),
+        DASH if jpt is None else num(jpt, 4), num(e.mean_power_w, 1),
+        DASH if e.peak_sm_clock_mhz is None else num(e.peak_sm_clock_mhz, 0),
+        ", ".join(e.throttle_reasons) or "none",
     )  # fmt: skip
     return Table(
         "GPU energy (measured window)",
@@ -156,8 +159,8 @@ def energy_table(summary: dict[str, Any]) -> Table | None:
          "throttle reasons"),
         (row,),
         (
-            f"energy from the {e['energy_method'].replace('_', ' ')} over "
-            f"{e['window_s']:.3g} s, all GPUs; output tokens from {', '.join(e['token_sources'])}",
+            f"energy from the {e.energy_method.replace('_', ' ')} over "
+            f"{e.window_s:.3g} s, all GPUs; output tokens from {', '.join(e.token_sources)}",
             *why,
         ),
         left=frozenset({0, 7}),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadgen.analysis.energy import read_energy
 from loadgen.analysis.summary_types import Cohort, Stats, carried_other_than_one, read_run
 from loadgen.analysis.sweep import arm_sort_key
 from loadgen.report.boot_tables import arms_over_boots_table, boots_table
@@ -182,11 +183,11 @@ def sweep_ladder_table(sweep: dict[str, Any]) -> Table | None:
 def energy_table(sweep: dict[str, Any]) -> Table | None:
     """Joules per output token across arms, where any arm's GPUs were sampled."""
     rows = [
-        (arm_title(name, arm), num(e["j_per_output_token"], 3), num(e["energy_j"], 0),
-         str(e["output_tokens"]), num(e["mean_power_w"], 0), num(e["peak_sm_clock_mhz"], 0),
-         ", ".join(e["throttle_reasons"]) or "none")
+        (arm_title(name, arm), num(e.j_per_output_token, 3), num(e.energy_j, 0),
+         str(e.output_tokens), num(e.mean_power_w, 0), num(e.peak_sm_clock_mhz, 0),
+         ", ".join(e.throttle_reasons) or "none")
         for name, arm in _arms(sweep)
-        if (e := arm.get("energy")) and e.get("available")
+        if (e := read_energy(arm.get("energy"))) and e.available
     ]  # fmt: skip
     if not rows:
         return None
