@@ -9,15 +9,42 @@ the call's end to the result's send) and the result request's TTFT are given apa
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from loadgen.analysis.stats import median
 from loadgen.records import StreamRecord
 
 
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    """One turn index of a session group: medians over the group's sessions that reached it."""
+
+    turn: int
+    sessions: int
+    ok: int
+    prompt_tokens: float | None
+    cached_tokens: float | None
+    new_tokens: float | None
+    hit_share: float | None
+    ttft_s: float | None
+    decode_tok_s: float | None
+    tool_calls: int
+    tool_s: float | None
+    result_ttft_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TurnRow:
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
+
+
 def session_turns(
     records: list[StreamRecord], rows: dict[str, dict[str, Any]]
-) -> dict[str, list[dict[str, Any]]]:
+) -> dict[str, list[TurnRow]]:
     """Per session group, one row per turn index (medians over the group's sessions)."""
     by_turn: dict[tuple[str, int], list[StreamRecord]] = defaultdict(list)
     results: dict[tuple[str | None, int | None], StreamRecord] = {}
@@ -26,27 +53,33 @@ def session_turns(
             results[(r.session, r.turn)] = r
         elif r.turn is not None:
             by_turn[(r.group, r.turn)].append(r)
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    out: dict[str, list[TurnRow]] = defaultdict(list)
     for (group, turn), recs in sorted(by_turn.items()):
         ok = [r for r in recs if r.status == "ok"]
         back = [results[k] for r in ok if (k := (r.session, r.turn)) in results]
         out[group].append(
-            {
-                "turn": turn,
-                "sessions": len(recs),
-                "ok": len(ok),
-                "prompt_tokens": median(r.prompt_tokens for r in ok),
-                "cached_tokens": median(r.cached_tokens for r in ok),
-                "new_tokens": median(_new_tokens(r) for r in ok),
-                "hit_share": median(_hit_share(r) for r in ok),
-                "ttft_s": median(rows[r.id]["ttft_s"] for r in ok if r.id in rows),
-                "decode_tok_s": median(rows[r.id]["decode_tok_s"] for r in ok if r.id in rows),
-                "tool_calls": sum(r.tool_calls for r in ok),
-                "tool_s": median(_tool_s(r, results.get((r.session, r.turn))) for r in ok),
-                "result_ttft_s": median(rows[b.id]["ttft_s"] for b in back if b.id in rows),
-            }
+            TurnRow(
+                turn=turn,
+                sessions=len(recs),
+                ok=len(ok),
+                prompt_tokens=median(r.prompt_tokens for r in ok),
+                cached_tokens=median(r.cached_tokens for r in ok),
+                new_tokens=median(_new_tokens(r) for r in ok),
+                hit_share=median(_hit_share(r) for r in ok),
+                ttft_s=median(rows[r.id]["ttft_s"] for r in ok if r.id in rows),
+                decode_tok_s=median(rows[r.id]["decode_tok_s"] for r in ok if r.id in rows),
+                tool_calls=sum(r.tool_calls for r in ok),
+                tool_s=median(_tool_s(r, results.get((r.session, r.turn))) for r in ok),
+                result_ttft_s=median(rows[b.id]["ttft_s"] for b in back if b.id in rows),
+            )
         )
     return dict(out)
+
+
+def read_sessions(summary: Mapping[str, Any]) -> dict[str, list[TurnRow]]:
+    """A run summary's session turns by group ({} where no stream was a session turn)."""
+    return {g: [TurnRow.from_json(t) for t in turns]
+            for g, turns in (summary.get("sessions") or {}).items()}  # fmt: skip
 
 
 def _tool_s(call: StreamRecord, result: StreamRecord | None) -> float | None:

@@ -112,7 +112,9 @@ def analyze(inputs: RunInputs) -> Analysis:
         "arms": _arms(records),
         "mixed": _mixed(measure, records, timeline, ctx.seats),
         "hist": _hist_section(histograms),
-        "sessions": session_turns(measure, rows),
+        "sessions": {
+            g: [t.to_json() for t in turns] for g, turns in session_turns(measure, rows).items()
+        },
         "goodput": None if good is None else good.to_json(),
         "needles": [n.to_json() for n in needle_recall(measure)],
         "energy": None if energy is None else energy.to_json(),

@@ -3,7 +3,7 @@
 summary.py writes summary.json (the contract other tools read); a report is drawn from that file
 alone, so it reads it back through these types: the run's target, counts and server window, and
 a group's statistics per registered metric (analysis/registry.py), its verdict counts, what its
-chunks carried and its ladder cohort.
+chunks carried, its ladder cohort and its reasoning.
 """
 
 from __future__ import annotations
@@ -68,6 +68,27 @@ class Cohort:
 
 
 @dataclass(frozen=True, slots=True)
+class Reasoning:
+    """A group's reasoning figures: TTFO beside TTFT, reasoning and output decode rates apart,
+    and where the reasoning token counts came from (estimated: not all the server's)."""
+
+    streams: int
+    ttfo_s: Stats
+    reasoning_tokens: Stats
+    reasoning_token_source: str
+    estimated: bool
+    reasoning_tok_s: Stats
+    output_tok_s: Stats
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Reasoning:
+        return cls(d["streams"], Stats.from_json(d["ttfo_s"]),
+                   Stats.from_json(d["reasoning_tokens"]), d["reasoning_token_source"],
+                   d["estimated"], Stats.from_json(d["reasoning_tok_s"]),
+                   Stats.from_json(d["output_tok_s"]))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class GroupSummary:
     name: str
     n: int
@@ -78,6 +99,7 @@ class GroupSummary:
     verdicts: Mapping[str, int]
     chunk_tokens: ChunkTally
     cohort: Cohort | None
+    reasoning: Reasoning | None
 
     def of(self, metric: str) -> Stats:
         """The group's statistics of a registered metric (KeyError names an unknown one)."""
@@ -104,6 +126,7 @@ class GroupSummary:
                 tally.get("chunks", 0), tally.get("multi", 0), tally.get("tokens", 0)
             ),
             cohort=Cohort.from_json(g["cohort"]) if g.get("cohort") else None,
+            reasoning=Reasoning.from_json(g["reasoning"]) if g.get("reasoning") else None,
         )
 
 

@@ -9,26 +9,28 @@ from typing import Any
 from loadgen.analysis.energy import read_energy
 from loadgen.analysis.goodput import read_goodput
 from loadgen.analysis.needles import read_needles
+from loadgen.analysis.sessions import read_sessions
+from loadgen.analysis.summary_types import read_groups
 from loadgen.needle import RECALL_CAVEAT
 from loadgen.report.tables import DASH, Table, count, num, rate, secs, triple
 
 
 def sessions_table(summary: dict[str, Any]) -> Table | None:
     """Per session group and turn: context, prefix hits, new tokens, TTFT, decode rate."""
-    sessions = summary.get("sessions") or {}
-    tools = any(t.get("tool_calls") for turns in sessions.values() for t in turns)
+    sessions = read_sessions(summary)
+    tools = any(t.tool_calls for turns in sessions.values() for t in turns)
     rows = []
     for group, turns in sessions.items():
         for t in turns:
-            hit = t["hit_share"]
+            hit = t.hit_share
             row: tuple[str, ...] = (
-                group, str(t["turn"]), f"{t['ok']}/{t['sessions']}", count(t["prompt_tokens"]),
-                count(t["cached_tokens"]), count(t["new_tokens"]),
-                DASH if hit is None else f"{100 * hit:.1f}", secs(t["ttft_s"]),
-                rate(t["decode_tok_s"]),
+                group, str(t.turn), f"{t.ok}/{t.sessions}", count(t.prompt_tokens),
+                count(t.cached_tokens), count(t.new_tokens),
+                DASH if hit is None else f"{100 * hit:.1f}", secs(t.ttft_s),
+                rate(t.decode_tok_s),
             )  # fmt: skip
             if tools:
-                row += (str(t["tool_calls"]), secs(t["tool_s"]), secs(t["result_ttft_s"]))
+                row += (str(t.tool_calls), secs(t.tool_s), secs(t.result_ttft_s))
             rows.append(row)
     if not rows:
         return None
@@ -88,23 +90,22 @@ def slo_text(slo: Mapping[str, float]) -> str:
 def reasoning_table(summary: dict[str, Any]) -> Table | None:
     """Per group whose streams reasoned: TTFT beside TTFO, reasoning tokens and their source,
     reasoning and output decode rates apart (None when no stream reasoned)."""
-    rows = []
-    for group, g in summary["groups"].items():
-        r = g.get("reasoning")
-        if not r:
-            continue
-        rows.append((
-            group, f"{r['streams']}/{g['n']}", triple(g["ttft_s"], secs), triple(r["ttfo_s"], secs),
-            count(r["reasoning_tokens"]["median"]), r["reasoning_token_source"],
-            rate(r["reasoning_tok_s"]["median"]), rate(r["output_tok_s"]["median"]),
-        ))  # fmt: skip
+    reasoned = [(g, g.reasoning) for g in read_groups(summary) if g.reasoning is not None]
+    rows = tuple(
+        (
+            g.name, f"{r.streams}/{g.n}", triple(g.of("ttft_s"), secs), triple(r.ttfo_s, secs),
+            count(r.reasoning_tokens.median), r.reasoning_token_source,
+            rate(r.reasoning_tok_s.median), rate(r.output_tok_s.median),
+        )
+        for g, r in reasoned
+    )  # fmt: skip
     if not rows:
         return None
     notes = [
         "TTFT: first token of any kind; TTFO: first output token (reasoning excluded); "
         "decode rates split at the first output chunk, each without its first chunk's tokens",
     ]
-    if any(summary["groups"][row[0]]["reasoning"]["estimated"] for row in rows):
+    if any(r.estimated for _, r in reasoned):
         notes.append(
             "!! reasoning tokens estimated (no usage.completion_tokens_details.reasoning_tokens):"
             " see the source column"
