@@ -34,7 +34,7 @@ acceptance noise alone (tests/test_soak_sim_core.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +70,10 @@ class Trend:
             "effect": self.effect, "ci_lo": self.lo, "ci_hi": self.hi, "per_hour": self.per_hour
         }  # fmt: skip
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, float] | None) -> Trend | None:
+        return None if d is None else cls(d["effect"], d["ci_lo"], d["ci_hi"], d["per_hour"])
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -92,13 +96,22 @@ class Verdict:
             "adjusted": None if self.adjusted is None else self.adjusted.to_json(),
             "raw": None if self.raw is None else self.raw.to_json(),
             "needed_n": self.needed_n,
-            "method": (
-                "OLS of log(decode rate) on time, log(context) and its square; "
-                "moving-block bootstrap "
-                f"({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}), "
-                f"{CI_LEVEL:.0%} CI; threshold +-{self.threshold:.1%} over the soak"
-            ),
+            "method": self.method,
         }
+
+    @property
+    def method(self) -> str:
+        return (
+            "OLS of log(decode rate) on time, log(context) and its square; moving-block "
+            f"bootstrap ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}), "
+            f"{CI_LEVEL:.0%} CI; threshold +-{self.threshold:.1%} over the soak"
+        )
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Verdict:
+        return cls(d["verdict"], d["reason"], d["n"], d["span_h"], d["threshold"],
+                   Trend.from_json(d["adjusted"]), Trend.from_json(d["raw"]),
+                   d["needed_n"])  # fmt: skip
 
 
 def change(first: float, last: float) -> float:

@@ -15,6 +15,7 @@ from loadgen.analysis.compare import compare_summaries
 from loadgen.analysis.fidelity import fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
+from loadgen.analysis.soak_types import Soak
 from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.summary_types import RunSummary, read_run
@@ -237,25 +238,25 @@ def _soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
             f"cannot compare soak {soak} with non-soak run {other}: compare two soaks "
             "(drift verdicts) or two runs (per-group medians)"
         )
-    a, b = analyze_soak_dir(run_a), analyze_soak_dir(run_b)
-    ra, rb = (median([p["rate"] for p in s["points"]]) for s in (a, b))
+    a, b = (Soak.from_json(analyze_soak_dir(p)) for p in (run_a, run_b))
+    ra, rb = (median([p.rate for p in s.points]) for s in (a, b))
     diff = None if ra is None or rb is None else rb - ra
     pct = None if diff is None or not ra else 100 * diff / ra
-    va, vb = a["verdict"], b["verdict"]
-    effect = [None if v["adjusted"] is None else 100 * v["adjusted"]["effect"] for v in (va, vb)]
+    va, vb = a.verdict, b.verdict
+    effect = [None if v.adjusted is None else 100 * v.adjusted.effect for v in (va, vb)]
     rows = (
-        ("requests decoded", str(a["requests"]), str(b["requests"]), DASH, DASH),
+        ("requests decoded", str(a.requests), str(b.requests), DASH, DASH),
         ("median decode tok/s", num(ra), num(rb), num(diff), num(pct)),
         ("drift at fixed context %", num(effect[0]), num(effect[1]), DASH, DASH),
-        ("drift verdict", va["verdict"], vb["verdict"], DASH, DASH),
+        ("drift verdict", va.verdict, vb.verdict, DASH, DASH),
     )
     return Table(
         "Compare soaks (B - A; each soak's own drift verdict)",
         ("quantity", "A", "B", "B - A", "%"),
         rows,
         (
-            f"A = {run_a}: {va['reason']}",
-            f"B = {run_b}: {vb['reason']}",
+            f"A = {run_a}: {va.reason}",
+            f"B = {run_b}: {vb.reason}",
             "decode tok/s: per request, token-true, on the server's clock (the soak report's)",
         ),
         left=frozenset({0}),

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from loadgen.analysis.inputs import load_run
 from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak
+from loadgen.analysis.soak_types import ClocksControl, Soak, WindowClient, WindowGpu
 from loadgen.analysis.stats import dumps_canonical
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import read_jsonl
@@ -60,24 +61,24 @@ def _end(m: dict[str, Any]) -> dict[str, Any]:
     return end
 
 
-def windows_table(s: dict[str, Any]) -> Table:
+def windows_table(s: Soak) -> Table:
     rows = []
-    for w in s["windows"]:
-        srv, cl = w["server"], w["client"]
+    for w in s.windows:
+        srv = w.server
         rows.append((
-            w["label"], str(w["n"]), secs(w["duration_s"]),
-            rate(w["decode_tok_s_median"]), rate(w["decode_tok_s_p10"]),
-            secs(w["ttft_s_median"]), rate(w["prefill_tok_s_median"]),
-            num(w["context_mean"], 0), f"{num(w['prompt_tokens_mean'], 0)}/"
-            f"{num(w['completion_tokens_mean'], 0)}",
-            _perc(srv.get("prefix_hit_rate")), _perc(srv.get("spec_acceptance")),
-            f"{num(srv.get('kv_peak_perc'))}/{num(srv.get('kv_mean_perc'))}",
-            num(srv.get("preemptions"), 0), num(srv.get("generation_tokens"), 0),
-            num(srv.get("prompt_tokens"), 0),
-            _client_cell(cl), _gpu_cell(w["gpu"]),
+            w.label, str(w.n), secs(w.duration_s),
+            rate(w.decode_tok_s_median), rate(w.decode_tok_s_p10),
+            secs(w.ttft_s_median), rate(w.prefill_tok_s_median),
+            num(w.context_mean, 0), f"{num(w.prompt_tokens_mean, 0)}/"
+            f"{num(w.completion_tokens_mean, 0)}",
+            _perc(srv.prefix_hit_rate), _perc(srv.spec_acceptance),
+            f"{num(srv.kv_peak_perc)}/{num(srv.kv_mean_perc)}",
+            num(srv.preemptions, 0), num(srv.generation_tokens, 0),
+            num(srv.prompt_tokens, 0),
+            _client_cell(w.client), _gpu_cell(w.gpu),
         ))  # fmt: skip
     return Table(
-        f"Soak windows ({s['window']})",
+        f"Soak windows ({s.window})",
         ("window", "n", "length s", "decode tok/s p50", "p10", "TTFT p50 s", "prefill tok/s",
          "mean ctx", "prompt/out", "prefix hit", "spec accept", "kv% peak/mean", "preempt",
          "gen tok (server)", "prompt tok (server)", "client lag max ms / cpu / RSS MiB",
@@ -97,34 +98,33 @@ def _perc(x: float | None) -> str:
     return DASH if x is None else f"{x * 100:.1f}%"
 
 
-def _gpu_cell(g: dict[str, Any]) -> str:
-    if not g.get("available"):
+def _gpu_cell(g: WindowGpu) -> str:
+    if not g.available:
         return DASH
-    return (f"{num(g['sm_clock_mhz_mean'], 0)} / {num(g['power_w_mean'], 0)} / "
-            f"{','.join(g['throttle_reasons']) or 'none'}")  # fmt: skip
+    return (f"{num(g.sm_clock_mhz_mean, 0)} / {num(g.power_w_mean, 0)} / "
+            f"{','.join(g.throttle_reasons) or 'none'}")  # fmt: skip
 
 
-def _client_cell(c: dict[str, Any]) -> str:
-    if not c.get("available"):
+def _client_cell(c: WindowClient) -> str:
+    if not c.available:
         return DASH
-    flag = " BEHIND" if c["behind"] else ""
-    return (f"{c['lag_max_ms']:.0f} / {c['cpu_share'] * 100:.0f}% / "
-            f"{c['rss_mib_mean']:.0f}{flag}")  # fmt: skip
+    flag = " BEHIND" if c.behind else ""
+    return f"{c.lag_max_ms:.0f} / {c.cpu_share * 100:.0f}% / {c.rss_mib_mean:.0f}{flag}"
 
 
-def bins_table(s: dict[str, Any]) -> Table:
+def bins_table(s: Soak) -> Table:
     labels = [b[0] for b in CONTEXT_BINS]
     rows = []
     for label in labels:
         cells = []
-        for w in s["windows"]:
-            hit = next((b for b in w["context_bins"] if b["bin"] == label), None)
-            cells.append(DASH if hit is None else f"{hit['n']} @ {rate(hit['decode_tok_s_mean'])}")
+        for w in s.windows:
+            hit = w.context_bins.get(label)
+            cells.append(DASH if hit is None else f"{hit[0]} @ {rate(hit[1])}")
         if any(c != DASH for c in cells):
             rows.append((label, *cells))
     return Table(
         "Decode tok/s by context bin (n @ mean rate)",
-        ("context", *(w["label"] for w in s["windows"])),
+        ("context", *(w.label for w in s.windows)),
         tuple(rows),
         notes=("bins (tokens of mean decode context): "
                + ", ".join(b[0] for b in CONTEXT_BINS) + "; a rate change within a bin is not "
@@ -132,78 +132,76 @@ def bins_table(s: dict[str, Any]) -> Table:
     )  # fmt: skip
 
 
-def head_lines(s: dict[str, Any]) -> list[str]:
-    v = s["verdict"]
-    target = s.get("target") or {}
-    end = s["end"]
+def head_lines(s: Soak) -> list[str]:
+    v, target, end = s.verdict, s.target, s.end
     lines = [
-        f"soak {s.get('scenario')} against {target.get('kind', '?')} {target.get('url', '')}"
-        f" ({s['requests']} requests decoded, {s['failed_streams']} failed)",
-        f"VERDICT: {v['verdict']}: {v['reason']}",
-        f"method: {v['method']}",
-        f"ended: {end.get('reason') or 'unknown'}"
-        + (f" at {end['at_s']:.1f} s of the run clock" if end.get("at_s") is not None else "")
-        + (f" ({end['detail']})" if end.get("detail") else ""),
+        f"soak {s.scenario} against {target.kind or '?'} {target.url or ''}"
+        f" ({s.requests} requests decoded, {s.failed_streams} failed)",
+        f"VERDICT: {v.verdict}: {v.reason}",
+        f"method: {v.method}",
+        f"ended: {end.reason or 'unknown'}"
+        + (f" at {end.at_s:.1f} s of the run clock" if end.at_s is not None else "")
+        + (f" ({end.detail})" if end.detail else ""),
     ]
-    if s["first_to_last"] is not None:
-        lines.append(f"median decode first -> last window: {s['first_to_last'] * 100:+.1f}% "
+    if s.first_to_last is not None:
+        lines.append(f"median decode first -> last window: {s.first_to_last * 100:+.1f}% "
                      "(raw, traffic mix not held fixed)")  # fmt: skip
-    if end.get("reason") in ("server unreachable", "server failing"):
-        lines.append(f"!! the server stopped serving mid-soak: {end.get('detail')}")
+    if end.reason in ("server unreachable", "server failing"):
+        lines.append(f"!! the server stopped serving mid-soak: {end.detail}")
     lines.append(_client_line(s))
-    lines += _clocks_lines(s.get("clocks") or {})
-    if s["excluded_windows"]:
+    lines += _clocks_lines(s.clocks)
+    if s.excluded_windows:
         lines.append("!! left out of the verdict (client fell behind): "
-                     + ", ".join(s["excluded_windows"]))  # fmt: skip
-    if s.get("speed") not in (None, 1, 1.0) and target.get("kind") == "sim":
-        lines.append(f"sim at speed {s['speed']:g}: times and rates are on the sim's "
+                     + ", ".join(s.excluded_windows))  # fmt: skip
+    if s.speed not in (None, 1, 1.0) and target.kind == "sim":
+        lines.append(f"sim at speed {s.speed:g}: times and rates are on the sim's "
                      "engine clock (wall x speed)")  # fmt: skip
     return lines
 
 
-def _clocks_lines(c: dict[str, Any]) -> list[str]:
+def _clocks_lines(c: ClocksControl) -> list[str]:
     """The GPU clocks as a control of the drift verdict (nothing where no GPU was sampled)."""
-    if not c.get("measured"):
+    if not c.measured:
         return []
-    moved = c["sm_clock_change"]
-    clock = (DASH if c["sm_clock_first_mhz"] is None else
-             f"SM {c['sm_clock_first_mhz']:.0f} -> {c['sm_clock_last_mhz']:.0f} MHz"
+    moved = c.sm_clock_change
+    clock = (DASH if c.sm_clock_first_mhz is None or c.sm_clock_last_mhz is None else
+             f"SM {c.sm_clock_first_mhz:.0f} -> {c.sm_clock_last_mhz:.0f} MHz"
              + ("" if moved is None else f" ({moved * 100:+.1f}%)"))  # fmt: skip
-    if c["ruled_out"]:
+    if c.ruled_out:
         return [f"GPU clocks ruled out: {clock}, no power or thermal throttling in any window"]
-    why = (f"throttled ({', '.join(c['reasons'])}) in {', '.join(c['throttled_windows'])}"
-           if c["throttled_windows"] else "clocks moved")  # fmt: skip
+    why = (f"throttled ({', '.join(c.reasons)}) in {', '.join(c.throttled_windows)}"
+           if c.throttled_windows else "clocks moved")  # fmt: skip
     return [f"!! GPU clocks NOT ruled out: {why}; {clock}: a drift may be the clocks"]
 
 
-def _client_line(s: dict[str, Any]) -> str:
-    if s.get("clock") == "virtual":
+def _client_line(s: Soak) -> str:
+    if s.clock == "virtual":
         return "client: on the virtual clock there is no client in the loop; nothing to watch"
-    mem = s["client_memory"]
-    if not s["client_watched"] or not mem.get("measured"):
+    mem = s.client_memory
+    if not s.client_watched or not mem.measured:
         return "client: self-watch not recorded (too short, or an older run directory)"
-    word = "flat" if mem["flat"] else "NOT flat"
-    return (f"client memory {word}: RSS {mem['first_mib']:.0f} -> {mem['last_mib']:.0f} MiB "
-            f"({mem['change'] * 100:+.1f}%, first to last window; /proc/self/statm)")  # fmt: skip
+    word = "flat" if mem.flat else "NOT flat"
+    return (f"client memory {word}: RSS {mem.first_mib:.0f} -> {mem.last_mib:.0f} MiB "
+            f"({mem.change * 100:+.1f}%, first to last window; /proc/self/statm)")  # fmt: skip
 
 
-def rate_png(s: dict[str, Any]) -> bytes | None:
+def rate_png(s: Soak) -> bytes | None:
     """Decode rate of every request over time, windows shaded, mean context on a second axis."""
-    pts = s["points"]
+    pts = s.points
     if not pts:
         return None
     fig = Figure(figsize=(10, 4))
     ax = fig.add_subplot(1, 1, 1)
-    for i, w in enumerate(s["windows"]):
-        ax.axvspan(w["from_s"] / 60, w["to_s"] / 60, color=SHADES[i % 2], zorder=0)
-        ax.text((w["from_s"] + w["to_s"]) / 120, 1.0, w["label"], ha="center", va="bottom",
+    for i, w in enumerate(s.windows):
+        ax.axvspan(w.from_s / 60, w.to_s / 60, color=SHADES[i % 2], zorder=0)
+        ax.text((w.from_s + w.to_s) / 120, 1.0, w.label, ha="center", va="bottom",
                 transform=ax.get_xaxis_transform(), fontsize=8)  # fmt: skip
-    ax.scatter([p["t_s"] / 60 for p in pts], [p["rate"] for p in pts], s=6, color="#1d5fa8",
+    ax.scatter([p.t_s / 60 for p in pts], [p.rate for p in pts], s=6, color="#1d5fa8",
                label="decode tok/s (per request)", zorder=2)  # fmt: skip
     ax.set_xlabel("minutes since the soak started (server's clock)")
     ax.set_ylabel("decode tok/s")
     ctx = ax.twinx()
-    ctx.plot([p["t_s"] / 60 for p in pts], [p["context"] for p in pts], lw=0.6,
+    ctx.plot([p.t_s / 60 for p in pts], [p.context for p in pts], lw=0.6,
              color="#e9a23b", label="context (tokens)", zorder=1)  # fmt: skip
     ctx.set_ylabel("mean decode context, tokens")
     fig.legend(loc="lower left", fontsize=8)
@@ -211,15 +209,16 @@ def rate_png(s: dict[str, Any]) -> bytes | None:
     return png_bytes(fig)
 
 
-def render_plain(s: dict[str, Any]) -> str:
+def render_plain(s: Soak) -> str:
     return "\n\n".join(["\n".join(head_lines(s)), to_plain(windows_table(s)),
                         to_plain(bins_table(s))]) + "\n"  # fmt: skip
 
 
 def write_soak_report(path: Path) -> str:
     """(Re)writes soak.json, report.txt, rate.png and report.html; returns the text report."""
-    s = analyze_soak_dir(path)
-    (path / "soak.json").write_bytes(dumps_canonical(s))
+    raw = analyze_soak_dir(path)
+    (path / "soak.json").write_bytes(dumps_canonical(raw))
+    s = Soak.from_json(raw)
     text = render_plain(s)
     (path / "report.txt").write_text(text, encoding="utf-8")
     png = rate_png(s)
