@@ -4,6 +4,8 @@ sweep parent's summary (arms/<arm>/ run directories plus the parent's run.json).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ from loadgen.analysis.inputs import arm_dirs, read_manifest
 from loadgen.analysis.load_sweep import load_block, load_row
 from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import SCHEMA, Analysis, analyze_run
+from loadgen.analysis.summary_types import Stats
 from loadgen.analysis.sweep_boots import boot_points, floor_rows
 
 
@@ -20,19 +23,48 @@ def arm_sort_key(name: str) -> list[tuple[int, float, str]]:
     return [(1, float(p), "") if i % 2 else (0, 0.0, p) for i, p in enumerate(parts) if p]
 
 
-def _minmax(values: list[float]) -> dict[str, float | None]:
-    return {
-        "min": min(values) if values else None,
-        "median": median(values),
-        "max": max(values) if values else None,
-        "n": len(values),
-    }
+def _minmax(values: list[float]) -> Stats:
+    return Stats(len(values), min(values) if values else None, median(values),
+                 max(values) if values else None, None, None, None, None)  # fmt: skip
 
 
-def mixed_row(reps: list[dict[str, Any]]) -> dict[str, Any]:
-    """Whale/minnow figures over the given mixed reps (summary["mixed"]["reps"] items): whale
-    TTFT median, minnow TTFT and decode rates (during the whale's prefill, after it) min/med/max,
-    minnows that only got a first token after the prefill, and the median wall time."""
+def _minmax_json(st: Stats) -> dict[str, float | None]:
+    return {"min": st.min, "median": st.median, "max": st.max, "n": st.n}
+
+
+@dataclass(frozen=True, slots=True)
+class MixedRow:
+    """Whale/minnow figures over some mixed reps: the whale's TTFT median, the minnows' TTFT and
+    decode rates (during the whale's prefill, after it) min/median/max, minnows that got a
+    first token only after the prefill, and the median wall time."""
+
+    whale_ttft_s: float | None
+    minnow_ttft_s: Stats
+    minnow_decode_during_tok_s: Stats
+    minnow_decode_after_tok_s: Stats
+    minnows_first_token_after_prefill: int
+    wall_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "whale_ttft_s": self.whale_ttft_s,
+            "minnow_ttft_s": _minmax_json(self.minnow_ttft_s),
+            "minnow_decode_during_tok_s": _minmax_json(self.minnow_decode_during_tok_s),
+            "minnow_decode_after_tok_s": _minmax_json(self.minnow_decode_after_tok_s),
+            "minnows_first_token_after_prefill": self.minnows_first_token_after_prefill,
+            "wall_s": self.wall_s,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> MixedRow:
+        return cls(d["whale_ttft_s"], Stats.from_json(d["minnow_ttft_s"]),
+                   Stats.from_json(d["minnow_decode_during_tok_s"]),
+                   Stats.from_json(d["minnow_decode_after_tok_s"]),
+                   d["minnows_first_token_after_prefill"], d["wall_s"])  # fmt: skip
+
+
+def mixed_row(reps: list[dict[str, Any]]) -> MixedRow:
+    """MixedRow over the given mixed reps (summary["mixed"]["reps"] items)."""
     whale_ttft, ttft, during, after, after_only = [], [], [], [], 0
     for rep in reps:
         for inter in rep["interference"]:
@@ -47,14 +79,8 @@ def mixed_row(reps: list[dict[str, Any]]) -> dict[str, Any]:
                     during.append(m["decode_during"]["tok_s"])
                 if m["decode_after"] is not None:
                     after.append(m["decode_after"]["tok_s"])
-    return {
-        "whale_ttft_s": median(whale_ttft),
-        "minnow_ttft_s": _minmax(ttft),
-        "minnow_decode_during_tok_s": _minmax(during),
-        "minnow_decode_after_tok_s": _minmax(after),
-        "minnows_first_token_after_prefill": after_only,
-        "wall_s": median(rep["wall_s"] for rep in reps),
-    }
+    return MixedRow(median(whale_ttft), _minmax(ttft), _minmax(during), _minmax(after),
+                    after_only, median(rep["wall_s"] for rep in reps))  # fmt: skip
 
 
 def arm_entry(summary: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
@@ -65,7 +91,7 @@ def arm_entry(summary: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
     return {
         "flags": arm.get("flags") or {},
         "settings": arm.get("settings") or {},
-        "row": mixed_row(mixed["reps"]) if mixed else None,
+        "row": mixed_row(mixed["reps"]).to_json() if mixed else None,
         "load_row": load_row(summary),
         "interrupted": summary["run"]["interrupted"],
         "wall_s": summary["run"]["wall_s"],

@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 
 from loadgen.analysis.energy import read_energy
 from loadgen.analysis.summary_types import Cohort, Stats, carried_other_than_one, read_run
-from loadgen.analysis.sweep import arm_sort_key
+from loadgen.analysis.sweep import MixedRow, arm_sort_key
 from loadgen.report.boot_tables import arms_over_boots_table, boots_table
 from loadgen.report.sections import slo_text
 from loadgen.report.tables import DASH, Table, msecs, num, rate, secs, span, to_plain
-from loadgen.report.text import header, ladder_table, render_plain
+from loadgen.report.text import decode_during, header, ladder_table, render_plain
 from loadgen.scenario.load_axis import format_load
 
 # What one load value of each axis is, for the load table's first footnote.
@@ -135,20 +135,17 @@ def politeness_table(sweep: dict[str, Any]) -> Table | None:
     """budget | whale TTFT | minnow TTFT | minnow decode during whale prefill | after | wall."""
     rows = []
     for name, arm in _arms(sweep):
-        row = arm["row"]
-        if row is None:
+        if arm["row"] is None:
             continue
-        during = span(row["minnow_decode_during_tok_s"])
-        if row["minnows_first_token_after_prefill"]:
-            during += f" ({row['minnows_first_token_after_prefill']} queued)"
+        row = MixedRow.from_json(arm["row"])
         rows.append(
             (
                 arm_title(name, arm),
-                secs(row["whale_ttft_s"]),
-                span(row["minnow_ttft_s"], secs),
-                during,
-                span(row["minnow_decode_after_tok_s"]),
-                secs(row["wall_s"]),
+                secs(row.whale_ttft_s),
+                span(row.minnow_ttft_s, secs),
+                decode_during(row),
+                span(row.minnow_decode_after_tok_s),
+                secs(row.wall_s),
             )
         )
     if not rows:

@@ -137,9 +137,9 @@ def triple(d: Stats | Mapping[str, Any] | None, fmt: Any = rate) -> str:
     return f"{fmt(st.min)}/{fmt(st.median)}/{fmt(st.max)}"
 
 
-def span(d: dict[str, Any] | None, fmt: Any = rate) -> str:
-    """min-max of a stats dict (one value when they agree)."""
-    if not d or not d.get("n"):
+def span(st: Stats, fmt: Any = rate) -> str:
+    """min-max of a metric's statistics (one value when they agree)."""
+    if not st.n:
         return DASH
-    lo, hi = fmt(d["min"]), fmt(d["max"])
+    lo, hi = fmt(st.min), fmt(st.max)
     return lo if lo == hi else f"{lo}-{hi}"

@@ -26,7 +26,7 @@ from loadgen.analysis.summary_types import (
     read_groups,
     read_run,
 )
-from loadgen.analysis.sweep import mixed_row
+from loadgen.analysis.sweep import MixedRow, mixed_row
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.analysis.warmth import warm_note
 from loadgen.report.bench_tables import benchmark_tables
@@ -402,17 +402,20 @@ def whale_table(summary: dict[str, Any]) -> Table | None:
 
 def _whale_row(label: str, reps: list[dict[str, Any]]) -> tuple[str, ...]:
     row = mixed_row(reps)
-    during = span(row["minnow_decode_during_tok_s"])
-    if row["minnows_first_token_after_prefill"]:
-        during += f" ({row['minnows_first_token_after_prefill']} queued)"
     return (
         label,
-        secs(row["whale_ttft_s"]),
-        triple(row["minnow_ttft_s"], secs),
-        during,
-        span(row["minnow_decode_after_tok_s"]),
-        secs(row["wall_s"]),
+        secs(row.whale_ttft_s),
+        triple(row.minnow_ttft_s, secs),
+        decode_during(row),
+        span(row.minnow_decode_after_tok_s),
+        secs(row.wall_s),
     )
+
+
+def decode_during(row: MixedRow) -> str:
+    """The minnows' decode rates during the whale's prefill, and how many only queued."""
+    queued = row.minnows_first_token_after_prefill
+    return span(row.minnow_decode_during_tok_s) + (f" ({queued} queued)" if queued else "")
 
 
 def server_table(summary: dict[str, Any]) -> Table:
