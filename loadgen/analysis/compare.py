@@ -8,7 +8,12 @@ with fewer than 2 reps in either run there is no floor to compare with: `no rep 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from loadgen.analysis.summary_types import RunSummary, read_run
 
 # (summary field, label, unit); each has per-rep medians in summary["groups"][g]["rep_medians"].
 COMPARED = (
@@ -19,29 +24,64 @@ COMPARED = (
 )
 
 
-def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class CompareRow:
+    """One quantity of one group: B - A of the group medians against the noise floor."""
+
+    group: str
+    field: str
+    label: str
+    unit: str
+    a: float | None
+    b: float | None
+    spread_a: float | None
+    spread_b: float | None
+    verdict: str  # "exceeds noise" | "within noise" | "no rep spread" | "missing"
+
+    @property
+    def diff(self) -> float | None:
+        return None if self.a is None or self.b is None else self.b - self.a
+
+    @property
+    def diff_pct(self) -> float | None:
+        diff = self.diff
+        return None if diff is None or not self.a else 100 * diff / self.a
+
+    @property
+    def noise(self) -> float | None:
+        """max(spread A, spread B); None where either run has no spread."""
+        if self.spread_a is None or self.spread_b is None:
+            return None
+        return max(self.spread_a, self.spread_b)
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    rows: tuple[CompareRow, ...]
+    only_a: tuple[str, ...]
+    only_b: tuple[str, ...]
+    runs: tuple[RunSummary, RunSummary]
+
+
+def compare_summaries(a: Mapping[str, Any], b: Mapping[str, Any]) -> Comparison:
     """Rows per (group, quantity) plus the groups present in only one run."""
     ga, gb = a.get("groups", {}), b.get("groups", {})
-    rows = []
-    for group in sorted(set(ga) & set(gb)):
-        for field, label, unit in COMPARED:
-            rows.append(_row(group, field, label, unit, ga[group], gb[group]))
-    return {
-        "rows": rows,
-        "only_a": sorted(set(ga) - set(gb)),
-        "only_b": sorted(set(gb) - set(ga)),
-        "scenario": [a.get("run", {}).get("scenario"), b.get("run", {}).get("scenario")],
-        "runs": [a.get("run", {}), b.get("run", {})],
-    }
+    rows = tuple(
+        _row(group, field, label, unit, ga[group], gb[group])
+        for group in sorted(set(ga) & set(gb))
+        for field, label, unit in COMPARED
+    )
+    return Comparison(rows, tuple(sorted(set(ga) - set(gb))), tuple(sorted(set(gb) - set(ga))),
+                      (read_run(a), read_run(b)))  # fmt: skip
 
 
 def _row(
-    group: str, field: str, label: str, unit: str, a: dict[str, Any], b: dict[str, Any]
-) -> dict[str, Any]:
+    group: str, field: str, label: str, unit: str, a: Mapping[str, Any], b: Mapping[str, Any]
+) -> CompareRow:
     va, vb = a[field]["median"], b[field]["median"]
     sa, sb = a["rep_spread"].get(field), b["rep_spread"].get(field)
-    diff = None if va is None or vb is None else vb - va
-    floor = None if sa is None or sb is None else max(sa, sb)
+    row = CompareRow(group, field, label, unit, va, vb, sa, sb, "")
+    diff, floor = row.diff, row.noise
     if diff is None:
         verdict = "missing"
     elif a["reps"] < 2 or b["reps"] < 2 or floor is None:
@@ -50,17 +90,4 @@ def _row(
         verdict = "exceeds noise"
     else:
         verdict = "within noise"
-    return {
-        "group": group,
-        "field": field,
-        "label": label,
-        "unit": unit,
-        "a": va,
-        "b": vb,
-        "diff": diff,
-        "diff_pct": None if diff is None or not va else 100 * diff / va,
-        "spread_a": sa,
-        "spread_b": sb,
-        "noise": floor,
-        "verdict": verdict,
-    }
+    return dataclasses.replace(row, verdict=verdict)

@@ -19,6 +19,7 @@ from loadgen.analysis.goodput import parse_slo_flag
 from loadgen.analysis.inputs import arm_dirs
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
+from loadgen.analysis.summary_types import read_run
 from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.engine.cli_options import (
@@ -266,8 +267,7 @@ def _report_stopped(run_dir: Path) -> None:
 
 
 def run_was_client_limited(run_dir: Path) -> bool:
-    summary = orjson.loads((run_dir / "summary.json").read_bytes())
-    return bool(summary["run"].get("client_limited"))
+    return read_run(orjson.loads((run_dir / "summary.json").read_bytes())).client_limited
 
 
 async def until_stopped(work: Coroutine[Any, Any, T]) -> T:

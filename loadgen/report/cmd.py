@@ -11,7 +11,7 @@ import click
 import orjson
 
 from loadgen.analysis.capacity import analyze_capacity, is_capacity
-from loadgen.analysis.compare import compare_summaries
+from loadgen.analysis.compare import Comparison, compare_summaries
 from loadgen.analysis.fidelity import fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
@@ -185,32 +185,31 @@ def report_cmd(run_dir: Path) -> None:
         click.echo(write_report(run_dir), nl=False)
 
 
-def compare_table(result: dict[str, Any], a: Path, b: Path) -> Table:
+def compare_table(result: Comparison, a: Path, b: Path) -> Table:
     """group | quantity | A | B | B - A | % | spread A / B | verdict."""
     rows = []
-    for r in result["rows"]:
+    for r in result.rows:
         rows.append(
             (
-                r["group"],
-                f"{r['label']} ({r['unit']})",
-                num(r["a"], 3),
-                num(r["b"], 3),
-                DASH if r["diff"] is None else f"{r['diff']:+.3f}",
-                DASH if r["diff_pct"] is None else f"{r['diff_pct']:+.1f}%",
-                f"{num(r['spread_a'], 3)} / {num(r['spread_b'], 3)}",
-                r["verdict"],
+                r.group,
+                f"{r.label} ({r.unit})",
+                num(r.a, 3),
+                num(r.b, 3),
+                DASH if r.diff is None else f"{r.diff:+.3f}",
+                DASH if r.diff_pct is None else f"{r.diff_pct:+.1f}%",
+                f"{num(r.spread_a, 3)} / {num(r.spread_b, 3)}",
+                r.verdict,
             )
         )
-    notes = [_arm_note("A", a, result, 0), _arm_note("B", b, result, 1)]
-    clocks = [run.get("clock", "wall") for run in result.get("runs") or []]
-    if len(set(clocks)) > 1:
+    notes = [_arm_note("A", a, result.runs[0]), _arm_note("B", b, result.runs[1])]
+    if len({run.clock for run in result.runs}) > 1:
         notes.append(
             "one run on the wall clock, one on the virtual clock: B - A is the sim's error with "
             "its profile (loadgen fidelity tabulates it per figure)"
         )
     notes.append("noise = max(rep spread A, rep spread B); spread = max - min")
-    notes += [f"only in A: {g}" for g in result["only_a"]]
-    notes += [f"only in B: {g}" for g in result["only_b"]]
+    notes += [f"only in A: {g}" for g in result.only_a]
+    notes += [f"only in B: {g}" for g in result.only_b]
     return Table(
         "Compare (B - A, per group; medians over measured streams)",
         ("group", "quantity", "A", "B", "B - A", "%", "spread A / B", "verdict"),
@@ -220,9 +219,8 @@ def compare_table(result: dict[str, Any], a: Path, b: Path) -> Table:
     )
 
 
-def _arm_note(label: str, path: Path, result: dict[str, Any], i: int) -> str:
+def _arm_note(label: str, path: Path, run: RunSummary) -> str:
     """'A = path', with what the user said about that run's server, so arms differ on paper."""
-    run = RunSummary.from_json((result.get("runs") or [{}, {}])[i])
     said = [what_ran(run, read_manifest(path).get("sim_profile")), *user_server_lines(run)]
     return f"{label} = {path}" + "".join(f"; {line}" for line in said)
 
@@ -276,11 +274,8 @@ def compare_cmd(run_a: Path, run_b: Path) -> None:
             click.echo(render_rich([_soak_pair(run_a, run_b, soaks)], []), nl=False)
             return
         result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary)
-    if not result["rows"]:
-        only_a, only_b = (
-            ", ".join(result["only_a"]) or "none",
-            ", ".join(result["only_b"]) or "none",
-        )
+    if not result.rows:
+        only_a, only_b = ", ".join(result.only_a) or "none", ", ".join(result.only_b) or "none"
         raise click.ClickException(
             f"no group in common: {run_a} has {only_a}; {run_b} has {only_b} (compare runs of "
             "one scenario)"
