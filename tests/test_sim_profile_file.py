@@ -92,13 +92,20 @@ def test_the_fidelity_table_is_exact() -> None:
                                       "verdicts": {"admitted": 2}}},
                      "run": {"wall_s": 9.0}}}  # fmt: skip
     t = fidelity_table(real, virtual, 0.15)
-    errors = {r["metric"]: (r["error"], r["within"]) for r in t["rows"]}
+    errors = {r.metric: (r.error, r.within) for r in t.rows}
     assert errors == {
         "ttft_median_s": (0.1, True), "ttft_p90_s": (0.0, True),
         "decode_median_tok_s": (-0.5, False), "wall_s": (-0.1, True),
     }  # fmt: skip
-    assert (t["figures"], t["within"], t["verdicts_agree"]) == (4, 3, 1)
-    assert t["unmatched"] == []
+    assert (t.figures, t.within, t.verdicts_agree) == (4, 3, 1)
+    assert t.unmatched == ()
+    # fidelity.json holds the derived error, judgement and counts beside the figures.
+    j = t.to_json()
+    assert (j["figures"], j["within"], j["verdicts_agree"]) == (4, 3, 1)
+    assert j["rows"][0] == {
+        "arm": "-", "group": "g", "metric": "ttft_median_s", "label": "TTFT median",
+        "unit": "s", "measured": 2.0, "predicted": 2.2, "error": 0.1, "within": True,
+    }  # fmt: skip
 
 
 def test_each_boot_of_an_arm_meets_the_arms_one_prediction() -> None:
@@ -107,10 +114,10 @@ def test_each_boot_of_an_arm_meets_the_arms_one_prediction() -> None:
 
     real = {"n=1.boot1": summary(10.0), "n=1.boot2": summary(12.0), "n=9.boot1": summary(1.0)}
     t = fidelity_table(real, {"n=1": summary(11.0)}, 0.05)
-    walls = [(r["arm"], round(r["error"], 4), r["within"]) for r in t["rows"]]
+    walls = [(r.arm, r.error, r.within) for r in t.rows]
     assert walls == [("n=1.boot1", 0.1, False), ("n=1.boot2", -0.0833, False)]
     # An arm with no prediction is named, never dropped in silence.
-    assert t["unmatched"] == ["n=9.boot1"]
+    assert t.unmatched == ("n=9.boot1",)
     assert "no prediction for arm(s) n=9.boot1" in fidelity_line(t)
 
 

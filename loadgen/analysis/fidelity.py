@@ -12,6 +12,7 @@ wrong).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.registry import metric
@@ -37,28 +38,96 @@ def error_of(measured: float | None, predicted: float | None) -> float | None:
     return predicted / measured - 1
 
 
-def _row(arm: str, group: str, metric: str, label: str, unit: str, measured: Any,
-         predicted: Any, tolerance: float) -> dict[str, Any]:  # fmt: skip
-    err = error_of(measured, predicted)
-    return {
-        "arm": arm, "group": group, "metric": metric, "label": label, "unit": unit,
-        "measured": measured, "predicted": predicted,
-        "error": None if err is None else round(err, 4),
-        "within": None if err is None else abs(err) <= tolerance,
-    }  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class FigureRow:
+    """One figure of one arm and group: measured on the server, predicted on the virtual clock."""
+
+    arm: str
+    group: str
+    metric: str
+    label: str
+    unit: str
+    measured: float | None
+    predicted: float | None
+    tolerance: float
+
+    @property
+    def error(self) -> float | None:
+        err = error_of(self.measured, self.predicted)
+        return None if err is None else round(err, 4)
+
+    @property
+    def within(self) -> bool | None:
+        err = error_of(self.measured, self.predicted)
+        return None if err is None else abs(err) <= self.tolerance
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arm": self.arm, "group": self.group, "metric": self.metric, "label": self.label,
+            "unit": self.unit, "measured": self.measured, "predicted": self.predicted,
+            "error": self.error, "within": self.within,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictPair:
+    """One arm and group's verdict counts on each side."""
+
+    arm: str
+    group: str
+    real: Mapping[str, int]
+    virtual: Mapping[str, int]
+
+    @property
+    def same(self) -> bool:
+        return self.real == self.virtual
+
+    def to_json(self) -> dict[str, Any]:
+        return {"arm": self.arm, "group": self.group, "real": dict(self.real),
+                "virtual": dict(self.virtual)}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Fidelity:
+    tolerance: float
+    rows: tuple[FigureRow, ...]
+    verdicts: tuple[VerdictPair, ...]
+    # Arms the real side ran and the virtual side did not predict: named, never dropped.
+    unmatched: tuple[str, ...]
+
+    @property
+    def figures(self) -> int:
+        """Figures with an error (both sides measured)."""
+        return sum(1 for r in self.rows if r.within is not None)
+
+    @property
+    def within(self) -> int:
+        return sum(1 for r in self.rows if r.within)
+
+    @property
+    def verdicts_agree(self) -> int:
+        return sum(1 for v in self.verdicts if v.same)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tolerance": self.tolerance, "rows": [r.to_json() for r in self.rows],
+            "verdicts": [v.to_json() for v in self.verdicts], "figures": self.figures,
+            "within": self.within, "verdicts_agree": self.verdicts_agree,
+            "unmatched": list(self.unmatched),
+        }  # fmt: skip
 
 
 def fidelity_table(
     real: Mapping[str, Mapping[str, Any]],
     virtual: Mapping[str, Mapping[str, Any]],
     tolerance: float = DEFAULT_TOLERANCE,
-) -> dict[str, Any]:
+) -> Fidelity:
     """The comparison of two runs of one scenario, arm by arm (`real` and `virtual` map an arm's
     name to its summary.json; a run without arms is one arm named "-"). A launched server boots
     each arm more than once (arms/<arm>.boot<k>/) where the virtual clock needs one: each boot
     is compared with the one prediction, so the boots' spread shows beside the error."""
-    rows: list[dict[str, Any]] = []
-    verdicts: list[dict[str, Any]] = []
+    rows: list[FigureRow] = []
+    verdicts: list[VerdictPair] = []
     unmatched: list[str] = []
     for arm, measured in real.items():
         predicted = virtual.get(arm, virtual.get(_arm_of_boot(arm)))
@@ -69,22 +138,13 @@ def fidelity_table(
             p = predicted.get("groups", {}).get(group, {})
             for figure, field, stat in GROUP_METRICS:
                 m, real_v, virtual_v = metric(field), _stat(g, field, stat), _stat(p, field, stat)
-                label = f"{m.label} {stat}"
-                rows.append(_row(arm, group, figure, label, m.unit, real_v, virtual_v, tolerance))
-            verdicts.append({"arm": arm, "group": group, "real": dict(g.get("verdicts") or {}),
-                             "virtual": dict(p.get("verdicts") or {})})  # fmt: skip
-        rows.append(_row(arm, "-", "wall_s", "wall", "s", measured.get("run", {}).get("wall_s"),
-                         predicted.get("run", {}).get("wall_s"), tolerance))  # fmt: skip
-    judged = [r for r in rows if r["within"] is not None]
-    return {
-        "tolerance": tolerance,
-        "rows": rows,
-        "verdicts": verdicts,
-        "figures": len(judged),
-        "within": sum(1 for r in judged if r["within"]),
-        "verdicts_agree": sum(1 for v in verdicts if v["real"] == v["virtual"]),
-        "unmatched": unmatched,
-    }
+                rows.append(FigureRow(arm, group, figure, f"{m.label} {stat}", m.unit, real_v,
+                                      virtual_v, tolerance))  # fmt: skip
+            verdicts.append(VerdictPair(arm, group, dict(g.get("verdicts") or {}),
+                                        dict(p.get("verdicts") or {})))  # fmt: skip
+        real_wall, virtual_wall = (s.get("run", {}).get("wall_s") for s in (measured, predicted))
+        rows.append(FigureRow(arm, "-", "wall_s", "wall", "s", real_wall, virtual_wall, tolerance))
+    return Fidelity(tolerance, tuple(rows), tuple(verdicts), tuple(unmatched))
 
 
 def _stat(group: Mapping[str, Any], field: str, stat: str) -> Any:

@@ -133,7 +133,7 @@ def write_fidelity_report(root: Path) -> str:
         write_report(root / f[side])
         sides[side] = _arm_summaries(root / f[side])
     table = fidelity_table(sides["real"], sides["virtual"], f["tolerance"])
-    (root / "fidelity.json").write_bytes(dumps_canonical(redact(table)))
+    (root / "fidelity.json").write_bytes(dumps_canonical(redact(table.to_json())))
     head = [f"fidelity of sim profile {f['profile']['name']} ({f['profile']['path']}) on "
             f"{f['scenario']}", f"real: {f['real']} | predicted: {f['virtual']}"]  # fmt: skip
     plain = fidelity_text(table, head)

@@ -3,8 +3,9 @@ and fidelity.png (predicted against measured, one point per figure)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
+from loadgen.analysis.fidelity import Fidelity
 from loadgen.report.tables import DASH, Table, to_plain
 
 FIDELITY_PNG = "fidelity.png"
@@ -16,16 +17,15 @@ def _value(v: float | None, unit: str) -> str:
     return f"{v:.0f}" if unit == "tok/s" else f"{v:.3f}"
 
 
-def figures_table(f: dict[str, Any]) -> Table:
+def figures_table(f: Fidelity) -> Table:
     rows = []
-    for r in f["rows"]:
-        mark = DASH if r["within"] is None else ("yes" if r["within"] else "NO")
-        err = DASH if r["error"] is None else f"{r['error']:+.1%}"
-        rows.append((r["arm"], r["group"], f"{r['label']} ({r['unit']})",
-                     _value(r["measured"], r["unit"]), _value(r["predicted"], r["unit"]),
-                     err, mark))  # fmt: skip
+    for r in f.rows:
+        mark = DASH if r.within is None else ("yes" if r.within else "NO")
+        err = DASH if r.error is None else f"{r.error:+.1%}"
+        rows.append((r.arm, r.group, f"{r.label} ({r.unit})", _value(r.measured, r.unit),
+                     _value(r.predicted, r.unit), err, mark))  # fmt: skip
     cols = ("arm", "group", "figure", "measured", "predicted", "error",
-            f"within ±{f['tolerance']:.0%}")  # fmt: skip
+            f"within ±{f.tolerance:.0%}")  # fmt: skip
     notes = (
         "measured: the real server (wall clock, over HTTP); predicted: the virtual clock with "
         "the profile; error: predicted / measured - 1",
@@ -35,38 +35,38 @@ def figures_table(f: dict[str, Any]) -> Table:
                  frozenset({0, 1, 2}))  # fmt: skip
 
 
-def verdicts_table(f: dict[str, Any]) -> Table:
-    def counts(c: dict[str, int]) -> str:
+def verdicts_table(f: Fidelity) -> Table:
+    def counts(c: Mapping[str, int]) -> str:
         return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or DASH
 
     rows = tuple(
-        (v["arm"], v["group"], counts(v["real"]), counts(v["virtual"]),
-         "yes" if v["real"] == v["virtual"] else "NO")
-        for v in f["verdicts"]
-    )  # fmt: skip
+        (v.arm, v.group, counts(v.real), counts(v.virtual), "yes" if v.same else "NO")
+        for v in f.verdicts
+    )
     cols = ("arm", "group", "real verdicts", "predicted verdicts", "same")
     return Table("Verdicts per group", cols, rows, (), frozenset({0, 1, 2, 3}))
 
 
-def fidelity_line(f: dict[str, Any]) -> str:
+def fidelity_line(f: Fidelity) -> str:
     line = (
-        f"fidelity: {f['within']} of {f['figures']} figures within ±{f['tolerance']:.0%}; "
-        f"verdicts the same in {f['verdicts_agree']} of {len(f['verdicts'])} groups"
+        f"fidelity: {f.within} of {f.figures} figures within ±{f.tolerance:.0%}; "
+        f"verdicts the same in {f.verdicts_agree} of {len(f.verdicts)} groups"
     )
-    if f.get("unmatched"):
-        line += f"\n!! no prediction for arm(s) {', '.join(f['unmatched'])}: not compared"
+    if f.unmatched:
+        line += f"\n!! no prediction for arm(s) {', '.join(f.unmatched)}: not compared"
     return line
 
 
-def fidelity_text(f: dict[str, Any], head: list[str]) -> str:
+def fidelity_text(f: Fidelity, head: list[str]) -> str:
     parts = ["\n".join(head), to_plain(figures_table(f)), to_plain(verdicts_table(f)),
              fidelity_line(f)]  # fmt: skip
     return "\n\n".join(parts) + "\n"
 
 
-def fidelity_figure(f: dict[str, Any], title: str) -> bytes | None:
+def fidelity_figure(f: Fidelity, title: str) -> bytes | None:
     """Predicted against measured, log-log, one marker per figure kind."""
-    rows = [r for r in f["rows"] if r["measured"] and r["predicted"]]
+    rows = [r for r in f.rows if r.measured and r.predicted]
+    points = [(r.label, r.measured, r.predicted) for r in f.rows if r.measured and r.predicted]
     if not rows:
         return None
     from matplotlib.figure import Figure
@@ -75,14 +75,14 @@ def fidelity_figure(f: dict[str, Any], title: str) -> bytes | None:
 
     fig = Figure(figsize=(6, 5))
     ax = fig.add_subplot()
-    for k, label in enumerate(dict.fromkeys(r["label"] for r in rows)):
-        pts = [(r["measured"], r["predicted"]) for r in rows if r["label"] == label]
-        unit = next(r["unit"] for r in rows if r["label"] == label)
+    for k, label in enumerate(dict.fromkeys(r.label for r in rows)):
+        pts = [(x, y) for name, x, y in points if name == label]
+        unit = next(r.unit for r in rows if r.label == label)
         ax.scatter([x for x, _ in pts], [y for _, y in pts], color=f"C{k}",
                    label=f"{label} ({unit})")  # fmt: skip
-    values = [v for r in rows for v in (r["measured"], r["predicted"])]
+    values = [v for _, x, y in points for v in (x, y)]
     lo, hi = min(values) / 1.5, max(values) * 1.5
-    tol = f["tolerance"]
+    tol = f.tolerance
     ax.plot([lo, hi], [lo, hi], color="0.4", linewidth=0.8, label="exact")
     ax.fill_between([lo, hi], [lo * (1 - tol), hi * (1 - tol)], [lo * (1 + tol), hi * (1 + tol)],
                     color="0.85", label=f"±{tol:.0%}")  # fmt: skip
