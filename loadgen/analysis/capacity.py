@@ -56,9 +56,12 @@ class SloItem:
     def name(self) -> str:
         return f"{self.metric}_p{_pct(self.share)}"
 
+    @property
+    def unit(self) -> str | None:
+        return METRICS[self.metric][2]
+
     def to_json(self) -> dict[str, Any]:
-        unit = METRICS[self.metric][2]
-        return {"name": self.name, "metric": self.metric, "limit": self.limit, "unit": unit,
+        return {"name": self.name, "metric": self.metric, "limit": self.limit, "unit": self.unit,
                 "share": self.share}  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadgen.analysis.capacity_types import CapacitySummary, read_capacity
 from loadgen.report.tables import DASH, Table
 from loadgen.scenario.load_axis import format_load
 
@@ -18,55 +19,51 @@ def _load(value: float | None, over: str) -> str:
     return format_load(value) + (" req/s" if over == "rate" else "")
 
 
-def capacity_head(c: dict[str, Any]) -> list[str]:
+def capacity_head(c: CapacitySummary) -> list[str]:
     """The lines a reader needs first: what was searched, the answer, the cause."""
-    over, items = c["over"], c["slo"]
-    slo = ", ".join(f"{i['name']} <= {i['limit']:g} {i['unit']}" for i in items)
-    who = f"group {c['group']}'s count" if c["group"] else over
-    target = c.get("target") or {}
+    over = c.over
+    slo = ", ".join(f"{i.name} <= {i.limit:g} {i.unit}" for i in c.slo)
+    who = f"group {c.group}'s count" if c.group else over
     lines = [
-        f"loadgen capacity: scenario {c['scenario']} | target {target.get('url', DASH)} "
-        f"({target.get('kind', DASH)}) | clock {c.get('clock') or 'wall'}",
-        f"searched: {who} from {_load(c['search']['min'], over)} to "
-        f"{_load(c['search']['max'], over)}; SLO {slo}"
-        + (f" (judged on group {c['group']})" if c["group"] else " (judged on every group)"),
+        f"loadgen capacity: scenario {c.scenario} | target {c.target.url or DASH} "
+        f"({c.target.kind or DASH}) | clock {c.clock or 'wall'}",
+        f"searched: {who} from {_load(c.search.lo, over)} to {_load(c.search.hi, over)}; "
+        f"SLO {slo}" + (f" (judged on group {c.group})" if c.group else " (judged on every group)"),
     ]
-    lo, hi = c["interval"]
-    if c["capacity"] is None:
-        lines.append(f"capacity: below {_load(hi, over)} ({c['ended']})")
+    lo, hi = c.capacity, c.first_fail
+    if lo is None:
+        lines.append(f"capacity: below {_load(hi, over)} ({c.ended})")
     elif hi is None:
-        lines.append(f"capacity: at least {_load(lo, over)} ({c['ended']})")
+        lines.append(f"capacity: at least {_load(lo, over)} ({c.ended})")
     else:
-        runs = c["runs_at"]
+        runs = c.runs_at
         lines.append(
             f"capacity: {_load(lo, over)} (meets the SLO in {runs.get(format_load(lo), 0)} run(s); "
             f"{_load(hi, over)} misses it pooled over {runs.get(format_load(hi), 0)}; interval "
-            f"[{_load(lo, over)}, {_load(hi, over)}); {c['ended']})"
+            f"[{_load(lo, over)}, {_load(hi, over)}); {c.ended})"
         )
-    b = c.get("boundary")
+    b = c.boundary
     if b:
-        lines.append(f"binds at {_load(hi, over)}: {b['cause']}: {b['move']}")
-        counts = ", ".join(f"{v} {n}" for v, n in b["evidence"]["verdicts"].items())
-        lines.append(f"  verdicts of the {b['evidence']['missed']} streams that missed: {counts}")
-    if c.get("interrupted"):
+        lines.append(f"binds at {_load(hi, over)}: {b.cause}: {b.move}")
+        counts = ", ".join(f"{v} {n}" for v, n in b.verdicts.items())
+        lines.append(f"  verdicts of the {b.missed} streams that missed: {counts}")
+    if c.interrupted:
         lines.append("!! interrupted: the search stopped before it ended")
     return lines
 
 
-def probes_table(c: dict[str, Any]) -> Table:
-    items = c["slo"]
-    per_item = [f"{i['name']} ({i['unit']}) / within" for i in items]
-    cols = ("#", c["over"], "repeat", "streams", "good", *per_item, "meets", "verdicts")
+def probes_table(c: CapacitySummary) -> Table:
+    per_item = [f"{i.name} ({i.unit}) / within" for i in c.slo]
+    cols = ("#", c.over, "repeat", "streams", "good", *per_item, "meets", "verdicts")
     rows = []
-    for p in c["probes"]:
-        cells = [str(p["order"]), _load(p["value"], c["over"]), str(p["repeat"]), str(p["n"]),
-                 str(p["good"])]  # fmt: skip
-        for i in items:
-            got = p["items"][i["name"]]
-            value = DASH if got["value"] is None else f"{got['value']:.4g}"
-            cells.append(f"{value} / {got['attainment']:.0%}")
-        cells.append("yes" if p["passes"] else "no")
-        cells.append(", ".join(f"{v} {n}" for v, n in p["verdicts"].items()))
+    for p in c.probes:
+        cells = [str(p.order), _load(p.value, c.over), str(p.repeat), str(p.n), str(p.good)]
+        for i in c.slo:
+            got = p.items[i.name]
+            value = DASH if got.value is None else f"{got.value:.4g}"
+            cells.append(f"{value} / {got.attainment:.0%}")
+        cells.append("yes" if p.passes else "no")
+        cells.append(", ".join(f"{v} {n}" for v, n in p.verdicts.items()))
         rows.append(tuple(cells))
     notes = (
         "within: the share of judged streams inside the item's limit (failed streams never "
@@ -81,14 +78,14 @@ def probes_table(c: dict[str, Any]) -> Table:
 def capacity_plain(summary: dict[str, Any]) -> str:
     from loadgen.report.tables import to_plain
 
-    c = summary["capacity"]
+    c = read_capacity(summary)
     return "\n".join(capacity_head(c)) + "\n\n" + to_plain(probes_table(c)) + "\n"
 
 
 def capacity_figure(summary: dict[str, Any]) -> bytes | None:
     """capacity.png: attainment per SLO item against the load; None with no probe."""
-    c = summary["capacity"]
-    if not c["probes"]:
+    c = read_capacity(summary)
+    if not c.probes:
         return None
     from matplotlib.figure import Figure
 
@@ -96,17 +93,17 @@ def capacity_figure(summary: dict[str, Any]) -> bytes | None:
 
     fig = Figure(figsize=(7, 4))
     ax = fig.add_subplot()
-    for k, item in enumerate(c["slo"]):
-        points = sorted((p["value"], p["items"][item["name"]]["attainment"]) for p in c["probes"])
+    for k, item in enumerate(c.slo):
+        points = sorted((p.value, p.items[item.name].attainment) for p in c.probes)
         ax.plot([x for x, _ in points], [y * 100 for _, y in points], "o-", color=f"C{k}",
-                label=f"{item['name']} <= {item['limit']:g} {item['unit']}")  # fmt: skip
-        ax.axhline(item["share"] * 100, color=f"C{k}", linestyle="--", linewidth=0.8)
-    if c["capacity"] is not None:
-        ax.axvline(c["capacity"], color="0.3", linestyle=":", label=f"capacity {c['capacity']:g}")
+                label=f"{item.name} <= {item.limit:g} {item.unit}")  # fmt: skip
+        ax.axhline(item.share * 100, color=f"C{k}", linestyle="--", linewidth=0.8)
+    if c.capacity is not None:
+        ax.axvline(c.capacity, color="0.3", linestyle=":", label=f"capacity {c.capacity:g}")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel(c["over"] + (" (req/s)" if c["over"] == "rate" else " (streams in flight)"))
+    ax.set_xlabel(c.over + (" (req/s)" if c.over == "rate" else " (streams in flight)"))
     ax.set_ylabel("streams within the limit (%)")
     ax.set_ylim(-5, 105)
     ax.legend(fontsize="small")
-    ax.set_title(f"{c['scenario']}: SLO attainment by load")
+    ax.set_title(f"{c.scenario}: SLO attainment by load")
     return png_bytes(fig)

@@ -1,0 +1,101 @@
+"""A capacity summary as types: what the capacity report reads of summary.json's `capacity`
+(analysis/capacity.py writes it), read once from its JSON, as summary_types.py does for a run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.analysis.capacity import Search, SloItem
+from loadgen.analysis.summary_types import Target
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeItem:
+    """One SLO item at one probe: the share of streams within it, the measured pNN (None where
+    it falls on a miss) and whether the share reaches the item's."""
+
+    attainment: float
+    value: float | None
+    passes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRow:
+    order: int
+    value: float
+    repeat: int
+    n: int
+    good: int
+    passes: bool
+    items: Mapping[str, ProbeItem]
+    verdicts: Mapping[str, int]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ProbeRow:
+        items = {k: ProbeItem(v["attainment"], v["value"], v["passes"])
+                 for k, v in d["items"].items()}  # fmt: skip
+        return cls(d["order"], d["value"], d["repeat"], d["n"], d["good"], d["passes"], items,
+                   dict(d["verdicts"]))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """What binds at the first failing load: the cause, and the verdicts of the streams that
+    missed the SLO there."""
+
+    cause: str
+    move: str
+    missed: int
+    verdicts: Mapping[str, int]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Boundary:
+        ev = d["evidence"]
+        return cls(d["cause"], d["move"], ev["missed"], dict(ev["verdicts"]))
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySummary:
+    scenario: str | None
+    target: Target
+    clock: str | None
+    over: str
+    group: str | None
+    slo: tuple[SloItem, ...]
+    search: Search
+    probes: tuple[ProbeRow, ...]
+    interrupted: bool
+    capacity: float | None
+    first_fail: float | None
+    ended: str
+    # Probes run at the answer and at the first failing load, by load as printed.
+    runs_at: Mapping[str, int]
+    boundary: Boundary | None
+
+    @classmethod
+    def from_json(cls, c: Mapping[str, Any]) -> CapacitySummary:
+        s = c["search"]
+        search = Search(s["over"], s["min"], s["max"], s["repeats"], s["rel_tol"],
+                        s["max_probes"])  # fmt: skip
+        return cls(
+            scenario=c["scenario"],
+            target=Target.from_json(c.get("target")),
+            clock=c.get("clock"),
+            over=c["over"],
+            group=c["group"],
+            slo=tuple(SloItem(i["metric"], i["limit"], i["share"]) for i in c["slo"]),
+            search=search,
+            probes=tuple(ProbeRow.from_json(p) for p in c["probes"]),
+            interrupted=bool(c.get("interrupted")),
+            capacity=c["capacity"],
+            first_fail=c["first_fail"],
+            ended=c["ended"],
+            runs_at=dict(c["runs_at"]),
+            boundary=Boundary.from_json(c["boundary"]) if c.get("boundary") else None,
+        )
+
+
+def read_capacity(summary: Mapping[str, Any]) -> CapacitySummary:
+    return CapacitySummary.from_json(summary["capacity"])
