@@ -118,6 +118,11 @@ def count(x: float | None) -> str:
     return DASH if x is None else f"{x:g}"
 
 
+def text_or_dash(x: object) -> str:
+    """A value as it prints, a dash for None."""
+    return DASH if x is None else str(x)
+
+
 def format_of(unit: str) -> Callable[[Any], str]:
     """How a value of a registered metric's unit is printed (analysis/registry.py)."""
     return {"s": secs, "tok/s": rate, "chunks/s": rate, "tok/chunk": _two}.get(unit, str)

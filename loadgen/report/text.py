@@ -45,6 +45,7 @@ from loadgen.report.tables import (
     rate,
     secs,
     span,
+    text_or_dash,
     to_plain,
     to_rich,
     triple,
@@ -76,8 +77,8 @@ def header(summary: dict[str, Any]) -> list[str]:
     target = run.target
     lines = [
         f"loadgen report: scenario {run.scenario or DASH}"
-        f" | target {_or_dash(target.url)} ({_or_dash(target.kind)})"
-        f" | model {run.model or DASH} | seed {_or_dash(run.seed)}"
+        f" | target {text_or_dash(target.url)} ({text_or_dash(target.kind)})"
+        f" | model {run.model or DASH} | seed {text_or_dash(run.seed)}"
         + (f" ({run.seed_source})" if run.seed_source else "")
     ]
     if target.kind == "sim" and target.flags:
@@ -113,10 +114,6 @@ def header(summary: dict[str, Any]) -> list[str]:
         banner = run.client_banner or f"!! CLIENT LIMITED: {why}"
         lines.insert(0, banner)
     return lines
-
-
-def _or_dash(value: object) -> str:
-    return DASH if value is None else str(value)
 
 
 def raised_lines(raised: Mapping[str, Any] | None) -> list[str]:
@@ -161,7 +158,7 @@ def record_lines(rec: RecordTally | None) -> list[str]:
     """Measured of planned, and what is missing: a lost record is never silent."""
     if rec is None:
         return []
-    out = [f"records: {rec.measured} measured of {_or_dash(rec.planned)} planned"]
+    out = [f"records: {rec.measured} measured of {text_or_dash(rec.planned)} planned"]
     if rec.missing:
         out.append(
             f"!! MISSING: {rec.missing} planned streams have no record (the run was stopped"
