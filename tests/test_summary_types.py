@@ -106,7 +106,7 @@ def test_the_server_window_reads_back_its_gauges_and_ratios():
     assert srv.kv_peak_perc == pytest.approx(40.0)
     assert srv.running == Gauge(2.0, (2.0, 1.0)) and srv.waiting == Gauge(1.0, (1.0, 1.0))
     assert srv.prefix_hit_rate == pytest.approx(0.75)
-    assert srv.generation_tok_s == pytest.approx(10.0)
+    assert srv.generation_tokens == 20 and srv.generation_tok_s == pytest.approx(10.0)
     assert srv.spec_acceptance is None and srv.tokens_per_step is None
     missing = ServerWindow.from_json({"available": False, "note": "no measured streams"})
     assert missing == ServerWindow(False, "no measured streams")

@@ -7,28 +7,25 @@ Every time and rate is on the server's clock (soak.py says why).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.drift import Verdict
-from loadgen.analysis.summary_types import Target
+from loadgen.analysis.summary_types import ServerWindow, Target
 
 
 @dataclass(frozen=True, slots=True)
 class WindowServer:
-    """The server's /metrics over one window (None where it exported no such counter)."""
+    """The server's /metrics over one window: the run's server window of it, with the prompt
+    tokens and the polls' mean kv usage soak.py adds (None where the server exports none)."""
 
-    prefix_hit_rate: float | None = None
-    spec_acceptance: float | None = None
-    kv_peak_perc: float | None = None
-    kv_mean_perc: float | None = None
-    preemptions: float | None = None
-    generation_tokens: float | None = None
-    prompt_tokens: float | None = None
+    window: ServerWindow
+    kv_mean_perc: float | None
+    prompt_tokens: float | None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> WindowServer:
-        return cls(*(d.get(f.name) for f in fields(cls)))
+        return cls(ServerWindow.from_json(d), d.get("kv_mean_perc"), d.get("prompt_tokens"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -221,6 +221,7 @@ class ServerWindow:
     running: Gauge = Gauge(None, None)
     waiting: Gauge = Gauge(None, None)
     prefix_hit_rate: float | None = None
+    generation_tokens: float | None = None
     generation_tok_s: float | None = None
     spec_acceptance: float | None = None
     spec_emitted_per_step: float | None = None
@@ -234,8 +235,9 @@ class ServerWindow:
         return cls(
             True, "", d["window"]["duration_s"], d["polls"], d["poll_interval_s"],
             d["kv_peak_perc"], d["preemptions"], Gauge.from_json(d["running"]),
-            Gauge.from_json(d["waiting"]), d["prefix_hit_rate"], d["generation_tok_s"],
-            d["spec_acceptance"], d["spec_emitted_per_step"], d["tokens_per_step"],
+            Gauge.from_json(d["waiting"]), d["prefix_hit_rate"], d["generation_tokens"],
+            d["generation_tok_s"], d["spec_acceptance"], d["spec_emitted_per_step"],
+            d["tokens_per_step"],
         )  # fmt: skip
 
 

@@ -64,7 +64,7 @@ def _end(m: dict[str, Any]) -> dict[str, Any]:
 def windows_table(s: Soak) -> Table:
     rows = []
     for w in s.windows:
-        srv = w.server
+        srv = w.server.window
         rows.append((
             w.label, str(w.n), secs(w.duration_s),
             rate(w.decode_tok_s_median), rate(w.decode_tok_s_p10),
@@ -72,9 +72,9 @@ def windows_table(s: Soak) -> Table:
             num(w.context_mean, 0), f"{num(w.prompt_tokens_mean, 0)}/"
             f"{num(w.completion_tokens_mean, 0)}",
             _perc(srv.prefix_hit_rate), _perc(srv.spec_acceptance),
-            f"{num(srv.kv_peak_perc)}/{num(srv.kv_mean_perc)}",
+            f"{num(srv.kv_peak_perc)}/{num(w.server.kv_mean_perc)}",
             num(srv.preemptions, 0), num(srv.generation_tokens, 0),
-            num(srv.prompt_tokens, 0),
+            num(w.server.prompt_tokens, 0),
             _client_cell(w.client), _gpu_cell(w.gpu),
         ))  # fmt: skip
     return Table(
