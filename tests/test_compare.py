@@ -79,3 +79,11 @@ def test_a_real_run_against_a_virtual_one_is_named_the_sims_error(tmp_path: Path
     assert "wall clock, sim" in mixed.output and "virtual clock, sim" in mixed.output
     same = CliRunner().invoke(main, ["compare", str(wall), str(wall)])
     assert same.exit_code == 0 and "one run on the wall clock" not in same.output
+
+
+def test_a_row_without_a_median_on_one_side_is_missing_not_noise():
+    row = CompareRow("g", "ttft_s", "median TTFT", "s", None, 1.5, 0.1, 0.1, 3, 3)
+    assert (row.diff, row.diff_pct, row.verdict) == (None, None, "missing")
+    both = CompareRow("g", "ttft_s", "median TTFT", "s", 1.0, 1.5, 0.1, 0.6, 3, 3)
+    assert (both.noise, both.verdict) == (0.6, "within noise")
+    assert both.diff_pct == pytest.approx(50.0)

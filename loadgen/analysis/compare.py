@@ -8,7 +8,6 @@ with fewer than 2 reps in either run there is no floor to compare with: `no rep 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,8 @@ class CompareRow:
     b: float | None
     spread_a: float | None
     spread_b: float | None
-    verdict: str  # "exceeds noise" | "within noise" | "no rep spread" | "missing"
+    reps_a: int
+    reps_b: int
 
     @property
     def diff(self) -> float | None:
@@ -53,6 +53,17 @@ class CompareRow:
         if self.spread_a is None or self.spread_b is None:
             return None
         return max(self.spread_a, self.spread_b)
+
+    @property
+    def verdict(self) -> str:
+        """ "exceeds noise" | "within noise" | "no rep spread" (fewer than 2 reps on a side) |
+        "missing" (a side has no median)."""
+        diff, floor = self.diff, self.noise
+        if diff is None:
+            return "missing"
+        if self.reps_a < 2 or self.reps_b < 2 or floor is None:
+            return "no rep spread"
+        return "exceeds noise" if abs(diff) > floor else "within noise"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,16 +89,6 @@ def compare_summaries(a: Mapping[str, Any], b: Mapping[str, Any]) -> Comparison:
 def _row(
     group: str, field: str, label: str, unit: str, a: Mapping[str, Any], b: Mapping[str, Any]
 ) -> CompareRow:
-    va, vb = a[field]["median"], b[field]["median"]
-    sa, sb = a["rep_spread"].get(field), b["rep_spread"].get(field)
-    row = CompareRow(group, field, label, unit, va, vb, sa, sb, "")
-    diff, floor = row.diff, row.noise
-    if diff is None:
-        verdict = "missing"
-    elif a["reps"] < 2 or b["reps"] < 2 or floor is None:
-        verdict = "no rep spread"
-    elif abs(diff) > floor:
-        verdict = "exceeds noise"
-    else:
-        verdict = "within noise"
-    return dataclasses.replace(row, verdict=verdict)
+    return CompareRow(group, field, label, unit, a[field]["median"], b[field]["median"],
+                      a["rep_spread"].get(field), b["rep_spread"].get(field), a["reps"],
+                      b["reps"])  # fmt: skip
