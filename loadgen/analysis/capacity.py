@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -370,11 +370,12 @@ def is_capacity(manifest: dict[str, Any]) -> bool:
     return isinstance(manifest.get("capacity"), dict)
 
 
-def slo_items(config: dict[str, Any]) -> tuple[SloItem, ...]:
+def slo_items(config: Mapping[str, Any]) -> tuple[SloItem, ...]:
+    """The SLO items of run.json's capacity config, or of summary.json's capacity (one shape)."""
     return tuple(SloItem(i["metric"], i["limit"], i["share"]) for i in config["slo"])
 
 
-def search_of(config: dict[str, Any]) -> Search:
+def search_of(config: Mapping[str, Any]) -> Search:
     s = config["search"]
     return Search(s["over"], s["min"], s["max"], s["repeats"], s["rel_tol"], s["max_probes"])
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.analysis.capacity import Search, SloItem
+from loadgen.analysis.capacity import Search, SloItem, search_of, slo_items
 from loadgen.analysis.summary_types import Target
 
 
@@ -76,17 +76,14 @@ class CapacitySummary:
 
     @classmethod
     def from_json(cls, c: Mapping[str, Any]) -> CapacitySummary:
-        s = c["search"]
-        search = Search(s["over"], s["min"], s["max"], s["repeats"], s["rel_tol"],
-                        s["max_probes"])  # fmt: skip
         return cls(
             scenario=c["scenario"],
             target=Target.from_json(c.get("target")),
             clock=c.get("clock"),
             over=c["over"],
             group=c["group"],
-            slo=tuple(SloItem(i["metric"], i["limit"], i["share"]) for i in c["slo"]),
-            search=search,
+            slo=slo_items(c),
+            search=search_of(c),
             probes=tuple(ProbeRow.from_json(p) for p in c["probes"]),
             interrupted=bool(c.get("interrupted")),
             capacity=c["capacity"],
