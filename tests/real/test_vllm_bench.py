@@ -1,6 +1,7 @@
 """loadgen against vLLM's own benchmark client, `vllm bench serve`, on one vLLM boot: the same
 uniform closed loop (16 requests of 256 prompt and 128 output tokens, ignore_eos, at most 4 in
-flight), measured once by each tool, one after the other.
+flight), measured by each tool in turn, four rounds each in the order bench, loadgen, loadgen,
+bench, bench, ...: a drift of the server over the test falls on both tools alike.
 
 Like for like: vllm bench's output_throughput is total output tokens / its benchmark duration
 (from just before its first request to the end of its last); loadgen's is the measured streams'
@@ -17,14 +18,23 @@ numbers of two runs cannot agree within 5% however exact the clients. What must 
 5% is each tool's figure relative to the server's figure for that tool's own requests: that is
 the part a client can get wrong (for TTFT, the time it adds to the server's, in ms).
 
-Output throughput: the client/server ratios agree within 1-2%. TTFT: they do not, and it is
-vllm bench that is off. Both clients see a first token later than the server's own TTFT (the
-HTTP and API-server path); at 1 in flight that gap is the same for both (bench 2.1-2.3 ms,
-loadgen 1.6-2.2 ms), at 4 in flight bench's grows to 3.5-5.8 ms while loadgen's stays at
-2.3-2.7 ms. The likely cause, from bench's source (benchmarks/lib/endpoint_request_func.py):
-it reads the clock only after json-parsing the event, in a Python loop that also parses the
-other three streams' events, while loadgen stamps the bytes as they arrive. So the test holds
-loadgen's TTFT above the server's (a lower bound) and the time it adds within bench's plus 5%.
+Output throughput: the client/server ratios agree within 1-2%, round by round. TTFT: both
+clients see a first token later than the server's own TTFT (the HTTP and API-server path); at 1
+in flight that gap is the same for both (bench 2.1-2.3 ms, loadgen 1.6-2.2 ms), at 4 in flight
+bench's grows to 3.5-5.8 ms. The likely cause, from bench's source
+(benchmarks/lib/endpoint_request_func.py): it reads the clock only after json-parsing the
+event, in a Python loop that also parses the other three streams' events, while loadgen stamps
+the bytes as they arrive. So the test holds every loadgen TTFT above the server's (a lower
+bound) and the time loadgen adds, on average over its rounds, within bench's average plus
+bench's own spread between rounds.
+
+Why rounds, and why bench's spread: on a 2-core machine the vLLM engine, its API server and
+the client share the cores, and one run's added time moves with the scheduler's luck. One CI
+run measured loadgen adding 5.98 ms against bench's 5.69 with a single run each; on this
+machine, two tests of four rounds measured bench 5.65/5.35/5.20/5.45 and 6.26/5.07/4.30/5.31 ms
+against loadgen 6.47/4.47/3.20/3.44 and 3.41/7.10/2.96/2.63 ms, loadgen's 7.10 ms round with
+its own event loop late by 10-14 ms (loop_lag_ttft_ns) inside twelve of its streams' TTFTs.
+A client cannot be held to a finer line than the referee's own run-to-run noise.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ SCENARIO = Path(__file__).parents[1] / "data" / "scenarios" / "real_bench.yaml"
 PROMPTS, CONCURRENCY, INPUT_LEN, OUTPUT_LEN = 16, 4, 256, 128
 AGREEMENT = 0.05
 BENCH_TIMEOUT_S = 300
+ROUNDS = 4
 TTFT, E2E = "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"
 
 
@@ -121,8 +132,10 @@ def measured(
     )
 
 
-def vllm_bench_serve(server: Server, result_dir: Path) -> dict[str, Any]:
-    """Runs `vllm bench serve` from the vLLM venv against the server; its result JSON."""
+def vllm_bench_serve(server: Server, result_dir: Path, seed: int) -> dict[str, Any]:
+    """Runs `vllm bench serve` from the vLLM venv against the server; its result JSON. The
+    seed draws the random prompts: a second run on one boot needs its own, or it hits the
+    prefix cache."""
     argv = [
         str(installs.vllm_python()), "-c", _LAUNCH, "bench", "serve",
         "--backend", "vllm", "--base-url", server.url, "--model", server.model,
@@ -130,6 +143,7 @@ def vllm_bench_serve(server: Server, result_dir: Path) -> dict[str, Any]:
         "--dataset-name", "random", "--random-input-len", str(INPUT_LEN),
         "--random-output-len", str(OUTPUT_LEN), "--num-prompts", str(PROMPTS),
         "--max-concurrency", str(CONCURRENCY), "--ignore-eos", "--disable-tqdm",
+        "--seed", str(seed),
         "--save-result", "--result-dir", str(result_dir), "--result-filename", "bench.json",
     ]  # fmt: skip
     env = {**os.environ, **VllmProfile().env(installs.state_dir("vllm"))}
@@ -141,18 +155,19 @@ def vllm_bench_serve(server: Server, result_dir: Path) -> dict[str, Any]:
     return orjson.loads((result_dir / "bench.json").read_bytes())
 
 
-async def run_vllm_bench(server: Server, result_dir: Path) -> Measured:
+async def run_vllm_bench(server: Server, result_dir: Path, seed: int) -> Measured:
+    result_dir.mkdir(parents=True)
     before = histogram_totals(server)
-    bench = vllm_bench_serve(server, result_dir)
+    bench = vllm_bench_serve(server, result_dir, seed)
     after = histogram_totals(server)
     assert bench["completed"] == PROMPTS
     assert bench["total_output_tokens"] == PROMPTS * OUTPUT_LEN
     return measured(bench["mean_ttft_ms"], bench["output_throughput"], before, after)
 
 
-async def run_loadgen(server: Server, out: Path) -> Measured:
+async def run_loadgen(server: Server, out: Path, seed: int) -> Measured:
     before = histogram_totals(server)
-    run_dir = await run_on(server, SCENARIO, out)
+    run_dir = await run_on(server, SCENARIO, out, run_seed=seed)
     after = histogram_totals(server)
     records = [r for r in read_streams(run_dir) if r.phase == "measure"]
     assert len(records) == PROMPTS
@@ -177,22 +192,49 @@ def relative_difference(a: float, b: float) -> float:
     return abs(a - b) / b
 
 
+async def measure_in_abba_order(server: Server, out: Path) -> tuple[list[Measured], list[Measured]]:
+    """Each tool's runs, ordered bench, loadgen, loadgen, bench, ...: a drift of the server over
+    the test (a warming cache, a busier machine) falls on both tools alike."""
+    benches: list[Measured] = []
+    ours: list[Measured] = []
+    for i in range(ROUNDS):
+        bench_first = i % 2 == 0
+        if bench_first:
+            benches.append(await run_vllm_bench(server, out / f"bench{i}", seed=i))
+        ours.append(await run_loadgen(server, out / f"loadgen{i}", seed=i))
+        if not bench_first:
+            benches.append(await run_vllm_bench(server, out / f"bench{i}", seed=i))
+    return benches, ours
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 async def test_loadgen_agrees_with_vllm_bench_serve(vllm: Server, tmp_path: Path) -> None:
     await warm(vllm)
-    bench = await run_vllm_bench(vllm, tmp_path)
-    ours = await run_loadgen(vllm, tmp_path / "loadgen")
-    note("vllm bench serve (16 x 256/128, 4 in flight)", bench.line())
-    note("loadgen, the same closed loop", ours.line())
+    benches, ours = await measure_in_abba_order(vllm, tmp_path)
+    for i, (bench, our) in enumerate(zip(benches, ours, strict=True)):
+        note(f"vllm bench serve (16 x 256/128, 4 in flight), round {i}", bench.line())
+        note(f"loadgen, the same closed loop, round {i}", our.line())
+        note(
+            f"client / server ratios (bench vs loadgen), round {i}",
+            f"TTFT added {bench.ttft_added_ms:.2f} vs {our.ttft_added_ms:.2f} ms; "
+            f"output tok/s {bench.tok_s_ratio:.3f} vs {our.tok_s_ratio:.3f}",
+        )
+        # The server counted exactly each tool's requests, so the ratios compare like with like.
+        assert bench.server_requests == our.server_requests == PROMPTS
+        assert relative_difference(our.tok_s_ratio, bench.tok_s_ratio) < AGREEMENT
+        # A client's TTFT cannot beat the server's own.
+        assert our.ttft_added_ms > 0.0
+    # In time, not as a ratio: the runs' server TTFTs differ by queueing luck (58 vs 28 ms in
+    # one CI run), and a ratio over the smaller one failed loadgen for adding 3.8 ms where bench
+    # added 4.6 ms.
+    bench_added = [b.ttft_added_ms for b in benches]
+    ours_added = mean([o.ttft_added_ms for o in ours])
+    bench_spread = max(bench_added) - min(bench_added)
     note(
-        "client / server ratios (bench vs loadgen)",
-        f"TTFT added {bench.ttft_added_ms:.1f} vs {ours.ttft_added_ms:.1f} ms; "
-        f"output tok/s {bench.tok_s_ratio:.3f} vs {ours.tok_s_ratio:.3f}",
+        "TTFT added, mean over rounds (bench vs loadgen)",
+        f"{mean(bench_added):.2f} vs {ours_added:.2f} ms; bench's spread {bench_spread:.2f} ms",
     )
-    # The server counted exactly each tool's requests, so the ratios compare like with like.
-    assert bench.server_requests == ours.server_requests == PROMPTS
-    assert relative_difference(ours.tok_s_ratio, bench.tok_s_ratio) < AGREEMENT
-    # A client's TTFT cannot beat the server's own; loadgen adds no more time than bench does.
-    # In time, not as a ratio: the two runs' server TTFTs differ by queueing luck (58 vs 28 ms
-    # in one CI run), and a ratio over the smaller one failed loadgen for adding 3.8 ms where
-    # bench added 4.6 ms.
-    assert 0.0 < ours.ttft_added_ms < bench.ttft_added_ms * (1 + AGREEMENT)
+    assert ours_added < mean(bench_added) + bench_spread
