@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
 from loadgen.records import MetricsSample, RunDirectory, StreamError, StreamRecord
 
 S = 1_000_000_000
@@ -145,6 +146,23 @@ def manifest(**overrides: Any) -> dict[str, Any]:
         "prompt_shapes": {},
         "cache_checks": [],
         "arms": [],
+    }
+    base.update(overrides)
+    return base
+
+
+def sweep_arm(**overrides: Any) -> dict[str, Any]:
+    """A sweep parent's arm entry (analysis/sweep.py's arm_entry): no flags, settings or
+    groups, no politeness row, energy or figures, unless overridden."""
+    base: dict[str, Any] = {
+        "flags": {},
+        "settings": {},
+        "row": None,
+        "load_row": dict.fromkeys(LOAD_ROW_FIELDS),
+        "interrupted": False,
+        "wall_s": None,
+        "energy": None,
+        "groups": {},
     }
     base.update(overrides)
     return base

@@ -13,6 +13,7 @@ from loadgen.analysis import rates
 from loadgen.analysis.goodput import Goodput, GroupGoodput
 from loadgen.analysis.load_sweep import (
     LOAD_ROW_FIELDS,
+    LoadBlock,
     load_axis,
     load_block,
     load_row,
@@ -81,7 +82,7 @@ def test_an_arms_load_row_reads_its_benchmark_total_goodput_and_streams(tmp_path
     b = stream("b", chunks=[0.65, 0.8], sent=0.5, completion=3, done=0.9)
     records = [a, b, failed("c", sent=0.2, done=0.4, group="h")]
     run = write_run(tmp_path / "run", records, run=manifest(slo={"ttft_s": 0.12}))
-    row = load_row(analyze_run(run).summary)
+    row = load_row(analyze_run(run).summary).to_json()
     assert list(row) == list(LOAD_ROW_FIELDS)
     assert row == pytest.approx({
         "requests_ok": 2, "requests_failed": 1, "request_per_s": 2 / 0.9,
@@ -96,8 +97,8 @@ def test_an_arms_load_row_reads_its_benchmark_total_goodput_and_streams(tmp_path
 
 
 def _arm(settings: dict, flags: dict | None = None, per_user: float = 1.0, total: float = 1.0):
-    return {"settings": settings, "flags": flags or {},
-            "load_row": {"tok_s_per_user": per_user, "output_tok_s": total}}  # fmt: skip
+    row = {**dict.fromkeys(LOAD_ROW_FIELDS), "tok_s_per_user": per_user, "output_tok_s": total}
+    return {"settings": settings, "flags": flags or {}, "load_row": row}
 
 
 def test_only_a_sweep_whose_one_setting_is_a_load_is_a_load_sweep() -> None:
@@ -122,12 +123,12 @@ def test_the_load_block_lists_values_in_arm_order_and_the_frontier() -> None:
         "rate=2": _arm({"rate": 2.0}, per_user=100.0, total=200.0),
     }
     block = load_block(arms, ["rate=1", "rate=2", "rate=inf"], {"ttft_s": 2.0})
-    assert block == {
-        "axis": "rate",
-        "arms": ["rate=1", "rate=2", "rate=inf"],
-        "values": [1.0, 2.0, "inf"],
-        "pareto": ["rate=2", "rate=inf"],  # rate=1: rate=2 has as much per user, more in all
-        "pareto_axes": ["tok_s_per_user", "output_tok_s"],
-        "slo": {"ttft_s": 2.0},
-    }
+    assert block == LoadBlock(
+        axis="rate",
+        arms=("rate=1", "rate=2", "rate=inf"),
+        values=(1.0, 2.0, "inf"),
+        pareto=("rate=2", "rate=inf"),  # rate=1: rate=2 has as much per user, more in all
+        pareto_axes=("tok_s_per_user", "output_tok_s"),
+        slo={"ttft_s": 2.0},
+    )
     assert load_block({"n=1": _arm({"groups.g.count": 1})}, ["n=1"], None) is None

@@ -12,7 +12,7 @@ from run_fixtures import manifest, sample, stream, ticks, write_run
 
 from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.summary import analyze
-from loadgen.analysis.sweep import MixedRow
+from loadgen.analysis.sweep_types import MixedRow
 from loadgen.cli import main
 from loadgen.report.cmd import render_report, write_report
 

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from loadgen.analysis.sweep_boots import boot_points, floor_rows
+from loadgen.analysis.sweep_types import read_sweep
 from loadgen.engine.boots import arm_run_dir, boot_order, flag_groups, run_boots
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.report.cmd import write_report
@@ -88,18 +89,24 @@ def test_points_and_floor_from_boot_records() -> None:
     assert row["verdict"] == "unresolved by construction"
 
 
+def booted(points: list[dict]) -> dict:
+    """A sweep parent's summary holding only boots (its arms' entries do not draw them)."""
+    return {"arms": {}, "boots": points}
+
+
 def test_plot_x_is_the_flag_value_or_the_arm() -> None:
     def point(arm: str, flags: dict, order: int) -> dict:
-        return {"arm": arm, "flags": flags, "order": order, "boot": 1, "values": {"wall_s": 1.0}}
+        return {"arm": arm, "flags": flags, "order": order, "boot": 1, "status": "measured",
+                "attempts": 1, "values": {"wall_s": 1.0}}  # fmt: skip
 
     numeric = [point("a", {"budget": 512}, 1), point("b", {"budget": 2048}, 2)]
-    axis, points, ticks = booted_points({"boots": numeric})
+    axis, points, ticks = booted_points(read_sweep(booted(numeric)))
     assert (axis, [p.x for p in points], ticks) == ("budget", [512.0, 2048.0], None)
     literal = [point("x", {"--fault": "cache_dead"}, 1), point("y", {"--fault": "stall=0"}, 2)]
-    axis, points, ticks = booted_points({"boots": literal})
+    axis, points, ticks = booted_points(read_sweep(booted(literal)))
     assert (axis, [p.x for p in points], ticks) == ("arm", [0.0, 1.0], {0.0: "x", 1.0: "y"})
-    assert sweep_figure({"boots": numeric}).startswith(b"\x89PNG")
-    assert sweep_figure({"boots": [{**numeric[0], "values": None}]}) is None
+    assert sweep_figure(booted(numeric)).startswith(b"\x89PNG")
+    assert sweep_figure(booted([{**numeric[0], "values": None}])) is None
     # A metric no boot measured (minnows that never decoded during the whale's prefill).
     # Two boots per arm on a log-scaled x axis (the real vLLM sweep's shape).
     wide = [point(arm, {"budget": b}, order) | {"boot": boot}
@@ -107,7 +114,7 @@ def test_plot_x_is_the_flag_value_or_the_arm() -> None:
                 [("a", 256, 1), ("b", 4096, 1), ("a", 256, 2), ("b", 4096, 2)], 1)]  # fmt: skip
     unmeasured = [{**p, "values": {"wall_s": 1.0, "minnow_decode_during_tok_s": None}}
                   for p in wide]  # fmt: skip
-    assert sweep_figure({"boots": unmeasured}).startswith(b"\x89PNG")
+    assert sweep_figure(booted(unmeasured)).startswith(b"\x89PNG")
 
 
 async def run(path: Path, out: Path, *sets: str) -> Path:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+from run_fixtures import sweep_arm
 from virtual_support import run_virtual
 
+from loadgen.analysis.summary_types import Stats
 from loadgen.analysis.sweep import analyze_sweep
+from loadgen.analysis.sweep_types import MixedRow, Sweep, read_sweep
 from loadgen.report.cmd import write_report
 from loadgen.report.html import render_sweep_html
 from loadgen.report.sweep_plot import (
@@ -24,50 +27,43 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def row(during: tuple[float, float, float] | None, whale: float) -> dict:
     lo, mid, hi = during or (None, None, None)
-    return {
-        "whale_ttft_s": whale,
-        "minnow_decode_during_tok_s": {"min": lo, "median": mid, "max": hi, "n": 3},
-        "minnows_first_token_after_prefill": 0,
-    }
+    none = Stats(0, None, None, None, None, None, None, None)
+    minnows = Stats(3, lo, mid, hi, None, None, None, None)
+    return MixedRow(whale, none, minnows, none, 0, None).to_json()
 
 
-def sweep(arms: dict) -> dict:
-    return {"arms": arms}
+def sweep(arms: dict) -> Sweep:
+    return read_sweep({"arms": {name: sweep_arm(**arm) for name, arm in arms.items()}})
 
 
-def test_points_are_one_per_boot_with_the_minnows_range() -> None:
+def test_points_are_one_per_arm_with_the_minnows_range() -> None:
     s = sweep(
         {
-            "b512": {"flags": {"max_num_batched_tokens": 512}, "settings": {},
-                     "boots": [{"row": row((20, 21, 22), 6.9)}, {"row": row((19, 20, 23), 7.0)}]},
-            "b2048": {"flags": {"max_num_batched_tokens": 2048}, "settings": {},
-                      "row": row((5, 5.5, 6), 6.7)},
+            "b512": {"flags": {"max_num_batched_tokens": 512}, "row": row((19, 20, 23), 7.0)},
+            "b2048": {"flags": {"max_num_batched_tokens": 2048}, "row": row((5, 5.5, 6), 6.7)},
+            "cold": {"flags": {"max_num_batched_tokens": 4096}},  # no whale: nothing to draw
         }
-    )  # fmt: skip
+    )
     assert swept_axis(s) == "max_num_batched_tokens"
     points = sweep_points(s, "max_num_batched_tokens")
-    assert [(p.arm, p.boot, p.x) for p in points] == [
-        ("b512", 0, 512.0), ("b512", 1, 512.0), ("b2048", 0, 2048.0)
-    ]  # fmt: skip
-    assert points[1].values["minnow_decode_during_tok_s"] == 20
-    assert points[1].ranges["minnow_decode_during_tok_s"] == (19, 23)
-    assert points[2].values["whale_ttft_s"] == 6.7
+    assert [(p.arm, p.boot, p.x) for p in points] == [("b512", 0, 512.0), ("b2048", 0, 2048.0)]
+    assert points[0].values["minnow_decode_during_tok_s"] == 20
+    assert points[0].ranges["minnow_decode_during_tok_s"] == (19, 23)
+    assert "minnow_ttft_s" not in points[0].ranges  # no minnow TTFT: no range
+    assert points[1].values["whale_ttft_s"] == 6.7
     png = sweep_png(points, "max_num_batched_tokens")
     assert png is not None and png.startswith(PNG)
     assert sweep_png(points, "max_num_batched_tokens") == png  # same points, same bytes
 
 
 def test_no_figure_without_one_numeric_swept_axis_or_without_rows() -> None:
-    two_axes = sweep(
-        {
-            "a": {"flags": {"max_num_seqs": 2, "max_num_batched_tokens": 512}, "row": row(None, 1)},
-            "b": {
-                "flags": {"max_num_seqs": 4, "max_num_batched_tokens": 1024},
-                "row": row(None, 1),
-            },
-        }
-    )
-    assert swept_axis(two_axes) is None and sweep_figure(two_axes) is None
+    two_axes = {
+        "a": {"flags": {"max_num_seqs": 2, "max_num_batched_tokens": 512}, "row": row(None, 1)},
+        "b": {"flags": {"max_num_seqs": 4, "max_num_batched_tokens": 1024}, "row": row(None, 1)},
+    }
+    assert swept_axis(sweep(two_axes)) is None
+    summary = {"arms": {name: sweep_arm(**arm) for name, arm in two_axes.items()}}
+    assert sweep_figure(summary) is None
     assert swept_axis(sweep({"a": {"flags": {"kv_cache_dtype": "fp8"}},
                              "b": {"flags": {"kv_cache_dtype": "auto"}}})) is None  # fmt: skip
     empty = [SweepPoint("a", 0, 1.0, {"whale_ttft_s": None}, {})]

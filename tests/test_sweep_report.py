@@ -9,10 +9,12 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
+from run_fixtures import sweep_arm
 
+from loadgen.analysis.sweep_types import arm_sort_key, read_sweep
 from loadgen.cli import main
 from loadgen.report.cmd import render_report, write_report
-from loadgen.report.sweep_text import arm_names, arm_sort_key, sweep_header
+from loadgen.report.sweep_text import sweep_header
 from loadgen.report.tables import Table
 from loadgen.report.text import render_rich
 
@@ -73,7 +75,7 @@ def test_undeclared_arms_sort_numerically(politeness: Path, tmp_path: Path) -> N
 
 
 def test_ports_per_arm_replace_the_first_arms_port() -> None:
-    arms = {"a": {"flags": {"tp": 1}}, "b": {"flags": {"tp": 2}}}
+    arms = {"a": sweep_arm(flags={"tp": 1}), "b": sweep_arm(flags={"tp": 2})}
     sweep = {"run": {"target": {"url": "http://127.0.0.1:8001", "kind": "vllm"}}, "arms": arms}
     summaries = {
         "a": {"run": {"target": {"url": "http://127.0.0.1:8001"}}},
@@ -83,7 +85,7 @@ def test_ports_per_arm_replace_the_first_arms_port() -> None:
     assert "target http://127.0.0.1:<port per arm> (vllm)" in head[0]
     assert "ports: b=8002, a=8001" in head
     assert "per arm: tp = 2, 1" in head
-    assert arm_names({**sweep, "arm_order": ["b", "a"]}) == ["b", "a"]
+    assert read_sweep({**sweep, "arm_order": ["b", "a"]}).names() == ["b", "a"]
     same = {n: {"run": {"target": {"url": "http://127.0.0.1:8001"}}} for n in arms}
     quiet = sweep_header(sweep, same)
     assert "8001 (vllm)" in quiet[0] and not any(x.startswith("ports:") for x in quiet)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
-from run_fixtures import ns, stream, write_run
+from run_fixtures import ns, stream, sweep_arm, write_run
 from test_run_integration import SMALL, run_against, sim_config
 from virtual_support import run_virtual
 
@@ -329,7 +329,7 @@ def test_telemetry_url_on_the_virtual_clock_is_a_usage_error(tmp_path: Path):
 
 
 def test_the_sweep_report_sets_joules_per_token_of_its_arms_side_by_side() -> None:
-    from loadgen.report.sweep_text import energy_table
+    from loadgen.report.sweep_text import arms_energy_table
 
     def energy(joules: float, window_s: float, throttle: int) -> dict:
         return Energy("nvml", True, gpus=1, energy_method="energy_counter", window_s=window_s,
@@ -337,19 +337,19 @@ def test_the_sweep_report_sets_joules_per_token_of_its_arms_side_by_side() -> No
                       peak_sm_clock_mhz=1980, throttle_mask=throttle).to_json()  # fmt: skip
 
     arms = {
-        "max_num_batched_tokens=512": {"energy": energy(9434.0, 15.0, 0)},
-        "max_num_batched_tokens=2048": {"energy": energy(8694.0, 14.0, 0x4)},
-        "cold": {"energy": None},
+        "max_num_batched_tokens=512": sweep_arm(energy=energy(9434.0, 15.0, 0)),
+        "max_num_batched_tokens=2048": sweep_arm(energy=energy(8694.0, 14.0, 0x4)),
+        "cold": sweep_arm(),
     }
     order = ["max_num_batched_tokens=512", "max_num_batched_tokens=2048", "cold"]
-    table = energy_table({"arms": arms, "arm_order": order})
+    table = arms_energy_table({"arms": arms, "arm_order": order})
     assert table is not None
     # J/token = 9434 J / 2000 tokens; mean W = 9434 J / 15 s.
     assert table.rows == (
         ("max_num_batched_tokens=512", "4.717", "9434", "2000", "629", "1980", "none"),
         ("max_num_batched_tokens=2048", "4.347", "8694", "2000", "621", "1980", "sw_power_cap"),
     )
-    assert energy_table({"arms": {"cold": {"energy": None}}}) is None
+    assert arms_energy_table({"arms": {"cold": sweep_arm()}}) is None
 
 
 async def test_only_the_gpus_cuda_visible_devices_names_are_sampled(

@@ -8,7 +8,8 @@ whose one axis is a load (scenario/load_axis.py's LOAD_AXES).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from loadgen.analysis.goodput import Goodput, read_goodput
@@ -16,17 +17,6 @@ from loadgen.analysis.stats import median
 from loadgen.analysis.summary import MEASURE
 from loadgen.scenario.load_axis import LOAD_AXES
 
-# The benchmark total's fields a load row copies as they are (analysis/benchmark.py).
-LOAD_SCALARS = (
-    "requests_ok",
-    "requests_failed",
-    "request_per_s",
-    "output_tok_s",
-    "output_token_source",
-)
-# The benchmark total's latencies a load row keeps, and which of their statistics.
-LOAD_LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms")
-LOAD_STATS = ("median", "p90")
 # The Pareto frontier's two axes, both higher-is-better: what one user sees against what the
 # server delivers in all.
 PARETO_AXES = ("tok_s_per_user", "output_tok_s")
@@ -34,19 +24,64 @@ PARETO_AXES = ("tok_s_per_user", "output_tok_s")
 Point = tuple[float | None, float | None]
 
 
-def latency_key(metric: str, stat: str) -> str:
-    """The load row's name of one latency statistic: ttft_ms, median -> ttft_median_ms."""
-    return f"{metric.removesuffix('_ms')}_{stat}_ms"
+@dataclass(frozen=True, slots=True)
+class LoadRow:
+    """One arm's row of a load table: the benchmark total's request counts, throughput and
+    latency p50/p90 in ms (analysis/benchmark.py), goodput over all groups (None without an SLO)
+    and tokens/s per user. Its fields, in order, are arms.csv's columns."""
+
+    requests_ok: int
+    requests_failed: int
+    request_per_s: float | None
+    output_tok_s: float | None
+    output_token_source: str | None
+    ttft_median_ms: float | None
+    ttft_p90_ms: float | None
+    tpot_median_ms: float | None
+    tpot_p90_ms: float | None
+    e2e_median_ms: float | None
+    e2e_p90_ms: float | None
+    good: int | None
+    goodput_req_s: float | None
+    attainment: float | None
+    tok_s_per_user: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LoadRow:
+        return cls(**{k: d[k] for k in LOAD_ROW_FIELDS})
 
 
-LOAD_ROW_FIELDS = (
-    *LOAD_SCALARS,
-    *(latency_key(m, s) for m in LOAD_LATENCIES for s in LOAD_STATS),
-    "good",
-    "goodput_req_s",
-    "attainment",
-    "tok_s_per_user",
-)
+LOAD_ROW_FIELDS = tuple(f.name for f in fields(LoadRow))
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBlock:
+    """A load sweep's `load` block: the axis, each arm and its load value in arm order, the
+    arms on the Pareto frontier of `pareto_axes`, and the SLO its goodput used (None: none)."""
+
+    axis: str
+    arms: tuple[str, ...]
+    values: tuple[float | str, ...]
+    pareto: tuple[str, ...]
+    pareto_axes: tuple[str, ...]
+    slo: dict[str, float] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LoadBlock:
+        return cls(d["axis"], tuple(d["arms"]), tuple(d["values"]), tuple(d["pareto"]),
+                   tuple(d["pareto_axes"]), d["slo"])  # fmt: skip
+
+
+def read_load(sweep: Mapping[str, Any]) -> LoadBlock | None:
+    """A sweep summary's `load` block; None for a sweep that is not a load sweep."""
+    load = sweep.get("load")
+    return LoadBlock.from_json(load) if load else None
 
 
 def tok_s_per_user(streams: Iterable[dict[str, Any]]) -> float | None:
@@ -75,14 +110,25 @@ def pooled_goodput(block: Goodput | None, duration_s: float | None) -> dict[str,
     }
 
 
-def load_row(summary: dict[str, Any]) -> dict[str, Any]:
-    """One arm's load row (LOAD_ROW_FIELDS) from its own summary."""
+def load_row(summary: dict[str, Any]) -> LoadRow:
+    """One arm's load row from its own summary."""
     total = summary["benchmark"]["total"]
-    row = {k: total[k] for k in LOAD_SCALARS}
-    row |= {latency_key(m, s): total[m][s] for m in LOAD_LATENCIES for s in LOAD_STATS}
-    row |= pooled_goodput(read_goodput(summary), total["duration_s"])
-    row["tok_s_per_user"] = tok_s_per_user(summary["streams"])
-    return row
+    ttft, tpot, e2e = total["ttft_ms"], total["tpot_ms"], total["e2e_ms"]
+    return LoadRow(
+        requests_ok=total["requests_ok"],
+        requests_failed=total["requests_failed"],
+        request_per_s=total["request_per_s"],
+        output_tok_s=total["output_tok_s"],
+        output_token_source=total["output_token_source"],
+        ttft_median_ms=ttft["median"],
+        ttft_p90_ms=ttft["p90"],
+        tpot_median_ms=tpot["median"],
+        tpot_p90_ms=tpot["p90"],
+        e2e_median_ms=e2e["median"],
+        e2e_p90_ms=e2e["p90"],
+        **pooled_goodput(read_goodput(summary), total["duration_s"]),
+        tok_s_per_user=tok_s_per_user(summary["streams"]),
+    )
 
 
 def dominates(q: tuple[float, float], p: tuple[float, float]) -> bool:
@@ -109,19 +155,18 @@ def load_axis(arms: dict[str, dict[str, Any]]) -> str | None:
 
 def load_block(
     arms: dict[str, dict[str, Any]], order: list[str], slo: dict[str, float] | None
-) -> dict[str, Any] | None:
-    """The sweep's `load` block (None unless it is a load sweep): the axis, its values and arms
-    in arm order, the arms on the Pareto frontier of PARETO_AXES, and the SLO goodput used."""
+) -> LoadBlock | None:
+    """The sweep's `load` block (None unless it is a load sweep)."""
     axis = load_axis(arms)
     if axis is None:
         return None
-    rows = {n: arms[n]["load_row"] for n in order}
-    points = {n: (r[PARETO_AXES[0]], r[PARETO_AXES[1]]) for n, r in rows.items()}
-    return {
-        "axis": axis,
-        "arms": order,
-        "values": [arms[n]["settings"][axis] for n in order],
-        "pareto": pareto_front(points),
-        "pareto_axes": list(PARETO_AXES),
-        "slo": slo,
-    }
+    rows = {n: LoadRow.from_json(arms[n]["load_row"]) for n in order}
+    points = {n: (r.tok_s_per_user, r.output_tok_s) for n, r in rows.items()}
+    return LoadBlock(
+        axis=axis,
+        arms=tuple(order),
+        values=tuple(arms[n]["settings"][axis] for n in order),
+        pareto=tuple(pareto_front(points)),
+        pareto_axes=PARETO_AXES,
+        slo=slo,
+    )

@@ -3,9 +3,6 @@ sweep parent's summary (arms/<arm>/ run directories plus the parent's run.json).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,52 +12,12 @@ from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import SCHEMA, Analysis, analyze_run
 from loadgen.analysis.summary_types import Stats
 from loadgen.analysis.sweep_boots import boot_points, floor_rows
-
-
-def arm_sort_key(name: str) -> list[tuple[int, float, str]]:
-    """Orders arm names numerically where numeric: as text, 512 sorts after 2048."""
-    parts = re.split(r"(\d+(?:\.\d+)?)", name)
-    return [(1, float(p), "") if i % 2 else (0, 0.0, p) for i, p in enumerate(parts) if p]
+from loadgen.analysis.sweep_types import MixedRow, arm_sort_key
 
 
 def _minmax(values: list[float]) -> Stats:
     return Stats(len(values), min(values) if values else None, median(values),
                  max(values) if values else None, None, None, None, None)  # fmt: skip
-
-
-def _minmax_json(st: Stats) -> dict[str, float | None]:
-    return {"min": st.min, "median": st.median, "max": st.max, "n": st.n}
-
-
-@dataclass(frozen=True, slots=True)
-class MixedRow:
-    """Whale/minnow figures over some mixed reps: the whale's TTFT median, the minnows' TTFT and
-    decode rates (during the whale's prefill, after it) min/median/max, minnows that got a
-    first token only after the prefill, and the median wall time."""
-
-    whale_ttft_s: float | None
-    minnow_ttft_s: Stats
-    minnow_decode_during_tok_s: Stats
-    minnow_decode_after_tok_s: Stats
-    minnows_first_token_after_prefill: int
-    wall_s: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "whale_ttft_s": self.whale_ttft_s,
-            "minnow_ttft_s": _minmax_json(self.minnow_ttft_s),
-            "minnow_decode_during_tok_s": _minmax_json(self.minnow_decode_during_tok_s),
-            "minnow_decode_after_tok_s": _minmax_json(self.minnow_decode_after_tok_s),
-            "minnows_first_token_after_prefill": self.minnows_first_token_after_prefill,
-            "wall_s": self.wall_s,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> MixedRow:
-        return cls(d["whale_ttft_s"], Stats.from_json(d["minnow_ttft_s"]),
-                   Stats.from_json(d["minnow_decode_during_tok_s"]),
-                   Stats.from_json(d["minnow_decode_after_tok_s"]),
-                   d["minnows_first_token_after_prefill"], d["wall_s"])  # fmt: skip
 
 
 def mixed_row(reps: list[dict[str, Any]]) -> MixedRow:
@@ -92,7 +49,7 @@ def arm_entry(summary: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
         "flags": arm.get("flags") or {},
         "settings": arm.get("settings") or {},
         "row": mixed_row(mixed["reps"]).to_json() if mixed else None,
-        "load_row": load_row(summary),
+        "load_row": load_row(summary).to_json(),
         "interrupted": summary["run"]["interrupted"],
         "wall_s": summary["run"]["wall_s"],
         "energy": summary.get("energy"),
@@ -155,7 +112,7 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
     }
     load = load_block(summary["arms"], order, manifest.get("slo"))
     if load is not None:
-        summary["load"] = load
+        summary["load"] = load.to_json()
     boots = manifest.get("boots")
     if isinstance(boots, list):
         declared_order = [n for n in declared if isinstance(n, str)]

@@ -10,7 +10,7 @@ figures and is listed as such.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from loadgen.analysis.bootfloor import compare_arms
@@ -67,9 +67,10 @@ def boot_points(
     return points
 
 
-def metric_names(points: list[dict[str, Any]]) -> list[str]:
-    """The metrics the points carry, the politeness ones first in the seed's order."""
-    seen = [k for p in points if p["values"] for k in p["values"]]
+def metric_names(values: Iterable[Mapping[str, Any] | None]) -> list[str]:
+    """The metrics that boots' figures (None: not measured) carry, the politeness ones first in
+    the seed's order."""
+    seen = [k for v in values if v for k in v]
     first = [k for k, _, _ in ROW_METRICS if k in seen]
     return first + sorted(set(seen) - set(first))
 
@@ -78,7 +79,7 @@ def floor_rows(points: list[dict[str, Any]], arm_order: list[str]) -> list[dict[
     """Per metric, every arm against the first: effect, floor, multiple and verdict, over the
     boots that were measured."""
     rows = []
-    for metric in metric_names(points):
+    for metric in metric_names(p["values"] for p in points):
         per_arm = {
             arm: [p["values"].get(metric) for p in points if p["arm"] == arm and p["values"]]
             for arm in arm_order

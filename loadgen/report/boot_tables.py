@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadgen.analysis.bootfloor import ArmEffect
 from loadgen.analysis.sweep_boots import ROW_METRICS, metric_names
+from loadgen.analysis.sweep_types import read_sweep
 from loadgen.report.tables import DASH, Table, rate, secs
 
 _LABELS = {key: (label, unit) for key, label, unit in ROW_METRICS}
@@ -25,29 +27,30 @@ def _pct(x: float | None) -> str:
     return DASH if x is None else f"{100 * x:+.2f}%"
 
 
-def _verdict_cell(row: dict[str, Any] | None) -> str:
+def _verdict_cell(row: ArmEffect | None) -> str:
     if row is None:
         return "reference"
-    multiple = "" if row["multiple"] is None else f", {row['multiple']:.1f}x floor"
-    return f"{_pct(row['effect'])}{multiple}: {row['verdict']}"
+    multiple = "" if row.multiple is None else f", {row.multiple:.1f}x floor"
+    return f"{_pct(row.effect)}{multiple}: {row.verdict}"
 
 
 def arms_over_boots_table(sweep: dict[str, Any]) -> Table | None:
     """Per arm: each metric as 'mean (boot 1 / boot 2 ...)' and, under it, the verdict against
     the first arm; the floor of each metric in the notes."""
-    points, verdicts = sweep.get("boots"), sweep.get("boot_floor")
+    s = read_sweep(sweep)
+    points, verdicts = s.boots, s.boot_floor
     if not points:
         return None
-    metrics = metric_names(points)
-    arms = list(dict.fromkeys(p["arm"] for p in sorted(points, key=lambda p: p["order"])))
-    by = {(r["metric"], r["arm"]): r for r in verdicts or []}
+    metrics = metric_names(p.values for p in points)
+    arms = list(dict.fromkeys(p.arm for p in sorted(points, key=lambda p: p.order)))
+    by = {(r.metric, r.arm): r for r in verdicts}
     rows = []
     for arm in arms:
-        mine = sorted((p for p in points if p["arm"] == arm), key=lambda p: p["boot"])
-        measured = [p for p in mine if p["values"]]
+        mine = sorted((p for p in points if p.arm == arm), key=lambda p: p.boot)
+        measured = [p.values for p in mine if p.values]
         cells = [f"{arm}", f"{len(measured)}/{len(mine)}"]
         for m in metrics:
-            values = [p["values"].get(m) for p in measured]
+            values = [v.get(m) for v in measured]
             present = [v for v in values if v is not None]
             mean = sum(present) / len(present) if present else None
             each = " / ".join(_fmt(m, v) for v in values)
@@ -57,7 +60,7 @@ def arms_over_boots_table(sweep: dict[str, Any]) -> Table | None:
     columns = ["arm", "boots measured"]
     for m in metrics:
         columns += [metric_label(m), "vs first arm"]
-    floors = {r["metric"]: r["floor"] for r in verdicts or []}
+    floors = {r.metric: r.floor for r in verdicts}
     notes = [
         "each cell: mean over measured boots (each boot's value in run order)",
         "floor = largest (max-min)/mean between boots of one arm; stands above 2x the floor",
@@ -72,12 +75,12 @@ def arms_over_boots_table(sweep: dict[str, Any]) -> Table | None:
 
 def boots_table(sweep: dict[str, Any]) -> Table | None:
     """The boots in run order: arm, boot number, attempts, status."""
-    points = sweep.get("boots")
+    points = read_sweep(sweep).boots
     if not points:
         return None
     rows = tuple(
-        (str(p["order"]), p["arm"], str(p["boot"]), str(p["attempts"]), p["status"])
-        for p in sorted(points, key=lambda p: (p["order"], p["arm"]))
+        (str(p.order), p.arm, str(p.boot), str(p.attempts), p.status)
+        for p in sorted(points, key=lambda p: (p.order, p.arm))
     )
     return Table(
         "Boots in run order",

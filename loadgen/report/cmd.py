@@ -30,8 +30,7 @@ from loadgen.report.readable import readable
 from loadgen.report.soak_report import analyze_soak_dir, is_soak, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
 from loadgen.report.sweep_text import (
-    arm_names,
-    arm_title,
+    arm_titles,
     render_sweep_plain,
     sweep_header,
     sweep_tables,
@@ -156,11 +155,10 @@ def _arm_summaries(run_dir: Path) -> dict[str, dict[str, Any]]:
 def _sweep_rich(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:
     tables = sweep_tables(sweep)
     lost = []  # an arm's skipped lines show on the terminal too, not only in its report.txt
-    for name in arm_names(sweep, list(arms)):
-        # Every arm's tables carry the same titles: without its name a block is anonymous.
-        arm = arm_title(name, sweep["arms"].get(name) or {})
+    # Every arm's tables carry the same titles: without its name a block is anonymous.
+    for name, title in arm_titles(sweep, arms):
         summary = arms[name].summary
-        tables += [replace(t, title=f"arm {arm} | {t.title}") for t in run_tables(summary)]
+        tables += [replace(t, title=f"arm {title} | {t.title}") for t in run_tables(summary)]
         records = read_run(summary).records
         lost += [f"arm {name}: {x}" for x in record_lines(records) if x.startswith("!!")]
     return render_rich(tables, sweep_header(sweep, {n: a.summary for n, a in arms.items()}) + lost)

@@ -21,6 +21,7 @@ from loadgen.analysis.inputs import is_run_dir, is_sweep_dir
 from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
 from loadgen.analysis.summary import MEASURE, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
+from loadgen.analysis.sweep_types import read_sweep
 from loadgen.report.readable import readable
 
 STREAMS_CSV = "streams.csv"
@@ -56,24 +57,19 @@ def stream_rows(summaries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _swept(arm: dict[str, Any]) -> dict[str, Any]:
-    return {**(arm.get("settings") or {}), **(arm.get("flags") or {})}
-
-
 def arm_columns(sweep: dict[str, Any]) -> list[str]:
     """arm, every setting or flag any arm sets (sorted), the load row's fields, pareto."""
-    keys = sorted({k for arm in sweep["arms"].values() for k in _swept(arm)})
+    keys = sorted({k for arm in read_sweep(sweep).arms.values() for k in arm.swept})
     return ["arm", *keys, *LOAD_ROW_FIELDS, PARETO]
 
 
 def arm_rows(sweep: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per arm in the sweep's order; `pareto` is empty unless it is a load sweep."""
-    load = sweep.get("load")
-    front = set(load["pareto"]) if load else None
+    s = read_sweep(sweep)
     return [
-        {"arm": name, **_swept(arm), **arm["load_row"],
-         PARETO: None if front is None else name in front}
-        for name, arm in sweep["arms"].items()
+        {"arm": name, **arm.swept, **arm.load_row.to_json(),
+         PARETO: None if s.load is None else name in s.load.pareto}
+        for name, arm in s.arms.items()
     ]  # fmt: skip
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from loadgen.analysis.registry import metric
 from loadgen.analysis.summary import Analysis
 from loadgen.report import plots
-from loadgen.report.sweep_text import arm_names, arm_title, sweep_header, sweep_tables
+from loadgen.report.sweep_text import arm_titles, sweep_header, sweep_tables
 from loadgen.report.tables import DASH, Table, format_of, to_html
 from loadgen.report.text import header, hist_lines, run_tables
 
@@ -152,8 +152,7 @@ def render_sweep_html(
         parts += [_img(png, name.removesuffix(".png"), "") for name, png in load_figures.items()]
     if figure is not None:
         parts.append("<h2>Across the sweep</h2>" + _img(figure, "sweep figure", ""))
-    for name in arm_names(sweep, list(bodies)):
-        title = arm_title(name, sweep["arms"].get(name) or {})
+    for name, title in arm_titles(sweep, bodies):
         parts.append(
             f"<h2 id='arm-{html.escape(name)}'>Arm {html.escape(title)}</h2>{bodies[name]}"
         )

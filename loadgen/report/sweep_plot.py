@@ -7,19 +7,21 @@ and each boot is its own point, so the boot-to-boot spread is in the picture rat
 averaged away. A point's value may carry a min..max range (e.g. over the minnows of that boot),
 drawn as a vertical bar through it.
 
-`sweep_points()` reads a sweep parent's summary (loadgen.analysis.sweep): per arm, the entries
-of `boots` when the arm has them (each shaped like the arm itself), else the arm as its one boot.
+`sweep_points()` reads a sweep parent's summary (loadgen.analysis.sweep_types): one point per
+arm with a politeness row; `booted_points()` one per measured boot of a sweep that booted its
+arms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from matplotlib.figure import Figure
 
 from loadgen.analysis.sweep_boots import metric_names
+from loadgen.analysis.sweep_types import MixedRow, Sweep, read_sweep
 from loadgen.report.boot_tables import metric_label
 from loadgen.report.plots import png_bytes
 
@@ -52,66 +54,63 @@ POLITENESS_METRICS = (
 )
 
 
-def swept_axis(sweep: dict[str, Any]) -> str | None:
+def _is_number(v: Any) -> TypeGuard[int | float]:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def swept_axis(s: Sweep) -> str | None:
     """The one flag or setting whose numeric value differs between arms, else None."""
-    arms = list(sweep.get("arms", {}).values())
     values: dict[str, set[Any]] = {}
-    for arm in arms:
-        for k, v in {**(arm.get("settings") or {}), **(arm.get("flags") or {})}.items():
+    for arm in s.arms.values():
+        for k, v in arm.swept.items():
             values.setdefault(k, set()).add(v)
     varying = [k for k, vs in values.items() if len(vs) > 1]
     if len(varying) != 1:
         return None
     axis = varying[0]
-    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values[axis])
-    return axis if numeric else None
+    return axis if all(_is_number(v) for v in values[axis]) else None
 
 
-def sweep_points(sweep: dict[str, Any], axis: str) -> list[SweepPoint]:
-    """One point per boot of every arm that has a whale/minnows row."""
-    out = []
-    for name, arm in sweep.get("arms", {}).items():
-        x = {**(arm.get("settings") or {}), **(arm.get("flags") or {})}.get(axis)
-        if x is None:
-            continue
-        for boot, entry in enumerate(arm.get("boots") or [arm]):
-            row = entry.get("row")
-            if row is None:
-                continue
-            values, ranges = {}, {}
-            for key, value in row.items():
-                if isinstance(value, dict) and "median" in value:
-                    values[key] = value["median"]
-                    if value.get("min") is not None and value.get("max") is not None:
-                        ranges[key] = (value["min"], value["max"])
-                elif isinstance(value, int | float):
-                    values[key] = value
-            out.append(SweepPoint(name, boot, float(x), values, ranges))
-    return out
+def row_point(arm: str, x: float, row: MixedRow) -> SweepPoint:
+    """An arm's politeness row as its one point: medians, the minnows' min..max as ranges."""
+    spread = {
+        "minnow_ttft_s": row.minnow_ttft_s,
+        "minnow_decode_during_tok_s": row.minnow_decode_during_tok_s,
+        "minnow_decode_after_tok_s": row.minnow_decode_after_tok_s,
+    }
+    values = {"whale_ttft_s": row.whale_ttft_s, "wall_s": row.wall_s}
+    values |= {k: st.median for k, st in spread.items()}
+    ranges = {
+        k: (st.min, st.max) for k, st in spread.items() if st.min is not None and st.max is not None
+    }
+    return SweepPoint(arm, 0, x, values, ranges)
 
 
-def booted_points(sweep: dict[str, Any]) -> tuple[str, list[SweepPoint], dict[float, str] | None]:
+def sweep_points(s: Sweep, axis: str) -> list[SweepPoint]:
+    """One point per arm that sets `axis` and has a whale/minnows row."""
+    return [
+        row_point(name, float(arm.swept[axis]), arm.row)
+        for name, arm in s.arms.items()
+        if arm.swept.get(axis) is not None and arm.row is not None
+    ]
+
+
+def booted_points(s: Sweep) -> tuple[str, list[SweepPoint], dict[float, str] | None]:
     """A restarted sweep's measured boots (`boots` of loadgen.analysis.sweep_boots) as points:
     x is the one numeric server flag that differs, else the arm's index, named by tick labels."""
-    boots = [p for p in sweep.get("boots") or [] if p["values"]]
-    arms = list(dict.fromkeys(p["arm"] for p in sorted(boots, key=lambda p: p["order"])))
-    flags = {p["arm"]: p["flags"] for p in boots}
+    boots = [p for p in s.boots if p.values]
+    arms = list(dict.fromkeys(p.arm for p in sorted(boots, key=lambda p: p.order)))
+    flags = {p.arm: p.flags for p in boots}
     keys = {k for f in flags.values() for k in f}
-    values = {a: flags[a].get(next(iter(keys))) for a in arms} if len(keys) == 1 else {}
-    numeric = values and all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in values.values()
-    )
-    axis, xs, ticks = (
-        (next(iter(keys)), {a: float(v) for a, v in values.items()}, None)
-        if numeric
-        else (
-            "arm",
-            {a: float(i) for i, a in enumerate(arms)},
-            {float(i): a for i, a in enumerate(arms)},
-        )
-    )
-    points = [SweepPoint(p["arm"], p["boot"] - 1, xs[p["arm"]], p["values"], {}) for p in boots]
-    return axis, points, ticks
+    key = next(iter(keys)) if len(keys) == 1 else None
+    values = {a: flags[a].get(key) for a in arms} if key is not None else {}
+    xs = {a: float(v) for a, v in values.items() if _is_number(v)}
+    ticks = None
+    if key is None or not values or len(xs) < len(values):
+        key, xs = "arm", {a: float(i) for i, a in enumerate(arms)}
+        ticks = {float(i): a for i, a in enumerate(arms)}
+    points = [SweepPoint(p.arm, p.boot - 1, xs[p.arm], dict(p.values or {}), {}) for p in boots]
+    return key, points, ticks
 
 
 def sweep_png(
@@ -161,12 +160,12 @@ def sweep_png(
 def sweep_figure(sweep: dict[str, Any]) -> bytes | None:
     """The figure of a sweep parent's summary: every measured boot of a restarted sweep, else
     the politeness metrics per arm; None when there is nothing to draw."""
-    if sweep.get("boots"):
-        axis, points, ticks = booted_points(sweep)
-        names = metric_names([{"values": p.values} for p in points])
-        metrics = [SweepMetric(n, metric_label(n)) for n in names]
+    s = read_sweep(sweep)
+    if s.boots:
+        axis, points, ticks = booted_points(s)
+        metrics = [SweepMetric(n, metric_label(n)) for n in metric_names(p.values for p in points)]
         return sweep_png(points, axis, metrics, ticks)
-    swept = swept_axis(sweep)
+    swept = swept_axis(s)
     if swept is None:
         return None
-    return sweep_png(sweep_points(sweep, swept), swept)
+    return sweep_png(sweep_points(s, swept), swept)

@@ -4,12 +4,13 @@ then every arm's own report."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from loadgen.analysis.energy import read_energy
-from loadgen.analysis.summary_types import Cohort, Stats, carried_other_than_one, read_run
-from loadgen.analysis.sweep import MixedRow, arm_sort_key
+from loadgen.analysis.load_sweep import LoadBlock
+from loadgen.analysis.summary_types import carried_other_than_one, read_run
+from loadgen.analysis.sweep_types import Arm, Sweep, read_sweep
 from loadgen.report.boot_tables import arms_over_boots_table, boots_table
 from loadgen.report.sections import slo_text
 from loadgen.report.tables import DASH, Table, msecs, num, rate, secs, span, to_plain
@@ -33,32 +34,27 @@ PARETO_NOTE = (
 )
 
 
-def arm_label(arm: dict[str, Any]) -> str:
+def arm_label(arm: Arm) -> str:
     """An arm's server flags and client settings as k=v pairs."""
-    both = {**(arm.get("settings") or {}), **(arm.get("flags") or {})}
-    return ", ".join(f"{k}={v}" for k, v in sorted(both.items())) or DASH
+    return ", ".join(f"{k}={v}" for k, v in sorted(arm.swept.items())) or DASH
 
 
-def arm_title(name: str, arm: dict[str, Any]) -> str:
-    """The arm's name, with its flags and settings when the name does not already say them."""
-    label = arm_label(arm)
+def arm_title(name: str, arm: Arm | None) -> str:
+    """The arm's name, with its flags and settings when the name does not already say them (the
+    name alone for an arm the sweep's summary does not hold)."""
+    label = DASH if arm is None else arm_label(arm)
     return name if label in (DASH, name) else f"{name}: {label}"
 
 
-def arm_names(sweep: dict[str, Any], names: list[str] | None = None) -> list[str]:
-    """The sweep's declared arm order; names it does not declare follow, numerically."""
-    known = list(sweep["arms"]) if names is None else names
-    declared = [n for n in sweep.get("arm_order") or [] if n in known]
-    return declared + sorted((n for n in known if n not in declared), key=arm_sort_key)
+def arm_titles(sweep: dict[str, Any], names: Iterable[str]) -> list[tuple[str, str]]:
+    """(name, title) of the named arms in the sweep's declared order, then the others'."""
+    s = read_sweep(sweep)
+    return [(name, arm_title(name, s.arms.get(name))) for name in s.names(names)]
 
 
-def _varied(sweep: dict[str, Any]) -> dict[str, list[str]]:
+def _varied(s: Sweep) -> dict[str, list[str]]:
     """Each flag or setting whose value differs between arms -> its values in arm order."""
-    names = arm_names(sweep)
-    both = [
-        {**(sweep["arms"][n].get("settings") or {}), **(sweep["arms"][n].get("flags") or {})}
-        for n in names
-    ]
+    both = [arm.swept for _, arm in s.ordered()]
     keys = sorted({k for b in both for k in b})
     return {
         k: [str(b.get(k, DASH)) for b in both]
@@ -93,7 +89,8 @@ def _port(url: str) -> str | None:
 def sweep_header(sweep: dict[str, Any], arms: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """The header of a sweep parent: what every arm shares, then what differs per arm (the
     parent's run.target is one arm's, so its flags and port would be quoted as the sweep's)."""
-    varied = _varied(sweep)
+    s = read_sweep(sweep)
+    varied = _varied(s)
     target = dict(sweep["run"].get("target") or {})
     if target.get("flags"):
         target["flags"] = _drop_flags([str(f) for f in target["flags"]], set(varied))
@@ -103,13 +100,11 @@ def sweep_header(sweep: dict[str, Any], arms: dict[str, dict[str, Any]] | None =
     if per_port and target.get("url"):
         target["url"] = target["url"].rsplit(":", 1)[0] + ":<port per arm>"
     lines = header({**sweep, "run": {**sweep["run"], "target": target}})
-    names = arm_names(sweep)
+    names = s.names()
     if varied:
         lines.append("per arm: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in varied.items()))
     if per_port:
-        lines.append(
-            "ports: " + ", ".join(f"{n}={ports[n]}" for n in arm_names(sweep, list(ports)))
-        )
+        lines.append("ports: " + ", ".join(f"{n}={ports[n]}" for n in s.names(ports)))
     if not varied:
         lines.append(f"arms ({len(names)}): {', '.join(names)}")
     return lines
@@ -120,10 +115,10 @@ def _speed_note(sweep: dict[str, Any]) -> tuple[str, ...]:
     return (f"sim speed x{speed:g}",) if speed not in (None, 1.0) else ()
 
 
-def _source_notes(sweep: dict[str, Any]) -> tuple[str, ...]:
-    groups = [g for a in sweep["arms"].values() for g in a["groups"].values()]
-    sources = sorted({g["token_source"] for g in groups})
-    shapes = sorted({g["prompt_shape"] for g in groups if g.get("prompt_shape")})
+def _source_notes(sweep: dict[str, Any], s: Sweep) -> tuple[str, ...]:
+    groups = [g for a in s.arms.values() for g in a.groups.values()]
+    sources = sorted({g.token_source for g in groups})
+    shapes = sorted({g.prompt_shape for g in groups if g.prompt_shape})
     return (
         f"tokens: {', '.join(sources) or DASH}",
         f"prompt shape: {', '.join(shapes) or 'not recorded'}",
@@ -133,58 +128,50 @@ def _source_notes(sweep: dict[str, Any]) -> tuple[str, ...]:
 
 def politeness_table(sweep: dict[str, Any]) -> Table | None:
     """budget | whale TTFT | minnow TTFT | minnow decode during whale prefill | after | wall."""
-    rows = []
-    for name, arm in _arms(sweep):
-        if arm["row"] is None:
-            continue
-        row = MixedRow.from_json(arm["row"])
-        rows.append(
-            (
-                arm_title(name, arm),
-                secs(row.whale_ttft_s),
-                span(row.minnow_ttft_s, secs),
-                decode_during(row),
-                span(row.minnow_decode_after_tok_s),
-                secs(row.wall_s),
-            )
-        )
+    s = read_sweep(sweep)
+    rows = tuple(
+        (arm_title(name, arm), secs(row.whale_ttft_s), span(row.minnow_ttft_s, secs),
+         decode_during(row), span(row.minnow_decode_after_tok_s), secs(row.wall_s))
+        for name, arm in s.ordered()
+        if (row := arm.row) is not None
+    )  # fmt: skip
     if not rows:
         return None
     cols = ("arm (budget)", "whale TTFT", "minnow TTFT", "minnow decode during whale prefill")
     return Table(
         "Politeness across arms (seconds, tok/s)",
         (*cols, "after", "wall"),
-        tuple(rows),
-        (*_source_notes(sweep), "'queued' = minnows whose first token came after the prefill"),
+        rows,
+        (*_source_notes(sweep, s), "'queued' = minnows whose first token came after the prefill"),
     )
 
 
 def sweep_ladder_table(sweep: dict[str, Any]) -> Table | None:
     """The concurrency ladder across arms without a whale: one row per arm and group."""
+    s = read_sweep(sweep)
     cohorts = [
-        (arm_title(name, arm) if len(arm["groups"]) == 1 else f"{name}/{g}",
-         Cohort.from_json(v["cohort"]))
-        for name, arm in _arms(sweep)
-        if arm["row"] is None
-        for g, v in sorted(arm["groups"].items())
-        if v["cohort"]
-    ]  # fmt: skip
+        (arm_title(name, arm) if len(arm.groups) == 1 else f"{name}/{g}", v.cohort)
+        for name, arm in s.ordered()
+        if arm.row is None
+        for g, v in sorted(arm.groups.items())
+        if v.cohort
+    ]
     multi = any(
-        carried_other_than_one(Stats.from_json(g["tokens_per_chunk"]))
-        for a in sweep["arms"].values()
-        for g in a["groups"].values()
+        carried_other_than_one(g.tokens_per_chunk)
+        for a in s.arms.values()
+        for g in a.groups.values()
     )
-    return ladder_table(cohorts, multi, _source_notes(sweep))
+    return ladder_table(cohorts, multi, _source_notes(sweep, s))
 
 
-def energy_table(sweep: dict[str, Any]) -> Table | None:
+def arms_energy_table(sweep: dict[str, Any]) -> Table | None:
     """Joules per output token across arms, where any arm's GPUs were sampled."""
     rows = [
         (arm_title(name, arm), num(e.j_per_output_token, 3), num(e.energy_j, 0),
          str(e.output_tokens), num(e.mean_power_w, 0), num(e.peak_sm_clock_mhz, 0),
          ", ".join(e.throttle_reasons) or "none")
-        for name, arm in _arms(sweep)
-        if (e := read_energy(arm.get("energy"))) and e.available
+        for name, arm in read_sweep(sweep).ordered()
+        if (e := arm.energy) and e.available
     ]  # fmt: skip
     if not rows:
         return None
@@ -211,41 +198,41 @@ def load_table(sweep: dict[str, Any]) -> Table | None:
     """A load sweep's arms, one row per load value: requests, throughput, TTFT and TPOT p50/p90,
     goodput where an SLO was given, tokens/s per user and the Pareto mark (None for any other
     sweep)."""
-    load = sweep.get("load")
-    if not load:
+    s = read_sweep(sweep)
+    load = s.load
+    if load is None:
         return None
-    slo, front = load.get("slo"), set(load["pareto"])
     rows = []
-    for name, value in zip(load["arms"], load["values"], strict=True):
-        r = sweep["arms"][name]["load_row"]
-        good = () if not slo else (
-            num(r["goodput_req_s"], 2),
-            DASH if r["attainment"] is None else f"{100 * r['attainment']:.1f}",
+    for name, value in zip(load.arms, load.values, strict=True):
+        r = s.arms[name].load_row
+        good = () if not load.slo else (
+            num(r.goodput_req_s, 2),
+            DASH if r.attainment is None else f"{100 * r.attainment:.1f}",
         )  # fmt: skip
         rows.append((
-            load_label(value), f"{r['requests_ok']}/{r['requests_failed']}",
-            num(r["request_per_s"], 2), rate(r["output_tok_s"]),
-            pair(r["ttft_median_ms"], r["ttft_p90_ms"]),
-            pair(r["tpot_median_ms"], r["tpot_p90_ms"]), *good,
-            rate(r["tok_s_per_user"]), "*" if name in front else "",
+            load_label(value), f"{r.requests_ok}/{r.requests_failed}",
+            num(r.request_per_s, 2), rate(r.output_tok_s),
+            pair(r.ttft_median_ms, r.ttft_p90_ms),
+            pair(r.tpot_median_ms, r.tpot_p90_ms), *good,
+            rate(r.tok_s_per_user), "*" if name in load.pareto else "",
         ))  # fmt: skip
-    good_cols = ("goodput req/s", "SLO met %") if slo else ()
+    good_cols = ("goodput req/s", "SLO met %") if load.slo else ()
     return Table(
-        f"Load sweep over {load['axis']} (measure phase, all groups)",
-        (load["axis"], "ok/failed", "req/s", "output tok/s", "TTFT p50/p90 ms",
+        f"Load sweep over {load.axis} (measure phase, all groups)",
+        (load.axis, "ok/failed", "req/s", "output tok/s", "TTFT p50/p90 ms",
          "TPOT p50/p90 ms", *good_cols, "tok/s per user", "Pareto"),
         tuple(rows),
-        _load_notes(sweep, load),
+        _load_notes(sweep, s, load),
         left=frozenset(),
     )  # fmt: skip
 
 
-def _load_notes(sweep: dict[str, Any], load: dict[str, Any]) -> tuple[str, ...]:
-    rows = [sweep["arms"][n]["load_row"] for n in load["arms"]]
-    sources = sorted({r["output_token_source"] for r in rows if r["output_token_source"]})
-    slo = load.get("slo")
+def _load_notes(sweep: dict[str, Any], s: Sweep, load: LoadBlock) -> tuple[str, ...]:
+    rows = [s.arms[n].load_row for n in load.arms]
+    sources = sorted({r.output_token_source for r in rows if r.output_token_source})
+    slo = load.slo
     return (
-        LOAD_AXIS_NOTES[load["axis"]],
+        LOAD_AXIS_NOTES[load.axis],
         "req/s, output tok/s: ok requests and their output tokens over the arm's span (first "
         "intended send -> last end); latencies over ok streams, TTFT from the actual send",
         f"output tokens from {', '.join(sources) or DASH}",
@@ -260,11 +247,6 @@ def _load_notes(sweep: dict[str, Any], load: dict[str, Any]) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def _arms(sweep: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(name, arm entry) in the sweep's declared order."""
-    return [(n, sweep["arms"][n]) for n in arm_names(sweep)]
-
-
 def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
     tables = (
         load_table(sweep),
@@ -272,7 +254,7 @@ def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
         boots_table(sweep),
         politeness_table(sweep),
         sweep_ladder_table(sweep),
-        energy_table(sweep),
+        arms_energy_table(sweep),
     )
     return [t for t in tables if t is not None]
 
@@ -281,7 +263,6 @@ def render_sweep_plain(sweep: dict[str, Any], arms: dict[str, dict[str, Any]]) -
     """report.txt of a sweep parent: the across-arm tables, then every arm's report."""
     parts = ["\n".join(sweep_header(sweep, arms))]
     parts += [to_plain(t) for t in sweep_tables(sweep)]
-    for name in arm_names(sweep, list(arms)):
-        title = arm_title(name, sweep["arms"].get(name) or {})
+    for name, title in arm_titles(sweep, arms):
         parts.append(f"== arm {title} ==\n" + render_plain(arms[name]).rstrip("\n"))
     return "\n\n".join(parts) + "\n"

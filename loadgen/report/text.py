@@ -26,7 +26,8 @@ from loadgen.analysis.summary_types import (
     read_groups,
     read_run,
 )
-from loadgen.analysis.sweep import MixedRow, mixed_row
+from loadgen.analysis.sweep import mixed_row
+from loadgen.analysis.sweep_types import MixedRow
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.analysis.warmth import warm_note
 from loadgen.report.bench_tables import benchmark_tables
