@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import astuple
 from pathlib import Path
 
 import orjson
 import pytest
 from run_fixtures import failed, stream, write_run
 
-from loadgen.analysis.benchmark import benchmark_block
+from loadgen.analysis.benchmark import Benchmark, BenchStats, benchmark_block
 from loadgen.report.cmd import write_report
 
 
@@ -22,36 +23,35 @@ def records() -> list:
 
 
 def test_the_total_counts_every_request_and_times_the_ok_ones() -> None:
-    total = benchmark_block(records())["total"]
-    assert (total["requests_ok"], total["requests_failed"]) == (2, 1)
-    assert total["duration_s"] == pytest.approx(0.9)  # first intended send to last end
-    assert total["request_per_s"] == pytest.approx(2 / 0.9)
-    assert (total["output_tokens"], total["prompt_tokens"]) == (7, 1500)
-    assert total["output_tok_s"] == pytest.approx(7 / 0.9)
-    assert total["total_tok_s"] == pytest.approx(1507 / 0.9)
-    assert total["output_token_source"] == "mixed:usage_continuous+usage_final"
-    assert total["prompt_token_source"] == "requested+usage"
+    total = benchmark_block(records()).total
+    assert (total.requests_ok, total.requests_failed) == (2, 1)
+    assert total.duration_s == pytest.approx(0.9)  # first intended send to last end
+    assert total.request_per_s == pytest.approx(2 / 0.9)
+    assert (total.output_tokens, total.prompt_tokens) == (7, 1500)
+    assert total.output_tok_s == pytest.approx(7 / 0.9)
+    assert total.total_tok_s == pytest.approx(1507 / 0.9)
+    assert total.output_token_source == "mixed:usage_continuous+usage_final"
+    assert total.prompt_token_source == "requested+usage"
     # TTFT 100 and 150 ms; TPOT 200 ms / 3 tokens and 150 ms / 2; E2E 301 and 400 ms.
-    assert total["ttft_ms"] == pytest.approx({"mean": 125, "median": 125, "p90": 145, "p99": 149.5})
-    assert total["tpot_ms"] == pytest.approx(
-        {"mean": 70.8333, "median": 70.8333, "p90": 74.1667, "p99": 74.9167}, abs=1e-3
-    )
+    assert astuple(total.ttft_ms) == pytest.approx((125, 125, 145, 149.5))
+    assert astuple(total.tpot_ms) == pytest.approx((70.8333, 70.8333, 74.1667, 74.9167), abs=1e-3)
     # a's gaps spread over the tokens they carried (50, 50, 100), b's one gap over 2 tokens.
-    assert total["itl_ms"] == pytest.approx(
-        {"mean": 68.75, "median": 62.5, "p90": 92.5, "p99": 99.25}
-    )
-    assert total["e2e_ms"] == pytest.approx(
-        {"mean": 350.5, "median": 350.5, "p90": 390.1, "p99": 399.01}
-    )
+    assert astuple(total.itl_ms) == pytest.approx((68.75, 62.5, 92.5, 99.25))
+    assert astuple(total.e2e_ms) == pytest.approx((350.5, 350.5, 390.1, 399.01))
 
 
 def test_a_group_of_failures_is_counted_and_never_timed() -> None:
-    h = benchmark_block(records())["groups"]["h"]
-    assert (h["requests_ok"], h["requests_failed"]) == (0, 1)
-    assert h["duration_s"] == pytest.approx(0.2)
-    assert (h["request_per_s"], h["output_tok_s"]) == (0.0, 0.0)
-    assert h["output_token_source"] is None and h["prompt_token_source"] is None
-    assert h["ttft_ms"] == {"mean": None, "median": None, "p90": None, "p99": None}
+    h = benchmark_block(records()).groups["h"]
+    assert (h.requests_ok, h.requests_failed) == (0, 1)
+    assert h.duration_s == pytest.approx(0.2)
+    assert (h.request_per_s, h.output_tok_s) == (0.0, 0.0)
+    assert h.output_token_source is None and h.prompt_token_source is None
+    assert h.ttft_ms == BenchStats(None, None, None, None)
+
+
+def test_the_block_reads_back_as_written() -> None:
+    block = benchmark_block(records())
+    assert Benchmark.from_json(orjson.loads(orjson.dumps(block.to_json()))) == block
 
 
 def test_summary_json_and_the_report_carry_the_block(tmp_path: Path) -> None:

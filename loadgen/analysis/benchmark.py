@@ -11,7 +11,8 @@ the record's token source (usage, server counter, tokenizer or chunk count), pro
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from loadgen.analysis import rates
@@ -21,40 +22,107 @@ from loadgen.records import StreamRecord
 
 NS = rates.NS
 MS_PER_S = 1e3
-BENCH_STATS = ("mean", "median", "p90", "p99")
 TOTAL = "total"
 
 
-def benchmark_block(measure: list[StreamRecord]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class BenchStats:
+    """One latency over the ok streams, in ms (None: no stream had it)."""
+
+    mean: float | None
+    median: float | None
+    p90: float | None
+    p99: float | None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> BenchStats:
+        return cls(d["mean"], d["median"], d["p90"], d["p99"])
+
+
+BENCH_STATS = tuple(f.name for f in fields(BenchStats))
+
+
+@dataclass(frozen=True, slots=True)
+class BenchFields:
+    """The benchmark fields of one group, or of the run in total (module docstring)."""
+
+    requests_ok: int
+    requests_failed: int
+    duration_s: float | None
+    request_per_s: float | None
+    output_tokens: int
+    prompt_tokens: int
+    output_tok_s: float | None
+    total_tok_s: float | None
+    output_token_source: str | None
+    prompt_token_source: str | None
+    ttft_ms: BenchStats
+    tpot_ms: BenchStats
+    itl_ms: BenchStats
+    e2e_ms: BenchStats
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> BenchFields:
+        return cls(
+            d["requests_ok"], d["requests_failed"], d["duration_s"], d["request_per_s"],
+            d["output_tokens"], d["prompt_tokens"], d["output_tok_s"], d["total_tok_s"],
+            d["output_token_source"], d["prompt_token_source"],
+            *(BenchStats.from_json(d[m]) for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Benchmark:
+    """summary.json's `benchmark`: the fields per group (sorted by name) and in total."""
+
+    groups: Mapping[str, BenchFields]
+    total: BenchFields
+
+    def to_json(self) -> dict[str, Any]:
+        return {"groups": {g: asdict(f) for g, f in self.groups.items()}, TOTAL: asdict(self.total)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Benchmark:
+        groups = {g: BenchFields.from_json(f) for g, f in d["groups"].items()}
+        return cls(groups, BenchFields.from_json(d[TOTAL]))
+
+
+def read_benchmark(summary: Mapping[str, Any]) -> Benchmark | None:
+    """A run summary's benchmark block; None in a summary older than the block."""
+    block = summary.get("benchmark")
+    return Benchmark.from_json(block) if block else None
+
+
+def benchmark_block(measure: list[StreamRecord]) -> Benchmark:
     """Per group (sorted) and in total, the benchmark fields of the measured records."""
     groups = sorted({r.group for r in measure})
     block = {g: bench_fields([r for r in measure if r.group == g]) for g in groups}
-    return {"groups": block, TOTAL: bench_fields(measure)}
+    return Benchmark(block, bench_fields(measure))
 
 
-def bench_fields(records: list[StreamRecord]) -> dict[str, Any]:
+def bench_fields(records: list[StreamRecord]) -> BenchFields:
     """The benchmark fields of one set of records (module docstring)."""
     ok = [r for r in records if r.status == "ok"]
     span = span_ns(records)
     duration = None if span is None else (span[1] - span[0]) / NS
     output = sum(r.completion_tokens for r in ok)
     prompt = sum(_prompt_tokens(r) or 0 for r in ok)
-    return {
-        "requests_ok": len(ok),
-        "requests_failed": len(records) - len(ok),
-        "duration_s": duration,
-        "request_per_s": _per_s(len(ok), duration),
-        "output_tokens": output,
-        "prompt_tokens": prompt,
-        "output_tok_s": _per_s(output, duration),
-        "total_tok_s": _per_s(output + prompt, duration),
-        "output_token_source": token_source_of(ok) if ok else None,
-        "prompt_token_source": _prompt_source(ok),
-        "ttft_ms": _ms_stats(rates.ttft_s(r) for r in ok),
-        "tpot_ms": _ms_stats(rates.tpot_s(r) for r in ok),
-        "itl_ms": _ms_stats(g / NS for r in ok for g in rates.token_gaps_ns(r)),
-        "e2e_ms": _ms_stats(rates.e2e_s(r) for r in ok),
-    }
+    return BenchFields(
+        requests_ok=len(ok),
+        requests_failed=len(records) - len(ok),
+        duration_s=duration,
+        request_per_s=_per_s(len(ok), duration),
+        output_tokens=output,
+        prompt_tokens=prompt,
+        output_tok_s=_per_s(output, duration),
+        total_tok_s=_per_s(output + prompt, duration),
+        output_token_source=token_source_of(ok) if ok else None,
+        prompt_token_source=_prompt_source(ok),
+        ttft_ms=_ms_stats(rates.ttft_s(r) for r in ok),
+        tpot_ms=_ms_stats(rates.tpot_s(r) for r in ok),
+        itl_ms=_ms_stats(g / NS for r in ok for g in rates.token_gaps_ns(r)),
+        e2e_ms=_ms_stats(rates.e2e_s(r) for r in ok),
+    )
 
 
 def _prompt_tokens(rec: StreamRecord) -> int | None:
@@ -73,6 +141,6 @@ def _per_s(count: int, duration_s: float | None) -> float | None:
     return count / duration_s if duration_s else None
 
 
-def _ms_stats(seconds: Iterable[float | None]) -> dict[str, float | None]:
+def _ms_stats(seconds: Iterable[float | None]) -> BenchStats:
     d = describe(None if s is None else s * MS_PER_S for s in seconds)
-    return {k: d[k] for k in BENCH_STATS}
+    return BenchStats(d["mean"], d["median"], d["p90"], d["p99"])

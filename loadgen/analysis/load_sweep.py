@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from loadgen.analysis.benchmark import Benchmark
 from loadgen.analysis.goodput import Goodput, read_goodput
 from loadgen.analysis.stats import median
 from loadgen.analysis.summary import MEASURE
@@ -112,21 +113,20 @@ def pooled_goodput(block: Goodput | None, duration_s: float | None) -> dict[str,
 
 def load_row(summary: dict[str, Any]) -> LoadRow:
     """One arm's load row from its own summary."""
-    total = summary["benchmark"]["total"]
-    ttft, tpot, e2e = total["ttft_ms"], total["tpot_ms"], total["e2e_ms"]
+    total = Benchmark.from_json(summary["benchmark"]).total
     return LoadRow(
-        requests_ok=total["requests_ok"],
-        requests_failed=total["requests_failed"],
-        request_per_s=total["request_per_s"],
-        output_tok_s=total["output_tok_s"],
-        output_token_source=total["output_token_source"],
-        ttft_median_ms=ttft["median"],
-        ttft_p90_ms=ttft["p90"],
-        tpot_median_ms=tpot["median"],
-        tpot_p90_ms=tpot["p90"],
-        e2e_median_ms=e2e["median"],
-        e2e_p90_ms=e2e["p90"],
-        **pooled_goodput(read_goodput(summary), total["duration_s"]),
+        requests_ok=total.requests_ok,
+        requests_failed=total.requests_failed,
+        request_per_s=total.request_per_s,
+        output_tok_s=total.output_tok_s,
+        output_token_source=total.output_token_source,
+        ttft_median_ms=total.ttft_ms.median,
+        ttft_p90_ms=total.ttft_ms.p90,
+        tpot_median_ms=total.tpot_ms.median,
+        tpot_p90_ms=total.tpot_ms.p90,
+        e2e_median_ms=total.e2e_ms.median,
+        e2e_p90_ms=total.e2e_ms.p90,
+        **pooled_goodput(read_goodput(summary), total.duration_s),
         tok_s_per_user=tok_s_per_user(summary["streams"]),
     )
 

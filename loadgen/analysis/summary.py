@@ -118,7 +118,7 @@ def analyze(inputs: RunInputs) -> Analysis:
         "goodput": None if good is None else good.to_json(),
         "needles": [n.to_json() for n in needle_recall(measure)],
         "energy": None if energy is None else energy.to_json(),
-        "benchmark": benchmark_block(measure),
+        "benchmark": benchmark_block(measure).to_json(),
         "telemetry_notes": (manifest.get("telemetry") or {}).get("notes") or [],
         "thresholds": {
             "admitted_factor": ADMITTED_FACTOR,

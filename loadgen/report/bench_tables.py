@@ -3,27 +3,27 @@ group and one for the total, with every token count's source named."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import astuple
 
-from loadgen.analysis.benchmark import BENCH_STATS, TOTAL
+from loadgen.analysis.benchmark import BENCH_STATS, TOTAL, BenchFields, Benchmark, BenchStats
 from loadgen.report.tables import DASH, Table, num, rate, secs
 
 
-def benchmark_tables(block: dict[str, Any] | None) -> list[Table]:
+def benchmark_tables(block: Benchmark | None) -> list[Table]:
     """Throughput and latency tables of a summary's `benchmark` block (none for an old one)."""
-    if not block:
+    if block is None:
         return []
-    rows = [*sorted(block["groups"].items()), (TOTAL, block[TOTAL])]
+    rows = [*sorted(block.groups.items()), (TOTAL, block.total)]
     if len(rows) == 2:  # one group: its row is the total
         rows = rows[1:]
     return [_throughput(rows), _latency(rows)]
 
 
-def _throughput(rows: list[tuple[str, dict[str, Any]]]) -> Table:
+def _throughput(rows: list[tuple[str, BenchFields]]) -> Table:
     cells = tuple(
-        (name, str(b["requests_ok"]), str(b["requests_failed"]), secs(b["duration_s"]),
-         num(b["request_per_s"], 2), rate(b["output_tok_s"]), rate(b["total_tok_s"]),
-         b["output_token_source"] or DASH, b["prompt_token_source"] or DASH)
+        (name, str(b.requests_ok), str(b.requests_failed), secs(b.duration_s),
+         num(b.request_per_s, 2), rate(b.output_tok_s), rate(b.total_tok_s),
+         b.output_token_source or DASH, b.prompt_token_source or DASH)
         for name, b in rows
     )  # fmt: skip
     return Table(
@@ -37,9 +37,11 @@ def _throughput(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     )  # fmt: skip
 
 
-def _latency(rows: list[tuple[str, dict[str, Any]]]) -> Table:
-    metrics = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-    cells = tuple((name, *(_stats(b[m]) for m in metrics)) for name, b in rows)
+def _latency(rows: list[tuple[str, BenchFields]]) -> Table:
+    cells = tuple(
+        (name, _stats(b.ttft_ms), _stats(b.tpot_ms), _stats(b.itl_ms), _stats(b.e2e_ms))
+        for name, b in rows
+    )
     return Table(
         "Benchmark latency, ms: " + " / ".join(BENCH_STATS) + " (ok streams)",
         ("group", "TTFT", "TPOT", "ITL", "E2E"),
@@ -48,5 +50,5 @@ def _latency(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     )
 
 
-def _stats(d: dict[str, float | None]) -> str:
-    return "/".join(num(d[k]) for k in BENCH_STATS)
+def _stats(s: BenchStats) -> str:
+    return "/".join(num(v) for v in astuple(s))

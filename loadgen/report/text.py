@@ -10,6 +10,7 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
+from loadgen.analysis.benchmark import read_benchmark
 from loadgen.analysis.evidence import (
     ClientErrorEvidence,
     RationEvidence,
@@ -474,7 +475,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
     tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
     tables.append(energy_table(summary))
-    tables += benchmark_tables(summary.get("benchmark"))
+    tables += benchmark_tables(read_benchmark(summary))
     return [t for t in tables if t is not None]
 
 
