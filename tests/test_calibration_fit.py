@@ -11,16 +11,18 @@ from loadgen.analysis.calibration import (
     Measurement,
     Probe,
     ServerShape,
+    TtftWitness,
     calibration_plan,
     decode_row,
     measure,
     prefill_row,
     prefill_steps,
+    read_witnesses,
     speculation,
     speculation_from_counters,
     ttft_witness,
 )
-from loadgen.analysis.calibration_fit import fit_costs
+from loadgen.analysis.calibration_fit import FitRow, FitSummary, fit_costs
 from loadgen.records import StreamRecord
 from loadgen.report.calibration_report import witness_line
 
@@ -162,12 +164,13 @@ def test_the_servers_ttft_histogram_stands_beside_the_clients_timing() -> None:
     # A histogram that counted other requests than the run's, or none at all: no witness.
     assert ttft_witness(probe, recs, {**hist, "time_to_first_token_seconds_count": 4.0}) is None
     assert ttft_witness(probe, recs, {}) is None
-    fit = {"server_witness": [w.to_json()]}
-    assert witness_line(fit, {"request_overhead_s": 0.0025}, "vllm") == (
+    assert TtftWitness.from_json(w.to_json()) == w
+    (back,) = read_witnesses({"server_witness": [w.to_json()]})
+    assert witness_line([back], 0.0025, "vllm") == (
         "fit on client timing; vllm's TTFT histogram over the same requests: the client sees "
         "2.000 ms more (median over 1 probes), the fitted request overhead is 2.500 ms"
     )
-    assert witness_line({"server_witness": []}, {}, "llama.cpp") == (
+    assert witness_line(read_witnesses({"server_witness": []}), 0.0, "llama.cpp") == (
         "llama.cpp has no TTFT histogram on /metrics: the fit rests on client timing alone"
     )
 
@@ -196,18 +199,21 @@ def test_the_fit_recovers_known_costs() -> None:
     fit = fit_costs(_measurements(KNOWN))
     for name, value in KNOWN.items():
         assert fit.costs[name] == pytest.approx(value, rel=1e-4), name
-    assert fit.summary()["max_error"] < 1e-4
-    assert fit.summary()["misses"] == []
+    assert fit.summary().max_error < 1e-4
+    assert fit.summary().misses == ()
 
 
 def test_the_fit_names_the_probes_a_model_cannot_fit() -> None:
     # A decode cost growing with batch^2 (0.4 ms x B^2): the linear model misses at B = 8.
     fit = fit_costs(_measurements(KNOWN, bend=0.0004))
     summary = fit.summary()
-    assert summary["max_error"] > 0.10
-    assert summary["misses"] == ["decode-b2-300", "decode-b4-300", "decode-b8-300"]
+    assert summary.max_error > 0.10
+    assert summary.misses == ("decode-b2-300", "decode-b4-300", "decode-b8-300")
     # The prefill probes, which the model does fit, stay within 1%.
-    assert all(abs(r["error"]) < 0.01 for r in fit.rows if r["kind"] != "decode")
+    assert all(abs(r.error) < 0.01 for r in fit.rows if r.kind != "decode")
+    # As the profile file holds them, and read back.
+    assert FitSummary.from_json(summary.to_json()) == summary
+    assert tuple(FitRow.from_json(r.to_json()) for r in fit.rows) == fit.rows
 
 
 def test_a_cost_no_probe_measures_is_said_to_be_unmeasured() -> None:
@@ -231,6 +237,6 @@ def test_a_floor_under_every_step_is_fitted_where_the_decode_steps_show_one() ->
         ms.append(dataclasses.replace(m, value_s=value))
     fit = fit_costs(ms)
     assert fit.min_step_s == pytest.approx(floor, rel=0.02)
-    assert fit.summary()["max_error"] < 0.02
+    assert fit.summary().max_error < 0.02
     # The linear model alone cannot: decode flat at the floor, prefill steps far above it.
     assert fit_costs([m for m in ms if m.kind != "decode"]).min_step_s is None

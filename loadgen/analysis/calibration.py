@@ -334,10 +334,24 @@ class TtftWitness:
     server_ttft_s: float
     client_ttft_s: float
 
+    @property
+    def gap_s(self) -> float:
+        """What the client sees beyond the server's own TTFT."""
+        return self.client_ttft_s - self.server_ttft_s
+
     def to_json(self) -> dict[str, Any]:
         return {"probe": self.probe, "requests": self.requests,
                 "server_ttft_mean_s": six_figures(self.server_ttft_s),
                 "client_ttft_mean_s": six_figures(self.client_ttft_s)}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TtftWitness:
+        return cls(d["probe"], d["requests"], d["server_ttft_mean_s"], d["client_ttft_mean_s"])
+
+
+def read_witnesses(fit: Mapping[str, Any]) -> list[TtftWitness]:
+    """A profile's `fit` block's server witnesses (none: the server had no TTFT histogram)."""
+    return [TtftWitness.from_json(w) for w in fit.get("server_witness") or ()]
 
 
 def ttft_witness(

@@ -24,30 +24,86 @@ from loadgen.analysis.calibration import COSTS, Measurement, six_figures
 MISS = 0.10
 
 
+# A fit row's own fields; the rest of a profile's measurement row is the probe's basis.
+FIT_ROW_FIELDS = ("probe", "kind", "samples", "measured_s", "predicted_s", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class FitRow:
+    """One probe's measurement beside the fitted sim's prediction (s) and the signed relative
+    error (predicted / measured - 1); `basis` is what the probe sent and the server reported
+    (analysis/calibration.py's Measurement.basis), written beside them."""
+
+    probe: str
+    kind: str
+    samples: int
+    measured_s: float
+    predicted_s: float
+    error: float
+    basis: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"probe": self.probe, "kind": self.kind, "samples": self.samples,
+                "measured_s": self.measured_s, "predicted_s": self.predicted_s,
+                "error": self.error, **self.basis}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> FitRow:
+        basis = {k: v for k, v in d.items() if k not in FIT_ROW_FIELDS}
+        return cls(d["probe"], d["kind"], d["samples"], d["measured_s"], d["predicted_s"],
+                   d["error"], basis)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class FitSummary:
+    """A profile's `fit` block: the method, the error over every probe, the probes it missed
+    by more than `miss_threshold`, the costs no probe measured and the step floor."""
+
+    method: str
+    measurements: int
+    rms_error: float
+    max_error: float
+    misses: tuple[str, ...]
+    miss_threshold: float
+    unmeasured: tuple[str, ...]
+    min_step_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method, "measurements": self.measurements,
+                "rms_error": self.rms_error, "max_error": self.max_error,
+                "misses": list(self.misses), "miss_threshold": self.miss_threshold,
+                "unmeasured": list(self.unmeasured), "min_step_s": self.min_step_s}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> FitSummary:
+        return cls(d["method"], d["measurements"], d["rms_error"], d["max_error"],
+                   tuple(d["misses"]), d["miss_threshold"], tuple(d["unmeasured"]),
+                   d.get("min_step_s"))  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Fit:
     """Fitted costs (s) with each measurement's prediction and signed relative error."""
 
     costs: Mapping[str, float]
-    rows: tuple[Mapping[str, Any], ...]
+    rows: tuple[FitRow, ...]
     # Costs no probe measured (their column is all zeros): fitted as 0.
     unmeasured: tuple[str, ...]
     # The floor under every step, where the data asked for one (None: the linear model).
     min_step_s: float | None = None
 
-    def summary(self) -> dict[str, Any]:
-        errors = [abs(r["error"]) for r in self.rows]
-        misses = [r["probe"] for r in self.rows if abs(r["error"]) > MISS]
-        return {
-            "method": "non-negative least squares on relative error",
-            "measurements": len(self.rows),
-            "rms_error": round(math.sqrt(sum(e * e for e in errors) / len(errors)), 4),
-            "max_error": round(max(errors), 4),
-            "misses": misses,
-            "miss_threshold": MISS,
-            "unmeasured": list(self.unmeasured),
-            "min_step_s": self.min_step_s,
-        }
+    def summary(self) -> FitSummary:
+        errors = [abs(r.error) for r in self.rows]
+        return FitSummary(
+            method="non-negative least squares on relative error",
+            measurements=len(self.rows),
+            rms_error=round(math.sqrt(sum(e * e for e in errors) / len(errors)), 4),
+            max_error=round(max(errors), 4),
+            misses=tuple(r.probe for r in self.rows if abs(r.error) > MISS),
+            miss_threshold=MISS,
+            unmeasured=self.unmeasured,
+            min_step_s=self.min_step_s,
+        )
 
 
 def fit_costs(measurements: Sequence[Measurement]) -> Fit:
@@ -145,11 +201,8 @@ def _rms(measurements: Sequence[Measurement], theta: np.ndarray, floor: float | 
 
 def _fit(measurements: Sequence[Measurement], theta: np.ndarray, floor: float | None) -> Fit:
     rows = tuple(
-        {
-            "probe": m.probe, "kind": m.kind, "samples": m.samples,
-            "measured_s": six_figures(m.value_s), "predicted_s": six_figures(p),
-            "error": round(p / m.value_s - 1, 4), **dict(m.basis),
-        }
+        FitRow(m.probe, m.kind, m.samples, six_figures(m.value_s), six_figures(p),
+               round(p / m.value_s - 1, 4), dict(m.basis))
         for m in measurements
         for p in (_predict(m, theta, floor),)
     )  # fmt: skip

@@ -168,7 +168,7 @@ def _fit_and_write(
     write_profile_file(path, profile)
     if path != root / "profile.yaml":
         write_profile_file(root / "profile.yaml", profile)
-    manifest |= {"interrupted": False, "profile": str(path), "fit": fit.summary()}
+    manifest |= {"interrupted": False, "profile": str(path), "fit": fit.summary().to_json()}
     write_manifest(root, manifest)
 
 
@@ -350,8 +350,8 @@ def _profile(
                  "tokens": "server usage", "facts": dict(server.get("sources") or {}),
                  "speculation": spec.source,
                  "server_counters": WITNESS_SOURCE if witnesses else WITNESS_NONE},
-        fit=fit.summary() | {"server_witness": [w.to_json() for w in witnesses]},
-        measurements=fit.rows,
+        fit=fit.summary().to_json() | {"server_witness": [w.to_json() for w in witnesses]},
+        measurements=tuple(r.to_json() for r in fit.rows),
     )  # fmt: skip
 
 

@@ -3,9 +3,12 @@ the error, and calibration.png (predicted against measured, one point per probe)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from loadgen.analysis.calibration import TtftWitness, read_witnesses
+from loadgen.analysis.calibration_fit import FitRow, FitSummary
 from loadgen.analysis.stats import median
 from loadgen.report.tables import Table, to_plain
 from loadgen.sim.profile_file import load_profile_file
@@ -31,31 +34,29 @@ def costs_table(costs: dict[str, Any]) -> Table:
                  left=frozenset({0, 1}))  # fmt: skip
 
 
-def fit_table(measurements: list[dict[str, Any]], fit: dict[str, Any]) -> Table:
-    rows = tuple(
-        (m["probe"], m["kind"], str(m["samples"]), f"{m['measured_s'] * 1e3:.3f}",
-         f"{m['predicted_s'] * 1e3:.3f}", f"{m['error']:+.1%}")
-        for m in measurements
+def fit_table(rows: Sequence[FitRow], fit: FitSummary) -> Table:
+    cells = tuple(
+        (r.probe, r.kind, str(r.samples), f"{r.measured_s * 1e3:.3f}",
+         f"{r.predicted_s * 1e3:.3f}", f"{r.error:+.1%}")
+        for r in rows
     )  # fmt: skip
     notes: tuple[str, ...] = (
         "ttft/cached: median TTFT of the probe's streams (client: send to first content chunk); "
         "decode: mean gap between content chunks while all of the probe's streams decoded",
-        f"error: predicted / measured - 1; rms {fit['rms_error']:.1%}, max {fit['max_error']:.1%}"
-        + (f"; beyond {fit['miss_threshold']:.0%}: {', '.join(fit['misses'])}"
-           if fit["misses"] else ""),
+        f"error: predicted / measured - 1; rms {fit.rms_error:.1%}, max {fit.max_error:.1%}"
+        + (f"; beyond {fit.miss_threshold:.0%}: {', '.join(fit.misses)}" if fit.misses else ""),
     )  # fmt: skip
-    if fit.get("unmeasured"):
-        notes += (f"not measured (fitted as 0): {', '.join(fit['unmeasured'])}",)
+    if fit.unmeasured:
+        notes += (f"not measured (fitted as 0): {', '.join(fit.unmeasured)}",)
     cols = ("probe", "kind", "samples", "measured ms", "predicted ms", "error")
-    return Table("The fit, probe by probe", cols, rows, notes, frozenset({0, 1}))
+    return Table("The fit, probe by probe", cols, cells, notes, frozenset({0, 1}))
 
 
-def witness_table(witness: list[dict[str, Any]]) -> Table:
+def witness_table(witnesses: Sequence[TtftWitness]) -> Table:
     rows = tuple(
-        (w["probe"], str(w["requests"]), f"{w['client_ttft_mean_s'] * 1e3:.3f}",
-         f"{w['server_ttft_mean_s'] * 1e3:.3f}",
-         f"{(w['client_ttft_mean_s'] - w['server_ttft_mean_s']) * 1e3:+.3f}")
-        for w in witness
+        (w.probe, str(w.requests), f"{w.client_ttft_s * 1e3:.3f}",
+         f"{w.server_ttft_s * 1e3:.3f}", f"{w.gap_s * 1e3:+.3f}")
+        for w in witnesses
     )  # fmt: skip
     cols = ("probe", "requests", "client ms", "server ms", "client - server ms")
     notes = ("mean TTFT over each probe's run, warmup and primes included; server: the rise of "
@@ -65,47 +66,44 @@ def witness_table(witness: list[dict[str, Any]]) -> Table:
                  frozenset({0}))  # fmt: skip
 
 
-def witness_line(fit: dict[str, Any], costs: dict[str, Any], server: str) -> str:
+def witness_line(witnesses: Sequence[TtftWitness], overhead_s: float, server: str) -> str:
     """Which timing the fit used, and what the server's own TTFT histogram says of it."""
-    witness = fit.get("server_witness") or []
-    if not witness:
+    if not witnesses:
         return f"{server} has no TTFT histogram on /metrics: the fit rests on client timing alone"
-    gap = median([w["client_ttft_mean_s"] - w["server_ttft_mean_s"] for w in witness]) or 0.0
-    overhead = costs.get("request_overhead_s") or 0.0
+    gap = median([w.gap_s for w in witnesses]) or 0.0
     return (f"fit on client timing; {server}'s TTFT histogram over the same requests: the client "
-            f"sees {gap * 1e3:.3f} ms more (median over {len(witness)} probes), the fitted "
-            f"request overhead is {overhead * 1e3:.3f} ms")  # fmt: skip
+            f"sees {gap * 1e3:.3f} ms more (median over {len(witnesses)} probes), the fitted "
+            f"request overhead is {overhead_s * 1e3:.3f} ms")  # fmt: skip
 
 
 def calibration_text(root: Path) -> str:
     """The report printed at the end of `loadgen calibrate`; writes calibration.png."""
     profile = load_profile_file(root / "profile.yaml")
-    doc_costs = profile.costs()
-    measurements = [dict(m) for m in profile.measurements]
+    rows = [FitRow.from_json(m) for m in profile.measurements]
+    witnesses = read_witnesses(profile.fit)
     head = [
         f"profile {profile.name}: {root / 'profile.yaml'}",
         "facts: " + ", ".join(f"{k} {v}" for k, v in profile.facts.items()),
     ]
-    figure = calibration_figure(measurements, profile.name)
+    figure = calibration_figure(rows, profile.name)
     if figure is not None:
         (root / "calibration.png").write_bytes(figure)
-    fit = dict(profile.fit)
     parts = [
         "\n".join(head),
-        to_plain(costs_table(doc_costs)),
-        to_plain(fit_table(measurements, fit)),
+        to_plain(costs_table(profile.costs())),
+        to_plain(fit_table(rows, FitSummary.from_json(profile.fit))),
     ]
-    if fit.get("server_witness"):
-        parts.append(to_plain(witness_table(fit["server_witness"])))
+    if witnesses:
+        parts.append(to_plain(witness_table(witnesses)))
     kind = profile.fitted_on.get("server")
     server = str(kind) if kind and kind != "external" else "the server"
-    parts.append(witness_line(fit, doc_costs, server))
+    parts.append(witness_line(witnesses, profile.request_overhead_s, server))
     return "\n\n".join(parts)
 
 
-def calibration_figure(measurements: list[dict[str, Any]], name: str) -> bytes | None:
+def calibration_figure(rows: Sequence[FitRow], name: str) -> bytes | None:
     """Predicted against measured, log-log, one point per probe, coloured by kind."""
-    if not measurements:
+    if not rows:
         return None
     from matplotlib.figure import Figure
 
@@ -113,11 +111,11 @@ def calibration_figure(measurements: list[dict[str, Any]], name: str) -> bytes |
 
     fig = Figure(figsize=(6, 5))
     ax = fig.add_subplot()
-    kinds = sorted({m["kind"] for m in measurements})
+    kinds = sorted({r.kind for r in rows})
     for k, kind in enumerate(kinds):
-        pts = [(m["measured_s"], m["predicted_s"]) for m in measurements if m["kind"] == kind]
+        pts = [(r.measured_s, r.predicted_s) for r in rows if r.kind == kind]
         ax.scatter([x for x, _ in pts], [y for _, y in pts], color=f"C{k}", label=kind)
-    values = [v for m in measurements for v in (m["measured_s"], m["predicted_s"]) if v > 0]
+    values = [v for r in rows for v in (r.measured_s, r.predicted_s) if v > 0]
     lo, hi = min(values) / 1.5, max(values) * 1.5
     ax.plot([lo, hi], [lo, hi], color="0.5", linewidth=0.8, linestyle="--", label="exact")
     ax.set_xscale("log")
