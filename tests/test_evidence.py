@@ -28,6 +28,7 @@ from loadgen.analysis.evidence import (
     held_phases,
     read_evidence,
 )
+from loadgen.analysis.summary_types import StreamRow
 from loadgen.report.plots import queued_until_s
 from loadgen.report.text import waits_table
 
@@ -51,7 +52,7 @@ def test_admission_cap_ends_its_queue_where_the_timeline_draws_it():
     c = by_id(summarize(capped_streams(), cap_metrics(), cap=2))["c"]
     ev = typed(c)
     assert isinstance(ev, WaitEvidence) and ev.verdict == "admission_cap"
-    assert queued_until_s(c) == pytest.approx(1.001)
+    assert queued_until_s(StreamRow.from_json(c)) == pytest.approx(1.001)
 
 
 def test_a_crawl_reads_as_rationed_decode_with_its_two_rates():
@@ -106,8 +107,8 @@ def test_the_report_evidence_cell_follows_the_type():
          "evidence": {"reason": "crawl", "fraction": 0.1, "rationed": True,
                       "during": {"tok_s": 2.0}, "steady": {"tok_s": 20.0}}},
     ]  # fmt: skip
-    streams = [{"id": f"s{i}", "group": "g", "rep": 0, "phase": "measure", "ttft_s": 1.0} | r
-               for i, r in enumerate(rows)]  # fmt: skip
+    base = by_id(summarize([stream("s", chunks=[1.0, 1.1])]))["s"]
+    streams = [base | {"id": f"s{i}"} | r for i, r in enumerate(rows)]
     cells = [row[-1] for row in waits_table({"streams": streams}).rows]
     assert cells == ["admission_cap=2.00s", "loadgen's own timing error 9.0 ms > tolerance 1.0 ms",
                      "2 vs 20 tok/s"]  # fmt: skip

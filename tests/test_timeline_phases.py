@@ -9,6 +9,7 @@ import pytest
 from test_verdicts_sim import UNIFORM
 from virtual_support import run_virtual
 
+from loadgen.analysis.summary_types import read_stream_rows
 from loadgen.report.plots import _segments, timeline_legend_kinds
 
 NS = 1_000_000_000
@@ -16,7 +17,7 @@ NS = 1_000_000_000
 
 async def test_whale_c4_minnows_queue_behind_the_whale_prefill(tmp_path: Path):
     run = await run_virtual("whale_c4", [], tmp_path, seed=74)
-    rows = {s["id"]: _segments(s) for s in run.summary["streams"]}
+    rows = {s.id: _segments(s) for s in read_stream_rows(run.summary)}
     # The whale held a seat from its send: all prefill, then decode.
     assert rows["default/r0/whale/0"] == [
         ("prefill", 0.0, 6.5558776),
@@ -41,12 +42,12 @@ async def test_whale_c4_minnows_queue_behind_the_whale_prefill(tmp_path: Path):
     for rid in ("default/r0/minnows/0", "default/r0/minnows/1", "default/r0/minnows/2"):
         queued_to = rows[rid][0][2]
         assert queued_to == pytest.approx(run.truth[rid]["admitted_ns"][0] / NS, abs=0.12)
-    assert timeline_legend_kinds(run.summary["streams"]) == ["queued", "prefill", "decode"]
+    assert timeline_legend_kinds(read_stream_rows(run.summary)) == ["queued", "prefill", "decode"]
 
 
 async def test_seat_cap_queue_ends_at_the_modelled_admission(tmp_path: Path):
     run = await run_virtual(UNIFORM, ["sim.max_num_seqs=2"], tmp_path, seed=3)
-    rows = {s["id"]: _segments(s) for s in run.summary["streams"]}
+    rows = {s.id: _segments(s) for s in read_stream_rows(run.summary)}
     # The first stream was seated and served at once: nothing queued.
     assert [k for k, _, _ in rows["default/r0/streams/0"]] == ["prefill", "decode"]
     # The third waited for a seat: queued until the first stream finished, as the sim says.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.baselines import Cap, PrefillBaseline
+from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.registry import GAP_METRICS, names_where
 
 
@@ -311,3 +312,46 @@ class RunSummary:
 def read_run(summary: Mapping[str, Any]) -> RunSummary:
     """A run summary's (or a sweep parent's) `run`."""
     return RunSummary.from_json(summary.get("run") or {})
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRow:
+    """One row of summary.json's `streams` as a report reads it: who the stream is, how it
+    ended, its verdict, its times in s from run start (t_admit_s: its modelled admission) and
+    the registry's per-stream figures the report draws. The evidence stays raw until asked
+    for: a 20,000-stream trace reads every row, and lists or draws few of them."""
+
+    id: str
+    group: str
+    rep: int
+    phase: str
+    status: str
+    session: str | None
+    turn: int | None
+    verdict: str
+    evidence: Mapping[str, Any]
+    ttft_s: float | None
+    decode_tok_s: float | None
+    prompt_tokens: int | None
+    t_intended_s: float
+    t_sent_s: float | None
+    t_admit_s: float | None
+    t_first_s: float | None
+    t_last_s: float | None
+    t_done_s: float | None
+
+    @property
+    def typed_evidence(self) -> Evidence:
+        return read_evidence(self.verdict, self.evidence)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StreamRow:
+        return cls(d["id"], d["group"], d["rep"], d["phase"], d["status"], d["session"],
+                   d["turn"], d["verdict"], d["evidence"], d["ttft_s"], d["decode_tok_s"],
+                   d["prompt_tokens"], d["t_intended_s"], d["t_sent_s"], d["t_admit_s"],
+                   d["t_first_s"], d["t_last_s"], d["t_done_s"])  # fmt: skip
+
+
+def read_stream_rows(summary: Mapping[str, Any]) -> list[StreamRow]:
+    """A run summary's streams in its order (by intended send time)."""
+    return [StreamRow.from_json(s) for s in summary["streams"]]

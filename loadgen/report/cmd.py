@@ -18,7 +18,7 @@ from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.soak_types import Soak
 from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
-from loadgen.analysis.summary_types import RunSummary, read_run
+from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.redact import redact, redact_text
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
@@ -52,7 +52,7 @@ def _write_run(path: Path, analysis: Analysis) -> str:
     """Writes one run's files; returns its report.html body (a sweep's parent embeds it)."""
     s = analysis.summary
     # Everything is rendered before anything is written: a failure leaves no half a report.
-    sessions = sessions_png(s["streams"])
+    sessions = sessions_png(read_stream_rows(s))
     body = run_body(analysis, sessions)
     plain, html = render_plain(s), render_html(analysis, body)
     hist = path / "hist"

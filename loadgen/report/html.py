@@ -10,6 +10,7 @@ from typing import Any
 
 from loadgen.analysis.registry import metric
 from loadgen.analysis.summary import Analysis
+from loadgen.analysis.summary_types import read_stream_rows
 from loadgen.report import plots
 from loadgen.report.sweep_text import arm_titles, sweep_header, sweep_tables
 from loadgen.report.tables import DASH, Table, format_of, to_html
@@ -99,7 +100,7 @@ def run_body(analysis: Analysis, sessions_png: bytes | None) -> str:
         [
             _head_lines(_without_title(header(s)) + hist_lines(s)),
             "<h2>Stream timeline</h2>",
-            _img(plots.timeline_png(s["streams"]), "stream timeline", "no streams"),
+            _img(plots.timeline_png(read_stream_rows(s)), "stream timeline", "no streams"),
             "<h2>Tables</h2>",
             f"<div class='tables'>{tables}</div>",
             "<h2>Latency percentiles</h2>",

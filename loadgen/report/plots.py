@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import io
 from itertools import pairwise
-from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from loadgen.analysis.evidence import held_phases, read_evidence
+from loadgen.analysis.evidence import held_phases
 from loadgen.analysis.hist import GroupHistograms, percentile_curve
+from loadgen.analysis.summary_types import StreamRow
 from loadgen.analysis.timeline import Timeline
 
 NS = 1_000_000_000
@@ -65,23 +65,22 @@ def _margins(
 _HELD = frozenset({"admission_cap", "prefill_hol", "pool_pressure"})
 
 
-def queued_until_s(s: dict[str, Any]) -> float | None:
+def queued_until_s(s: StreamRow) -> float | None:
     """Where a stream's queueing ended: the end of the last phase of its verdict's excess-wait
     decomposition that held it (a seat cap, another request's prefill, the pool), else its
     modelled admission. whale_c4's minnows hold a seat at once yet wait 6.3 s behind the
     whale's prefill (the server counts them waiting): their admission alone drew it as prefill."""
-    phases = held_phases(read_evidence(s["verdict"], s.get("evidence") or {}))
-    held = [p.to_s for p in phases if p.state in _HELD]
-    admit = s["t_admit_s"]
+    held = [p.to_s for p in held_phases(s.typed_evidence) if p.state in _HELD]
+    admit = s.t_admit_s
     if not held:
         return admit
     return max(held[-1], admit) if admit is not None else held[-1]
 
 
-def _segments(s: dict[str, Any]) -> list[tuple[str, float, float]]:
+def _segments(s: StreamRow) -> list[tuple[str, float, float]]:
     """(kind, start_s, end_s) of one stream's row."""
-    t_int, sent, admit = s["t_intended_s"], s["t_sent_s"], queued_until_s(s)
-    first, last, done = s["t_first_s"], s["t_last_s"], s["t_done_s"]
+    t_int, sent, admit = s.t_intended_s, s.t_sent_s, queued_until_s(s)
+    first, last, done = s.t_first_s, s.t_last_s, s.t_done_s
     out = []
     if sent is not None and sent > t_int:
         out.append(("late", t_int, sent))
@@ -96,13 +95,13 @@ def _segments(s: dict[str, Any]) -> list[tuple[str, float, float]]:
     return out
 
 
-def timeline_legend_kinds(rows: list[dict[str, Any]]) -> list[str]:
+def timeline_legend_kinds(rows: list[StreamRow]) -> list[str]:
     """The segment kinds the rows draw, in legend order: a legend lists only what appears."""
     drawn = {kind for s in rows for kind, _, _ in _segments(s)}
     return [k for k in SEGMENT_ALPHA if k in drawn]
 
 
-def timeline_png(streams: list[dict[str, Any]]) -> bytes | None:
+def timeline_png(streams: list[StreamRow]) -> bytes | None:
     """The stream timeline (module docstring); None without streams."""
     rows = streams[:MAX_TIMELINE_ROWS]
     if not rows:
@@ -114,7 +113,7 @@ def timeline_png(streams: list[dict[str, Any]]) -> bytes | None:
     # artists made this figure the report's slowest; segments never overlap, so it looks the same.
     boxes: dict[tuple[str, str], list[list[tuple[float, float]]]] = {}
     for y, s in enumerate(rows):
-        colour = VERDICT_COLOURS.get(s["verdict"], "#000000")
+        colour = VERDICT_COLOURS.get(s.verdict, "#000000")
         for kind, a, b in _segments(s):
             corners = [(a, y - 0.4), (a, y + 0.4), (b, y + 0.4), (b, y - 0.4)]
             boxes.setdefault((colour, kind), []).append(corners)
@@ -123,13 +122,13 @@ def timeline_png(streams: list[dict[str, Any]]) -> bytes | None:
     ax.autoscale_view()
     ax.set_ylim(len(rows) - 0.5, -0.5)
     if len(rows) <= 60:
-        ax.set_yticks(range(len(rows)), [f"{s['id']} ({s['group']})" for s in rows], fontsize=8)
+        ax.set_yticks(range(len(rows)), [f"{s.id} ({s.group})" for s in rows], fontsize=8)
     else:
         ax.set_yticks([])
         ax.set_ylabel("streams (by intended send time)")
     ax.set_xlabel("run time (s)")
     ax.grid(axis="x", alpha=0.3)
-    present = sorted({s["verdict"] for s in rows}, key=list(VERDICT_COLOURS).index)
+    present = sorted({s.verdict for s in rows}, key=list(VERDICT_COLOURS).index)
     handles = [Patch(color=VERDICT_COLOURS[v], label=v) for v in present]
     handles += [
         Patch(color="#555555", alpha=SEGMENT_ALPHA[k], label=k) for k in timeline_legend_kinds(rows)
@@ -229,24 +228,24 @@ def metrics_png(timeline: Timeline) -> bytes | None:
     return png_bytes(fig)
 
 
-def sessions_png(streams: list[dict[str, Any]]) -> bytes | None:
+def sessions_png(streams: list[StreamRow]) -> bytes | None:
     """Session turns: TTFT by turn (one line per session) and decode rate against context
     length (prompt tokens from usage). None when the run had no sessions."""
-    turns = [s for s in streams if s.get("turn") is not None and s["status"] == "ok"]
+    turns = [s for s in streams if s.turn is not None and s.status == "ok"]
     if not turns:
         return None
     fig = Figure(figsize=(11, 4))
     ax_ttft, ax_decode = fig.subplots(1, 2)
-    by_session: dict[str, list[dict[str, Any]]] = {}
+    by_session: dict[str | None, list[StreamRow]] = {}
     for s in turns:
-        by_session.setdefault(s["session"], []).append(s)
+        by_session.setdefault(s.session, []).append(s)
     for rows in by_session.values():
-        rows.sort(key=lambda s: s["turn"])
-        ax_ttft.plot([s["turn"] for s in rows], [s["ttft_s"] for s in rows], marker="o", lw=1)
+        rows.sort(key=lambda s: s.turn or 0)
+        ax_ttft.plot([s.turn for s in rows], [s.ttft_s for s in rows], marker="o", lw=1)
     ax_ttft.set_xlabel("turn")
     ax_ttft.set_ylabel("TTFT (s)")
     ax_ttft.set_title("TTFT per turn (one line per session)")
-    points = [(s["prompt_tokens"], s["decode_tok_s"]) for s in turns if s["prompt_tokens"]]
+    points = [(s.prompt_tokens, s.decode_tok_s) for s in turns if s.prompt_tokens]
     ax_decode.scatter([p[0] for p in points], [p[1] for p in points], s=14)
     ax_decode.set_xlabel("context: prompt tokens (usage)")
     ax_decode.set_ylabel("decode tok/s (per stream)")

@@ -15,17 +15,18 @@ from loadgen.analysis.evidence import (
     ClientErrorEvidence,
     RationEvidence,
     WaitEvidence,
-    read_evidence,
 )
 from loadgen.analysis.reuse import reuse_lines
 from loadgen.analysis.summary_types import (
     Cohort,
     RecordTally,
     RunSummary,
+    StreamRow,
     StreamTally,
     any_multi_token,
     read_groups,
     read_run,
+    read_stream_rows,
 )
 from loadgen.analysis.sweep import mixed_row
 from loadgen.analysis.sweep_types import MixedRow
@@ -292,9 +293,9 @@ def verdict_table(summary: dict[str, Any]) -> Table:
 
 def waits_table(summary: dict[str, Any]) -> Table | None:
     rows = [
-        (s["id"], s["group"], str(s["rep"]), s["verdict"], secs(s["ttft_s"]), _why(s))
-        for s in summary["streams"]
-        if s["phase"] == "measure" and s["verdict"] != "admitted"
+        (s.id, s.group, str(s.rep), s.verdict, secs(s.ttft_s), _why(s))
+        for s in read_stream_rows(summary)
+        if s.phase == "measure" and s.verdict != "admitted"
     ]
     if not rows:
         return None
@@ -309,10 +310,10 @@ def waits_table(summary: dict[str, Any]) -> Table | None:
     )
 
 
-def _why(s: dict[str, Any]) -> str:
+def _why(s: StreamRow) -> str:
     """The evidence cell: how long each state held a wait, how a decode crawled, else the
     reason (a client_limited stream shows what the server verdict it overrode had found)."""
-    ev = read_evidence(s["verdict"], s["evidence"])
+    ev = s.typed_evidence
     found = ev.server if isinstance(ev, ClientErrorEvidence) else ev
     if isinstance(found, WaitEvidence):
         return " ".join(f"{k}={v:.2f}s" for k, v in sorted(found.wait.held_s.items()) if v > 0)
