@@ -10,8 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 from cli_support import loadgen
+from click.testing import CliRunner
 
 from loadgen.analysis.fidelity import fidelity_table
+from loadgen.cli import main
 from loadgen.report.fidelity_report import fidelity_line
 from loadgen.sim.profile_file import FittedProfile, load_profile_file, write_profile_file
 from loadgen.sim.profiles import sim_profile
@@ -149,3 +151,20 @@ def test_fidelity_tells_a_right_profile_from_a_wrong_one(
     assert "B - A is the sim's error with its profile" in notes
     # The file round-trips the card it was written from.
     assert load_profile_file(profile).step == sim_profile("tiny").scaled("tiny-copy", factor)
+    # Reported again from its two runs, the judgement is the same bytes.
+    written = (root / "fidelity.json").read_bytes()
+    again = loadgen("report", root)
+    assert again.returncode == 0, again.stderr
+    assert (root / "fidelity.json").read_bytes() == written
+
+
+def test_a_fidelity_whose_run_did_not_finish_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    block = {"scenario": "smoke", "tolerance": 0.15, "real": "real/r", "virtual": None,
+             "profile": {"path": "p.yaml", "name": "p", "sha256": "0"}}  # fmt: skip
+    (tmp_path / "run.json").write_bytes(orjson.dumps({"fidelity": block, "interrupted": True}))
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"Error: {tmp_path}: the fidelity's virtual run did not finish; run `loadgen fidelity` "
+        "again"
+    )

@@ -31,6 +31,25 @@ def is_fidelity(manifest: Mapping[str, Any]) -> bool:
     return isinstance(manifest.get("fidelity"), dict)
 
 
+@dataclass(frozen=True, slots=True)
+class FidelityRun:
+    """A fidelity directory's run.json block: the scenario, the tolerance, the two runs' dirs
+    (relative to the fidelity directory; None until that run ended) and the profile judged."""
+
+    scenario: str
+    tolerance: float
+    real: str | None
+    virtual: str | None
+    profile_name: str
+    profile_path: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> FidelityRun:
+        profile = d["profile"]
+        return cls(d["scenario"], d["tolerance"], d["real"], d["virtual"], profile["name"],
+                   profile["path"])  # fmt: skip
+
+
 def error_of(measured: float | None, predicted: float | None) -> float | None:
     """predicted / measured - 1; None where either is missing or the measurement is 0."""
     if measured is None or predicted is None or measured == 0:

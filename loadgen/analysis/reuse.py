@@ -10,10 +10,50 @@ rate (less a few blocks lost to requests that arrive while their prefix is still
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # The measured rate may fall this far below the implied one before the report says so.
 REUSE_TOLERANCE = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class PromptsRaised:
+    """Trace rows that asked for fewer prompt tokens than loadgen's minimum and were sent with
+    it: how many of how many rows, the smallest ask, and the minimum sent instead."""
+
+    rows: int
+    of: int
+    smallest: int
+    raised_to: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PromptsRaised:
+        return cls(d["rows"], d["of"], d["smallest"], d["raised_to"])
+
+
+@dataclass(frozen=True, slots=True)
+class TraceReuse:
+    """A replayed trace's implied prefix reuse (shares of prompt tokens, and of blocks) beside
+    the server's measured hit rate (None: not reported), the gap in percentage points, and
+    whether the measured rate fell more than the tolerance below the implied one."""
+
+    sharing: str | None
+    block_tokens: int | None
+    implied_token_rate: float
+    implied_block_rate: float
+    measured_hit_rate: float | None
+    measured_source: str
+    gap_pp: float | None
+    below_implied: bool
+    tolerance_pp: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TraceReuse:
+        return cls(**d)
 
 
 def trace_prompts_raised(manifest: dict[str, Any]) -> dict[str, Any] | None:
@@ -24,7 +64,7 @@ def trace_prompts_raised(manifest: dict[str, Any]) -> dict[str, Any] | None:
     return raised if isinstance(raised, dict) else None
 
 
-def trace_reuse(manifest: dict[str, Any], server: dict[str, Any]) -> dict[str, Any] | None:
+def trace_reuse(manifest: dict[str, Any], server: dict[str, Any]) -> TraceReuse | None:
     """Implied vs measured reuse for a trace arrival with hash_ids, else None."""
     scenario = manifest.get("scenario")
     arrival = scenario.get("arrival") if isinstance(scenario, dict) else None
@@ -35,34 +75,14 @@ def trace_reuse(manifest: dict[str, Any], server: dict[str, Any]) -> dict[str, A
         return None
     measured = server.get("prefix_hit_rate") if server.get("available") else None
     rate = implied["token_rate"]
-    return {
-        "sharing": arrival.get("sharing"),
-        "block_tokens": arrival.get("block_tokens"),
-        "implied_token_rate": rate,
-        "implied_block_rate": implied["block_rate"],
-        "measured_hit_rate": measured,
-        "measured_source": "prefix_cache_hits / prefix_cache_queries deltas, measured phase",
-        "gap_pp": None if measured is None else 100 * (measured - rate),
-        "below_implied": measured is not None and measured < rate - REUSE_TOLERANCE,
-        "tolerance_pp": 100 * REUSE_TOLERANCE,
-    }
-
-
-def reuse_lines(reuse: Mapping[str, Any] | None) -> list[str]:
-    """The report's lines on trace reuse (none when the run replayed no hash_ids)."""
-    if reuse is None:
-        return []
-    implied, measured = 100 * reuse["implied_token_rate"], reuse["measured_hit_rate"]
-    shown = "not reported" if measured is None else f"{100 * measured:.1f} %"
-    lines = [
-        f"prefix reuse: trace implies {implied:.1f} % of prompt tokens (unbounded cache, "
-        f"{reuse['block_tokens']}-token blocks, sharing {reuse['sharing']}); server measured "
-        f"{shown} (prefix_cache_hits/queries)"
-    ]
-    if reuse["below_implied"]:
-        lines.append(
-            f"!! server prefix hit rate {100 * measured:.1f} % is {-reuse['gap_pp']:.1f} pp "
-            f"below the trace's implied {implied:.1f} %: the server's cache does not keep up "
-            "with this trace (pool too small, evictions, or the rows were sent salted)"
-        )
-    return lines
+    return TraceReuse(
+        sharing=arrival.get("sharing"),
+        block_tokens=arrival.get("block_tokens"),
+        implied_token_rate=rate,
+        implied_block_rate=implied["block_rate"],
+        measured_hit_rate=measured,
+        measured_source="prefix_cache_hits / prefix_cache_queries deltas, measured phase",
+        gap_pp=None if measured is None else 100 * (measured - rate),
+        below_implied=measured is not None and measured < rate - REUSE_TOLERANCE,
+        tolerance_pp=100 * REUSE_TOLERANCE,
+    )

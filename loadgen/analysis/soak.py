@@ -29,6 +29,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,8 +39,9 @@ from loadgen.analysis.aggregate import server_window
 from loadgen.analysis.baselines import prefill_tokens
 from loadgen.analysis.drift import DriftPoint, Verdict, change, drift_verdict
 from loadgen.analysis.energy import throttle_names
+from loadgen.analysis.inputs import load_run
 from loadgen.analysis.timeline import Timeline
-from loadgen.records import StreamRecord
+from loadgen.records import StreamRecord, read_jsonl
 from loadgen.scenario.soak_block import parse_window
 
 NS = rates.NS
@@ -390,3 +392,40 @@ def _verdict(kept: list[SoakPoint], rows: list[dict[str, Any]], speed: float) ->
         acc = acceptance_change(filled[0]["server"], filled[-1]["server"])
         ctx = change(filled[0]["context_mean"], filled[-1]["context_mean"])
     return drift_verdict(drift_points, acceptance_change=acc, context_change=ctx)
+
+
+def is_soak(manifest: dict[str, Any]) -> bool:
+    """A run whose scenario is a soak (a `soak:` block)."""
+    return bool((manifest.get("scenario") or {}).get("soak"))
+
+
+def analyze_soak_dir(path: Path) -> dict[str, Any]:
+    """soak analysis of a run directory, with how it ended (from run.json)."""
+    inputs = load_run(path)
+    m = inputs.manifest
+    block = (m.get("scenario") or {}).get("soak") or {}
+    client = list(read_jsonl(path / "client.jsonl"))
+    target = m.get("target") or {}
+    speed = float(m.get("speed") or 1.0) if target.get("kind") == "sim" else 1.0
+    out = analyze_soak(inputs.streams, Timeline(inputs.metrics), client,
+                       window=str(block.get("window", "thirds")), speed=speed,
+                       telemetry=inputs.telemetry)  # fmt: skip
+    failed = [r for r in inputs.streams if r.phase == "measure" and r.status != "ok"]
+    return out | {
+        "scenario": (m.get("scenario") or {}).get("name"),
+        "target": m.get("target"),
+        "speed": m.get("speed"),
+        "clock": m.get("clock", "wall"),
+        "duration_s": block.get("duration_s"),
+        "end": _end(m),
+        "failed_streams": len(failed),
+        "failed_classes": sorted({r.error.cls for r in failed if r.error}),
+    }
+
+
+def _end(m: dict[str, Any]) -> dict[str, Any]:
+    end = dict(m.get("soak_end") or {})
+    if m.get("interrupted", True) and not end.get("reason"):
+        end["reason"] = "interrupted"
+        end["detail"] = "the run did not finish (Ctrl-C, kill or crash): this is the recorded part"
+    return end

@@ -166,6 +166,7 @@ def _run_section(
         if span
         else {"available": False, "note": "no measured streams"}
     )
+    reuse = trace_reuse(manifest, server)
     return {
         "scenario": scenario.get("name") if isinstance(scenario, dict) else scenario,
         "target": _target(manifest.get("target")),
@@ -201,7 +202,7 @@ def _run_section(
         "window": None if span is None else window_json(*span),
         "wall_s": None if span is None else (span[1] - span[0]) / NS,
         "server": server,
-        "trace_reuse": trace_reuse(manifest, server),
+        "trace_reuse": None if reuse is None else reuse.to_json(),
         "trace_prompts_raised": trace_prompts_raised(manifest),
     }
 

@@ -15,6 +15,7 @@ from typing import Any
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.registry import GAP_METRICS, names_where
+from loadgen.analysis.reuse import PromptsRaised, TraceReuse
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,8 +270,8 @@ class RunSummary:
     # Limits the user stated of an external server (--server-facts), by name.
     user_facts: tuple[tuple[str, int], ...]
     speculative_tokens: int | None
-    trace_reuse: Mapping[str, Any] | None
-    trace_prompts_raised: Mapping[str, Any] | None
+    trace_reuse: TraceReuse | None
+    trace_prompts_raised: PromptsRaised | None
 
     @classmethod
     def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
@@ -304,8 +305,12 @@ class RunSummary:
             server=ServerWindow.from_json(run.get("server")),
             user_facts=tuple((k, facts[k]) for k, src in sorted(sources.items()) if src == "user"),
             speculative_tokens=facts.get("num_speculative_tokens"),
-            trace_reuse=run.get("trace_reuse"),
-            trace_prompts_raised=run.get("trace_prompts_raised"),
+            trace_reuse=TraceReuse.from_json(reuse) if (reuse := run.get("trace_reuse")) else None,
+            trace_prompts_raised=(
+                PromptsRaised.from_json(raised)
+                if (raised := run.get("trace_prompts_raised"))
+                else None
+            ),
         )
 
 
@@ -355,3 +360,20 @@ class StreamRow:
 def read_stream_rows(summary: Mapping[str, Any]) -> list[StreamRow]:
     """A run summary's streams in its order (by intended send time)."""
     return [StreamRow.from_json(s) for s in summary["streams"]]
+
+
+@dataclass(frozen=True, slots=True)
+class HistBlock:
+    """summary.json's `hist`: the HDR histogram files written beside it, their unit and range,
+    and per group the values of each metric that fell outside the range (not recorded)."""
+
+    unit: str
+    lowest_us: int
+    highest_us: int
+    files: tuple[str, ...]
+    out_of_range: Mapping[str, Mapping[str, int]]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> HistBlock:
+        lowest, highest = d["range_us"]
+        return cls(d["unit"], lowest, highest, tuple(d["files"]), d["out_of_range"])

@@ -3,6 +3,8 @@ sweep parent's summary (arms/<arm>/ run directories plus the parent's run.json).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,32 @@ def mixed_row(reps: list[dict[str, Any]]) -> MixedRow:
                     after.append(m["decode_after"]["tok_s"])
     return MixedRow(median(whale_ttft), _minmax(ttft), _minmax(during), _minmax(after),
                     after_only, median(rep["wall_s"] for rep in reps))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Mixed:
+    """A run's whale + minnows block as its report reads it: the whale's group, the minnows'
+    groups, each rep's MixedRow by rep number and, over two reps or more, the MixedRow of all
+    of them."""
+
+    whale: str
+    minnows: tuple[str, ...]
+    reps: tuple[tuple[int, MixedRow], ...]
+    all_reps: MixedRow | None
+
+
+def read_mixed(summary: Mapping[str, Any]) -> Mixed | None:
+    """The run's Mixed; None without a whale or without a rep that had whale and minnows."""
+    mixed = summary.get("mixed")
+    if not mixed or not mixed["reps"]:
+        return None
+    reps = mixed["reps"]
+    return Mixed(
+        whale=mixed["whale"],
+        minnows=tuple(mixed["minnows"]),
+        reps=tuple((r["rep"], mixed_row([r])) for r in reps),
+        all_reps=mixed_row(reps) if len(reps) > 1 else None,
+    )
 
 
 def arm_entry(summary: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:

@@ -12,9 +12,10 @@ import orjson
 
 from loadgen.analysis.capacity import analyze_capacity, is_capacity
 from loadgen.analysis.compare import Comparison, compare_summaries
-from loadgen.analysis.fidelity import fidelity_table, is_fidelity
+from loadgen.analysis.fidelity import FidelityRun, fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
+from loadgen.analysis.soak import analyze_soak_dir, is_soak
 from loadgen.analysis.soak_types import Soak
 from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
@@ -27,7 +28,7 @@ from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.load_plot import load_figures
 from loadgen.report.plots import sessions_png
 from loadgen.report.readable import readable
-from loadgen.report.soak_report import analyze_soak_dir, is_soak, write_soak_report
+from loadgen.report.soak_report import write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
 from loadgen.report.sweep_text import (
     arm_titles,
@@ -126,18 +127,23 @@ def write_capacity_report(root: Path) -> str:
 def write_fidelity_report(root: Path) -> str:
     """A fidelity directory's two runs reported again (real/ and virtual/), then its
     fidelity.json, report.txt and fidelity.png from their summaries; returns the report."""
-    f = read_manifest(root)["fidelity"]
-    sides = {}
-    for side in ("real", "virtual"):
-        write_report(root / f[side])
-        sides[side] = _arm_summaries(root / f[side])
-    table = fidelity_table(sides["real"], sides["virtual"], f["tolerance"])
+    f = FidelityRun.from_json(read_manifest(root)["fidelity"])
+    if f.real is None or f.virtual is None:
+        sides = (("real", f.real), ("virtual", f.virtual))
+        unfinished = " and ".join(side for side, run in sides if run is None)
+        raise click.ClickException(
+            f"{root}: the fidelity's {unfinished} run did not finish; run `loadgen fidelity` again"
+        )
+    for run in (f.real, f.virtual):
+        write_report(root / run)
+    real, virtual = (_arm_summaries(root / run) for run in (f.real, f.virtual))
+    table = fidelity_table(real, virtual, f.tolerance)
     (root / "fidelity.json").write_bytes(dumps_canonical(redact(table.to_json())))
-    head = [f"fidelity of sim profile {f['profile']['name']} ({f['profile']['path']}) on "
-            f"{f['scenario']}", f"real: {f['real']} | predicted: {f['virtual']}"]  # fmt: skip
+    head = [f"fidelity of sim profile {f.profile_name} ({f.profile_path}) on {f.scenario}",
+            f"real: {f.real} | predicted: {f.virtual}"]  # fmt: skip
     plain = fidelity_text(table, head)
     (root / "report.txt").write_text(redact_text(plain), encoding="utf-8")
-    figure = fidelity_figure(table, f"{f['scenario']}: profile {f['profile']['name']}")
+    figure = fidelity_figure(table, f"{f.scenario}: profile {f.profile_name}")
     if figure is not None:
         (root / FIDELITY_PNG).write_bytes(figure)
     return plain

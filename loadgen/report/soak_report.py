@@ -7,58 +7,18 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
 
 from matplotlib.figure import Figure
 
-from loadgen.analysis.inputs import load_run
-from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak
+from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak_dir
 from loadgen.analysis.soak_types import ClocksControl, Soak, WindowClient, WindowGpu
 from loadgen.analysis.stats import dumps_canonical
-from loadgen.analysis.timeline import Timeline
-from loadgen.records import read_jsonl
 from loadgen.report.html import _img, _page
 from loadgen.report.plots import png_bytes
 from loadgen.report.tables import DASH, Table, num, rate, secs, to_html, to_plain
 
 NS = 1_000_000_000
 SHADES = ("#e8eef7", "#f7efe4")
-
-
-def is_soak(manifest: dict[str, Any]) -> bool:
-    return bool((manifest.get("scenario") or {}).get("soak"))
-
-
-def analyze_soak_dir(path: Path) -> dict[str, Any]:
-    """soak analysis of a run directory, with how it ended (from run.json)."""
-    inputs = load_run(path)
-    m = inputs.manifest
-    block = (m.get("scenario") or {}).get("soak") or {}
-    client = list(read_jsonl(path / "client.jsonl"))
-    target = m.get("target") or {}
-    speed = float(m.get("speed") or 1.0) if target.get("kind") == "sim" else 1.0
-    out = analyze_soak(inputs.streams, Timeline(inputs.metrics), client,
-                       window=str(block.get("window", "thirds")), speed=speed,
-                       telemetry=inputs.telemetry)  # fmt: skip
-    failed = [r for r in inputs.streams if r.phase == "measure" and r.status != "ok"]
-    return out | {
-        "scenario": (m.get("scenario") or {}).get("name"),
-        "target": m.get("target"),
-        "speed": m.get("speed"),
-        "clock": m.get("clock", "wall"),
-        "duration_s": block.get("duration_s"),
-        "end": _end(m),
-        "failed_streams": len(failed),
-        "failed_classes": sorted({r.error.cls for r in failed if r.error}),
-    }
-
-
-def _end(m: dict[str, Any]) -> dict[str, Any]:
-    end = dict(m.get("soak_end") or {})
-    if m.get("interrupted", True) and not end.get("reason"):
-        end["reason"] = "interrupted"
-        end["detail"] = "the run did not finish (Ctrl-C, kill or crash): this is the recorded part"
-    return end
 
 
 def windows_table(s: Soak) -> Table:

@@ -5,6 +5,7 @@ then every arm's own report."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -91,15 +92,15 @@ def sweep_header(sweep: dict[str, Any], arms: dict[str, dict[str, Any]] | None =
     parent's run.target is one arm's, so its flags and port would be quoted as the sweep's)."""
     s = read_sweep(sweep)
     varied = _varied(s)
-    target = dict(sweep["run"].get("target") or {})
-    if target.get("flags"):
-        target["flags"] = _drop_flags([str(f) for f in target["flags"]], set(varied))
-    urls = {n: (a["run"].get("target") or {}).get("url", "") for n, a in (arms or {}).items()}
+    target = read_run(sweep).target
+    urls = {n: read_run(a).target.url or "" for n, a in (arms or {}).items()}
     ports = {n: _port(u) for n, u in urls.items()}
     per_port = len(set(urls.values())) > 1 and all(ports.values())
-    if per_port and target.get("url"):
-        target["url"] = target["url"].rsplit(":", 1)[0] + ":<port per arm>"
-    lines = header({**sweep, "run": {**sweep["run"], "target": target}})
+    url = target.url
+    if per_port and url:
+        url = url.rsplit(":", 1)[0] + ":<port per arm>"
+    shared = replace(target, url=url, flags=tuple(_drop_flags(list(target.flags), set(varied))))
+    lines = header(sweep, shared)
     names = s.names()
     if varied:
         lines.append("per arm: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in varied.items()))

@@ -7,7 +7,6 @@ Every table names its token source and prompt shape, and the sim speed factor wh
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
 from typing import Any
 
 from loadgen.analysis.benchmark import read_benchmark
@@ -16,19 +15,21 @@ from loadgen.analysis.evidence import (
     RationEvidence,
     WaitEvidence,
 )
-from loadgen.analysis.reuse import reuse_lines
+from loadgen.analysis.reuse import PromptsRaised, TraceReuse
 from loadgen.analysis.summary_types import (
     Cohort,
+    HistBlock,
     RecordTally,
     RunSummary,
     StreamRow,
     StreamTally,
+    Target,
     any_multi_token,
     read_groups,
     read_run,
     read_stream_rows,
 )
-from loadgen.analysis.sweep import mixed_row
+from loadgen.analysis.sweep import read_mixed
 from loadgen.analysis.sweep_types import MixedRow
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.analysis.warmth import warm_note
@@ -75,9 +76,11 @@ def notes(summary: dict[str, Any], groups: list[str] | None = None) -> tuple[str
     return tuple(out)
 
 
-def header(summary: dict[str, Any]) -> list[str]:
+def header(summary: dict[str, Any], target: Target | None = None) -> list[str]:
+    """The report's head lines; `target` stands in for the run's own (a sweep's, whose run
+    target is one arm's)."""
     run = read_run(summary)
-    target = run.target
+    target = target or run.target
     lines = [
         f"loadgen report: scenario {run.scenario or DASH}"
         f" | target {text_or_dash(target.url)} ({text_or_dash(target.kind)})"
@@ -119,14 +122,34 @@ def header(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def raised_lines(raised: Mapping[str, Any] | None) -> list[str]:
+def reuse_lines(reuse: TraceReuse | None) -> list[str]:
+    """The report's lines on trace reuse (none when the run replayed no hash_ids)."""
+    if reuse is None:
+        return []
+    implied, measured = 100 * reuse.implied_token_rate, reuse.measured_hit_rate
+    shown = "not reported" if measured is None else f"{100 * measured:.1f} %"
+    lines = [
+        f"prefix reuse: trace implies {implied:.1f} % of prompt tokens (unbounded cache, "
+        f"{reuse.block_tokens}-token blocks, sharing {reuse.sharing}); server measured "
+        f"{shown} (prefix_cache_hits/queries)"
+    ]
+    if reuse.below_implied and measured is not None and reuse.gap_pp is not None:
+        lines.append(
+            f"!! server prefix hit rate {100 * measured:.1f} % is {-reuse.gap_pp:.1f} pp "
+            f"below the trace's implied {implied:.1f} %: the server's cache does not keep up "
+            "with this trace (pool too small, evictions, or the rows were sent salted)"
+        )
+    return lines
+
+
+def raised_lines(raised: PromptsRaised | None) -> list[str]:
     """The note on trace rows whose prompts were sent longer than the trace asked."""
-    if not raised:
+    if raised is None:
         return []
     return [
-        f"note: {raised['rows']:,} of {raised['of']:,} trace rows ask for fewer than "
-        f"{raised['raised_to']} prompt tokens (smallest {raised['smallest']}): sent with "
-        f"{raised['raised_to']}, loadgen's minimum prompt, so prompt totals exceed the trace's"
+        f"note: {raised.rows:,} of {raised.of:,} trace rows ask for fewer than "
+        f"{raised.raised_to} prompt tokens (smallest {raised.smallest}): sent with "
+        f"{raised.raised_to}, loadgen's minimum prompt, so prompt totals exceed the trace's"
     ]
 
 
@@ -374,15 +397,14 @@ def run_ladder_table(summary: dict[str, Any]) -> Table | None:
 
 def whale_table(summary: dict[str, Any]) -> Table | None:
     """whale TTFT | minnow TTFT min/med/max | minnow decode | during/after whale prefill | wall."""
-    mixed = summary.get("mixed")
-    if not mixed or not mixed["reps"]:
+    mixed = read_mixed(summary)
+    if mixed is None:
         return None
-    reps = mixed["reps"]
-    rows = [_whale_row(f"rep {r['rep']}", [r]) for r in reps]
-    if len(reps) > 1:
-        rows.append(_whale_row("all reps", reps))
+    rows = [_whale_row(f"rep {rep}", row) for rep, row in mixed.reps]
+    if mixed.all_reps is not None:
+        rows.append(_whale_row("all reps", mixed.all_reps))
     return Table(
-        f"Whale + minnows (whale = {mixed['whale']}; minnows = {', '.join(mixed['minnows'])})",
+        f"Whale + minnows (whale = {mixed.whale}; minnows = {', '.join(mixed.minnows)})",
         (
             "",
             "whale TTFT",
@@ -393,15 +415,14 @@ def whale_table(summary: dict[str, Any]) -> Table | None:
         ),
         tuple(rows),
         (
-            *notes(summary, [mixed["whale"], *mixed["minnows"]]),
+            *notes(summary, [mixed.whale, *mixed.minnows]),
             "decode during whale prefill: minnow tokens arriving between its first token and "
             "the whale's; 'queued' = first token only after the whale's prefill",
         ),
     )
 
 
-def _whale_row(label: str, reps: list[dict[str, Any]]) -> tuple[str, ...]:
-    row = mixed_row(reps)
+def _whale_row(label: str, row: MixedRow) -> tuple[str, ...]:
     return (
         label,
         secs(row.whale_ttft_s),
@@ -460,11 +481,11 @@ def server_table(summary: dict[str, Any]) -> Table:
 
 
 def hist_lines(summary: dict[str, Any]) -> list[str]:
-    h = summary["hist"]
-    bad = {g: v for g, v in h["out_of_range"].items() if v}
-    lines = [f"histograms: hist/*.hlog ({len(h['files'])} files, values in {h['unit']})"]
+    h = HistBlock.from_json(summary["hist"])
+    bad = {g: dict(v) for g, v in h.out_of_range.items() if v}
+    lines = [f"histograms: hist/*.hlog ({len(h.files)} files, values in {h.unit})"]
     if bad:
-        lines.append(f"!! values outside {h['range_us']} us, not recorded: {bad}")
+        lines.append(f"!! values outside [{h.lowest_us}, {h.highest_us}] us, not recorded: {bad}")
     return lines
 
 
