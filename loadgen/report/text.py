@@ -15,7 +15,6 @@ from loadgen.analysis.evidence import (
     RationEvidence,
     WaitEvidence,
 )
-from loadgen.analysis.reuse import PromptsRaised, TraceReuse
 from loadgen.analysis.summary_types import (
     Cohort,
     HistBlock,
@@ -54,6 +53,7 @@ from loadgen.report.tables import (
     to_rich,
     triple,
 )
+from loadgen.report.trace_lines import raised_lines, reuse_lines
 
 MAX_LISTED_STREAMS = 20
 _NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seqs=N"
@@ -120,37 +120,6 @@ def header(summary: dict[str, Any], target: Target | None = None) -> list[str]:
         banner = run.client_banner or f"!! CLIENT LIMITED: {why}"
         lines.insert(0, banner)
     return lines
-
-
-def reuse_lines(reuse: TraceReuse | None) -> list[str]:
-    """The report's lines on trace reuse (none when the run replayed no hash_ids)."""
-    if reuse is None:
-        return []
-    implied, measured = 100 * reuse.implied_token_rate, reuse.measured_hit_rate
-    shown = "not reported" if measured is None else f"{100 * measured:.1f} %"
-    lines = [
-        f"prefix reuse: trace implies {implied:.1f} % of prompt tokens (unbounded cache, "
-        f"{reuse.block_tokens}-token blocks, sharing {reuse.sharing}); server measured "
-        f"{shown} (prefix_cache_hits/queries)"
-    ]
-    if reuse.below_implied and measured is not None and reuse.gap_pp is not None:
-        lines.append(
-            f"!! server prefix hit rate {100 * measured:.1f} % is {-reuse.gap_pp:.1f} pp "
-            f"below the trace's implied {implied:.1f} %: the server's cache does not keep up "
-            "with this trace (pool too small, evictions, or the rows were sent salted)"
-        )
-    return lines
-
-
-def raised_lines(raised: PromptsRaised | None) -> list[str]:
-    """The note on trace rows whose prompts were sent longer than the trace asked."""
-    if raised is None:
-        return []
-    return [
-        f"note: {raised.rows:,} of {raised.of:,} trace rows ask for fewer than "
-        f"{raised.raised_to} prompt tokens (smallest {raised.smallest}): sent with "
-        f"{raised.raised_to}, loadgen's minimum prompt, so prompt totals exceed the trace's"
-    ]
 
 
 def _unmeasured(streams: StreamTally) -> str:
