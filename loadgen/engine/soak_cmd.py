@@ -13,6 +13,7 @@ from loadgen.engine.cli_options import (
     OUTPUT_OPTIONS,
     SIM_PROFILE_OPTION,
     TARGET_OPTIONS,
+    check_target,
     with_sim_profile,
 )
 from loadgen.engine.cmd import execute, report_run
@@ -77,12 +78,8 @@ def soak_cmd(
     progress: bool,
 ) -> None:
     """Soak a server (or the sim) with SCENARIO's groups back to back; report drift."""
-    if clock == "virtual" and base_url:
-        raise click.UsageError("--clock virtual runs the built-in sim without HTTP; drop "
-                               "--base-url (or OPENAI_BASE_URL) or use --clock wall")  # fmt: skip
     clock = clock or ("wall" if base_url else "virtual")
-    if clock == "virtual" and telemetry_url:
-        raise click.UsageError("--clock virtual runs no real GPU: drop --telemetry")
+    check_target(clock, base_url, telemetry_url, None)
     try:
         loaded = load_scenario(
             scenario, list(with_sim_profile(sim_profile, overrides, base_url, None))
