@@ -116,3 +116,17 @@ def test_fine_sweep_report_has_no_ellipsis_and_scrolls(tmp_path: Path) -> None:
     html = (run_dir / "report.html").read_text()
     assert html.count("<div class='wide'><table>") == html.count("<table>")
     assert ".wide { overflow-x: auto;" in html
+
+
+def test_the_sweep_header_quotes_only_the_flags_every_arm_shares() -> None:
+    # An external server's flags as the user gave them: the swept one differs per arm, so the
+    # header's user line (like its target) leaves it to the per-arm line.
+    flags = ["--max-num-seqs", "4", "--max-num-batched-tokens", "512"]
+    target = {"url": "http://127.0.0.1:8001", "kind": "external", "flags": flags}
+    arms = {f"b={b}": sweep_arm(flags={"max_num_batched_tokens": b}) for b in (512, 2048)}
+    head = sweep_header({"run": {"target": target}, "arms": arms})
+    assert "server flags (user): --max-num-seqs 4" in head
+    assert "per arm: max_num_batched_tokens = 512, 2048" in head
+    same = {"b=512": sweep_arm(flags={"max_num_batched_tokens": 512})}
+    quiet = sweep_header({"run": {"target": target}, "arms": same})
+    assert "server flags (user): " + " ".join(flags) in quiet

@@ -7,6 +7,7 @@ Every table names its token source and prompt shape, and the sim speed factor wh
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from typing import Any
 
 from loadgen.analysis.benchmark import read_benchmark
@@ -80,7 +81,9 @@ def header(summary: dict[str, Any], target: Target | None = None) -> list[str]:
     """The report's head lines; `target` stands in for the run's own (a sweep's, whose run
     target is one arm's)."""
     run = read_run(summary)
-    target = target or run.target
+    if target is not None:
+        run = replace(run, target=target)
+    target = run.target
     lines = [
         f"loadgen report: scenario {run.scenario or DASH}"
         f" | target {text_or_dash(target.url)} ({text_or_dash(target.kind)})"
