@@ -3,13 +3,13 @@ hit rate falls more than the tolerance below what the trace implies."""
 
 from __future__ import annotations
 
-from loadgen.analysis.reuse import PromptsRaised, TraceReuse
+from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.report.trace_lines import raised_lines, reuse_lines
 
 
-def reuse(measured: float | None, below: bool) -> TraceReuse:
+def reuse(measured: float | None, below: bool) -> MeasuredReuse:
     gap = None if measured is None else 100 * (measured - 0.45)
-    return TraceReuse(sharing="hash_ids", block_tokens=512, implied_token_rate=0.45,
+    return MeasuredReuse(sharing="hash_ids", block_tokens=512, implied_token_rate=0.45,
                       implied_block_rate=0.5, measured_hit_rate=measured, measured_source="x",
                       gap_pp=gap, below_implied=below, tolerance_pp=2.0)  # fmt: skip
 

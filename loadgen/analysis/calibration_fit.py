@@ -59,8 +59,8 @@ class FitSummary:
     """A profile's `fit` block: the method, the error over every probe, the probes it missed
     by more than `miss_threshold`, the costs no probe measured and the step floor."""
 
-    method: str
-    measurements: int
+    method: str | None
+    measurements: int | None
     rms_error: float
     max_error: float
     misses: tuple[str, ...]
@@ -76,8 +76,10 @@ class FitSummary:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> FitSummary:
-        return cls(d["method"], d["measurements"], d["rms_error"], d["max_error"],
-                   tuple(d["misses"]), d["miss_threshold"], tuple(d["unmeasured"]),
+        # A hand-written profile may leave out what no table needs; the error summary it
+        # must have.
+        return cls(d.get("method"), d.get("measurements"), d["rms_error"], d["max_error"],
+                   tuple(d["misses"]), d["miss_threshold"], tuple(d.get("unmeasured") or ()),
                    d.get("min_step_s"))  # fmt: skip
 
 

@@ -29,7 +29,8 @@ Point = tuple[float | None, float | None]
 class LoadRow:
     """One arm's row of a load table: the benchmark total's request counts, throughput and
     latency p50/p90 in ms (analysis/benchmark.py), goodput over all groups (None without an SLO)
-    and tokens/s per user. Its fields, in order, are arms.csv's columns."""
+    and tokens/s per user. Its fields, in order, are arms.csv's columns after the arm's name
+    and swept values."""
 
     requests_ok: int
     requests_failed: int

@@ -33,7 +33,7 @@ class PromptsRaised:
 
 
 @dataclass(frozen=True, slots=True)
-class TraceReuse:
+class MeasuredReuse:
     """A replayed trace's implied prefix reuse (shares of prompt tokens, and of blocks) beside
     the server's measured hit rate (None: not reported), the gap in percentage points, and
     whether the measured rate fell more than the tolerance below the implied one."""
@@ -52,7 +52,7 @@ class TraceReuse:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> TraceReuse:
+    def from_json(cls, d: Mapping[str, Any]) -> MeasuredReuse:
         return cls(**d)
 
 
@@ -64,7 +64,7 @@ def trace_prompts_raised(manifest: dict[str, Any]) -> dict[str, Any] | None:
     return raised if isinstance(raised, dict) else None
 
 
-def trace_reuse(manifest: dict[str, Any], server: dict[str, Any]) -> TraceReuse | None:
+def trace_reuse(manifest: dict[str, Any], server: dict[str, Any]) -> MeasuredReuse | None:
     """Implied vs measured reuse for a trace arrival with hash_ids, else None."""
     scenario = manifest.get("scenario")
     arrival = scenario.get("arrival") if isinstance(scenario, dict) else None
@@ -75,7 +75,7 @@ def trace_reuse(manifest: dict[str, Any], server: dict[str, Any]) -> TraceReuse 
         return None
     measured = server.get("prefix_hit_rate") if server.get("available") else None
     rate = implied["token_rate"]
-    return TraceReuse(
+    return MeasuredReuse(
         sharing=arrival.get("sharing"),
         block_tokens=arrival.get("block_tokens"),
         implied_token_rate=rate,

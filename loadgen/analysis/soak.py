@@ -20,6 +20,9 @@ samples over every GPU, and the clock-lowering reasons seen (power cap, thermal 
 slowdowns): the control that says whether a drift was the clocks rather than the server.
 
 Context bins (rate by context per window, the seed's table): CONTEXT_BINS, in tokens.
+
+`analyze_soak_dir` reads a soak's run directory (what soak.json holds, with how the soak ended
+from run.json), so a partial directory gives the analysis of what was recorded.
 """
 
 from __future__ import annotations

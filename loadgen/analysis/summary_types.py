@@ -1,9 +1,11 @@
-"""summary.json's run and groups as types: what a report reads of them, read once from JSON.
+"""summary.json's run, groups, stream rows and histogram block as types: what a report reads of
+them, read once from JSON.
 
 summary.py writes summary.json (the contract other tools read); a report is drawn from that file
-alone, so it reads it back through these types: the run's target, counts and server window, and
-a group's statistics per registered metric (analysis/registry.py), its verdict counts, what its
-chunks carried, its ladder cohort and its reasoning.
+alone, so it reads it back through these types: the run's target, counts and server window; a
+group's statistics per registered metric (analysis/registry.py), its verdict counts, what its
+chunks carried, its ladder cohort and its reasoning; each stream's identity, verdict and times;
+the HDR histogram files written beside it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.registry import GAP_METRICS, names_where
-from loadgen.analysis.reuse import PromptsRaised, TraceReuse
+from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +272,7 @@ class RunSummary:
     # Limits the user stated of an external server (--server-facts), by name.
     user_facts: tuple[tuple[str, int], ...]
     speculative_tokens: int | None
-    trace_reuse: TraceReuse | None
+    trace_reuse: MeasuredReuse | None
     trace_prompts_raised: PromptsRaised | None
 
     @classmethod
@@ -305,7 +307,9 @@ class RunSummary:
             server=ServerWindow.from_json(run.get("server")),
             user_facts=tuple((k, facts[k]) for k, src in sorted(sources.items()) if src == "user"),
             speculative_tokens=facts.get("num_speculative_tokens"),
-            trace_reuse=TraceReuse.from_json(reuse) if (reuse := run.get("trace_reuse")) else None,
+            trace_reuse=MeasuredReuse.from_json(reuse)
+            if (reuse := run.get("trace_reuse"))
+            else None,
             trace_prompts_raised=(
                 PromptsRaised.from_json(raised)
                 if (raised := run.get("trace_prompts_raised"))

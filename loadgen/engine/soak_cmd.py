@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from loadgen.client.endpoint import resolve_target
 from loadgen.engine.backends import CLOCKS
 from loadgen.engine.cli_options import (
     OUTPUT_OPTIONS,
     SIM_PROFILE_OPTION,
     TARGET_OPTIONS,
     check_target,
+    resolved_target,
     with_sim_profile,
 )
 from loadgen.engine.cmd import execute, report_run
@@ -93,11 +93,7 @@ def soak_cmd(
         sim = loaded.sim or SimConfig()
         loaded = dataclasses.replace(loaded, sim=dataclasses.replace(
             sim, faults=tuple(sim.faults) + faults))  # fmt: skip
-    if base_url is not None:
-        try:
-            base_url, api_key = resolve_target(base_url, api_key)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+    base_url, api_key = resolved_target(base_url, api_key)
     # A soak on a long-lived server must start cold like any run: a fresh seed unless given.
     seed = resolve_run_seed(run_seed, None)
     stop = SoakStop(settings.duration_s)

@@ -17,7 +17,6 @@ from loadgen.report.html import _img, _page
 from loadgen.report.plots import png_bytes
 from loadgen.report.tables import DASH, Table, num, rate, secs, to_html, to_plain
 
-NS = 1_000_000_000
 SHADES = ("#e8eef7", "#f7efe4")
 
 

@@ -7,9 +7,9 @@ and each boot is its own point, so the boot-to-boot spread is in the picture rat
 averaged away. A point's value may carry a min..max range (e.g. over the minnows of that boot),
 drawn as a vertical bar through it.
 
-`sweep_points()` reads a sweep parent's summary (loadgen.analysis.sweep_types): one point per
-arm with a politeness row; `booted_points()` one per measured boot of a sweep that booted its
-arms.
+`sweep_points()` reads a sweep parent's arms (a `Sweep`, loadgen.analysis.sweep_types): one
+point per arm with a politeness row; `booted_points()` one per measured boot of a sweep that
+booted its arms.
 """
 
 from __future__ import annotations

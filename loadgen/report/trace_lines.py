@@ -3,10 +3,10 @@ measured hit rate (analysis/reuse.py), and the rows whose prompts were sent long
 
 from __future__ import annotations
 
-from loadgen.analysis.reuse import PromptsRaised, TraceReuse
+from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 
 
-def reuse_lines(reuse: TraceReuse | None) -> list[str]:
+def reuse_lines(reuse: MeasuredReuse | None) -> list[str]:
     """The report's lines on trace reuse (none when the run replayed no hash_ids)."""
     if reuse is None:
         return []
