@@ -329,6 +329,7 @@ def test_telemetry_url_on_the_virtual_clock_is_a_usage_error(tmp_path: Path):
 
 
 def test_the_sweep_report_sets_joules_per_token_of_its_arms_side_by_side() -> None:
+    from loadgen.analysis.sweep_types import read_sweep
     from loadgen.report.sweep_text import arms_energy_table
 
     def energy(joules: float, window_s: float, throttle: int) -> dict:
@@ -342,14 +343,14 @@ def test_the_sweep_report_sets_joules_per_token_of_its_arms_side_by_side() -> No
         "cold": sweep_arm(),
     }
     order = ["max_num_batched_tokens=512", "max_num_batched_tokens=2048", "cold"]
-    table = arms_energy_table({"arms": arms, "arm_order": order})
+    table = arms_energy_table(read_sweep({"arms": arms, "arm_order": order}))
     assert table is not None
     # J/token = 9434 J / 2000 tokens; mean W = 9434 J / 15 s.
     assert table.rows == (
         ("max_num_batched_tokens=512", "4.717", "9434", "2000", "629", "1980", "none"),
         ("max_num_batched_tokens=2048", "4.347", "8694", "2000", "621", "1980", "sw_power_cap"),
     )
-    assert arms_energy_table({"arms": {"cold": sweep_arm()}}) is None
+    assert arms_energy_table(read_sweep({"arms": {"cold": sweep_arm()}})) is None
 
 
 async def test_only_the_gpus_cuda_visible_devices_names_are_sampled(

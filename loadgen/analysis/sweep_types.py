@@ -13,7 +13,7 @@ from typing import Any
 from loadgen.analysis.bootfloor import ArmEffect
 from loadgen.analysis.energy import Energy, read_energy
 from loadgen.analysis.load_sweep import LoadBlock, LoadRow, read_load
-from loadgen.analysis.summary_types import Cohort, Stats
+from loadgen.analysis.summary_types import Cohort, RunSummary, Stats, read_run
 
 
 def arm_sort_key(name: str) -> list[tuple[int, float, str]]:
@@ -132,9 +132,11 @@ class BootPoint:
 
 @dataclass(frozen=True, slots=True)
 class Sweep:
-    """A sweep parent's summary: the arms in the summary's order, the order the run declared,
-    the load block of a load sweep, and the boots and boot-floor verdicts of a booted sweep."""
+    """A sweep parent's summary: its run, the arms in the summary's order, the order the run
+    declared, the load block of a load sweep, and the boots and boot-floor verdicts of a booted
+    sweep."""
 
+    run: RunSummary
     arms: Mapping[str, Arm]
     arm_order: tuple[str, ...]
     load: LoadBlock | None
@@ -156,6 +158,7 @@ class Sweep:
 def read_sweep(summary: Mapping[str, Any]) -> Sweep:
     """A sweep parent's summary.json as a Sweep."""
     return Sweep(
+        run=read_run(summary),
         arms={n: Arm.from_json(a) for n, a in summary["arms"].items()},
         arm_order=tuple(summary.get("arm_order") or ()),
         load=read_load(summary),

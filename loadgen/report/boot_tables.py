@@ -4,11 +4,9 @@ and the boots themselves in run order (status, cache probe)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from loadgen.analysis.bootfloor import ArmEffect
 from loadgen.analysis.sweep_boots import ROW_METRICS, metric_names
-from loadgen.analysis.sweep_types import read_sweep
+from loadgen.analysis.sweep_types import Sweep
 from loadgen.report.tables import DASH, Table, rate, secs
 
 _LABELS = {key: (label, unit) for key, label, unit in ROW_METRICS}
@@ -34,10 +32,9 @@ def _verdict_cell(row: ArmEffect | None) -> str:
     return f"{_pct(row.effect)}{multiple}: {row.verdict}"
 
 
-def arms_over_boots_table(sweep: dict[str, Any]) -> Table | None:
+def arms_over_boots_table(s: Sweep) -> Table | None:
     """Per arm: each metric as 'mean (boot 1 / boot 2 ...)' and, under it, the verdict against
     the first arm; the floor of each metric in the notes."""
-    s = read_sweep(sweep)
     points, verdicts = s.boots, s.boot_floor
     if not points:
         return None
@@ -73,9 +70,9 @@ def arms_over_boots_table(sweep: dict[str, Any]) -> Table | None:
     )
 
 
-def boots_table(sweep: dict[str, Any]) -> Table | None:
+def boots_table(s: Sweep) -> Table | None:
     """The boots in run order: arm, boot number, attempts, status."""
-    points = read_sweep(sweep).boots
+    points = s.boots
     if not points:
         return None
     rows = tuple(

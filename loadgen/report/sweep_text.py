@@ -92,7 +92,7 @@ def sweep_header(sweep: dict[str, Any], arms: dict[str, dict[str, Any]] | None =
     parent's run.target is one arm's, so its flags and port would be quoted as the sweep's)."""
     s = read_sweep(sweep)
     varied = _varied(s)
-    target = read_run(sweep).target
+    target = s.run.target
     urls = {n: read_run(a).target.url or "" for n, a in (arms or {}).items()}
     ports = {n: _port(u) for n, u in urls.items()}
     per_port = len(set(urls.values())) > 1 and all(ports.values())
@@ -111,25 +111,24 @@ def sweep_header(sweep: dict[str, Any], arms: dict[str, dict[str, Any]] | None =
     return lines
 
 
-def _speed_note(sweep: dict[str, Any]) -> tuple[str, ...]:
-    speed = read_run(sweep).speed
+def _speed_note(s: Sweep) -> tuple[str, ...]:
+    speed = s.run.speed
     return (f"sim speed x{speed:g}",) if speed not in (None, 1.0) else ()
 
 
-def _source_notes(sweep: dict[str, Any], s: Sweep) -> tuple[str, ...]:
+def _source_notes(s: Sweep) -> tuple[str, ...]:
     groups = [g for a in s.arms.values() for g in a.groups.values()]
     sources = sorted({g.token_source for g in groups})
     shapes = sorted({g.prompt_shape for g in groups if g.prompt_shape})
     return (
         f"tokens: {', '.join(sources) or DASH}",
         f"prompt shape: {', '.join(shapes) or 'not recorded'}",
-        *_speed_note(sweep),
+        *_speed_note(s),
     )
 
 
-def politeness_table(sweep: dict[str, Any]) -> Table | None:
+def politeness_table(s: Sweep) -> Table | None:
     """budget | whale TTFT | minnow TTFT | minnow decode during whale prefill | after | wall."""
-    s = read_sweep(sweep)
     rows = tuple(
         (arm_title(name, arm), secs(row.whale_ttft_s), span(row.minnow_ttft_s, secs),
          decode_during(row), span(row.minnow_decode_after_tok_s), secs(row.wall_s))
@@ -143,13 +142,12 @@ def politeness_table(sweep: dict[str, Any]) -> Table | None:
         "Politeness across arms (seconds, tok/s)",
         (*cols, "after", "wall"),
         rows,
-        (*_source_notes(sweep, s), "'queued' = minnows whose first token came after the prefill"),
+        (*_source_notes(s), "'queued' = minnows whose first token came after the prefill"),
     )
 
 
-def sweep_ladder_table(sweep: dict[str, Any]) -> Table | None:
+def sweep_ladder_table(s: Sweep) -> Table | None:
     """The concurrency ladder across arms without a whale: one row per arm and group."""
-    s = read_sweep(sweep)
     cohorts = [
         (arm_title(name, arm) if len(arm.groups) == 1 else f"{name}/{g}", v.cohort)
         for name, arm in s.ordered()
@@ -162,16 +160,16 @@ def sweep_ladder_table(sweep: dict[str, Any]) -> Table | None:
         for a in s.arms.values()
         for g in a.groups.values()
     )
-    return ladder_table(cohorts, multi, _source_notes(sweep, s))
+    return ladder_table(cohorts, multi, _source_notes(s))
 
 
-def arms_energy_table(sweep: dict[str, Any]) -> Table | None:
+def arms_energy_table(s: Sweep) -> Table | None:
     """Joules per output token across arms, where any arm's GPUs were sampled."""
     rows = [
         (arm_title(name, arm), num(e.j_per_output_token, 3), num(e.energy_j, 0),
          str(e.output_tokens), num(e.mean_power_w, 0), num(e.peak_sm_clock_mhz, 0),
          ", ".join(e.throttle_reasons) or "none")
-        for name, arm in read_sweep(sweep).ordered()
+        for name, arm in s.ordered()
         if (e := arm.energy) and e.available
     ]  # fmt: skip
     if not rows:
@@ -195,11 +193,10 @@ def pair(a: float | None, b: float | None) -> str:
     return f"{msecs(a)}/{msecs(b)}"
 
 
-def load_table(sweep: dict[str, Any]) -> Table | None:
+def load_table(s: Sweep) -> Table | None:
     """A load sweep's arms, one row per load value: requests, throughput, TTFT and TPOT p50/p90,
     goodput where an SLO was given, tokens/s per user and the Pareto mark (None for any other
     sweep)."""
-    s = read_sweep(sweep)
     load = s.load
     if load is None:
         return None
@@ -223,12 +220,12 @@ def load_table(sweep: dict[str, Any]) -> Table | None:
         (load.axis, "ok/failed", "req/s", "output tok/s", "TTFT p50/p90 ms",
          "TPOT p50/p90 ms", *good_cols, "tok/s per user", "Pareto"),
         tuple(rows),
-        _load_notes(sweep, s, load),
+        _load_notes(s, load),
         left=frozenset(),
     )  # fmt: skip
 
 
-def _load_notes(sweep: dict[str, Any], s: Sweep, load: LoadBlock) -> tuple[str, ...]:
+def _load_notes(s: Sweep, load: LoadBlock) -> tuple[str, ...]:
     rows = [s.arms[n].load_row for n in load.arms]
     sources = sorted({r.output_token_source for r in rows if r.output_token_source})
     slo = load.slo
@@ -244,18 +241,20 @@ def _load_notes(sweep: dict[str, Any], s: Sweep, load: LoadBlock) -> tuple[str, 
              "span; SLO met % = good / all requests, failed ones included",)
             if slo else ()
         ),
-        *_speed_note(sweep),
+        *_speed_note(s),
     )  # fmt: skip
 
 
 def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
+    """The across-arm tables of a sweep parent's summary, read once."""
+    s = read_sweep(sweep)
     tables = (
-        load_table(sweep),
-        arms_over_boots_table(sweep),
-        boots_table(sweep),
-        politeness_table(sweep),
-        sweep_ladder_table(sweep),
-        arms_energy_table(sweep),
+        load_table(s),
+        arms_over_boots_table(s),
+        boots_table(s),
+        politeness_table(s),
+        sweep_ladder_table(s),
+        arms_energy_table(s),
     )
     return [t for t in tables if t is not None]
 
