@@ -80,10 +80,37 @@ def test_the_search_brackets_bisects_then_repeats_the_boundary() -> None:
 def test_the_search_ends_at_either_bound_and_at_its_probe_limit() -> None:
     order, got = _search(Search("concurrency", 1, 8), capacity=100)
     assert order == [1, 2, 4, 8] and got["capacity"] == 8 and got["first_fail"] is None
+    assert got["ended"] == "holds_at_max"
     order, got = _search(Search("concurrency", 2, 8), capacity=1)
-    assert order == [2, 2] and got["capacity"] is None and "fails at --min" in got["ended"]
+    assert order == [2, 2] and got["capacity"] is None and got["ended"] == "fails_at_min"
     order, got = _search(Search("concurrency", 1, 256, max_probes=5), capacity=13)
-    assert len(order) == 5 and "stopped by --max-probes 5" in got["ended"]
+    assert len(order) == 5 and got["ended"] == "max_probes"
+    # Out of probes while every load so far passed is not "holds at --max" (256 never ran).
+    order, got = _search(Search("concurrency", 1, 256, max_probes=3), capacity=100)
+    assert order == [1, 2, 4] and got["first_fail"] is None and got["ended"] == "max_probes"
+
+
+def _probes(search: Search, capacity: float, count: int) -> list[dict[str, Any]]:
+    """The first `count` probes of a search against a server that holds up to `capacity`."""
+    probes: list[dict[str, Any]] = []
+    while len(probes) < count and (v := next_probe(probes, search, SLO)) is not None:
+        share = 1.0 if v <= capacity else 0.5
+        probes.append({"value": v, "n": 10, "items": {"ttft_p90": {"attainment": share}}})
+    return probes
+
+
+SLO = (SloItem("ttft", 1.0, 0.9),)
+
+
+def test_what_stopped_a_search_is_said_only_where_the_search_was_not_done() -> None:
+    search = Search("concurrency", 1, 256)
+    part = _probes(search, 13, 6)
+    assert answer(part, search, SLO, "max_time")["ended"] == "max_time"
+    assert answer(part, search, SLO, "interrupted")["ended"] == "interrupted"
+    assert answer([], search, SLO, "max_time")["ended"] == "max_time"
+    assert answer(part, search, SLO)["ended"] == "interrupted"  # run.json lost its end
+    done = _probes(search, 13, 99)
+    assert answer(done, search, SLO, "max_time")["ended"] == "resolved"
 
 
 def test_a_rate_is_bisected_to_its_relative_resolution() -> None:
@@ -116,7 +143,9 @@ def test_the_binding_cause_is_the_missed_streams_commonest_verdict() -> None:
     }
     seats = binding_cause([_missed("admission_cap")] * 2 + [_missed("prefill_hol")], summary, "c=5")
     assert seats["cause"] == "admission_cap" and seats["evidence"]["cap"] == 4
-    assert seats["move"].startswith("seats: max_num_seqs 4 (sim) is full at c=5")
+    assert seats["at"] == "c=5" and seats["evidence"]["verdicts"] == {
+        "admission_cap": 2, "prefill_hol": 1,
+    }  # fmt: skip
     batch = binding_cause([_missed("admitted")], summary, "c=9")
     assert batch["cause"] == "decode_batch" and batch["evidence"]["tpot_p50_ms"] == 10.0
     assert binding_cause([], summary, "c=1")["cause"] is None
@@ -142,6 +171,14 @@ def test_capacity_finds_the_seats_and_names_the_cap(tmp_path: Path) -> None:
     again = loadgen("report", c["root"])
     assert again.returncode == 0 and (c["root"] / "summary.json").read_bytes() == before
     assert "capacity: 4 (meets the SLO in 2 run(s)" in again.stdout
+    # Cut short by --max-time after three probes (run.json's record of it), the report says so.
+    manifest = orjson.loads((c["root"] / "run.json").read_bytes())
+    manifest |= {"probes": manifest["probes"][:3], "stopped_by": "--max-time 3600 s"}
+    (c["root"] / "run.json").write_bytes(orjson.dumps(manifest))
+    cut = loadgen("report", c["root"])
+    assert cut.returncode == 0, cut.stderr
+    assert ("capacity: at least 4 (stopped by --max-time 3600 s before the boundary was "
+            "resolved)") in cut.stdout  # fmt: skip
 
 
 def test_a_whale_in_the_mix_binds_on_its_prefill(tmp_path: Path) -> None:

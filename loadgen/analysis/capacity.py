@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from loadgen.analysis.evidence import blamed_prefills, read_evidence
 from loadgen.analysis.inputs import read_manifest
@@ -204,9 +204,15 @@ def boundary(
 def next_probe(
     probes: Sequence[dict[str, Any]], search: Search, slo: Sequence[SloItem]
 ) -> float | None:
-    """The next load to run, or None when the search is done (module docstring)."""
-    if len(probes) >= search.max_probes:
-        return None
+    """The next load to run, or None when the search is done or out of probes (module
+    docstring)."""
+    return None if len(probes) >= search.max_probes else _wanted_load(probes, search, slo)
+
+
+def _wanted_load(
+    probes: Sequence[dict[str, Any]], search: Search, slo: Sequence[SloItem]
+) -> float | None:
+    """The load the search would run next with probes to spare; None once it has its answer."""
     if not probes:
         return search.lo
     lo, hi = boundary(probes, slo)
@@ -245,19 +251,30 @@ def _repeat(
     return None
 
 
+# How a search ended: it found its answer (`resolved`; `holds_at_max` where --max itself meets
+# the SLO; `fails_at_min` where --min misses it), or something stopped it first.
+Ended = Literal["resolved", "holds_at_max", "fails_at_min", "max_probes", "max_time",
+                "interrupted"]  # fmt: skip
+
+
 def answer(
-    probes: Sequence[dict[str, Any]], search: Search, slo: Sequence[SloItem]
+    probes: Sequence[dict[str, Any]],
+    search: Search,
+    slo: Sequence[SloItem],
+    stopped: Literal["max_time", "interrupted"] | None = None,
 ) -> dict[str, Any]:
-    """The capacity, its interval and how the search ended."""
+    """The capacity, its interval and how the search ended; `stopped` is what stopped the run
+    before next_probe ran out (run.json's record of it), if anything did."""
     lo, hi = boundary(probes, slo)
-    if hi is None:
-        ended = "holds at --max: the SLO is met at every load tried"
-    elif lo is None:
-        ended = "fails at --min: no load tried meets the SLO"
-    elif _gap_open(lo, hi, search) or _repeat(probes, (lo, hi), search) is not None:
-        ended = f"stopped by --max-probes {search.max_probes} before the boundary was resolved"
+    ended: Ended
+    if probes and _wanted_load(probes, search, slo) is None:
+        ended = "holds_at_max" if hi is None else "fails_at_min" if lo is None else "resolved"
+    elif stopped is not None:
+        ended = stopped
+    elif len(probes) >= search.max_probes:
+        ended = "max_probes"
     else:
-        ended = "resolved"
+        ended = "interrupted"
     return {
         "capacity": lo,
         "interval": [lo, hi],
@@ -275,7 +292,7 @@ def binding_cause(
     missed: Sequence[dict[str, Any]], summary: dict[str, Any], load: str
 ) -> dict[str, Any]:
     """What binds at the first failing load (`load`, its label): the verdict most of the
-    streams that missed carry, its evidence, and what would move the boundary."""
+    streams that missed carry, and the evidence that says what would move the boundary."""
     counts = Counter(r["verdict"] for r in missed)
     ranked = sorted(
         (v for v in counts if v in CAUSES or v in ("admitted", "unexplained", "error")),
@@ -287,58 +304,25 @@ def binding_cause(
     server = run.get("server") or {}
     evidence: dict[str, Any] = {"verdicts": dict(sorted(counts.items())), "missed": len(missed)}
     facts = run.get("server_facts") or {}
+    budget = {"max_num_batched_tokens": facts.get("max_num_batched_tokens")}
     if cause == "admission_cap":
         cap = run.get("cap") or {}
         evidence |= {"cap": cap.get("value"), "cap_source": cap.get("source")}
-        move = (
-            f"seats: max_num_seqs {cap.get('value')} ({cap.get('source')}) is full at {load}; "
-            "more seats (or a smaller load) move the boundary"
-        )
     elif cause == "prefill_hol":
         ahead = Counter(
             p for r in missed for p in blamed_prefills(read_evidence(r["verdict"], r["evidence"]))
         )
-        prompts = _prefilling_prompts(summary, list(ahead))
-        evidence |= {"prefilling": prompts}
-        move = (
-            "prefill head-of-line: the missed streams waited behind the prefill of "
-            f"{_describe_prompts(prompts)}; a smaller prefill budget{_budget(facts)} shares "
-            "it, or those prompts go to another server"
-        )
+        evidence |= {"prefilling": _prefilling_prompts(summary, list(ahead))} | budget
     elif cause == "pool_pressure":
         evidence |= {"kv_peak_perc": server.get("kv_peak_perc"),
                      "preemptions": server.get("preemptions"),
                      "num_gpu_blocks": facts.get("num_gpu_blocks")}  # fmt: skip
-        move = (
-            f"KV pool pressure: kv% peaked at {_fmt(server.get('kv_peak_perc'))} with "
-            f"{_fmt(server.get('preemptions'))} preemptions at {load}; a larger pool "
-            "(num_gpu_blocks / gpu_memory_utilization) or shorter contexts move the boundary"
-        )
     elif cause == "rationed_decode":
-        move = (
-            "rationed decode: decode crawled while other prompts prefilled; a smaller "
-            f"prefill budget{_budget(facts)} rations it less"
-        )
-    elif cause == "client_limited":
-        move = "the client itself: loadgen's own timing error exceeded its tolerance; add --workers"
-    elif cause == "error":
-        move = "requests failed at this load: see the probe's report for the errors"
+        evidence |= budget
     elif cause == "decode_batch":
         tpot = median(r.get("tpot_s") for r in missed)
         evidence |= {"tpot_p50_ms": None if tpot is None else tpot * 1e3}
-        move = (
-            "every missed stream was admitted without a wait the verdicts can blame: the "
-            "batch's own step time (TPOT grows with the batch); a faster server or a looser "
-            "SLO moves the boundary"
-        )
-    else:
-        move = "no stream missed the SLO"
-    return {"cause": cause, "verdict": verdict, "evidence": evidence, "move": move}
-
-
-def _budget(facts: dict[str, Any]) -> str:
-    budget = facts.get("max_num_batched_tokens")
-    return "" if budget is None else f" (max_num_batched_tokens {budget})"
+    return {"cause": cause, "verdict": verdict, "at": load, "evidence": evidence}
 
 
 def _prefilling_prompts(summary: dict[str, Any], ids: list[str]) -> list[dict[str, Any]]:
@@ -348,16 +332,6 @@ def _prefilling_prompts(summary: dict[str, Any], ids: list[str]) -> list[dict[st
     # The largest prompt first: it is the one whose prefill the others queue behind.
     order = sorted(groups, key=lambda g: (-tokens[g], g))
     return [{"group": g, "streams": groups[g], "prompt_tokens": tokens[g]} for g in order]
-
-
-def _describe_prompts(prompts: list[dict[str, Any]]) -> str:
-    if not prompts:
-        return "other prompts"
-    return ", ".join(f"{p['group']} ({p['prompt_tokens']} tokens)" for p in prompts)
-
-
-def _fmt(value: Any) -> str:
-    return "?" if value is None else f"{value:g}"
 
 
 def _first_target(analyses: dict[str, Analysis]) -> Any:
@@ -401,7 +375,9 @@ def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
                        "verdicts": dict(sorted(counts.items())),
                        "wall_s": analysis.summary["run"]["wall_s"],
                        **judge(rows, slo)})  # fmt: skip
-    result = answer(probes, search, slo)
+    stopped = ("interrupted" if manifest.get("interrupted")
+               else "max_time" if manifest.get("stopped_by") else None)  # fmt: skip
+    result = answer(probes, search, slo, stopped)
     cause = None
     if result["first_fail"] is not None:
         at = [p for p in probes if p["value"] == result["first_fail"]]
@@ -422,6 +398,7 @@ def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
             "group": config.get("group"),
             "slo": [i.to_json() for i in slo],
             "search": search.to_json(),
+            "max_time_s": config.get("max_time_s"),
             "requests_per_probe": config.get("requests"),
             "probes": probes,
             "interrupted": bool(manifest.get("interrupted")),

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.analysis.capacity import Search, SloItem, search_of, slo_items
+from loadgen.analysis.capacity import Ended, Search, SloItem, search_of, slo_items
 from loadgen.analysis.summary_types import Target
 
 
@@ -41,19 +41,39 @@ class ProbeRow:
 
 
 @dataclass(frozen=True, slots=True)
-class Boundary:
-    """What binds at the first failing load: the cause, and the verdicts of the streams that
-    missed the SLO there."""
+class Prefilling:
+    """A group whose prompts prefilled ahead of the streams that missed."""
 
-    cause: str
-    move: str
+    group: str
+    streams: int
+    prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """What binds at the first failing load (`at`, its label): the cause, the verdicts of the
+    streams that missed the SLO there, and the cause's own evidence (None where another cause
+    binds, or the server did not say)."""
+
+    cause: str | None
+    at: str
     missed: int
     verdicts: Mapping[str, int]
+    cap: int | None = None
+    cap_source: str | None = None
+    prefilling: tuple[Prefilling, ...] = ()
+    budget: int | None = None  # max_num_batched_tokens
+    kv_peak_perc: float | None = None
+    preemptions: float | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Boundary:
         ev = d["evidence"]
-        return cls(d["cause"], d["move"], ev["missed"], dict(ev["verdicts"]))
+        return cls(
+            d["cause"], d["at"], ev["missed"], dict(ev["verdicts"]), ev.get("cap"),
+            ev.get("cap_source"), tuple(Prefilling(**p) for p in ev.get("prefilling", ())),
+            ev.get("max_num_batched_tokens"), ev.get("kv_peak_perc"), ev.get("preemptions"),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +89,8 @@ class CapacitySummary:
     interrupted: bool
     capacity: float | None
     first_fail: float | None
-    ended: str
+    ended: Ended
+    max_time_s: float | None
     # Probes run at the answer and at the first failing load, by load as printed.
     runs_at: Mapping[str, int]
     boundary: Boundary | None
@@ -89,6 +110,7 @@ class CapacitySummary:
             capacity=c["capacity"],
             first_fail=c["first_fail"],
             ended=c["ended"],
+            max_time_s=c["max_time_s"],
             runs_at=dict(c["runs_at"]),
             boundary=Boundary.from_json(c["boundary"]) if c.get("boundary") else None,
         )

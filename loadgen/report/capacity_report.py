@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.analysis.capacity_types import CapacitySummary, read_capacity
+from loadgen.analysis.capacity_types import Boundary, CapacitySummary, read_capacity
 from loadgen.report.tables import DASH, Table
 from loadgen.scenario.load_axis import format_load
 
@@ -17,6 +17,55 @@ def _load(value: float | None, over: str) -> str:
     if value is None:
         return DASH
     return format_load(value) + (" req/s" if over == "rate" else "")
+
+
+def ended_text(c: CapacitySummary) -> str:
+    """How the search ended, as the head line says it."""
+    unresolved = "before the boundary was resolved"
+    if c.ended == "max_probes":
+        return f"stopped by --max-probes {c.search.max_probes} {unresolved}"
+    if c.ended == "max_time":
+        return f"stopped by --max-time {c.max_time_s:g} s {unresolved}"
+    if c.ended == "interrupted":
+        return f"interrupted {unresolved}"
+    return {
+        "resolved": "resolved",
+        "holds_at_max": "holds at --max: the SLO is met at every load tried",
+        "fails_at_min": "fails at --min: no load tried meets the SLO",
+    }[c.ended]
+
+
+def move_text(b: Boundary) -> str:
+    """What binds at the first failing load, and what would move the boundary."""
+    budget = "" if b.budget is None else f" (max_num_batched_tokens {b.budget})"
+    if b.cause == "admission_cap":
+        return (f"seats: max_num_seqs {b.cap} ({b.cap_source}) is full at {b.at}; more seats "
+                "(or a smaller load) move the boundary")  # fmt: skip
+    if b.cause == "prefill_hol":
+        prompts = ", ".join(f"{p.group} ({p.prompt_tokens} tokens)" for p in b.prefilling)
+        return ("prefill head-of-line: the missed streams waited behind the prefill of "
+                f"{prompts or 'other prompts'}; a smaller prefill budget{budget} shares it, or "
+                "those prompts go to another server")  # fmt: skip
+    if b.cause == "pool_pressure":
+        return (f"KV pool pressure: kv% peaked at {_number(b.kv_peak_perc)} with "
+                f"{_number(b.preemptions)} preemptions at {b.at}; a larger pool (num_gpu_blocks"
+                " / gpu_memory_utilization) or shorter contexts move the boundary")  # fmt: skip
+    if b.cause == "rationed_decode":
+        return ("rationed decode: decode crawled while other prompts prefilled; a smaller "
+                f"prefill budget{budget} rations it less")  # fmt: skip
+    if b.cause == "client_limited":
+        return "the client itself: loadgen's own timing error exceeded its tolerance; add --workers"
+    if b.cause == "error":
+        return "requests failed at this load: see the probe's report for the errors"
+    if b.cause == "decode_batch":
+        return ("every missed stream was admitted without a wait the verdicts can blame: the "
+                "batch's own step time (TPOT grows with the batch); a faster server or a looser "
+                "SLO moves the boundary")  # fmt: skip
+    return "no stream missed the SLO"
+
+
+def _number(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"
 
 
 def capacity_head(c: CapacitySummary) -> list[str]:
@@ -32,19 +81,19 @@ def capacity_head(c: CapacitySummary) -> list[str]:
     ]
     lo, hi = c.capacity, c.first_fail
     if lo is None:
-        lines.append(f"capacity: below {_load(hi, over)} ({c.ended})")
+        lines.append(f"capacity: below {_load(hi, over)} ({ended_text(c)})")
     elif hi is None:
-        lines.append(f"capacity: at least {_load(lo, over)} ({c.ended})")
+        lines.append(f"capacity: at least {_load(lo, over)} ({ended_text(c)})")
     else:
         runs = c.runs_at
         lines.append(
             f"capacity: {_load(lo, over)} (meets the SLO in {runs.get(format_load(lo), 0)} run(s); "
             f"{_load(hi, over)} misses it pooled over {runs.get(format_load(hi), 0)}; interval "
-            f"[{_load(lo, over)}, {_load(hi, over)}); {c.ended})"
+            f"[{_load(lo, over)}, {_load(hi, over)}); {ended_text(c)})"
         )
     b = c.boundary
     if b:
-        lines.append(f"binds at {_load(hi, over)}: {b.cause}: {b.move}")
+        lines.append(f"binds at {_load(hi, over)}: {b.cause}: {move_text(b)}")
         counts = ", ".join(f"{v} {n}" for v, n in b.verdicts.items())
         lines.append(f"  verdicts of the {b.missed} streams that missed: {counts}")
     if c.interrupted:
