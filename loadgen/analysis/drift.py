@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -76,42 +76,68 @@ class Trend:
 
 
 @dataclass(frozen=True, slots=True)
+class Bootstrap:
+    """How the CI was drawn: moving-block resamples from a fixed seed, at a CI level."""
+
+    resamples: int = BOOTSTRAP_RESAMPLES
+    seed: int = BOOTSTRAP_SEED
+    ci_level: float = CI_LEVEL
+
+    def to_json(self) -> dict[str, Any]:
+        return {"resamples": self.resamples, "seed": self.seed, "ci_level": self.ci_level}
+
+
+# Why a verdict is what it is (the report says it in words):
+#   few_requests  fewer than MIN_REQUESTS points            -> unresolved
+#   confounded    time and context cannot be told apart     -> unresolved
+#   beyond        the adjusted CI lies beyond the threshold -> drift
+#   acceptance    ... but speculative acceptance explains it -> mix changed
+#   traffic       the raw rate moved, the adjusted CI is inside -> mix changed
+#   inside        both inside                               -> no drift
+#   straddles     the adjusted CI straddles the threshold   -> unresolved
+Case = Literal["few_requests", "confounded", "beyond", "acceptance", "traffic", "inside",
+               "straddles"]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
+    """The drift verdict and what decided it. `acceptance_change` is the rate change the
+    speculative acceptance alone predicts, `context_change` the mean context's change, first
+    window to last (None where not measured)."""
+
     verdict: str
-    reason: str
+    case: Case
     n: int
     span_h: float
     threshold: float
     adjusted: Trend | None
     raw: Trend | None
     needed_n: int | None = None
+    acceptance_change: float | None = None
+    context_change: float | None = None
+    bootstrap: Bootstrap = Bootstrap()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
-            "reason": self.reason,
+            "case": self.case,
             "n": self.n,
             "span_h": self.span_h,
             "threshold": self.threshold,
             "adjusted": None if self.adjusted is None else self.adjusted.to_json(),
             "raw": None if self.raw is None else self.raw.to_json(),
             "needed_n": self.needed_n,
-            "method": self.method,
+            "acceptance_change": self.acceptance_change,
+            "context_change": self.context_change,
+            "bootstrap": self.bootstrap.to_json(),
         }
-
-    @property
-    def method(self) -> str:
-        return (
-            "OLS of log(decode rate) on time, log(context) and its square; moving-block "
-            f"bootstrap ({BOOTSTRAP_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}), "
-            f"{CI_LEVEL:.0%} CI; threshold +-{self.threshold:.1%} over the soak"
-        )
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Verdict:
-        return cls(d["verdict"], d["reason"], d["n"], d["span_h"], d["threshold"],
-                   Trend.from_json(d["adjusted"]), Trend.from_json(d["raw"]),
-                   d["needed_n"])  # fmt: skip
+        return cls(d["verdict"], d["case"], d["n"], d["span_h"], d["threshold"],
+                   Trend.from_json(d["adjusted"]), Trend.from_json(d["raw"]), d["needed_n"],
+                   d["acceptance_change"], d["context_change"],
+                   Bootstrap(**d["bootstrap"]))  # fmt: skip
 
 
 def change(first: float, last: float) -> float:
@@ -200,66 +226,32 @@ def drift_verdict(
 ) -> Verdict:
     """The verdict over `points` (see the module docstring). `acceptance_change` is the rate
     change the speculative acceptance alone predicts (tokens per step, last window over first);
-    `context_change` the mean context change first -> last window, both only for the reason."""
+    `context_change` the mean context change first -> last window, kept for the report."""
     n = len(points)
     span = float(max((p.t_h for p in points), default=0) - min((p.t_h for p in points), default=0))
+
+    def verdict(name: str, case: Case, adjusted: Trend | None, raw: Trend | None,
+                needed: int | None = None) -> Verdict:  # fmt: skip
+        return Verdict(name, case, n, span, threshold, adjusted, raw, needed, acceptance_change,
+                       context_change, Bootstrap(seed=seed))  # fmt: skip
+
     if n < MIN_REQUESTS:
-        return Verdict(
-            "unresolved",
-            f"{n} completed requests; at least {MIN_REQUESTS} are needed for a trend",
-            n, span, threshold, None, None, MIN_REQUESTS,
-        )  # fmt: skip
+        return verdict("unresolved", "few_requests", None, None, MIN_REQUESTS)
     adjusted = fit_trend(points, with_context=True, seed=seed)
     raw = fit_trend(points, with_context=False, seed=seed)
     if adjusted is None or raw is None:
-        return Verdict(
-            "unresolved", "time and context cannot be told apart in these requests",
-            n, span, threshold, adjusted, raw,
-        )  # fmt: skip
-    at_fixed = (
-        f"at fixed context {pct(adjusted.effect)} over the soak "
-        f"(CI {pct(adjusted.lo)} .. {pct(adjusted.hi)}; {pct(adjusted.per_hour)}/h)"
-    )
-    raw_text = f"raw rate {pct(raw.effect)}"
-    ctx_text = "" if context_change is None else f", mean context {pct(context_change)}"
-
-    def verdict(name: str, reason: str, needed: int | None = None) -> Verdict:
-        return Verdict(name, reason, n, span, threshold, adjusted, raw, needed)
-
-    beyond = adjusted.hi < -threshold or adjusted.lo > threshold
-    if beyond:
+        return verdict("unresolved", "confounded", adjusted, raw)
+    if adjusted.hi < -threshold or adjusted.lo > threshold:
         if acceptance_change is not None and _explains(acceptance_change, adjusted.effect):
-            return verdict(
-                "mix changed",
-                f"{at_fixed}, but speculative acceptance alone predicts {pct(acceptance_change)}",
-            )
-        word = "slower" if adjusted.effect < 0 else "FASTER"
-        return verdict("drift", f"decode got {word}: {at_fixed}; {raw_text}{ctx_text}")
-    inside = -threshold < adjusted.lo and adjusted.hi < threshold
-    if inside and abs(raw.effect) >= threshold:
-        return verdict(
-            "mix changed",
-            f"{raw_text}{ctx_text}: the traffic changed, not the engine; {at_fixed}, "
-            f"inside +-{threshold:.1%}",
-        )
-    if inside:
-        return verdict("no drift", f"{at_fixed}, inside +-{threshold:.1%}; {raw_text}{ctx_text}")
-    needed = needed_requests(n, adjusted, threshold)
-    more = (
-        "the effect sits on the threshold; no number of requests would settle it"
-        if needed is None
-        else f"about {needed} requests in all would resolve it"
-    )
-    return verdict(
-        "unresolved",
-        f"{at_fixed} straddles +-{threshold:.1%}; {more}; {raw_text}{ctx_text}",
-        needed,
-    )
+            return verdict("mix changed", "acceptance", adjusted, raw)
+        return verdict("drift", "beyond", adjusted, raw)
+    if -threshold < adjusted.lo and adjusted.hi < threshold:
+        if abs(raw.effect) >= threshold:
+            return verdict("mix changed", "traffic", adjusted, raw)
+        return verdict("no drift", "inside", adjusted, raw)
+    return verdict("unresolved", "straddles", adjusted, raw,
+                   needed_requests(n, adjusted, threshold))  # fmt: skip
 
 
 def _explains(predicted: float, observed: float) -> bool:
     return predicted * observed > 0 and abs(predicted) >= EXPLAINED_SHARE * abs(observed)
-
-
-def pct(x: float) -> str:
-    return f"{x * 100:+.1f}%"

@@ -27,7 +27,6 @@ from run.json), so a partial directory gives the analysis of what was recorded.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -355,9 +354,6 @@ def analyze_soak(
             for p in w.points]  # fmt: skip
     verdict = _verdict(kept, rows, speed)
     excluded = [r["label"] for r in rows if r["client"]["behind"]]
-    if excluded:
-        left = f"{len(excluded)} of {len(rows)} windows left out (the client fell behind): "
-        verdict = dataclasses.replace(verdict, reason=left + verdict.reason)
     rates_first_last = [r["decode_tok_s_median"] for r in rows if r["n"]]
     return {
         "window": window,

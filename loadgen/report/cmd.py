@@ -28,7 +28,7 @@ from loadgen.report.html import render_html, render_sweep_html, run_body
 from loadgen.report.load_plot import load_figures
 from loadgen.report.plots import sessions_png
 from loadgen.report.readable import readable
-from loadgen.report.soak_report import write_soak_report
+from loadgen.report.soak_report import soak_reason, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
 from loadgen.report.sweep_text import (
     arm_titles,
@@ -257,8 +257,8 @@ def _soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
         ("quantity", "A", "B", "B - A", "%"),
         rows,
         (
-            f"A = {run_a}: {va.reason}",
-            f"B = {run_b}: {vb.reason}",
+            f"A = {run_a}: {soak_reason(a)}",
+            f"B = {run_b}: {soak_reason(b)}",
             "decode tok/s: per request, token-true, on the server's clock (the soak report's)",
         ),
         left=frozenset({0}),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from loadgen.analysis.drift import MIN_REQUESTS, Verdict
 from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak_dir
 from loadgen.analysis.soak_types import ClocksControl, Soak, WindowClient, WindowGpu
 from loadgen.analysis.stats import dumps_canonical
@@ -91,13 +92,69 @@ def bins_table(s: Soak) -> Table:
     )  # fmt: skip
 
 
+def drift_reason(v: Verdict, excluded: int = 0, windows: int = 0) -> str:
+    """Why the drift verdict is what it is, with its numbers; `excluded` of `windows` were left
+    out of it because the client fell behind."""
+    if not excluded:
+        return _case_text(v)
+    return f"{excluded} of {windows} windows left out (the client fell behind): {_case_text(v)}"
+
+
+def _case_text(v: Verdict) -> str:
+    if v.case == "few_requests":
+        return f"{v.n} completed requests; at least {MIN_REQUESTS} are needed for a trend"
+    adjusted, raw = v.adjusted, v.raw
+    if adjusted is None or raw is None:  # confounded
+        return "time and context cannot be told apart in these requests"
+    inside = f"inside +-{v.threshold:.1%}"
+    at_fixed = (f"at fixed context {_pct(adjusted.effect)} over the soak (CI {_pct(adjusted.lo)}"
+                f" .. {_pct(adjusted.hi)}; {_pct(adjusted.per_hour)}/h)")  # fmt: skip
+    raw_text = f"raw rate {_pct(raw.effect)}" + (
+        "" if v.context_change is None else f", mean context {_pct(v.context_change)}"
+    )
+    if v.case == "acceptance":
+        predicts = _pct(v.acceptance_change or 0.0)
+        return f"{at_fixed}, but speculative acceptance alone predicts {predicts}"
+    if v.case == "beyond":
+        word = "slower" if adjusted.effect < 0 else "FASTER"
+        return f"decode got {word}: {at_fixed}; {raw_text}"
+    if v.case == "traffic":
+        return f"{raw_text}: the traffic changed, not the engine; {at_fixed}, {inside}"
+    if v.case == "inside":
+        return f"{at_fixed}, {inside}; {raw_text}"
+    more = (
+        "the effect sits on the threshold; no number of requests would settle it"
+        if v.needed_n is None
+        else f"about {v.needed_n} requests in all would resolve it"
+    )
+    return f"{at_fixed} straddles +-{v.threshold:.1%}; {more}; {raw_text}"
+
+
+def drift_method(v: Verdict) -> str:
+    b = v.bootstrap
+    return (
+        "OLS of log(decode rate) on time, log(context) and its square; moving-block bootstrap "
+        f"({b.resamples} resamples, seed {b.seed}), {b.ci_level:.0%} CI; threshold "
+        f"+-{v.threshold:.1%} over the soak"
+    )
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def soak_reason(s: Soak) -> str:
+    """The soak's drift verdict's reason, with the windows it left out."""
+    return drift_reason(s.verdict, len(s.excluded_windows), len(s.windows))
+
+
 def head_lines(s: Soak) -> list[str]:
     v, target, end = s.verdict, s.target, s.end
     lines = [
         f"soak {s.scenario} against {target.kind or '?'} {target.url or ''}"
         f" ({s.requests} requests decoded, {s.failed_streams} failed)",
-        f"VERDICT: {v.verdict}: {v.reason}",
-        f"method: {v.method}",
+        f"VERDICT: {v.verdict}: {soak_reason(s)}",
+        f"method: {drift_method(v)}",
         f"ended: {end.reason or 'unknown'}"
         + (f" at {end.at_s:.1f} s of the run clock" if end.at_s is not None else "")
         + (f" ({end.detail})" if end.detail else ""),
