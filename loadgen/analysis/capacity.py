@@ -252,16 +252,17 @@ def _repeat(
 
 
 # How a search ended: it found its answer (`resolved`; `holds_at_max` where --max itself meets
-# the SLO; `fails_at_min` where --min misses it), or something stopped it first.
-Ended = Literal["resolved", "holds_at_max", "fails_at_min", "max_probes", "max_time",
-                "interrupted"]  # fmt: skip
+# the SLO; `fails_at_min` where --min misses it), or something stopped it first (its probes ran
+# out, or a Stop that run.json records).
+Stop = Literal["max_time", "interrupted"]
+Ended = Literal["resolved", "holds_at_max", "fails_at_min", "max_probes"] | Stop
 
 
 def answer(
     probes: Sequence[dict[str, Any]],
     search: Search,
     slo: Sequence[SloItem],
-    stopped: Literal["max_time", "interrupted"] | None = None,
+    stopped: Stop | None = None,
 ) -> dict[str, Any]:
     """The capacity, its interval and how the search ended; `stopped` is what stopped the run
     before next_probe ran out (run.json's record of it), if anything did."""
@@ -334,6 +335,13 @@ def _prefilling_prompts(summary: dict[str, Any], ids: list[str]) -> list[dict[st
     return [{"group": g, "streams": groups[g], "prompt_tokens": tokens[g]} for g in order]
 
 
+def _stopped(manifest: Mapping[str, Any]) -> Stop | None:
+    """What run.json says stopped the search before it ran out of probes to run."""
+    if manifest.get("interrupted"):
+        return "interrupted"
+    return "max_time" if manifest.get("stopped_by") else None
+
+
 def _first_target(analyses: dict[str, Analysis]) -> Any:
     """Where each probe found its own target (the virtual clock, a URL), the first's."""
     first = next(iter(analyses.values()), None)
@@ -375,9 +383,7 @@ def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
                        "verdicts": dict(sorted(counts.items())),
                        "wall_s": analysis.summary["run"]["wall_s"],
                        **judge(rows, slo)})  # fmt: skip
-    stopped = ("interrupted" if manifest.get("interrupted")
-               else "max_time" if manifest.get("stopped_by") else None)  # fmt: skip
-    result = answer(probes, search, slo, stopped)
+    result = answer(probes, search, slo, _stopped(manifest))
     cause = None
     if result["first_fail"] is not None:
         at = [p for p in probes if p["value"] == result["first_fail"]]
