@@ -220,14 +220,26 @@ def test_a_quiet_request_against_the_sim_is_not_client_limited(tmp_path: Path) -
 
 
 def test_client_processes_on_every_core_of_a_local_server_are_flagged_run_wide() -> None:
-    from loadgen.analysis.selferror import client_banner, crowding_reason
+    from loadgen.analysis.selferror import ClientLimits, Crowding, crowding
+    from loadgen.report.banners import client_banner, crowding_text
 
-    reason = crowding_reason("127.0.0.1", 2, 2)
-    assert reason is not None and "--workers 1" in reason
-    assert crowding_reason("127.0.0.1", 1, 2) is None  # a core is left for the server
-    assert crowding_reason("10.0.0.5", 16, 2) is None  # the server is elsewhere
-    assert client_banner(0, 8, [reason]) == f"!! CLIENT LIMITED: {reason}. Fix: {ADVICE}."
-    assert reason in (client_banner(3, 8, [reason]) or "")
+    crowded = crowding("127.0.0.1", 2, 2)
+    assert crowded == Crowding("127.0.0.1", 2, 2)
+    assert crowding("127.0.0.1", 1, 2) is None  # a core is left for the server
+    assert crowding("10.0.0.5", 16, 2) is None  # the server is elsewhere
+    reason = crowding_text(crowded)
+    assert reason == (
+        "2 client processes and the server at 127.0.0.1 share this host's 2 cores: the server's "
+        "request reads wait for a core, inside every TTFT (leave it one: --workers 1)"
+    )
+    alone = ClientLimits(8, crowding=crowded)
+    assert alone.limits_run and client_banner(alone) == (
+        f"!! CLIENT LIMITED: {reason}. Fix: {ADVICE}."
+    )
+    both = client_banner(ClientLimits(8, 3, crowding=crowded)) or ""
+    assert both.startswith("!! CLIENT LIMITED: 3 of 8 streams") and f"Also: {reason}." in both
+    quiet = ClientLimits(8)
+    assert not quiet.limits_run and client_banner(quiet) is None
 
 
 def test_a_stall_that_ended_before_the_send_is_not_charged_to_the_stream() -> None:

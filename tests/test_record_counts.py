@@ -57,7 +57,10 @@ def test_the_banner_counts_what_the_verdict_table_counts(tmp_path: Path) -> None
     table = summary["run"]["verdicts"].get("client_limited", 0)
     assert table == 1 == summary["run"]["records"]["limited"]
     assert summary["run"]["client_limited_streams"] == table
-    assert summary["run"]["client_banner"].startswith(f"!! CLIENT LIMITED: {table} of 2 streams")
+    assert summary["run"]["client_limits"] == {
+        "measured": 2, "limited": table, "beyond_tolerance": 0, "loop_lag_max_ms": None,
+        "crowding": None, "loop_lag_limit_ms": 50.0,
+    }  # fmt: skip
     assert render_report(run).startswith(f"!! CLIENT LIMITED: {table} of 2 streams")
 
 
@@ -66,7 +69,7 @@ def test_no_banner_when_no_stream_is_limited(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", [good], run=manifest(planned_streams=1))
     summary = analyze_run(run).summary
     assert summary["run"]["records"]["limited"] == 0
-    assert summary["run"]["client_banner"] is None
+    assert not summary["run"]["client_limited"]
     assert "CLIENT LIMITED" not in render_report(run)
 
 
@@ -86,12 +89,12 @@ def test_a_timing_error_under_a_server_verdict_is_named_beside_not_added() -> No
 
 
 def test_a_sweep_names_each_arms_client_limited_count_and_stays_quiet_without() -> None:
-    from loadgen.analysis.sweep import _limited_reasons
+    from loadgen.analysis.selferror import ClientLimits
+    from loadgen.report.banners import sweep_client_banner
 
-    lag = "event-loop lag max 80.0 ms > 50 ms"
-    run = {"client_limited_streams": 3, "records": {"measured": 300},
-           "client_limited_reasons": [lag]}  # fmt: skip
-    assert _limited_reasons(run) == ["3 of 300 streams client_limited", lag]
-    quiet = {"client_limited_streams": 0, "records": {"measured": 300},
-             "client_limited_reasons": []}  # fmt: skip
-    assert _limited_reasons(quiet) == []
+    arms = {"c=4": ClientLimits(300, 3, loop_lag_max_ms=80.0), "c=8": ClientLimits(300, 0, 2)}
+    assert sweep_client_banner(arms) == (
+        "!! CLIENT LIMITED: c=4: 3 of 300 streams client_limited; c=4: event-loop lag max "
+        "80.0 ms > 50 ms; c=8: 2 of 300 streams timed beyond tolerance kept their server verdict "
+        "(not counted as client_limited)"
+    )

@@ -78,7 +78,8 @@ def test_a_run_reads_back_its_target_counts_cap_and_baseline_exactly():
     assert run.records is not None and (run.records.planned, run.records.measured) == (None, 3)
     # Only the facts the user stated are the user's; the speculation depth is read either way.
     assert run.user_facts == (("max_num_seqs", 2),) and run.speculative_tokens == 3
-    assert not run.client_limited and run.client_limited_reasons == ()
+    assert not run.client_limited and run.client_limits is not None
+    assert not run.client_limits.limits_run and run.arm_client_limits == {}
 
 
 def test_cap_and_baseline_round_trip_through_json():

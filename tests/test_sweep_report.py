@@ -130,3 +130,23 @@ def test_the_sweep_header_quotes_only_the_flags_every_arm_shares() -> None:
     same = {"b=512": sweep_arm(flags={"max_num_batched_tokens": 512})}
     quiet = sweep_header({"run": {"target": target}, "arms": same})
     assert "server flags (user): " + " ".join(flags) in quiet
+
+
+def test_a_sweep_opens_with_its_client_limited_arms_and_only_then(
+    politeness: Path, tmp_path: Path
+) -> None:
+    assert "CLIENT LIMITED" not in (politeness / "report.txt").read_text()
+    assert (
+        orjson.loads((politeness / "summary.json").read_bytes())["run"]["arm_client_limits"] == {}
+    )
+    copy = tmp_path / "sweep"
+    shutil.copytree(politeness, copy)
+    arm_json = copy / "arms" / ARMS[2] / "run.json"
+    arm = orjson.loads(arm_json.read_bytes())
+    arm["client"] = (arm.get("client") or {}) | {"loop_lag_max_ms": 80.0}  # its loop fell behind
+    arm_json.write_bytes(orjson.dumps(arm))
+    write_report(copy)
+    first = (copy / "report.txt").read_text().splitlines()[0]
+    assert first == f"!! CLIENT LIMITED: {ARMS[2]}: event-loop lag max 80.0 ms > 50 ms"
+    limits = orjson.loads((copy / "summary.json").read_bytes())["run"]["arm_client_limits"]
+    assert list(limits) == [ARMS[2]] and limits[ARMS[2]]["loop_lag_max_ms"] == 80.0

@@ -10,12 +10,15 @@ own error, and no timer is finer than ~1 ms.
 The lag that touched any of its stamps and the reads that brought several content chunks at
 once are given alongside: those chunks share a timestamp, so the gaps between them are void
 as server evidence, and a gap is uncertain by that lag. What no client stamp can see, client
-processes taking every core of a local server's host, is said for the whole run
-(crowding_reason).
+processes taking every core of a local server's host, is judged for the whole run
+(crowding), as is an event loop late beyond LOOP_LAG_LIMIT_MS; ClientLimits holds all of it
+for the banner the report composes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from loadgen.records import StreamRecord
@@ -27,6 +30,8 @@ ADVICE = "run fewer streams per process (--workers N) or on more cores"
 # a usage error (2) and an interrupt (130).
 CLIENT_LIMITED_EXIT = 3
 NS = 1_000_000_000
+# Client event-loop lag above this makes every timestamp of the run suspect.
+LOOP_LAG_LIMIT_MS = 50.0
 
 
 def error_bound_s(rec: StreamRecord) -> float | None:
@@ -72,35 +77,61 @@ def client_error_evidence(rec: StreamRecord) -> dict[str, Any] | None:
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
-def crowding_reason(host: str | None, workers: int, cores: int) -> str | None:
-    """Why a run's TTFTs are off though no stream's own stamps were: client processes that take
-    every core of the host the server runs on. The server then reads each request when a client
-    process lets go of its core, and that wait lands inside every TTFT where no client stamp
-    can see it (bench/client_truth.py, 2 workers + firehose on 2 cores: its request reads
+@dataclass(frozen=True, slots=True)
+class Crowding:
+    """Client processes that take every core of the host a local server runs on."""
+
+    host: str
+    workers: int
+    cores: int
+
+
+def crowding(host: str | None, workers: int, cores: int) -> Crowding | None:
+    """Whether a run's TTFTs are off though no stream's own stamps were: client processes that
+    take every core of the host the server runs on. The server then reads each request when a
+    client process lets go of its core, and that wait lands inside every TTFT where no client
+    stamp can see it (bench/client_truth.py, 2 workers + firehose on 2 cores: its request reads
     3.6 ms late at p50, 238 of 256 streams off by more than their tolerance, none flagged by
     their stamps). None when the server is elsewhere or a core is left for it."""
     if host not in LOOPBACK or workers < cores:
         return None
-    return (
-        f"{workers} client process{'es' if workers > 1 else ''} and the server at {host} share"
-        f" this host's {cores} core{'s' if cores > 1 else ''}: the server's request reads wait"
-        f" for a core, inside every TTFT (leave it one: --workers {max(1, cores - 1)})"
-    )
+    return Crowding(host, workers, cores)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLimits:
+    """Why loadgen's own timing may sit in a run's figures: `limited` measured streams whose
+    own error exceeded tolerance (their verdict is client_limited), `beyond_tolerance` more that
+    kept a server verdict which outweighed that error, the event loop's worst lag where it
+    exceeded LOOP_LAG_LIMIT_MS (else None), and a crowded host."""
+
+    measured: int
+    limited: int = 0
+    beyond_tolerance: int = 0
+    loop_lag_max_ms: float | None = None
+    crowding: Crowding | None = None
+    loop_lag_limit_ms: float = LOOP_LAG_LIMIT_MS
+
+    @property
+    def limits_run(self) -> bool:
+        return bool(self.limited or self.has_reasons)
+
+    @property
+    def has_reasons(self) -> bool:
+        """Something beside the limited streams' count (the report says each)."""
+        return bool(self.beyond_tolerance or self.loop_lag_max_ms is not None or self.crowding)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ClientLimits:
+        crowded = d["crowding"]
+        return cls(d["measured"], d["limited"], d["beyond_tolerance"], d["loop_lag_max_ms"],
+                   None if crowded is None else Crowding(**crowded),
+                   d["loop_lag_limit_ms"])  # fmt: skip
 
 
 def limited_records(records: list[StreamRecord]) -> list[StreamRecord]:
     """The records whose own timing error exceeded tolerance."""
     return [r for r in records if r.status == "ok" and client_error_evidence(r) is not None]
-
-
-def client_banner(limited: int, total: int, reasons: list[str]) -> str | None:
-    """The line a report or probe opens with when the client limited the run, else None."""
-    if limited:
-        return (
-            f"!! CLIENT LIMITED: {limited} of {total} streams timed with loadgen's own error"
-            f" above tolerance; their TTFT and gaps include loadgen's delay. Fix: {ADVICE}."
-            + "".join(f" Also: {r}." for r in reasons)
-        )
-    if reasons:
-        return f"!! CLIENT LIMITED: {'; '.join(reasons)}. Fix: {ADVICE}."
-    return None

@@ -42,7 +42,7 @@ from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
-from loadgen.analysis.selferror import client_banner
+from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
@@ -59,13 +59,12 @@ from loadgen.analysis.verdicts import (
     build_context,
     classify_streams,
 )
+from loadgen.analysis.warmth import warm_cache
 from loadgen.records import StreamRecord
 
 NS = rates.NS
 SCHEMA = 1
 MEASURE = "measure"
-# Client event-loop lag above this makes every timestamp of the run suspect.
-LOOP_LAG_LIMIT_MS = 50.0
 
 
 @dataclass(frozen=True)
@@ -149,17 +148,13 @@ def _run_section(
     lag = client.get("loop_lag_max_ms")
     span = span_ns(measure)
     verdict_counts = _count(rows[r.id]["verdict"] for r in measure)
-    reasons = []
+    warm = warm_cache([rows[r.id]["evidence"] for r in measure])
     # The banner counts what the verdict table counts; streams whose server verdict outweighed
     # their timing error are named beside it, never added to it.
-    limited = counts.limited
-    if counts.beyond_tolerance:
-        reasons.append(
-            f"{counts.beyond_tolerance} of {counts.measured} streams timed beyond tolerance kept"
-            " their server verdict (not counted as client_limited)"
-        )
-    if lag is not None and lag > LOOP_LAG_LIMIT_MS:
-        reasons.append(f"event-loop lag max {lag:.1f} ms > {LOOP_LAG_LIMIT_MS:g} ms")
+    limits = ClientLimits(
+        counts.measured, counts.limited, counts.beyond_tolerance,
+        lag if lag is not None and lag > LOOP_LAG_LIMIT_MS else None,
+    )  # fmt: skip
     phases = _count(r.phase for r in records)
     server = (
         server_window(timeline, *span)
@@ -176,10 +171,10 @@ def _run_section(
         "tool_version": manifest.get("tool_version"),
         "analysis_version": __version__,
         "interrupted": bool(manifest.get("interrupted", False)),
-        "client_limited": bool(limited or reasons),
-        "client_limited_reasons": reasons,
-        "client_limited_streams": limited,
-        "client_banner": client_banner(limited, counts.measured, reasons),
+        "client_limited": limits.limits_run,
+        "client_limited_streams": counts.limited,
+        "client_limits": limits.to_json(),
+        "warm_cache": None if warm is None else warm.to_json(),
         "client": client,
         "speed": manifest.get("speed", 1.0),
         "clock": manifest.get("clock", "wall"),

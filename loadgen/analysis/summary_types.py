@@ -18,6 +18,8 @@ from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
+from loadgen.analysis.selferror import ClientLimits
+from loadgen.analysis.warmth import WarmCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,8 +261,10 @@ class RunSummary:
     token_counter: str | None
     interrupted: bool
     client_limited: bool
-    client_limited_reasons: tuple[str, ...]
-    client_banner: str | None
+    # A run's own, or (a sweep parent's) each client-limited arm's, by arm name.
+    client_limits: ClientLimits | None
+    arm_client_limits: Mapping[str, ClientLimits]
+    warm_cache: WarmCache | None
     streams: StreamTally | None
     wall_s: float | None
     cap: Cap | None
@@ -291,8 +295,14 @@ class RunSummary:
             token_counter=run.get("token_counter"),
             interrupted=bool(run.get("interrupted")),
             client_limited=bool(run.get("client_limited")),
-            client_limited_reasons=tuple(run.get("client_limited_reasons") or ()),
-            client_banner=run.get("client_banner"),
+            client_limits=(
+                ClientLimits.from_json(run["client_limits"]) if run.get("client_limits") else None
+            ),
+            warm_cache=WarmCache.from_json(run["warm_cache"]) if run.get("warm_cache") else None,
+            arm_client_limits={
+                arm: ClientLimits.from_json(c)
+                for arm, c in (run.get("arm_client_limits") or {}).items()
+            },
             streams=StreamTally.from_json(streams) if isinstance(streams, Mapping) else None,
             wall_s=run.get("wall_s"),
             cap=Cap.from_json(run["cap"]) if run.get("cap") else None,

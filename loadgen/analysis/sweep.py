@@ -119,11 +119,11 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
             "interrupted": bool(manifest.get("interrupted", False))
             or any(a.summary["run"]["interrupted"] for a in arms.values()),
             "client_limited": any(a.summary["run"]["client_limited"] for a in arms.values()),
-            "client_limited_reasons": [
-                f"{name}: {r}"
+            "arm_client_limits": {
+                name: a.summary["run"]["client_limits"]
                 for name, a in arms.items()
-                for r in _limited_reasons(a.summary["run"])
-            ],
+                if a.summary["run"]["client_limited"]
+            },
             "speed": first["speed"],
             "clock": first.get("clock", "wall"),
             "boots_per_arm": manifest.get("boots_per_arm"),
@@ -148,11 +148,3 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
         summary["boots"] = points
         summary["boot_floor"] = floor_rows(points, declared_order)
     return canonical(summary), arms
-
-
-def _limited_reasons(run: dict[str, Any]) -> list[str]:
-    """An arm's reasons, led by its client_limited count (the count its verdict table shows,
-    which an arm's own banner states outside its reasons)."""
-    n, of = run.get("client_limited_streams") or 0, (run.get("records") or {}).get("measured")
-    lead = [f"{n} of {of} streams client_limited"] if n else []
-    return lead + list(run["client_limited_reasons"])

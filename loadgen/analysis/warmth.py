@@ -22,6 +22,8 @@ written before `cold` existed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.baselines import prompt_size
@@ -87,15 +89,26 @@ def cache_warmth(
     }
 
 
-def warm_note(streams: list[dict[str, Any]]) -> str | None:
-    """The report's warning line when measured salted streams were served from cache."""
-    measured = [s for s in streams if s["phase"] == "measure"]
-    warm = [s for s in measured if "cache_warm" in s["evidence"]]
+@dataclass(frozen=True, slots=True)
+class WarmCache:
+    """Measured streams meant to be cold that the server served from its prefix cache, of all
+    measured streams, and the witnesses that said so."""
+
+    streams: int
+    measured: int
+    sources: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"streams": self.streams, "measured": self.measured, "sources": list(self.sources)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> WarmCache:
+        return cls(d["streams"], d["measured"], tuple(d["sources"]))
+
+
+def warm_cache(evidence: Sequence[Mapping[str, Any]]) -> WarmCache | None:
+    """The measured streams (their evidence, one each) served warm, or None where none was."""
+    warm = [e["cache_warm"] for e in evidence if "cache_warm" in e]
     if not warm:
         return None
-    sources = sorted({s["evidence"]["cache_warm"]["source"] for s in warm})
-    return (
-        f"!! WARM CACHE: {len(warm)} of {len(measured)} measured streams meant to be cold "
-        f"(salted) were served from the prefix cache ({', '.join(sources)}): a replayed seed "
-        "on a server that kept an earlier run's cache? their TTFTs are cache hits"
-    )
+    return WarmCache(len(warm), len(evidence), tuple(sorted({w["source"] for w in warm})))

@@ -27,8 +27,8 @@ from yarl import URL
 
 from loadgen.analysis.selferror import (
     CLIENT_LIMITED_EXIT,
-    client_banner,
-    crowding_reason,
+    ClientLimits,
+    crowding,
     limited_records,
 )
 from loadgen.client.endpoint import Timeouts
@@ -46,6 +46,7 @@ from loadgen.engine.seeds import RunSeed
 from loadgen.engine.spread import pool_manifest
 from loadgen.engine.target import RunError, Target
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals, stop_exit_code
+from loadgen.report.banners import client_banner
 from loadgen.report.request_tables import request_tables
 from loadgen.report.text import render_rich
 from loadgen.request import Api, StreamRequest
@@ -123,9 +124,9 @@ def run_request(args: RequestArgs) -> None:
     except (ClientError, RayUnavailable, RunError) as exc:
         raise click.ClickException(str(exc)) from None
     limited = limited_records(outcome.records)
-    crowded = crowding_reason(URL(args.base_url).host, args.workers, os.cpu_count() or 1)
-    reasons = [crowded] if crowded else []
-    banner = client_banner(len(limited), len(outcome.records), reasons)
+    crowded = crowding(URL(args.base_url).host, args.workers, os.cpu_count() or 1)
+    limits = ClientLimits(len(outcome.records), len(limited), crowding=crowded)
+    banner = client_banner(limits)
     if banner:
         click.echo(banner)
     click.echo(_report(outcome, args), nl=False)
@@ -136,7 +137,7 @@ def run_request(args: RequestArgs) -> None:
     summary = failure_summary(outcome.records)
     if summary:
         raise click.ClickException(summary)
-    if (limited or reasons) and args.strict:
+    if limits.limits_run and args.strict:
         raise click.exceptions.Exit(CLIENT_LIMITED_EXIT)
 
 

@@ -32,7 +32,7 @@ from loadgen.analysis.summary_types import (
 from loadgen.analysis.sweep import read_mixed
 from loadgen.analysis.sweep_types import MixedRow
 from loadgen.analysis.verdicts import VERDICTS
-from loadgen.analysis.warmth import warm_note
+from loadgen.report.banners import client_banner, sweep_client_banner, warm_cache_line
 from loadgen.report.bench_tables import benchmark_tables
 from loadgen.report.sections import (
     energy_table,
@@ -115,12 +115,14 @@ def header(summary: dict[str, Any], target: Target | None = None) -> list[str]:
         lines.append(f"boots per arm: {run.boots_per_arm} ({run.boots_note or ''})")
     if run.interrupted:
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
-    if (warm := warm_note(summary.get("streams") or [])) is not None:
-        lines.append(warm)
-    if run.client_limited:
+    if run.warm_cache is not None:
+        lines.append(warm_cache_line(run.warm_cache))
+    banner = (
+        client_banner(run.client_limits) if run.client_limits is not None
+        else sweep_client_banner(run.arm_client_limits) if run.arm_client_limits else None
+    )  # fmt: skip
+    if banner is not None:
         # First of all lines: nothing below can be read without knowing it.
-        why = "; ".join(run.client_limited_reasons)
-        banner = run.client_banner or f"!! CLIENT LIMITED: {why}"
         lines.insert(0, banner)
     return lines
 

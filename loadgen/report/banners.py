@@ -1,0 +1,68 @@
+"""The warning lines a report or a probe opens with, composed from what analysis judged: the
+client limited the run (its own timing in the figures), or streams meant to be cold came warm
+from the prefix cache."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from loadgen.analysis.selferror import ADVICE, ClientLimits, Crowding
+from loadgen.analysis.warmth import WarmCache
+
+
+def client_reasons(c: ClientLimits) -> list[str]:
+    """Each thing beside the limited streams' count that limited the client."""
+    reasons = []
+    if c.beyond_tolerance:
+        reasons.append(
+            f"{c.beyond_tolerance} of {c.measured} streams timed beyond tolerance kept their "
+            "server verdict (not counted as client_limited)"
+        )
+    if c.loop_lag_max_ms is not None:
+        lag, limit = c.loop_lag_max_ms, c.loop_lag_limit_ms
+        reasons.append(f"event-loop lag max {lag:.1f} ms > {limit:g} ms")
+    if c.crowding is not None:
+        reasons.append(crowding_text(c.crowding))
+    return reasons
+
+
+def crowding_text(c: Crowding) -> str:
+    return (
+        f"{c.workers} client process{'es' if c.workers > 1 else ''} and the server at {c.host} "
+        f"share this host's {c.cores} core{'s' if c.cores > 1 else ''}: the server's request "
+        f"reads wait for a core, inside every TTFT (leave it one: --workers {max(1, c.cores - 1)})"
+    )
+
+
+def client_banner(c: ClientLimits) -> str | None:
+    """The line a report or probe opens with when the client limited the run, else None."""
+    reasons = client_reasons(c)
+    if c.limited:
+        return (
+            f"!! CLIENT LIMITED: {c.limited} of {c.measured} streams timed with loadgen's own "
+            f"error above tolerance; their TTFT and gaps include loadgen's delay. Fix: {ADVICE}."
+            + "".join(f" Also: {r}." for r in reasons)
+        )
+    if reasons:
+        return f"!! CLIENT LIMITED: {'; '.join(reasons)}. Fix: {ADVICE}."
+    return None
+
+
+def sweep_client_banner(arms: Mapping[str, ClientLimits]) -> str:
+    """A sweep's banner: each client-limited arm's count and reasons, named by arm."""
+    why = [
+        f"{arm}: {r}"
+        for arm, c in arms.items()
+        for r in ([f"{c.limited} of {c.measured} streams client_limited"] if c.limited else [])
+        + client_reasons(c)
+    ]
+    return f"!! CLIENT LIMITED: {'; '.join(why)}"
+
+
+def warm_cache_line(w: WarmCache) -> str:
+    """The warning when measured salted streams were served from cache."""
+    return (
+        f"!! WARM CACHE: {w.streams} of {w.measured} measured streams meant to be cold "
+        f"(salted) were served from the prefix cache ({', '.join(w.sources)}): a replayed seed "
+        "on a server that kept an earlier run's cache? their TTFTs are cache hits"
+    )
