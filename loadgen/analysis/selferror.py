@@ -114,12 +114,10 @@ class ClientLimits:
 
     @property
     def limits_run(self) -> bool:
-        return bool(self.limited or self.has_reasons)
-
-    @property
-    def has_reasons(self) -> bool:
-        """Something beside the limited streams' count (the report says each)."""
-        return bool(self.beyond_tolerance or self.loop_lag_max_ms is not None or self.crowding)
+        return bool(
+            self.limited or self.beyond_tolerance or self.loop_lag_max_ms is not None
+            or self.crowding
+        )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from loadgen.analysis.drift import MIN_REQUESTS, Verdict
+from loadgen.analysis.drift import Verdict
 from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak_dir
 from loadgen.analysis.soak_types import ClocksControl, Soak, WindowClient, WindowGpu
 from loadgen.analysis.stats import dumps_canonical
@@ -102,7 +102,7 @@ def drift_reason(v: Verdict, excluded: int = 0, windows: int = 0) -> str:
 
 def _case_text(v: Verdict) -> str:
     if v.case == "few_requests":
-        return f"{v.n} completed requests; at least {MIN_REQUESTS} are needed for a trend"
+        return f"{v.n} completed requests; at least {v.needed_n} are needed for a trend"
     adjusted, raw = v.adjusted, v.raw
     if adjusted is None or raw is None:  # confounded
         return "time and context cannot be told apart in these requests"
