@@ -105,8 +105,8 @@ def test_plot_x_is_the_flag_value_or_the_arm() -> None:
     literal = [point("x", {"--fault": "cache_dead"}, 1), point("y", {"--fault": "stall=0"}, 2)]
     axis, points, ticks = booted_points(read_sweep(booted(literal)))
     assert (axis, [p.x for p in points], ticks) == ("arm", [0.0, 1.0], {0.0: "x", 1.0: "y"})
-    assert sweep_figure(booted(numeric)).startswith(b"\x89PNG")
-    assert sweep_figure(booted([{**numeric[0], "values": None}])) is None
+    assert sweep_figure(read_sweep(booted(numeric))).startswith(b"\x89PNG")
+    assert sweep_figure(read_sweep(booted([{**numeric[0], "values": None}]))) is None
     # A metric no boot measured (minnows that never decoded during the whale's prefill).
     # Two boots per arm on a log-scaled x axis (the real vLLM sweep's shape).
     wide = [point(arm, {"budget": b}, order) | {"boot": boot}
@@ -114,7 +114,7 @@ def test_plot_x_is_the_flag_value_or_the_arm() -> None:
                 [("a", 256, 1), ("b", 4096, 1), ("a", 256, 2), ("b", 4096, 2)], 1)]  # fmt: skip
     unmeasured = [{**p, "values": {"wall_s": 1.0, "minnow_decode_during_tok_s": None}}
                   for p in wide]  # fmt: skip
-    assert sweep_figure(booted(unmeasured)).startswith(b"\x89PNG")
+    assert sweep_figure(read_sweep(booted(unmeasured))).startswith(b"\x89PNG")
 
 
 async def run(path: Path, out: Path, *sets: str) -> Path:

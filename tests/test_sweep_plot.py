@@ -63,7 +63,7 @@ def test_no_figure_without_one_numeric_swept_axis_or_without_rows() -> None:
     }
     assert swept_axis(sweep(two_axes)) is None
     summary = {"arms": {name: sweep_arm(**arm) for name, arm in two_axes.items()}}
-    assert sweep_figure(summary) is None
+    assert sweep_figure(read_sweep(summary)) is None
     assert swept_axis(sweep({"a": {"flags": {"kv_cache_dtype": "fp8"}},
                              "b": {"flags": {"kv_cache_dtype": "auto"}}})) is None  # fmt: skip
     empty = [SweepPoint("a", 0, 1.0, {"whale_ttft_s": None}, {})]
@@ -85,10 +85,10 @@ async def test_a_ten_arm_politeness_sweep_on_the_virtual_clock_draws_the_budget_
     # that waits a little longer for its own first token.
     assert during == sorted(during, reverse=True) and during[0] > 20 * during[-1]
     assert whale == sorted(whale, reverse=True)
-    png = sweep_figure(summary)
+    png = sweep_figure(read_sweep(summary))
     assert png is not None and png.startswith(PNG)
     # Per-arm reports are left out here only to keep the test short (their plots are slow).
-    html = render_sweep_html(summary, {}, png)
+    html = render_sweep_html(read_sweep(summary), {}, png)
     assert "Across the sweep" in html and base64.b64encode(png).decode() in html
 
 
@@ -99,5 +99,5 @@ async def test_write_report_puts_the_sweep_figure_beside_the_report(tmp_path: Pa
     run = await run_virtual(scenario, sets, tmp_path)
     write_report(run.run_dir)
     png = (run.run_dir / SWEEP_PNG).read_bytes()
-    assert png == sweep_figure(analyze_sweep(run.run_dir)[0])
+    assert png == sweep_figure(read_sweep(analyze_sweep(run.run_dir)[0]))
     assert base64.b64encode(png).decode() in (run.run_dir / "report.html").read_text()

@@ -81,13 +81,13 @@ def test_ports_per_arm_replace_the_first_arms_port() -> None:
         "a": {"run": {"target": {"url": "http://127.0.0.1:8001"}}},
         "b": {"run": {"target": {"url": "http://127.0.0.1:8002"}}},
     }
-    head = sweep_header({**sweep, "arm_order": ["b", "a"]}, summaries)
+    head = sweep_header(read_sweep({**sweep, "arm_order": ["b", "a"]}), summaries)
     assert "target http://127.0.0.1:<port per arm> (vllm)" in head[0]
     assert "ports: b=8002, a=8001" in head
     assert "per arm: tp = 2, 1" in head
     assert read_sweep({**sweep, "arm_order": ["b", "a"]}).names() == ["b", "a"]
     same = {n: {"run": {"target": {"url": "http://127.0.0.1:8001"}}} for n in arms}
-    quiet = sweep_header(sweep, same)
+    quiet = sweep_header(read_sweep(sweep), same)
     assert "8001 (vllm)" in quiet[0] and not any(x.startswith("ports:") for x in quiet)
 
 
@@ -124,11 +124,11 @@ def test_the_sweep_header_quotes_only_the_flags_every_arm_shares() -> None:
     flags = ["--max-num-seqs", "4", "--max-num-batched-tokens", "512"]
     target = {"url": "http://127.0.0.1:8001", "kind": "external", "flags": flags}
     arms = {f"b={b}": sweep_arm(flags={"max_num_batched_tokens": b}) for b in (512, 2048)}
-    head = sweep_header({"run": {"target": target}, "arms": arms})
+    head = sweep_header(read_sweep({"run": {"target": target}, "arms": arms}))
     assert "server flags (user): --max-num-seqs 4" in head
     assert "per arm: max_num_batched_tokens = 512, 2048" in head
     same = {"b=512": sweep_arm(flags={"max_num_batched_tokens": 512})}
-    quiet = sweep_header({"run": {"target": target}, "arms": same})
+    quiet = sweep_header(read_sweep({"run": {"target": target}, "arms": same}))
     assert "server flags (user): " + " ".join(flags) in quiet
 
 

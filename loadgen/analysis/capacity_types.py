@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.capacity import Ended, Search, SloItem, search_of, slo_items
-from loadgen.analysis.summary_types import Target
+from loadgen.analysis.summary_types import Target, block
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +112,7 @@ class CapacitySummary:
             ended=c["ended"],
             max_time_s=c["max_time_s"],
             runs_at=dict(c["runs_at"]),
-            boundary=Boundary.from_json(c["boundary"]) if c.get("boundary") else None,
+            boundary=block(c, "boundary", Boundary.from_json),
         )
 
 

@@ -10,9 +10,9 @@ the HDR histogram files written beside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
@@ -20,6 +20,14 @@ from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
 from loadgen.analysis.warmth import WarmCache
+
+T = TypeVar("T")
+
+
+def block(d: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any]], T]) -> T | None:
+    """`d[key]` read by `read`, or None where the block is absent, null or empty."""
+    value = d.get(key)
+    return read(value) if value else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +139,8 @@ class GroupSummary:
             chunk_tokens=ChunkTally(
                 tally.get("chunks", 0), tally.get("multi", 0), tally.get("tokens", 0)
             ),
-            cohort=Cohort.from_json(g["cohort"]) if g.get("cohort") else None,
-            reasoning=Reasoning.from_json(g["reasoning"]) if g.get("reasoning") else None,
+            cohort=block(g, "cohort", Cohort.from_json),
+            reasoning=block(g, "reasoning", Reasoning.from_json),
         )
 
 
@@ -295,36 +303,24 @@ class RunSummary:
             token_counter=run.get("token_counter"),
             interrupted=bool(run.get("interrupted")),
             client_limited=bool(run.get("client_limited")),
-            client_limits=(
-                ClientLimits.from_json(run["client_limits"]) if run.get("client_limits") else None
-            ),
-            warm_cache=WarmCache.from_json(run["warm_cache"]) if run.get("warm_cache") else None,
+            client_limits=block(run, "client_limits", ClientLimits.from_json),
+            warm_cache=block(run, "warm_cache", WarmCache.from_json),
             arm_client_limits={
                 arm: ClientLimits.from_json(c)
                 for arm, c in (run.get("arm_client_limits") or {}).items()
             },
             streams=StreamTally.from_json(streams) if isinstance(streams, Mapping) else None,
             wall_s=run.get("wall_s"),
-            cap=Cap.from_json(run["cap"]) if run.get("cap") else None,
-            prefill_baseline=(
-                PrefillBaseline.from_json(run["prefill_baseline"])
-                if run.get("prefill_baseline")
-                else None
-            ),
-            records=RecordTally.from_json(run["records"]) if run.get("records") else None,
+            cap=block(run, "cap", Cap.from_json),
+            prefill_baseline=block(run, "prefill_baseline", PrefillBaseline.from_json),
+            records=block(run, "records", RecordTally.from_json),
             boots_per_arm=run.get("boots_per_arm"),
             boots_note=run.get("boots_note"),
             server=ServerWindow.from_json(run.get("server")),
             user_facts=tuple((k, facts[k]) for k, src in sorted(sources.items()) if src == "user"),
             speculative_tokens=facts.get("num_speculative_tokens"),
-            trace_reuse=MeasuredReuse.from_json(reuse)
-            if (reuse := run.get("trace_reuse"))
-            else None,
-            trace_prompts_raised=(
-                PromptsRaised.from_json(raised)
-                if (raised := run.get("trace_prompts_raised"))
-                else None
-            ),
+            trace_reuse=block(run, "trace_reuse", MeasuredReuse.from_json),
+            trace_prompts_raised=block(run, "trace_prompts_raised", PromptsRaised.from_json),
         )
 
 

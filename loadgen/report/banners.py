@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from loadgen.analysis.selferror import ADVICE, ClientLimits, Crowding
+from loadgen.analysis.summary_types import RunSummary
 from loadgen.analysis.warmth import WarmCache
 
 
@@ -57,6 +58,13 @@ def sweep_client_banner(arms: Mapping[str, ClientLimits]) -> str:
         + client_reasons(c)
     ]
     return f"!! CLIENT LIMITED: {'; '.join(why)}"
+
+
+def run_banner(run: RunSummary) -> str | None:
+    """The CLIENT LIMITED line a run's (or a sweep's) report opens with, else None."""
+    if run.client_limits is not None:
+        return client_banner(run.client_limits)
+    return sweep_client_banner(run.arm_client_limits) if run.arm_client_limits else None
 
 
 def warm_cache_line(w: WarmCache) -> str:

@@ -21,6 +21,7 @@ from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
 from loadgen.analysis.sweep import analyze_sweep
+from loadgen.analysis.sweep_types import Sweep, read_sweep
 from loadgen.redact import redact, redact_text
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
 from loadgen.report.fidelity_report import FIDELITY_PNG, fidelity_figure, fidelity_text
@@ -72,7 +73,7 @@ def _write_run(path: Path, analysis: Analysis) -> str:
 
 
 def _run_rich(s: dict[str, Any]) -> str:
-    return render_rich(run_tables(s), header(s) + hist_lines(s))
+    return render_rich(run_tables(s), header(read_run(s)) + hist_lines(s))
 
 
 def write_report(run_dir: Path) -> str:
@@ -95,18 +96,19 @@ def write_report(run_dir: Path) -> str:
     sweep, arms = analyze_sweep(run_dir)
     bodies = {name: _write_run(run_dir / "arms" / name, a) for name, a in arms.items()}
     (run_dir / "summary.json").write_bytes(dumps_canonical(sweep))
+    s = read_sweep(sweep)
     summaries = {n: a.summary for n, a in arms.items()}
-    plain = render_sweep_plain(sweep, summaries)
+    plain = render_sweep_plain(s, summaries)
     (run_dir / "report.txt").write_text(plain, encoding="utf-8")
-    figure, load = sweep_figure(sweep), load_figures(sweep)
+    figure, load = sweep_figure(s), load_figures(s)
     if figure is not None:
         (run_dir / SWEEP_PNG).write_bytes(figure)
     for name, png in load.items():
         (run_dir / name).write_bytes(png)
     (run_dir / "report.html").write_text(
-        render_sweep_html(sweep, bodies, figure, summaries, load), encoding="utf-8"
+        render_sweep_html(s, bodies, figure, summaries, load), encoding="utf-8"
     )
-    return _sweep_rich(sweep, arms)
+    return _sweep_rich(s, arms)
 
 
 def write_capacity_report(root: Path) -> str:
@@ -158,22 +160,23 @@ def _arm_summaries(run_dir: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def _sweep_rich(sweep: dict[str, Any], arms: dict[str, Analysis]) -> str:
-    tables = sweep_tables(sweep)
+def _sweep_rich(s: Sweep, arms: dict[str, Analysis]) -> str:
+    tables = sweep_tables(s)
     lost = []  # an arm's skipped lines show on the terminal too, not only in its report.txt
     # Every arm's tables carry the same titles: without its name a block is anonymous.
-    for name, title in arm_titles(sweep, arms):
+    for name, title in arm_titles(s, arms):
         summary = arms[name].summary
         tables += [replace(t, title=f"arm {title} | {t.title}") for t in run_tables(summary)]
         records = read_run(summary).records
         lost += [f"arm {name}: {x}" for x in record_lines(records) if x.startswith("!!")]
-    return render_rich(tables, sweep_header(sweep, {n: a.summary for n, a in arms.items()}) + lost)
+    return render_rich(tables, sweep_header(s, {n: a.summary for n, a in arms.items()}) + lost)
 
 
 def render_report(run_dir: Path) -> str:
     """The report of a run (or sweep) directory as the terminal shows it, writing nothing."""
     if is_sweep_dir(run_dir):
-        return _sweep_rich(*analyze_sweep(run_dir))
+        sweep, arms = analyze_sweep(run_dir)
+        return _sweep_rich(read_sweep(sweep), arms)
     return _run_rich(analyze_run(run_dir).summary)
 
 

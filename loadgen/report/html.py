@@ -10,7 +10,8 @@ from typing import Any
 
 from loadgen.analysis.registry import metric
 from loadgen.analysis.summary import Analysis
-from loadgen.analysis.summary_types import read_stream_rows
+from loadgen.analysis.summary_types import read_run, read_stream_rows
+from loadgen.analysis.sweep_types import Sweep
 from loadgen.report import plots
 from loadgen.report.sweep_text import arm_titles, sweep_header, sweep_tables
 from loadgen.report.tables import DASH, Table, format_of, to_html
@@ -98,7 +99,7 @@ def run_body(analysis: Analysis, sessions_png: bytes | None) -> str:
     tables = "".join(to_html(t) for t in run_tables(s))
     return "".join(
         [
-            _head_lines(_without_title(header(s)) + hist_lines(s)),
+            _head_lines(_without_title(header(read_run(s))) + hist_lines(s)),
             "<h2>Stream timeline</h2>",
             _img(plots.timeline_png(read_stream_rows(s)), "stream timeline", "no streams"),
             "<h2>Tables</h2>",
@@ -131,11 +132,11 @@ def _page(title: str, body: str) -> str:
 
 def render_html(analysis: Analysis, body: str) -> str:
     """report.html of one run, around its `run_body`."""
-    return _page(_title(header(analysis.summary)), body)
+    return _page(_title(header(read_run(analysis.summary))), body)
 
 
 def render_sweep_html(
-    sweep: dict[str, Any],
+    s: Sweep,
     bodies: dict[str, str],
     figure: bytes | None = None,
     arms: dict[str, dict[str, Any]] | None = None,
@@ -145,15 +146,15 @@ def render_sweep_html(
     load.png and pareto.png, by file name; sweep_plot's, drawn against the swept flag), then
     each arm's report body (as rendered for the arm's own report.html: drawing every figure
     again would double the report's cost)."""
-    head = sweep_header(sweep, arms)
+    head = sweep_header(s, arms)
     parts = [_head_lines(_without_title(head))]
-    parts += [to_html(t) for t in sweep_tables(sweep)]
+    parts += [to_html(t) for t in sweep_tables(s)]
     if load_figures:
         parts.append("<h2>Load sweep</h2>")
         parts += [_img(png, name.removesuffix(".png"), "") for name, png in load_figures.items()]
     if figure is not None:
         parts.append("<h2>Across the sweep</h2>" + _img(figure, "sweep figure", ""))
-    for name, title in arm_titles(sweep, bodies):
+    for name, title in arm_titles(s, bodies):
         parts.append(
             f"<h2 id='arm-{html.escape(name)}'>Arm {html.escape(title)}</h2>{bodies[name]}"
         )

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from loadgen.analysis.load_sweep import LoadBlock, LoadRow
-from loadgen.analysis.sweep_types import Sweep, read_sweep
+from loadgen.analysis.sweep_types import Sweep
 from loadgen.report.plots import png_bytes
 from loadgen.report.sweep_text import load_label
 
@@ -148,9 +147,8 @@ def pareto_png(points: list[LoadPoint], axis: str) -> bytes | None:
     return png_bytes(fig)
 
 
-def load_figures(sweep: dict[str, Any]) -> dict[str, bytes]:
+def load_figures(s: Sweep) -> dict[str, bytes]:
     """File name -> PNG of a load sweep's figures; empty for any other sweep."""
-    s = read_sweep(sweep)
     if s.load is None or not s.load.arms:
         return {}
     points = load_points(s, s.load)

@@ -21,7 +21,7 @@ from typing import Any, TypeGuard
 from matplotlib.figure import Figure
 
 from loadgen.analysis.sweep_boots import metric_names
-from loadgen.analysis.sweep_types import MixedRow, Sweep, read_sweep
+from loadgen.analysis.sweep_types import MixedRow, Sweep
 from loadgen.report.boot_tables import metric_label
 from loadgen.report.plots import png_bytes
 
@@ -157,10 +157,9 @@ def sweep_png(
     return png_bytes(fig)
 
 
-def sweep_figure(sweep: dict[str, Any]) -> bytes | None:
-    """The figure of a sweep parent's summary: every measured boot of a restarted sweep, else
-    the politeness metrics per arm; None when there is nothing to draw."""
-    s = read_sweep(sweep)
+def sweep_figure(s: Sweep) -> bytes | None:
+    """The figure of a sweep parent: every measured boot of a restarted sweep, else the
+    politeness metrics per arm; None when there is nothing to draw."""
     if s.boots:
         axis, points, ticks = booted_points(s)
         metrics = [SweepMetric(n, metric_label(n)) for n in metric_names(p.values for p in points)]

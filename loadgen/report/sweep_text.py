@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from loadgen.analysis.load_sweep import LoadBlock
 from loadgen.analysis.summary_types import carried_other_than_one, read_run
-from loadgen.analysis.sweep_types import Arm, Sweep, read_sweep
+from loadgen.analysis.sweep_types import Arm, Sweep
 from loadgen.report.boot_tables import arms_over_boots_table, boots_table
 from loadgen.report.sections import slo_text
 from loadgen.report.tables import DASH, Table, msecs, num, rate, secs, span, to_plain
@@ -47,9 +47,8 @@ def arm_title(name: str, arm: Arm | None) -> str:
     return name if label in (DASH, name) else f"{name}: {label}"
 
 
-def arm_titles(sweep: dict[str, Any], names: Iterable[str]) -> list[tuple[str, str]]:
+def arm_titles(s: Sweep, names: Iterable[str]) -> list[tuple[str, str]]:
     """(name, title) of the named arms in the sweep's declared order, then the others'."""
-    s = read_sweep(sweep)
     return [(name, arm_title(name, s.arms.get(name))) for name in s.names(names)]
 
 
@@ -87,10 +86,9 @@ def _port(url: str) -> str | None:
     return None if port is None else str(port)
 
 
-def sweep_header(sweep: dict[str, Any], arms: dict[str, dict[str, Any]] | None = None) -> list[str]:
+def sweep_header(s: Sweep, arms: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """The header of a sweep parent: what every arm shares, then what differs per arm (the
     parent's run.target is one arm's, so its flags and port would be quoted as the sweep's)."""
-    s = read_sweep(sweep)
     varied = _varied(s)
     target = s.run.target
     urls = {n: read_run(a).target.url or "" for n, a in (arms or {}).items()}
@@ -100,7 +98,7 @@ def sweep_header(sweep: dict[str, Any], arms: dict[str, dict[str, Any]] | None =
     if per_port and url:
         url = url.rsplit(":", 1)[0] + ":<port per arm>"
     shared = replace(target, url=url, flags=tuple(_drop_flags(list(target.flags), set(varied))))
-    lines = header(sweep, shared)
+    lines = header(replace(s.run, target=shared))
     names = s.names()
     if varied:
         lines.append("per arm: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in varied.items()))
@@ -245,9 +243,8 @@ def _load_notes(s: Sweep, load: LoadBlock) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
-    """The across-arm tables of a sweep parent's summary, read once."""
-    s = read_sweep(sweep)
+def sweep_tables(s: Sweep) -> list[Table]:
+    """The across-arm tables of a sweep parent."""
     tables = (
         load_table(s),
         arms_over_boots_table(s),
@@ -259,10 +256,10 @@ def sweep_tables(sweep: dict[str, Any]) -> list[Table]:
     return [t for t in tables if t is not None]
 
 
-def render_sweep_plain(sweep: dict[str, Any], arms: dict[str, dict[str, Any]]) -> str:
+def render_sweep_plain(s: Sweep, arms: dict[str, dict[str, Any]]) -> str:
     """report.txt of a sweep parent: the across-arm tables, then every arm's report."""
-    parts = ["\n".join(sweep_header(sweep, arms))]
-    parts += [to_plain(t) for t in sweep_tables(sweep)]
-    for name, title in arm_titles(sweep, arms):
+    parts = ["\n".join(sweep_header(s, arms))]
+    parts += [to_plain(t) for t in sweep_tables(s)]
+    for name, title in arm_titles(s, arms):
         parts.append(f"== arm {title} ==\n" + render_plain(arms[name]).rstrip("\n"))
     return "\n\n".join(parts) + "\n"

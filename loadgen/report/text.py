@@ -7,7 +7,6 @@ Every table names its token source and prompt shape, and the sim speed factor wh
 from __future__ import annotations
 
 import io
-from dataclasses import replace
 from typing import Any
 
 from loadgen.analysis.benchmark import read_benchmark
@@ -23,7 +22,6 @@ from loadgen.analysis.summary_types import (
     RunSummary,
     StreamRow,
     StreamTally,
-    Target,
     any_multi_token,
     read_groups,
     read_run,
@@ -32,7 +30,7 @@ from loadgen.analysis.summary_types import (
 from loadgen.analysis.sweep import read_mixed
 from loadgen.analysis.sweep_types import MixedRow
 from loadgen.analysis.verdicts import VERDICTS
-from loadgen.report.banners import client_banner, sweep_client_banner, warm_cache_line
+from loadgen.report.banners import run_banner, warm_cache_line
 from loadgen.report.bench_tables import benchmark_tables
 from loadgen.report.sections import (
     energy_table,
@@ -77,12 +75,8 @@ def notes(summary: dict[str, Any], groups: list[str] | None = None) -> tuple[str
     return tuple(out)
 
 
-def header(summary: dict[str, Any], target: Target | None = None) -> list[str]:
-    """The report's head lines; `target` stands in for the run's own (a sweep's, whose run
-    target is one arm's)."""
-    run = read_run(summary)
-    if target is not None:
-        run = replace(run, target=target)
+def header(run: RunSummary) -> list[str]:
+    """The report's head lines."""
     target = run.target
     lines = [
         f"loadgen report: scenario {run.scenario or DASH}"
@@ -117,11 +111,7 @@ def header(summary: dict[str, Any], target: Target | None = None) -> list[str]:
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
     if run.warm_cache is not None:
         lines.append(warm_cache_line(run.warm_cache))
-    banner = (
-        client_banner(run.client_limits) if run.client_limits is not None
-        else sweep_client_banner(run.arm_client_limits) if run.arm_client_limits else None
-    )  # fmt: skip
-    if banner is not None:
+    if (banner := run_banner(run)) is not None:
         # First of all lines: nothing below can be read without knowing it.
         lines.insert(0, banner)
     return lines
@@ -477,7 +467,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
 
 def render_plain(summary: dict[str, Any]) -> str:
     """report.txt for one run."""
-    parts = ["\n".join(header(summary))]
+    parts = ["\n".join(header(read_run(summary)))]
     parts += [to_plain(t) for t in run_tables(summary)]
     parts.append("\n".join(hist_lines(summary)))
     return "\n\n".join(parts) + "\n"
