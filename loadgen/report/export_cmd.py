@@ -21,7 +21,7 @@ from loadgen.analysis.inputs import is_run_dir, is_sweep_dir
 from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
 from loadgen.analysis.summary import MEASURE, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
-from loadgen.analysis.sweep_types import read_sweep
+from loadgen.analysis.sweep_types import Sweep, read_sweep
 from loadgen.report.readable import readable
 
 STREAMS_CSV = "streams.csv"
@@ -57,15 +57,14 @@ def stream_rows(summaries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def arm_columns(sweep: dict[str, Any]) -> list[str]:
+def arm_columns(s: Sweep) -> list[str]:
     """arm, every setting or flag any arm sets (sorted), the load row's fields, pareto."""
-    keys = sorted({k for arm in read_sweep(sweep).arms.values() for k in arm.swept})
+    keys = sorted({k for arm in s.arms.values() for k in arm.swept})
     return ["arm", *keys, *LOAD_ROW_FIELDS, PARETO]
 
 
-def arm_rows(sweep: dict[str, Any]) -> list[dict[str, Any]]:
+def arm_rows(s: Sweep) -> list[dict[str, Any]]:
     """One row per arm in the sweep's order; `pareto` is empty unless it is a load sweep."""
-    s = read_sweep(sweep)
     return [
         {"arm": name, **arm.swept, **arm.load_row.to_json(),
          PARETO: None if s.load is None else name in s.load.pareto}
@@ -86,9 +85,10 @@ def export(run_dir: Path, out: Path) -> list[Path]:
     tables: list[tuple[str, Sequence[str], list[dict[str, Any]]]]
     if is_sweep_dir(run_dir):
         sweep, arms = analyze_sweep(run_dir)
+        s = read_sweep(sweep)
         streams = stream_rows(a.summary for a in arms.values())
         tables = [(STREAMS_CSV, STREAM_COLUMNS, streams),
-                  (ARMS_CSV, arm_columns(sweep), arm_rows(sweep))]  # fmt: skip
+                  (ARMS_CSV, arm_columns(s), arm_rows(s))]  # fmt: skip
     else:
         tables = [(STREAMS_CSV, STREAM_COLUMNS, stream_rows([analyze_run(run_dir).summary]))]
     out.mkdir(parents=True, exist_ok=True)
