@@ -15,12 +15,12 @@ from loadgen.scenario.plan import PromptSpec, plan
 from loadgen.scenario.prompts import (
     EstimateCounter,
     PromptBuilder,
-    PromptSizeError,
     WordCounter,
     build_prompt,
     salt_tag,
 )
 from loadgen.scenario.textgen import text_chunks
+from loadgen.scenario.token_counter import PromptSizeError
 
 DATA = Path(__file__).parent / "data"
 _WORD = re.compile(r"\w+|[^\w\s]")

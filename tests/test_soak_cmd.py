@@ -18,8 +18,8 @@ from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.soak import SoakStop, soak_scenario
 from loadgen.records import read_jsonl, read_streams
 from loadgen.scenario.load import load_scenario
+from loadgen.scenario.model import Soak
 from loadgen.scenario.plan import plan
-from loadgen.scenario.soak_block import Soak
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, ground_truth_rows, start_sim_server

@@ -47,7 +47,7 @@ from loadgen.records import StreamRecord, install_stop_signals, read_streams, st
 from loadgen.scenario.limits import client_problems
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import Plan, plan
-from loadgen.scenario.prompts import PromptSizeError
+from loadgen.scenario.token_counter import PromptSizeError
 from loadgen.scenario.validate_cmd import ALLOW_FILES_OUTSIDE
 from loadgen.server.launcher import ServerBootError
 from loadgen.server.user_facts import USER_SOURCE

@@ -52,7 +52,8 @@ from loadgen.report.text import render_rich
 from loadgen.request import Api, StreamRequest
 from loadgen.scenario.model import Closed, Group, PromptConfig, Scenario
 from loadgen.scenario.plan import PromptSpec, salt_tags
-from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder, PromptSizeError
+from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder
+from loadgen.scenario.token_counter import PromptSizeError
 
 # The one group of a request run, as its records and its synthesized scenario name it.
 GROUP = "request"

@@ -16,8 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loadgen.records import StreamRecord
-from loadgen.scenario.model import DURATION_REQUEST_CAP, Closed, Scenario
-from loadgen.scenario.soak_block import Soak
+from loadgen.scenario.model import DURATION_REQUEST_CAP, Closed, Scenario, Soak
 
 # Consecutive failed streams that end a soak: refused connections say the server is gone;
 # any other failure, this many times in a row, says nothing is being measured any more.

@@ -21,9 +21,9 @@ from loadgen.engine.run import RunOptions
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.soak import SoakStop, soak_scenario
 from loadgen.scenario.load import ScenarioError, load_scenario
-from loadgen.scenario.model import SimConfig
+from loadgen.scenario.model import SimConfig, Soak
 from loadgen.scenario.plan import plan
-from loadgen.scenario.soak_block import Soak, parse_duration, parse_window
+from loadgen.scenario.soak_block import parse_duration, parse_window
 
 
 @click.command("soak")

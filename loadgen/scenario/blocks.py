@@ -22,7 +22,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from loadgen.scenario.prompts import PromptSizeError, TokenCounter
+from loadgen.scenario.token_counter import PromptSizeError, TokenCounter
 from loadgen.scenario.vocab import NOUNS
 
 # Words whose counts are learned: enough variety, one counter call each.

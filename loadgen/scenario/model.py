@@ -18,13 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from loadgen.client.endpoint import Timeouts as Timeouts
-
-if TYPE_CHECKING:
-    # Only a type here: soak_block parses YAML, and the parser's limits read this module.
-    from loadgen.scenario.soak_block import Soak
 
 API_KINDS = ("completions", "chat")
 SHAPES = ("prose", "code", "file", "needle")
@@ -280,6 +276,15 @@ class ServerConfig:
     python: Path | None = None
     bin: Path | None = None
     boot_timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Soak:
+    """The `soak:` block (soak_block.py parses it): `window` is `thirds` or a length."""
+
+    duration_s: float = 3600.0
+    window: str = "thirds"
+    concurrency: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,14 +22,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import cast
 
 from loadgen import needle
+from loadgen.scenario.blocks import BlockComposer
 from loadgen.scenario.plan import PromptSpec, derive_seed
 from loadgen.scenario.textgen import text_chunks
-
-if TYPE_CHECKING:
-    from loadgen.scenario.blocks import BlockComposer
+from loadgen.scenario.token_counter import PromptSizeError, TokenCounter
 
 _PIECE_RE = re.compile(r"\s*(?:\w+|[^\w\s])")
 _WORD_RE = re.compile(r"\w+|[^\w\s]")
@@ -44,18 +43,6 @@ _CHARS_PER_TOKEN = 5.0
 # dominates (a 5-char guess was twice the text a sim-tokenized prompt needs).
 _DENSITY_MARGIN = 1.2
 _MIN_SURPLUS_CHARS = 64
-
-
-class TokenCounter(Protocol):
-    """Counts the tokens of a prompt as the server will see it.
-
-    `method`: "tokenize" (the server's /tokenize), "usage_probe" (prompt_tokens of a 1-token
-    request), "estimate" (no tokenizer: a rule of thumb) or "local" (a tokenizer in-process).
-    """
-
-    method: str
-
-    async def count(self, text: str) -> int: ...
 
 
 class EstimateCounter:
@@ -86,10 +73,6 @@ class BuiltPrompt:
     tokens: int
     method: str
     prefix_chars: int = 0
-
-
-class PromptSizeError(ValueError):
-    """The spec cannot be met: the salt tag (or prefix) alone is longer than the prompt."""
 
 
 def salt_tag(salt: str) -> str:
@@ -136,8 +119,6 @@ class PromptBuilder:
     async def _block_prompt(self, spec: PromptSpec) -> BuiltPrompt:
         """The trace row's blocks (one text per block id, from the salt and the id), then its
         own tail; `prefix_chars` spans the blocks."""
-        from loadgen.scenario.blocks import BlockComposer  # blocks.py builds on this module
-
         if self._blocks is None:
             self._blocks = BlockComposer(self.counter)
         composer = self._blocks

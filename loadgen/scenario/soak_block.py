@@ -13,20 +13,13 @@ and text), until the duration is up.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from loadgen.scenario.checks import Checker, Rule, integer
 from loadgen.scenario.marked_yaml import MarkedMap
+from loadgen.scenario.model import Soak
 
 KEYS = ("duration", "window", "concurrency")
-DEFAULT_DURATION_S = 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class Soak:
-    duration_s: float = DEFAULT_DURATION_S
-    window: str = "thirds"
-    concurrency: int = 1
+DEFAULT = Soak()
 
 
 def parse_duration(spec: object) -> float | None:
@@ -68,7 +61,7 @@ def soak(c: Checker, root: MarkedMap) -> Soak:
     m = c.mapping(root, "soak", "")
     c.keys(m, "soak", KEYS)
     return Soak(
-        duration_s=c.field(m, "duration", "soak", DURATION, DEFAULT_DURATION_S),
-        window=str(c.field(m, "window", "soak", WINDOW, "thirds")),
-        concurrency=c.field(m, "concurrency", "soak", integer(1), 1),
+        duration_s=c.field(m, "duration", "soak", DURATION, DEFAULT.duration_s),
+        window=str(c.field(m, "window", "soak", WINDOW, DEFAULT.window)),
+        concurrency=c.field(m, "concurrency", "soak", integer(1), DEFAULT.concurrency),
     )
