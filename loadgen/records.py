@@ -265,11 +265,6 @@ def read_records(path: Path, parse: Callable[[dict[str, Any]], T]) -> tuple[list
     return out, bad
 
 
-def count_unreadable(path: Path) -> int:
-    """Lines of a streams.jsonl file that read_streams skips (a report says how many)."""
-    return read_records(path, StreamRecord.from_json)[1]
-
-
 def read_streams(run_dir: Path) -> list[StreamRecord]:
     return read_records(run_dir / "streams.jsonl", StreamRecord.from_json)[0]
 

@@ -127,11 +127,6 @@ def seats(
     return out
 
 
-def overlap_ns(a0: int, a1: int, b0: int, b1: int) -> int:
-    """Length of the intersection of [a0, a1) and [b0, b1)."""
-    return max(0, min(a1, b1) - max(a0, b0))
-
-
 def prefill_ahead(modelled: dict[str, Seat]) -> dict[str, list[tuple[int, int]]]:
     """Per stream, when some stream ahead of it in admission order was prefilling, clipped to
     its own [admission, first token) (before its admission the seat cap holds it, whoever

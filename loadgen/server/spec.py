@@ -93,9 +93,8 @@ def profile_for(spec: ServerSpec, values: Mapping[str, Any] | None = None) -> Pr
 def flag_args(profile: Profile, flags: Mapping[str, Any]) -> list[str]:
     """A sweep arm's server flags as the profile's command-line options."""
     out: list[str] = []
-    command = getattr(profile, "base", profile)
-    if isinstance(command, CommandProfile):
-        flags = {k: v for k, v in flags.items() if not command.references(k)}
+    if isinstance(profile, CommandProfile):
+        flags = {k: v for k, v in flags.items() if not profile.references(k)}
     for name, value in flags.items():
         if name.startswith("-"):
             out += [name] if value is True else [name, str(value)]
