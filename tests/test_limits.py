@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from cli_support import assert_one_line_error, loadgen
 
-from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS, MAX_YAML_NODES
+from loadgen.scenario.limits import (
+    MAX_PROMPT_TOKENS,
+    MAX_STREAMS,
+    MAX_YAML_NODES,
+    requests_bound,
+)
+from loadgen.scenario.load import load_scenario
+from loadgen.scenario.plan import plan
 from loadgen.server.launcher import launch_sync
 from loadgen.server.sim import SimProfile
 
@@ -87,3 +94,14 @@ def test_a_billion_laughs_override_is_refused() -> None:
         levels.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
     err = _validate_error(SMOKE, "--set", "sim.faults={" + ", ".join(levels) + "}")
     assert f"aliases expand to more than {MAX_YAML_NODES} values" in err
+
+
+@pytest.mark.parametrize("name", ["agent_tools", "agent_sessions", "politeness", "smoke"])
+def test_the_bound_checked_before_planning_holds_every_request_the_plan_sends(name: str) -> None:
+    """requests_bound caps the plan before it is built, so it may not undercount it: a tool's
+    turn sends two requests (agent_tools once counted one)."""
+    scenario = load_scenario(name, [])
+    built = plan(scenario)
+    arms = scenario.sweep.arms if scenario.sweep else ()
+    for arm, s in zip(built.arms, [a.scenario for a in arms] or [scenario], strict=True):
+        assert requests_bound(s) == len(arm.warmup) + arm.planned_streams

@@ -1,4 +1,5 @@
-"""The live view of a virtual-clock run: its numbers at a given state, its rules for showing."""
+"""The live views of a run: the virtual clock's numbers at a given state, its rules for showing,
+and the wall and virtual views counting the same streams."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from cli_support import loadgen
 from rich.console import Console
 from test_rates import record
 
-from loadgen.engine.virtual_progress import VirtualProgress, planned_streams, planned_virtual_ns
+from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.progress import Progress
+from loadgen.engine.virtual_progress import VirtualProgress, planned_virtual_ns
 from loadgen.records import StreamError
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
@@ -27,7 +30,7 @@ def terminal() -> Console:
 
 def test_the_plan_gives_streams_and_the_last_arrival() -> None:
     arm = politeness_arm()
-    assert planned_streams(arm) == 4  # a whale and three minnows
+    assert arm.planned_streams == 4  # a whale and three minnows
     assert planned_virtual_ns(arm) == NS // 2  # the whale is sent at 0.5 s
     closed = dataclasses.replace(
         arm, reps=tuple(dataclasses.replace(r, concurrency=2, duration_ns=None) for r in arm.reps)
@@ -75,3 +78,31 @@ def test_the_cli_shows_it_on_a_terminal_and_not_with_no_progress(tmp_path) -> No
     assert "smoke · arm default · virtual clock" in shown.stderr
     assert "4 / 4" in shown.stderr
     assert "virtual clock" not in quiet.stderr and "speed-up" not in quiet.stderr
+
+
+async def _no_metrics() -> str:
+    return ""
+
+
+def test_wall_and_virtual_views_count_the_same_streams_of_the_same_plan() -> None:
+    """Both count measured streams, a tool's result request included, of the arm's planned
+    streams; a warmup or a cache prime is sent but is not a planned stream (the wall view
+    once counted them as done, and planned only the reps' plain requests: 0 for sessions)."""
+    arm = plan(load_scenario("agent_tools", [])).arms[0]
+    poller = MetricsPoller(_no_metrics, lambda sample: None, interval_s=1.0, run_start_ns=0)
+    wall = Progress(arm, poller, enabled=False)
+    virtual = VirtualProgress(arm, lambda: 0, lambda: 0, enabled=False)
+    ok = record(phase="measure")
+    for rec in (
+        ok,
+        dataclasses.replace(ok, status="error", error=StreamError("http_503", "x")),
+        dataclasses.replace(ok, phase="warmup"),
+        dataclasses.replace(ok, phase="prime"),
+    ):
+        wall.done(rec)
+        virtual.done(rec)
+    sessions = sum(len(rep.sessions) for rep in arm.reps)
+    turns = sum(len(s.turns) for rep in arm.reps for s in rep.sessions)
+    assert sessions > 0 and turns > sessions  # multi-turn, so a per-turn count shows
+    assert wall.planned == virtual.planned == 2 * turns  # each turn: the call, then the result
+    assert (wall.done_ok, wall.failed) == (virtual.done_ok, virtual.failed) == (1, 1)

@@ -217,7 +217,7 @@ async def _run_rep(
     mine = 0 if pool is not None else min(rep.concurrency or len(built), len(built))
     await client.warm(mine + len(sessions) or 1)
     quiet_collector()
-    progress.start_rep(rep, built)
+    progress.start_rep(rep)
     send = stream_at(progress.watch(client))
     with lag.measuring():
         if pool is None:

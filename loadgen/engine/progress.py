@@ -1,10 +1,14 @@
 """A live view of a run (rich): streams queued, in flight, done, failed; the server's own
-running / waiting / kv% from the last metrics poll; generation tok/s from its counter."""
+running / waiting / kv% from the last metrics poll; generation tok/s from its counter.
+
+Both clocks' views count in the plan's units (ArmProgress): measured streams, a session's turns
+and tool results included, against the arm's `planned_streams`; warmups and cache primes are
+sent but are not planned streams, so neither view counts them."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Self
 
 from rich.console import Console
@@ -43,8 +47,26 @@ class LiveView:
         raise NotImplementedError
 
 
-class Progress(LiveView):
-    """Counts what the run did; renders only when enabled and stderr is a terminal."""
+class ArmProgress(LiveView):
+    """One arm's view: measured streams done and failed, of the arm's planned streams."""
+
+    def __init__(self, arm: ArmPlan, *, enabled: bool, console: Console | None = None) -> None:
+        super().__init__(enabled=enabled, console=console)
+        self.planned = arm.planned_streams
+        self.done_ok = 0
+        self.failed = 0
+
+    def done(self, rec: StreamRecord) -> None:
+        if rec.phase != "measure":
+            return
+        if rec.status == "ok":
+            self.done_ok += 1
+        else:
+            self.failed += 1
+
+
+class Progress(ArmProgress):
+    """The wall clock's view: also sends, lateness and the server's last poll."""
 
     def __init__(
         self,
@@ -54,33 +76,27 @@ class Progress(LiveView):
         enabled: bool,
         live_counts: Callable[[], tuple[int, int]] = lambda: (0, 0),
     ) -> None:
-        super().__init__(enabled=enabled)
+        super().__init__(arm, enabled=enabled)
         self._arm = arm
         self._live_counts = live_counts
         self._poller = poller
         self._t0 = time.perf_counter()
         self._rep = -1
-        self._planned = 0
         self.sent = 0
-        self.done_ok = 0
-        self.failed = 0
         self.max_late_ms = 0.0
         self._prev_gen: tuple[float, float] | None = None
         self._gen_rate = 0.0
 
-    def start_rep(self, rep: RepPlan, built: Sequence[StreamRequest]) -> None:
+    def start_rep(self, rep: RepPlan) -> None:
         self._rep = rep.rep
-        self._planned += len(built)
 
     def watch(self, backend: Backend) -> Backend:
-        """The backend, counting each send (and its lateness against the intended time)."""
+        """The backend, counting each measured send (a rep's requests and its sessions' turns go
+        through it; warmups and primes do not)."""
         return _Counting(backend, self)
 
     def done(self, rec: StreamRecord) -> None:
-        if rec.status == "ok":
-            self.done_ok += 1
-        else:
-            self.failed += 1
+        super().done(rec)
         if rec.t_sent_ns is not None and rec.phase == "measure":
             late_ms = (rec.t_sent_ns - rec.t_intended_ns) / 1e6
             self.max_late_ms = max(self.max_late_ms, round(late_ms, 3))
@@ -95,7 +111,7 @@ class Progress(LiveView):
         values = self._poller.last.values if self._poller.last else {}
         awaiting, streaming = self._live_counts()
         table.add_row(
-            str(max(self._planned - self.sent, 0)),
+            str(max(self.planned - self.sent, 0)),
             str(awaiting),
             str(streaming),
             str(self.done_ok),

@@ -30,7 +30,6 @@ from loadgen.engine.preflight import (
 )
 from loadgen.engine.seeds import RunSeed
 from loadgen.engine.target import Target, server_spec_for
-from loadgen.engine.virtual_progress import planned_streams
 from loadgen.records import RunDirectory, write_manifest
 from loadgen.scenario.model import Scenario, scenario_to_json
 from loadgen.scenario.plan import ArmPlan, Plan
@@ -165,7 +164,7 @@ async def run_arm(
         "scenario": scenario_to_json(arm.scenario),
         "arm": {"name": arm.name, "flags": arm.flags, "settings": arm.settings},
         "interrupted": True,  # until the arm completes
-        "planned_streams": _planned_streams(arm),
+        "planned_streams": None if arm.open_ended else arm.planned_streams,
         "cache_checks": [],
     } | ({"boot": boot} if boot else {})  # fmt: skip
     try:
@@ -180,11 +179,3 @@ async def run_arm(
         manifest["finished_wall"] = dt.datetime.now(dt.UTC).isoformat()
         rundir.write_manifest(manifest)
         rundir.close()
-
-
-def _planned_streams(arm: ArmPlan) -> int | None:
-    """Measured requests the plan holds, session turns included (agent_sessions once read "32
-    measured of 0 planned"); None when a duration may end a rep before them all."""
-    if any(rep.duration_ns is not None for rep in arm.reps):
-        return None
-    return planned_streams(arm)

@@ -14,24 +14,11 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.engine.progress import LiveView
-from loadgen.records import StreamRecord
-from loadgen.scenario.plan import ArmPlan, PlannedSession
+from loadgen.engine.progress import ArmProgress
+from loadgen.scenario.plan import ArmPlan
 
 NS = 1_000_000_000
 COLUMNS = ("virtual s / last arrival", "done / planned", "failed", "in flight", "wall", "speed-up")
-
-
-def planned_streams(arm: ArmPlan) -> int:
-    """Measured requests the plan holds, session turns included (an upper bound when a rep
-    has a duration)."""
-    return sum(len(rep.requests) + sum(_session_requests(s) for s in rep.sessions)
-               for rep in arm.reps)  # fmt: skip
-
-
-def _session_requests(s: PlannedSession) -> int:
-    """A session's requests: one per turn, two for a turn that sends a tool's result back."""
-    return sum(2 if t.tool is not None else 1 for t in s.turns)
 
 
 def planned_virtual_ns(arm: ArmPlan) -> int | None:
@@ -49,7 +36,7 @@ def planned_virtual_ns(arm: ArmPlan) -> int | None:
     return total
 
 
-class VirtualProgress(LiveView):
+class VirtualProgress(ArmProgress):
     """Counts measured records as they end; reads the virtual clock and in-flight count only
     when it draws."""
 
@@ -63,23 +50,12 @@ class VirtualProgress(LiveView):
         console: Console | None = None,
         wall_s: Callable[[], float] = time.perf_counter,
     ) -> None:
-        super().__init__(enabled=enabled, console=console)
+        super().__init__(arm, enabled=enabled, console=console)
         self._title = f"{arm.scenario.name} · arm {arm.name} · virtual clock"
         self._now_ns, self._in_flight, self._wall_s = now_ns, in_flight, wall_s
         self._t0 = wall_s()
-        self._planned = planned_streams(arm)
-        self._open_ended = any(rep.duration_ns is not None for rep in arm.reps)
+        self._open_ended = arm.open_ended
         self._planned_ns = planned_virtual_ns(arm)
-        self.done_ok = 0
-        self.failed = 0
-
-    def done(self, rec: StreamRecord) -> None:
-        if rec.phase != "measure":
-            return
-        if rec.status == "ok":
-            self.done_ok += 1
-        else:
-            self.failed += 1
 
     def row(self) -> tuple[str, ...]:
         """The table's one row, now."""
@@ -90,7 +66,7 @@ class VirtualProgress(LiveView):
         speed = f"{virtual_s / wall_s:.1f}x" if wall_s > 0 else "-"
         return (
             f"{virtual_s:.1f} / {planned_s}",
-            f"{self.done_ok + self.failed} / {bound}{self._planned}",
+            f"{self.done_ok + self.failed} / {bound}{self.planned}",
             str(self.failed),
             str(self._in_flight()),
             f"{wall_s:.1f}s",

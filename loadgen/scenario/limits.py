@@ -36,6 +36,7 @@ from loadgen.scenario.model import (
     DURATION_REQUEST_CAP,
     Closed,
     Gamma,
+    Group,
     Poisson,
     Scenario,
     Staggered,
@@ -128,16 +129,23 @@ def planned_seconds(s: Scenario) -> float:
     return max(starts, default=0.0) + max(thinking, default=0.0)
 
 
-def planned_streams(s: Scenario) -> int:
-    """Requests one arm of `s` sends: warmup plus every rep (an upper bound under a duration);
-    a session group sends one request per turn of each of its sessions."""
+def requests_bound(s: Scenario) -> int:
+    """Requests one arm of `s` can send, warmup included, read off the scenario before a plan
+    is built (a plan of 10^9 requests would hang building it): a session sends one request per
+    turn, two for a tool's turn. The plan's own count is ArmPlan.planned_streams."""
     a = s.arrival
-    per_rep = sum(g.count * (g.session.turns if g.session else 1) for g in s.groups)
+    per_rep = sum(g.count * _session_requests(g) for g in s.groups)
     if isinstance(a, Trace):
         per_rep = len(a.rows)
     elif isinstance(a, Closed | Poisson | Gamma):
         per_rep = _open_count(a, per_rep)
     return s.warmup.count + s.repetitions * per_rep
+
+
+def _session_requests(g: Group) -> int:
+    if g.session is None:
+        return 1
+    return g.session.turns * (2 if g.session.tools is not None else 1)
 
 
 def _open_count(a: Closed | Poisson | Gamma, per_rep: int) -> int:
@@ -182,7 +190,7 @@ def window_problem(s: Scenario, window: int, target: str) -> str | None:
 def size_problems(arms: list[Scenario]) -> list[str]:
     """Plan-size and prompt-size limits broken by the arms of a scenario, one line each."""
     problems = list(ENV_PROBLEMS)
-    total = sum(planned_streams(s) for s in arms)
+    total = sum(requests_bound(s) for s in arms)
     if total > MAX_STREAMS:
         problems.append(
             f"plan: {total} requests (count x repetitions x arms, warmup included) exceed the "

@@ -132,6 +132,12 @@ class PlannedSession:
     turns: tuple[PlannedTurn, ...]
     request: PlannedRequest
 
+    @property
+    def requests(self) -> int:
+        """Requests the session sends: one per turn, two for a turn that sends a tool's result
+        back."""
+        return sum(2 if t.tool is not None else 1 for t in self.turns)
+
 
 @dataclass(frozen=True, slots=True)
 class RepPlan:
@@ -151,6 +157,18 @@ class ArmPlan:
     scenario: Scenario
     warmup: tuple[PlannedRequest, ...]
     reps: tuple[RepPlan, ...]
+
+    @property
+    def planned_streams(self) -> int:
+        """Measured requests the plan holds, every session's requests included (agent_sessions
+        once read "32 measured of 0 planned"); warmups and cache primes are not planned streams.
+        An upper bound when `open_ended`."""
+        return sum(len(r.requests) + sum(s.requests for s in r.sessions) for r in self.reps)
+
+    @property
+    def open_ended(self) -> bool:
+        """A rep has a duration, which may end it before all its planned streams are sent."""
+        return any(r.duration_ns is not None for r in self.reps)
 
 
 @dataclass(frozen=True, slots=True)
