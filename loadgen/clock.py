@@ -18,10 +18,25 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from contextlib import AbstractAsyncContextManager
+from enum import StrEnum
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 T = TypeVar("T")
 Work = Coroutine[Any, Any, None]
+
+
+class ClockName(StrEnum):
+    """Which clock a run is driven on: `--clock` parses it once, and run.json, summary.json
+    and soak.json write its value ("wall": real time over HTTP; "virtual": the sim's engine on
+    its event clock). A run.json without one ran on the wall (wall runs did not write it)."""
+
+    WALL = "wall"
+    VIRTUAL = "virtual"
+
+    @classmethod
+    def read(cls, value: str | None) -> ClockName:
+        """A file's clock; none written is the wall's."""
+        return cls.WALL if value is None else cls(value)
 
 
 class Clock(Protocol):

@@ -1,19 +1,23 @@
-"""The clock is chosen once (engine/backends.py): each ClockKind says what its backend needs,
-and nothing past the options asks for the clock by name."""
+"""The clock is chosen once (engine/backends.py): `--clock` parses into a ClockName, each
+ClockKind says what its backend needs, and nothing past the options asks for the clock by name."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 
+from loadgen.clock import ClockName
 from loadgen.engine.backends import CLOCKS, clock_of, shared_target
 from loadgen.engine.cli_options import CLOCK_OPTION
 from loadgen.engine.run import RunOptions
 from loadgen.scenario.load import load_scenario
 
-ENGINE = Path(__file__).resolve().parents[1] / "loadgen" / "engine"
+PACKAGE = Path(__file__).resolve().parents[1] / "loadgen"
+ENGINE = PACKAGE / "engine"
 # Where options are resolved: the commands (cmd.py, *_cmd.py) and the options they share
 # (cli_options.py) check a clock's name against the other options they got; backends.py keys
 # the kinds by it.
@@ -21,7 +25,8 @@ RESOLVERS = ("backends.py", "cli_options.py")
 
 
 def test_each_clock_says_what_its_backend_needs():
-    wall, virtual = clock_of(RunOptions(clock="wall")), clock_of(RunOptions(clock="virtual"))
+    wall = clock_of(RunOptions(clock=ClockName.WALL))
+    virtual = clock_of(RunOptions(clock=ClockName.VIRTUAL))
     assert (wall.opens_sockets, wall.engine_per_arm, wall.unbooted[0]) == (True, False, 0)
     assert (virtual.opens_sockets, virtual.engine_per_arm, virtual.unbooted[0]) == (False, True, 1)
 
@@ -31,11 +36,27 @@ def test_the_clock_option_offers_exactly_the_registered_clocks():
     def cmd(clock: str) -> None: ...
 
     choice = cmd.__click_params__[0].type  # type: ignore[attr-defined]
-    assert list(choice.choices) == list(CLOCKS) == ["wall", "virtual"]
+    assert list(choice.choices) == list(CLOCKS) == list(ClockName) == ["wall", "virtual"]
+
+
+def test_the_clock_option_hands_the_command_the_type_not_the_word():
+    seen = []
+
+    @click.command()
+    @CLOCK_OPTION
+    def cmd(clock: ClockName) -> None:
+        seen.append(clock)
+
+    for args in ([], ["--clock", "virtual"]):
+        assert CliRunner().invoke(cmd, args).exit_code == 0
+    assert seen == [ClockName.WALL, ClockName.VIRTUAL]
+    assert all(type(c) is ClockName for c in seen)
+    refused = CliRunner().invoke(cmd, ["--clock", "sundial"])
+    assert refused.exit_code == 2 and "'sundial' is not one of 'wall', 'virtual'" in refused.output
 
 
 def test_no_stage_past_the_options_tests_the_clock_by_name():
-    asked = re.compile(r"""clock\s*[!=]=\s*["'](wall|virtual)["']""")
+    asked = re.compile(r"clock\s*[!=]=\s*ClockName\.")
     found = [
         f"{p.name}:{n}"
         for p in sorted(ENGINE.glob("*.py"))
@@ -46,10 +67,21 @@ def test_no_stage_past_the_options_tests_the_clock_by_name():
     assert found == []
 
 
+def test_no_module_compares_the_clock_as_a_string():
+    word = re.compile(r"""clock\s*[!=]=\s*["'](wall|virtual)["']|clock", ["'](wall|virtual)""")
+    found = [
+        f"{p.relative_to(PACKAGE)}:{n}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if word.search(line)
+    ]
+    assert found == []
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
     "opts",
-    [RunOptions(clock="virtual"), RunOptions(base_url="http://127.0.0.1:9/v1")],
+    [RunOptions(clock=ClockName.VIRTUAL), RunOptions(base_url="http://127.0.0.1:9/v1")],
     ids=["virtual", "url"],
 )
 async def test_a_series_of_runs_shares_no_server_where_each_reaches_its_own(opts, tmp_path):

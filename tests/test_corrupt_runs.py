@@ -102,6 +102,16 @@ def test_a_wrongly_typed_run_json_field_is_dropped_with_a_note(run_copy: Path) -
     ) in " ".join(out.split())
 
 
+def test_a_clock_loadgen_does_not_know_is_dropped_with_a_note(run_copy: Path) -> None:
+    """The clock is a ClockName from the run.json on: a word outside it is ignored like a wrong
+    type, not carried into the report as a ValueError."""
+    manifest = orjson.loads((run_copy / "run.json").read_bytes())
+    (run_copy / "run.json").write_bytes(orjson.dumps(manifest | {"clock": "sundial"}))
+    assert "clock" not in read_manifest(run_copy)
+    out = " ".join(_report(run_copy).split())
+    assert "ignored field(s) of the wrong type: clock (a str, expected wall or virtual)" in out
+
+
 def test_a_deeper_wrong_shape_in_run_json_is_one_line(run_copy: Path) -> None:
     manifest = orjson.loads((run_copy / "run.json").read_bytes())
     (run_copy / "run.json").write_bytes(orjson.dumps(manifest | {"cache_checks": [5]}))

@@ -10,6 +10,7 @@ from unittest import mock
 from loadgen.analysis.summary import analyze_run
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.loops import recorded, run_open_loop
+from loadgen.clock import ClockName
 from loadgen.engine import virtual_run
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.run import RunOptions, run_plan
@@ -74,7 +75,7 @@ async def run_virtual(
             self.prompts[req.id] = req.prompt
             super().submit(req, on_record)
 
-    opts = RunOptions(out_root=out, progress=False, run_seed=seed, clock="virtual")
+    opts = RunOptions(out_root=out, progress=False, run_seed=seed, clock=ClockName.VIRTUAL)
     with mock.patch.object(virtual_run, "VirtualSim", Recording):
         run_dir = await run_plan(
             plan(load_scenario(scenario, overrides), run_seed=seed), opts, warn=warn or _no_warn

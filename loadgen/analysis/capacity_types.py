@@ -9,6 +9,7 @@ from typing import Any
 
 from loadgen.analysis.capacity import Ended, Search, SloItem, search_of, slo_items
 from loadgen.analysis.summary_types import Target, block
+from loadgen.clock import ClockName
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,7 @@ class Boundary:
 class CapacitySummary:
     scenario: str | None
     target: Target
-    clock: str | None
+    clock: ClockName
     over: str
     group: str | None
     slo: tuple[SloItem, ...]
@@ -100,7 +101,7 @@ class CapacitySummary:
         return cls(
             scenario=c["scenario"],
             target=Target.from_json(c.get("target")),
-            clock=c.get("clock"),
+            clock=ClockName.read(c.get("clock")),
             over=c["over"],
             group=c["group"],
             slo=slo_items(c),

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from loadgen.clock import ClockName
 from loadgen.records import MetricsSample, StreamRecord, read_jsonl, read_records
 
 # What each top-level run.json field must be where analysis reads it: a field of another type
@@ -27,6 +28,9 @@ MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "slo": (dict, type(None)), "soak_end": _DICT, "speed": (int, float), "target": (dict, str),
     "token_counter": _STR, "tool_version": _STR, "measured": _INT,
 }  # fmt: skip
+# Fields that name one of a few things: another word is dropped like a wrong type (a clock
+# loadgen does not know would otherwise reach the report as a ValueError).
+MANIFEST_WORDS: dict[str, tuple[str, ...]] = {"clock": tuple(ClockName)}
 
 
 class NotARunDirectory(ValueError):
@@ -83,11 +87,18 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 def _typed(key: str, value: Any) -> bool:
     want = MANIFEST_TYPES.get(key)
-    return want is None or (isinstance(value, want) and (bool in want) == (type(value) is bool))
+    typed = want is None or (isinstance(value, want) and (bool in want) == (type(value) is bool))
+    return typed and (key not in MANIFEST_WORDS or value in MANIFEST_WORDS[key])
+
+
+def _expected(key: str) -> str:
+    words = MANIFEST_WORDS.get(key)
+    return " or ".join(words or (t.__name__ for t in MANIFEST_TYPES[key]))
 
 
 def dropped_fields(path: Path) -> tuple[str, ...]:
-    """run.json fields read_manifest drops for their type, each as `field (a T, expected U)`."""
+    """run.json fields read_manifest drops for their type (or word), each as `field (a T,
+    expected U)`."""
     try:
         data = orjson.loads((path / "run.json").read_bytes())
     except (OSError, orjson.JSONDecodeError):
@@ -95,7 +106,7 @@ def dropped_fields(path: Path) -> tuple[str, ...]:
     if not isinstance(data, dict):
         return ()
     return tuple(
-        f"{k} (a {type(v).__name__}, expected {' or '.join(t.__name__ for t in MANIFEST_TYPES[k])})"
+        f"{k} (a {type(v).__name__}, expected {_expected(k)})"
         for k, v in data.items()
         if not _typed(k, v)
     )

@@ -43,6 +43,7 @@ from loadgen.analysis.drift import DriftPoint, Verdict, change, drift_verdict
 from loadgen.analysis.energy import throttle_names
 from loadgen.analysis.inputs import load_run
 from loadgen.analysis.timeline import Timeline
+from loadgen.clock import ClockName
 from loadgen.records import StreamRecord, read_jsonl
 from loadgen.scenario.soak_block import parse_window
 
@@ -414,7 +415,7 @@ def analyze_soak_dir(path: Path) -> dict[str, Any]:
         "scenario": (m.get("scenario") or {}).get("name"),
         "target": m.get("target"),
         "speed": m.get("speed"),
-        "clock": m.get("clock", "wall"),
+        "clock": ClockName.read(m.get("clock")),
         "duration_s": block.get("duration_s"),
         "end": _end(m),
         "failed_streams": len(failed),

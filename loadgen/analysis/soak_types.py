@@ -12,6 +12,7 @@ from typing import Any
 
 from loadgen.analysis.drift import Verdict
 from loadgen.analysis.summary_types import ServerWindow, Target
+from loadgen.clock import ClockName
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +157,7 @@ class Soak:
     scenario: str | None
     target: Target
     speed: float | None
-    clock: str
+    clock: ClockName
     window: str
     requests: int
     failed_streams: int
@@ -176,7 +177,7 @@ class Soak:
             scenario=s.get("scenario"),
             target=Target.from_json(s.get("target")),
             speed=s.get("speed"),
-            clock=s.get("clock", "wall"),
+            clock=ClockName.read(s.get("clock")),
             window=s["window"],
             requests=s["requests"],
             failed_streams=s["failed_streams"],

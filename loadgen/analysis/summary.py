@@ -60,6 +60,7 @@ from loadgen.analysis.verdicts import (
     classify_streams,
 )
 from loadgen.analysis.warmth import warm_cache
+from loadgen.clock import ClockName
 from loadgen.records import StreamRecord
 
 NS = rates.NS
@@ -177,7 +178,7 @@ def _run_section(
         "warm_cache": None if warm is None else warm.to_json(),
         "client": client,
         "speed": manifest.get("speed", 1.0),
-        "clock": manifest.get("clock", "wall"),
+        "clock": ClockName.read(manifest.get("clock")),
         "token_counter": manifest.get("token_counter"),
         "token_sources": sorted({r.token_source for r in measure}),
         "prompt_shapes": manifest.get("prompt_shapes") or {},

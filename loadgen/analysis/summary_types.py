@@ -20,6 +20,7 @@ from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
 from loadgen.analysis.warmth import WarmCache
+from loadgen.clock import ClockName
 
 T = TypeVar("T")
 
@@ -264,7 +265,7 @@ class RunSummary:
     model: str | None
     seed: int | None
     seed_source: str | None
-    clock: str
+    clock: ClockName
     speed: float | None
     token_counter: str | None
     interrupted: bool
@@ -298,7 +299,7 @@ class RunSummary:
             model=run.get("model"),
             seed=run.get("seed"),
             seed_source=run.get("seed_source"),
-            clock=run.get("clock", "wall"),
+            clock=ClockName.read(run.get("clock")),
             speed=run.get("speed", 1.0),
             token_counter=run.get("token_counter"),
             interrupted=bool(run.get("interrupted")),

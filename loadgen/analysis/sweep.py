@@ -15,6 +15,7 @@ from loadgen.analysis.summary import SCHEMA, Analysis, analyze_run
 from loadgen.analysis.summary_types import Stats
 from loadgen.analysis.sweep_boots import boot_points, floor_rows
 from loadgen.analysis.sweep_types import MixedRow, arm_sort_key
+from loadgen.clock import ClockName
 
 
 def _minmax(values: list[float]) -> Stats:
@@ -125,7 +126,7 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
                 if a.summary["run"]["client_limited"]
             },
             "speed": first["speed"],
-            "clock": first.get("clock", "wall"),
+            "clock": ClockName.read(first.get("clock")),
             "boots_per_arm": manifest.get("boots_per_arm"),
             "boots_note": manifest.get("boots_note"),
         },

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.clock import ClockName
 from loadgen.engine.arm import ArmBackend
 from loadgen.engine.http_backend import open_wall_backend
 from loadgen.engine.options import RunOptions
@@ -28,7 +29,7 @@ OpenBackend = Callable[
 
 @dataclass(frozen=True, slots=True)
 class ClockKind:
-    name: str
+    name: ClockName
     # Each request holds a socket: the descriptor limit must fit the arm's peak in flight.
     opens_sockets: bool
     # A fresh engine per arm, in process: nothing is launched, booted or shared between runs.
@@ -39,10 +40,10 @@ class ClockKind:
 
 
 CLOCKS = {
-    "wall": ClockKind("wall", opens_sockets=True, engine_per_arm=False,
+    ClockName.WALL: ClockKind(ClockName.WALL, opens_sockets=True, engine_per_arm=False,
                       unbooted=(0, "external server: loadgen restarted nothing"),
                       open_backend=open_wall_backend),
-    "virtual": ClockKind("virtual", opens_sockets=False, engine_per_arm=True,
+    ClockName.VIRTUAL: ClockKind(ClockName.VIRTUAL, opens_sockets=False, engine_per_arm=True,
                          unbooted=(1, "one fresh engine per arm on the virtual clock: exact, one "
                                       "is its floor"),
                          open_backend=open_virtual_backend),
@@ -50,7 +51,7 @@ CLOCKS = {
 
 
 def clock_of(opts: RunOptions) -> ClockKind:
-    """The clock the options chose (cmd.py checked the name against CLOCKS)."""
+    """The clock the options chose."""
     return CLOCKS[opts.clock]
 
 

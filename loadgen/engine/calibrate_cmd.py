@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from loadgen.analysis.calibration import PlanLimits
+from loadgen.clock import ClockName
 from loadgen.engine.calibrate import CalibrateRequest, calibrate, refit
 from loadgen.engine.cli_options import (
     CLOCK_OPTION,
@@ -72,7 +73,7 @@ def calibrate_cmd(
     decode_tokens: int,
     max_requests: int,
     max_time_s: float,
-    clock: str,
+    clock: ClockName,
     base_url: str | None,
     api_key: str | None,
     model: str | None,
@@ -98,7 +99,7 @@ def calibrate_cmd(
         _say_profile_out(profile_out)
         return
     server = launch.spec(model)
-    if not base_url and server is None and clock == "wall":
+    if not base_url and server is None and clock == ClockName.WALL:
         raise click.UsageError(
             "calibrate needs a server: --base-url URL, or --server KIND to launch one "
             "(--server sim or --clock virtual calibrate the built-in sim)"

@@ -17,6 +17,7 @@ from loadgen.analysis.capacity import (
     Search,
     parse_capacity_slo,
 )
+from loadgen.clock import ClockName
 from loadgen.engine.capacity import search_capacity
 from loadgen.engine.cli_options import (
     CLOCK_OPTION,
@@ -108,7 +109,7 @@ def capacity_cmd(
     max_probes: int,
     max_time_s: float,
     requests: int | None,
-    clock: str,
+    clock: ClockName,
     base_url: str | None,
     api_key: str | None,
     model: str | None,

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from loadgen.client.endpoint import resolve_target
-from loadgen.engine.backends import CLOCKS
+from loadgen.clock import ClockName
 from loadgen.scenario.limits import size_problems
 from loadgen.scenario.load_axis import LoadAxis, load_problem, load_sweep, parse_load_values
 from loadgen.scenario.model import Scenario
@@ -67,10 +67,22 @@ REQUESTS_OPTION = click.option(
     help="Requests per load value (default: the arrival's count, else at least 32, 4 per "
     "seat or 10 s of arrivals).",
 )
+
+
+def parse_clock(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> ClockName | None:
+    """`--clock`'s word as the type every stage carries (None where a command picks it)."""
+    return None if value is None else ClockName(value)
+
+
+# ClockName's values, not the enum: click would offer its member names (WALL).
+CLOCK_CHOICE = click.Choice([c.value for c in ClockName])
 CLOCK_OPTION = click.option(
     "--clock",
-    type=click.Choice(list(CLOCKS)),
-    default="wall",
+    type=CLOCK_CHOICE,
+    callback=parse_clock,
+    default=ClockName.WALL.value,
     show_default=True,
     help="virtual: the built-in sim's engine on a discrete-event clock, no HTTP (exact, "
     "repeatable, faster than real time); wall: real time over HTTP.",
@@ -287,19 +299,19 @@ def with_sim_profile(
 
 
 def check_target(
-    clock: str, base_url: str | None, telemetry_url: str | None, server: ServerSpec | None
+    clock: ClockName, base_url: str | None, telemetry_url: str | None, server: ServerSpec | None
 ) -> None:
     """What a run talks to is named once: a URL, a launched server or the virtual clock."""
-    if clock == "virtual" and base_url:
+    if clock == ClockName.VIRTUAL and base_url:
         raise click.UsageError(
             "--clock virtual runs the built-in sim without HTTP; drop --base-url (or "
             "OPENAI_BASE_URL) or use --clock wall"
         )
-    if clock == "virtual" and telemetry_url:
+    if clock == ClockName.VIRTUAL and telemetry_url:
         raise click.UsageError("--clock virtual runs no real GPU: drop --telemetry")
     if server is not None and base_url:
         raise click.UsageError("give --base-url or --server, not both")
-    if server is not None and clock == "virtual":
+    if server is not None and clock == ClockName.VIRTUAL:
         raise click.UsageError("--clock virtual runs the built-in sim's engine; drop --server")
 
 

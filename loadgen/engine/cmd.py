@@ -22,6 +22,7 @@ from loadgen.analysis.summary import MEASURE
 from loadgen.analysis.summary_types import read_run
 from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
+from loadgen.clock import ClockName
 from loadgen.engine.cli_options import (
     CLOCK_OPTION,
     EXTERNAL_SERVER_OPTIONS,
@@ -147,7 +148,7 @@ def run_cmd(
     replay: Path | None,
     block_size: int | None,
     slo: str | None,
-    clock: str,
+    clock: ClockName,
     server_facts: tuple[str, ...],
     server_flags: tuple[str, ...],
     launch: LaunchArgs,
@@ -165,13 +166,13 @@ def run_cmd(
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
     server = launch.spec(model)
     check_target(clock, base_url, telemetry_url, server)
-    if clock == "virtual" and workers not in (None, 1):
+    if clock == ClockName.VIRTUAL and workers not in (None, 1):
         raise click.UsageError("--clock virtual has no client to spread: drop --workers")
     problems = client_problems(workers, ray_address)
     if problems:
         raise click.UsageError("; ".join(problems))
     if ray_address:
-        if clock == "virtual":
+        if clock == ClockName.VIRTUAL:
             raise click.UsageError("--clock virtual has no client to spread: drop --ray")
         try:
             import_ray()

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loadgen.clock import ClockName
 from loadgen.engine.options import RunOptions
 from loadgen.engine.run import open_work_root, run_plan
 from loadgen.records import write_manifest
@@ -42,10 +43,11 @@ async def run_fidelity(
         "seed": seed, "started_wall": started.isoformat(), "interrupted": True,
     }  # fmt: skip
     write_manifest(root, manifest)
-    sides = (("real", real, opts),
-             # The sim serves its own model name: the real server's --model is not its.
-             ("virtual", predicted, dataclasses.replace(opts, clock="virtual", base_url=None,
-                                                        server=None, model=None)))  # fmt: skip
+    # The sim serves its own model name: the real server's --model is not its.
+    virtual = dataclasses.replace(
+        opts, clock=ClockName.VIRTUAL, base_url=None, server=None, model=None
+    )
+    sides = (("real", real, opts), ("virtual", predicted, virtual))
     for side, scenario, side_opts in sides:
         say(f"fidelity: {side} run of {scenario.name}")
         out = dataclasses.replace(side_opts, out_root=root / side, run_seed=seed)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from loadgen.analysis.fidelity import DEFAULT_TOLERANCE
+from loadgen.clock import ClockName
 from loadgen.engine.cli_options import (
     EXTERNAL_SERVER_OPTIONS,
     OUTPUT_OPTIONS,
@@ -65,7 +66,7 @@ def fidelity_cmd(
     from loadgen.report.cmd import write_fidelity_report
 
     server = launch.spec(model)
-    check_target("wall", base_url, telemetry_url, server)
+    check_target(ClockName.WALL, base_url, telemetry_url, server)
     facts, flags = external_server(server_facts, server_flags, base_url)
     predicted_sets = with_sim_profile(sim_profile, overrides, None, None)
     try:

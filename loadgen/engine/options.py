@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.clock import ClockName
 from loadgen.engine.soak import SoakStop
 from loadgen.server.spec import ServerSpec
 
@@ -29,9 +30,9 @@ class RunOptions:
     self_watch: bool = False
     # SLOs from `--slo`; each field overrides the scenario's `slo` of the same name.
     slo: dict[str, float] | None = None
-    # "wall": the sim (or a server) over HTTP in real time; "virtual": the sim's engine on a
+    # WALL: the sim (or a server) over HTTP in real time; VIRTUAL: the sim's engine on a
     # discrete-event clock, no HTTP (loadgen/engine/virtual_run.py).
-    clock: str = "wall"
+    clock: ClockName = ClockName.WALL
     # Where run_seed came from (engine/seeds.py: "fresh", "user", "replay:<dir>").
     seed_source: str | None = None
     # The launch flags of an external server, as the user gave them (server/user_facts.py).

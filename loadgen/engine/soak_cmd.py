@@ -7,12 +7,14 @@ from pathlib import Path
 
 import click
 
-from loadgen.engine.backends import CLOCKS
+from loadgen.clock import ClockName
 from loadgen.engine.cli_options import (
+    CLOCK_CHOICE,
     OUTPUT_OPTIONS,
     SIM_PROFILE_OPTION,
     TARGET_OPTIONS,
     check_target,
+    parse_clock,
     resolved_target,
     with_sim_profile,
 )
@@ -51,7 +53,8 @@ from loadgen.scenario.soak_block import parse_duration, parse_window
 )
 @click.option(
     "--clock",
-    type=click.Choice(list(CLOCKS)),
+    type=CLOCK_CHOICE,
+    callback=parse_clock,
     default=None,
     help="virtual: the sim's engine on a discrete-event clock, no HTTP (an hour in "
     "seconds; the default without --base-url); wall: real time over HTTP.",
@@ -72,13 +75,13 @@ def soak_cmd(
     out_root: Path,
     overrides: tuple[str, ...],
     faults: tuple[str, ...],
-    clock: str | None,
+    clock: ClockName | None,
     run_seed: int | None,
     sim_profile: Path | None,
     progress: bool,
 ) -> None:
     """Soak a server (or the sim) with SCENARIO's groups back to back; report drift."""
-    clock = clock or ("wall" if base_url else "virtual")
+    clock = clock or (ClockName.WALL if base_url else ClockName.VIRTUAL)
     check_target(clock, base_url, telemetry_url, None)
     try:
         loaded = load_scenario(
@@ -99,7 +102,7 @@ def soak_cmd(
     stop = SoakStop(settings.duration_s)
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
-        progress=progress, stop=stop, self_watch=clock == "wall", clock=clock,
+        progress=progress, stop=stop, self_watch=clock == ClockName.WALL, clock=clock,
         seed_source=seed.source, telemetry_url=telemetry_url, telemetry=not no_telemetry,
     )  # fmt: skip
 

@@ -29,7 +29,7 @@ from typing import Any, TypeVar, cast
 
 from prometheus_client.metrics_core import Metric
 
-from loadgen.clock import Pending, VirtualTime
+from loadgen.clock import ClockName, Pending, VirtualTime
 from loadgen.engine.arm import Record
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
@@ -268,7 +268,7 @@ async def open_virtual_backend(
     await poller.scrape_once()  # the opening sample; also reads cache_config_info
     target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
     manifest |= target.manifest() | {
-        "clock": "virtual",
+        "clock": ClockName.VIRTUAL,
         "client": {"in_loop": False, "note": CLIENT_NOTE},
     }
     progress = VirtualProgress(

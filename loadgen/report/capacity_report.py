@@ -75,7 +75,7 @@ def capacity_head(c: CapacitySummary) -> list[str]:
     who = f"group {c.group}'s count" if c.group else over
     lines = [
         f"loadgen capacity: scenario {c.scenario} | target {c.target.url or DASH} "
-        f"({c.target.kind or DASH}) | clock {c.clock or 'wall'}",
+        f"({c.target.kind or DASH}) | clock {c.clock}",
         f"searched: {who} from {_load(c.search.lo, over)} to {_load(c.search.hi, over)}; "
         f"SLO {slo}" + (f" (judged on group {c.group})" if c.group else " (judged on every group)"),
     ]

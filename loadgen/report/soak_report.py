@@ -14,6 +14,7 @@ from loadgen.analysis.drift import Verdict
 from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak_dir
 from loadgen.analysis.soak_types import ClocksControl, Soak, WindowClient, WindowGpu
 from loadgen.analysis.stats import dumps_canonical
+from loadgen.clock import ClockName
 from loadgen.report.html import _img, _page
 from loadgen.report.plots import png_bytes
 from loadgen.report.tables import DASH, Table, num, rate, secs, to_html, to_plain
@@ -191,7 +192,7 @@ def _clocks_lines(c: ClocksControl) -> list[str]:
 
 
 def _client_line(s: Soak) -> str:
-    if s.clock == "virtual":
+    if s.clock == ClockName.VIRTUAL:
         return "client: on the virtual clock there is no client in the loop; nothing to watch"
     mem = s.client_memory
     if not s.client_watched or not mem.measured:

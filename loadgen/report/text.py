@@ -30,6 +30,7 @@ from loadgen.analysis.summary_types import (
 from loadgen.analysis.sweep import read_mixed
 from loadgen.analysis.sweep_types import MixedRow
 from loadgen.analysis.verdicts import VERDICTS
+from loadgen.clock import ClockName
 from loadgen.report.banners import run_banner, warm_cache_line
 from loadgen.report.bench_tables import benchmark_tables
 from loadgen.report.sections import (
@@ -88,7 +89,7 @@ def header(run: RunSummary) -> list[str]:
         # The sim's profile sets its time scale (default = an RTX 4090 shape at 1/10 time), so
         # no sim figure is quoted without it.
         lines.append("sim: loadgen sim " + " ".join(target.flags))
-    if run.clock == "virtual":
+    if run.clock == ClockName.VIRTUAL:
         lines.append(
             "clock: virtual (the sim's engine on a discrete-event clock; the client and the "
             "HTTP path were not in the loop: figures are the engine model's, exact)"
