@@ -5,6 +5,7 @@ them and the server launcher that reads them back, so analysis reads one set of 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -61,6 +62,16 @@ ALIASES: dict[str, str] = {
 
 INFO_METRICS = ("vllm:cache_config_info",)
 
+# The sample lines parse_exposition reads: those of a name above, nothing else. The poller
+# parses on the event loop that times the streams, and prometheus_client's parser takes ~15 us
+# a line: a vLLM-sized exposition (19 histograms, 603 lines, 55 kB) took 9 ms a scrape on the
+# 2-core build machine, a stall inside every TTFT it fell in. Comments go too: a sample
+# without its TYPE line parses as untyped under the same sample name and value.
+_WANTED_LINES = re.compile(
+    "^(?:" + "|".join(re.escape(n) for n in (*ALIASES, *INFO_METRICS)) + r")[{ \t].*$",
+    re.MULTILINE,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ParsedMetrics:
@@ -71,7 +82,12 @@ class ParsedMetrics:
 
 def parse_exposition(text: str) -> ParsedMetrics:
     """Canonical values and info labels from Prometheus text exposition."""
-    return parse_families(text_string_to_metric_families(text))
+    return parse_families(text_string_to_metric_families(wanted_lines(text)))
+
+
+def wanted_lines(text: str) -> str:
+    """The sample lines of `text` whose names parse_exposition maps (see _WANTED_LINES)."""
+    return "\n".join(_WANTED_LINES.findall(text)) + "\n"
 
 
 def parse_families(families: Iterable[Metric]) -> ParsedMetrics:

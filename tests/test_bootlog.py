@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from install_support import fake_python
 
+from loadgen.engine.target import Target
 from loadgen.server.bootlog import parse_boot_log, parse_boot_notes, parse_cache_config_info
+from loadgen.server.launcher import read_facts
 from loadgen.server.llamacpp import LlamaCppProfile
 from loadgen.server.profile import ServerFacts, flag_value, merge_facts, merge_flags
 from loadgen.server.vllm import VllmProfile
@@ -296,3 +298,69 @@ def test_llama_offload_flags_pass_through():
     prof = LlamaCppProfile()
     flags = prof.effective_flags(["-ngl", "99", "--flash-attn", "on"])
     assert flags[-4:] == ["-ngl", "99", "--flash-attn", "on"]
+
+
+# vLLM 0.26 (CUDA) with its defaults: the flags echoed are only those given, the budget is
+# stated by the scheduler, the engine-config line names max_seq_len, and the seats not at all.
+VLLM_DEFAULT_BOOT = """\
+(APIServer pid=2211) INFO 12-01 09:14:02 [utils.py:273] non-default args: {'model_tag': \
+'/models/llama-8b', 'host': '127.0.0.1', 'port': 40123, 'model': '/models/llama-8b', \
+'served_model_name': ['llama-8b']}
+(APIServer pid=2211) INFO 12-01 09:14:09 [model.py:1734] Using max model len 131072
+(APIServer pid=2211) INFO 12-01 09:14:09 [scheduler.py:253] Chunked prefill is enabled with \
+max_num_batched_tokens=8192.
+(EngineCore_DP0 pid=2390) INFO 12-01 09:14:12 [core.py:117] Initializing a V1 LLM engine \
+(v0.26.0) with config: model='/models/llama-8b', speculative_config=None, \
+tokenizer='/models/llama-8b', skip_tokenizer_init=False, tokenizer_mode=auto, \
+dtype=torch.bfloat16, max_seq_len=131072, download_dir=None, load_format=auto, \
+tensor_parallel_size=1, enable_prefix_caching=True, enable_chunked_prefill=True, pooler_config=None
+(EngineCore_DP0 pid=2390) INFO 12-01 09:15:01 [kv_cache_utils.py:1291] GPU KV cache size: \
+1,029,712 tokens
+(EngineCore_DP0 pid=2390) INFO 12-01 09:15:01 [kv_cache_utils.py:1296] Maximum concurrency for \
+131,072 tokens per request: 7.86x
+"""
+# The same boot under VLLM_LOGGING_LEVEL=DEBUG: arg_utils.py says what it defaulted.
+VLLM_DEFAULT_DEBUG = """\
+(APIServer pid=2211) DEBUG 12-01 09:14:09 [arg_utils.py:2702] Defaulting max_num_batched_tokens \
+to 8192 for openai-api-server usage context.
+(APIServer pid=2211) DEBUG 12-01 09:14:09 [arg_utils.py:2714] Defaulting max_num_seqs to 1024 \
+for openai-api-server usage context.
+"""
+
+
+def _default_boot_facts(tmp_path, text: str) -> ServerFacts:
+    log = tmp_path / "vllm.log"
+    log.write_text(text)
+    # Port 9 (discard) refuses: the metrics layer adds nothing, as before a server answers.
+    return read_facts(VllmProfile(), url="http://127.0.0.1:9", log_path=log, flags=[])
+
+
+def test_a_default_vllm_boot_states_its_budget_and_length_and_says_why_seats_are_unknown(
+    tmp_path,
+):
+    facts = _default_boot_facts(tmp_path, VLLM_DEFAULT_BOOT)
+    assert (facts.max_num_batched_tokens, facts.max_model_len, facts.max_num_seqs) == (
+        8192, 131_072, None
+    )  # fmt: skip
+    assert facts.sources["max_num_batched_tokens"] == "boot_log"
+    assert set(facts.unknown) == {"max_num_seqs"}
+    assert facts.unknown["max_num_seqs"].startswith(
+        "vLLM logs a default max_num_seqs only at DEBUG"
+    )
+    # The engine-config line alone gives the length.
+    line = next(s for s in VLLM_DEFAULT_BOOT.split("\n(") if "with config:" in s)
+    assert parse_boot_log(line) == {"max_model_len": 131_072}
+
+
+def test_a_default_vllm_boot_at_debug_states_its_seats(tmp_path):
+    facts = _default_boot_facts(tmp_path, VLLM_DEFAULT_BOOT + VLLM_DEFAULT_DEBUG)
+    assert (facts.max_num_seqs, facts.sources["max_num_seqs"]) == (1024, "boot_log")
+    assert facts.unknown == {}
+
+
+def test_the_run_names_a_launched_servers_unknown_limits_until_one_is_learnt():
+    target = Target(url="u", kind="vllm", model="m", unknown={"max_num_seqs": "why"})
+    assert target.manifest()["server"]["unknown"] == {"max_num_seqs": "why"}
+    target.learn({"max_num_seqs": 8}, "user")
+    assert "unknown" not in target.manifest()["server"]
+    assert "unknown" not in Target(url="u", kind="external", model="m").manifest()["server"]

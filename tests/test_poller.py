@@ -2,8 +2,11 @@
 
 import time
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadgen import exposition
 from loadgen.engine.poller import MetricsPoller
-from loadgen.exposition import parse_exposition
+from loadgen.exposition import parse_exposition, parse_families
 
 VLLM_V1 = """\
 # TYPE vllm:num_requests_running gauge
@@ -83,6 +86,44 @@ def test_label_sets_are_summed_across_engines():
         'vllm:num_requests_running{engine="1"} 2.0\n'
     )
     assert parse_exposition(text).values == {"num_requests_running": 3.0}
+
+
+def vllm_sized_exposition() -> str:
+    """VLLM_V1 among 19 histograms of 23 buckets and their _created gauges, as vLLM exports
+    them beside the gauges loadgen reads (603 lines)."""
+    lines = []
+    for h in range(19):
+        name = f"vllm:histogram_{h}_seconds"
+        lines += [f"# HELP {name} one of vLLM's histograms", f"# TYPE {name} histogram"]
+        lines += [f'{name}_bucket{{engine="0",le="{b}"}} {b}' for b in (*range(1, 23), "+Inf")]
+        lines += [f'{name}_count{{engine="0"}} 9.0', f'{name}_sum{{engine="0"}} 9.5']
+        lines += [f"# TYPE {name}_created gauge", f'{name}_created{{engine="0"}} 1.7e9']
+    return VLLM_V1 + "\n".join(lines) + "\n"
+
+
+def test_only_the_lines_it_maps_reach_the_parser(monkeypatch):
+    """The poller parses on the loop that times streams: a vLLM-sized exposition is parsed in
+    its 8 wanted lines, with the values and labels a parse of every line gives."""
+    text = vllm_sized_exposition()
+    handed: list[int] = []
+
+    def counting(given: str):
+        handed.append(given.count("\n"))
+        return text_string_to_metric_families(given)
+
+    monkeypatch.setattr(exposition, "text_string_to_metric_families", counting)
+    parsed = parse_exposition(text)
+    assert parsed == parse_families(text_string_to_metric_families(text))
+    assert parsed.values["num_requests_running"] == 2.0
+    assert parsed.info["cache_config_info"]["block_size"] == "32"
+    wanted = sum(1 for line in text.splitlines() if line.startswith("vllm:") and "histogram" not in
+                 line and "_bucket" not in line)  # fmt: skip
+    assert handed == [wanted] and wanted == 8 and text.count("\n") > 400
+
+
+def test_a_longer_name_is_not_read_as_a_wanted_one():
+    text = 'vllm:num_requests_running_max{engine="0"} 9.0\nvllm:num_requests_running 1.0\n'
+    assert parse_exposition(text).values == {"num_requests_running": 1.0}
 
 
 async def test_failed_scrape_is_a_sample_with_error_and_one_warning():

@@ -35,6 +35,8 @@ class Target:
     flags: list[str] = field(default_factory=list)
     boot_log: str | None = None
     boot: dict[str, Any] | None = None  # a launched server's boot record (pid, env read back)
+    # Why a limit of a launched server stayed unknown (its profile's reasons), by fact name.
+    unknown: dict[str, str] = field(default_factory=dict)
 
     def learn(self, facts: Mapping[str, int], source: str) -> None:
         """Adds facts not already known; the first source to state a fact is kept."""
@@ -48,6 +50,9 @@ class Target:
         server["sources"] = dict(self.fact_sources)
         # One `source` for readers that want a single word: where the cap came from.
         server["source"] = self.fact_sources.get("max_num_seqs")
+        unknown = {k: why for k, why in self.unknown.items() if k not in self.facts}
+        if unknown:
+            server["unknown"] = unknown
         return {
             "target": {
                 "url": self.url, "kind": self.kind, "flags": self.flags, "boot_log": self.boot_log
@@ -125,6 +130,7 @@ def _launched(
     target = Target(
         url=server.url, kind=spec.kind, model=server.model, flags=list(server.flags), speed=speed,
         boot_log=_relative(server.log_path, log_dir), boot=booted.record(),
+        unknown=dict(server.facts.unknown),
     )  # fmt: skip
     facts = {k: v for k, v in server.facts.to_json().items() if isinstance(v, int)}
     for name, value in facts.items():

@@ -36,6 +36,12 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("block_size", rf"{_VLLM_ARGS}'block_size': {_INT}"),
         ("block_size", rf"Setting attention block size to {_INT} tokens"),
         ("max_num_seqs", rf"{_VLLM_ARGS}'max_num_seqs': {_INT}"),
+        # vllm/engine/arg_utils.py (0.26) states a default boot's budget and seats only at
+        # DEBUG ("Defaulting max_num_seqs to %d for %s usage context."); its engine-config line
+        # ("Initializing a V1 LLM engine (v%s) with config: %s") names max_seq_len, no seats.
+        ("max_num_seqs", rf"Defaulting max_num_seqs to {_INT} for"),
+        ("max_num_batched_tokens", rf"Defaulting max_num_batched_tokens to {_INT} for"),
+        ("max_model_len", rf"LLM engine \(v[^)]*\) with config: .*\bmax_seq_len={_INT}"),
         # SGLang: python/sglang/srt/managers/scheduler.py logs one line at start-up,
         # "max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d,
         # max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB".

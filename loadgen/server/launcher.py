@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -197,7 +198,8 @@ def read_facts(profile: Profile, *, url: str, log_path: Path, flags: Sequence[st
     text = log_path.read_text(errors="replace")
     queried = profile.queried_facts(lambda path: _http_get(url + path))
     layers = [("boot_log", parse_boot_log(text)), *queried, ("flags", profile.flag_facts(flags))]
-    return merge_facts(layers, parse_boot_notes(text))
+    facts = merge_facts(layers, parse_boot_notes(text))
+    return dataclasses.replace(facts, unknown=profile.unknown_reasons(facts))
 
 
 def server_profile(name: str | Profile) -> Profile:

@@ -34,6 +34,7 @@ class ServerFacts:
     max_model_len: longest sequence one request may reach (llama.cpp: context per slot).
     notes: what the boot log says beyond limits (attention_backend, max_concurrency,
     kv_cache_device; llama.cpp: gpu_layers "33/33", gpu_devices, gpu_device, flash_attn).
+    unknown: why a limit the profile expects to read stayed unknown, by fact name.
     """
 
     block_size: int | None = None
@@ -44,11 +45,13 @@ class ServerFacts:
     max_model_len: int | None = None
     sources: Mapping[str, FactSource] = field(default_factory=dict)
     notes: Mapping[str, str | int | float] = field(default_factory=dict)
+    unknown: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         d["sources"] = dict(self.sources)
         d["notes"] = dict(self.notes)
+        d["unknown"] = dict(self.unknown)
         return d
 
 
@@ -64,7 +67,7 @@ def merge_facts(
             if name not in values:
                 values[name] = value
                 sources[name] = source
-    return ServerFacts(**values, sources=sources, notes=dict(notes or {}))
+    return ServerFacts(**values, sources=sources, notes=dict(notes or {}), unknown={})
 
 
 def _names_option(token: str, spellings: Sequence[str]) -> bool:
@@ -147,6 +150,10 @@ class Profile:
             return []
         status, body = get("/metrics")
         return [("metrics", parse_cache_config_info(body) if status == 200 else {})]
+
+    def unknown_reasons(self, facts: ServerFacts) -> dict[str, str]:
+        """Why limits this kind's boot may leave unread are unknown (none by default)."""
+        return {}
 
     def env(self, state_dir: Path) -> dict[str, str]:
         """Variables added to the environment; `state_dir` is the profile's writable folder."""

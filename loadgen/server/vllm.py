@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from loadgen.server import installs
-from loadgen.server.profile import DefaultFlag, InstalledProfile
+from loadgen.server.profile import DefaultFlag, InstalledProfile, ServerFacts
 
 # `python -c`, not a script file: the engine core is a spawned process, and spawn re-runs a
 # script __main__ (which would start a second server) but not a -c one.
@@ -45,6 +45,13 @@ _CPU_FLAGS: tuple[DefaultFlag, ...] = (
     # The CPU attention backend takes only multiples of 32.
     (("--block-size",), ("32",)),
 )
+
+
+# Limits a default boot's INFO log does not state (bootlog.py's "Defaulting ... to" lines).
+_DEBUG_ONLY = {
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+}
 
 
 def cpu_threads() -> int:
@@ -75,6 +82,14 @@ class VllmProfile(InstalledProfile):
     @property
     def default_flags(self) -> tuple[DefaultFlag, ...]:  # type: ignore[override]
         return _CPU_FLAGS if self.install.build == "cpu" else ()
+
+    def unknown_reasons(self, facts: ServerFacts) -> dict[str, str]:
+        return {
+            fact: f"vLLM logs a default {fact} only at DEBUG: pass {flag}, or set "
+            "VLLM_LOGGING_LEVEL=DEBUG in the scenario's server.env"
+            for fact, flag in _DEBUG_ONLY.items()
+            if getattr(facts, fact) is None
+        }
 
     def default_boot_timeout_s(self) -> float:
         return self.boot_timeout_s if self.install.build == "cpu" else self.gpu_boot_timeout_s
