@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 from install_support import fake_python
 
 from loadgen.engine.target import Target
 from loadgen.server.bootlog import parse_boot_log, parse_boot_notes, parse_cache_config_info
+from loadgen.server.installs import PythonInstall
 from loadgen.server.launcher import read_facts
 from loadgen.server.llamacpp import LlamaCppProfile
 from loadgen.server.profile import ServerFacts, flag_value, merge_facts, merge_flags
@@ -328,28 +332,50 @@ for openai-api-server usage context.
 """
 
 
-def _default_boot_facts(tmp_path, text: str) -> ServerFacts:
+def _default_boot_facts(
+    tmp_path, text: str, flags: Sequence[str] = (), build: str = "cuda"
+) -> ServerFacts:
     log = tmp_path / "vllm.log"
     log.write_text(text)
+    profile = VllmProfile()
+    profile._install = PythonInstall(Path("python3"), "vllm", "0.26.0", build)
     # Port 9 (discard) refuses: the metrics layer adds nothing, as before a server answers.
-    return read_facts(VllmProfile(), url="http://127.0.0.1:9", log_path=log, flags=[])
+    return read_facts(profile, url="http://127.0.0.1:9", log_path=log, flags=flags)
 
 
-def test_a_default_vllm_boot_states_its_budget_and_length_and_says_why_seats_are_unknown(
-    tmp_path,
-):
+def test_a_default_vllm_boot_states_its_budget_and_its_seats_follow_from_it(tmp_path):
     facts = _default_boot_facts(tmp_path, VLLM_DEFAULT_BOOT)
     assert (facts.max_num_batched_tokens, facts.max_model_len, facts.max_num_seqs) == (
-        8192, 131_072, None
+        8192, 131_072, 1024
     )  # fmt: skip
     assert facts.sources["max_num_batched_tokens"] == "boot_log"
+    # The H200's default boot logged 8192 at INFO and "Defaulting max_num_seqs to 1024" at DEBUG.
+    assert facts.sources["max_num_seqs"] == "server_default"
+    assert facts.unknown == {}
+    # The engine-config line alone gives the length.
+    line = next(s for s in VLLM_DEFAULT_BOOT.split("\n(") if "with config:" in s)
+    assert parse_boot_log(line) == {"max_model_len": 131_072}
+
+
+def test_a_smaller_gpus_and_the_cpu_builds_default_budgets_give_their_own_seats(tmp_path):
+    small = VLLM_DEFAULT_BOOT.replace("max_num_batched_tokens=8192", "max_num_batched_tokens=2048")
+    assert _default_boot_facts(tmp_path, small).max_num_seqs == 256
+    cpu = VLLM_DEFAULT_BOOT.replace("max_num_batched_tokens=8192", "max_num_batched_tokens=4096")
+    assert _default_boot_facts(tmp_path, cpu, build="cpu").max_num_seqs == 256  # 2 workers
+
+
+def test_seats_stay_unknown_with_the_reason_when_the_budget_is_no_default(tmp_path):
+    # The user set the budget: the log's budget no longer names vLLM's default branch.
+    flags = ["--max-num-batched-tokens", "8192"]
+    facts = _default_boot_facts(tmp_path, VLLM_DEFAULT_BOOT, flags=flags)
+    assert facts.max_num_seqs is None
     assert set(facts.unknown) == {"max_num_seqs"}
     assert facts.unknown["max_num_seqs"].startswith(
         "vLLM logs a default max_num_seqs only at DEBUG"
     )
-    # The engine-config line alone gives the length.
-    line = next(s for s in VLLM_DEFAULT_BOOT.split("\n(") if "with config:" in s)
-    assert parse_boot_log(line) == {"max_model_len": 131_072}
+    # A budget the rule never defaults to (capped by a short window, say) names no branch.
+    odd = VLLM_DEFAULT_BOOT.replace("max_num_batched_tokens=8192", "max_num_batched_tokens=4096")
+    assert _default_boot_facts(tmp_path, odd).max_num_seqs is None
 
 
 def test_a_default_vllm_boot_at_debug_states_its_seats(tmp_path):

@@ -34,7 +34,7 @@ from loadgen.lifeline import PARENT_PID_ENV, die_with_parent, release_group, wat
 from loadgen.server import installs
 from loadgen.server.bootlog import parse_boot_log, parse_boot_notes
 from loadgen.server.kinds import kind_profile
-from loadgen.server.profile import Profile, ServerFacts, merge_facts
+from loadgen.server.profile import Layer, Profile, ServerFacts, merge_facts
 
 STOP_GRACE_S = 10.0
 _POLL_S = 0.2
@@ -197,8 +197,15 @@ def read_facts(profile: Profile, *, url: str, log_path: Path, flags: Sequence[st
     metric, SGLang's /server_info), then the flags."""
     text = log_path.read_text(errors="replace")
     queried = profile.queried_facts(lambda path: _http_get(url + path))
-    layers = [("boot_log", parse_boot_log(text)), *queried, ("flags", profile.flag_facts(flags))]
-    facts = merge_facts(layers, parse_boot_notes(text))
+    layers: list[Layer] = [
+        ("boot_log", parse_boot_log(text)),
+        *queried,
+        ("flags", profile.flag_facts(flags)),
+    ]
+    notes = parse_boot_notes(text)
+    facts = merge_facts(layers, notes)
+    if defaults := profile.default_facts(facts, flags):
+        facts = merge_facts([*layers, ("server_default", defaults)], notes)
     return dataclasses.replace(facts, unknown=profile.unknown_reasons(facts))
 
 

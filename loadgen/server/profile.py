@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 from loadgen.server import installs
 from loadgen.server.bootlog import parse_cache_config_info
 
-FactSource = Literal["boot_log", "flags", "metrics", "server_info"]
+FactSource = Literal["boot_log", "flags", "metrics", "server_info", "server_default"]
 
 # (source, facts): one layer of merge_facts.
 Layer = tuple[FactSource, Mapping[str, int]]
@@ -150,6 +150,11 @@ class Profile:
             return []
         status, body = get("/metrics")
         return [("metrics", parse_cache_config_info(body) if status == 200 else {})]
+
+    def default_facts(self, facts: ServerFacts, flags: Sequence[str]) -> dict[str, int]:
+        """Limits the launched server took from its own defaults without saying so, derived
+        from what it did say (`facts`) and the `flags` it was given (none by default)."""
+        return {}
 
     def unknown_reasons(self, facts: ServerFacts) -> dict[str, str]:
         """Why limits this kind's boot may leave unread are unknown (none by default)."""

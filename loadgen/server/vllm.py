@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from loadgen.server import installs
-from loadgen.server.profile import DefaultFlag, InstalledProfile, ServerFacts
+from loadgen.server.profile import DefaultFlag, InstalledProfile, ServerFacts, flag_value
 
 # `python -c`, not a script file: the engine core is a spawned process, and spawn re-runs a
 # script __main__ (which would start a second server) but not a -c one.
@@ -46,6 +46,15 @@ _CPU_FLAGS: tuple[DefaultFlag, ...] = (
     (("--block-size",), ("32",)),
 )
 
+
+# vLLM's API-server batch defaults (vllm/engine/arg_utils.py get_batch_defaults, read in 0.26):
+# a GPU of >= 70 GiB that is no A100 gets a budget of 8192 and 1024 seats, any other GPU 2048
+# and 256; the CPU build 2048 and 128 per worker. A default boot logs its budget at INFO
+# ("Chunked prefill is enabled with max_num_batched_tokens=N") but its seats only at DEBUG, so
+# a budget the server chose itself names the branch its seats came from (the H200's default
+# boot logged 8192 at INFO and "Defaulting max_num_seqs to 1024" at DEBUG).
+_GPU_DEFAULT_SEATS_BY_BUDGET = {8192: 1024, 2048: 256}
+_CPU_BUDGET_PER_WORKER, _CPU_SEATS_PER_WORKER = 2048, 128
 
 # Limits a default boot's INFO log does not state (bootlog.py's "Defaulting ... to" lines).
 _DEBUG_ONLY = {
@@ -82,6 +91,19 @@ class VllmProfile(InstalledProfile):
     @property
     def default_flags(self) -> tuple[DefaultFlag, ...]:  # type: ignore[override]
         return _CPU_FLAGS if self.install.build == "cpu" else ()
+
+    def default_facts(self, facts: ServerFacts, flags: Sequence[str]) -> dict[str, int]:
+        chose_budget = facts.sources.get("max_num_batched_tokens") == "boot_log" and not (
+            flag_value(flags, self.fact_flags["max_num_batched_tokens"])
+        )
+        if (
+            facts.max_num_seqs is not None
+            or not chose_budget
+            or facts.max_num_batched_tokens is None
+        ):
+            return {}
+        seats = default_seats(self.install.build, facts.max_num_batched_tokens)
+        return {} if seats is None else {"max_num_seqs": seats}
 
     def unknown_reasons(self, facts: ServerFacts) -> dict[str, str]:
         return {
@@ -121,6 +143,16 @@ class VllmProfile(InstalledProfile):
                 "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: 524,288 tokens of the tiny model
             }
         return env
+
+
+def default_seats(build: str, budget: int) -> int | None:
+    """The seats vLLM's API server defaults to beside the `budget` it defaulted to on this
+    `build` ("cpu" or a GPU build), or None when that budget is no default of the rule above
+    (capped by a short model window, say)."""
+    if build == "cpu":
+        workers, rest = divmod(budget, _CPU_BUDGET_PER_WORKER)
+        return workers * _CPU_SEATS_PER_WORKER if workers and not rest else None
+    return _GPU_DEFAULT_SEATS_BY_BUDGET.get(budget)
 
 
 def serve_args(port: int, served_name: str, flags: Sequence[str]) -> list[str]:
