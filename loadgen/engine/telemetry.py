@@ -8,6 +8,7 @@ give is absent. Analysis (analysis/energy.py) reads the file offline.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -78,6 +79,11 @@ class NvmlSampler:
         return len(self._handles)
 
     async def sample(self) -> list[dict[str, Any]]:
+        # NVML's calls block in the driver, and the sample is taken at each metrics poll on the
+        # loop that times the streams: read them on a worker thread (ctypes lets go of the GIL).
+        return await asyncio.to_thread(self._read)
+
+    def _read(self) -> list[dict[str, Any]]:
         return [self._gpu(i, h) for i, h in self._handles]
 
     def _gpu(self, index: int, h: Any) -> dict[str, Any]:
