@@ -5,7 +5,9 @@ field order, tuples as lists, enums by value); `from_json(Type, data)` builds th
 and checks every value against its field's annotation, so a file's shape is declared once, by
 its type (records.py did this for stream records first: a hand-kept table of field checks once
 dropped every field added after it). A field's JSON key, older names it is still read under and
-whether it is left out of the file when None or default are the field's metadata (`json_field`).
+whether it is left out of the file when None or default are the field's metadata (`json_field`);
+properties a file carries for readers without loadgen (a name made of other fields) are named in
+the class's `json_derived` and written after the fields, never read.
 
 Reading: a key the type does not declare is ignored (a newer file); a missing key takes the
 field's default, else None where the annotation admits None, else it is an error. Every error
@@ -70,6 +72,11 @@ def from_json(cls: type[T], data: Any) -> T:
         raise CodecError(exc.message()) from None
 
 
+def reader(cls: type[T]) -> Callable[[Any], T]:
+    """`from_json` for one type, for a caller that takes a function (an optional block)."""
+    return lambda data: from_json(cls, data)
+
+
 class _PathError(Exception):
     """An error on its way up, gathering the path of the value it is about."""
 
@@ -125,6 +132,7 @@ _PLAIN = frozenset({str, int, float, bool, type(None)})
 def _dataclass_encoder(t: type) -> Callable[[Any], Any]:
     plan = [(f.name, _spec(f).key or f.name, _spec(f).omit, _default(f))
             for f in dataclasses.fields(t)]  # fmt: skip
+    plan += [(name, name, None, _MISSING) for name in getattr(t, "json_derived", ())]
 
     def encode(v: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}

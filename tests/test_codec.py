@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pytest
 from hypothesis import given
@@ -140,6 +140,26 @@ def test_a_value_that_does_not_fit_is_named_by_its_path(
 def test_a_required_key_that_is_missing_is_an_error() -> None:
     with pytest.raises(CodecError, match=r"^name is missing$"):
         from_json(Tree, {k: v for k, v in TREE_JSON.items() if k != "name"})
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    metric: str
+    share: float
+    json_derived: ClassVar[tuple[str, ...]] = ("name",)
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}_p{self.share * 100:g}"
+
+
+def test_a_derived_property_is_written_after_the_fields_and_never_read() -> None:
+    assert list(to_json(Slo("ttft", 0.9)).items()) == [
+        ("metric", "ttft"),
+        ("share", 0.9),
+        ("name", "ttft_p90"),
+    ]
+    assert from_json(Slo, {"metric": "ttft", "share": 0.9, "name": "stale"}) == Slo("ttft", 0.9)
 
 
 def test_a_literal_refuses_true_for_one() -> None:

@@ -20,6 +20,7 @@ from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
 from loadgen.analysis.warmth import WarmCache
+from loadgen.codec import reader
 
 T = TypeVar("T")
 
@@ -311,8 +312,8 @@ class RunSummary:
             },
             streams=StreamTally.from_json(streams) if isinstance(streams, Mapping) else None,
             wall_s=run.get("wall_s"),
-            cap=block(run, "cap", Cap.from_json),
-            prefill_baseline=block(run, "prefill_baseline", PrefillBaseline.from_json),
+            cap=block(run, "cap", reader(Cap)),
+            prefill_baseline=block(run, "prefill_baseline", reader(PrefillBaseline)),
             records=block(run, "records", RecordTally.from_json),
             boots_per_arm=run.get("boots_per_arm"),
             boots_note=run.get("boots_note"),
