@@ -41,7 +41,7 @@ def test_a_group_reads_back_every_registered_statistic_exactly():
         assert g.of(field) == Stats(**raw[field]), field
     assert g.of("ttft_s").median == pytest.approx(1.5)
     assert g.verdicts == raw["verdicts"]
-    assert g.cohort == Cohort.from_json(raw["cohort"]) and g.cohort.n == 3
+    assert g.cohort == from_json(Cohort, raw["cohort"]) and g.cohort.n == 3
     with pytest.raises(KeyError):
         g.of("ttfo_s")  # described only in the reasoning block
 

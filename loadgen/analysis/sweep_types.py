@@ -73,7 +73,7 @@ class ArmGroup:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ArmGroup:
-        cohort = Cohort.from_json(d["cohort"]) if d["cohort"] else None
+        cohort = from_json(Cohort, d["cohort"]) if d["cohort"] else None
         return cls(d["n"], d["ttft_median_s"], d["decode_median_tok_s"], d["token_source"],
                    d["prompt_shape"], Stats.from_json(d["tokens_per_chunk"]), cohort)  # fmt: skip
 
