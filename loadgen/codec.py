@@ -21,7 +21,7 @@ import enum
 import sys
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
 T = TypeVar("T")
@@ -93,21 +93,27 @@ def _fail(expected: str, got: Any) -> _PathError:
     return _PathError(f"expected {expected}, got {type(got).__name__}")
 
 
+def _made_once(
+    make: Callable[[Any], Callable[[Any], Any]],
+) -> Callable[[Any], Callable[[Any], Any]]:
+    """`make(t)` kept per type `t` (functools.cache, with a signature mypy takes for types)."""
+    made: dict[Any, Callable[[Any], Any]] = {}
+
+    def get(t: Any) -> Callable[[Any], Any]:
+        if t not in made:
+            made[t] = make(t)
+        return made[t]
+
+    return get
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoding: one function per type, made once and kept.
 
-_ENCODERS: dict[type, Callable[[Any], Any]] = {}
 
-
-def _encoder(t: type) -> Callable[[Any], Any]:
-    enc = _ENCODERS.get(t)
-    if enc is None:
-        enc = _ENCODERS[t] = _make_encoder(t)
-    return enc
-
-
-def _make_encoder(t: type) -> Callable[[Any], Any]:
-    if dataclasses.is_dataclass(t):
+@_made_once
+def _encoder(t: Any) -> Callable[[Any], Any]:
+    if isinstance(t, type) and dataclasses.is_dataclass(t):
         return _dataclass_encoder(t)
     if issubclass(t, enum.Enum):
         return lambda v: v.value
@@ -161,17 +167,9 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Decoding: one checking builder per annotation, made once and kept.
 
-_DECODERS: dict[Any, Callable[[Any], Any]] = {}
 
-
+@_made_once
 def _decoder(t: Any) -> Callable[[Any], Any]:
-    dec = _DECODERS.get(t)
-    if dec is None:
-        dec = _DECODERS[t] = _make_decoder(t)
-    return dec
-
-
-def _make_decoder(t: Any) -> Callable[[Any], Any]:
     if t is Any or t is object:
         return lambda v: v
     if t in _SCALARS:
@@ -252,16 +250,17 @@ def _sequence_decoder(t: Any, origin: Any) -> Callable[[Any], Any]:
     def decode(v: Any) -> Any:
         if type(v) is not list:
             raise _fail("list", v)
-        return make(_each(item, v))
+        return make(_each((item, x) for x in v))
 
     return decode
 
 
-def _each(item: Callable[[Any], Any], v: list[Any]) -> list[Any]:
+def _each(pairs: Iterable[tuple[Callable[[Any], Any], Any]]) -> list[Any]:
+    """Each (decoder, item) of a list decoded, an error naming the item's index."""
     out = []
-    for i, x in enumerate(v):
+    for i, (dec, x) in enumerate(pairs):
         try:
-            out.append(item(x))
+            out.append(dec(x))
         except _PathError as exc:
             exc.path.append(f"[{i}]")
             raise
@@ -272,20 +271,9 @@ def _fixed_tuple_decoder(items: tuple[Callable[[Any], Any], ...]) -> Callable[[A
     def decode(v: Any) -> Any:
         if type(v) is not list or len(v) != len(items):
             raise _PathError(f"expected a list of {len(items)}, got {v!r}"[:120])
-        return tuple(_each_fixed(items, v))
+        return tuple(_each(zip(items, v, strict=True)))
 
     return decode
-
-
-def _each_fixed(items: tuple[Callable[[Any], Any], ...], v: list[Any]) -> list[Any]:
-    out = []
-    for i, (dec, x) in enumerate(zip(items, v, strict=True)):
-        try:
-            out.append(dec(x))
-        except _PathError as exc:
-            exc.path.append(f"[{i}]")
-            raise
-    return out
 
 
 def _mapping_decoder(value_type: Any) -> Callable[[Any], Any]:
