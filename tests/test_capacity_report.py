@@ -9,6 +9,7 @@ import pytest
 
 from loadgen.analysis.capacity import Search, SloItem, answer
 from loadgen.analysis.capacity_types import Boundary, CapacitySummary
+from loadgen.codec import to_json
 from loadgen.report.capacity_report import capacity_head, ended_text, move_text
 
 SLO = (SloItem("ttft", 1.0, 0.9),)
@@ -22,7 +23,7 @@ def _summary(
 ) -> CapacitySummary:
     c = {
         "scenario": "s", "target": None, "clock": "virtual", "over": "concurrency", "group": None,
-        "slo": [i.to_json() for i in SLO], "search": search.to_json(), "probes": [],
+        "slo": [to_json(i) for i in SLO], "search": to_json(search), "probes": [],
         "max_time_s": max_time_s, "capacity": None, "first_fail": None, "runs_at": {},
         "ended": ended, "boundary": None,
     } | result  # fmt: skip

@@ -29,6 +29,7 @@ from loadgen.analysis.evidence import (
     read_evidence,
 )
 from loadgen.analysis.summary_types import StreamRow
+from loadgen.codec import from_json
 from loadgen.report.plots import queued_until_s
 from loadgen.report.text import waits_table
 
@@ -52,7 +53,7 @@ def test_admission_cap_ends_its_queue_where_the_timeline_draws_it():
     c = by_id(summarize(capped_streams(), cap_metrics(), cap=2))["c"]
     ev = typed(c)
     assert isinstance(ev, WaitEvidence) and ev.verdict == "admission_cap"
-    assert queued_until_s(StreamRow.from_json(c)) == pytest.approx(1.001)
+    assert queued_until_s(from_json(StreamRow, c)) == pytest.approx(1.001)
 
 
 def test_a_crawl_reads_as_rationed_decode_with_its_two_rates():

@@ -24,6 +24,7 @@ from loadgen.analysis.summary_types import (
     read_run,
 )
 from loadgen.analysis.timeline import Timeline
+from loadgen.codec import from_json, to_json
 
 
 def summary_of(records, metrics=(), **manifest_fields):
@@ -40,7 +41,7 @@ def test_a_group_reads_back_every_registered_statistic_exactly():
         assert g.of(field) == Stats(**raw[field]), field
     assert g.of("ttft_s").median == pytest.approx(1.5)
     assert g.verdicts == raw["verdicts"]
-    assert g.cohort == Cohort.from_json(raw["cohort"]) and g.cohort.n == 3
+    assert g.cohort == from_json(Cohort, raw["cohort"]) and g.cohort.n == 3
     with pytest.raises(KeyError):
         g.of("ttfo_s")  # described only in the reasoning block
 
@@ -72,9 +73,9 @@ def test_a_run_reads_back_its_target_counts_cap_and_baseline_exactly():
     )
     assert run.streams is not None and (run.streams.measure, run.streams.ok) == (3, 3)
     assert run.streams.by_phase == {"measure": 3}
-    assert run.cap is not None and run.cap.to_json() == raw["cap"]
+    assert run.cap is not None and to_json(run.cap) == raw["cap"]
     assert run.prefill_baseline is not None
-    assert run.prefill_baseline.to_json() == raw["prefill_baseline"]
+    assert to_json(run.prefill_baseline) == raw["prefill_baseline"]
     assert run.records is not None and (run.records.planned, run.records.measured) == (None, 3)
     # Only the facts the user stated are the user's; the speculation depth is read either way.
     assert run.user_facts == (("max_num_seqs", 2),) and run.speculative_tokens == 3
@@ -84,9 +85,12 @@ def test_a_run_reads_back_its_target_counts_cap_and_baseline_exactly():
 
 def test_cap_and_baseline_round_trip_through_json():
     cap = Cap(4, "boot_log")
-    base = PrefillBaseline(812.5, "uncontended_streams", ("a", "b"), (("g", 790.0),), ("c",))
-    assert Cap.from_json(cap.to_json()) == cap
-    assert PrefillBaseline.from_json(base.to_json()) == base
+    base = PrefillBaseline(812.5, "uncontended_streams", ("a", "b"), {"g": 790.0}, ("c",))
+    assert to_json(cap) == {"value": 4, "source": "boot_log"}
+    assert to_json(base) == {"tok_s": 812.5, "source": "uncontended_streams", "streams": ["a", "b"],
+                             "by_group": {"g": 790.0}, "cached_excluded": ["c"]}  # fmt: skip
+    assert from_json(Cap, to_json(cap)) == cap
+    assert from_json(PrefillBaseline, to_json(base)) == base
 
 
 def test_a_sweep_parent_run_has_no_counts_cap_or_server_window():

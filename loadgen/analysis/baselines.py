@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.analysis import rates
@@ -54,39 +54,19 @@ class Cap:
     value: int | None
     source: str | None  # server.source from run.json, "manifest", "inferred", or None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "source": self.source}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Cap:
-        return cls(d["value"], d["source"])
-
 
 @dataclass(frozen=True, slots=True)
 class PrefillBaseline:
     tok_s: float | None
     source: str  # "uncontended_streams" | "fastest_stream" | "none"
     streams: tuple[str, ...]
-    by_group: tuple[tuple[str, float], ...] = ()  # groups with their own uncontended streams
+    # Groups with their own uncontended streams.
+    by_group: Mapping[str, float] = field(default_factory=dict)
     # Streams left out because (maybe) served from cache: their TTFT is no prefill.
     cached_excluded: tuple[str, ...] = ()
 
     def rate_for(self, group: str) -> float | None:
-        return dict(self.by_group).get(group, self.tok_s)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "tok_s": self.tok_s,
-            "source": self.source,
-            "streams": list(self.streams),
-            "by_group": dict(self.by_group),
-            "cached_excluded": list(self.cached_excluded),
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> PrefillBaseline:
-        return cls(d["tok_s"], d["source"], tuple(d["streams"]), tuple(d["by_group"].items()),
-                   tuple(d["cached_excluded"]))  # fmt: skip
+        return self.by_group.get(group, self.tok_s)
 
 
 def resolve_cap(manifest: dict[str, Any], timeline: Timeline) -> Cap:
@@ -202,7 +182,7 @@ def prefill_baseline(
     left_out = tuple(sorted(skipped))
     if alone:
         groups = sorted({r.group for r, _ in alone})
-        by_group = tuple((g, median(v for r, v in alone if r.group == g) or 0.0) for g in groups)
+        by_group = {g: median(v for r, v in alone if r.group == g) or 0.0 for g in groups}
         ids = tuple(sorted(r.id for r, _ in alone))
         rate = median(v for _, v in alone)
         return PrefillBaseline(rate, "uncontended_streams", ids, by_group, left_out)

@@ -12,12 +12,13 @@ the record's token source (usage, server counter, tokenizer or chunk count), pro
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from loadgen.analysis import rates
 from loadgen.analysis.aggregate import span_ns, token_source_of
 from loadgen.analysis.stats import describe
+from loadgen.codec import from_json
 from loadgen.records import StreamRecord
 
 NS = rates.NS
@@ -33,10 +34,6 @@ class BenchStats:
     median: float | None
     p90: float | None
     p99: float | None
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> BenchStats:
-        return cls(d["mean"], d["median"], d["p90"], d["p99"])
 
 
 BENCH_STATS = tuple(f.name for f in fields(BenchStats))
@@ -61,15 +58,6 @@ class BenchFields:
     itl_ms: BenchStats
     e2e_ms: BenchStats
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> BenchFields:
-        return cls(
-            d["requests_ok"], d["requests_failed"], d["duration_s"], d["request_per_s"],
-            d["output_tokens"], d["prompt_tokens"], d["output_tok_s"], d["total_tok_s"],
-            d["output_token_source"], d["prompt_token_source"],
-            *(BenchStats.from_json(d[m]) for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")),
-        )  # fmt: skip
-
 
 @dataclass(frozen=True, slots=True)
 class Benchmark:
@@ -78,19 +66,11 @@ class Benchmark:
     groups: Mapping[str, BenchFields]
     total: BenchFields
 
-    def to_json(self) -> dict[str, Any]:
-        return {"groups": {g: asdict(f) for g, f in self.groups.items()}, TOTAL: asdict(self.total)}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Benchmark:
-        groups = {g: BenchFields.from_json(f) for g, f in d["groups"].items()}
-        return cls(groups, BenchFields.from_json(d[TOTAL]))
-
 
 def read_benchmark(summary: Mapping[str, Any]) -> Benchmark | None:
     """A run summary's benchmark block; None in a summary older than the block."""
     block = summary.get("benchmark")
-    return Benchmark.from_json(block) if block else None
+    return from_json(Benchmark, block) if block else None
 
 
 def benchmark_block(measure: list[StreamRecord]) -> Benchmark:

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 STANDS_MULTIPLE = 2.0
 STANDS = "stands"
@@ -48,9 +47,6 @@ class ArmEffect:
     floor: float | None
     multiple: float | None
     verdict: str
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _present(values: Sequence[float | None]) -> list[float]:

@@ -26,13 +26,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from loadgen.analysis.evidence import blamed_prefills, read_evidence
 from loadgen.analysis.inputs import read_manifest
 from loadgen.analysis.registry import slo_metrics
 from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import MEASURE, SCHEMA, Analysis, analyze_run
+from loadgen.codec import from_json, json_field, to_json
 from loadgen.scenario.limits import MAX_SECONDS
 from loadgen.scenario.load_axis import format_load
 
@@ -51,6 +52,7 @@ class SloItem:
     metric: str  # ttft | tpot | e2e
     limit: float  # in the metric's unit (s, ms, s)
     share: float  # the share of streams that must be within it
+    json_derived: ClassVar[tuple[str, ...]] = ("name", "unit")
 
     @property
     def name(self) -> str:
@@ -59,10 +61,6 @@ class SloItem:
     @property
     def unit(self) -> str | None:
         return METRICS[self.metric][2]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "metric": self.metric, "limit": self.limit, "unit": self.unit,
-                "share": self.share}  # fmt: skip
 
 
 def _pct(share: float) -> str:
@@ -161,15 +159,11 @@ def nearest_rank(values: list[float], share: float) -> float | None:
 @dataclass(frozen=True, slots=True)
 class Search:
     over: str  # concurrency | rate
-    lo: float
-    hi: float
+    lo: float = json_field(key="min")
+    hi: float = json_field(key="max")
     repeats: int = DEFAULT_REPEATS
     rel_tol: float = DEFAULT_REL_TOL
     max_probes: int = DEFAULT_MAX_PROBES
-
-    def to_json(self) -> dict[str, Any]:
-        return {"over": self.over, "min": self.lo, "max": self.hi, "repeats": self.repeats,
-                "rel_tol": self.rel_tol, "max_probes": self.max_probes}  # fmt: skip
 
 
 def pooled(probes: Sequence[dict[str, Any]], value: float) -> list[dict[str, Any]]:
@@ -354,12 +348,11 @@ def is_capacity(manifest: dict[str, Any]) -> bool:
 
 def slo_items(config: Mapping[str, Any]) -> tuple[SloItem, ...]:
     """The SLO items of run.json's capacity config, or of summary.json's capacity (one shape)."""
-    return tuple(SloItem(i["metric"], i["limit"], i["share"]) for i in config["slo"])
+    return tuple(from_json(SloItem, i) for i in config["slo"])
 
 
 def search_of(config: Mapping[str, Any]) -> Search:
-    s = config["search"]
-    return Search(s["over"], s["min"], s["max"], s["repeats"], s["rel_tol"], s["max_probes"])
+    return from_json(Search, config["search"])
 
 
 def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
@@ -402,8 +395,8 @@ def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
             "clock": manifest.get("clock"),
             "over": search.over,
             "group": config.get("group"),
-            "slo": [i.to_json() for i in slo],
-            "search": search.to_json(),
+            "slo": [to_json(i) for i in slo],
+            "search": to_json(search),
             "max_time_s": config.get("max_time_s"),
             "requests_per_probe": config.get("requests"),
             "probes": probes,

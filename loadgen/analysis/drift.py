@@ -34,11 +34,13 @@ acceptance noise alone (tests/test_soak_sim_core.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+
+from loadgen.codec import json_field
 
 THRESHOLD = 0.025
 MIN_REQUESTS = 12
@@ -61,18 +63,9 @@ class Trend:
     """A fitted change over the soak: `effect` (fraction, exp(b * span) - 1) and its CI."""
 
     effect: float
-    lo: float
-    hi: float
-    per_hour: float
-
-    def to_json(self) -> dict[str, float]:
-        return {
-            "effect": self.effect, "ci_lo": self.lo, "ci_hi": self.hi, "per_hour": self.per_hour
-        }  # fmt: skip
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, float] | None) -> Trend | None:
-        return None if d is None else cls(d["effect"], d["ci_lo"], d["ci_hi"], d["per_hour"])
+    lo: float = json_field(key="ci_lo")
+    hi: float = json_field(key="ci_hi")
+    per_hour: float = json_field()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +75,6 @@ class Bootstrap:
     resamples: int = BOOTSTRAP_RESAMPLES
     seed: int = BOOTSTRAP_SEED
     ci_level: float = CI_LEVEL
-
-    def to_json(self) -> dict[str, Any]:
-        return {"resamples": self.resamples, "seed": self.seed, "ci_level": self.ci_level}
 
 
 # Why a verdict is what it is (the report says it in words):
@@ -116,28 +106,6 @@ class Verdict:
     acceptance_change: float | None = None
     context_change: float | None = None
     bootstrap: Bootstrap = Bootstrap()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "case": self.case,
-            "n": self.n,
-            "span_h": self.span_h,
-            "threshold": self.threshold,
-            "adjusted": None if self.adjusted is None else self.adjusted.to_json(),
-            "raw": None if self.raw is None else self.raw.to_json(),
-            "needed_n": self.needed_n,
-            "acceptance_change": self.acceptance_change,
-            "context_change": self.context_change,
-            "bootstrap": self.bootstrap.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Verdict:
-        return cls(d["verdict"], d["case"], d["n"], d["span_h"], d["threshold"],
-                   Trend.from_json(d["adjusted"]), Trend.from_json(d["raw"]), d["needed_n"],
-                   d["acceptance_change"], d["context_change"],
-                   Bootstrap(**d["bootstrap"]))  # fmt: skip
 
 
 def change(first: float, last: float) -> float:

@@ -16,6 +16,7 @@ from loadgen.analysis.benchmark import Benchmark
 from loadgen.analysis.goodput import Goodput, read_goodput
 from loadgen.analysis.stats import median
 from loadgen.analysis.summary import MEASURE
+from loadgen.codec import from_json
 from loadgen.scenario.load_axis import LOAD_AXES
 
 # The Pareto frontier's two axes, both higher-is-better: what one user sees against what the
@@ -114,7 +115,7 @@ def pooled_goodput(block: Goodput | None, duration_s: float | None) -> dict[str,
 
 def load_row(summary: dict[str, Any]) -> LoadRow:
     """One arm's load row from its own summary."""
-    total = Benchmark.from_json(summary["benchmark"]).total
+    total = from_json(Benchmark, summary["benchmark"]).total
     return LoadRow(
         requests_ok=total.requests_ok,
         requests_failed=total.requests_failed,

@@ -44,6 +44,7 @@ from loadgen.analysis.energy import throttle_names
 from loadgen.analysis.inputs import load_run
 from loadgen.analysis.timeline import Timeline
 from loadgen.clock import ClockName
+from loadgen.codec import to_json
 from loadgen.records import StreamRecord, read_jsonl
 from loadgen.scenario.soak_block import parse_window
 
@@ -367,7 +368,7 @@ def analyze_soak(
         "client_memory": memory_flat([r["client"] for r in rows]),
         "client_watched": any(r["client"]["available"] for r in rows),
         "clocks": clocks_control(rows),
-        "verdict": verdict.to_json(),
+        "verdict": to_json(verdict),
         "points": [
             {
                 "t_s": p.t_mid_ns / NS * speed,

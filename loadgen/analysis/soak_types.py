@@ -13,6 +13,7 @@ from typing import Any
 from loadgen.analysis.drift import Verdict
 from loadgen.analysis.summary_types import ServerWindow, Target
 from loadgen.clock import ClockName
+from loadgen.codec import from_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +188,7 @@ class Soak:
             client_memory=ClientMemory.from_json(s["client_memory"]),
             client_watched=s["client_watched"],
             clocks=ClocksControl.from_json(s.get("clocks") or {}),
-            verdict=Verdict.from_json(s["verdict"]),
+            verdict=from_json(Verdict, s["verdict"]),
             end=SoakEnd.from_json(s["end"]),
             points=tuple(SoakPointRow(p["t_s"], p["rate"], p["context"]) for p in s["points"]),
         )

@@ -61,6 +61,7 @@ from loadgen.analysis.verdicts import (
 )
 from loadgen.analysis.warmth import warm_cache
 from loadgen.clock import ClockName
+from loadgen.codec import to_json
 from loadgen.records import StreamRecord
 
 NS = rates.NS
@@ -118,7 +119,7 @@ def analyze(inputs: RunInputs) -> Analysis:
         "goodput": None if good is None else good.to_json(),
         "needles": [n.to_json() for n in needle_recall(measure)],
         "energy": None if energy is None else energy.to_json(),
-        "benchmark": benchmark_block(measure).to_json(),
+        "benchmark": to_json(benchmark_block(measure)),
         "telemetry_notes": (manifest.get("telemetry") or {}).get("notes") or [],
         "thresholds": {
             "admitted_factor": ADMITTED_FACTOR,
@@ -185,8 +186,8 @@ def _run_section(
         "server_facts": manifest.get("server") or {},
         "cache_checks": manifest.get("cache_checks") or [],
         "arm": manifest.get("arm"),
-        "cap": ctx.cap.to_json(),
-        "prefill_baseline": ctx.baseline.to_json(),
+        "cap": to_json(ctx.cap),
+        "prefill_baseline": to_json(ctx.baseline),
         "streams": {
             "total": len(records),
             "measure": len(measure),

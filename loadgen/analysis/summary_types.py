@@ -11,7 +11,7 @@ the HDR histogram files written beside it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from loadgen.analysis.baselines import Cap, PrefillBaseline
@@ -21,6 +21,7 @@ from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
+from loadgen.codec import from_json, reader
 
 T = TypeVar("T")
 
@@ -75,12 +76,6 @@ class Cohort:
     duration_s: float | None
     preemptions: float | None
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Cohort:
-        return cls(d["n"], d["reps"], d["steady"], d["per_stream_tok_s"], d["agg_tok_s"],
-                   d["agg_chunks_per_s"], d["agg_token_source"], d["kv_peak_perc"],
-                   d["duration_s"], d["preemptions"])  # fmt: skip
-
 
 @dataclass(frozen=True, slots=True)
 class Reasoning:
@@ -94,13 +89,6 @@ class Reasoning:
     estimated: bool
     reasoning_tok_s: Stats
     output_tok_s: Stats
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Reasoning:
-        return cls(d["streams"], Stats.from_json(d["ttfo_s"]),
-                   Stats.from_json(d["reasoning_tokens"]), d["reasoning_token_source"],
-                   d["estimated"], Stats.from_json(d["reasoning_tok_s"]),
-                   Stats.from_json(d["output_tok_s"]))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +128,8 @@ class GroupSummary:
             chunk_tokens=ChunkTally(
                 tally.get("chunks", 0), tally.get("multi", 0), tally.get("tokens", 0)
             ),
-            cohort=block(g, "cohort", Cohort.from_json),
-            reasoning=block(g, "reasoning", Reasoning.from_json),
+            cohort=block(g, "cohort", reader(Cohort)),
+            reasoning=block(g, "reasoning", reader(Reasoning)),
         )
 
 
@@ -184,11 +172,7 @@ class StreamTally:
     measure: int
     ok: int
     error: int
-    by_phase: Mapping[str, int]
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> StreamTally:
-        return cls(d["measure"], d["ok"], d["error"], dict(d.get("by_phase") or {}))
+    by_phase: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,10 +294,10 @@ class RunSummary:
                 arm: ClientLimits.from_json(c)
                 for arm, c in (run.get("arm_client_limits") or {}).items()
             },
-            streams=StreamTally.from_json(streams) if isinstance(streams, Mapping) else None,
+            streams=from_json(StreamTally, streams) if isinstance(streams, Mapping) else None,
             wall_s=run.get("wall_s"),
-            cap=block(run, "cap", Cap.from_json),
-            prefill_baseline=block(run, "prefill_baseline", PrefillBaseline.from_json),
+            cap=block(run, "cap", reader(Cap)),
+            prefill_baseline=block(run, "prefill_baseline", reader(PrefillBaseline)),
             records=block(run, "records", RecordTally.from_json),
             boots_per_arm=run.get("boots_per_arm"),
             boots_note=run.get("boots_note"),
@@ -360,17 +344,11 @@ class StreamRow:
     def typed_evidence(self) -> Evidence:
         return read_evidence(self.verdict, self.evidence)
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> StreamRow:
-        return cls(d["id"], d["group"], d["rep"], d["phase"], d["status"], d["session"],
-                   d["turn"], d["verdict"], d["evidence"], d["ttft_s"], d["decode_tok_s"],
-                   d["prompt_tokens"], d["t_intended_s"], d["t_sent_s"], d["t_admit_s"],
-                   d["t_first_s"], d["t_last_s"], d["t_done_s"])  # fmt: skip
-
 
 def read_stream_rows(summary: Mapping[str, Any]) -> list[StreamRow]:
     """A run summary's streams in its order (by intended send time)."""
-    return [StreamRow.from_json(s) for s in summary["streams"]]
+    read = reader(StreamRow)
+    return [read(s) for s in summary["streams"]]
 
 
 @dataclass(frozen=True, slots=True)

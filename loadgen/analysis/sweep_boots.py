@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from loadgen.analysis.bootfloor import compare_arms
+from loadgen.codec import to_json
 
 # (key, label, unit) of the politeness metrics, as the seed's table orders them.
 ROW_METRICS = (
@@ -84,5 +85,5 @@ def floor_rows(points: list[dict[str, Any]], arm_order: list[str]) -> list[dict[
             arm: [p["values"].get(metric) for p in points if p["arm"] == arm and p["values"]]
             for arm in arm_order
         }
-        rows += [r.to_json() for r in compare_arms(metric, per_arm)]
+        rows += [to_json(r) for r in compare_arms(metric, per_arm)]
     return rows

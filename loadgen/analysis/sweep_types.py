@@ -14,6 +14,7 @@ from loadgen.analysis.bootfloor import ArmEffect
 from loadgen.analysis.energy import Energy, read_energy
 from loadgen.analysis.load_sweep import LoadBlock, LoadRow, read_load
 from loadgen.analysis.summary_types import Cohort, RunSummary, Stats, read_run
+from loadgen.codec import from_json
 
 
 def arm_sort_key(name: str) -> list[tuple[int, float, str]]:
@@ -72,7 +73,7 @@ class ArmGroup:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ArmGroup:
-        cohort = Cohort.from_json(d["cohort"]) if d["cohort"] else None
+        cohort = from_json(Cohort, d["cohort"]) if d["cohort"] else None
         return cls(d["n"], d["ttft_median_s"], d["decode_median_tok_s"], d["token_source"],
                    d["prompt_shape"], Stats.from_json(d["tokens_per_chunk"]), cohort)  # fmt: skip
 
@@ -163,5 +164,5 @@ def read_sweep(summary: Mapping[str, Any]) -> Sweep:
         arm_order=tuple(summary.get("arm_order") or ()),
         load=read_load(summary),
         boots=tuple(BootPoint.from_json(p) for p in summary.get("boots") or ()),
-        boot_floor=tuple(ArmEffect(**r) for r in summary.get("boot_floor") or ()),
+        boot_floor=tuple(from_json(ArmEffect, r) for r in summary.get("boot_floor") or ()),
     )

@@ -26,6 +26,7 @@ from loadgen.analysis.capacity import (
     pooled,
 )
 from loadgen.analysis.summary import analyze_run
+from loadgen.codec import to_json
 from loadgen.engine.backends import shared_target
 from loadgen.engine.options import RunOptions
 from loadgen.engine.run import base_manifest, open_work_root, run_arm
@@ -55,7 +56,7 @@ async def search_capacity(
         "clock": opts.clock,
         "capacity": {
             "over": axis.over, "group": axis.group, "requests": axis.requests,
-            "slo": [i.to_json() for i in slo], "search": search.to_json(),
+            "slo": [to_json(i) for i in slo], "search": to_json(search),
             "max_time_s": max_time_s,
         },
         "probes": [], "interrupted": True,

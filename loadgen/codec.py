@@ -1,0 +1,354 @@
+"""JSON to and from frozen dataclasses, read off their annotations: one declaration per file.
+
+`to_json(value)` gives the JSON-ready value of a dataclass (nested dataclasses as objects in
+field order, tuples as lists, enums by value); `from_json(Type, data)` builds the dataclass back
+and checks every value against its field's annotation, so a file's shape is declared once, by
+its type (records.py did this for stream records first: a hand-kept table of field checks once
+dropped every field added after it). A field's JSON key, older names it is still read under and
+whether it is left out of the file when None or default are the field's metadata (`json_field`);
+properties a file carries for readers without loadgen (a name made of other fields) are named in
+the class's `json_derived` and written after the fields, never read.
+
+Reading: a key the type does not declare is ignored (a newer file); a missing key takes the
+field's default, else None where the annotation admits None, else it is an error. Every error
+is a CodecError naming the path of the value (`groups.whale.n: expected int, got str`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeVar, cast
+
+T = TypeVar("T")
+_META = "loadgen.codec"
+_MISSING = dataclasses.MISSING
+Omit = Literal["none", "default"]
+
+
+class CodecError(ValueError):
+    """A JSON value that is not what its type declares."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Spec:
+    key: str | None
+    legacy: tuple[str, ...]
+    omit: Omit | None
+
+
+def json_field(
+    *,
+    key: str | None = None,
+    legacy: Sequence[str] = (),
+    omit: Omit | None = None,
+    default: Any = _MISSING,
+    default_factory: Any = _MISSING,
+) -> Any:
+    """A dataclass field with its JSON spelling: `key` when the file's name is not the
+    attribute's (`class`), `legacy` names an older file used, `omit` "none" or "default" to
+    leave the field out of the file when it is None or its default."""
+    spec = _Spec(key, tuple(legacy), omit)
+    if omit == "default" and default is _MISSING and default_factory is _MISSING:
+        raise TypeError("json_field(omit='default') needs a default")
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={_META: spec})  # fmt: skip
+
+
+def to_json(value: Any) -> Any:
+    """The JSON-ready form of `value` (a dataclass, or any value its fields hold)."""
+    return _encoder(type(value))(value)
+
+
+def from_json(cls: type[T], data: Any) -> T:
+    """`data` (parsed JSON) as a `cls`; CodecError names the first value that does not fit."""
+    try:
+        return cast(T, _decoder(cls)(data))
+    except _PathError as exc:
+        raise CodecError(exc.message()) from None
+
+
+def reader(cls: type[T]) -> Callable[[Any], T]:
+    """`from_json` for one type, for a caller that takes a function (an optional block)."""
+    return lambda data: from_json(cls, data)
+
+
+class _PathError(Exception):
+    """An error on its way up, gathering the path of the value it is about."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.path: list[str] = []
+
+    def message(self) -> str:
+        path = ".".join(reversed(self.path))
+        return f"{path}: {self.what}" if path else self.what
+
+
+def _fail(expected: str, got: Any) -> _PathError:
+    return _PathError(f"expected {expected}, got {type(got).__name__}")
+
+
+def _made_once(
+    make: Callable[[Any], Callable[[Any], Any]],
+) -> Callable[[Any], Callable[[Any], Any]]:
+    """`make(t)` kept per type `t` (functools.cache, with a signature mypy takes for types)."""
+    made: dict[Any, Callable[[Any], Any]] = {}
+
+    def get(t: Any) -> Callable[[Any], Any]:
+        if t not in made:
+            made[t] = make(t)
+        return made[t]
+
+    return get
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding: one function per type, made once and kept.
+
+
+@_made_once
+def _encoder(t: Any) -> Callable[[Any], Any]:
+    if isinstance(t, type) and dataclasses.is_dataclass(t):
+        return _dataclass_encoder(t)
+    if issubclass(t, enum.Enum):
+        return lambda v: v.value
+    if issubclass(t, Mapping):
+        return lambda v: {k: _value(x) for k, x in v.items()}
+    if issubclass(t, list | tuple | frozenset | set):
+        return lambda v: [_value(x) for x in v]
+    return lambda v: v
+
+
+def _value(v: Any) -> Any:
+    """Encodes by the value's own type: a field's annotation may be wider (Any, a union)."""
+    t = type(v)
+    if t in _PLAIN:
+        return v
+    return _encoder(t)(v)
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _dataclass_encoder(t: type) -> Callable[[Any], Any]:
+    plan = [(f.name, _spec(f).key or f.name, _spec(f).omit, _default(f))
+            for f in dataclasses.fields(t)]  # fmt: skip
+    plan += [(name, name, None, _MISSING) for name in getattr(t, "json_derived", ())]
+
+    def encode(v: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, key, omit, default in plan:
+            x = getattr(v, name)
+            if (omit == "none" and x is None) or (omit == "default" and x == default):
+                continue
+            out[key] = x if type(x) in _PLAIN else _value(x)
+        return out
+
+    return encode
+
+
+def _spec(f: dataclasses.Field[Any]) -> _Spec:
+    return cast(_Spec, f.metadata.get(_META, _Spec(None, (), None)))
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not _MISSING:
+        return f.default
+    if f.default_factory is not _MISSING:
+        return f.default_factory()
+    return _MISSING
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding: one checking builder per annotation, made once and kept.
+
+
+@_made_once
+def _decoder(t: Any) -> Callable[[Any], Any]:
+    if t is Any or t is object:
+        return lambda v: v
+    if t in _SCALARS:
+        return _SCALARS[t]
+    origin = typing.get_origin(t)
+    if origin is Literal:
+        return _literal_decoder(typing.get_args(t))
+    if origin is typing.Union or origin is types.UnionType:
+        return _union_decoder(typing.get_args(t))
+    if origin in (list, tuple, Sequence, frozenset):
+        return _sequence_decoder(t, origin)
+    if origin in (dict, Mapping):
+        return _mapping_decoder(typing.get_args(t)[1])
+    if isinstance(t, type) and dataclasses.is_dataclass(t):
+        return _dataclass_decoder(t)
+    if isinstance(t, type) and issubclass(t, enum.Enum):
+        return _enum_decoder(t)
+    raise TypeError(f"codec: no JSON form for {t!r}")
+
+
+def _scalar(name: str, ok: Callable[[Any], bool], make: Callable[[Any], Any] = lambda v: v) -> Any:
+    def decode(v: Any) -> Any:
+        if not ok(v):
+            raise _fail(name, v)
+        return make(v)
+
+    return decode
+
+
+_SCALARS: dict[Any, Callable[[Any], Any]] = {
+    int: _scalar("int", lambda v: type(v) is int),
+    # A float field takes an int: JSON writes 2.0 as 2 after canonical rounding elsewhere.
+    float: _scalar("float", lambda v: type(v) is float or type(v) is int, float),
+    str: _scalar("str", lambda v: type(v) is str),
+    bool: _scalar("bool", lambda v: type(v) is bool),
+    type(None): _scalar("null", lambda v: v is None),
+}
+
+
+def _literal_decoder(allowed: tuple[Any, ...]) -> Callable[[Any], Any]:
+    def decode(v: Any) -> Any:
+        if not any(v == a and type(v) is type(a) for a in allowed):  # True is not Literal[1]
+            raise _PathError(f"expected one of {', '.join(map(repr, allowed))}, got {v!r}")
+        return v
+
+    return decode
+
+
+def _union_decoder(members: tuple[Any, ...]) -> Callable[[Any], Any]:
+    optional = type(None) in members
+    others = [_decoder(m) for m in members if m is not type(None)]
+    names = " | ".join(_name(m) for m in members)
+
+    def decode(v: Any) -> Any:
+        if v is None and optional:
+            return None
+        if len(others) == 1:
+            return others[0](v)
+        for dec in others:
+            try:
+                return dec(v)
+            except _PathError:
+                continue
+        raise _fail(names, v)
+
+    return decode
+
+
+def _sequence_decoder(t: Any, origin: Any) -> Callable[[Any], Any]:
+    args = typing.get_args(t)
+    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        return _fixed_tuple_decoder(tuple(_decoder(a) for a in args))
+    item = _decoder(args[0]) if args else (lambda v: v)
+    make: Callable[[Any], Any] = (
+        list if origin is list else frozenset if origin is frozenset else tuple
+    )
+
+    def decode(v: Any) -> Any:
+        if type(v) is not list:
+            raise _fail("list", v)
+        return make(_each((item, x) for x in v))
+
+    return decode
+
+
+def _each(pairs: Iterable[tuple[Callable[[Any], Any], Any]]) -> list[Any]:
+    """Each (decoder, item) of a list decoded, an error naming the item's index."""
+    out = []
+    for i, (dec, x) in enumerate(pairs):
+        try:
+            out.append(dec(x))
+        except _PathError as exc:
+            exc.path.append(f"[{i}]")
+            raise
+    return out
+
+
+def _fixed_tuple_decoder(items: tuple[Callable[[Any], Any], ...]) -> Callable[[Any], Any]:
+    def decode(v: Any) -> Any:
+        if type(v) is not list or len(v) != len(items):
+            raise _PathError(f"expected a list of {len(items)}, got {v!r}"[:120])
+        return tuple(_each(zip(items, v, strict=True)))
+
+    return decode
+
+
+def _mapping_decoder(value_type: Any) -> Callable[[Any], Any]:
+    item = _decoder(value_type)
+
+    def decode(v: Any) -> Any:
+        if type(v) is not dict:
+            raise _fail("object", v)
+        out = {}
+        for k, x in v.items():
+            try:
+                out[k] = item(x)
+            except _PathError as exc:
+                exc.path.append(str(k))
+                raise
+        return out
+
+    return decode
+
+
+def _enum_decoder(t: type[enum.Enum]) -> Callable[[Any], Any]:
+    def decode(v: Any) -> Any:
+        try:
+            return t(v)
+        except ValueError:
+            raise _PathError(f"expected a {t.__name__}, got {v!r}") from None
+
+    return decode
+
+
+def _dataclass_decoder(t: type) -> Callable[[Any], Any]:
+    hints = typing.get_type_hints(t, vars(sys.modules[t.__module__]))
+    plan = []
+    for f in dataclasses.fields(t):
+        if not f.init:
+            continue
+        spec, annotation = _spec(f), hints[f.name]
+        keys = (spec.key or f.name, *spec.legacy)
+        plan.append((f.name, keys, _decoder(annotation), _absent(f, annotation)))
+
+    def decode(v: Any) -> Any:
+        if type(v) is not dict:
+            raise _fail("object", v)
+        kw = {}
+        for name, keys, dec, absent in plan:
+            key = next((k for k in keys if k in v), None)
+            if key is None:
+                if absent is None:
+                    raise _PathError(f"{keys[0]} is missing")
+                kw[name] = absent()
+                continue
+            try:
+                kw[name] = dec(v[key])
+            except _PathError as exc:
+                exc.path.append(key)
+                raise
+        return t(**kw)
+
+    return decode
+
+
+def _absent(f: dataclasses.Field[Any], annotation: Any) -> Callable[[], Any] | None:
+    """What a missing key reads as: the field's default (a fresh one from its factory), else
+    None where the annotation admits it; None when the key is required."""
+    if f.default_factory is not _MISSING:
+        return f.default_factory
+    if f.default is not _MISSING:
+        default = f.default
+        return lambda: default
+    return (lambda: None) if _admits_none(annotation) else None
+
+
+def _admits_none(t: Any) -> bool:
+    return t is Any or t is type(None) or type(None) in typing.get_args(t)
+
+
+def _name(t: Any) -> str:
+    return "null" if t is type(None) else getattr(t, "__name__", repr(t))

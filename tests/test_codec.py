@@ -1,0 +1,200 @@
+"""loadgen/codec.py: a frozen dataclass to JSON and back from its annotations alone."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Literal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loadgen.codec import CodecError, from_json, json_field, to_json
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    n: int
+    x: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Tree:
+    name: str
+    kind: Literal["a", "b"]
+    colour: Colour
+    leaf: Leaf
+    leaves: tuple[Leaf, ...]
+    pair: tuple[int, str]
+    by_name: Mapping[str, Leaf]
+    tags: list[str]
+    maybe: Leaf | None
+    number: int | float
+    raw: Any
+    cls: str = json_field(key="class", legacy=("klass",))
+    note: str | None = json_field(omit="none", default=None)
+    count: int = json_field(omit="default", default=0)
+    flags: tuple[str, ...] = ()
+    extra: list[int] = field(default_factory=list)
+
+
+TREE = Tree(
+    name="t",
+    kind="b",
+    colour=Colour.BLUE,
+    leaf=Leaf(1, 2.5),
+    leaves=(Leaf(2, None), Leaf(3, 0.5)),
+    pair=(4, "four"),
+    by_name={"w": Leaf(5, 1.0)},
+    tags=["x", "y"],
+    maybe=None,
+    number=7,
+    raw={"free": [1, "form"]},
+    cls="http_429",
+)
+TREE_JSON = {
+    "name": "t",
+    "kind": "b",
+    "colour": "blue",
+    "leaf": {"n": 1, "x": 2.5},
+    "leaves": [{"n": 2, "x": None}, {"n": 3, "x": 0.5}],
+    "pair": [4, "four"],
+    "by_name": {"w": {"n": 5, "x": 1.0}},
+    "tags": ["x", "y"],
+    "maybe": None,
+    "number": 7,
+    "raw": {"free": [1, "form"]},
+    "class": "http_429",
+    "flags": [],
+    "extra": [],
+}
+
+
+def test_writes_fields_in_order_with_their_json_keys_and_omissions() -> None:
+    out = to_json(TREE)
+    assert out == TREE_JSON
+    assert list(out) == list(TREE_JSON)  # field order: files not written with sorted keys
+
+
+def test_writes_omitted_fields_once_they_are_set() -> None:
+    out = to_json(_with(note="n", count=3))
+    assert out == {**TREE_JSON, "note": "n", "count": 3}
+
+
+def _with(**changes: Any) -> Tree:
+    return replace(TREE, **changes)
+
+
+def test_reads_back_the_same_value_with_types_restored() -> None:
+    back = from_json(Tree, TREE_JSON)
+    assert back == TREE
+    assert type(back.leaves) is tuple and type(back.pair) is tuple and type(back.tags) is list
+    assert back.colour is Colour.BLUE
+
+
+def test_reads_a_legacy_key_and_fills_defaults_and_optional_fields() -> None:
+    old = {k: v for k, v in TREE_JSON.items() if k not in ("class", "maybe", "flags", "extra")}
+    back = from_json(Tree, {**old, "klass": "reset", "unknown_newer_field": 1})
+    assert back == _with(cls="reset")
+    assert back.extra == [] and back.extra is not from_json(Tree, {**old, "class": "c"}).extra
+
+
+def test_a_float_field_takes_an_integer_and_an_int_field_refuses_a_float() -> None:
+    assert from_json(Leaf, {"n": 1, "x": 2}) == Leaf(1, 2.0)
+    assert type(from_json(Leaf, {"n": 1, "x": 2}).x) is float
+    with pytest.raises(CodecError, match=r"^n: expected int, got float$"):
+        from_json(Leaf, {"n": 1.0, "x": 2})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"leaf": {"n": "1", "x": None}}, r"^leaf\.n: expected int, got str$"),
+        (
+            {"leaves": [{"n": 1, "x": None}, {"n": True, "x": None}]},
+            r"^leaves\.\[1\]\.n: expected int, got bool$",
+        ),
+        ({"by_name": {"w": {"x": 1.0}}}, r"^by_name\.w: n is missing$"),
+        ({"kind": "c"}, r"^kind: expected one of 'a', 'b', got 'c'$"),
+        ({"colour": "green"}, r"^colour: expected a Colour, got 'green'$"),
+        ({"pair": [4]}, r"^pair: expected a list of 2, got \[4\]$"),
+        ({"number": "7"}, r"^number: expected int \| float, got str$"),
+        ({"tags": "x"}, r"^tags: expected list, got str$"),
+        ({"name": None}, r"^name: expected str, got NoneType$"),
+    ],
+)
+def test_a_value_that_does_not_fit_is_named_by_its_path(
+    change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(CodecError, match=message):
+        from_json(Tree, {**TREE_JSON, **change})
+
+
+def test_a_required_key_that_is_missing_is_an_error() -> None:
+    with pytest.raises(CodecError, match=r"^name is missing$"):
+        from_json(Tree, {k: v for k, v in TREE_JSON.items() if k != "name"})
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    metric: str
+    share: float
+    json_derived: ClassVar[tuple[str, ...]] = ("name",)
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}_p{self.share * 100:g}"
+
+
+def test_a_derived_property_is_written_after_the_fields_and_never_read() -> None:
+    assert list(to_json(Slo("ttft", 0.9)).items()) == [
+        ("metric", "ttft"),
+        ("share", 0.9),
+        ("name", "ttft_p90"),
+    ]
+    assert from_json(Slo, {"metric": "ttft", "share": 0.9, "name": "stale"}) == Slo("ttft", 0.9)
+
+
+def test_a_literal_refuses_true_for_one() -> None:
+    @dataclass(frozen=True)
+    class One:
+        v: Literal[1]
+
+    assert from_json(One, {"v": 1}) == One(1)
+    with pytest.raises(CodecError):
+        from_json(One, {"v": True})
+
+
+leaves = st.builds(Leaf, st.integers(), st.none() | st.floats(allow_nan=False))
+names = st.text(max_size=5)
+trees = st.builds(
+    Tree,
+    name=names,
+    kind=st.sampled_from(["a", "b"]),
+    colour=st.sampled_from(Colour),
+    leaf=leaves,
+    leaves=st.lists(leaves, max_size=3).map(tuple),
+    pair=st.tuples(st.integers(), names),
+    by_name=st.dictionaries(names, leaves, max_size=3),
+    tags=st.lists(names, max_size=3),
+    maybe=st.none() | leaves,
+    number=st.integers() | st.floats(allow_nan=False),
+    raw=st.none() | st.integers() | names,
+    cls=names,
+    note=st.none() | names,
+    count=st.integers(),
+    flags=st.lists(names, max_size=3).map(tuple),
+    extra=st.lists(st.integers(), max_size=3),
+)
+
+
+@given(trees)
+def test_every_value_comes_back_equal(tree: Tree) -> None:
+    assert from_json(Tree, to_json(tree)) == tree
