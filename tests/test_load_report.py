@@ -149,3 +149,26 @@ def test_export_of_a_path_that_is_no_run_directory_is_one_line(tmp_path: Path) -
     assert str(missing) in line and "pass a directory `loadgen run` wrote" in line
     (tmp_path / "empty").mkdir()
     assert "not a run directory" in assert_one_line_error(loadgen("export", tmp_path / "empty"))
+
+
+@pytest.fixture(scope="module")
+def deep_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _run(tmp_path_factory.mktemp("deep"), "deep_decode", "--concurrency", "1,2",
+                "--requests", "4", "--set", "repetitions=1")  # fmt: skip
+
+
+def test_a_concurrency_sweeps_cohort_says_its_streams_and_how_many_decoded_at_once(
+    deep_sweep: Path,
+) -> None:
+    summary = orjson.loads((deep_sweep / "summary.json").read_bytes())
+    cohorts = {a: summary["arms"][a]["groups"]["deep"]["cohort"] for a in ARMS[:2]}
+    # 4 streams per rep through 1 and 2 seats: the rep is not the concurrency.
+    assert [(c["n"], c["peak_decoding"]) for c in cohorts.values()] == [(4, 1), (4, 2)]
+    one = cohorts["concurrency=1"]
+    # One seat: the aggregate is the per-stream rate, same tokens over the same decode time
+    # (it read 348 beside 723 when its window held every later stream's prefill).
+    assert one["agg_tok_s"] == pytest.approx(one["per_stream_tok_s"], rel=1e-12)
+    two = cohorts["concurrency=2"]
+    assert one["per_stream_tok_s"] < two["agg_tok_s"] <= 2 * two["per_stream_tok_s"]
+    text = (deep_sweep / "report.txt").read_text()
+    assert "streams/rep  peak decoding  per-stream  decode agg" in text

@@ -61,7 +61,9 @@ class ChunkTally:
 
 @dataclass(frozen=True, slots=True)
 class Cohort:
-    """A group's ladder row: its cohorts (one per rep) summarised over reps."""
+    """A group's ladder row: its cohorts (one per rep) summarised over reps: `n` streams in a
+    rep, at most `peak_decoding` of them decoding at one instant (a closed loop's seats, or
+    fewer where the server's cap binds)."""
 
     n: int
     reps: int
@@ -73,12 +75,13 @@ class Cohort:
     kv_peak_perc: float | None
     duration_s: float | None
     preemptions: float | None
+    peak_decoding: int
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Cohort:
         return cls(d["n"], d["reps"], d["steady"], d["per_stream_tok_s"], d["agg_tok_s"],
                    d["agg_chunks_per_s"], d["agg_token_source"], d["kv_peak_perc"],
-                   d["duration_s"], d["preemptions"])  # fmt: skip
+                   d["duration_s"], d["preemptions"], d["peak_decoding"])  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
