@@ -173,3 +173,30 @@ def test_a_concurrency_sweeps_cohort_says_its_streams_and_how_many_decoded_at_on
     assert one["per_stream_tok_s"] < two["agg_tok_s"] <= 2 * two["per_stream_tok_s"]
     text = (deep_sweep / "report.txt").read_text()
     assert "streams/rep  peak decoding  per-stream  decode agg" in text
+
+
+def _last_table_title(shown: str) -> str:
+    """The title of the last table the terminal printed: the line before its top border."""
+    lines = shown.splitlines()
+    top = max(i for i, line in enumerate(lines) if line.startswith("┏"))
+    return lines[top - 1].strip()
+
+
+def test_the_terminal_ends_on_the_load_table_and_keeps_the_arms_tables_behind_a_flag(
+    load_sweep: Path,
+) -> None:
+    proc = loadgen("report", load_sweep)
+    assert proc.returncode == 0, proc.stderr
+    short = proc.stdout
+    assert _last_table_title(short) == "Load sweep over concurrency (measure phase, all groups)"
+    assert "arm concurrency=1 |" not in short
+    assert "each arm's own tables: report.txt, or --arm-tables to print them" in short
+    # report.txt keeps every arm's tables.
+    assert "== arm concurrency=1 ==" in (load_sweep / "report.txt").read_text()
+    full = loadgen("report", load_sweep, "--arm-tables")
+    assert full.returncode == 0, full.stderr
+    assert [f"arm {a} | Latency per group" in full.stdout for a in ARMS] == [True] * len(ARMS)
+    assert _last_table_title(full.stdout) == _last_table_title(short)
+    assert "--arm-tables to print them" not in full.stdout
+    # The measure of the scroll: the arms' tables are most of the lines.
+    assert len(full.stdout.splitlines()) > 4 * len(short.splitlines())

@@ -246,14 +246,15 @@ def _load_notes(s: Sweep, load: LoadBlock) -> tuple[str, ...]:
 
 
 def sweep_tables(s: Sweep) -> list[Table]:
-    """The across-arm tables of a sweep parent."""
+    """The across-arm tables of a sweep parent, its answer last (the boot-floor verdicts, then
+    a load sweep's load table): the end of a terminal's output is what stays on screen."""
     tables = (
-        load_table(s),
-        arms_over_boots_table(s),
-        boots_table(s),
         politeness_table(s),
         sweep_ladder_table(s),
         arms_energy_table(s),
+        boots_table(s),
+        arms_over_boots_table(s),
+        load_table(s),
     )
     return [t for t in tables if t is not None]
 
