@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from cli_support import assert_one_line_error, loadgen
+from cli_support import assert_one_line_error, loadgen, rewrites_identically
 
 from loadgen.analysis.capacity import (
     Search,
@@ -171,6 +171,11 @@ def test_capacity_finds_the_seats_and_names_the_cap(tmp_path: Path) -> None:
     again = loadgen("report", c["root"])
     assert again.returncode == 0 and (c["root"] / "summary.json").read_bytes() == before
     assert "capacity: 4 (meets the SLO in 2 run(s)" in again.stdout
+    assert rewrites_identically(c["root"], "report.txt", "report.html", "capacity.png")
+    assert (
+        "<pre class='report'>loadgen capacity: scenario capacity_seats"
+        in (c["root"] / "report.html").read_text()
+    )
     # Cut short by --max-time after three probes (run.json's record of it), the report says so.
     manifest = orjson.loads((c["root"] / "run.json").read_bytes())
     manifest |= {"probes": manifest["probes"][:3], "stopped_by": "--max-time 3600 s"}

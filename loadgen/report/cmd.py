@@ -10,6 +10,7 @@ from typing import Any
 import click
 import orjson
 
+from loadgen.analysis.calibration import is_calibration
 from loadgen.analysis.capacity import analyze_capacity, is_capacity
 from loadgen.analysis.compare import Comparison, compare_summaries
 from loadgen.analysis.fidelity import FidelityRun, fidelity_table, is_fidelity
@@ -23,9 +24,10 @@ from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_row
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import Sweep, read_sweep
 from loadgen.redact import redact, redact_text
+from loadgen.report.calibration_report import CALIBRATION_PNG, calibration_report
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
 from loadgen.report.fidelity_report import FIDELITY_PNG, fidelity_figure, fidelity_text
-from loadgen.report.html import render_html, render_sweep_html, run_body
+from loadgen.report.html import render_html, render_sweep_html, render_text_html, run_body
 from loadgen.report.load_plot import load_figures
 from loadgen.report.plots import sessions_png
 from loadgen.report.readable import ARM_TABLES_OPTION, readable
@@ -89,6 +91,8 @@ def write_report(run_dir: Path, arm_tables: bool = False) -> str:
         return write_capacity_report(run_dir)
     if is_fidelity(manifest):
         return write_fidelity_report(run_dir)
+    if is_calibration(manifest):
+        return write_calibration_report(run_dir)
     if not is_sweep_dir(run_dir):
         analysis = analyze_run(run_dir)
         shown = _run_rich(analysis.summary)
@@ -120,11 +124,19 @@ def write_capacity_report(root: Path) -> str:
         _write_run(root / "probes" / name, analysis)
     (root / "summary.json").write_bytes(dumps_canonical(redact(summary)))
     plain = capacity_plain(summary)
-    (root / "report.txt").write_text(redact_text(plain), encoding="utf-8")
-    figure = capacity_figure(summary)
-    if figure is not None:
-        (root / CAPACITY_PNG).write_bytes(figure)
+    _write_text_report(root, plain, {CAPACITY_PNG: capacity_figure(summary)})
     return plain
+
+
+def _write_text_report(root: Path, plain: str, figures: dict[str, bytes | None]) -> None:
+    """report.txt, the figures and report.html of a directory whose report is text and figures
+    (a capacity search, a fidelity check, a calibration), credentials masked."""
+    plain = redact_text(plain)
+    (root / "report.txt").write_text(plain, encoding="utf-8")
+    for name, png in figures.items():
+        if png is not None:
+            (root / name).write_bytes(png)
+    (root / "report.html").write_text(render_text_html(plain, figures), encoding="utf-8")
 
 
 def write_fidelity_report(root: Path) -> str:
@@ -145,10 +157,22 @@ def write_fidelity_report(root: Path) -> str:
     head = [f"fidelity of sim profile {f.profile_name} ({f.profile_path}) on {f.scenario}",
             f"real: {f.real} | predicted: {f.virtual}"]  # fmt: skip
     plain = fidelity_text(table, head)
-    (root / "report.txt").write_text(redact_text(plain), encoding="utf-8")
     figure = fidelity_figure(table, f"{f.scenario}: profile {f.profile_name}")
-    if figure is not None:
-        (root / FIDELITY_PNG).write_bytes(figure)
+    _write_text_report(root, plain, {FIDELITY_PNG: figure})
+    return plain
+
+
+def write_calibration_report(root: Path) -> str:
+    """A calibration directory's report.txt, calibration.png and report.html, from the fit its
+    profile.yaml holds (`loadgen calibrate --refit` fits the probes again); returns the
+    report."""
+    if not (root / "profile.yaml").is_file():
+        raise click.ClickException(
+            f"{root}: the calibration has no profile.yaml (it stopped before the fit); "
+            f"`loadgen calibrate --refit {root}` fits the probes it recorded"
+        )
+    plain, figure = calibration_report(root)
+    _write_text_report(root, plain, {CALIBRATION_PNG: figure})
     return plain
 
 
@@ -195,7 +219,8 @@ def report_cmd(run_dir: Path, arm_tables: bool) -> None:
 
     RUN_DIR is a run directory (streams.jsonl, metrics.jsonl, run.json) or a sweep directory
     (arms/<arm>/ run directories): a sweep reports every arm and the across-arm tables, and
-    prints the across-arm tables (every arm's too with --arm-tables).
+    prints the across-arm tables (every arm's too with --arm-tables). A soak, capacity,
+    fidelity or calibration directory gets its own report.txt and report.html again.
     """
     with readable(run_dir):
         click.echo(write_report(run_dir, arm_tables), nl=False)
