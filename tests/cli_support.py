@@ -46,3 +46,14 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, proc.stderr
     return errors[0]
+
+
+def rewrites_identically(root: Path, *names: str) -> bool:
+    """`loadgen report ROOT` writes each named file again (each is removed first, so one the
+    report leaves alone fails), byte for byte."""
+    before = {name: (root / name).read_bytes() for name in names}
+    for name in names:
+        (root / name).unlink()
+    proc = loadgen("report", root)
+    assert proc.returncode == 0, proc.stderr
+    return {name: (root / name).read_bytes() for name in names if (root / name).exists()} == before

@@ -55,16 +55,52 @@ def test_server_counter_is_not_the_headline_over_a_window_shorter_than_its_polls
     assert (jd["tok_s"], jd["token_source"]) == (pytest.approx(30.0), "usage_continuous")
 
 
-def test_joint_decode_not_steady_is_a_tail_measurement_over_the_decode_span():
-    recs = cohort(last1=1.8)  # s1 finished before s3's first token
+def test_joint_decode_not_steady_is_decode_tokens_over_the_time_some_stream_decoded():
+    recs = cohort(last1=1.8)  # s1 (1.0-1.8) finished before s3's first token (2.0)
+    jd = joint_decode(recs, recs, Timeline(GEN_POLLS))
+    assert jd["steady"] is False
+    # s1 and s2 overlap, s3 overlaps s2: some stream decoded from 1.0 to 5.0 without a gap.
+    assert jd["window"] == {"from_s": 1.0, "to_s": 5.0, "duration_s": 4.0, "kind": "decoding",
+                            "decoding_s": 4.0}  # fmt: skip
+    # Decode tokens, each stream's first chunk excluded (the per-stream rate's units): 8+25+30.
+    assert jd["client"]["tokens"] == 8 + 25 + 30
+    assert (jd["tok_s"], jd["token_source"]) == (pytest.approx(63 / 4), "usage_continuous")
+    assert jd["server"] is None  # a counter is not cut at every stream's first and last chunk
+    assert jd["peak_decoding"] == 2
+
+
+def _one_seat() -> list:
+    """Three streams through one seat, each with its own prefill gap and decode rate:
+    10 tokens in 1 s (10 tok/s), 20 in 1 s (20 tok/s), 10 in 2 s (5 tok/s)."""
+    return [
+        stream("s1", chunks=ticks(1.0, 11, 0.1)),  # 1.0 .. 2.0
+        stream("s2", chunks=ticks(2.5, 21, 0.05)),  # 2.5 .. 3.5
+        stream("s3", chunks=ticks(4.0, 11, 0.2)),  # 4.0 .. 6.0
+    ]
+
+
+def test_at_concurrency_one_the_aggregate_is_the_per_stream_rate():
+    # The span 1.0 -> 6.0 holds two prefills (2.0-2.5, 3.5-4.0) in which nothing decoded:
+    # over it the aggregate read 42 / 5 = 8.4 tok/s, below each stream's own average.
+    recs = _one_seat()
+    jd = joint_decode(recs, recs, Timeline([]))
+    assert jd["window"]["decoding_s"] == pytest.approx(4.0)
+    assert jd["tok_s"] == pytest.approx(40 / 4)
+    assert jd["per_stream_tok_s"]["pooled"] == pytest.approx(40 / 4)
+    assert jd["per_stream_tok_s"]["mean"] == pytest.approx((10 + 20 + 5) / 3)
+    assert (jd["n"], jd["peak_decoding"]) == (3, 1)
+
+
+def test_two_seats_decode_at_twice_the_per_stream_rate():
+    # Two streams fully overlapping at 10 tok/s each: the aggregate is 2 x the per-stream.
+    recs = [stream("a", chunks=ticks(1.0, 11, 0.1)), stream("b", chunks=ticks(1.0, 11, 0.1)),
+            stream("c", chunks=ticks(3.0, 11, 0.1))]  # fmt: skip
     jd = joint_decode(recs, recs, Timeline([]))
     assert jd["steady"] is False
-    assert jd["window"] == {"from_s": 1.0, "to_s": 5.0, "duration_s": 4.0, "kind": "decode_span"}
-    # Every token arriving in (1.0, 5.0], as the server counter would count them: s1's 8 after
-    # its first, all 26 of s2 and all 31 of s3 (their first tokens fall inside the span).
-    assert jd["client"]["tokens"] == 8 + 26 + 31
-    assert (jd["tok_s"], jd["token_source"]) == (pytest.approx(65 / 4), "usage_continuous")
-    assert jd["server"] is None
+    assert jd["window"]["decoding_s"] == pytest.approx(2.0)
+    assert jd["per_stream_tok_s"]["pooled"] == pytest.approx(10.0)
+    assert jd["tok_s"] == pytest.approx(30 / 2)
+    assert jd["peak_decoding"] == 2
 
 
 def test_server_counter_is_not_the_headline_when_other_streams_decode_in_the_window():

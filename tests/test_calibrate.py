@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cli_support import loadgen
+from cli_support import loadgen, rewrites_identically
 from pacedserver import PacedConfig, ThreadedPacedServer
 
 from loadgen.sim.profile_file import load_profile_file
@@ -66,6 +66,24 @@ def test_speculation_is_found_from_the_chunks(tmp_path: Path) -> None:
     known = sim_profile("default")
     assert fitted.step.decode_ctx_s == pytest.approx(known.decode_ctx_s, rel=1e-3)
     assert fitted.step.decode_token_s == pytest.approx(known.per_token_s, rel=1e-3)
+
+
+def test_report_redraws_a_calibration_directory(tmp_path: Path) -> None:
+    out, printed = _calibrate(tmp_path, "--clock", "virtual", "--max-prompt", "8192")
+    [root] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    text = (root / "report.txt").read_text()
+    assert text.startswith(f"profile {load_profile_file(out).name}: {root / 'profile.yaml'}")
+    assert text in printed  # the report printed is the one written
+    assert "The fit, probe by probe" in (root / "report.html").read_text()
+    assert rewrites_identically(root, "report.txt", "report.html", "calibration.png")
+    # Stopped before its fit, the directory is one line that says how to fit it.
+    (root / "profile.yaml").unlink()
+    proc = loadgen("report", root)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr == (
+        f"Error: {root}: the calibration has no profile.yaml (it stopped before the fit); "
+        f"`loadgen calibrate --refit {root}` fits the probes it recorded\n"
+    )
 
 
 def _refusal(*args: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from cli_support import assert_one_line_error, loadgen
+from cli_support import assert_one_line_error, loadgen, rewrites_identically
 
 from loadgen.analysis.capacity import (
     Search,
@@ -171,6 +171,11 @@ def test_capacity_finds_the_seats_and_names_the_cap(tmp_path: Path) -> None:
     again = loadgen("report", c["root"])
     assert again.returncode == 0 and (c["root"] / "summary.json").read_bytes() == before
     assert "capacity: 4 (meets the SLO in 2 run(s)" in again.stdout
+    assert rewrites_identically(c["root"], "report.txt", "report.html", "capacity.png")
+    assert (
+        "<pre class='report'>loadgen capacity: scenario capacity_seats"
+        in (c["root"] / "report.html").read_text()
+    )
     # Cut short by --max-time after three probes (run.json's record of it), the report says so.
     manifest = orjson.loads((c["root"] / "run.json").read_bytes())
     manifest |= {"probes": manifest["probes"][:3], "stopped_by": "--max-time 3600 s"}
@@ -207,3 +212,30 @@ def test_capacity_refuses_what_it_cannot_search_in_one_line(tmp_path: Path) -> N
     rng = loadgen("capacity", "smoke", *VIRTUAL, "--over", "concurrency", "--slo", "ttft=1",
                   "--min", "1.5")  # fmt: skip
     assert rng.returncode == 2 and "--min 1.5: expected a whole number" in rng.stderr
+
+
+def _draws(probe: Path) -> list[tuple[int, int]]:
+    """Each stream's content chunks and last instant: what the engine's draws decide."""
+    rows = [orjson.loads(line) for line in (probe / "streams.jsonl").read_bytes().splitlines()]
+    return [(r["chunks"], r["t_done_ns"]) for r in rows]
+
+
+def test_each_repeat_draws_its_own_and_the_same_seed_gives_the_same_search(tmp_path: Path) -> None:
+    # Speculation makes the engine draw (acceptance per step): a repeat with the first run's
+    # draws re-ran it to the chunk.
+    spec = ("--set", "sim.num_speculative_tokens=3", "--set", "sim.acceptance_rate=0.6")
+    args = ("--over", "concurrency", "--slo", "ttft_p90=0.1", "--max", "4", *spec)
+    a = _capacity(tmp_path / "a", "capacity_seats", *args)
+    probes = {p.name: p for p in sorted((a["root"] / "probes").iterdir())}
+    repeats = {n: p for n, p in probes.items() if ".r" in n}
+    assert len(repeats) >= 2  # the boundary loads, once more each (a failing repeat moves it)
+    for name, probe in repeats.items():
+        load = name.split("-", 1)[1].split(".r")[0]
+        (first,) = [p for n, p in probes.items() if n.endswith(f"-{load}")]
+        assert _draws(probe) != _draws(first)
+    # The whole search again with the same --seed: the same probes, the same records.
+    b = _capacity(tmp_path / "b", "capacity_seats", *args)
+    again = sorted((b["root"] / "probes").iterdir())
+    assert [p.name for p in again] == list(probes)
+    for p in again:
+        assert (p / "streams.jsonl").read_bytes() == (probes[p.name] / "streams.jsonl").read_bytes()

@@ -13,6 +13,7 @@ from loadgen.analysis import rates
 from loadgen.analysis.goodput import Goodput, GroupGoodput
 from loadgen.analysis.load_sweep import (
     LOAD_ROW_FIELDS,
+    PARETO_MIN_GAIN,
     LoadBlock,
     load_axis,
     load_block,
@@ -40,6 +41,22 @@ def test_the_frontier_keeps_the_arms_no_other_beats_on_both() -> None:
     assert pareto_front({"a": (5.0, 5.0), "b": (5.0, 5.0)}) == ["a", "b"]
     assert pareto_front({"a": (1.0, 1.0), "b": (2.0, 2.0), "c": (1.0, 2.0)}) == ["b"]
     assert pareto_front({}) == []
+
+
+def test_a_gain_within_noise_earns_no_mark() -> None:
+    # c8's only edge over c4 is 0.07% more output tok/s, for 7% less per user: off the front.
+    within = {"c4": (140.0, 122.0), "c8": (130.0, 122.0854)}
+    assert pareto_front(within) == ["c4"]
+    # The same trade with a gain past the noise (2% more output) keeps both on it.
+    beyond = {"c4": (140.0, 122.0), "c8": (130.0, 124.44)}
+    assert pareto_front(beyond) == ["c4", "c8"]
+    # An edge within the noise on one axis does not shield an arm the other beats past it on
+    # the other: c2 is 0.5% faster per user than c4, which delivers 10% more in all.
+    assert pareto_front({"c2": (100.5, 100.0), "c4": (100.0, 110.0)}) == ["c4"]
+    # Arms within the noise of each other on both axes cannot be told apart: both keep it.
+    assert pareto_front({"a": (100.0, 100.0), "b": (100.5, 100.5)}) == ["a", "b"]
+    # Where the sweep's noise is stated as none, the smallest gain counts.
+    assert pareto_front(within, gain=0.0) == ["c4", "c8"]
 
 
 def _rows() -> list[dict]:
@@ -130,5 +147,6 @@ def test_the_load_block_lists_values_in_arm_order_and_the_frontier() -> None:
         pareto=("rate=2", "rate=inf"),  # rate=1: rate=2 has as much per user, more in all
         pareto_axes=("tok_s_per_user", "output_tok_s"),
         slo={"ttft_s": 2.0},
+        pareto_min_gain=PARETO_MIN_GAIN,
     )
     assert load_block({"n=1": _arm({"groups.g.count": 1})}, ["n=1"], None) is None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
+from cli_support import loadgen, rewrites_identically
 from click.testing import CliRunner
 
 from loadgen.analysis.fidelity import fidelity_table
@@ -156,6 +156,7 @@ def test_fidelity_tells_a_right_profile_from_a_wrong_one(
     again = loadgen("report", root)
     assert again.returncode == 0, again.stderr
     assert (root / "fidelity.json").read_bytes() == written
+    assert rewrites_identically(root, "report.txt", "report.html", "fidelity.png")
 
 
 def test_a_fidelity_whose_run_did_not_finish_is_one_line_not_a_traceback(tmp_path: Path) -> None:

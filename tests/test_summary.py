@@ -161,7 +161,7 @@ def test_ladder_sweep_reports_one_row_per_arm(tmp_path: Path):
     assert "Concurrency" in text
     lines = (root / "report.txt").read_text().splitlines()
     row = next(line for line in lines if line.startswith("n2:"))
-    assert row.split()[:6] == ["n2:", "groups.streams.count=2", "2", "10.0", "20.0", "-"]
+    assert row.split()[:7] == ["n2:", "groups.streams.count=2", "2", "2", "10.0", "20.0", "-"]
 
 
 @pytest.mark.parametrize("command", ["report", "compare"])

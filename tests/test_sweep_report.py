@@ -46,7 +46,7 @@ def test_arm_blocks_follow_the_declared_order_each_with_its_heading(politeness: 
     assert [html.index(f"<h2 id='arm-{a}'>Arm {a}</h2>") for a in ARMS] == sorted(
         html.index(f"<h2 id='arm-{a}'>Arm {a}</h2>") for a in ARMS
     )
-    shown = render_report(politeness)
+    shown = render_report(politeness, arm_tables=True)
     titles = [line.split(" | ")[0] for line in shown.splitlines() if line.startswith("arm max")]
     assert list(dict.fromkeys(titles)) == [f"arm {a}" for a in ARMS]
 

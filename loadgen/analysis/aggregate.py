@@ -3,15 +3,21 @@ server counters of the measured phase, and the interference a whale's prefill ca
 
 Joint-decode window: opens when every stream of the cohort has its first token, closes when the
 first stream's last token arrives. `steady` only if all N decoded at one instant (every first
-token before the first finish). When not steady the rate is a tail measurement over the
-cohort's whole decode span (first first token -> last last token), labelled `decode_span`.
-Tokens: the server's `generation_tokens_total` increase over the window (linear interpolation
-between the polls bracketing each edge, or the nearest poll outside the polled range: each edge
-says which), cross-checked with the client's own tokens in chunks arriving inside the window.
-The server counter is the headline unless other streams outside the cohort were decoding in the
-window (it would count their tokens too), or the window spans fewer than SERVER_MIN_POLLS poll
-intervals (interpolating a counter across polls much longer than the window reads idle time as
-decode): then the client sum is.
+token before the first finish). When not steady (a closed loop's rep: its streams follow each
+other through the seats) the window is the time some stream of the cohort was decoding (the
+union of each stream's first -> last content chunk), labelled `decoding`, and the tokens are
+the streams' decode tokens (first chunk's excluded), the per-stream rate's own units: the
+first span tried (first first token -> last last token) held every later stream's prefill,
+and deep_decode at concurrency 1 read 348 tok/s beside a single stream's 723. So the aggregate
+over `decoding` is the per-stream rate times the mean number of streams decoding at once, and
+equals it at concurrency 1.
+In a steady window, tokens: the server's `generation_tokens_total` increase over the window
+(linear interpolation between the polls bracketing each edge, or the nearest poll outside the
+polled range: each edge says which), cross-checked with the client's own tokens in chunks
+arriving inside the window. The server counter is the headline unless other streams outside
+the cohort were decoding in the window (it would count their tokens too), or the window spans
+fewer than SERVER_MIN_POLLS poll intervals (interpolating a counter across polls much longer
+than the window reads idle time as decode): then the client sum is.
 """
 
 from __future__ import annotations
@@ -77,21 +83,20 @@ def joint_decode(
         return None
     opens, closes = max(firsts), min(lasts)
     steady = len(live) == len(cohort) and opens < closes
-    if steady:
-        t0, t1, kind = opens, closes, "joint"
-    else:
-        t0, t1, kind = min(firsts), max(lasts), "decode_span"
+    decoding_ns, peak = decoding_time(live)
     out: dict[str, Any] = {
         "n": len(cohort),
         "decoding": len(live),
+        "peak_decoding": peak,
         "steady": steady,
-        "window": window_json(t0, t1) | {"kind": kind},
         "per_stream_tok_s": _per_stream(live),
         "tok_s": None,
         "token_source": None,
     }
-    if t1 <= t0:
-        return out
+    if not steady:
+        return out | _decoding_aggregate(live, min(firsts), max(lasts), decoding_ns)
+    t0, t1 = opens, closes
+    out["window"] = window_json(t0, t1) | {"kind": "joint"}
     rates_in = [window_rate(r, t0, t1) for r in live]
     client_tokens = sum(w.tokens for w in rates_in if w)
     client_chunks = sum(w.chunks for w in rates_in if w)
@@ -123,6 +128,45 @@ def joint_decode(
     return out
 
 
+def decoding_time(records: list[StreamRecord]) -> tuple[int, int]:
+    """(ns during which at least one record was between its first and last content chunk, the
+    most records in that phase at one instant); a stream ending as another begins is not both."""
+    edges = sorted(
+        (t, step)
+        for r in records
+        if r.t_first_ns is not None and r.t_last_ns is not None and r.t_last_ns > r.t_first_ns
+        for t, step in ((r.t_first_ns, 1), (r.t_last_ns, -1))
+    )
+    busy, peak, live, since = 0, 0, 0, 0
+    for t, step in edges:
+        if live == 0:
+            since = t
+        live += step
+        peak = max(peak, live)
+        if live == 0:
+            busy += t - since
+    return busy, peak
+
+
+def _decoding_aggregate(
+    live: list[StreamRecord], t0: int, t1: int, decoding_ns: int
+) -> dict[str, Any]:
+    """The aggregate of a cohort whose streams never all decoded at once: decode tokens (the
+    per-stream rate's) over the time some stream decoded, from the client's own counts (a
+    counter polled every 0.25 s cannot be cut at each stream's first and last chunk)."""
+    window = window_json(t0, t1) | {"kind": "decoding", "decoding_s": decoding_ns / NS}
+    if not decoding_ns:
+        return {"window": window}
+    tokens = sum(rates.decode_tokens(r) for r in live if rates.decode_window_s(r))
+    chunks = sum(r.chunks - 1 for r in live if rates.decode_window_s(r))
+    dur = decoding_ns / NS
+    source = token_source_of(live)
+    client = {"tokens": tokens, "tok_s": tokens / dur, "chunks": chunks,
+              "chunks_per_s": chunks / dur, "token_source": source}  # fmt: skip
+    return {"window": window, "client": client, "server": None, "shared_with": [],
+            "tok_s": tokens / dur, "token_source": source}  # fmt: skip
+
+
 def _server_tokens(timeline: Timeline, t0: int, t1: int) -> dict[str, Any] | None:
     d = timeline.delta(GENERATION, t0, t1)
     if d is None:
@@ -139,8 +183,14 @@ def _server_tokens(timeline: Timeline, t0: int, t1: int) -> dict[str, Any] | Non
 
 
 def _per_stream(live: list[StreamRecord]) -> dict[str, Any]:
+    """Each stream's decode-only rate described, and `pooled`: the streams' decode tokens over
+    the sum of their own decode windows (the aggregate's units: at concurrency 1 the two are
+    one figure; a mean of rates weighs a short stream like a long one)."""
     d = describe(rates.decode_tok_s(r) for r in live)
-    return {k: d[k] for k in ("n", "mean", "min", "median", "max")}
+    timed = [r for r in live if rates.decode_window_s(r)]
+    window = sum(rates.decode_window_s(r) or 0.0 for r in timed)
+    pooled = sum(rates.decode_tokens(r) for r in timed) / window if window else None
+    return {k: d[k] for k in ("n", "mean", "min", "median", "max")} | {"pooled": pooled}
 
 
 def window_json(t0: int, t1: int) -> dict[str, float]:

@@ -90,6 +90,11 @@ class PlanLimits:
     tiny_tokens: int = 32
 
 
+def is_calibration(manifest: Mapping[str, Any]) -> bool:
+    """run.json of a `loadgen calibrate` directory."""
+    return isinstance(manifest.get("calibrate"), dict)
+
+
 def calibration_plan(shape: ServerShape, limits: PlanLimits = PlanLimits()) -> tuple[Probe, ...]:
     """The probes, cheapest first: the TTFT floor, prefills from half a budget up to the
     largest prompt the window allows (doubling), cached prefixes, decode by batch up to the

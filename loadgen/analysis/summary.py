@@ -341,9 +341,10 @@ def _cohort(reps: list[dict[str, Any]], server: dict[str, Any] | None) -> dict[s
     srv = server or {}
     return {
         "n": max(j["n"] for j in jd),
+        "peak_decoding": max(j["peak_decoding"] for j in jd),
         "reps": len(jd),
         "steady": sum(j["steady"] for j in jd),
-        "per_stream_tok_s": median(j["per_stream_tok_s"]["mean"] for j in jd),
+        "per_stream_tok_s": median(j["per_stream_tok_s"]["pooled"] for j in jd),
         "agg_tok_s": median(j["tok_s"] for j in jd),
         "agg_chunks_per_s": median(j.get("client", {}).get("chunks_per_s") for j in jd),
         "agg_token_source": "+".join(sorted({j["token_source"] for j in jd if j["token_source"]})),

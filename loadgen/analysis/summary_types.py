@@ -63,7 +63,9 @@ class ChunkTally:
 
 @dataclass(frozen=True, slots=True)
 class Cohort:
-    """A group's ladder row: its cohorts (one per rep) summarised over reps."""
+    """A group's ladder row: its cohorts (one per rep) summarised over reps: `n` streams in a
+    rep, at most `peak_decoding` of them decoding at one instant (a closed loop's seats, or
+    fewer where the server's cap binds)."""
 
     n: int
     reps: int
@@ -75,6 +77,7 @@ class Cohort:
     kv_peak_perc: float | None
     duration_s: float | None
     preemptions: float | None
+    peak_decoding: int
 
 
 @dataclass(frozen=True, slots=True)

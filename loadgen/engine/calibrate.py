@@ -32,6 +32,7 @@ from loadgen.analysis.calibration import (
     TtftWitness,
     calibration_plan,
     counter_deltas,
+    is_calibration,
     measure,
     speculation,
     speculation_from_counters,
@@ -131,7 +132,7 @@ def refit(root: Path, out: Path | None, name: str | None, hardware: str | None) 
     """Fits a calibration's recorded probes again (no server: analysis of the records), e.g.
     after the model gained a term; writes the profile; returns `root`."""
     manifest = read_manifest(root)
-    if not isinstance(manifest.get("calibrate"), dict) or not manifest.get("probes"):
+    if not is_calibration(manifest) or not manifest.get("probes"):
         raise RunError(f"{root}: not a calibration directory (run.json has no probes)")
     if (root / "profile.yaml").is_file():
         # What the first fit was told of the server stands unless this call says otherwise.

@@ -88,14 +88,14 @@ def calibrate_cmd(
     progress: bool,
 ) -> None:
     """Measure a server's step costs with a short, bounded plan and fit the sim to them."""
-    from loadgen.report.calibration_report import calibration_text
+    from loadgen.report.cmd import write_calibration_report
 
     if refit_dir is not None:
         try:
             root = refit(refit_dir, profile_out, name, hardware)
         except (RunError, OSError, ValueError) as exc:
             raise click.ClickException(str(exc).splitlines()[0]) from None
-        click.echo(calibration_text(root))
+        click.echo(write_calibration_report(root), nl=False)
         _say_profile_out(profile_out)
         return
     server = launch.spec(model)
@@ -130,7 +130,7 @@ def calibrate_cmd(
         click.echo(line, err=True)
 
     root = execute_work(partial(calibrate, req, opts, say=say))
-    click.echo(calibration_text(root))
+    click.echo(write_calibration_report(root), nl=False)
     _say_profile_out(profile_out)
     click.echo(f"run directory: {root}")
 

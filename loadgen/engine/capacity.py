@@ -5,7 +5,9 @@ One server for the whole search: an external one by URL, the virtual clock's fre
 probe, or one boot of the launched server (the sim by default) that every probe shares, as a
 load sweep's arms share theirs. Each probe gets its own salts (a run seed derived from the
 search's and the probe's order), so no probe finds an earlier one's prompts in the cache; a
-repeat also draws its own arrival schedule (the scenario seed derived from the repeat).
+repeat also draws its own arrival schedule (the scenario seed derived from the repeat), and on
+the virtual clock each probe's engine its own draws (its seed derived from the search's, the
+load and the repeat): the same --seed gives the same search.
 run.json lists every probe as it ends, so a stopped search keeps what it measured.
 """
 
@@ -27,7 +29,7 @@ from loadgen.analysis.capacity import (
 )
 from loadgen.analysis.summary import analyze_run
 from loadgen.codec import to_json
-from loadgen.engine.backends import shared_target
+from loadgen.engine.backends import clock_of, shared_target
 from loadgen.engine.options import RunOptions
 from loadgen.engine.run import base_manifest, open_work_root, run_arm
 from loadgen.engine.target import Target
@@ -98,6 +100,12 @@ async def _run_probe(
     order = len(probes) + 1
     the_plan = plan(loaded, run_seed=derive_seed(seed, "probe", order))
     arm = dataclasses.replace(the_plan.arms[0], name=axis.label(value))
+    if clock_of(opts).engine_per_arm:
+        # An engine per probe draws its speculative acceptance and faults from its own seed,
+        # 0 unless given: every probe drew the same, and a repeat re-ran its probe to the chunk
+        # (capacity_seats with speculation: 1,898 chunks and the same last instant in each).
+        engine_seed = derive_seed(seed, "engine", value, repeat)
+        arm = dataclasses.replace(arm, flags={**arm.flags, "seed": engine_seed})
     name = f"{order:02d}-{axis.label(value)}" + (f".r{repeat}" if repeat else "")
     await run_arm(the_plan, arm, root / "probes" / name, opts, warn, target=target)
     return {"value": value, "label": axis.label(value), "repeat": repeat,

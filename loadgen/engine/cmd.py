@@ -45,6 +45,7 @@ from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.target import RunError
 from loadgen.messages import one_line
 from loadgen.records import StreamRecord, install_stop_signals, read_streams, stop_exit_code
+from loadgen.report.readable import ARM_TABLES_OPTION
 from loadgen.scenario.limits import client_problems
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import Plan, plan
@@ -133,6 +134,7 @@ REPORT_FAILED_EXIT = 5
     is_flag=True,
     help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
 )
+@ARM_TABLES_OPTION
 @ALLOW_FILES_OUTSIDE
 def run_cmd(
     scenario: str,
@@ -161,6 +163,7 @@ def run_cmd(
     workers: int | None = None,
     ray_address: str | None = None,
     strict: bool = False,
+    arm_tables: bool = False,
     allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
@@ -205,7 +208,7 @@ def run_cmd(
     )  # fmt: skip
 
     run_dir = execute(plan(loaded, run_seed=seed.value), opts)
-    report_run(run_dir)
+    report_run(run_dir, arm_tables)
     if strict and run_was_client_limited(run_dir):
         sys.exit(CLIENT_LIMITED_EXIT)
 
@@ -296,13 +299,14 @@ async def until_stopped(work: Coroutine[Any, Any, T]) -> T:
         raise
 
 
-def report_run(run_dir: Path) -> None:
-    """Prints the report; exits FAILED_STREAMS_EXIT, with a one-line summary, when any
-    measured stream failed (a run that mostly failed is not a success)."""
+def report_run(run_dir: Path, arm_tables: bool = False) -> None:
+    """Prints the report (a sweep's arms' own tables with `arm_tables`); exits
+    FAILED_STREAMS_EXIT, with a one-line summary, when any measured stream failed (a run that
+    mostly failed is not a success)."""
     from loadgen.report.cmd import write_report
 
     try:
-        click.echo(write_report(run_dir))
+        click.echo(write_report(run_dir, arm_tables))
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise

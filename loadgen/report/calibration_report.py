@@ -13,6 +13,7 @@ from loadgen.analysis.stats import median
 from loadgen.report.tables import Table, to_plain
 from loadgen.sim.profile_file import load_profile_file
 
+CALIBRATION_PNG = "calibration.png"
 COST_UNITS = {
     "request_overhead_s": ("request overhead", 1e3, "ms"),
     "fixed_s": ("per step", 1e3, "ms"),
@@ -76,8 +77,8 @@ def witness_line(witnesses: Sequence[TtftWitness], overhead_s: float, server: st
             f"request overhead is {overhead_s * 1e3:.3f} ms")  # fmt: skip
 
 
-def calibration_text(root: Path) -> str:
-    """The report printed at the end of `loadgen calibrate`; writes calibration.png."""
+def calibration_report(root: Path) -> tuple[str, bytes | None]:
+    """A calibration's report.txt and calibration.png, from the fit its profile.yaml holds."""
     profile = load_profile_file(root / "profile.yaml")
     rows = [FitRow.from_json(m) for m in profile.measurements]
     witnesses = read_witnesses(profile.fit)
@@ -85,9 +86,6 @@ def calibration_text(root: Path) -> str:
         f"profile {profile.name}: {root / 'profile.yaml'}",
         "facts: " + ", ".join(f"{k} {v}" for k, v in profile.facts.items()),
     ]
-    figure = calibration_figure(rows, profile.name)
-    if figure is not None:
-        (root / "calibration.png").write_bytes(figure)
     parts = [
         "\n".join(head),
         to_plain(costs_table(profile.costs())),
@@ -98,7 +96,7 @@ def calibration_text(root: Path) -> str:
     kind = profile.fitted_on.get("server")
     server = str(kind) if kind and kind != "external" else "the server"
     parts.append(witness_line(witnesses, profile.request_overhead_s, server))
-    return "\n\n".join(parts)
+    return "\n\n".join(parts) + "\n", calibration_figure(rows, profile.name)
 
 
 def calibration_figure(rows: Sequence[FitRow], name: str) -> bytes | None:

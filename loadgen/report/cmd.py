@@ -10,6 +10,7 @@ from typing import Any
 import click
 import orjson
 
+from loadgen.analysis.calibration import is_calibration
 from loadgen.analysis.capacity import analyze_capacity, is_capacity
 from loadgen.analysis.compare import Comparison, compare_summaries
 from loadgen.analysis.fidelity import FidelityRun, fidelity_table, is_fidelity
@@ -23,12 +24,13 @@ from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_row
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import Sweep, read_sweep
 from loadgen.redact import redact, redact_text
+from loadgen.report.calibration_report import CALIBRATION_PNG, calibration_report
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
 from loadgen.report.fidelity_report import FIDELITY_PNG, fidelity_figure, fidelity_text
-from loadgen.report.html import render_html, render_sweep_html, run_body
+from loadgen.report.html import render_html, render_sweep_html, render_text_html, run_body
 from loadgen.report.load_plot import load_figures
 from loadgen.report.plots import sessions_png
-from loadgen.report.readable import readable
+from loadgen.report.readable import ARM_TABLES_OPTION, readable
 from loadgen.report.soak_report import soak_reason, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
 from loadgen.report.sweep_text import (
@@ -76,11 +78,12 @@ def _run_rich(s: dict[str, Any]) -> str:
     return render_rich(run_tables(s), header(read_run(s)) + hist_lines(s))
 
 
-def write_report(run_dir: Path) -> str:
+def write_report(run_dir: Path, arm_tables: bool = False) -> str:
     """(Re)writes summary.json, report.txt, report.html and hist/ of a run directory (for a
     sweep directory: of every arm, plus the parent's summary.json, report.txt, report.html and
     figures: sweep.png, and a load sweep's load.png and pareto.png) and
-    returns the report as the terminal shows it. Raises NotARunDirectory for anything else."""
+    returns the report as the terminal shows it (a sweep's arms' own tables with
+    `arm_tables`). Raises NotARunDirectory for anything else."""
     manifest = read_manifest(run_dir)
     if is_soak(manifest):
         return write_soak_report(run_dir)
@@ -88,6 +91,8 @@ def write_report(run_dir: Path) -> str:
         return write_capacity_report(run_dir)
     if is_fidelity(manifest):
         return write_fidelity_report(run_dir)
+    if is_calibration(manifest):
+        return write_calibration_report(run_dir)
     if not is_sweep_dir(run_dir):
         analysis = analyze_run(run_dir)
         shown = _run_rich(analysis.summary)
@@ -108,7 +113,7 @@ def write_report(run_dir: Path) -> str:
     (run_dir / "report.html").write_text(
         render_sweep_html(s, bodies, figure, summaries, load), encoding="utf-8"
     )
-    return _sweep_rich(s, arms)
+    return _sweep_rich(s, arms, arm_tables)
 
 
 def write_capacity_report(root: Path) -> str:
@@ -119,11 +124,19 @@ def write_capacity_report(root: Path) -> str:
         _write_run(root / "probes" / name, analysis)
     (root / "summary.json").write_bytes(dumps_canonical(redact(summary)))
     plain = capacity_plain(summary)
-    (root / "report.txt").write_text(redact_text(plain), encoding="utf-8")
-    figure = capacity_figure(summary)
-    if figure is not None:
-        (root / CAPACITY_PNG).write_bytes(figure)
+    _write_text_report(root, plain, {CAPACITY_PNG: capacity_figure(summary)})
     return plain
+
+
+def _write_text_report(root: Path, plain: str, figures: dict[str, bytes | None]) -> None:
+    """report.txt, the figures and report.html of a directory whose report is text and figures
+    (a capacity search, a fidelity check, a calibration), credentials masked."""
+    plain = redact_text(plain)
+    (root / "report.txt").write_text(plain, encoding="utf-8")
+    for name, png in figures.items():
+        if png is not None:
+            (root / name).write_bytes(png)
+    (root / "report.html").write_text(render_text_html(plain, figures), encoding="utf-8")
 
 
 def write_fidelity_report(root: Path) -> str:
@@ -144,10 +157,22 @@ def write_fidelity_report(root: Path) -> str:
     head = [f"fidelity of sim profile {f.profile_name} ({f.profile_path}) on {f.scenario}",
             f"real: {f.real} | predicted: {f.virtual}"]  # fmt: skip
     plain = fidelity_text(table, head)
-    (root / "report.txt").write_text(redact_text(plain), encoding="utf-8")
     figure = fidelity_figure(table, f"{f.scenario}: profile {f.profile_name}")
-    if figure is not None:
-        (root / FIDELITY_PNG).write_bytes(figure)
+    _write_text_report(root, plain, {FIDELITY_PNG: figure})
+    return plain
+
+
+def write_calibration_report(root: Path) -> str:
+    """A calibration directory's report.txt, calibration.png and report.html, from the fit its
+    profile.yaml holds (`loadgen calibrate --refit` fits the probes again); returns the
+    report."""
+    if not (root / "profile.yaml").is_file():
+        raise click.ClickException(
+            f"{root}: the calibration has no profile.yaml (it stopped before the fit); "
+            f"`loadgen calibrate --refit {root}` fits the probes it recorded"
+        )
+    plain, figure = calibration_report(root)
+    _write_text_report(root, plain, {CALIBRATION_PNG: figure})
     return plain
 
 
@@ -160,36 +185,45 @@ def _arm_summaries(run_dir: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def _sweep_rich(s: Sweep, arms: dict[str, Analysis]) -> str:
-    tables = sweep_tables(s)
+def _sweep_rich(s: Sweep, arms: dict[str, Analysis], arm_tables: bool) -> str:
+    """A sweep on the terminal: its header, every arm's tables where asked for, then the
+    across-arm tables with the sweep's answer last."""
+    tables: list[Table] = []
     lost = []  # an arm's skipped lines show on the terminal too, not only in its report.txt
     # Every arm's tables carry the same titles: without its name a block is anonymous.
     for name, title in arm_titles(s, arms):
         summary = arms[name].summary
-        tables += [replace(t, title=f"arm {title} | {t.title}") for t in run_tables(summary)]
+        if arm_tables:
+            tables += [replace(t, title=f"arm {title} | {t.title}") for t in run_tables(summary)]
         records = read_run(summary).records
         lost += [f"arm {name}: {x}" for x in record_lines(records) if x.startswith("!!")]
-    return render_rich(tables, sweep_header(s, {n: a.summary for n, a in arms.items()}) + lost)
+    head = sweep_header(s, {n: a.summary for n, a in arms.items()}) + lost
+    if not arm_tables:
+        head.append("each arm's own tables: report.txt, or --arm-tables to print them")
+    return render_rich(tables + sweep_tables(s), head)
 
 
-def render_report(run_dir: Path) -> str:
+def render_report(run_dir: Path, arm_tables: bool = False) -> str:
     """The report of a run (or sweep) directory as the terminal shows it, writing nothing."""
     if is_sweep_dir(run_dir):
         sweep, arms = analyze_sweep(run_dir)
-        return _sweep_rich(read_sweep(sweep), arms)
+        return _sweep_rich(read_sweep(sweep), arms, arm_tables)
     return _run_rich(analyze_run(run_dir).summary)
 
 
 @click.command("report")
 @click.argument("run_dir", type=click.Path(path_type=Path))
-def report_cmd(run_dir: Path) -> None:
+@ARM_TABLES_OPTION
+def report_cmd(run_dir: Path, arm_tables: bool) -> None:
     """Recompute summary.json, report.txt, report.html and hist/ of RUN_DIR and print the tables.
 
     RUN_DIR is a run directory (streams.jsonl, metrics.jsonl, run.json) or a sweep directory
-    (arms/<arm>/ run directories): a sweep reports every arm and the across-arm tables.
+    (arms/<arm>/ run directories): a sweep reports every arm and the across-arm tables, and
+    prints the across-arm tables (every arm's too with --arm-tables). A soak, capacity,
+    fidelity or calibration directory gets its own report.txt and report.html again.
     """
     with readable(run_dir):
-        click.echo(write_report(run_dir), nl=False)
+        click.echo(write_report(run_dir, arm_tables), nl=False)
 
 
 def compare_table(result: Comparison, a: Path, b: Path) -> Table:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from loadgen.analysis.registry import metric
@@ -31,6 +31,7 @@ img.plot { max-width: 100%; border: 1px solid #e3e3e3; margin: 6px 0; }
 .wide { overflow-x: auto; max-width: 100%; } section.table { min-width: 0; max-width: 100%; }
 .tables { display: flex; flex-wrap: wrap; gap: 8px 40px; }
 details { margin-top: 20px; } summary { cursor: pointer; font-weight: 600; }
+pre.report { font-size: 13px; overflow-x: auto; }
 """
 
 
@@ -128,6 +129,15 @@ def _page(title: str, body: str) -> str:
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head>"
         f"<body><h1>{html.escape(title)}</h1>{body}</body></html>\n"
     )
+
+
+def render_text_html(text: str, figures: Mapping[str, bytes | None]) -> str:
+    """report.html of a directory whose report is its text and figures (a capacity search, a
+    fidelity check, a calibration): report.txt as it reads, each figure (by file name) under
+    it; each probe or run inside keeps its own report.html."""
+    lines = text.splitlines()
+    imgs = [_img(png, name.removesuffix(".png"), "") for name, png in figures.items() if png]
+    return _page(_title(lines), f"<pre class='report'>{html.escape(text)}</pre>" + "".join(imgs))
 
 
 def render_html(analysis: Analysis, body: str) -> str:

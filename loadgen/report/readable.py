@@ -1,5 +1,6 @@
-"""The one-line error of a command that reads run directories (report, compare, export): a run
-directory analysis cannot read is never a traceback."""
+"""What the commands that print a run directory's report share: the one-line error for a run
+directory analysis cannot read (report, compare, export: never a traceback), and the flag that
+puts a sweep's per-arm tables on the terminal (run, report)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ import click
 
 from loadgen.analysis.inputs import NotARunDirectory
 from loadgen.messages import one_line
+
+# A 4-arm sweep printed 422 lines and its load table scrolled away: by default a sweep's
+# terminal shows the across-arm tables only, each arm's tables stay in report.txt.
+ARM_TABLES_OPTION = click.option(
+    "--arm-tables",
+    is_flag=True,
+    help="A sweep: print every arm's own tables too (report.txt always holds them).",
+)
 
 
 @contextmanager

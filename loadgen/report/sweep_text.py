@@ -24,14 +24,10 @@ LOAD_AXIS_NOTES = {
     "(vllm bench serve --max-concurrency)",
     "rate": "rate: Poisson arrivals in requests/s; inf sends every request at once",
 }
-# The definitions behind the load table's tok/s per user and Pareto columns, stated under it.
+# The definition behind the load table's tok/s per user column, stated under it.
 PER_USER_NOTE = (
     "tok/s per user: median over ok streams of each stream's decode-only rate, decode tokens / "
     "(last - first content chunk) = 1/TPOT: what one user reads once its first token came"
-)
-PARETO_NOTE = (
-    "Pareto *: no other arm has at least as much tok/s per user and output tok/s, and more of "
-    "one (both higher-is-better)"
 )
 
 
@@ -223,6 +219,10 @@ def load_table(s: Sweep) -> Table | None:
     )  # fmt: skip
 
 
+def _pct(fraction: float) -> str:
+    return f"{100 * fraction:g}%"
+
+
 def _load_notes(s: Sweep, load: LoadBlock) -> tuple[str, ...]:
     rows = [s.arms[n].load_row for n in load.arms]
     sources = sorted({r.output_token_source for r in rows if r.output_token_source})
@@ -233,7 +233,9 @@ def _load_notes(s: Sweep, load: LoadBlock) -> tuple[str, ...]:
         "intended send -> last end); latencies over ok streams, TTFT from the actual send",
         f"output tokens from {', '.join(sources) or DASH}",
         PER_USER_NOTE,
-        PARETO_NOTE,
+        f"Pareto *: no other arm beats this one by more than {_pct(load.pareto_min_gain)} on tok/s "
+        f"per user or output tok/s while trailing it by no more than that on the other (both "
+        f"higher-is-better; a gain under {_pct(load.pareto_min_gain)} is within noise)",
         *(
             (f"goodput: requests meeting every SLO ({slo_text(slo)}) per second of the arm's "
              "span; SLO met % = good / all requests, failed ones included",)
@@ -244,14 +246,15 @@ def _load_notes(s: Sweep, load: LoadBlock) -> tuple[str, ...]:
 
 
 def sweep_tables(s: Sweep) -> list[Table]:
-    """The across-arm tables of a sweep parent."""
+    """The across-arm tables of a sweep parent, its answer last (the boot-floor verdicts, then
+    a load sweep's load table): the end of a terminal's output is what stays on screen."""
     tables = (
-        load_table(s),
-        arms_over_boots_table(s),
-        boots_table(s),
         politeness_table(s),
         sweep_ladder_table(s),
         arms_energy_table(s),
+        boots_table(s),
+        arms_over_boots_table(s),
+        load_table(s),
     )
     return [t for t in tables if t is not None]
 

@@ -313,8 +313,8 @@ def _why(s: StreamRow) -> str:
 def ladder_table(
     cohorts: list[tuple[str, Cohort]], multi: bool, base_notes: tuple[str, ...]
 ) -> Table | None:
-    """N | per-stream | decode agg | kv% | preempt | steady: one row per (label, cohort): a
-    group's cohorts over reps."""
+    """streams/rep | peak decoding | per-stream | decode agg | kv% | preempt | steady: one row
+    per (label, cohort): a group's cohorts over reps."""
     if not cohorts:
         return None
     rows, sources = [], set()
@@ -323,6 +323,7 @@ def ladder_table(
         row = [
             label,
             str(c.n),
+            str(c.peak_decoding),
             rate(c.per_stream_tok_s),
             rate(c.agg_tok_s) + ("" if c.steady == c.reps else "*"),
         ]
@@ -335,7 +336,7 @@ def ladder_table(
             f"{c.steady}/{c.reps}",
         ]
         rows.append(tuple(row))
-    cols = ["", "N", "per-stream", "decode agg"]
+    cols = ["", "streams/rep", "peak decoding", "per-stream", "decode agg"]
     if multi:
         cols.append("agg chunks/s")
     cols += ["kv% peak (over)", "preempt", "steady"]
@@ -345,9 +346,13 @@ def ladder_table(
         tuple(rows),
         (
             *base_notes,
+            "streams/rep: the cohort; peak decoding: the most of them decoding at one instant "
+            "(first -> last content chunk; a closed loop's seats, or fewer under a server cap)",
             f"decode agg tokens: {', '.join(sorted(sources))}; window = all first tokens -> "
-            "first finish; per-stream = each stream's own decode average (mean over the cohort)",
-            "* not steady: no instant had all N decoding (a tail measurement over the decode span)",
+            "first finish; per-stream = the cohort's decode tokens / the sum of each stream's "
+            "own decode time",
+            "* not steady: no instant had the whole rep decoding; decode agg is then the decode "
+            "tokens over the time any stream decoded (= per-stream x the mean streams decoding)",
             "kv% is a peak of polls: compare only between runs of equal length",
         ),
     )
