@@ -1,0 +1,128 @@
+"""A real server process on 127.0.0.1 SIGKILLed mid-run (issue 32): the streams it dropped are
+error records and a soak ends "server unreachable", never a traceback out of the engine. The
+same runs against a server left alive record no such error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import orjson
+from cli_support import spawn_loadgen
+
+from loadgen.engine.cmd import FAILED_STREAMS_EXIT
+from loadgen.records import read_jsonl, read_streams
+
+# soak_steady's 1,000-token prompts on the sim at 20x, four streams a rep: killed after 22
+# records, streams are in flight on connections an earlier stream used. Before the fix 6 of 6
+# of these runs died with a traceback (ValueError from the closed socket's TCP_INFO read;
+# a warm-up's write to a closed uvloop handle raised RuntimeError in the field).
+SIM_ARGS = ("--speed", "20", "--profile", "rtx4090-long")
+KILL_AFTER = 22
+# The reasons a stream ends when its server is killed: reset mid-stream, refused after.
+GONE = {"connection_closed", "connect_error"}
+
+
+@contextmanager
+def sim_process(log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`loadgen sim` in its own process on a free port, its output in `log` (a pipe nobody
+    reads would fill and stall it); yields it and its URL."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "loadgen", "sim", "--port", "0", *SIM_ARGS],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (url := _listening(log)):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)
+        yield proc, url
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _listening(log: Path) -> str | None:
+    lines = [x for x in log.read_text().splitlines() if x.startswith("Listening on ")]
+    return lines[0].split()[-1] if lines else None
+
+
+def _records(out: Path) -> int:
+    return sum(1 for d in out.iterdir() for _ in read_jsonl(d / "streams.jsonl"))
+
+
+def run_until(args: list[str], out: Path, kill: subprocess.Popen[bytes] | None) -> tuple[int, str]:
+    """Runs loadgen ARGS; SIGKILLs `kill` once KILL_AFTER records are on disk. (rc, stderr)."""
+    proc = spawn_loadgen([*args, "--no-progress", "--out", out])
+    deadline = time.monotonic() + 120
+    while kill is not None and proc.poll() is None and time.monotonic() < deadline:
+        if out.exists() and any(out.iterdir()) and _records(out) >= KILL_AFTER:
+            os.kill(kill.pid, signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    return proc.returncode, err
+
+
+def only_run(out: Path) -> Path:
+    (run_dir,) = list(out.iterdir())
+    return run_dir
+
+
+SOAK = ["soak", "soak_steady", "--duration", "1h"]
+RUN = ["run", "soak_steady", "--set", "groups.steady.count=16", "--set", "repetitions=3"]
+
+
+def _soak_end(run_dir: Path) -> dict:
+    return orjson.loads((run_dir / "run.json").read_bytes())["soak_end"]
+
+
+def test_a_soak_whose_server_is_killed_ends_server_unreachable(tmp_path: Path) -> None:
+    with sim_process(tmp_path / "sim.log") as (sim, url):
+        rc, err = run_until([*SOAK, "--base-url", url], tmp_path / "out", kill=sim)
+    assert "Traceback" not in err, err
+    run_dir = only_run(tmp_path / "out")
+    recs = list(read_streams(run_dir))
+    assert sum(r.status == "ok" for r in recs) >= KILL_AFTER
+    failed = {r.error.cls for r in recs if r.error is not None}
+    assert failed <= GONE, failed
+    # Killed mid-stream, the dropped streams fail the run; killed between streams, the next
+    # warm-up finds nothing listening and the soak ends with every stream ok.
+    assert rc == (FAILED_STREAMS_EXIT if failed else 0), err
+    assert _soak_end(run_dir)["reason"] == "server unreachable"
+
+
+def test_a_run_whose_server_is_killed_records_the_dropped_streams(tmp_path: Path) -> None:
+    with sim_process(tmp_path / "sim.log") as (sim, url):
+        rc, err = run_until([*RUN, "--base-url", url], tmp_path / "out", kill=sim)
+    assert "Traceback" not in err, err
+    run_dir = only_run(tmp_path / "out")
+    recs = list(read_streams(run_dir))
+    assert sum(r.status == "ok" for r in recs) >= KILL_AFTER
+    if rc == FAILED_STREAMS_EXIT:  # killed inside a rep: its dropped streams are records
+        assert {r.error.cls for r in recs if r.error is not None} <= GONE
+        assert (run_dir / "summary.json").is_file()
+    else:  # killed between reps: the next rep's warm-up says so in one line
+        assert rc == 1, err
+        (line,) = [x for x in err.splitlines() if x.startswith("Error:")]
+        assert f"cannot connect to {url}" in line
+
+
+def test_the_same_soak_and_run_against_a_live_server_record_no_error(tmp_path: Path) -> None:
+    with sim_process(tmp_path / "sim.log") as (_, url):
+        soak_rc, soak_err = run_until(
+            [*SOAK[:2], "--duration", "3s", "--base-url", url], tmp_path / "soak", kill=None
+        )
+        run_rc, run_err = run_until([*RUN, "--base-url", url], tmp_path / "run", kill=None)
+    assert (soak_rc, run_rc) == (0, 0), soak_err + run_err
+    for out in ("soak", "run"):
+        recs = list(read_streams(only_run(tmp_path / out)))
+        assert len(recs) >= KILL_AFTER and all(r.status == "ok" for r in recs)
+    assert _soak_end(only_run(tmp_path / "soak"))["reason"] == "duration reached"
