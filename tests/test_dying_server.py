@@ -7,14 +7,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 from cli_support import spawn_loadgen
+from server_process import sim_process
 
 from loadgen.engine.cmd import FAILED_STREAMS_EXIT
 from loadgen.records import read_jsonl, read_streams
@@ -27,31 +25,6 @@ SIM_ARGS = ("--speed", "20", "--profile", "rtx4090-long")
 KILL_AFTER = 22
 # The reasons a stream ends when its server is killed: reset mid-stream, refused after.
 GONE = {"connection_closed", "connect_error"}
-
-
-@contextmanager
-def sim_process(log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`loadgen sim` in its own process on a free port, its output in `log` (a pipe nobody
-    reads would fill and stall it); yields it and its URL."""
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen", "sim", "--port", "0", *SIM_ARGS],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not (url := _listening(log)):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.02)
-        yield proc, url
-    finally:
-        proc.kill()
-        proc.wait()
-
-
-def _listening(log: Path) -> str | None:
-    lines = [x for x in log.read_text().splitlines() if x.startswith("Listening on ")]
-    return lines[0].split()[-1] if lines else None
 
 
 def _records(out: Path) -> int:
@@ -85,7 +58,7 @@ def _soak_end(run_dir: Path) -> dict:
 
 
 def test_a_soak_whose_server_is_killed_ends_server_unreachable(tmp_path: Path) -> None:
-    with sim_process(tmp_path / "sim.log") as (sim, url):
+    with sim_process(tmp_path / "sim.log", *SIM_ARGS) as (sim, url):
         rc, err = run_until([*SOAK, "--base-url", url], tmp_path / "out", kill=sim)
     assert "Traceback" not in err, err
     run_dir = only_run(tmp_path / "out")
@@ -100,7 +73,7 @@ def test_a_soak_whose_server_is_killed_ends_server_unreachable(tmp_path: Path) -
 
 
 def test_a_run_whose_server_is_killed_records_the_dropped_streams(tmp_path: Path) -> None:
-    with sim_process(tmp_path / "sim.log") as (sim, url):
+    with sim_process(tmp_path / "sim.log", *SIM_ARGS) as (sim, url):
         rc, err = run_until([*RUN, "--base-url", url], tmp_path / "out", kill=sim)
     assert "Traceback" not in err, err
     run_dir = only_run(tmp_path / "out")
@@ -116,7 +89,7 @@ def test_a_run_whose_server_is_killed_records_the_dropped_streams(tmp_path: Path
 
 
 def test_the_same_soak_and_run_against_a_live_server_record_no_error(tmp_path: Path) -> None:
-    with sim_process(tmp_path / "sim.log") as (_, url):
+    with sim_process(tmp_path / "sim.log", *SIM_ARGS) as (_, url):
         soak_rc, soak_err = run_until(
             [*SOAK[:2], "--duration", "3s", "--base-url", url], tmp_path / "soak", kill=None
         )

@@ -39,7 +39,7 @@ class AuxRequests:
 
     def _aux_timeout(self) -> aiohttp.ClientTimeout:
         return aiohttp.ClientTimeout(
-            total=self.timeouts.idle_s, sock_connect=self.timeouts.connect_s
+            total=self.timeouts.meta_s, sock_connect=self.timeouts.connect_s
         )
 
     async def _aux(self, method: str, path: str, body: dict | None) -> bytes:
@@ -64,5 +64,5 @@ class AuxRequests:
         if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
             return ServerUnreachable(f"cannot connect to {self.base_url}: {connect_reason(exc)}")
         if isinstance(exc, TimeoutError):
-            return ClientError(f"{method} {path} timed out after {self.timeouts.idle_s} s")
+            return ClientError(f"{method} {path} timed out after {self.timeouts.meta_s} s")
         return ClientError(f"{method} {path} failed: {one_line(exc) or type(exc).__name__}")

@@ -18,12 +18,15 @@ class Timeouts:
     the client. connect: TCP connect; first_token: send -> first content chunk (it covers the
     whole prefill, and a 72k prefill takes ~65 s); idle: the longest gap between content
     chunks; total: send -> end. Only content counts: SSE comments, role-only or empty events
-    reset nothing."""
+    reset nothing. meta: the whole of a request beside the streams (/v1/models and the
+    warm-up's, /tokenize, /metrics, /health): borrowed from idle (120 s), a server that
+    accepted and never answered held probe-cache that long before it failed."""
 
     connect_s: float | None = 10.0
     first_token_s: float | None = 900.0
     idle_s: float | None = 120.0
     total_s: float | None = None
+    meta_s: float | None = 10.0
 
 
 def timeout_error(kind: str, t: Timeouts) -> StreamError:

@@ -446,8 +446,8 @@ class OpenAIClient(AuxRequests):
                 ) from None
             conn.begin(request, None)
             try:
-                await asyncio.wait_for(conn.head, self.timeouts.idle_s)  # type: ignore[arg-type]
-                await asyncio.wait_for(conn.done, self.timeouts.idle_s)  # type: ignore[arg-type]
+                await asyncio.wait_for(conn.head, self.timeouts.meta_s)  # type: ignore[arg-type]
+                await asyncio.wait_for(conn.done, self.timeouts.meta_s)  # type: ignore[arg-type]
                 return conn
             except BaseException as exc:
                 conn.abort()
