@@ -3,12 +3,18 @@ answers: `loadgen sim` on a free port, and a socket that accepts and stays silen
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from cli_support import spawn_loadgen
+
+from loadgen.records import read_jsonl
 
 
 @contextmanager
@@ -55,3 +61,23 @@ def silent_server() -> Iterator[str]:
     finally:
         proc.kill()
         proc.wait()
+
+
+def _records(out: Path) -> int:
+    return sum(1 for d in out.iterdir() for _ in read_jsonl(d / "streams.jsonl"))
+
+
+def run_until(
+    kill_after: int, args: list[str], out: Path, kill: subprocess.Popen[bytes] | None
+) -> tuple[int, str]:
+    """Runs loadgen ARGS; SIGKILLs `kill` once `kill_after` records are on disk; (rc, its
+    stdout and stderr)."""
+    proc = spawn_loadgen([*args, "--no-progress", "--out", out])
+    deadline = time.monotonic() + 120
+    while kill is not None and proc.poll() is None and time.monotonic() < deadline:
+        if out.exists() and any(out.iterdir()) and _records(out) >= kill_after:
+            os.kill(kill.pid, signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    out_text, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    return proc.returncode, out_text + err

@@ -4,18 +4,13 @@ same runs against a server left alive record no such error."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import orjson
-from cli_support import spawn_loadgen
-from server_process import sim_process
+from server_process import run_until, sim_process
 
 from loadgen.engine.cmd import FAILED_STREAMS_EXIT
-from loadgen.records import read_jsonl, read_streams
+from loadgen.records import read_streams
 
 # soak_steady's 1,000-token prompts on the sim at 20x, four streams a rep: killed after 22
 # records, streams are in flight on connections an earlier stream used. Before the fix 6 of 6
@@ -25,23 +20,6 @@ SIM_ARGS = ("--speed", "20", "--profile", "rtx4090-long")
 KILL_AFTER = 22
 # The reasons a stream ends when its server is killed: reset mid-stream, refused after.
 GONE = {"connection_closed", "connect_error"}
-
-
-def _records(out: Path) -> int:
-    return sum(1 for d in out.iterdir() for _ in read_jsonl(d / "streams.jsonl"))
-
-
-def run_until(args: list[str], out: Path, kill: subprocess.Popen[bytes] | None) -> tuple[int, str]:
-    """Runs loadgen ARGS; SIGKILLs `kill` once KILL_AFTER records are on disk. (rc, stderr)."""
-    proc = spawn_loadgen([*args, "--no-progress", "--out", out])
-    deadline = time.monotonic() + 120
-    while kill is not None and proc.poll() is None and time.monotonic() < deadline:
-        if out.exists() and any(out.iterdir()) and _records(out) >= KILL_AFTER:
-            os.kill(kill.pid, signal.SIGKILL)
-            break
-        time.sleep(0.005)
-    _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-    return proc.returncode, err
 
 
 def only_run(out: Path) -> Path:
@@ -59,7 +37,7 @@ def _soak_end(run_dir: Path) -> dict:
 
 def test_a_soak_whose_server_is_killed_ends_server_unreachable(tmp_path: Path) -> None:
     with sim_process(tmp_path / "sim.log", *SIM_ARGS) as (sim, url):
-        rc, err = run_until([*SOAK, "--base-url", url], tmp_path / "out", kill=sim)
+        rc, err = run_until(KILL_AFTER, [*SOAK, "--base-url", url], tmp_path / "out", kill=sim)
     assert "Traceback" not in err, err
     run_dir = only_run(tmp_path / "out")
     recs = list(read_streams(run_dir))
@@ -74,7 +52,7 @@ def test_a_soak_whose_server_is_killed_ends_server_unreachable(tmp_path: Path) -
 
 def test_a_run_whose_server_is_killed_records_the_dropped_streams(tmp_path: Path) -> None:
     with sim_process(tmp_path / "sim.log", *SIM_ARGS) as (sim, url):
-        rc, err = run_until([*RUN, "--base-url", url], tmp_path / "out", kill=sim)
+        rc, err = run_until(KILL_AFTER, [*RUN, "--base-url", url], tmp_path / "out", kill=sim)
     assert "Traceback" not in err, err
     run_dir = only_run(tmp_path / "out")
     recs = list(read_streams(run_dir))
@@ -91,9 +69,14 @@ def test_a_run_whose_server_is_killed_records_the_dropped_streams(tmp_path: Path
 def test_the_same_soak_and_run_against_a_live_server_record_no_error(tmp_path: Path) -> None:
     with sim_process(tmp_path / "sim.log", *SIM_ARGS) as (_, url):
         soak_rc, soak_err = run_until(
-            [*SOAK[:2], "--duration", "3s", "--base-url", url], tmp_path / "soak", kill=None
+            KILL_AFTER,
+            [*SOAK[:2], "--duration", "3s", "--base-url", url],
+            tmp_path / "soak",
+            kill=None,
         )
-        run_rc, run_err = run_until([*RUN, "--base-url", url], tmp_path / "run", kill=None)
+        run_rc, run_err = run_until(
+            KILL_AFTER, [*RUN, "--base-url", url], tmp_path / "run", kill=None
+        )
     assert (soak_rc, run_rc) == (0, 0), soak_err + run_err
     for out in ("soak", "run"):
         recs = list(read_streams(only_run(tmp_path / out)))

@@ -19,12 +19,14 @@ from loadgen.client.errors import (
     parse_json,
     read_capped,
 )
+from loadgen.redact import redact_text
 
 
 class AuxRequests:
     """OpenAIClient's non-stream requests, over its auxiliary session."""
 
     base_url: str
+    shown_url: str
     timeouts: Timeouts
     _aux_session: aiohttp.ClientSession | None
 
@@ -62,7 +64,9 @@ class AuxRequests:
 
     def _aux_error(self, method: str, path: str, exc: BaseException) -> ClientError:
         if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-            return ServerUnreachable(f"cannot connect to {self.base_url}: {connect_reason(exc)}")
+            return ServerUnreachable(f"cannot connect to {self.shown_url}: {connect_reason(exc)}")
         if isinstance(exc, TimeoutError):
             return ClientError(f"{method} {path} timed out after {self.timeouts.meta_s} s")
-        return ClientError(f"{method} {path} failed: {one_line(exc) or type(exc).__name__}")
+        # aiohttp's own words may carry the request's URL, userinfo and all.
+        why = redact_text(one_line(exc)) or type(exc).__name__
+        return ClientError(f"{method} {path} failed: {why}")

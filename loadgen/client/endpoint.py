@@ -10,6 +10,7 @@ from yarl import URL
 
 from loadgen.messages import one_line
 from loadgen.records import StreamError
+from loadgen.redact import redact_url
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,14 @@ def resolve_target(base_url: str | None, api_key: str | None) -> tuple[str, str 
     if "://" not in raw:
         raw = "http://" + raw
     expect = "an http(s) URL like http://127.0.0.1:8000"
+    shown = redact_url(raw)
     try:
         url = URL(raw)
         url.port  # noqa: B018 - yarl checks the port's range only when it is read
     except ValueError as exc:
-        raise ValueError(f"base URL {raw!r} is not {expect} ({one_line(exc).lower()})") from None
+        raise ValueError(f"base URL {shown!r} is not {expect} ({one_line(exc).lower()})") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError(f"base URL {raw!r} is not {expect}")
+        raise ValueError(f"base URL {shown!r} is not {expect}")
     path = url.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]

@@ -11,6 +11,7 @@ from typing import Any
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.openai import AUX_CONNECTIONS, OpenAIClient
 from loadgen.engine.target import RunError
+from loadgen.redact import redact_url
 from loadgen.scenario.limits import sim_window, window_problem
 from loadgen.scenario.plan import Plan
 
@@ -66,12 +67,13 @@ def served_model(listing: Any, wanted: str | None, target: str) -> str:
     server lists models and `wanted` is not one: a wrong --model was sent 200 times, each a
     404. A server without /v1/models is the caller's to judge (it has no listing)."""
     ids = [str(card["id"]) for card in model_cards(listing)]
+    shown = redact_url(target)
     if wanted is None:
         if not ids:
-            raise RunError(f"{target}/v1/models lists no models; pass --model")
+            raise RunError(f"{shown}/v1/models lists no models; pass --model")
         return ids[0]
     if ids and wanted not in ids:
-        raise RunError(f"model {wanted!r} is not served by {target}; it serves: {', '.join(ids)}")
+        raise RunError(f"model {wanted!r} is not served by {shown}; it serves: {', '.join(ids)}")
     return wanted
 
 
@@ -87,7 +89,7 @@ def check_windows(plan: Plan, window: int | None, target: str) -> None:
     """RunError when a request of any arm cannot fit an external server's context window
     (nothing to check when the server did not say)."""
     for arm in plan.arms:
-        problem = window and window_problem(arm.scenario, window, target)
+        problem = window and window_problem(arm.scenario, window, redact_url(target))
         if problem:
             raise RunError(problem)
 

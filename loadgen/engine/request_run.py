@@ -46,6 +46,7 @@ from loadgen.engine.seeds import RunSeed
 from loadgen.engine.spread import pool_manifest
 from loadgen.engine.target import RunError, Target
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals, stop_exit_code
+from loadgen.redact import redact_url
 from loadgen.report.banners import client_banner
 from loadgen.report.request_tables import request_tables
 from loadgen.report.text import render_rich
@@ -152,8 +153,8 @@ def failure_summary(records: list[StreamRecord]) -> str | None:
 
 def _report(outcome: RequestOutcome, args: RequestArgs) -> str:
     head = (
-        f"{args.base_url}  model {outcome.model}  api {args.api}  prompt ~{args.prompt_tokens}"
-        f" tokens ({outcome.sizing})"
+        f"{redact_url(args.base_url)}  model {outcome.model}  api {args.api}"
+        f"  prompt ~{args.prompt_tokens} tokens ({outcome.sizing})"
     )
     tables = request_tables(outcome.records, per_stream=args.per_stream)
     # Piped output gets a wide fixed width: an 80-column default truncates the tables.
