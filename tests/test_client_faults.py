@@ -131,7 +131,7 @@ def test_cli_exits_nonzero_with_a_one_line_summary(tmp_path: Path) -> None:
     cfg = PacedConfig(ttft_s=0.01, gap_s=0.002, faults={1: "http_500", 3: "http_500", 4: "stall"})
     out = tmp_path / "run"
     with ThreadedPacedServer(cfg) as srv:
-        args = ["request", "--base-url", srv.url, "--model", "m", "--max-tokens", "5"]
+        args = ["request", "--base-url", srv.url, "--model", "paced", "--max-tokens", "5"]
         args += ["-n", "6", "-c", "2", "--idle-timeout", "0.3", "--out", str(out)]
         result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
@@ -157,7 +157,7 @@ def test_sigint_cancels_in_flight_streams_flushes_and_says_interrupted(tmp_path:
     out = tmp_path / "run"
     with ThreadedPacedServer(PacedConfig(ttft_s=0.0, gap_s=0.05)) as srv:
         cmd = [sys.executable, "-m", "loadgen", "request", "--base-url", srv.url, "--model"]
-        cmd += ["m", "--max-tokens", "400", "-n", "4", "-c", "2", "--out", str(out)]
+        cmd += ["paced", "--max-tokens", "400", "-n", "4", "-c", "2", "--out", str(out)]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         deadline = time.monotonic() + 60

@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import uvloop
 from pacedserver import PacedConfig, PacedServer
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.rawhttp import Conn, ProtocolError, RawPool
+from loadgen.client.rawhttp import Conn, ProtocolError, RawPool, tcp_rtt_us
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 
@@ -125,6 +126,47 @@ async def test_a_bad_chunk_size_is_a_protocol_error() -> None:
     conn.data_received(SSE_HEAD + b"zz\r\n")
     with pytest.raises(ProtocolError, match="bad chunk-size line"):
         await conn.done  # type: ignore[misc]
+
+
+async def _lost_connection() -> Conn:
+    """A Conn whose server closed it and whose connection_lost has run: under uvloop its
+    transport's handle is closed and its socket's fd is -1."""
+    srv = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    async with srv:
+        _, conn = await asyncio.get_running_loop().create_connection(Conn, "127.0.0.1", port)
+        while not conn.closed:
+            await asyncio.sleep(0.001)
+    return conn
+
+
+def test_a_connection_the_server_closed_fails_its_exchange_instead_of_raising() -> None:
+    async def main() -> None:
+        conn = await _lost_connection()
+        conn.begin(b"GET /v1/models HTTP/1.1\r\n\r\n", None)
+        with pytest.raises(ConnectionResetError, match="before the request was sent"):
+            await conn.head  # type: ignore[misc]
+
+    uvloop.run(main())
+
+
+def test_the_rtt_is_read_while_the_connection_is_open_and_is_none_once_it_closed() -> None:
+    async def main() -> None:
+        srv, url, _ = await serve(SSE_HEAD + chunked(STREAM_BODY), close_after=True)
+        async with srv:
+            pool = RawPool(url, {}, 1.0)
+            conn = await pool.acquire()
+            conn.begin(pool.request_bytes("POST", "/v1/completions", b"{}", None), None)
+            assert (await conn.head).status == 200  # type: ignore[misc]
+            rtt = tcp_rtt_us(conn.transport)
+            assert rtt is not None and rtt > 0
+            await conn.done  # type: ignore[misc]
+            while not conn.closed:  # the server closes after its answer
+                await asyncio.sleep(0.001)
+            assert tcp_rtt_us(conn.transport) is None
+            pool.release(conn, True)
+
+    uvloop.run(main())
 
 
 def test_request_bytes_carry_the_base_path_host_and_length() -> None:

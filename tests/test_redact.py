@@ -3,12 +3,15 @@ then a run with a planted token and URL password grepped for in every file and o
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
-from cli_support import loadgen
+from cli_support import assert_one_line_error, loadgen
 from pacedserver import PacedConfig, ThreadedPacedServer
+from server_process import run_until, sim_process
 
+from loadgen.records import read_streams
 from loadgen.redact import REDACTED, is_secret_name, redact, redact_argv, redact_env, redact_url
 
 
@@ -94,3 +97,29 @@ def test_a_launched_servers_token_is_read_back_masked(tmp_path: Path) -> None:
     (run_dir,) = tmp_path.iterdir()
     assert _leaks(run_dir, proc.stdout + proc.stderr, (secret,)) == []
     assert f'"HF_TOKEN": "{REDACTED}"' in (run_dir / "run.json").read_text()
+
+
+def test_a_server_that_cannot_be_reached_is_named_without_its_password(tmp_path: Path) -> None:
+    with socket.socket() as s:  # bound, not listening: connecting is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        for args in (("run", "smoke", "--no-progress", "--out", tmp_path),
+                     ("request", "--count", "2"), ("probe-cache",)):  # fmt: skip
+            proc = loadgen(*args, "--base-url", f"http://alice:PW_PLANTED_51e@127.0.0.1:{port}")
+            line = assert_one_line_error(proc)
+            assert "PW_PLANTED_51e" not in proc.stdout + proc.stderr
+            assert f"cannot connect to http://alice:{REDACTED}@127.0.0.1:{port}" in line
+
+
+def test_a_run_whose_server_dies_writes_and_prints_no_password(tmp_path: Path) -> None:
+    """The dropped streams' errors name the server, in streams.jsonl, the reports and the
+    failure line: every file of the run directory and the output are grepped."""
+    secret = "PW_PLANTED_0d4"
+    with sim_process(tmp_path / "sim.log", "--speed", "20") as (sim, url):
+        url = url.replace("http://", f"http://alice:{secret}@")
+        args = ["run", "smoke", "--set", "groups.short.count=40", "--base-url", url]
+        rc, output = run_until(8, args, tmp_path / "out", kill=sim)
+    (run_dir,) = (tmp_path / "out").iterdir()
+    errors = [r.error.message for r in read_streams(run_dir) if r.error is not None]
+    assert rc != 0 and errors, output  # the kill left streams that name the server
+    assert _leaks(run_dir, output, (secret,)) == []

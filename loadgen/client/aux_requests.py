@@ -19,12 +19,14 @@ from loadgen.client.errors import (
     parse_json,
     read_capped,
 )
+from loadgen.redact import redact_text
 
 
 class AuxRequests:
     """OpenAIClient's non-stream requests, over its auxiliary session."""
 
     base_url: str
+    shown_url: str
     timeouts: Timeouts
     _aux_session: aiohttp.ClientSession | None
 
@@ -39,7 +41,7 @@ class AuxRequests:
 
     def _aux_timeout(self) -> aiohttp.ClientTimeout:
         return aiohttp.ClientTimeout(
-            total=self.timeouts.idle_s, sock_connect=self.timeouts.connect_s
+            total=self.timeouts.meta_s, sock_connect=self.timeouts.connect_s
         )
 
     async def _aux(self, method: str, path: str, body: dict | None) -> bytes:
@@ -62,7 +64,9 @@ class AuxRequests:
 
     def _aux_error(self, method: str, path: str, exc: BaseException) -> ClientError:
         if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-            return ServerUnreachable(f"cannot connect to {self.base_url}: {connect_reason(exc)}")
+            return ServerUnreachable(f"cannot connect to {self.shown_url}: {connect_reason(exc)}")
         if isinstance(exc, TimeoutError):
-            return ClientError(f"{method} {path} timed out after {self.timeouts.idle_s} s")
-        return ClientError(f"{method} {path} failed: {one_line(exc) or type(exc).__name__}")
+            return ClientError(f"{method} {path} timed out after {self.timeouts.meta_s} s")
+        # aiohttp's own words may carry the request's URL, userinfo and all.
+        why = redact_text(one_line(exc)) or type(exc).__name__
+        return ClientError(f"{method} {path} failed: {why}")

@@ -10,6 +10,7 @@ from yarl import URL
 
 from loadgen.messages import one_line
 from loadgen.records import StreamError
+from loadgen.redact import redact_url
 
 
 @dataclass(frozen=True)
@@ -18,12 +19,15 @@ class Timeouts:
     the client. connect: TCP connect; first_token: send -> first content chunk (it covers the
     whole prefill, and a 72k prefill takes ~65 s); idle: the longest gap between content
     chunks; total: send -> end. Only content counts: SSE comments, role-only or empty events
-    reset nothing."""
+    reset nothing. meta: the whole of a request beside the streams (/v1/models and the
+    warm-up's, /tokenize, /metrics, /health): borrowed from idle (120 s), a server that
+    accepted and never answered held probe-cache that long before it failed."""
 
     connect_s: float | None = 10.0
     first_token_s: float | None = 900.0
     idle_s: float | None = 120.0
     total_s: float | None = None
+    meta_s: float | None = 10.0
 
 
 def timeout_error(kind: str, t: Timeouts) -> StreamError:
@@ -44,13 +48,14 @@ def resolve_target(base_url: str | None, api_key: str | None) -> tuple[str, str 
     if "://" not in raw:
         raw = "http://" + raw
     expect = "an http(s) URL like http://127.0.0.1:8000"
+    shown = redact_url(raw)
     try:
         url = URL(raw)
         url.port  # noqa: B018 - yarl checks the port's range only when it is read
     except ValueError as exc:
-        raise ValueError(f"base URL {raw!r} is not {expect} ({one_line(exc).lower()})") from None
+        raise ValueError(f"base URL {shown!r} is not {expect} ({one_line(exc).lower()})") from None
     if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError(f"base URL {raw!r} is not {expect}")
+        raise ValueError(f"base URL {shown!r} is not {expect}")
     path = url.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]

@@ -42,6 +42,7 @@ from loadgen.client.errors import (
 from loadgen.client.rawhttp import Conn, ProtocolError, RawPool, response_id, tcp_rtt_us
 from loadgen.client.selftime import LoopLagTicker
 from loadgen.records import StreamError, StreamRecord
+from loadgen.redact import redact_url
 from loadgen.request import StreamRequest, wire_body
 
 # Long prompts and long SSE lines (echo, logprobs) must not hit a small reader limit: another
@@ -83,6 +84,8 @@ class OpenAIClient(AuxRequests):
         raw_stream: bool | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # How messages and records name the server: a URL's password never leaves the client.
+        self.shown_url = redact_url(self.base_url)
         # Streaming POSTs to an http:// target go through rawhttp (one timestamp and one decoder
         # call per socket read, no aiohttp reader machinery); aiohttp serves everything else.
         # LOADGEN_STREAM_READER=aiohttp is the way back to aiohttp's reader, should a server
@@ -222,7 +225,7 @@ class OpenAIClient(AuxRequests):
                     conn = await pool.acquire()
                 except (OSError, TimeoutError) as exc:
                     cls = "connect_timeout" if isinstance(exc, TimeoutError) else "connect_error"
-                    error = StreamError(cls, f"{self.base_url}: {connect_reason(exc)}")
+                    error = StreamError(cls, f"{self.shown_url}: {connect_reason(exc)}")
                     break
                 conn.begin(request, sink)
                 try:
@@ -319,7 +322,7 @@ class OpenAIClient(AuxRequests):
         except aiohttp.ConnectionTimeoutError as exc:
             error = StreamError("connect_timeout", one_line(exc) or "connect timed out")
         except aiohttp.ClientConnectorError as exc:
-            error = StreamError("connect_error", f"{self.base_url}: {connect_reason(exc)}")
+            error = StreamError("connect_error", f"{self.shown_url}: {connect_reason(exc)}")
         except (aiohttp.ClientError, OSError) as exc:
             if not dec.finished:
                 why = one_line(exc) or type(exc).__name__
@@ -442,12 +445,12 @@ class OpenAIClient(AuxRequests):
                 conn = await pool.acquire()
             except (OSError, TimeoutError) as exc:
                 raise ServerUnreachable(
-                    f"cannot connect to {self.base_url}: {connect_reason(exc)}"
+                    f"cannot connect to {self.shown_url}: {connect_reason(exc)}"
                 ) from None
             conn.begin(request, None)
             try:
-                await asyncio.wait_for(conn.head, self.timeouts.idle_s)  # type: ignore[arg-type]
-                await asyncio.wait_for(conn.done, self.timeouts.idle_s)  # type: ignore[arg-type]
+                await asyncio.wait_for(conn.head, self.timeouts.meta_s)  # type: ignore[arg-type]
+                await asyncio.wait_for(conn.done, self.timeouts.meta_s)  # type: ignore[arg-type]
                 return conn
             except BaseException as exc:
                 conn.abort()

@@ -39,8 +39,12 @@ _ID_KEY = b'"id":'
 def tcp_rtt_us(transport: asyncio.BaseTransport | None) -> int | None:
     """The kernel's smoothed round-trip time of the connection (TCP_INFO tcpi_rtt, us): the
     network's share of a TTFT; None where the platform or the transport does not say."""
-    sock = None if transport is None else transport.get_extra_info("socket")
-    if sock is None or _TCP_INFO is None:
+    if transport is None or _TCP_INFO is None or transport.is_closing():
+        # A closed uvloop transport's socket has fd -1: getsockopt raised ValueError out of
+        # the stream whose server had just been killed (issue 32).
+        return None
+    sock = transport.get_extra_info("socket")
+    if sock is None:
         return None
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCPI_RTT_OFFSET + 4)
@@ -155,6 +159,11 @@ class Conn(asyncio.Protocol):
         self._buf = b""
         self._in_body = self._trailer = False
         self._rem = self._skip = 0
+        if self.closed:
+            # The server went while this connection waited to be used: uvloop raises
+            # RuntimeError on a write to its closed handle, out of a warm-up (issue 32).
+            self._raise(ConnectionResetError("before the request was sent: connection closed"))
+            return
         assert self.transport is not None
         self.transport.write(request)
 

@@ -21,6 +21,7 @@ from loadgen.engine.counters import pick_counter
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.preflight import served_model
 from loadgen.engine.progress import Progress
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.sessions import build_sessions
@@ -142,7 +143,9 @@ async def open_http_backend(
         timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
         ray_address=ray,
     ) as pool, AsyncExitStack() as stack:  # fmt: skip
-        model = await _resolve_model(client, opts.model or scenario.model or target.model)
+        model = await _resolve_model(
+            client, opts.model or scenario.model or target.model, target.url
+        )
         counter = await pick_counter(
             client, model, chat=scenario.api == "chat",
             chat_template_kwargs=scenario.chat_template_kwargs, warn=warn,
@@ -183,11 +186,8 @@ async def open_http_backend(
         )  # fmt: skip
 
 
-async def _resolve_model(client: OpenAIClient, model: str | None) -> str:
-    if model:
-        return model
-    models = await client.get_json("/v1/models")
-    return models["data"][0]["id"]
+async def _resolve_model(client: OpenAIClient, model: str | None, target: str) -> str:
+    return served_model(await client.get_json("/v1/models"), model, target)
 
 
 def max_in_flight(arm: ArmPlan) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.openai import AUX_CONNECTIONS, OpenAIClient
 from loadgen.engine.target import RunError
+from loadgen.redact import redact_url
 from loadgen.scenario.limits import sim_window, window_problem
 from loadgen.scenario.plan import Plan
 
@@ -54,10 +55,31 @@ def ensure_fd_limit(concurrency: int) -> int:
     )
 
 
+def model_cards(listing: Any) -> list[dict[str, Any]]:
+    """The cards of a /v1/models listing that name a model (a string `id`), in its order."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    return [m for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+
+def served_model(listing: Any, wanted: str | None, target: str) -> str:
+    """The model to send: `wanted` when the server lists it (or lists nothing to check it
+    against), else the first listed. RunError in one line, naming what is served, when the
+    server lists models and `wanted` is not one: a wrong --model was sent 200 times, each a
+    404. A server without /v1/models is the caller's to judge (it has no listing)."""
+    ids = [str(card["id"]) for card in model_cards(listing)]
+    shown = redact_url(target)
+    if wanted is None:
+        if not ids:
+            raise RunError(f"{shown}/v1/models lists no models; pass --model")
+        return ids[0]
+    if ids and wanted not in ids:
+        raise RunError(f"model {wanted!r} is not served by {shown}; it serves: {', '.join(ids)}")
+    return wanted
+
+
 def served_window(listing: Any, model: str | None) -> int | None:
     """`max_model_len` of the model in a /v1/models listing (vLLM gives it), else None."""
-    data = listing.get("data") if isinstance(listing, dict) else None
-    models = [m for m in data or [] if isinstance(m, dict)]
+    models = model_cards(listing)
     chosen = next((m for m in models if m.get("id") == model), models[0] if models else None)
     window = chosen.get("max_model_len") if chosen else None
     return window if isinstance(window, int) and not isinstance(window, bool) else None
@@ -67,7 +89,7 @@ def check_windows(plan: Plan, window: int | None, target: str) -> None:
     """RunError when a request of any arm cannot fit an external server's context window
     (nothing to check when the server did not say)."""
     for arm in plan.arms:
-        problem = window and window_problem(arm.scenario, window, target)
+        problem = window and window_problem(arm.scenario, window, redact_url(target))
         if problem:
             raise RunError(problem)
 

@@ -17,6 +17,7 @@ from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
 from loadgen.engine.cache import CacheCheck
 from loadgen.engine.cli_options import LaunchArgs, server_options
+from loadgen.engine.preflight import served_model, served_window
 from loadgen.engine.probe_cache import (
     ProbeRefused,
     block_size_from_metrics,
@@ -25,6 +26,7 @@ from loadgen.engine.probe_cache import (
     probe_line,
     probe_size,
 )
+from loadgen.engine.target import RunError
 from loadgen.server.boot import boot_server
 from loadgen.server.launcher import ServerBootError
 from loadgen.server.spec import ServerSpec
@@ -111,33 +113,21 @@ async def _probe_url(
 ) -> CacheCheck:
     async with OpenAIClient(url, api_key=api_key, concurrency=1) as client:
         # /v1/models first: a server that is not there says "cannot connect" here.
-        card = served_model(await client.get_json("/v1/models"), args["model"], url)
+        listing = await client.get_json("/v1/models")
+        try:
+            model = served_model(listing, args["model"], url)
+        except RunError as exc:
+            raise ProbeRefused(f"cache probe refused: {exc}") from None
         block, source = known_block, known_source
         if args["block_size"] is not None:
             block, source = args["block_size"], "--block-size"
         elif block is None:
             block = block_size_from_metrics(await _metrics_text(client))
             source = "vllm:cache_config_info"
-        window = card.get("max_model_len")
-        size = probe_size(
-            args["tokens"], block, source, window if isinstance(window, int) else None
-        )
-        model = str(card["id"])
+        size = probe_size(args["tokens"], block, source, served_window(listing, model))
         # A fresh salt per probe: a prompt an earlier probe left in the cache would read warm.
         salt = f"probe-{secrets.token_hex(4)}"
         return await probe_cache(client, model=model, size=size, salt=salt, api=args["api"])
-
-
-def served_model(body: Any, wanted: str | None, url: str) -> dict[str, Any]:
-    """The /v1/models card of `wanted` (default: the first); ProbeRefused when the server
-    lists none (or not that one)."""
-    data = body.get("data") if isinstance(body, dict) else None
-    cards = [c for c in data or [] if isinstance(c, dict) and isinstance(c.get("id"), str)]
-    if wanted is not None:
-        return next((c for c in cards if c["id"] == wanted), {"id": wanted})
-    if not cards:
-        raise ProbeRefused(f"cache probe refused: {url}/v1/models lists no models; pass --model")
-    return cards[0]
 
 
 async def _metrics_text(client: OpenAIClient) -> str:

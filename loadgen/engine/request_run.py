@@ -32,7 +32,7 @@ from loadgen.analysis.selferror import (
     limited_records,
 )
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.errors import ClientError
+from loadgen.client.errors import ClientError, HTTPStatusError
 from loadgen.client.lag import quiet_collector
 from loadgen.client.loops import run_closed_loop, stream_at
 from loadgen.client.openai import OpenAIClient
@@ -41,11 +41,12 @@ from loadgen.client.ray_pool import RayPool, RayUnavailable, import_ray
 from loadgen.clock import WallClock
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.manifest import manifest_head
-from loadgen.engine.preflight import ensure_fd_limit
+from loadgen.engine.preflight import ensure_fd_limit, served_model
 from loadgen.engine.seeds import RunSeed
 from loadgen.engine.spread import pool_manifest
 from loadgen.engine.target import RunError, Target
 from loadgen.records import RunDirectory, StreamRecord, install_stop_signals, stop_exit_code
+from loadgen.redact import redact_url
 from loadgen.report.banners import client_banner
 from loadgen.report.request_tables import request_tables
 from loadgen.report.text import render_rich
@@ -153,8 +154,8 @@ def failure_summary(records: list[StreamRecord]) -> str | None:
 
 def _report(outcome: RequestOutcome, args: RequestArgs) -> str:
     head = (
-        f"{args.base_url}  model {outcome.model}  api {args.api}  prompt ~{args.prompt_tokens}"
-        f" tokens ({outcome.sizing})"
+        f"{redact_url(args.base_url)}  model {outcome.model}  api {args.api}"
+        f"  prompt ~{args.prompt_tokens} tokens ({outcome.sizing})"
     )
     tables = request_tables(outcome.records, per_stream=args.per_stream)
     # Piped output gets a wide fixed width: an 80-column default truncates the tables.
@@ -211,7 +212,7 @@ async def _launch(
     run_dir: RunDirectory | None,
     keep: Callable[[StreamRecord], None],
 ) -> None:
-    outcome.model = args.model or await _first_model(client)
+    outcome.model = await _served_model(client, args.model)
     prompts, counter, outcome.sizing = await request_prompts(
         client, outcome.model, args.count, args.prompt_tokens, chat=args.api == "chat",
         seed=args.seed.value,
@@ -312,12 +313,16 @@ async def _build_salted(builder: PromptBuilder, spec: PromptSpec) -> BuiltPrompt
             raise click.UsageError(f"--prompt-tokens {spec.tokens}: {exc}") from None
 
 
-async def _first_model(client: OpenAIClient) -> str:
-    listing = await client.get_json("/v1/models")
+async def _served_model(client: OpenAIClient, wanted: str | None) -> str:
+    """--model checked against /v1/models (default: its first); a server without /v1/models
+    (HTTP 4xx/5xx) is sent --model unchecked."""
     try:
-        return str(listing["data"][0]["id"])
-    except (KeyError, IndexError, TypeError):
-        raise ClientError("GET /v1/models listed no model: pass --model") from None
+        listing = await client.get_json("/v1/models")
+    except HTTPStatusError:
+        if wanted is None:
+            raise
+        return wanted
+    return served_model(listing, wanted, client.base_url)
 
 
 def _remove_stop_signals() -> None:

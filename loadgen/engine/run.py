@@ -26,6 +26,7 @@ from loadgen.engine.preflight import (
     check_windows,
     ensure_fd_limit,
     list_models,
+    served_model,
     served_window,
 )
 from loadgen.engine.seeds import RunSeed
@@ -84,9 +85,8 @@ async def run_plan(
         ensure_fd_limit(max(max_in_flight(arm) for arm in plan.arms))
     if opts.base_url:
         listing = await list_models(opts.base_url, opts.api_key, plan.scenario.timeouts.connect_s)
-        check_windows(
-            plan, served_window(listing, opts.model or plan.scenario.model), opts.base_url
-        )
+        model = served_model(listing, opts.model or plan.scenario.model, opts.base_url)
+        check_windows(plan, served_window(listing, model), opts.base_url)
     elif profile_for(server_spec_for(plan.scenario, opts)).configured_by_sim_block:
         check_sim_windows(plan)
     started = dt.datetime.now(dt.UTC)

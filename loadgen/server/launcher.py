@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import read_capped_sync
 from loadgen.lifeline import PARENT_PID_ENV, die_with_parent, release_group, watch_group
 from loadgen.server import installs
@@ -133,7 +134,7 @@ def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _http_get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
+def _http_get(url: str, timeout_s: float | None = Timeouts.meta_s) -> tuple[int, str]:
     """(status, body); status 0 when nothing answered."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as resp:
