@@ -10,7 +10,7 @@ import click
 
 from loadgen.analysis.fidelity import DEFAULT_TOLERANCE
 from loadgen.clock import ClockName
-from loadgen.engine.cli_options import (
+from loadgen.commands.options import (
     EXTERNAL_SERVER_OPTIONS,
     OUTPUT_OPTIONS,
     TARGET_OPTIONS,
@@ -21,7 +21,7 @@ from loadgen.engine.cli_options import (
     server_options,
     with_sim_profile,
 )
-from loadgen.engine.cmd import execute_work
+from loadgen.commands.run import execute_work
 from loadgen.engine.fidelity import run_fidelity
 from loadgen.engine.options import RunOptions
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed

@@ -18,8 +18,7 @@ from loadgen.analysis.capacity import (
     parse_capacity_slo,
 )
 from loadgen.clock import ClockName
-from loadgen.engine.capacity import search_capacity
-from loadgen.engine.cli_options import (
+from loadgen.commands.options import (
     CLOCK_OPTION,
     OUTPUT_OPTIONS,
     REQUESTS_OPTION,
@@ -31,7 +30,8 @@ from loadgen.engine.cli_options import (
     server_options,
     with_sim_profile,
 )
-from loadgen.engine.cmd import execute_work
+from loadgen.commands.run import execute_work
+from loadgen.engine.capacity import search_capacity
 from loadgen.engine.options import RunOptions
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.limits import size_problems

@@ -11,8 +11,7 @@ import click
 
 from loadgen.analysis.calibration import PlanLimits
 from loadgen.clock import ClockName
-from loadgen.engine.calibrate import CalibrateRequest, calibrate, refit
-from loadgen.engine.cli_options import (
+from loadgen.commands.options import (
     CLOCK_OPTION,
     EXTERNAL_SERVER_OPTIONS,
     OUTPUT_OPTIONS,
@@ -23,7 +22,8 @@ from loadgen.engine.cli_options import (
     resolved_target,
     server_options,
 )
-from loadgen.engine.cmd import execute_work
+from loadgen.commands.run import execute_work
+from loadgen.engine.calibrate import CalibrateRequest, calibrate, refit
 from loadgen.engine.options import RunOptions
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.target import RunError

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from loadgen.clock import ClockName
-from loadgen.engine.cli_options import (
+from loadgen.commands.options import (
     CLOCK_CHOICE,
     OUTPUT_OPTIONS,
     SIM_PROFILE_OPTION,
@@ -18,7 +18,7 @@ from loadgen.engine.cli_options import (
     resolved_target,
     with_sim_profile,
 )
-from loadgen.engine.cmd import execute, report_run
+from loadgen.commands.run import execute, report_run
 from loadgen.engine.run import RunOptions
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.engine.soak import SoakStop, soak_scenario

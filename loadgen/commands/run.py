@@ -23,7 +23,7 @@ from loadgen.analysis.summary_types import read_run
 from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.clock import ClockName
-from loadgen.engine.cli_options import (
+from loadgen.commands.options import (
     CLOCK_OPTION,
     EXTERNAL_SERVER_OPTIONS,
     LOAD_SWEEP_OPTIONS,
@@ -39,6 +39,7 @@ from loadgen.engine.cli_options import (
     with_sim_profile,
     workers_value,
 )
+from loadgen.commands.validate import ALLOW_FILES_OUTSIDE
 from loadgen.engine.request_run import failure_summary
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
@@ -49,7 +50,6 @@ from loadgen.scenario.limits import client_problems
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.token_counter import PromptSizeError
-from loadgen.scenario.validate_cmd import ALLOW_FILES_OUTSIDE
 from loadgen.server.launcher import ServerBootError
 from loadgen.server.user_facts import USER_SOURCE
 

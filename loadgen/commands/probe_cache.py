@@ -15,8 +15,8 @@ import uvloop
 from loadgen.client.endpoint import resolve_target
 from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
+from loadgen.commands.options import LaunchArgs, server_options
 from loadgen.engine.cache import CacheCheck
-from loadgen.engine.cli_options import LaunchArgs, server_options
 from loadgen.engine.probe_cache import (
     ProbeRefused,
     block_size_from_metrics,
