@@ -1,4 +1,4 @@
-"""The `loadgen` command line. Each subcommand lives beside the stage it drives, and is imported
+"""The `loadgen` command line. Each subcommand is a module of loadgen/commands/, imported
 only when it runs: `loadgen --version` loaded matplotlib, aiohttp and the sim for 2 s."""
 
 from __future__ import annotations
@@ -9,21 +9,21 @@ import click
 
 from loadgen import __version__
 
-# Command name -> (module, attribute).
+# Command name -> (module in loadgen/commands/, attribute).
 COMMANDS = {
-    "request": ("loadgen.engine.request_cmd", "request_cmd"),
-    "capacity": ("loadgen.engine.capacity_cmd", "capacity_cmd"),
-    "calibrate": ("loadgen.engine.calibrate_cmd", "calibrate_cmd"),
-    "fidelity": ("loadgen.engine.fidelity_cmd", "fidelity_cmd"),
-    "validate": ("loadgen.scenario.validate_cmd", "validate_cmd"),
-    "run": ("loadgen.engine.cmd", "run_cmd"),
-    "report": ("loadgen.report.cmd", "report_cmd"),
-    "compare": ("loadgen.report.cmd", "compare_cmd"),
-    "export": ("loadgen.report.export_cmd", "export_cmd"),
-    "sim": ("loadgen.sim.cli", "sim"),
-    "probe-cache": ("loadgen.engine.probe_cache_cmd", "probe_cache_cmd"),
-    "soak": ("loadgen.engine.soak_cmd", "soak_cmd"),
-    "servers": ("loadgen.server.servers_cmd", "servers_cmd"),
+    "request": ("request", "request_cmd"),
+    "capacity": ("capacity", "capacity_cmd"),
+    "calibrate": ("calibrate", "calibrate_cmd"),
+    "fidelity": ("fidelity", "fidelity_cmd"),
+    "validate": ("validate", "validate_cmd"),
+    "run": ("run", "run_cmd"),
+    "report": ("report", "report_cmd"),
+    "compare": ("report", "compare_cmd"),
+    "export": ("export", "export_cmd"),
+    "sim": ("sim", "sim"),
+    "probe-cache": ("probe_cache", "probe_cache_cmd"),
+    "soak": ("soak", "soak_cmd"),
+    "servers": ("servers", "servers_cmd"),
 }
 
 
@@ -37,7 +37,9 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module, attr = COMMANDS[cmd_name]
-        command: click.Command = getattr(importlib.import_module(module), attr)
+        command: click.Command = getattr(
+            importlib.import_module(f"loadgen.commands.{module}"), attr
+        )
         return command
 
 

@@ -1,6 +1,6 @@
 """The built-in sim's settings, each declared once: its name, type, bounds, owner, help, flag.
 
-Every face of the sim reads this table: `loadgen sim`'s click options (sim/cli.py), the
+Every face of the sim reads this table: `loadgen sim`'s click options (commands/sim.py), the
 scenario's `sim:` block rules (scenario/schema_blocks.py), the virtual sim's config
 (sim/virtual.py `config_from_settings`) and a launch's argv (server/sim.py `sim_flags`). It
 sits at the bottom of the layers so that the server stage, below the sim, can spell a flag too.

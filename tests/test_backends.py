@@ -11,17 +11,16 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.clock import ClockName
+from loadgen.commands.options import CLOCK_OPTION
 from loadgen.engine.backends import CLOCKS, clock_of, shared_target
-from loadgen.engine.cli_options import CLOCK_OPTION
 from loadgen.engine.run import RunOptions
 from loadgen.scenario.load import load_scenario
 
 PACKAGE = Path(__file__).resolve().parents[1] / "loadgen"
 ENGINE = PACKAGE / "engine"
-# Where options are resolved: the commands (cmd.py, *_cmd.py) and the options they share
-# (cli_options.py) check a clock's name against the other options they got; backends.py keys
-# the kinds by it.
-RESOLVERS = ("backends.py", "cli_options.py")
+# Where options are resolved: the commands (loadgen/commands/, outside engine) check a clock's
+# name against the other options they got; backends.py keys the kinds by it.
+RESOLVERS = ("backends.py",)
 
 
 def test_each_clock_says_what_its_backend_needs():
@@ -47,10 +46,11 @@ def test_the_clock_option_hands_the_command_the_type_not_the_word():
     def cmd(clock: ClockName) -> None:
         seen.append(clock)
 
-    for args in ([], ["--clock", "virtual"]):
+    for args in (["--clock", "wall"], ["--clock", "virtual"], []):
         assert CliRunner().invoke(cmd, args).exit_code == 0
-    assert seen == [ClockName.WALL, ClockName.VIRTUAL]
-    assert all(type(c) is ClockName for c in seen)
+    # Not given: None, and run_options picks (wall, or virtual for a soak of the sim).
+    assert seen == [ClockName.WALL, ClockName.VIRTUAL, None]
+    assert all(type(c) is ClockName for c in seen[:2])
     refused = CliRunner().invoke(cmd, ["--clock", "sundial"])
     assert refused.exit_code == 2 and "'sundial' is not one of 'wall', 'virtual'" in refused.output
 
@@ -60,7 +60,7 @@ def test_no_stage_past_the_options_tests_the_clock_by_name():
     found = [
         f"{p.name}:{n}"
         for p in sorted(ENGINE.glob("*.py"))
-        if not p.name.endswith("cmd.py") and p.name not in RESOLVERS
+        if p.name not in RESOLVERS
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if asked.search(line)
     ]

@@ -1,16 +1,23 @@
-"""What a run talks to is checked once (engine/cli_options.check_target), for `run` and `soak`
+"""What a run talks to is checked once (commands/options.target_problems), for `run` and `soak`
 alike: a URL, a launched server or the virtual clock, never two of them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import click
 import pytest
 from click.testing import CliRunner
 
 from loadgen.cli import main
-from loadgen.engine.cli_options import check_target
+from loadgen.clock import ClockName
+from loadgen.commands.options import (
+    FactsArgs,
+    OutputArgs,
+    SeedArgs,
+    TargetArgs,
+    run_options,
+    target_problems,
+)
 from loadgen.server.spec import ServerSpec
 
 URL = "http://127.0.0.1:1"
@@ -30,8 +37,7 @@ def test_two_targets_at_once_are_a_usage_error(
     clock: str, base_url: str | None, telemetry: str | None, server: ServerSpec | None,
     message: str,
 ) -> None:  # fmt: skip
-    with pytest.raises(click.UsageError, match=message):
-        check_target(clock, base_url, telemetry, server)
+    assert [p for p in target_problems(clock, base_url, telemetry, server) if message in p]
 
 
 def test_one_target_passes() -> None:
@@ -40,7 +46,7 @@ def test_one_target_passes() -> None:
         ("wall", URL, URL, None),
         ("wall", None, None, VLLM),
     ):
-        assert check_target(clock, base_url, telemetry, server) is None
+        assert target_problems(clock, base_url, telemetry, server) == []
 
 
 @pytest.mark.parametrize("command", ["run", "soak"])
@@ -50,3 +56,54 @@ def test_run_and_soak_refuse_a_url_on_the_virtual_clock(command: str, tmp_path: 
     assert result.exit_code == 2
     assert "--clock virtual runs the built-in sim without HTTP; drop --base-url" in result.output
     assert not any(tmp_path.iterdir())  # refused before a run directory was made
+
+
+def test_every_usage_mistake_is_said_at_once_one_line_each(tmp_path: Path) -> None:
+    args = ["run", "smoke", "--clock", "virtual", "--base-url", URL, "--server-facts", "x=1"]
+    args += ["--seed", "1", "--replay", str(tmp_path), "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 3, result.output
+    assert "--clock virtual runs the built-in sim without HTTP" in errors[0]
+    assert "x" in errors[1]  # the unknown fact, named
+    assert "--seed and --replay both name a seed" in errors[2]
+    assert not any(tmp_path.iterdir())
+
+
+def test_run_options_builds_the_options_when_nothing_is_wrong(tmp_path: Path) -> None:
+    built = run_options(
+        TargetArgs(base_url="127.0.0.1:8000/v1", model="m"),
+        OutputArgs(tmp_path, progress=False),
+        SeedArgs(run_seed=7),
+        facts=FactsArgs(("max_num_seqs=4",), ("--max-num-seqs=4",)),
+    )
+    assert not isinstance(built, list), built
+    assert (built.base_url, built.model, built.run_seed, built.seed_source) == (
+        "http://127.0.0.1:8000", "m", 7, "user"
+    )  # fmt: skip
+    assert built.clock == ClockName.WALL and built.server_facts == {"max_num_seqs": 4}
+    assert built.server_flags == ("--max-num-seqs=4",)
+
+
+@pytest.mark.parametrize(
+    ("command", "flags"),
+    [
+        ("soak", ["--server", "vllm", "--base-url", URL]),
+        (
+            "capacity",
+            ["--over", "concurrency", "--slo", "ttft_p90=1", "--server-facts", "max_num_seqs=4"],
+        ),
+        ("calibrate", ["--server-facts", "max_num_seqs=4", "--clock", "virtual"]),
+        ("fidelity", ["--sim-profile", "p.yaml", "--server-arg", "x"]),
+    ],
+)
+def test_every_run_like_command_offers_the_same_groups(command: str, flags: list[str]) -> None:
+    args = [command] + ([] if command == "calibrate" else ["smoke"]) + flags
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "no such option" not in result.output
+    assert any(
+        w in result.output
+        for w in ("not both", "external server", "need --server KIND", "pass --base-url too")
+    ), result.output

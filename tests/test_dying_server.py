@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 from server_process import run_until, sim_process
 
-from loadgen.engine.cmd import FAILED_STREAMS_EXIT
+from loadgen.commands.run import FAILED_STREAMS_EXIT
 from loadgen.records import read_streams
 
 # soak_steady's 1,000-token prompts on the sim at 20x, four streams a rep: killed after 22

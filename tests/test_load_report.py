@@ -13,7 +13,7 @@ import pytest
 from cli_support import assert_one_line_error, loadgen
 
 from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
-from loadgen.report.export_cmd import STREAM_COLUMNS
+from loadgen.report.export import STREAM_COLUMNS
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ARMS = ["concurrency=1", "concurrency=2", "concurrency=4"]

@@ -133,7 +133,7 @@ def _workers(mark: str) -> list[int]:
 def test_a_run_whose_worker_is_sigkilled_names_the_lost_streams_and_exits_4(
     tmp_path: Path,
 ) -> None:
-    from loadgen.engine.cmd import FAILED_STREAMS_EXIT
+    from loadgen.commands.run import FAILED_STREAMS_EXIT
 
     mark = uuid.uuid4().hex
     # Streams of ~3 s (300 tokens 10 ms apart): both workers hold streams when one is killed.

@@ -20,8 +20,8 @@ from run_fixtures import manifest, stream, write_run
 from loadgen.analysis.hist import merge_hlogs
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.pool import Job, ProcessPool, split_jobs
-from loadgen.engine.cli_options import workers_value
-from loadgen.engine.cmd import FAILED_STREAMS_EXIT, report_run, unrecorded_summary
+from loadgen.commands.options import workers_value
+from loadgen.commands.run import FAILED_STREAMS_EXIT, report_run, unrecorded_summary
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from loadgen.commands.validate import validate_cmd
 from loadgen.scenario.load import REPO_SCENARIOS, ScenarioError, load_scenario
 from loadgen.scenario.model import (
     Closed,
@@ -19,7 +20,6 @@ from loadgen.scenario.model import (
     scenario_to_json,
 )
 from loadgen.scenario.schema_blocks import FAULT_FORMS
-from loadgen.scenario.validate_cmd import validate_cmd
 from loadgen.sim.profiles import SIM_PROFILES
 
 DATA = Path(__file__).parent / "data"

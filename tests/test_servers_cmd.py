@@ -7,9 +7,9 @@ import pytest
 from cli_support import loadgen
 from install_support import fake_python
 
-from loadgen.engine.cli_options import server_spec
+from loadgen.commands.options import server_spec
 from loadgen.server import installs
-from loadgen.server.servers_cmd import Installed, _python_kind, render
+from loadgen.server.installed import Installed, _python_kind, render
 
 
 def test_an_installed_vllm_shows_its_build_and_argv(tmp_path):

@@ -9,11 +9,11 @@ import dataclasses
 import click
 from click.testing import CliRunner
 
+from loadgen.commands.sim import sim
 from loadgen.scenario.checks import BOOL
 from loadgen.scenario.model import SERVER_FLAGS, SimConfig
 from loadgen.scenario.schema_blocks import SIM_RULES, SWEEP_RULES
 from loadgen.server.sim import SimProfile, sim_flags
-from loadgen.sim.cli import sim
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.server import SimServerConfig
 from loadgen.sim.virtual import config_from_settings, sim_facts

@@ -27,8 +27,8 @@ from sim_support import (
 )
 
 from loadgen.client.openai import OpenAIClient
+from loadgen.commands.sim import sim
 from loadgen.server.bootlog import parse_boot_log
-from loadgen.sim.cli import sim
 from loadgen.sim.runner import VirtualClock
 from loadgen.sim.server import TOKENIZE_SLICE_CHARS, boot_lines, start_sim_server
 from loadgen.sim.tokenizer import render_chat

@@ -12,7 +12,7 @@ import orjson
 
 from loadgen.analysis.calibration import is_calibration
 from loadgen.analysis.capacity import analyze_capacity, is_capacity
-from loadgen.analysis.compare import Comparison, compare_summaries
+from loadgen.analysis.compare import Comparison
 from loadgen.analysis.fidelity import FidelityRun, fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
@@ -30,7 +30,6 @@ from loadgen.report.fidelity_report import FIDELITY_PNG, fidelity_figure, fideli
 from loadgen.report.html import render_html, render_sweep_html, render_text_html, run_body
 from loadgen.report.load_plot import load_figures
 from loadgen.report.plots import sessions_png
-from loadgen.report.readable import ARM_TABLES_OPTION, readable
 from loadgen.report.soak_report import soak_reason, write_soak_report
 from loadgen.report.sweep_plot import SWEEP_PNG, sweep_figure
 from loadgen.report.sweep_text import (
@@ -211,21 +210,6 @@ def render_report(run_dir: Path, arm_tables: bool = False) -> str:
     return _run_rich(analyze_run(run_dir).summary)
 
 
-@click.command("report")
-@click.argument("run_dir", type=click.Path(path_type=Path))
-@ARM_TABLES_OPTION
-def report_cmd(run_dir: Path, arm_tables: bool) -> None:
-    """Recompute summary.json, report.txt, report.html and hist/ of RUN_DIR and print the tables.
-
-    RUN_DIR is a run directory (streams.jsonl, metrics.jsonl, run.json) or a sweep directory
-    (arms/<arm>/ run directories): a sweep reports every arm and the across-arm tables, and
-    prints the across-arm tables (every arm's too with --arm-tables). A soak, capacity,
-    fidelity or calibration directory gets its own report.txt and report.html again.
-    """
-    with readable(run_dir):
-        click.echo(write_report(run_dir, arm_tables), nl=False)
-
-
 def compare_table(result: Comparison, a: Path, b: Path) -> Table:
     """group | quantity | A | B | B - A | % | spread A / B | verdict."""
     rows = []
@@ -266,7 +250,7 @@ def _arm_note(label: str, path: Path, run: RunSummary) -> str:
     return f"{label} = {path}" + "".join(f"; {line}" for line in said)
 
 
-def _soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
+def soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
     """Two soaks side by side in the soak report's own terms: decode tok/s per request on the
     server's clock (a run summary's is per wall second: x20 at sim speed 20, 4,192 vs 210) and
     each soak's drift verdict (its fixed-context trend, not the rep spread, which called a
@@ -300,25 +284,3 @@ def _soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
         ),
         left=frozenset({0}),
     )
-
-
-@click.command("compare")
-@click.argument("run_a", type=click.Path(path_type=Path))
-@click.argument("run_b", type=click.Path(path_type=Path))
-def compare_cmd(run_a: Path, run_b: Path) -> None:
-    """Compare two run directories per group (median TTFT, decode tok/s, chunks/s, e2e): the
-    difference against each run's own rep-to-rep spread, "within noise" when it does not exceed
-    it."""
-    with readable(run_a, run_b):
-        soaks = [is_soak(read_manifest(p)) for p in (run_a, run_b)]
-        if any(soaks):
-            click.echo(render_rich([_soak_pair(run_a, run_b, soaks)], []), nl=False)
-            return
-        result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary)
-    if not result.rows:
-        only_a, only_b = ", ".join(result.only_a) or "none", ", ".join(result.only_b) or "none"
-        raise click.ClickException(
-            f"no group in common: {run_a} has {only_a}; {run_b} has {only_b} (compare runs of "
-            "one scenario)"
-        )
-    click.echo(render_rich([compare_table(result, run_a, run_b)], []), nl=False)

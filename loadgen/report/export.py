@@ -15,14 +15,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import click
-
-from loadgen.analysis.inputs import is_run_dir, is_sweep_dir
+from loadgen.analysis.inputs import is_sweep_dir
 from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
 from loadgen.analysis.summary import MEASURE, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import Sweep, read_sweep
-from loadgen.report.readable import readable
 
 STREAMS_CSV = "streams.csv"
 ARMS_CSV = "arms.csv"
@@ -97,29 +94,3 @@ def export(run_dir: Path, out: Path) -> list[Path]:
         write_csv(out / name, columns, rows)
         written.append(out / name)
     return written
-
-
-@click.command("export")
-@click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
-              help="Folder for the CSV files (default: RUN_DIR itself).")  # fmt: skip
-def export_cmd(run_dir: Path, out: Path | None) -> None:
-    """Write RUN_DIR's measured streams as streams.csv (one row per stream of every arm) and, for
-    a sweep, its arms as arms.csv (swept values, throughput, latency p50/p90, goodput, tokens/s
-    per user, Pareto mark); prints the paths written."""
-    if not (is_run_dir(run_dir) or is_sweep_dir(run_dir)):
-        raise click.ClickException(
-            f"{run_dir}: not a run directory (no streams.jsonl, no arms/); pass a directory "
-            "`loadgen run` wrote, such as runs/<timestamp>-<scenario>"
-        )
-    target = run_dir if out is None else out
-    with readable(run_dir):
-        try:
-            written = export(run_dir, target)
-        except OSError as e:
-            raise click.ClickException(
-                f"{target}: cannot write the CSV files ({e.strerror or e}); pass --out a "
-                "writable folder"
-            ) from None
-    for path in written:
-        click.echo(str(path))

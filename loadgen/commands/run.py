@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import signal
 import sys
@@ -23,36 +24,41 @@ from loadgen.analysis.summary_types import read_run
 from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.clock import ClockName
-from loadgen.engine.cli_options import (
+from loadgen.commands.options import (
     CLOCK_OPTION,
-    EXTERNAL_SERVER_OPTIONS,
+    FACTS_OPTIONS,
+    LAUNCH_OPTIONS,
     LOAD_SWEEP_OPTIONS,
-    OUTPUT_OPTIONS,
+    SEED_OPTIONS,
+    SET_OPTION,
     SIM_PROFILE_OPTION,
     TARGET_OPTIONS,
+    TELEMETRY_OPTIONS,
+    FactsArgs,
     LaunchArgs,
-    check_target,
-    external_server,
-    resolved_target,
-    server_options,
+    OutputArgs,
+    SeedArgs,
+    TargetArgs,
+    TelemetryArgs,
+    output_options,
+    run_options,
+    usable,
     with_load_sweep,
     with_sim_profile,
     workers_value,
 )
+from loadgen.commands.validate import ALLOW_FILES_OUTSIDE
 from loadgen.engine.request_run import failure_summary
 from loadgen.engine.run import RunOptions, run_plan
-from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
+from loadgen.engine.seeds import SEED_TYPE
 from loadgen.engine.target import RunError
 from loadgen.messages import one_line
 from loadgen.records import StreamRecord, install_stop_signals, read_streams, stop_exit_code
 from loadgen.report.readable import ARM_TABLES_OPTION
-from loadgen.scenario.limits import client_problems
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.token_counter import PromptSizeError
-from loadgen.scenario.validate_cmd import ALLOW_FILES_OUTSIDE
 from loadgen.server.launcher import ServerBootError
-from loadgen.server.user_facts import USER_SOURCE
 
 T = TypeVar("T")
 # Exit codes of `loadgen run`: 0 every measured stream ok; 1 the run could not start (bad input,
@@ -68,26 +74,16 @@ REPORT_FAILED_EXIT = 5
 @click.command("run")
 @click.argument("scenario")
 @TARGET_OPTIONS
+@TELEMETRY_OPTIONS
 @click.option(
     "--api",
     type=click.Choice(["completions", "chat"]),
     default=None,
     help="Override the scenario's API.",
 )
-@OUTPUT_OPTIONS
-@click.option(
-    "--seed",
-    "run_seed",
-    type=SEED_TYPE,
-    default=None,
-    help="Run seed for salts (default: a fresh one per run; recorded in run.json).",
-)
-@click.option(
-    "--replay",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Reuse the run seed (so the salts) a run recorded in RUN_DIR/run.json.",
-)
+@output_options(progress=True)
+@SET_OPTION
+@SEED_OPTIONS
 @click.option(
     "--block-size",
     type=click.IntRange(min=1),
@@ -101,8 +97,8 @@ REPORT_FAILED_EXIT = 5
     help="SLOs for goodput (TTFT, E2E in s; TPOT in ms); override the scenario's slo.",
 )
 @CLOCK_OPTION
-@EXTERNAL_SERVER_OPTIONS
-@server_options
+@FACTS_OPTIONS
+@LAUNCH_OPTIONS
 @click.option(
     "--boot-order-seed",
     type=SEED_TYPE,
@@ -111,7 +107,6 @@ REPORT_FAILED_EXIT = 5
 )
 @SIM_PROFILE_OPTION
 @LOAD_SWEEP_OPTIONS
-@click.option("--progress/--no-progress", default=True, show_default=True)
 @click.option(
     "--workers",
     default="auto",
@@ -138,28 +133,22 @@ REPORT_FAILED_EXIT = 5
 @ALLOW_FILES_OUTSIDE
 def run_cmd(
     scenario: str,
-    base_url: str | None,
-    api_key: str | None,
-    model: str | None,
-    telemetry_url: str | None,
-    no_telemetry: bool,
+    target: TargetArgs,
+    telemetry: TelemetryArgs,
     api: str | None,
-    out_root: Path,
+    output: OutputArgs,
     overrides: tuple[str, ...],
-    run_seed: int | None,
-    replay: Path | None,
+    seed: SeedArgs,
     block_size: int | None,
     slo: str | None,
-    clock: ClockName,
-    server_facts: tuple[str, ...],
-    server_flags: tuple[str, ...],
+    clock: ClockName | None,
+    facts: FactsArgs,
     launch: LaunchArgs,
     boot_order_seed: int | None,
     sim_profile: Path | None,
     concurrency: str | None,
     rate: str | None,
     requests: int | None,
-    progress: bool,
     workers: int | None = None,
     ray_address: str | None = None,
     strict: bool = False,
@@ -167,21 +156,17 @@ def run_cmd(
     allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
-    server = launch.spec(model)
-    check_target(clock, base_url, telemetry_url, server)
-    if clock == ClockName.VIRTUAL and workers not in (None, 1):
-        raise click.UsageError("--clock virtual has no client to spread: drop --workers")
-    problems = client_problems(workers, ray_address)
-    if problems:
-        raise click.UsageError("; ".join(problems))
+    opts = usable(run_options(
+        target, output, seed, clock=clock, launch=launch, facts=facts, telemetry=telemetry,
+        sim_profile=sim_profile, block_size=block_size, boot_order_seed=boot_order_seed,
+        workers=workers, ray_address=ray_address,
+    ))  # fmt: skip
     if ray_address:
-        if clock == ClockName.VIRTUAL:
-            raise click.UsageError("--clock virtual has no client to spread: drop --ray")
         try:
             import_ray()
         except RayUnavailable as exc:
             raise click.ClickException(str(exc)) from None
-    sets = list(with_sim_profile(sim_profile, overrides, base_url, server))
+    sets = list(with_sim_profile(sim_profile, overrides))
     sets += [f"api={api}"] if api else []
     try:
         loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
@@ -192,22 +177,9 @@ def run_cmd(
         slos = parse_slo_flag(slo) if slo is not None else None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    try:
-        seed = resolve_run_seed(run_seed, replay)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    facts, flags = external_server(server_facts, server_flags, base_url)
-    base_url, api_key = resolved_target(base_url, api_key)
-    opts = RunOptions(
-        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
-        progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
-        server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
-        server_flags=tuple(flags), server=server, boot_order_seed=boot_order_seed,
-        workers=workers, ray_address=ray_address, telemetry_url=telemetry_url,
-        telemetry=not no_telemetry,
-    )  # fmt: skip
+    opts = dataclasses.replace(opts, slo=slos)
 
-    run_dir = execute(plan(loaded, run_seed=seed.value), opts)
+    run_dir = execute(plan(loaded, run_seed=opts.run_seed), opts)
     report_run(run_dir, arm_tables)
     if strict and run_was_client_limited(run_dir):
         sys.exit(CLIENT_LIMITED_EXIT)

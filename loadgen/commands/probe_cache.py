@@ -12,11 +12,17 @@ from typing import Any
 import click
 import uvloop
 
-from loadgen.client.endpoint import resolve_target
 from loadgen.client.errors import ClientError
 from loadgen.client.openai import OpenAIClient
+from loadgen.commands.options import (
+    LAUNCH_OPTIONS,
+    TARGET_OPTIONS,
+    LaunchArgs,
+    TargetArgs,
+    run_options,
+    usable,
+)
 from loadgen.engine.cache import CacheCheck
-from loadgen.engine.cli_options import LaunchArgs, server_options
 from loadgen.engine.preflight import served_model, served_window
 from loadgen.engine.probe_cache import (
     ProbeRefused,
@@ -37,10 +43,8 @@ EXIT_MISMATCH = 3
 
 
 @click.command("probe-cache")
-@click.option("--base-url", default=None, help="A running server (or OPENAI_BASE_URL).")
-@server_options
-@click.option("--api-key", envvar="OPENAI_API_KEY", default=None)
-@click.option("--model", default=None, help="Model id (default: the server's first).")
+@TARGET_OPTIONS
+@LAUNCH_OPTIONS
 @click.option("--block-size", type=click.IntRange(min=1), default=None,
               help="Tokens per KV block, when the server does not say (<= 13107).")  # fmt: skip
 @click.option("--tokens", type=click.IntRange(min=1), default=None,
@@ -48,10 +52,8 @@ EXIT_MISMATCH = 3
                    ">= 10 blocks, <= 131072 and the model window).")  # fmt: skip
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
 def probe_cache_cmd(
-    base_url: str | None,
+    target: TargetArgs,
     launch: LaunchArgs,
-    api_key: str | None,
-    model: str | None,
     block_size: int | None,
     tokens: int | None,
     api: str,
@@ -59,14 +61,8 @@ def probe_cache_cmd(
     """Send a prompt of >= 10 cache blocks twice, then the first again under greedy decoding.
     Healthy when the prefix-hit counter grew by the reusable blocks (TTFT under half of cold
     where the server counts no hits) and the repeat's answer equals the first's."""
-    spec = launch.spec(model)
-    if spec is not None and base_url:
-        raise click.UsageError("give --base-url or --server, not both")
-    if spec is None:
-        try:
-            base_url, api_key = resolve_target(base_url, api_key)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+    opts = usable(run_options(target, launch=launch, needs_url=True))
+    spec, base_url, api_key, model = opts.server, opts.base_url, opts.api_key, opts.model
     try:
         check_probe_flags(tokens, block_size)
     except ProbeRefused as exc:

@@ -8,19 +8,27 @@ from pathlib import Path
 import click
 
 from loadgen.clock import ClockName
-from loadgen.engine.cli_options import (
-    CLOCK_CHOICE,
-    OUTPUT_OPTIONS,
+from loadgen.commands.options import (
+    CLOCK_OPTION,
+    FACTS_OPTIONS,
+    LAUNCH_OPTIONS,
+    SEED_OPTIONS,
+    SET_OPTION,
     SIM_PROFILE_OPTION,
     TARGET_OPTIONS,
-    check_target,
-    parse_clock,
-    resolved_target,
+    TELEMETRY_OPTIONS,
+    FactsArgs,
+    LaunchArgs,
+    OutputArgs,
+    SeedArgs,
+    TargetArgs,
+    TelemetryArgs,
+    output_options,
+    run_options,
+    usable,
     with_sim_profile,
 )
-from loadgen.engine.cmd import execute, report_run
-from loadgen.engine.run import RunOptions
-from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
+from loadgen.commands.run import execute, report_run
 from loadgen.engine.soak import SoakStop, soak_scenario
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.model import SimConfig, Soak
@@ -43,7 +51,9 @@ from loadgen.scenario.soak_block import parse_duration, parse_window
     help="Streams in flight (default: the scenario's soak.concurrency, else 1).",
 )
 @TARGET_OPTIONS
-@OUTPUT_OPTIONS
+@TELEMETRY_OPTIONS
+@output_options(progress=True)
+@SET_OPTION
 @click.option(
     "--fault",
     "faults",
@@ -51,62 +61,50 @@ from loadgen.scenario.soak_block import parse_duration, parse_window
     metavar="FAULT",
     help="A sim fault for this soak, e.g. drift=30 (percent per hour). Repeatable.",
 )
-@click.option(
-    "--clock",
-    type=CLOCK_CHOICE,
-    callback=parse_clock,
-    default=None,
-    help="virtual: the sim's engine on a discrete-event clock, no HTTP (an hour in "
-    "seconds; the default without --base-url); wall: real time over HTTP.",
-)
-@click.option("--seed", "run_seed", type=SEED_TYPE, default=None, help="Run seed for salts.")
+@CLOCK_OPTION
+@SEED_OPTIONS
+@FACTS_OPTIONS
+@LAUNCH_OPTIONS
 @SIM_PROFILE_OPTION
-@click.option("--progress/--no-progress", default=True, show_default=True)
 def soak_cmd(
     scenario: str,
     duration: str | None,
     window: str | None,
     concurrency: int | None,
-    base_url: str | None,
-    api_key: str | None,
-    model: str | None,
-    telemetry_url: str | None,
-    no_telemetry: bool,
-    out_root: Path,
+    target: TargetArgs,
+    telemetry: TelemetryArgs,
+    output: OutputArgs,
     overrides: tuple[str, ...],
     faults: tuple[str, ...],
     clock: ClockName | None,
-    run_seed: int | None,
+    seed: SeedArgs,
+    facts: FactsArgs,
+    launch: LaunchArgs,
     sim_profile: Path | None,
-    progress: bool,
 ) -> None:
     """Soak a server (or the sim) with SCENARIO's groups back to back; report drift."""
-    clock = clock or (ClockName.WALL if base_url else ClockName.VIRTUAL)
-    check_target(clock, base_url, telemetry_url, None)
+    # A soak on a long-lived server must start cold like any run: a fresh seed unless given.
+    opts = usable(run_options(
+        target, output, seed, clock=clock, sim_clock=ClockName.VIRTUAL, launch=launch,
+        facts=facts, telemetry=telemetry, sim_profile=sim_profile,
+    ))  # fmt: skip
     try:
-        loaded = load_scenario(
-            scenario, list(with_sim_profile(sim_profile, overrides, base_url, None))
-        )
+        loaded = load_scenario(scenario, list(with_sim_profile(sim_profile, overrides)))
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     settings = _soak_settings(loaded.soak or Soak(), duration, window, concurrency)
     if faults:
-        if base_url:
-            raise click.ClickException("--fault only applies to the built-in sim: drop --base-url")
+        if opts.base_url or (opts.server is not None and opts.server.kind != "sim"):
+            raise click.ClickException(
+                "--fault only applies to the built-in sim: drop --base-url / --server KIND"
+            )
         sim = loaded.sim or SimConfig()
         loaded = dataclasses.replace(loaded, sim=dataclasses.replace(
             sim, faults=tuple(sim.faults) + faults))  # fmt: skip
-    base_url, api_key = resolved_target(base_url, api_key)
-    # A soak on a long-lived server must start cold like any run: a fresh seed unless given.
-    seed = resolve_run_seed(run_seed, None)
     stop = SoakStop(settings.duration_s)
-    opts = RunOptions(
-        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
-        progress=progress, stop=stop, self_watch=clock == ClockName.WALL, clock=clock,
-        seed_source=seed.source, telemetry_url=telemetry_url, telemetry=not no_telemetry,
-    )  # fmt: skip
+    opts = dataclasses.replace(opts, stop=stop, self_watch=opts.clock == ClockName.WALL)
 
-    the_plan = plan(soak_scenario(loaded, settings), run_seed=seed.value)
+    the_plan = plan(soak_scenario(loaded, settings), run_seed=opts.run_seed)
     hint = "; `loadgen report DIR` gives the soak so far"
     report_run(execute(the_plan, opts, interrupted=hint))
 

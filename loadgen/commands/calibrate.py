@@ -11,24 +11,28 @@ import click
 
 from loadgen.analysis.calibration import PlanLimits
 from loadgen.clock import ClockName
-from loadgen.engine.calibrate import CalibrateRequest, calibrate, refit
-from loadgen.engine.cli_options import (
+from loadgen.commands.options import (
     CLOCK_OPTION,
-    EXTERNAL_SERVER_OPTIONS,
-    OUTPUT_OPTIONS,
+    FACTS_OPTIONS,
+    LAUNCH_OPTIONS,
+    SEED_OPTIONS,
+    SET_OPTION,
     TARGET_OPTIONS,
+    TELEMETRY_OPTIONS,
+    FactsArgs,
     LaunchArgs,
-    check_target,
-    external_server,
-    resolved_target,
-    server_options,
+    OutputArgs,
+    SeedArgs,
+    TargetArgs,
+    TelemetryArgs,
+    output_options,
+    run_options,
+    usable,
 )
-from loadgen.engine.cmd import execute_work
-from loadgen.engine.options import RunOptions
-from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
+from loadgen.commands.run import execute_work
+from loadgen.engine.calibrate import CalibrateRequest, calibrate, refit
 from loadgen.engine.target import RunError
 from loadgen.scenario.load import ScenarioError, load_scenario
-from loadgen.server.user_facts import USER_SOURCE
 
 DEFAULTS = PlanLimits()
 
@@ -57,11 +61,12 @@ DEFAULTS = PlanLimits()
               show_default=True, help="Wall seconds after which no new probe starts.")  # fmt: skip
 @CLOCK_OPTION
 @TARGET_OPTIONS
-@OUTPUT_OPTIONS
-@EXTERNAL_SERVER_OPTIONS
-@click.option("--seed", "run_seed", type=SEED_TYPE, default=None, help="Run seed for salts.")
-@server_options
-@click.option("--progress/--no-progress", default=False, show_default=True)
+@TELEMETRY_OPTIONS
+@output_options(progress=False)
+@SET_OPTION
+@FACTS_OPTIONS
+@SEED_OPTIONS
+@LAUNCH_OPTIONS
 def calibrate_cmd(
     profile_out: Path | None,
     name: str | None,
@@ -73,19 +78,14 @@ def calibrate_cmd(
     decode_tokens: int,
     max_requests: int,
     max_time_s: float,
-    clock: ClockName,
-    base_url: str | None,
-    api_key: str | None,
-    model: str | None,
-    telemetry_url: str | None,
-    no_telemetry: bool,
-    out_root: Path,
+    clock: ClockName | None,
+    target: TargetArgs,
+    telemetry: TelemetryArgs,
+    output: OutputArgs,
     overrides: tuple[str, ...],
-    server_facts: tuple[str, ...],
-    server_flags: tuple[str, ...],
-    run_seed: int | None,
+    facts: FactsArgs,
+    seed: SeedArgs,
     launch: LaunchArgs,
-    progress: bool,
 ) -> None:
     """Measure a server's step costs with a short, bounded plan and fit the sim to them."""
     from loadgen.report.cmd import write_calibration_report
@@ -98,29 +98,21 @@ def calibrate_cmd(
         click.echo(write_calibration_report(root), nl=False)
         _say_profile_out(profile_out)
         return
-    server = launch.spec(model)
-    if not base_url and server is None and clock == ClockName.WALL:
+    opts = usable(run_options(
+        target, output, seed, clock=clock, launch=launch, facts=facts, telemetry=telemetry
+    ))  # fmt: skip
+    if not opts.base_url and opts.server is None and opts.clock == ClockName.WALL:
         raise click.UsageError(
             "calibrate needs a server: --base-url URL, or --server KIND to launch one "
             "(--server sim or --clock virtual calibrate the built-in sim)"
         )
-    check_target(clock, base_url, telemetry_url, server)
-    facts, flags = external_server(server_facts, server_flags, base_url)
     try:
         scenario = load_scenario(base, overrides)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
-    if base_url or (server is not None and server.kind != "sim"):
+    if opts.base_url or (opts.server is not None and opts.server.kind != "sim"):
         # The sim block describes the built-in sim; a real server has its own limits.
         scenario = dataclasses.replace(scenario, sim=None)
-    base_url, api_key = resolved_target(base_url, api_key)
-    seed = resolve_run_seed(run_seed, None)
-    opts = RunOptions(
-        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
-        progress=progress, clock=clock, seed_source=seed.source, server=server,
-        server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
-        server_flags=tuple(flags), telemetry_url=telemetry_url, telemetry=not no_telemetry,
-    )  # fmt: skip
     req = CalibrateRequest(
         scenario, PlanLimits(reps, max_prompt, decode_tokens), max_requests, max_time_s,
         out=profile_out, name=name, hardware=hardware,

@@ -18,22 +18,29 @@ from loadgen.analysis.capacity import (
     parse_capacity_slo,
 )
 from loadgen.clock import ClockName
-from loadgen.engine.capacity import search_capacity
-from loadgen.engine.cli_options import (
+from loadgen.commands.options import (
     CLOCK_OPTION,
-    OUTPUT_OPTIONS,
+    FACTS_OPTIONS,
+    LAUNCH_OPTIONS,
     REQUESTS_OPTION,
+    SEED_OPTIONS,
+    SET_OPTION,
     SIM_PROFILE_OPTION,
     TARGET_OPTIONS,
+    TELEMETRY_OPTIONS,
+    FactsArgs,
     LaunchArgs,
-    check_target,
-    resolved_target,
-    server_options,
+    OutputArgs,
+    SeedArgs,
+    TargetArgs,
+    TelemetryArgs,
+    output_options,
+    run_options,
+    usable,
     with_sim_profile,
 )
-from loadgen.engine.cmd import execute_work
-from loadgen.engine.options import RunOptions
-from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
+from loadgen.commands.run import execute_work
+from loadgen.engine.capacity import search_capacity
 from loadgen.scenario.limits import size_problems
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.load_axis import LoadAxis, load_problem, with_load
@@ -91,11 +98,13 @@ DEFAULT_MAX_TIME_S = 3600.0
 @REQUESTS_OPTION
 @CLOCK_OPTION
 @TARGET_OPTIONS
-@OUTPUT_OPTIONS
-@click.option("--seed", "run_seed", type=SEED_TYPE, default=None, help="Run seed for salts.")
-@server_options
+@TELEMETRY_OPTIONS
+@output_options(progress=True)
+@SET_OPTION
+@SEED_OPTIONS
+@FACTS_OPTIONS
+@LAUNCH_OPTIONS
 @SIM_PROFILE_OPTION
-@click.option("--progress/--no-progress", default=True, show_default=True)
 def capacity_cmd(
     scenario: str,
     slo: str,
@@ -109,18 +118,15 @@ def capacity_cmd(
     max_probes: int,
     max_time_s: float,
     requests: int | None,
-    clock: ClockName,
-    base_url: str | None,
-    api_key: str | None,
-    model: str | None,
-    telemetry_url: str | None,
-    no_telemetry: bool,
-    out_root: Path,
+    clock: ClockName | None,
+    target: TargetArgs,
+    telemetry: TelemetryArgs,
+    output: OutputArgs,
     overrides: tuple[str, ...],
-    run_seed: int | None,
+    seed: SeedArgs,
+    facts: FactsArgs,
     launch: LaunchArgs,
     sim_profile: Path | None,
-    progress: bool,
 ) -> None:
     """Search the largest load of SCENARIO that meets --slo, and name what binds beyond it."""
     from loadgen.report.cmd import write_capacity_report
@@ -130,10 +136,12 @@ def capacity_cmd(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     lo, hi = _range(over, lo, hi)
-    server = launch.spec(model)
-    check_target(clock, base_url, telemetry_url, server)
+    opts = usable(run_options(
+        target, output, seed, clock=clock, launch=launch, facts=facts, telemetry=telemetry,
+        sim_profile=sim_profile,
+    ))  # fmt: skip
     try:
-        loaded = load_scenario(scenario, with_sim_profile(sim_profile, overrides, base_url, server))
+        loaded = load_scenario(scenario, with_sim_profile(sim_profile, overrides))
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     axis = LoadAxis(over, group, requests)
@@ -143,13 +151,6 @@ def capacity_cmd(
     per_probe = size_problems([with_load(loaded, axis, hi)] * max_probes)
     if per_probe:
         raise click.ClickException(f"{loaded.source}: at --max {hi:g}: {per_probe[0]}")
-    base_url, api_key = resolved_target(base_url, api_key)
-    seed = resolve_run_seed(run_seed, None)
-    opts = RunOptions(
-        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
-        progress=progress, clock=clock, seed_source=seed.source, server=server,
-        telemetry_url=telemetry_url, telemetry=not no_telemetry,
-    )  # fmt: skip
     search = Search(over, lo, hi, repeats, rel_tol, max_probes)
 
     def say(line: str) -> None:

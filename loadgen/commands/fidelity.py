@@ -10,23 +10,27 @@ import click
 
 from loadgen.analysis.fidelity import DEFAULT_TOLERANCE
 from loadgen.clock import ClockName
-from loadgen.engine.cli_options import (
-    EXTERNAL_SERVER_OPTIONS,
-    OUTPUT_OPTIONS,
+from loadgen.commands.options import (
+    FACTS_OPTIONS,
+    LAUNCH_OPTIONS,
+    SEED_OPTIONS,
+    SET_OPTION,
     TARGET_OPTIONS,
+    TELEMETRY_OPTIONS,
+    FactsArgs,
     LaunchArgs,
-    check_target,
-    external_server,
-    resolved_target,
-    server_options,
+    OutputArgs,
+    SeedArgs,
+    TargetArgs,
+    TelemetryArgs,
+    output_options,
+    run_options,
+    usable,
     with_sim_profile,
 )
-from loadgen.engine.cmd import execute_work
+from loadgen.commands.run import execute_work
 from loadgen.engine.fidelity import run_fidelity
-from loadgen.engine.options import RunOptions
-from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.load import ScenarioError, load_scenario
-from loadgen.server.user_facts import USER_SOURCE
 
 
 @click.command("fidelity")
@@ -38,50 +42,37 @@ from loadgen.server.user_facts import USER_SOURCE
               default=DEFAULT_TOLERANCE * 100, show_default=True,
               help="Percent error within which a figure counts as reproduced.")  # fmt: skip
 @TARGET_OPTIONS
-@OUTPUT_OPTIONS
-@EXTERNAL_SERVER_OPTIONS
-@click.option("--seed", "run_seed", type=SEED_TYPE, default=None,
-              help="Run seed for salts (one for both sides).")  # fmt: skip
-@server_options
-@click.option("--progress/--no-progress", default=False, show_default=True)
+@TELEMETRY_OPTIONS
+@output_options(progress=False)
+@SET_OPTION
+@FACTS_OPTIONS
+@SEED_OPTIONS
+@LAUNCH_OPTIONS
 def fidelity_cmd(
     scenario: str,
     sim_profile: Path,
     tolerance: float,
-    base_url: str | None,
-    api_key: str | None,
-    model: str | None,
-    telemetry_url: str | None,
-    no_telemetry: bool,
-    out_root: Path,
+    target: TargetArgs,
+    telemetry: TelemetryArgs,
+    output: OutputArgs,
     overrides: tuple[str, ...],
-    server_facts: tuple[str, ...],
-    server_flags: tuple[str, ...],
-    run_seed: int | None,
+    facts: FactsArgs,
+    seed: SeedArgs,
     launch: LaunchArgs,
-    progress: bool,
 ) -> None:
     """Run SCENARIO on the server (default: the built-in sim as the scenario sets it) and on the
-    virtual clock with --sim-profile; print each figure's error."""
+    virtual clock with --sim-profile; print each figure's error. One run seed serves both."""
     from loadgen.report.cmd import write_fidelity_report
 
-    server = launch.spec(model)
-    check_target(ClockName.WALL, base_url, telemetry_url, server)
-    facts, flags = external_server(server_facts, server_flags, base_url)
-    predicted_sets = with_sim_profile(sim_profile, overrides, None, None)
+    opts = usable(run_options(
+        target, output, seed, clock=ClockName.WALL, launch=launch, facts=facts,
+        telemetry=telemetry,
+    ))  # fmt: skip
     try:
         real = load_scenario(scenario, overrides)
-        predicted = load_scenario(scenario, predicted_sets)
+        predicted = load_scenario(scenario, with_sim_profile(sim_profile, overrides))
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
-    base_url, api_key = resolved_target(base_url, api_key)
-    seed = resolve_run_seed(run_seed, None)
-    opts = RunOptions(
-        base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
-        progress=progress, seed_source=seed.source, server=server, server_facts=facts,
-        server_facts_sources=dict.fromkeys(facts, USER_SOURCE), server_flags=tuple(flags),
-        telemetry_url=telemetry_url, telemetry=not no_telemetry,
-    )  # fmt: skip
 
     def say(line: str) -> None:
         click.echo(line, err=True)

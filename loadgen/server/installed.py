@@ -11,8 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
-
 from loadgen.server import installs
 from loadgen.server.llamacpp import LlamaCppProfile
 from loadgen.server.profile import Profile
@@ -102,9 +100,3 @@ def render(found: list[Installed]) -> str:
         lines.append(f"  starts as: {shlex.join(item.argv)}")
     lines.append("sim: built in (loadgen sim)")
     return "\n".join(lines)
-
-
-@click.command("servers")
-def servers_cmd() -> None:
-    """Which servers --server can launch here, their versions and how each is started."""
-    click.echo(render(installed_servers()))

@@ -11,15 +11,21 @@ from typing import Any
 
 import click
 
-from loadgen.client.endpoint import Timeouts, resolve_target
-from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
-from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS, client_problems
+from loadgen.client.endpoint import Timeouts
+from loadgen.commands.options import (
+    SEED_OPTIONS,
+    TARGET_OPTIONS,
+    SeedArgs,
+    TargetArgs,
+    run_options,
+    usable,
+)
+from loadgen.engine.seeds import RunSeed
+from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS
 
 
 @click.command("request")
-@click.option("--base-url", help="Server root, with or without /v1 (or OPENAI_BASE_URL).")
-@click.option("--api-key", help="Bearer key (or OPENAI_API_KEY).")
-@click.option("--model", help="Model id; default: the first one /v1/models lists.")
+@TARGET_OPTIONS
 @click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
 @click.option(
     "--prompt-tokens", type=click.IntRange(1, MAX_PROMPT_TOKENS), default=100, show_default=True
@@ -31,18 +37,7 @@ from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS, client_probl
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
 @click.option("--first-byte-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0)
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0)
-@click.option(
-    "--seed",
-    type=SEED_TYPE,
-    default=None,
-    help="Seed of the prompt salts (default: fresh per invocation, so no stream hits the "
-    "cache an earlier one left; recorded in run.json).",
-)
-@click.option(
-    "--replay",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Reuse the seed (so the salts) a run recorded in RUN_DIR/run.json.",
-)
+@SEED_OPTIONS
 @click.option(
     "--workers",
     type=click.IntRange(1),
@@ -72,16 +67,12 @@ from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS, client_probl
     is_flag=True,
     help="Print a row per stream (default: the summary, and rows only for failed streams).",
 )
-def request_cmd(**opts: Any) -> None:
+def request_cmd(target: TargetArgs, seed: SeedArgs, **opts: Any) -> None:
     """Fire COUNT streams at CONCURRENCY and print TTFT, decode-only tok/s, tokens and chunks."""
-    try:
-        base_url, api_key = resolve_target(opts["base_url"], opts["api_key"])
-        seed = resolve_run_seed(opts["seed"], opts["replay"])
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    problems = client_problems(opts["workers"], opts["ray_address"])
-    if problems:
-        raise click.UsageError("; ".join(problems))
+    # A launched server or the built-in sim is `loadgen run`'s: request loads a server by URL.
+    run = usable(run_options(target, seed=seed, needs_url=True, workers=opts["workers"],
+                             ray_address=opts["ray_address"]))  # fmt: skip
+    assert run.base_url is not None and run.run_seed is not None and run.seed_source is not None
     # Imported here, past every usage error: the run's modules are most of the command's start.
     from loadgen.engine.request_run import RequestArgs, run_request
 
@@ -91,9 +82,10 @@ def request_cmd(**opts: Any) -> None:
         total_s=opts["total_timeout"],
     )
     run_request(RequestArgs(
-        base_url=base_url, api_key=api_key, model=opts["model"], api=opts["api"],
+        base_url=run.base_url, api_key=run.api_key, model=run.model, api=opts["api"],
         prompt_tokens=opts["prompt_tokens"], max_tokens=opts["max_tokens"],
         count=opts["count"], concurrency=opts["concurrency"], out=opts["out"],
-        ignore_eos=opts["ignore_eos"], timeouts=timeouts, seed=seed, workers=opts["workers"],
+        ignore_eos=opts["ignore_eos"], timeouts=timeouts, workers=opts["workers"],
+        seed=RunSeed(run.run_seed, run.seed_source),
         ray_address=opts["ray_address"], strict=opts["strict"], per_stream=opts["per_stream"],
     ))  # fmt: skip

@@ -1,0 +1,542 @@
+"""The options the run-like commands share (run, soak, capacity, calibrate, fidelity, request,
+probe-cache), each group declared once and handed to the command as one typed value, and
+`run_options`, the one place they become `RunOptions`: what a run talks to (a URL, a launched
+server or the virtual clock), its seed, where it writes. A usage mistake is caught there,
+before anything is loaded or sent, and every one found is said at once (exit 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import click
+
+from loadgen.client.endpoint import resolve_target
+from loadgen.clock import ClockName
+from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
+from loadgen.scenario.limits import client_problems, size_problems
+from loadgen.scenario.load_axis import LoadAxis, load_problem, load_sweep, parse_load_values
+from loadgen.scenario.model import Scenario
+from loadgen.server.kinds import SERVER_KINDS
+from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
+from loadgen.sim.profile_file import ProfileFileError, load_profile_file
+
+if TYPE_CHECKING:
+    # Imported where used: they bring aiohttp, and `loadgen request --help` needs neither.
+    from loadgen.engine.options import RunOptions
+    from loadgen.server.spec import ServerSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """Several click options as one decorator, applied in the order written."""
+
+    def apply(f: F) -> F:
+        for decorator in reversed(decorators):
+            f = decorator(f)
+        return f
+
+    return apply
+
+
+def option_group(
+    name: str, build: Callable[..., Any], *options: Callable[[F], F]
+) -> Callable[[F], F]:
+    """`options` as one decorator whose values reach the command as one argument,
+    `name=build(**values)` (values by the options' parameter names)."""
+
+    def apply(command: F) -> F:
+        names: list[str] = []
+
+        @functools.wraps(command)
+        def packed(*args: Any, **kwargs: Any) -> Any:
+            values = {n: kwargs.pop(n) for n in names}
+            return command(*args, **{name: build(**values)}, **kwargs)
+
+        f: Any = packed
+        before = len(getattr(f, "__click_params__", []))
+        f = _options(*options)(f)
+        names += [p.name for p in f.__click_params__[before:]]
+        return cast(F, f)
+
+    return apply
+
+
+class Problems(click.UsageError):
+    """Every usage mistake the options hold, one `Error:` line each (exit 2)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+    def format_message(self) -> str:
+        return "\nError: ".join(self.problems)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetArgs:
+    """What to load: a server by URL (None: the built-in sim, or --server's), its key, the model."""
+
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = None
+
+
+TARGET_OPTIONS = option_group(
+    "target",
+    TargetArgs,
+    click.option(
+        "--base-url",
+        envvar="OPENAI_BASE_URL",
+        default=None,
+        help="Server to load, with or without /v1 (a run without it boots the built-in sim). "
+        "Env: OPENAI_BASE_URL.",
+    ),
+    click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="Env: OPENAI_API_KEY."),
+    click.option("--model", default=None, help="Model name (default: the server's first)."),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FactsArgs:
+    """What a server loadgen did not launch cannot report of itself, as the user wrote it."""
+
+    server_facts: tuple[str, ...] = ()
+    server_flags: tuple[str, ...] = ()
+
+
+FACTS_OPTIONS = option_group(
+    "facts",
+    FactsArgs,
+    click.option(
+        "--server-facts",
+        "server_facts",
+        multiple=True,
+        metavar="KEY=N[,KEY=N]",
+        help="Known limits of an external server, e.g. max_num_seqs=4,max_num_batched_tokens="
+        "512 (verdicts label them 'user').",
+    ),
+    click.option(
+        "--server-flags",
+        "server_flags",
+        multiple=True,
+        metavar="FLAGS",
+        help="The flags an external server was launched with, recorded in run.json and reports.",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryArgs:
+    telemetry_url: str | None = None
+    no_telemetry: bool = False
+
+
+TELEMETRY_OPTIONS = option_group(
+    "telemetry",
+    TelemetryArgs,
+    click.option(
+        "--telemetry",
+        "telemetry_url",
+        default=None,
+        metavar="URL",
+        help="A DCGM exporter's /metrics to sample GPU power, energy and clocks from (a remote "
+        "server); without it NVML is sampled where the server is on this host.",
+    ),
+    click.option(
+        "--no-telemetry", is_flag=True, help="Do not sample this host's GPUs through NVML."
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputArgs:
+    out_root: Path = Path("runs")
+    progress: bool = True
+
+
+def output_options(progress: bool) -> Callable[[F], F]:
+    """--out and --progress; `progress`: whether the live view is on by default (off for the
+    commands whose lines on stderr are their progress)."""
+    return option_group(
+        "output",
+        OutputArgs,
+        click.option(
+            "--out",
+            "out_root",
+            type=click.Path(path_type=Path),
+            default=Path("runs"),
+            show_default=True,
+            help="Folder that receives the run directory.",
+        ),
+        click.option("--progress/--no-progress", default=progress, show_default=True),
+    )
+
+
+SET_OPTION = click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario field, e.g. --set groups.minnows.count=7.",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SeedArgs:
+    run_seed: int | None = None
+    replay: Path | None = None
+
+
+SEED_OPTIONS = option_group(
+    "seed",
+    SeedArgs,
+    click.option(
+        "--seed",
+        "run_seed",
+        type=SEED_TYPE,
+        default=None,
+        help="Run seed for salts (default: a fresh one per run; recorded in run.json).",
+    ),
+    click.option(
+        "--replay",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Reuse the run seed (so the salts) a run recorded in RUN_DIR/run.json.",
+    ),
+)
+
+
+def parse_clock(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> ClockName | None:
+    """`--clock`'s word as the type every stage carries (None: not given, run_options picks)."""
+    return None if value is None else ClockName(value)
+
+
+# ClockName's values, not the enum: click would offer its member names (WALL).
+CLOCK_CHOICE = click.Choice([c.value for c in ClockName])
+CLOCK_OPTION = click.option(
+    "--clock",
+    type=CLOCK_CHOICE,
+    callback=parse_clock,
+    default=None,
+    help="virtual: the built-in sim's engine on a discrete-event clock, no HTTP (exact, "
+    "repeatable, faster than real time); wall: real time over HTTP (default: wall; a soak of "
+    "the built-in sim: virtual, an hour in seconds).",
+)
+# Requests per load value, for a load sweep's arms and a capacity search's probes alike.
+REQUESTS_OPTION = click.option(
+    "--requests",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Requests per load value (default: the arrival's count, else at least 32, 4 per "
+    "seat or 10 s of arrivals).",
+)
+
+
+# A load sweep from the command line, as `vllm bench serve` users run one: one arm per value on
+# one server boot (scenario/load_axis.py says what each value sets).
+LOAD_SWEEP_OPTIONS = _options(
+    click.option(
+        "--concurrency",
+        default=None,
+        metavar="N[,N...]",
+        help="One arm per value: a closed loop with N requests in flight.",
+    ),
+    click.option(
+        "--rate",
+        default=None,
+        metavar="R[,R...]",
+        help="One arm per value: Poisson arrivals at R requests/s (inf: all at once).",
+    ),
+    REQUESTS_OPTION,
+)
+SIM_PROFILE_OPTION = click.option(
+    "--sim-profile",
+    "sim_profile",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Run the built-in sim as a calibrated server: a profile file from `loadgen "
+    "calibrate` (its step costs and limits; the scenario's sim: block gives way to it, a "
+    "sweep's flags and --set sim.* do not).",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchArgs:
+    """What the launch options said, before --model is known."""
+
+    kind: str | None = None
+    args: tuple[str, ...] = ()
+    model_path: Path | None = None
+    python: Path | None = None
+    bin: Path | None = None
+    boot_timeout_s: float | None = None
+
+    def spec(self, model: str | None) -> ServerSpec | None:
+        """The server to launch (None: none asked for); see server_spec."""
+        return server_spec(self.kind, self.args, self.model_path, model=model,
+                           python=self.python, bin=self.bin,
+                           boot_timeout_s=self.boot_timeout_s)  # fmt: skip
+
+
+def _launch_args(
+    server_kind: str | None,
+    server_args: tuple[str, ...],
+    model_path: Path | None,
+    server_python: Path | None,
+    server_bin: Path | None,
+    boot_timeout_s: float | None,
+) -> LaunchArgs:
+    return LaunchArgs(server_kind, tuple(server_args), model_path, server_python, server_bin,
+                      boot_timeout_s)  # fmt: skip
+
+
+# --server and how to start it: every command that launches a server.
+LAUNCH_OPTIONS = option_group(
+    "launch",
+    _launch_args,
+    click.option(
+        "--server",
+        "server_kind",
+        type=click.Choice(SERVER_KINDS),
+        default=None,
+        help="Launch this server on a free loopback port (per boot in a sweep).",
+    ),
+    click.option(
+        "--server-arg",
+        "server_args",
+        multiple=True,
+        metavar="ARG",
+        help="A flag for the launched server, repeatable: --server-arg=--max-num-seqs=4.",
+    ),
+    click.option(
+        "--model-path",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Model the launched server serves (or --model NAME: one in the server's cache).",
+    ),
+    click.option(
+        "--server-python",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="The Python that has vLLM or SGLang installed (default: `vllm`/`sglang` on "
+        "PATH, then this environment).",
+    ),
+    click.option(
+        "--server-bin",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="The server's executable (vllm, sglang, llama-server) to launch.",
+    ),
+    click.option(
+        "--boot-timeout",
+        "boot_timeout_s",
+        type=click.FloatRange(min=1),
+        default=None,
+        help="Seconds a launched server may take to serve (default per kind and build: vLLM "
+        "CPU 240, GPU 900; SGLang 900; llama.cpp 60).",
+    ),
+)
+
+
+def run_options(
+    target: TargetArgs,
+    output: OutputArgs = OutputArgs(),
+    seed: SeedArgs = SeedArgs(),
+    *,
+    clock: ClockName | None = None,
+    sim_clock: ClockName = ClockName.WALL,
+    launch: LaunchArgs = LaunchArgs(),
+    facts: FactsArgs = FactsArgs(),
+    telemetry: TelemetryArgs = TelemetryArgs(),
+    sim_profile: Path | None = None,
+    needs_url: bool = False,
+    **fields: Any,
+) -> RunOptions | list[str]:
+    """The options of a run, or every usage mistake in them, one line each. `clock`: --clock
+    (None: wall, or `sim_clock` when the target is the built-in sim); `fields`: the
+    command's own RunOptions fields (workers, slo, ...); `needs_url`: no built-in sim to
+    fall back on, so a URL is required unless a server is launched."""
+    from loadgen.engine.options import RunOptions
+
+    problems: list[str] = []
+    try:
+        server = launch.spec(target.model)
+    except click.UsageError as exc:
+        server, problems = None, [exc.message]
+    base_url = target.base_url
+    clock = clock or (ClockName.WALL if base_url or server else sim_clock)
+    problems += target_problems(clock, base_url, telemetry.telemetry_url, server)
+    parsed, facts_problems = _external_server(facts, base_url)
+    problems += facts_problems
+    if sim_profile is not None and (base_url or (server is not None and server.kind != "sim")):
+        problems.append(
+            "--sim-profile configures the built-in sim: drop --base-url / --server KIND (or "
+            "compare the two with `loadgen fidelity`)"
+        )
+    problems += _client_problems(clock, fields.get("workers"), fields.get("ray_address"))
+    api_key = target.api_key
+    if base_url is not None or (needs_url and server is None):
+        try:
+            base_url, api_key = resolve_target(base_url, api_key)
+        except ValueError as exc:
+            problems.append(str(exc))
+    try:
+        run_seed = resolve_run_seed(seed.run_seed, seed.replay)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if problems:
+        return problems
+    server_facts, server_flags = parsed
+    return RunOptions(
+        base_url=base_url, api_key=api_key, model=target.model, out_root=output.out_root,
+        run_seed=run_seed.value, progress=output.progress, clock=clock,
+        seed_source=run_seed.source, server=server, server_facts=server_facts or None,
+        server_facts_sources=dict.fromkeys(server_facts, USER_SOURCE) or None,
+        server_flags=server_flags, telemetry_url=telemetry.telemetry_url,
+        telemetry=not telemetry.no_telemetry, **fields,
+    )  # fmt: skip
+
+
+def usable(built: RunOptions | list[str]) -> RunOptions:
+    """run_options' answer, or exit 2 with every problem it found."""
+    if isinstance(built, list):
+        raise Problems(built)
+    return built
+
+
+def target_problems(
+    clock: ClockName, base_url: str | None, telemetry_url: str | None, server: ServerSpec | None
+) -> list[str]:
+    """What a run talks to is named once: a URL, a launched server or the virtual clock."""
+    problems = []
+    if clock == ClockName.VIRTUAL and base_url:
+        problems.append(
+            "--clock virtual runs the built-in sim without HTTP; drop --base-url (or "
+            "OPENAI_BASE_URL) or use --clock wall"
+        )
+    if clock == ClockName.VIRTUAL and telemetry_url:
+        problems.append("--clock virtual runs no real GPU: drop --telemetry")
+    if server is not None and base_url:
+        problems.append("give --base-url or --server, not both")
+    if server is not None and clock == ClockName.VIRTUAL:
+        problems.append("--clock virtual runs the built-in sim's engine; drop --server")
+    return problems
+
+
+def _external_server(
+    facts: FactsArgs, base_url: str | None
+) -> tuple[tuple[dict[str, int], tuple[str, ...]], list[str]]:
+    """--server-facts and --server-flags, parsed, and what is wrong with them."""
+    try:
+        parsed = parse_server_facts(facts.server_facts), parse_server_flags(facts.server_flags)
+    except ValueError as exc:
+        return ({}, ()), [str(exc)]
+    if (parsed[0] or parsed[1]) and not base_url:
+        return ({}, ()), [
+            "--server-facts/--server-flags describe an external server: pass --base-url too"
+            " (the built-in sim reports its own)"
+        ]
+    return (parsed[0], tuple(parsed[1])), []
+
+
+def _client_problems(clock: ClockName, workers: int | None, ray_address: str | None) -> list[str]:
+    """--workers and --ray: who sends, checked before any worker starts."""
+    problems = []
+    if clock == ClockName.VIRTUAL and workers not in (None, 1):
+        problems.append("--clock virtual has no client to spread: drop --workers")
+    problems += client_problems(workers, ray_address)
+    if ray_address and clock == ClockName.VIRTUAL:
+        problems.append("--clock virtual has no client to spread: drop --ray")
+    return problems
+
+
+def server_spec(
+    kind: str | None,
+    args: tuple[str, ...],
+    model_path: Path | None,
+    *,
+    model: str | None = None,
+    python: Path | None = None,
+    bin: Path | None = None,
+    boot_timeout_s: float | None = None,
+) -> ServerSpec | None:
+    """The server --server names. `model` (--model): the model to serve by name when no
+    --model-path is given, else the name the server lists it under."""
+    if kind is None:
+        if args or model_path or python or bin or boot_timeout_s:
+            raise click.UsageError(
+                "--server-arg, --model-path, --server-python, --server-bin and --boot-timeout "
+                "need --server KIND"
+            )
+        return None
+    name = model if model_path is not None else None
+    by_name = model if model_path is None else None
+    from loadgen.server.spec import ServerSpec
+
+    return ServerSpec(
+        kind, tuple(args), model_path, served_name=name, model_name=by_name, python=python,
+        bin=bin, boot_timeout_s=boot_timeout_s,
+    )  # fmt: skip
+
+
+def with_sim_profile(
+    sim_profile: Path | None,
+    overrides: tuple[str, ...],
+) -> tuple[str, ...]:
+    """`overrides` with the profile's settings put first: --set sim.profile=FILE and one --set
+    per fact, so the user's own --set, applied after them, still wins."""
+    if sim_profile is None:
+        return overrides
+    path = sim_profile.resolve()
+    try:
+        profile = load_profile_file(path)
+    except ProfileFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    sets = [f"sim.profile={json.dumps(str(path))}"]
+    sets += [f"sim.{name}={json.dumps(value)}" for name, value in profile.facts.items()]
+    return (*sets, *overrides)
+
+
+def with_load_sweep(
+    loaded: Scenario, concurrency: str | None, rate: str | None, requests: int | None
+) -> Scenario:
+    """The scenario with one arm per `--concurrency` or `--rate` value (itself without them)."""
+    if concurrency is not None and rate is not None:
+        raise click.UsageError("give --concurrency or --rate, not both")
+    if concurrency is None and rate is None:
+        if requests is not None:
+            raise click.UsageError("--requests sizes the arms of --concurrency or --rate")
+        return loaded
+    over, text = ("concurrency", concurrency) if concurrency is not None else ("rate", rate)
+    assert text is not None
+    try:
+        values = parse_load_values(text, over)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    axis = LoadAxis(over, requests=requests)
+    problem = load_problem(loaded, axis)
+    if problem:
+        raise click.ClickException(problem)
+    sweep = load_sweep(loaded, axis, values)
+    problems = size_problems([arm.scenario for arm in sweep.arms])
+    if problems:
+        raise click.ClickException(f"{loaded.source or loaded.name}: {problems[0]}")
+    return dataclasses.replace(loaded, sweep=sweep)
+
+
+def workers_value(value: str) -> int | None:
+    """`--workers`: a count of at least 1, or None for `auto`."""
+    if value == "auto":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise click.BadParameter(f"{value!r}: give a whole number of at least 1, or auto")
+    return int(value)
