@@ -14,7 +14,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.engine.progress import LiveView
+from loadgen.engine.progress import LiveView, live_table
 from loadgen.records import StreamRecord
 from loadgen.scenario.plan import ArmPlan, PlannedSession
 
@@ -98,8 +98,4 @@ class VirtualProgress(LiveView):
         )
 
     def _render(self) -> Table:
-        table = Table(title=self._title)
-        for col in COLUMNS:
-            table.add_column(col, justify="right")
-        table.add_row(*self.row())
-        return table
+        return live_table(self._title, COLUMNS, self.row())
