@@ -9,14 +9,8 @@ from pathlib import Path
 
 import click
 
-from loadgen.analysis.capacity import (
-    DEFAULT_ATTAIN,
-    DEFAULT_MAX_PROBES,
-    DEFAULT_REL_TOL,
-    DEFAULT_REPEATS,
-    Search,
-    parse_capacity_slo,
-)
+from loadgen.analysis.capacity import DEFAULT_MAX_PROBES, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
+from loadgen.analysis.slo import DEFAULT_ATTAIN
 from loadgen.engine.capacity import search_capacity
 from loadgen.engine.cli_options import (
     CLOCK_OPTION,
@@ -26,8 +20,10 @@ from loadgen.engine.cli_options import (
     TARGET_OPTIONS,
     LaunchArgs,
     check_target,
+    parsed_slo,
     resolved_target,
     server_options,
+    slo_option,
     with_sim_profile,
 )
 from loadgen.engine.cmd import execute_work
@@ -44,13 +40,8 @@ DEFAULT_MAX_TIME_S = 3600.0
 
 @click.command("capacity")
 @click.argument("scenario")
-@click.option(
-    "--slo",
-    required=True,
-    metavar="ttft_p90=S,tpot_p90=MS,e2e_p99=S",
-    help="What each load must meet: metric_pNN=limit (TTFT, E2E in s; TPOT in ms); a bare "
-    "metric=limit takes --attain as its share.",
-)
+@slo_option("What each load must meet (a bare metric=limit takes --attain as its share)",
+            required=True)  # fmt: skip
 @click.option("--over", type=click.Choice(["concurrency", "rate"]), required=True)
 @click.option(
     "--group",
@@ -124,10 +115,7 @@ def capacity_cmd(
     """Search the largest load of SCENARIO that meets --slo, and name what binds beyond it."""
     from loadgen.report.cmd import write_capacity_report
 
-    try:
-        items = parse_capacity_slo(slo, attain)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    items = parsed_slo(slo, attain)
     lo, hi = _range(over, lo, hi)
     server = launch.spec(model)
     check_target(clock, base_url, telemetry_url, server)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from loadgen.analysis.slo import DEFAULT_ATTAIN, SLO_HELP, SloItem, parse_slo
 from loadgen.client.endpoint import resolve_target
 from loadgen.engine.backends import CLOCKS
 from loadgen.scenario.limits import size_problems
@@ -284,6 +285,21 @@ def with_sim_profile(
     sets = [f"sim.profile={json.dumps(str(path))}"]
     sets += [f"sim.{name}={json.dumps(value)}" for name, value in profile.facts.items()]
     return (*sets, *overrides)
+
+
+def slo_option(purpose: str, *, required: bool = False) -> Any:
+    """`--slo` in the one grammar every command takes (analysis/slo.py), units in its help."""
+    return click.option("--slo", required=required, default=None,
+                        metavar="ttft_p90=S,tpot_p90=MS,e2e_p99=S",
+                        help=f"{purpose}: {SLO_HELP}.")  # fmt: skip
+
+
+def parsed_slo(text: str, attain: float = DEFAULT_ATTAIN) -> tuple[SloItem, ...]:
+    """--slo's items; a usage error in one line (the grammar and units) otherwise."""
+    try:
+        return parse_slo(text, attain)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def check_target(

@@ -15,7 +15,6 @@ import click
 import orjson
 import uvloop
 
-from loadgen.analysis.goodput import parse_slo_flag
 from loadgen.analysis.inputs import arm_dirs
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
@@ -32,8 +31,10 @@ from loadgen.engine.cli_options import (
     LaunchArgs,
     check_target,
     external_server,
+    parsed_slo,
     resolved_target,
     server_options,
+    slo_option,
     with_load_sweep,
     with_sim_profile,
     workers_value,
@@ -92,12 +93,7 @@ REPORT_FAILED_EXIT = 5
     default=None,
     help="Cache block size of an external server that does not report it.",
 )
-@click.option(
-    "--slo",
-    default=None,
-    metavar="ttft=S,tpot=MS,e2e=S",
-    help="SLOs for goodput (TTFT, E2E in s; TPOT in ms); override the scenario's slo.",
-)
+@slo_option("SLOs for goodput; each overrides the scenario's slo of its metric")
 @CLOCK_OPTION
 @EXTERNAL_SERVER_OPTIONS
 @server_options
@@ -184,10 +180,7 @@ def run_cmd(
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     loaded = with_load_sweep(loaded, concurrency, rate, requests)
-    try:
-        slos = parse_slo_flag(slo) if slo is not None else None
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+    items = parsed_slo(slo) if slo is not None else ()
     try:
         seed = resolve_run_seed(run_seed, replay)
     except ValueError as exc:
@@ -196,7 +189,8 @@ def run_cmd(
     base_url, api_key = resolved_target(base_url, api_key)
     opts = RunOptions(
         base_url=base_url, api_key=api_key, model=model, out_root=out_root, run_seed=seed.value,
-        progress=progress, block_size=block_size, slo=slos, clock=clock, seed_source=seed.source,
+        progress=progress, block_size=block_size, slo={i.key: i.limit for i in items} or None,
+        slo_shares={i.key: i.share for i in items} or None, clock=clock, seed_source=seed.source,
         server_facts=facts, server_facts_sources=dict.fromkeys(facts, USER_SOURCE),
         server_flags=tuple(flags), server=server, boot_order_seed=boot_order_seed,
         workers=workers, ray_address=ray_address, telemetry_url=telemetry_url,

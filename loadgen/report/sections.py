@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from loadgen.analysis.energy import Energy, read_energy
-from loadgen.analysis.goodput import read_goodput
+from loadgen.analysis.goodput import GroupGoodput, read_goodput
 from loadgen.analysis.needles import read_needles
 from loadgen.analysis.sessions import read_sessions
+from loadgen.analysis.slo import SloItem
 from loadgen.analysis.summary_types import read_groups
 from loadgen.needle import RECALL_CAVEAT
 from loadgen.report.tables import DASH, Table, count, num, rate, secs, triple
@@ -58,28 +59,40 @@ def sessions_table(summary: dict[str, Any]) -> Table | None:
 
 
 def goodput_table(summary: dict[str, Any]) -> Table | None:
-    """Per group: requests meeting every SLO, goodput beside throughput (requests/s)."""
+    """Per group: requests meeting every SLO, goodput beside throughput (requests/s), and the
+    share within each SLO against its pNN."""
     g = read_goodput(summary)
     if g is None:
         return None
+    items = g.items
     rows = tuple(
         (
             group, f"{v.good}/{v.n}",
             DASH if v.attainment is None else f"{100 * v.attainment:.1f}",
             num(v.goodput_req_s, 3), num(v.throughput_req_s, 3), secs(v.span_s),
+            "; ".join(_item_met(v, i) for i in items),
         )
         for group, v in g.groups.items()
     )  # fmt: skip
+    slo = ", ".join(f"{i.name} <= {i.limit:g} {i.unit}" for i in items)
     return Table(
         "Goodput (requests meeting every SLO)",
-        ("group", "good/n", "SLO met %", "goodput req/s", "throughput req/s", "span s"),
+        ("group", "good/n", "SLO met %", "goodput req/s", "throughput req/s", "span s",
+         "within each SLO %"),
         rows,
         (
-            f"SLO: {slo_text(g.slo)}; TTFT and E2E from the actual send, TPOT = decode "
-            "window / decode tokens; per group span: first intended send -> last end (vLLM's "
-            "goodput)",
+            f"SLO: {slo}; pNN: the share of a group's streams that must be within it; TTFT and "
+            "E2E from the actual send, TPOT = decode window / decode tokens; per group span: "
+            "first intended send -> last end (vLLM's goodput)",
         ),
-    )
+        left=frozenset({0, 6}),
+    )  # fmt: skip
+
+
+def _item_met(v: GroupGoodput, item: SloItem) -> str:
+    """`ttft_p90 95.0 yes`: the group's share within one SLO and whether it reaches its pNN."""
+    share = v.within.get(item.key, 0) / v.n if v.n else 0.0
+    return f"{item.name} {100 * share:.1f} {'yes' if v.holds(item.key, item.share) else 'NO'}"
 
 
 def slo_text(slo: Mapping[str, float]) -> str:
