@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cli_support import assert_one_line_error, loadgen
 
-from loadgen.analysis.goodput import parse_slo_flag
+from loadgen.analysis.slo import SloItem, parse_slo
 from loadgen.scenario.limits import (
     MAX_ARMS,
     MAX_PROMPT_TOKENS,
@@ -173,22 +173,23 @@ def test_run_refuses_unbounded_flags_in_one_line(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("ttft=nan", "--slo 'ttft=nan': ttft must be > 0 and <= 604800"),
-        ("ttft=inf", "--slo 'ttft=inf': ttft must be > 0 and <= 604800"),
-        ("e2e=1e999", "--slo 'e2e=1e999': e2e must be > 0 and <= 604800"),
+        ("ttft=nan", "--slo 'ttft=nan': ttft must be > 0 and <= 604800 s"),
+        ("ttft=inf", "--slo 'ttft=inf': ttft must be > 0 and <= 604800 s"),
+        ("e2e=1e999", "--slo 'e2e=1e999': e2e must be > 0 and <= 604800 s"),
+        ("tpot_p99=1e999", "--slo 'tpot_p99=1e999': tpot_p99 must be > 0 and <= 604800000 ms"),
         ("ttft=1,ttft=2", "--slo 'ttft=1,ttft=2': ttft given twice (expected each once)"),
     ],
 )
 def test_slo_flags_must_be_finite_and_given_once(text: str, message: str) -> None:
     with pytest.raises(ValueError) as info:
-        parse_slo_flag(text)
+        parse_slo(text)
     assert str(info.value) == message
 
 
 def test_finite_slos_pass() -> None:
-    assert parse_slo_flag("ttft=2,tpot=50,e2e=604800") == {
-        "ttft_s": 2.0, "tpot_ms": 50.0, "e2e_s": 604800.0,
-    }  # fmt: skip
+    assert parse_slo("ttft=2,tpot=50,e2e=604800") == (
+        SloItem("ttft", 2.0, 0.9), SloItem("tpot", 50.0, 0.9), SloItem("e2e", 604800.0, 0.9),
+    )  # fmt: skip
 
 
 def test_a_bad_limit_variable_is_one_line_not_an_import_crash() -> None:

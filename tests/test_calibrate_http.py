@@ -1,7 +1,7 @@
 """Ground truth for the calibration: `loadgen calibrate` against the built-in sim over HTTP (on
 the wall clock, `loadgen sim` with the `default` card, launched by loadgen), then whale_c4,
-ladder and politeness run both ways by `loadgen fidelity`: on that same wall-clock sim and on
-the virtual clock with the fitted profile. The fit must recover a known model: every TTFT
+ladder and politeness run both ways by `loadgen fidelity --server sim`: on that same wall-clock
+sim and on the virtual clock with the fitted profile. The fit must recover a known model: every TTFT
 median, decode-only rate median and wall within 5%, and the same verdicts.
 
 Wall-clock, so it runs beside nothing else: one core for the sim, one for the client (about
@@ -54,7 +54,8 @@ def test_the_fitted_virtual_clock_reproduces_the_wall_clock_sim(
     fitted: Path, scenario: str, tmp_path: Path
 ) -> None:
     proc = loadgen("fidelity", ROOT / "scenarios" / f"{scenario}.yaml", "--sim-profile", fitted,
-                   "--out", tmp_path, "--seed", "7", "--tolerance", "5", timeout_s=600)  # fmt: skip
+                   "--server", "sim", "--out", tmp_path, "--seed", "7", "--tolerance", "5",
+                   timeout_s=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     [root] = list(tmp_path.iterdir())
     table = orjson.loads((root / "fidelity.json").read_bytes())

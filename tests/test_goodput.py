@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from loadgen.analysis.goodput import Goodput, GroupGoodput, goodput, parse_slo_flag
+from loadgen.analysis.goodput import Goodput, GroupGoodput, goodput
+from loadgen.analysis.slo import SloItem, parse_slo
 from loadgen.analysis.streams import stream_metrics
 from loadgen.cli import main
 from loadgen.records import StreamError, StreamRecord
@@ -61,10 +62,31 @@ def test_a_group_with_no_span_has_no_rates() -> None:
 
 
 def test_slo_flag_parses_and_refuses_in_one_line() -> None:
-    assert parse_slo_flag("ttft=2,tpot=50") == {"ttft_s": 2.0, "tpot_ms": 50.0}
-    assert parse_slo_flag("e2e=10") == {"e2e_s": 10.0}
-    with pytest.raises(ValueError, match=r"bad item 'ttfb=2' \(expected ttft=S"):
-        parse_slo_flag("ttfb=2")
+    assert parse_slo("ttft=2,tpot_p99=50") == (
+        SloItem("ttft", 2.0, 0.9),
+        SloItem("tpot", 50.0, 0.99),
+    )
+    assert [i.key for i in parse_slo("e2e=10,tpot=5,ttft=1")] == ["e2e_s", "tpot_ms", "ttft_s"]
+    with pytest.raises(ValueError) as err:
+        parse_slo("ttfb=2")
+    assert str(err.value) == (
+        "--slo 'ttfb=2': bad item 'ttfb=2' (expected metric_pNN=limit, comma-separated: ttft "
+        "and e2e in s, tpot in ms; pNN is the share of streams that must be within the limit (a "
+        "bare metric=limit: p90))"
+    )
+
+
+def test_each_slo_is_counted_alone_against_its_share() -> None:
+    records = [rec("a", 0, 500, 20), rec("b", 1000, 2500, 20), rec("c", 2000, 100, 60)]
+    rows = {r.id: stream_metrics(r) for r in records}
+    out = goodput(records, rows, {"ttft_s": 2.0, "tpot_ms": 50.0}, {"ttft_s": 0.6})
+    assert out is not None
+    g = out.groups["g"]
+    assert g.within == {"ttft_s": 2, "tpot_ms": 2}  # b misses TTFT, c misses TPOT
+    assert out.shares == {"ttft_s": 0.6, "tpot_ms": 0.9}  # tpot without a pNN: p90
+    assert g.holds("ttft_s", 0.6) and not g.holds("tpot_ms", 0.9)
+    assert [i.name for i in out.items] == ["ttft_p60", "tpot_p90"]
+    assert Goodput.from_json(out.to_json()) == out
 
 
 def test_loadgen_run_with_slo_prints_goodput(tmp_path: Path) -> None:
@@ -75,7 +97,7 @@ def test_loadgen_run_with_slo_prints_goodput(tmp_path: Path) -> None:
             "run",
             "smoke",
             "--slo",
-            "ttft=30,tpot=1000",
+            "ttft_p90=30,tpot=1000",
             "--out",
             str(tmp_path),
             "--no-progress",
@@ -89,14 +111,31 @@ def test_loadgen_run_with_slo_prints_goodput(tmp_path: Path) -> None:
     assert "Goodput (requests meeting every SLO)" in result.output
     (run_dir,) = tmp_path.iterdir()
     report = (run_dir / "report.txt").read_text()
-    assert "SLO: tpot_ms <= 1000, ttft_s <= 30" in report
+    notes = " ".join(report.split())
+    assert "SLO: tpot_p90 <= 1000 ms, ttft_p90 <= 30 s;" in notes
     # smoke: 1 long and 3 short streams, all well inside these generous SLOs on the tiny sim.
     table = report.split("Goodput")[1].splitlines()
     assert table[3].split()[:3] == ["long", "1/1", "100.0"]
     assert table[4].split()[:3] == ["short", "3/3", "100.0"]
+    assert table[3].endswith("tpot_p90 100.0 yes; ttft_p90 100.0 yes")
     bad = runner.invoke(main, ["run", "smoke", "--slo", "ttft=x", "--out", str(tmp_path)])
     assert bad.exit_code != 0 and "'x' is not a number" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_run_and_capacity_take_one_slo_grammar_and_say_its_units() -> None:
+    # `run --slo ttft_p90=1` was a "bad item" while `capacity --slo ttft_p90=1` worked.
+    runner = CliRunner()
+    for cmd in (["run", "smoke"], ["capacity", "smoke", "--over", "concurrency"]):
+        bad = runner.invoke(main, [*cmd, "--slo", "ttft_p90=1,itl=2", "--clock", "virtual"])
+        assert bad.exit_code == 2, bad.output
+        assert bad.output.strip().splitlines()[-1] == (
+            "Error: --slo 'ttft_p90=1,itl=2': bad item 'itl=2' (expected metric_pNN=limit, "
+            "comma-separated: ttft and e2e in s, tpot in ms; pNN is the share of streams that "
+            "must be within the limit (a bare metric=limit: p90))"
+        )
+        shown = " ".join(runner.invoke(main, [*cmd[:1], "--help"]).output.split())
+        assert "ttft and e2e in s, tpot in ms" in shown, cmd
 
 
 def test_scenario_slo_is_validated_with_file_and_line(tmp_path: Path) -> None:

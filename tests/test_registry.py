@@ -8,12 +8,13 @@ import pytest
 from run_fixtures import manifest, stream, ticks
 
 from loadgen.analysis import registry, streams
-from loadgen.analysis.capacity import METRICS as CAPACITY_METRICS
 from loadgen.analysis.fidelity import fidelity_table
-from loadgen.analysis.goodput import SLO_FIELDS, parse_slo_flag
+from loadgen.analysis.goodput import SLO_FIELDS
 from loadgen.analysis.hist import HIST_METRICS, build_histograms
 from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.registry import GAP_METRICS, STREAM_METRICS, Metric, metric, names_where
+from loadgen.analysis.slo import METRICS as CAPACITY_METRICS
+from loadgen.analysis.slo import parse_slo
 from loadgen.analysis.streams import stream_metrics
 from loadgen.analysis.summary import analyze
 from loadgen.report.html import STREAM_COLUMNS
@@ -73,8 +74,9 @@ def test_slo_fields_come_from_the_registry_and_match_the_scenario_schema():
                           "tpot_ms": ("tpot_s", 1e-3)}  # fmt: skip
     assert CAPACITY_METRICS == {"ttft": ("ttft_s", 1.0, "s"), "e2e": ("e2e_s", 1.0, "s"),
                                 "tpot": ("tpot_s", 1e-3, "ms")}  # fmt: skip
-    assert parse_slo_flag("ttft=2,tpot=50,e2e=9") == {"ttft_s": 2.0, "tpot_ms": 50.0,
-                                                      "e2e_s": 9.0}  # fmt: skip
+    assert {i.key: i.limit for i in parse_slo("ttft=2,tpot=50,e2e=9")} == {
+        "ttft_s": 2.0, "tpot_ms": 50.0, "e2e_s": 9.0,
+    }  # fmt: skip
     # The scenario layer sits below analysis and names the keys itself: held to the registry.
     assert set(schema_blocks.SLO_KEYS) == set(SLO_FIELDS)
 

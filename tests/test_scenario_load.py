@@ -369,8 +369,19 @@ MALFORMED = [
         BASE + "arrival: {trace: {path: missing.jsonl}}\n",
         (),
         [
+            # Checked as a trace's groups though the file is missing: these stand either way.
+            "s.yaml:6: groups.a.prompt.tokens: set by each trace row "
+            "(expected no value here: remove it)",
+            "s.yaml:7: groups.a.max_tokens: set by each trace row "
+            "(expected no value here: remove it)",
+            "s.yaml:10: groups.b.prompt.tokens: set by each trace row "
+            "(expected no value here: remove it)",
+            "s.yaml:10: groups.b.prompt.cache: got 'shared' under a trace arrival (expected "
+            "salted: trace rows vary in size)",
+            "s.yaml:11: groups.b.max_tokens: set by each trace row "
+            "(expected no value here: remove it)",
             "s.yaml:12: arrival.trace.path: got 'missing.jsonl': no such file "
-            "{tmp}/missing.jsonl (expected a trace file, relative to the scenario)"
+            "{tmp}/missing.jsonl (expected a trace file, relative to the scenario)",
         ],
         id="missing-trace",
     ),
@@ -543,10 +554,36 @@ def test_trace_rows_fix_sizes_so_groups_may_not(tmp_path: Path) -> None:
         "remove it)",
         "s.yaml:5: groups.a.prompt.cache: got 'shared' under a trace arrival (expected salted: "
         "trace rows vary in size)",
-        "s.yaml:6: groups.a.max_tokens: set by each trace row (expected no value here: remove it)",
+        "s.yaml:6: groups.a.max_tokens: set by each trace row "
+            "(expected no value here: remove it)",
         "s.yaml:8: warmup: needs tokens and max_tokens under a trace arrival (expected {count, "
         "tokens, max_tokens})",
     ]  # fmt: skip
+
+
+def test_an_unreadable_trace_is_its_only_error(tmp_path: Path) -> None:
+    # The groups are checked as a trace's groups still: a trace sizes them, so a bad file is
+    # one problem, not three (max_tokens, count and prompt.tokens "missing" came with it).
+    (tmp_path / "bad.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nbad,x,y\n")
+    text = """\
+        name: t
+        seed: 1
+        groups:
+          - name: a
+            prompt: {shape: code}
+        arrival: {trace: {path: bad.csv, format: azure}}
+        """
+    assert errors_of(tmp_path, text) == [
+        f"s.yaml:6: arrival.trace.path: unreadable trace: {tmp_path / 'bad.csv'}:2: bad azure "
+        "row (time data 'bad' does not match format '%Y-%m-%d %H:%M:%S') (expected a azure "
+        "trace)",
+    ]
+    # A trace arrival still refuses what a trace sets, readable file or not.
+    text = text.replace("{shape: code}", "{shape: code, tokens: 64}")
+    assert errors_of(tmp_path, text)[0] == (
+        "s.yaml:5: groups.a.prompt.tokens: set by each trace row (expected no value here: "
+        "remove it)"
+    )
 
 
 def test_validate_command(tmp_path: Path) -> None:

@@ -129,9 +129,13 @@ def test_fidelity_tells_a_right_profile_from_a_wrong_one(
 ) -> None:
     # The launched sim runs smoke on its `tiny` card; the profile copies it, or triples it.
     profile = _profile(tmp_path / "p.yaml", factor=factor)
-    proc = loadgen("fidelity", SMOKE, "--sim-profile", profile, "--out", tmp_path / "f",
-                   "--seed", "3")  # fmt: skip
+    proc = loadgen("fidelity", SMOKE, "--sim-profile", profile, "--server", "sim", "--out",
+                   tmp_path / "f", "--seed", "3")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    # The measured side is named as what it was: the built-in sim, never "the real server".
+    notes = " ".join(proc.stdout.split())
+    assert "measured: the built-in sim (wall clock, over HTTP);" in notes
+    assert "real server" not in notes
     [root] = list((tmp_path / "f").iterdir())
     table = orjson.loads((root / "fidelity.json").read_bytes())
     decode = [r["error"] for r in table["rows"] if r["metric"] == "decode_median_tok_s"]
@@ -157,6 +161,20 @@ def test_fidelity_tells_a_right_profile_from_a_wrong_one(
     assert again.returncode == 0, again.stderr
     assert (root / "fidelity.json").read_bytes() == written
     assert rewrites_identically(root, "report.txt", "report.html", "fidelity.png")
+
+
+def test_fidelity_without_a_server_refuses_in_one_line(tmp_path: Path) -> None:
+    # With nothing named it measured the built-in sim and called it "the real server": an H200
+    # profile then scored 0 of 7 against a sim it was never fitted on.
+    profile = _profile(tmp_path / "p.yaml")
+    result = CliRunner().invoke(main, ["fidelity", str(SMOKE), "--sim-profile", str(profile),
+                                       "--out", str(tmp_path / "f")])  # fmt: skip
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        "Error: fidelity measures a server against the profile's prediction: name it with "
+        "--base-url URL or --server KIND (--server sim measures the built-in sim)"
+    )
+    assert not (tmp_path / "f").exists()
 
 
 def test_a_fidelity_whose_run_did_not_finish_is_one_line_not_a_traceback(tmp_path: Path) -> None:

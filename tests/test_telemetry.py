@@ -109,6 +109,64 @@ def test_energy_counter_is_read_at_the_window_edges_exactly():
     assert Energy.from_json(e.to_json()) == e
 
 
+def test_joules_per_prompt_and_per_total_token_stand_beside_per_output_token():
+    # A prefill-heavy window (whale_c4 on the H200: 85k prompt tokens per 1k output read 4.58
+    # J per output token): 750 J over 1,200 prompt and 50 output tokens, all from usage.
+    streams = [
+        stream("a", chunks=[1.0, 2.0], tokens=[10, 15], prompt=1000, sent=0.5, done=3.0),
+        stream("b", chunks=[1.5], tokens=[25], prompt=200, sent=0.5, done=2.0),
+    ]
+    lines = [line(t, energy_j=1000 + WATTS * t) for t in (0, 1, 2, 3, 4)]
+    e = energy_section(lines, streams, (ns(0.5), ns(3.0)))
+    assert e is not None
+    assert (e.prompt_tokens, e.output_tokens, e.prompt_tokens_missing) == (1200, 50, 0)
+    assert e.j_per_output_token == pytest.approx(15.0, abs=1e-12)
+    assert e.j_per_prompt_token == pytest.approx(0.625, abs=1e-12)
+    assert e.j_per_total_token == pytest.approx(0.6, abs=1e-12)
+    block = e.to_json()
+    assert (block["prompt_tokens"], block["prompt_tokens_missing"]) == (1200, 0)
+    assert block["j_per_prompt_token"] == pytest.approx(0.625, abs=1e-12)
+    assert block["j_per_total_token"] == pytest.approx(0.6, abs=1e-12)
+    assert Energy.from_json(block) == e
+    from loadgen.report.sections import energy_table
+
+    table = energy_table({"energy": block})
+    assert table is not None
+    assert table.columns == ("source", "GPUs", "energy J", "prompt tokens", "output tokens",
+                             "J/prompt tok", "J/output tok", "J/total tok", "mean W",
+                             "peak SM MHz", "throttle reasons")  # fmt: skip
+    assert table.rows == (
+        ("nvml", "1", "750.0", "1200", "50", "0.6250", "15.0000", "0.6000", "300.0", "-",
+         "none"),
+    )  # fmt: skip
+    assert table.notes == (
+        "energy from the energy counter over 2.5 s, all GPUs; output tokens from "
+        "usage_continuous, prompt tokens from the server's usage (prompt_tokens); "
+        "J/total tok: over prompt + output tokens",
+    )
+
+
+def test_a_stream_without_usage_prompt_tokens_leaves_joules_per_prompt_token_unknown():
+    streams = [
+        stream("a", chunks=[1.0], tokens=[20], prompt=1000, done=2.0),
+        stream("b", chunks=[1.0], tokens=[20], prompt=None, done=2.0),
+    ]
+    lines = [line(t, energy_j=WATTS * t) for t in (0, 1, 2)]
+    e = energy_section(lines, streams, (ns(0.0), ns(2.0)))
+    assert e is not None
+    assert (e.prompt_tokens, e.prompt_tokens_missing) == (1000, 1)
+    assert e.j_per_output_token == pytest.approx(15.0)
+    assert e.j_per_prompt_token is None and e.j_per_total_token is None
+    from loadgen.report.sections import energy_table
+
+    table = energy_table({"energy": e.to_json()})
+    assert table is not None
+    assert table.rows[0][3:8] == ("-", "40", "-", "15.0000", "-")
+    assert table.notes[0].endswith(
+        "prompt tokens unknown: 1 of 2 streams had no usage prompt_tokens"
+    )
+
+
 def test_power_is_integrated_where_no_energy_counter_and_the_method_says_so():
     streams = [stream("a", chunks=[1.0], tokens=[20], intended=0.0, sent=0.0, done=2.0)]
     # Power ramps 100 -> 300 W over 2 s: 400 J by trapezoids.
@@ -349,7 +407,8 @@ def test_the_sweep_report_sets_joules_per_token_of_its_arms_side_by_side() -> No
 
     def energy(joules: float, window_s: float, throttle: int) -> dict:
         return Energy("nvml", True, gpus=1, energy_method="energy_counter", window_s=window_s,
-                      energy_j=joules, output_tokens=2000, token_sources=("usage",),
+                      energy_j=joules, output_tokens=2000, prompt_tokens=170_000,
+                      token_sources=("usage",),
                       peak_sm_clock_mhz=1980, throttle_mask=throttle).to_json()  # fmt: skip
 
     arms = {
@@ -360,10 +419,21 @@ def test_the_sweep_report_sets_joules_per_token_of_its_arms_side_by_side() -> No
     order = ["max_num_batched_tokens=512", "max_num_batched_tokens=2048", "cold"]
     table = arms_energy_table(read_sweep({"arms": arms, "arm_order": order}))
     assert table is not None
-    # J/token = 9434 J / 2000 tokens; mean W = 9434 J / 15 s.
+    # J / output token = 9434 J / 2000 tokens, J / total token = 9434 J / (170000 + 2000)
+    # tokens; mean W = 9434 J / 15 s.
+    assert table.columns == ("arm", "J / output token", "J / prompt token", "J / total token",
+                             "energy J", "output tokens", "mean W", "peak SM MHz",
+                             "throttle reasons")  # fmt: skip
     assert table.rows == (
-        ("max_num_batched_tokens=512", "4.717", "9434", "2000", "629", "1980", "none"),
-        ("max_num_batched_tokens=2048", "4.347", "8694", "2000", "621", "1980", "sw_power_cap"),
+        ("max_num_batched_tokens=512", "4.717", "0.05549", "0.05485", "9434", "2000", "629",
+         "1980", "none"),
+        ("max_num_batched_tokens=2048", "4.347", "0.05114", "0.05055", "8694", "2000", "621",
+         "1980", "sw_power_cap"),
+    )  # fmt: skip
+    assert table.notes[0] == (
+        "prompt tokens from the server's usage (prompt_tokens), output tokens from each arm's "
+        "token source; total = prompt + output; lower J / token is better at equal tokens; "
+        "throttling makes arms unequal"
     )
     assert arms_energy_table(read_sweep({"arms": {"cold": sweep_arm()}})) is None
 

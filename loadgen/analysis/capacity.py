@@ -1,9 +1,10 @@
 """Capacity: the largest load whose SLO attainment meets its target, and what binds beyond it.
 
-SLO items are `metric_pNN=limit` (TTFT and E2E in s, TPOT in ms): at least NN% of the judged
-streams must have the metric within the limit; a bare `metric=limit` takes `--attain` as its
-share. A failed stream, or one without the metric (TPOT of a one-token answer), misses every
-item. With nearest-rank percentiles, "attainment >= NN%" is exactly "pNN <= limit".
+SLO items are analysis/slo.py's `metric_pNN=limit` (TTFT and E2E in s, TPOT in ms): at least
+NN% of the judged streams must have the metric within the limit; a bare `metric=limit` takes
+`--attain` as its share. A failed stream, or one without the metric (TPOT of a one-token
+answer), misses every item. With nearest-rank percentiles, "attainment >= NN%" is exactly
+"pNN <= limit".
 
 The search (next_probe, pure, from the history of probes) brackets upwards from `lo` by
 doubling, bisects between the largest passing and the smallest failing load to the axis'
@@ -26,79 +27,21 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from loadgen.analysis.evidence import blamed_prefills, read_evidence
 from loadgen.analysis.inputs import read_manifest
-from loadgen.analysis.registry import slo_metrics
+from loadgen.analysis.slo import METRICS, SloItem
 from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import MEASURE, SCHEMA, Analysis, analyze_run
 from loadgen.codec import from_json, json_field, to_json
-from loadgen.scenario.limits import MAX_SECONDS
 from loadgen.scenario.load_axis import format_load
 
-# Item metric -> (summary stream field, factor from the item's unit to the field's, unit).
-METRICS = {m.stem: (m.name, m.slo_factor, m.slo_unit) for m in slo_metrics().values()}
-DEFAULT_ATTAIN = 0.9
 DEFAULT_REPEATS = 2
 DEFAULT_REL_TOL = 0.1
 DEFAULT_MAX_PROBES = 24
 # Verdicts that name a cause, in the order a tie is broken (a wait before a crawl).
 CAUSES = ("admission_cap", "prefill_hol", "pool_pressure", "rationed_decode", "client_limited")
-
-
-@dataclass(frozen=True, slots=True)
-class SloItem:
-    metric: str  # ttft | tpot | e2e
-    limit: float  # in the metric's unit (s, ms, s)
-    share: float  # the share of streams that must be within it
-    json_derived: ClassVar[tuple[str, ...]] = ("name", "unit")
-
-    @property
-    def name(self) -> str:
-        return f"{self.metric}_p{_pct(self.share)}"
-
-    @property
-    def unit(self) -> str | None:
-        return METRICS[self.metric][2]
-
-
-def _pct(share: float) -> str:
-    return f"{share * 100:g}"
-
-
-def parse_capacity_slo(text: str, attain: float = DEFAULT_ATTAIN) -> tuple[SloItem, ...]:
-    """`ttft_p90=2,tpot_p90=50,e2e_p99=20` (or `ttft=2`, share `attain`) as items; ValueError
-    with a one-line message naming the flag otherwise."""
-    items: list[SloItem] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        metric, _, pct = key.strip().partition("_p")
-        if not sep or metric not in METRICS:
-            raise ValueError(
-                f"--slo {text!r}: bad item {part!r} (expected ttft_pNN=S, tpot_pNN=MS or "
-                "e2e_pNN=S, comma-separated)"
-            )
-        share = attain
-        if pct:
-            try:
-                share = float(pct) / 100
-            except ValueError:
-                raise ValueError(f"--slo {text!r}: {key!r}: pNN must be a number") from None
-            if not 0 < share <= 1:
-                raise ValueError(f"--slo {text!r}: {key!r}: pNN must be in (0, 100]")
-        try:
-            limit = float(value)
-        except ValueError:
-            raise ValueError(f"--slo {text!r}: {value!r} is not a number") from None
-        if not 0 < limit <= MAX_SECONDS * 1e3:
-            raise ValueError(f"--slo {text!r}: {key} must be a finite limit > 0")
-        if any(i.metric == metric for i in items):
-            raise ValueError(f"--slo {text!r}: {metric} given twice (expected each once)")
-        items.append(SloItem(metric, limit, share))
-    if not items:
-        raise ValueError(f"--slo {text!r}: no SLO given (expected e.g. ttft_p90=2,tpot_p90=50)")
-    return tuple(items)
 
 
 def judged_rows(summary: dict[str, Any], group: str | None) -> list[dict[str, Any]]:

@@ -6,36 +6,36 @@ request is good when it completed and each SLO given is met (TTFT from the actua
 good requests / the group's span (earliest intended send -> latest end), throughput = ok
 requests / the same span. DistServe's own headline (the highest rate whose SLO attainment
 stays >= 90%) needs a rate sweep; the attainment share here is its per-run ingredient.
+Each SLO also carries its share (analysis/slo.py's grammar: `ttft_p90=2`, a bare item p90), and
+per group the streams within each SLO alone are counted, so a run says whether its pNN held.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.analysis.aggregate import span_ns
 from loadgen.analysis.registry import slo_metrics
+from loadgen.analysis.slo import DEFAULT_ATTAIN, SLO_KEYS, SloItem
 from loadgen.records import StreamRecord
-from loadgen.scenario.limits import MAX_SECONDS
 
 NS = 1_000_000_000
 # SLO field -> (summary stream field, factor from the SLO's unit to the field's).
 SLO_FIELDS = {key: (m.name, m.slo_factor) for key, m in slo_metrics().items()}
-# --slo's short names (ttft, tpot, e2e) -> SLO field.
-_SLO_FLAG_NAMES = {m.stem: key for key, m in slo_metrics().items()}
 
 
-def meets(row: dict[str, Any], slo: dict[str, float]) -> bool:
-    """A completed stream within every SLO given (a missing measurement fails it)."""
-    if row["status"] != "ok":
-        return False
-    for key, limit in slo.items():
-        field, factor = SLO_FIELDS[key]
-        value = row[field]
-        if value is None or value > limit * factor:
-            return False
-    return True
+def within_slo(row: dict[str, Any], key: str, limit: float) -> bool:
+    """A completed stream within one SLO (a missing measurement fails it)."""
+    field, factor = SLO_FIELDS[key]
+    value = row[field]
+    return row["status"] == "ok" and value is not None and value <= limit * factor
+
+
+def meets(row: dict[str, Any], slo: Mapping[str, float]) -> bool:
+    """A completed stream within every SLO given."""
+    return all(within_slo(row, key, limit) for key, limit in slo.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,7 @@ class GroupGoodput:
     ok: int
     good: int
     span_s: float
+    within: Mapping[str, int] = field(default_factory=dict)  # per SLO: streams within it alone
 
     @property
     def attainment(self) -> float | None:
@@ -62,33 +63,52 @@ class GroupGoodput:
     def to_json(self) -> dict[str, Any]:
         return {"n": self.n, "ok": self.ok, "good": self.good, "attainment": self.attainment,
                 "span_s": self.span_s, "goodput_req_s": self.goodput_req_s,
-                "throughput_req_s": self.throughput_req_s}  # fmt: skip
+                "throughput_req_s": self.throughput_req_s,
+                "within": dict(self.within)}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> GroupGoodput:
-        return cls(d["n"], d["ok"], d["good"], d["span_s"])
+        return cls(d["n"], d["ok"], d["good"], d["span_s"], dict(d["within"]))
+
+    def holds(self, key: str, share: float) -> bool:
+        """Whether at least `share` of the group's streams were within SLO `key`."""
+        return self.n > 0 and self.within.get(key, 0) >= share * self.n
 
 
 @dataclass(frozen=True, slots=True)
 class Goodput:
-    """summary.json's `goodput`: the SLOs applied, and each group's count against them."""
+    """summary.json's `goodput`: the SLOs applied with the share of streams each must hold
+    for, and each group's count against them."""
 
     slo: Mapping[str, float]
     groups: Mapping[str, GroupGoodput]
+    shares: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def items(self) -> tuple[SloItem, ...]:
+        """Each SLO as an item of the --slo grammar (`ttft_p90`, its limit and unit)."""
+        metric = {key: stem for stem, key in SLO_KEYS.items()}
+        return tuple(SloItem(metric[k], v, self.shares.get(k, DEFAULT_ATTAIN))
+                     for k, v in self.slo.items())  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
-        return {"slo": dict(self.slo), "groups": {k: g.to_json() for k, g in self.groups.items()}}
+        return {"slo": dict(self.slo), "groups": {k: g.to_json() for k, g in self.groups.items()},
+                "shares": dict(self.shares)}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Goodput:
         groups = {k: GroupGoodput.from_json(g) for k, g in d["groups"].items()}
-        return cls(dict(d["slo"]), groups)
+        return cls(dict(d["slo"]), groups, dict(d["shares"]))
 
 
 def goodput(
-    records: list[StreamRecord], rows: dict[str, dict[str, Any]], slo: dict[str, float] | None
+    records: list[StreamRecord],
+    rows: dict[str, dict[str, Any]],
+    slo: dict[str, float] | None,
+    shares: Mapping[str, float] | None = None,
 ) -> Goodput | None:
-    """Per group: SLO attainment, goodput and throughput in requests/s (None without SLOs)."""
+    """Per group: SLO attainment, goodput and throughput in requests/s, and the streams within
+    each SLO (None without SLOs); an SLO without a share in `shares` takes DEFAULT_ATTAIN."""
     if not slo:
         return None
     out: dict[str, GroupGoodput] = {}
@@ -97,37 +117,14 @@ def goodput(
         span = span_ns(recs)
         seconds = (span[1] - span[0]) / NS if span else 0.0
         good = sum(meets(rows[r.id], slo) for r in recs)
-        out[group] = GroupGoodput(len(recs), sum(r.status == "ok" for r in recs), good, seconds)
-    return Goodput(dict(slo), out)
+        within = {k: sum(within_slo(rows[r.id], k, v) for r in recs) for k, v in slo.items()}
+        ok = sum(r.status == "ok" for r in recs)
+        out[group] = GroupGoodput(len(recs), ok, good, seconds, within)
+    given = shares or {}
+    return Goodput(dict(slo), out, {k: given.get(k, DEFAULT_ATTAIN) for k in slo})
 
 
 def read_goodput(summary: Mapping[str, Any]) -> Goodput | None:
     """A run summary's goodput (None: no SLO was given)."""
     block = summary.get("goodput")
     return Goodput.from_json(block) if block else None
-
-
-def parse_slo_flag(text: str) -> dict[str, float]:
-    """`ttft=2,tpot=50,e2e=10` (TTFT and E2E in s, TPOT in ms) as SLO fields; ValueError with
-    a one-line message otherwise."""
-    out = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or key.strip() not in _SLO_FLAG_NAMES:
-            raise ValueError(
-                f"--slo {text!r}: bad item {part!r} (expected ttft=S, tpot=MS, e2e=S, "
-                "comma-separated)"
-            )
-        try:
-            limit = float(value)
-        except ValueError:
-            raise ValueError(f"--slo {text!r}: {value!r} is not a number") from None
-        # nan passed `<= 0` and inf (1e999 too) reached the report, which then crashed.
-        if not 0 < limit <= MAX_SECONDS:
-            raise ValueError(f"--slo {text!r}: {key} must be > 0 and <= {MAX_SECONDS:.0f}")
-        if _SLO_FLAG_NAMES[key.strip()] in out:
-            raise ValueError(f"--slo {text!r}: {key.strip()} given twice (expected each once)")
-        out[_SLO_FLAG_NAMES[key.strip()]] = limit
-    if not out:
-        raise ValueError(f"--slo {text!r}: no SLO given (expected e.g. ttft=2,tpot=50)")
-    return out

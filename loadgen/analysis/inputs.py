@@ -25,8 +25,8 @@ MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "cache_checks": _LIST, "client": _DICT, "clock": _STR, "interrupted": (bool,),
     "model": _STR, "planned_streams": _INT, "prompt_shapes": _DICT, "scenario": _DICT,
     "seed": _INT, "seed_source": _STR, "server": _DICT, "settings": _DICT, "flags": _DICT,
-    "slo": (dict, type(None)), "soak_end": _DICT, "speed": (int, float), "target": (dict, str),
-    "token_counter": _STR, "tool_version": _STR, "measured": _INT,
+    "slo": (dict, type(None)), "slo_shares": _DICT, "soak_end": _DICT, "speed": (int, float),
+    "target": (dict, str), "token_counter": _STR, "tool_version": _STR, "measured": _INT,
 }  # fmt: skip
 # Fields that name one of a few things: another word is dropped like a wrong type (a clock
 # loadgen does not know would otherwise reach the report as a ValueError).

@@ -128,8 +128,3 @@ class ClientLimits:
         return cls(d["measured"], d["limited"], d["beyond_tolerance"], d["loop_lag_max_ms"],
                    None if crowded is None else Crowding(**crowded),
                    d["loop_lag_limit_ms"])  # fmt: skip
-
-
-def limited_records(records: list[StreamRecord]) -> list[StreamRecord]:
-    """The records whose own timing error exceeded tolerance."""
-    return [r for r in records if r.status == "ok" and client_error_evidence(r) is not None]

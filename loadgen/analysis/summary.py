@@ -101,7 +101,7 @@ def analyze(inputs: RunInputs) -> Analysis:
     histograms = build_histograms(measure)
     reps = _reps(measure, records, rows, timeline)
     counts = record_counts(manifest, records, rows)
-    good = goodput(measure, rows, manifest.get("slo"))
+    good = goodput(measure, rows, manifest.get("slo"), manifest.get("slo_shares"))
     energy = energy_section(inputs.telemetry, measure, span_ns(measure))
     summary = {
         "schema": SCHEMA,

@@ -9,14 +9,8 @@ from pathlib import Path
 
 import click
 
-from loadgen.analysis.capacity import (
-    DEFAULT_ATTAIN,
-    DEFAULT_MAX_PROBES,
-    DEFAULT_REL_TOL,
-    DEFAULT_REPEATS,
-    Search,
-    parse_capacity_slo,
-)
+from loadgen.analysis.capacity import DEFAULT_MAX_PROBES, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
+from loadgen.analysis.slo import DEFAULT_ATTAIN
 from loadgen.clock import ClockName
 from loadgen.commands.options import (
     CLOCK_OPTION,
@@ -35,7 +29,9 @@ from loadgen.commands.options import (
     TargetArgs,
     TelemetryArgs,
     output_options,
+    parsed_slo,
     run_options,
+    slo_option,
     usable,
     with_sim_profile,
 )
@@ -52,13 +48,8 @@ DEFAULT_MAX_TIME_S = 3600.0
 
 @click.command("capacity")
 @click.argument("scenario")
-@click.option(
-    "--slo",
-    required=True,
-    metavar="ttft_p90=S,tpot_p90=MS,e2e_p99=S",
-    help="What each load must meet: metric_pNN=limit (TTFT, E2E in s; TPOT in ms); a bare "
-    "metric=limit takes --attain as its share.",
-)
+@slo_option("What each load must meet (a bare metric=limit takes --attain as its share)",
+            required=True)  # fmt: skip
 @click.option("--over", type=click.Choice(["concurrency", "rate"]), required=True)
 @click.option(
     "--group",
@@ -131,10 +122,7 @@ def capacity_cmd(
     """Search the largest load of SCENARIO that meets --slo, and name what binds beyond it."""
     from loadgen.report.cmd import write_capacity_report
 
-    try:
-        items = parse_capacity_slo(slo, attain)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    items = parsed_slo(slo, attain)
     lo, hi = _range(over, lo, hi)
     opts = usable(run_options(
         target, output, seed, clock=clock, launch=launch, facts=facts, telemetry=telemetry,

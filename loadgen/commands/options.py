@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from loadgen.analysis.slo import DEFAULT_ATTAIN, SLO_HELP, SloItem, parse_slo
 from loadgen.client.endpoint import resolve_target
 from loadgen.clock import ClockName
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
@@ -540,3 +541,18 @@ def workers_value(value: str) -> int | None:
     if not value.isdigit() or int(value) < 1:
         raise click.BadParameter(f"{value!r}: give a whole number of at least 1, or auto")
     return int(value)
+
+
+def slo_option(purpose: str, *, required: bool = False) -> Any:
+    """`--slo` in the one grammar every command takes (analysis/slo.py), units in its help."""
+    return click.option("--slo", required=required, default=None,
+                        metavar="ttft_p90=S,tpot_p90=MS,e2e_p99=S",
+                        help=f"{purpose}: {SLO_HELP}.")  # fmt: skip
+
+
+def parsed_slo(text: str, attain: float = DEFAULT_ATTAIN) -> tuple[SloItem, ...]:
+    """--slo's items; a usage error in one line (the grammar and units) otherwise."""
+    try:
+        return parse_slo(text, attain)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None

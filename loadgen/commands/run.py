@@ -16,7 +16,6 @@ import click
 import orjson
 import uvloop
 
-from loadgen.analysis.goodput import parse_slo_flag
 from loadgen.analysis.inputs import arm_dirs
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
@@ -41,7 +40,9 @@ from loadgen.commands.options import (
     TargetArgs,
     TelemetryArgs,
     output_options,
+    parsed_slo,
     run_options,
+    slo_option,
     usable,
     with_load_sweep,
     with_sim_profile,
@@ -90,12 +91,7 @@ REPORT_FAILED_EXIT = 5
     default=None,
     help="Cache block size of an external server that does not report it.",
 )
-@click.option(
-    "--slo",
-    default=None,
-    metavar="ttft=S,tpot=MS,e2e=S",
-    help="SLOs for goodput (TTFT, E2E in s; TPOT in ms); override the scenario's slo.",
-)
+@slo_option("SLOs for goodput; each overrides the scenario's slo of its metric")
 @CLOCK_OPTION
 @FACTS_OPTIONS
 @LAUNCH_OPTIONS
@@ -173,11 +169,12 @@ def run_cmd(
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     loaded = with_load_sweep(loaded, concurrency, rate, requests)
-    try:
-        slos = parse_slo_flag(slo) if slo is not None else None
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
-    opts = dataclasses.replace(opts, slo=slos)
+    items = parsed_slo(slo) if slo is not None else ()
+    opts = dataclasses.replace(
+        opts,
+        slo={i.key: i.limit for i in items} or None,
+        slo_shares={i.key: i.share for i in items} or None,
+    )
 
     run_dir = execute(plan(loaded, run_seed=opts.run_seed), opts)
     report_run(run_dir, arm_tables)

@@ -1,5 +1,5 @@
-"""`loadgen fidelity` on a target: the scenario on the real server (wall clock: a URL, or a
-launched server, by default the built-in sim with the scenario's own sim block), then on the
+"""`loadgen fidelity` on a target: the scenario on the named server (wall clock: a URL, or a
+launched server, `--server sim` the built-in sim with the scenario's own sim block), then on the
 virtual clock with the calibrated profile, into RUN/real/ and RUN/virtual/; run.json names
 both and the profile as each side ends, so a stopped comparison keeps what ran."""
 

@@ -17,18 +17,27 @@ from loadgen.sim.profile_file import is_profile_path, load_profile_file
 
 
 def manifest_head(
-    scenario: Scenario, seed: RunSeed, started: dt.datetime, slo: dict[str, float] | None
+    scenario: Scenario,
+    seed: RunSeed,
+    started: dt.datetime,
+    slo: dict[str, float] | None,
+    shares: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    return _profile_file(scenario) | {
-        "tool_version": __version__,
-        "scenario": scenario_to_json(scenario),
-        "seed": seed.value,
-        "seed_source": seed.source,
-        "started_wall": started.isoformat(),
-        "host": platform.node(),
-        "python": platform.python_version(),
-        "slo": slo or None,
-    }
+    """run.json's head; `slo_shares` only where --slo gave shares (a scenario's SLO takes p90)."""
+    return (
+        _profile_file(scenario)
+        | ({"slo_shares": shares} if shares else {})
+        | {
+            "tool_version": __version__,
+            "scenario": scenario_to_json(scenario),
+            "seed": seed.value,
+            "seed_source": seed.source,
+            "started_wall": started.isoformat(),
+            "host": platform.node(),
+            "python": platform.python_version(),
+            "slo": slo or None,
+        }
+    )
 
 
 def _profile_file(scenario: Scenario) -> dict[str, Any]:

@@ -30,6 +30,8 @@ class RunOptions:
     self_watch: bool = False
     # SLOs from `--slo`; each field overrides the scenario's `slo` of the same name.
     slo: dict[str, float] | None = None
+    # The share of streams each `--slo` item must hold for (its pNN), by the same names.
+    slo_shares: dict[str, float] | None = None
     # WALL: the sim (or a server) over HTTP in real time; VIRTUAL: the sim's engine on a
     # discrete-event clock, no HTTP (loadgen/engine/virtual_run.py).
     clock: ClockName = ClockName.WALL

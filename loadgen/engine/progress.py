@@ -8,12 +8,13 @@ sent but are not planned streams, so neither view counts them."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from loadgen.client.loops import Backend
 from loadgen.engine.poller import MetricsPoller
@@ -45,6 +46,22 @@ class LiveView:
 
     def _render(self) -> Any:
         raise NotImplementedError
+
+
+def live_table(title: str, columns: Sequence[str], row: Sequence[str]) -> Table:
+    """One row of numbers under `title`; a heading wraps between its words and is never cut
+    (at 80 columns the wall view printed "awaiti…", "stream…", "run/w…")."""
+    table = Table(title=Text(title))
+    for col in columns:
+        table.add_column(Text(col), justify="right", overflow="fold",
+                         min_width=max(map(len, col.split())))  # fmt: skip
+    table.add_row(*row)
+    return table
+
+
+# Elapsed time sits in the title: with a column of its own the row needs 84 columns.
+COLUMNS = ("queued", "awaiting 1st byte", "streaming", "done", "failed", "server run/wait", "kv%",
+           "gen tok/s")  # fmt: skip
 
 
 class ArmProgress(LiveView):
@@ -81,7 +98,7 @@ class Progress(ArmProgress):
         self._live_counts = live_counts
         self._poller = poller
         self._t0 = time.perf_counter()
-        self._rep = -1
+        self._rep: int | None = None  # None until the first rep (warmups, primes run first)
         self.sent = 0
         self.max_late_ms = 0.0
         self._prev_gen: tuple[float, float] | None = None
@@ -102,15 +119,12 @@ class Progress(ArmProgress):
             self.max_late_ms = max(self.max_late_ms, round(late_ms, 3))
 
     def _render(self) -> Any:
-        table = Table(title=f"{self._arm.scenario.name} · arm {self._arm.name} · rep {self._rep}")
-        for col in (
-            "queued", "awaiting 1st byte", "streaming", "done", "failed", "server run/wait",
-            "kv%", "gen tok/s", "elapsed",
-        ):  # fmt: skip
-            table.add_column(col, justify="right")
+        rep = "before rep 0" if self._rep is None else f"rep {self._rep}"
+        elapsed = f"{time.perf_counter() - self._t0:.1f}s"
+        title = f"{self._arm.scenario.name} · arm {self._arm.name} · {rep} · {elapsed}"
         values = self._poller.last.values if self._poller.last else {}
         awaiting, streaming = self._live_counts()
-        table.add_row(
+        row = (
             str(max(self.planned - self.sent, 0)),
             str(awaiting),
             str(streaming),
@@ -120,9 +134,8 @@ class Progress(ArmProgress):
             f"{values.get('num_requests_waiting', float('nan')):.0f}",
             f"{100 * values.get('kv_cache_usage_perc', float('nan')):.1f}",
             f"{self._generation_rate(values):.0f}",
-            f"{time.perf_counter() - self._t0:.1f}s",
         )
-        return table
+        return live_table(title, COLUMNS, row)
 
     def _generation_rate(self, values: dict[str, float]) -> float:
         """Server generation tokens/s between the last two distinct polls (a token rate)."""

@@ -25,12 +25,10 @@ import click
 import uvloop
 from yarl import URL
 
-from loadgen.analysis.selferror import (
-    CLIENT_LIMITED_EXIT,
-    ClientLimits,
-    crowding,
-    limited_records,
-)
+from loadgen.analysis.inputs import RunInputs
+from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT, ClientLimits, crowding
+from loadgen.analysis.summary import analyze
+from loadgen.analysis.summary_types import read_run
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import ClientError, HTTPStatusError
 from loadgen.client.lag import quiet_collector
@@ -125,22 +123,37 @@ def run_request(args: RequestArgs) -> None:
         outcome = uvloop.run(_send_all(args))
     except (ClientError, RayUnavailable, RunError) as exc:
         raise click.ClickException(str(exc)) from None
-    limited = limited_records(outcome.records)
-    crowded = crowding(URL(args.base_url).host, args.workers, os.cpu_count() or 1)
-    limits = ClientLimits(len(outcome.records), len(limited), crowding=crowded)
+    summary = request_summary(args, outcome)
+    limits = client_limits(summary, args)
     banner = client_banner(limits)
     if banner:
         click.echo(banner)
-    click.echo(_report(outcome, args), nl=False)
+    click.echo(_report(outcome, args, summary), nl=False)
     if outcome.interrupted:
         done = sum(r.error is None or r.error.cls != "cancelled" for r in outcome.records)
         click.echo(f"interrupted: {done} of {args.count} streams finished", err=True)
         raise click.exceptions.Exit(stop_exit_code(outcome.stop_signal))
-    summary = failure_summary(outcome.records)
-    if summary:
-        raise click.ClickException(summary)
+    failures = failure_summary(outcome.records)
+    if failures:
+        raise click.ClickException(failures)
     if limits.limits_run and args.strict:
         raise click.exceptions.Exit(CLIENT_LIMITED_EXIT)
+
+
+def request_summary(args: RequestArgs, outcome: RequestOutcome) -> dict[str, Any]:
+    """summary.json of the request's records, as `loadgen report` computes it from the
+    directory: its verdicts judge each stream's timing error once for both."""
+    manifest = _manifest(args, outcome, finished=not outcome.interrupted)
+    return analyze(RunInputs(manifest, outcome.records, [])).summary
+
+
+def client_limits(summary: dict[str, Any], args: RequestArgs) -> ClientLimits:
+    """The run's client limits as analysis judged them, with the host's crowding, which only
+    the sending process can see (its cores and workers)."""
+    judged = read_run(summary).client_limits
+    assert judged is not None  # a request is one run, never a sweep
+    crowded = crowding(URL(args.base_url).host, args.workers, os.cpu_count() or 1)
+    return dataclasses.replace(judged, crowding=crowded)
 
 
 def failure_summary(records: list[StreamRecord]) -> str | None:
@@ -152,12 +165,12 @@ def failure_summary(records: list[StreamRecord]) -> str | None:
     return f"{sum(classes.values())} of {len(records)} streams failed: {parts}"
 
 
-def _report(outcome: RequestOutcome, args: RequestArgs) -> str:
+def _report(outcome: RequestOutcome, args: RequestArgs, summary: dict[str, Any]) -> str:
     head = (
         f"{redact_url(args.base_url)}  model {outcome.model}  api {args.api}"
         f"  prompt ~{args.prompt_tokens} tokens ({outcome.sizing})"
     )
-    tables = request_tables(outcome.records, per_stream=args.per_stream)
+    tables = request_tables(outcome.records, summary, per_stream=args.per_stream)
     # Piped output gets a wide fixed width: an 80-column default truncates the tables.
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
     return render_rich(tables, [head], width=width)

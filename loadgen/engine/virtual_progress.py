@@ -14,7 +14,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from loadgen.engine.progress import ArmProgress
+from loadgen.engine.progress import ArmProgress, live_table
 from loadgen.scenario.plan import ArmPlan
 
 NS = 1_000_000_000
@@ -74,8 +74,4 @@ class VirtualProgress(ArmProgress):
         )
 
     def _render(self) -> Table:
-        table = Table(title=self._title)
-        for col in COLUMNS:
-            table.add_column(col, justify="right")
-        table.add_row(*self.row())
-        return table
+        return live_table(self._title, COLUMNS, self.row())

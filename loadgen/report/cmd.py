@@ -26,7 +26,12 @@ from loadgen.analysis.sweep_types import Sweep, read_sweep
 from loadgen.redact import redact, redact_text
 from loadgen.report.calibration_report import CALIBRATION_PNG, calibration_report
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
-from loadgen.report.fidelity_report import FIDELITY_PNG, fidelity_figure, fidelity_text
+from loadgen.report.fidelity_report import (
+    FIDELITY_PNG,
+    fidelity_figure,
+    fidelity_text,
+    measured_side,
+)
 from loadgen.report.html import render_html, render_sweep_html, render_text_html, run_body
 from loadgen.report.load_plot import load_figures
 from loadgen.report.plots import sessions_png
@@ -155,7 +160,8 @@ def write_fidelity_report(root: Path) -> str:
     (root / "fidelity.json").write_bytes(dumps_canonical(redact(table.to_json())))
     head = [f"fidelity of sim profile {f.profile_name} ({f.profile_path}) on {f.scenario}",
             f"real: {f.real} | predicted: {f.virtual}"]  # fmt: skip
-    plain = fidelity_text(table, head)
+    measured = measured_side(read_run(next(iter(real.values()))))
+    plain = fidelity_text(table, head, measured)
     figure = fidelity_figure(table, f"{f.scenario}: profile {f.profile_name}")
     _write_text_report(root, plain, {FIDELITY_PNG: figure})
     return plain

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from loadgen.analysis.fidelity import Fidelity
+from loadgen.analysis.summary_types import RunSummary
 from loadgen.report.tables import DASH, Table, to_plain
 
 FIDELITY_PNG = "fidelity.png"
@@ -17,7 +18,16 @@ def _value(v: float | None, unit: str) -> str:
     return f"{v:.0f}" if unit == "tok/s" else f"{v:.3f}"
 
 
-def figures_table(f: Fidelity) -> Table:
+def measured_side(run: RunSummary) -> str:
+    """What the measured side ran on: the built-in sim is never called a server."""
+    kind = run.target.kind
+    where = {"sim": "the built-in sim", "external": f"the server at {run.target.url}"}.get(
+        kind or "", f"{kind}, launched by loadgen"
+    )
+    return f"{where} ({run.clock} clock, over HTTP)"
+
+
+def figures_table(f: Fidelity, measured: str) -> Table:
     rows = []
     for r in f.rows:
         mark = DASH if r.within is None else ("yes" if r.within else "NO")
@@ -27,8 +37,8 @@ def figures_table(f: Fidelity) -> Table:
     cols = ("arm", "group", "figure", "measured", "predicted", "error",
             f"within ±{f.tolerance:.0%}")  # fmt: skip
     notes = (
-        "measured: the real server (wall clock, over HTTP); predicted: the virtual clock with "
-        "the profile; error: predicted / measured - 1",
+        f"measured: {measured}; predicted: the virtual clock with the profile; error: "
+        "predicted / measured - 1",
         "decode-only rate: usage tokens after the first chunk over the time after it (tok/s)",
     )
     return Table("Fidelity: measured against predicted", cols, tuple(rows), notes,
@@ -57,8 +67,8 @@ def fidelity_line(f: Fidelity) -> str:
     return line
 
 
-def fidelity_text(f: Fidelity, head: list[str]) -> str:
-    parts = ["\n".join(head), to_plain(figures_table(f)), to_plain(verdicts_table(f)),
+def fidelity_text(f: Fidelity, head: list[str], measured: str) -> str:
+    parts = ["\n".join(head), to_plain(figures_table(f, measured)), to_plain(verdicts_table(f)),
              fidelity_line(f)]  # fmt: skip
     return "\n\n".join(parts) + "\n"
 

@@ -1,7 +1,10 @@
 """`loadgen request`'s tables, from the records it just took: a row per shown stream, the spread
-over the ok ones, and the benchmark block every run's report ends with."""
+over the ok ones, TTFO where streams reasoned (the run report's table, from the same summary),
+and the benchmark block every run's report ends with."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from loadgen.analysis.benchmark import benchmark_block
 from loadgen.analysis.rates import decode_tok_s, ttft_s
@@ -9,6 +12,7 @@ from loadgen.analysis.selferror import error_bound_s
 from loadgen.analysis.stats import median
 from loadgen.records import StreamRecord
 from loadgen.report.bench_tables import benchmark_tables
+from loadgen.report.sections import reasoning_table
 from loadgen.report.tables import Table, count, msecs, rate
 
 STREAM_COLUMNS = (
@@ -17,14 +21,19 @@ STREAM_COLUMNS = (
 )  # fmt: skip
 
 
-def request_tables(records: list[StreamRecord], *, per_stream: bool) -> list[Table]:
+def request_tables(
+    records: list[StreamRecord], summary: dict[str, Any], *, per_stream: bool
+) -> list[Table]:
     """Rows for every stream when `per_stream`, else for the failed ones only (2,048 rows on an
-    H200 buried the summary), then the spread over ok streams and the benchmark block."""
+    H200 buried the summary), then the spread over ok streams, the reasoning table of the
+    records' `summary` (TTFO beside TTFT) and the benchmark block."""
     shown = [r for r in records if per_stream or r.status != "ok"]
     tables = [stream_table(shown)] if shown else []
     ok = [r for r in records if r.status == "ok"]
     if ok:
         tables.append(spread_table(ok))
+        reasoning = reasoning_table(summary)
+        tables += [reasoning] if reasoning is not None else []
         tables += benchmark_tables(benchmark_block(records))
     return tables
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from loadgen.analysis.energy import read_energy
-from loadgen.analysis.goodput import read_goodput
+from loadgen.analysis.energy import Energy, read_energy
+from loadgen.analysis.goodput import GroupGoodput, read_goodput
 from loadgen.analysis.needles import read_needles
 from loadgen.analysis.sessions import read_sessions
+from loadgen.analysis.slo import SloItem
 from loadgen.analysis.summary_types import read_groups
 from loadgen.needle import RECALL_CAVEAT
 from loadgen.report.tables import DASH, Table, count, num, rate, secs, triple
@@ -58,28 +59,40 @@ def sessions_table(summary: dict[str, Any]) -> Table | None:
 
 
 def goodput_table(summary: dict[str, Any]) -> Table | None:
-    """Per group: requests meeting every SLO, goodput beside throughput (requests/s)."""
+    """Per group: requests meeting every SLO, goodput beside throughput (requests/s), and the
+    share within each SLO against its pNN."""
     g = read_goodput(summary)
     if g is None:
         return None
+    items = g.items
     rows = tuple(
         (
             group, f"{v.good}/{v.n}",
             DASH if v.attainment is None else f"{100 * v.attainment:.1f}",
             num(v.goodput_req_s, 3), num(v.throughput_req_s, 3), secs(v.span_s),
+            "; ".join(_item_met(v, i) for i in items),
         )
         for group, v in g.groups.items()
     )  # fmt: skip
+    slo = ", ".join(f"{i.name} <= {i.limit:g} {i.unit}" for i in items)
     return Table(
         "Goodput (requests meeting every SLO)",
-        ("group", "good/n", "SLO met %", "goodput req/s", "throughput req/s", "span s"),
+        ("group", "good/n", "SLO met %", "goodput req/s", "throughput req/s", "span s",
+         "within each SLO %"),
         rows,
         (
-            f"SLO: {slo_text(g.slo)}; TTFT and E2E from the actual send, TPOT = decode "
-            "window / decode tokens; per group span: first intended send -> last end (vLLM's "
-            "goodput)",
+            f"SLO: {slo}; pNN: the share of a group's streams that must be within it; TTFT and "
+            "E2E from the actual send, TPOT = decode window / decode tokens; per group span: "
+            "first intended send -> last end (vLLM's goodput)",
         ),
-    )
+        left=frozenset({0, 6}),
+    )  # fmt: skip
+
+
+def _item_met(v: GroupGoodput, item: SloItem) -> str:
+    """`ttft_p90 95.0 yes`: the group's share within one SLO and whether it reaches its pNN."""
+    share = v.within.get(item.key, 0) / v.n if v.n else 0.0
+    return f"{item.name} {100 * share:.1f} {'yes' if v.holds(item.key, item.share) else 'NO'}"
 
 
 def slo_text(slo: Mapping[str, float]) -> str:
@@ -139,6 +152,24 @@ def needle_table(summary: dict[str, Any]) -> Table | None:
     )
 
 
+def prompt_count(e: Energy) -> str:
+    """The prompt tokens counted, or a dash where a stream's count is unknown."""
+    return DASH if e.prompt_tokens_missing else str(e.prompt_tokens)
+
+
+def prompt_source(e: Energy) -> str:
+    """Where the prompt tokens come from, or why per prompt token is unknown."""
+    if e.prompt_tokens_missing:
+        return (
+            f"prompt tokens unknown: {e.prompt_tokens_missing} of {e.streams} streams had no "
+            "usage prompt_tokens"
+        )
+    return (
+        "prompt tokens from the server's usage (prompt_tokens); J/total tok: over prompt + "
+        "output tokens"
+    )
+
+
 def energy_table(summary: dict[str, Any]) -> Table | None:
     """GPU energy over the measured window (telemetry.jsonl), or why there was none."""
     e, why = read_energy(summary.get("energy")), tuple(summary.get("telemetry_notes") or ())
@@ -147,22 +178,23 @@ def energy_table(summary: dict[str, Any]) -> Table | None:
     source = e.source or DASH
     if not e.available:
         return Table("GPU energy", ("source",), ((source,),), (e.note, *why))
-    jpt = e.j_per_output_token
     row = (
-        source, str(e.gpus), num(e.energy_j, 1), str(e.output_tokens),
-        DASH if jpt is None else num(jpt, 4), num(e.mean_power_w, 1),
+        source, str(e.gpus), num(e.energy_j, 1), prompt_count(e), str(e.output_tokens),
+        *(num(j, 4) for j in (e.j_per_prompt_token, e.j_per_output_token, e.j_per_total_token)),
+        num(e.mean_power_w, 1),
         DASH if e.peak_sm_clock_mhz is None else num(e.peak_sm_clock_mhz, 0),
         ", ".join(e.throttle_reasons) or "none",
     )  # fmt: skip
     return Table(
         "GPU energy (measured window)",
-        ("source", "GPUs", "energy J", "output tokens", "J/token", "mean W", "peak SM MHz",
-         "throttle reasons"),
+        ("source", "GPUs", "energy J", "prompt tokens", "output tokens", "J/prompt tok",
+         "J/output tok", "J/total tok", "mean W", "peak SM MHz", "throttle reasons"),
         (row,),
         (
             f"energy from the {e.energy_method.replace('_', ' ')} over "
-            f"{e.window_s:.3g} s, all GPUs; output tokens from {', '.join(e.token_sources)}",
+            f"{e.window_s:.3g} s, all GPUs; output tokens from {', '.join(e.token_sources)}, "
+            + prompt_source(e),
             *why,
         ),
-        left=frozenset({0, 7}),
+        left=frozenset({0, 10}),
     )  # fmt: skip

@@ -158,10 +158,12 @@ def sweep_ladder_table(s: Sweep) -> Table | None:
 
 
 def arms_energy_table(s: Sweep) -> Table | None:
-    """Joules per output token across arms, where any arm's GPUs were sampled."""
+    """Joules per output, prompt and total token across arms, where any arm's GPUs were
+    sampled."""
     rows = [
-        (arm_title(name, arm), num(e.j_per_output_token, 3), num(e.energy_j, 0),
-         str(e.output_tokens), num(e.mean_power_w, 0), num(e.peak_sm_clock_mhz, 0),
+        (arm_title(name, arm), num(e.j_per_output_token, 3), num(e.j_per_prompt_token, 5),
+         num(e.j_per_total_token, 5), num(e.energy_j, 0), str(e.output_tokens),
+         num(e.mean_power_w, 0), num(e.peak_sm_clock_mhz, 0),
          ", ".join(e.throttle_reasons) or "none")
         for name, arm in s.ordered()
         if (e := arm.energy) and e.available
@@ -170,10 +172,12 @@ def arms_energy_table(s: Sweep) -> Table | None:
         return None
     return Table(
         "Energy per arm (GPU telemetry over each arm's measured window, all GPUs)",
-        ("arm", "J / output token", "energy J", "output tokens", "mean W", "peak SM MHz",
-         "throttle reasons"),
+        ("arm", "J / output token", "J / prompt token", "J / total token", "energy J",
+         "output tokens", "mean W", "peak SM MHz", "throttle reasons"),
         tuple(rows),
-        ("lower J / output token is better at equal tokens; throttling makes arms unequal",),
+        ("prompt tokens from the server's usage (prompt_tokens), output tokens from each arm's "
+         "token source; total = prompt + output; lower J / token is better at equal tokens; "
+         "throttling makes arms unequal",),
     )  # fmt: skip
 
 

@@ -45,17 +45,20 @@ def to_plain(t: Table) -> str:
 
 
 def to_rich(t: Table) -> Any:
-    """A rich.table.Table of the same cells."""
+    """A rich.table.Table of the same cells, each a rich Text: markup is never read from a
+    report's words (`pip install 'loadgen[gpu]'` printed as `pip install 'loadgen'`)."""
     from rich.table import Table as RichTable
+    from rich.text import Text
 
-    rt = RichTable(title=t.title, title_justify="left", caption="\n".join(t.notes) or None)
+    caption = Text("\n".join(t.notes)) if t.notes else None
+    rt = RichTable(title=Text(t.title), title_justify="left", caption=caption)
     rt.caption_justify = "left"
     for i, c in enumerate(t.columns):
         # A column is never narrower than its longest word and folds rather than cuts: rich's
         # default ellipsis printed verdicts as "refere…"/"unreso…" in a 120-column terminal.
         words = [w for r in t.rows for w in r[i].split()] + c.split()
         rt.add_column(
-            c,
+            Text(c),
             justify="left" if i in t.left else "right",
             no_wrap=i == 0,
             overflow="fold",
@@ -63,7 +66,7 @@ def to_rich(t: Table) -> Any:
         )
 
     for r in t.rows:
-        rt.add_row(*r)
+        rt.add_row(*map(Text, r))
     return rt
 
 

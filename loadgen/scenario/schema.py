@@ -87,6 +87,9 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
     c.keys(root, "", TOP_KEYS)
     base_dir = source.parent
     arrival = blocks.arrival(c, root, base_dir)
+    # A trace sizes the groups even when its file is unreadable: checked as a trace's groups,
+    # a bad file is one error (it also said max_tokens, count and prompt.tokens were missing).
+    traced = isinstance(arrival, Trace) or blocks.names_trace(root)
     api = c.field(root, "api", "", choice(API_KINDS), "completions")
     metrics = c.mapping(root, "metrics", "")
     c.keys(metrics, "metrics", ("poll_interval_s",))
@@ -97,10 +100,10 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         chat_template_kwargs=_template_kwargs(c, root, api),
         seed=c.field(root, "seed", "", SEED),
         model=c.field(root, "model", "", OPTIONAL_TEXT, None),
-        groups=_groups(c, root, base_dir, arrival, api),
+        groups=_groups(c, root, base_dir, arrival, api, traced),
         arrival=arrival,
         repetitions=c.field(root, "repetitions", "", POSITIVE, 1),
-        warmup=blocks.warmup(c, root, isinstance(arrival, Trace)),
+        warmup=blocks.warmup(c, root, traced),
         metrics=Metrics(c.field(metrics, "poll_interval_s", "metrics", blocks.SECONDS, 0.25)),
         timeouts=blocks.timeouts(c, root),
         sim=blocks.sim(c, root, base_dir) if root.get("sim") is not None else None,
@@ -125,7 +128,12 @@ def _template_kwargs(c: Checker, root: MarkedMap, api: str | None) -> dict[str, 
 
 
 def _groups(
-    c: Checker, root: MarkedMap, base_dir: Path, arrival: Arrival | None, api: str | None
+    c: Checker,
+    root: MarkedMap,
+    base_dir: Path,
+    arrival: Arrival | None,
+    api: str | None,
+    traced: bool,
 ) -> tuple[Group, ...]:
     items = c.sequence(root, "groups", "", required=True)
     if isinstance(root.get("groups"), list) and not items:
@@ -141,15 +149,20 @@ def _groups(
             message = f"got {show(name)} again (expected unique group names)"
             c.at_value(item, "name", path, message)
         seen.add(name)
-        groups.append(_group(c, item, path, base_dir, arrival, api))
+        groups.append(_group(c, item, path, base_dir, arrival, api, traced))
     return tuple(groups)
 
 
 def _group(
-    c: Checker, m: MarkedMap, path: str, base_dir: Path, arrival: Arrival | None, api: str | None
+    c: Checker,
+    m: MarkedMap,
+    path: str,
+    base_dir: Path,
+    arrival: Arrival | None,
+    api: str | None,
+    trace_mode: bool,
 ) -> Group:
     c.keys(m, path, GROUP_KEYS)
-    trace_mode = isinstance(arrival, Trace)
     if trace_mode and "max_tokens" in m:
         c.at_key(m, "max_tokens", path, FROM_TRACE)
     max_tokens = None if trace_mode else c.field(m, "max_tokens", path, POSITIVE)

@@ -129,6 +129,12 @@ def arrival(c: Checker, root: MarkedMap, base_dir: Path) -> Arrival | None:
     return Gamma(rate, c.field(params, "burstiness", path, RATE), count, duration)
 
 
+def names_trace(root: MarkedMap) -> bool:
+    """The scenario's arrival is written as `{trace: ...}`, whether or not its file reads."""
+    value = root.get("arrival")
+    return isinstance(value, MarkedMap) and list(value) == ["trace"]
+
+
 def _trace(c: Checker, params: MarkedMap, path: str, base_dir: Path) -> Trace | None:
     name = c.field(params, "path", path, TEXT)
     fmt = c.field(params, "format", path, choice(TRACE_FORMATS), None)
