@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import subprocess
 import sys
 import tempfile
@@ -114,7 +115,7 @@ def run_one(script: Path, smoke: bool, ratios: Path) -> str | None:
         )
     except subprocess.TimeoutExpired:
         return f"--help took over {HELP_LIMIT_S} s"
-    if helped.returncode != 0 or b"--smoke" not in helped.stdout:
+    if helped.returncode != 0 or not re.search(rb"^ +--smoke\b", helped.stdout, re.MULTILINE):
         return f"--help exited {helped.returncode} without offering --smoke"
     help_s = time.perf_counter() - t0
     cmd = [sys.executable, str(script), *(["--smoke"] if smoke else []), "--ratios", str(ratios)]
