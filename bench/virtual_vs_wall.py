@@ -88,7 +88,7 @@ def rows(scenario: str, wall: Path, virtual: Path) -> tuple[list[tuple[str, ...]
                     f"{d_w:.1f}", f"{d_v:.1f}", pct(d_w, d_v), f"{worst_d * 100:.2f}%",
                 )
             )  # fmt: skip
-            at = f"{scenario} {arm} {group}"
+            at = f"{scenario} {group}" if arm == "-" else f"{scenario} {arm} {group}"
             ratios.append(ratio(f"median TTFT, virtual / wall clock, {at}", t_v, t_w, "s", ".4g"))
             ratios.append(ratio(f"median decode tok/s, virtual / wall clock, {at}", d_v, d_w,
                                 "tok/s", ".1f"))  # fmt: skip
