@@ -8,7 +8,7 @@ runs against it with --strict, in 1 worker process and in as many as the machine
 each stream's TTFT is compared with firehose's own for the same response (joined on the
 response id), and the table says how many streams were flagged and whether any stream whose
 true error exceeded its tolerance went unflagged (`silent`: a row passes only with "no").
-The ratios are loadgen's median TTFT and chunk gap over firehose's own for the same streams.
+The ratios are loadgen's median TTFT and mean chunk gap over firehose's for the same streams.
 Without firehose (no C compiler, no ../shared) that is said in one line and loadgen's side
 still runs, against tests/pacedserver.py: every stream must come back ok.
 
@@ -60,7 +60,7 @@ from loadgen.analysis.selferror import (
     limited_records,
     tolerance_s,
 )
-from loadgen.records import read_streams
+from loadgen.records import StreamRecord, read_streams
 
 MS = 1e6
 SMOKE_STREAMS, SMOKE_TOKENS = 16, 20
@@ -84,14 +84,16 @@ def request_number(response_id: str | None) -> int | None:
 
 
 def true_gaps(chunk_log: Path) -> list[float]:
-    """The gaps between the chunks firehose sent, per stream, ms."""
+    """The gaps between consecutive chunks firehose sent on each stream, ms."""
     sends: dict[int, list[int]] = {}
     for rid, _, t in struct.iter_unpack("<IIQ", chunk_log.read_bytes()):
         sends.setdefault(rid, []).append(t)
     return [(b - a) / MS for ts in sends.values() for a, b in pairwise(ts)]
 
 
-def run_request(server: list[str], n: int, tokens: int, workers: int, reader: str, out: Path):
+def run_request(
+    server: list[str], n: int, tokens: int, workers: int, reader: str, out: Path
+) -> tuple[list[StreamRecord], subprocess.CompletedProcess[str]]:
     """`loadgen request -n N -c N --strict` against `server` (a command taking --port), with
     the ok records it wrote and its completed process; exit 1 when no stream came back ok."""
     port = free_port()
