@@ -9,7 +9,7 @@ BASE_URL ?=
 MODEL ?=
 RUN_ARGS := $(if $(BASE_URL),--base-url $(BASE_URL)) $(if $(MODEL),--model $(MODEL))
 
-.PHONY: test test-busy lint scenario bench clean
+.PHONY: test test-busy lint scenario bench bench-smoke clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -56,8 +56,14 @@ test-ray: $(STAMP)
 scenario: $(STAMP)
 	$(BIN)/loadgen run $(NAME) $(RUN_ARGS)
 
+# Benchmarks of loadgen itself: every bench/*.py at its own size, then one table of their ratios
+# (each against a reference measured in the same run). bench-smoke: each at a size that runs in
+# seconds (traffic to 127.0.0.1 only), failing if any bench fails or gives no ratio; CI runs it.
 bench: $(STAMP)
-	$(BIN)/python bench/client_ingest.py
+	$(BIN)/python bench/harness.py
+
+bench-smoke: $(STAMP)
+	$(BIN)/python bench/harness.py --smoke
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

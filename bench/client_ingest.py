@@ -1,21 +1,21 @@
 """How many SSE events per second loadgen's client takes in, next to a bare read loop.
 
-Against firehose (a C server streaming vLLM-format SSE with no delay; built into build/ on
-demand) or, without a C compiler, tests/pacedserver.py in zero-delay mode. Server and client
-are pinned to different CPUs when there are two. Each client runs a closed loop of 2000-token
-streams at C=1, 64 and 256, twice in alternating order; the best round of each is printed, with
-the ratio client / bare loop. The client runs twice: with its own HTTP reader for the stream
-(rawhttp, the default) and with aiohttp's, so the table shows what the reader buys. The bare
-loop is aiohttp + orjson with no timestamps, no usage accounting and no watchdog: the ceiling
-the client's bookkeeping was measured against.
+Against firehose (a C server streaming vLLM-format SSE with no delay; built into build/ from
+../shared/tools/firehose) or, without it, tests/pacedserver.py in zero-delay mode (said in one
+line). Server and client are pinned to different CPUs when there are two. Each client runs a
+closed loop of 2000-token streams at C=1, 64 and 256, in alternating order per round; the best
+round of each is printed, with the ratio client / bare loop. The client runs twice: with its
+own HTTP reader for the stream (rawhttp, the default) and with aiohttp's, so the table shows
+what the reader buys. The bare loop is aiohttp + orjson with no timestamps, no usage
+accounting and no watchdog: the ceiling the client's bookkeeping was measured against. Every
+client must take in as many events as the bare loop did (else exit 1).
 
-    .venv/bin/python bench/client_ingest.py [--tokens 2000] [--c1-requests 40] [--c64-requests 256]
-                                            [--c256-requests 512]
+    .venv/bin/python bench/client_ingest.py [--smoke] [--tokens 2000] [--rounds 2]
+        [--c1-requests 40] [--c64-requests 256] [--c256-requests 512]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import signal
@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -32,8 +33,11 @@ import uvloop
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from loadgen.client.loops import run_closed_loop  # noqa: E402
+from harness import Ratio, parser, ratio, report  # noqa: E402  (bench/ is on sys.path)
+
+from loadgen.client.loops import run_closed_loop, stream_at  # noqa: E402
 from loadgen.client.openai import READ_BUFSIZE, OpenAIClient  # noqa: E402
+from loadgen.clock import WallClock  # noqa: E402
 from loadgen.request import StreamRequest  # noqa: E402
 
 # ../shared beside a checkout, or two levels up from a worktree under /work/wt/.
@@ -42,17 +46,20 @@ FIREHOSE_SRC = Path(os.environ.get("FIREHOSE_SRC", _SHARED / "shared/tools/fireh
 FIREHOSE_BIN = REPO / "build" / "firehose"
 SERVER_CPU, CLIENT_CPU = 0, 1
 PLAN = {1: 40, 64: 256, 256: 512}  # C -> streams per measurement
+SMOKE_PLAN, SMOKE_TOKENS = {1: 4, 64: 64, 256: 256}, 50
 
 
 def firehose_binary() -> Path | None:
-    """build/firehose, built with make when missing; None when it cannot be built."""
-    if not FIREHOSE_BIN.exists():
-        cmd = ["make", "-C", str(FIREHOSE_SRC), f"OUT={FIREHOSE_BIN.parent}"]
-        try:
-            subprocess.run(cmd, check=True, capture_output=True, timeout=120)
-        except (OSError, subprocess.SubprocessError) as exc:
-            print(f"cannot build firehose ({exc}); using tests/pacedserver.py", file=sys.stderr)
-            return None
+    """build/firehose, (re)built by its Makefile when its source is newer; None, said in one
+    line, when there is neither a source to build nor a binary built before."""
+    cmd = ["make", "-C", str(FIREHOSE_SRC), f"OUT={FIREHOSE_BIN.parent}"]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        if FIREHOSE_BIN.exists():
+            return FIREHOSE_BIN
+        print(f"firehose unavailable: cannot build it from {FIREHOSE_SRC} ({exc})")
+        return None
     return FIREHOSE_BIN
 
 
@@ -102,7 +109,7 @@ def requests(n: int, tokens: int) -> list[StreamRequest]:
     return [StreamRequest(id=f"b{i}", model="m", prompt="hi", max_tokens=tokens) for i in range(n)]
 
 
-async def client_rate(url: str, c: int, n: int, tokens: int, raw: bool = True) -> float:
+async def client_rate(url: str, c: int, n: int, tokens: int, raw: bool = True) -> Rate:
     events = 0
 
     def count(rec) -> None:
@@ -114,8 +121,10 @@ async def client_rate(url: str, c: int, n: int, tokens: int, raw: bool = True) -
     async with OpenAIClient(url, concurrency=c, raw_stream=raw) as client:
         await client.warm(c)
         t0 = time.perf_counter_ns()
-        await run_closed_loop(requests(n, tokens), client, count, concurrency=c, run_start_ns=t0)
-        return events / ((time.perf_counter_ns() - t0) / 1e9)
+        client.run_start_ns = t0
+        send = stream_at(client)
+        await run_closed_loop(requests(n, tokens), send, count, WallClock(t0), concurrency=c)
+        return Rate(events, time.perf_counter_ns() - t0)
 
 
 async def bare_stream(session: aiohttp.ClientSession, url: str, body: bytes) -> int:
@@ -131,7 +140,7 @@ async def bare_stream(session: aiohttp.ClientSession, url: str, body: bytes) -> 
     return events
 
 
-async def bare_rate(url: str, c: int, n: int, tokens: int) -> float:
+async def bare_rate(url: str, c: int, n: int, tokens: int) -> Rate:
     body = orjson.dumps(
         {
             "model": "m",
@@ -160,21 +169,41 @@ async def bare_rate(url: str, c: int, n: int, tokens: int) -> float:
 
         t0 = time.perf_counter_ns()
         await asyncio.gather(*(worker() for _ in range(c)))
-        return events / ((time.perf_counter_ns() - t0) / 1e9)
+        return Rate(events, time.perf_counter_ns() - t0)
 
 
-async def measure(url: str, tokens: int, plan: dict[int, int]) -> dict[int, dict[str, float]]:
-    runners = {
-        "client": client_rate,
-        "aiohttp": lambda *a: client_rate(*a, raw=False),
-        "bare": bare_rate,
-    }
-    best = {c: dict.fromkeys(runners, 0.0) for c in plan}
-    for rnd in range(2):
+@dataclass(frozen=True)
+class Rate:
+    events: int
+    ns: int
+
+    @property
+    def per_s(self) -> float:
+        return self.events / (self.ns / 1e9)
+
+
+RUNNERS = {
+    "client": client_rate,
+    "aiohttp": lambda *a: client_rate(*a, raw=False),
+    "bare": bare_rate,
+}
+
+
+async def measure(
+    url: str, tokens: int, plan: dict[int, int], rounds: int
+) -> dict[int, dict[str, float]]:
+    """The best events/s of each runner per C over `rounds`; exit 1 when a client took in
+    other than the bare loop's count of events (it lost or invented some)."""
+    best = {c: dict.fromkeys(RUNNERS, 0.0) for c in plan}
+    for rnd in range(rounds):
         for c, n in plan.items():
-            order = list(runners) if rnd == 0 else list(reversed(runners))
-            for who in order:
-                best[c][who] = max(best[c][who], await runners[who](url, c, n, tokens))
+            order = list(RUNNERS) if rnd % 2 == 0 else list(reversed(RUNNERS))
+            got = {who: await RUNNERS[who](url, c, n, tokens) for who in order}
+            if len({r.events for r in got.values()}) != 1:
+                counts = ", ".join(f"{who} {r.events}" for who, r in got.items())
+                raise SystemExit(f"C={c}: the readers took in different event counts: {counts}")
+            for who, r in got.items():
+                best[c][who] = max(best[c][who], r.per_s)
     return best
 
 
@@ -188,7 +217,15 @@ def print_ingest(best: dict[int, dict[str, float]]) -> None:
         )
 
 
-def ingest(tokens: int, plan: dict[int, int]) -> dict[int, dict[str, float]]:
+def ingest_ratios(best: dict[int, dict[str, float]]) -> list[Ratio]:
+    return [
+        ratio(f"{label} / bare read loop, ev/s, C={c}", r[who], r["bare"], "ev/s")
+        for c, r in best.items()
+        for who, label in (("client", "loadgen client"), ("aiohttp", "its aiohttp reader"))
+    ]
+
+
+def ingest(tokens: int, plan: dict[int, int], rounds: int = 2) -> dict[int, dict[str, float]]:
     """Best rates per C (see measure), with firehose on CPU 0 and this process on CPU 1 only
     while it measures: the CPU set is restored for whatever runs next."""
     port = free_port()
@@ -197,25 +234,31 @@ def ingest(tokens: int, plan: dict[int, int]) -> dict[int, dict[str, float]]:
     try:
         if pin := pinned_to(CLIENT_CPU):
             pin()
-        best = uvloop.run(measure(f"http://127.0.0.1:{port}", tokens, plan))
+        best = uvloop.run(measure(f"http://127.0.0.1:{port}", tokens, plan, rounds))
     finally:
         os.sched_setaffinity(0, cpus)
         proc.send_signal(signal.SIGINT)
         proc.wait(10)
     pinned = "server CPU 0, client CPU 1" if pinned_to(0) else "not pinned (one CPU)"
-    print(f"SSE ingest, {tokens}-token streams from {name}, {pinned}, best of 2 rounds")
+    print(f"SSE ingest, {tokens}-token streams from {name}, {pinned}, best of {rounds} rounds")
     return best
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--tokens", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--c1-requests", type=int, default=PLAN[1])
     ap.add_argument("--c64-requests", type=int, default=PLAN[64])
     ap.add_argument("--c256-requests", type=int, default=PLAN[256])
     args = ap.parse_args()
     plan = {1: args.c1_requests, 64: args.c64_requests, 256: args.c256_requests}
-    print_ingest(ingest(args.tokens, plan))
+    tokens, rounds = args.tokens, args.rounds
+    if args.smoke:
+        plan, tokens, rounds = SMOKE_PLAN, SMOKE_TOKENS, 1
+    best = ingest(tokens, plan, rounds)
+    print_ingest(best)
+    report(ingest_ratios(best), args.ratios)
 
 
 if __name__ == "__main__":

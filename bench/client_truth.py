@@ -8,9 +8,15 @@ runs against it with --strict, in 1 worker process and in as many as the machine
 each stream's TTFT is compared with firehose's own for the same response (joined on the
 response id), and the table says how many streams were flagged and whether any stream whose
 true error exceeded its tolerance went unflagged (`silent`: a row passes only with "no").
+The ratios are loadgen's median TTFT and mean chunk gap over firehose's for the same streams.
+Without firehose (no C compiler, no ../shared) that is said in one line and loadgen's side
+still runs, against tests/pacedserver.py: every stream must come back ok.
 
-    .venv/bin/python bench/client_truth.py [--streams 256 1024 4096] [--tokens 200]
+    .venv/bin/python bench/client_truth.py [--smoke] [--streams 256 1024] [--tokens 200]
                                            [--workers 1 8 14] [--out table.txt]
+
+(At 4096 streams on 2 cores firehose itself no longer keeps the pace: the chunks it sent were
+0.00 ms apart at p50, so the truth is a burst; `--streams 4096` still shows it.)
 
 With --ingest it first prints bench/client_ingest.py's table, so one run shows events/s at
 C = 1 / 64 / 256 (loadgen, its aiohttp reader, the bare loop, ratios) and the TTFT errors:
@@ -19,7 +25,6 @@ C = 1 / 64 / 256 (loadgen, its aiohttp reader, the bare loop, ratios) and the TT
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import statistics
@@ -39,6 +44,7 @@ from client_ingest import (
     print_ingest,
     wait_listening,
 )
+from harness import Ratio, parser, ratio, report, unavailable
 
 sys.path.insert(0, str(REPO))
 
@@ -50,13 +56,14 @@ import orjson
 from loadgen.analysis.selferror import (
     CLIENT_LIMITED_EXIT,
     client_error_evidence,
-    crowding_reason,
+    crowding,
     limited_records,
     tolerance_s,
 )
-from loadgen.records import read_streams
+from loadgen.records import StreamRecord, read_streams
 
 MS = 1e6
+SMOKE_STREAMS, SMOKE_TOKENS = 16, 20
 
 
 def server_times(log: Path) -> dict[int, tuple[int, int]]:
@@ -76,28 +83,25 @@ def request_number(response_id: str | None) -> int | None:
         return None
 
 
-def true_gap(chunk_log: Path) -> float:
-    """p50 of the gaps between the chunks firehose sent, ms."""
+def true_gaps(chunk_log: Path) -> list[float]:
+    """The gaps between consecutive chunks firehose sent on each stream, ms."""
     sends: dict[int, list[int]] = {}
     for rid, _, t in struct.iter_unpack("<IIQ", chunk_log.read_bytes()):
         sends.setdefault(rid, []).append(t)
-    return statistics.median((b - a) / MS for ts in sends.values() for a, b in pairwise(ts))
+    return [(b - a) / MS for ts in sends.values() for a, b in pairwise(ts)]
 
 
-def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
-    binary = firehose_binary()
-    if binary is None:
-        raise SystemExit("client_truth needs firehose: set FIREHOSE_SRC to its source folder")
+def run_request(
+    server: list[str], n: int, tokens: int, workers: int, reader: str, out: Path
+) -> tuple[list[StreamRecord], subprocess.CompletedProcess[str]]:
+    """`loadgen request -n N -c N --strict` against `server` (a command taking --port), with
+    the ok records it wrote and its completed process; exit 1 when no stream came back ok."""
     port = free_port()
-    tag = f"{n}w{workers}{reader}"
-    log, chunk_log = tmp / f"fh{tag}.csv", tmp / f"fh{tag}.bin"
-    cmd = [str(binary), "--port", str(port), "--ttft-ms", "50", "--itl-ms", "20",
-           "--log", str(log), "--chunk-log", str(chunk_log), "--exit-after", "600",
-           "--quiet"]  # fmt: skip
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=pinned_to(0))
+    proc = subprocess.Popen(
+        [*server, "--port", str(port)], stdout=subprocess.DEVNULL, preexec_fn=pinned_to(0)
+    )
     try:
         wait_listening(port)
-        out = tmp / f"run{tag}"
         probe = [sys.executable, "-m", "loadgen", "request", "--base-url",
                  f"http://127.0.0.1:{port}", "-n", str(n), "-c", str(n), "--max-tokens",
                  str(tokens), "--prompt-tokens", "8", "--out", str(out), "--strict",
@@ -108,20 +112,30 @@ def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
         env = {**os.environ, "LOADGEN_STREAM_READER": reader}
         res = subprocess.run(probe, capture_output=True, text=True, preexec_fn=pin, env=env)
     finally:
-        server.send_signal(signal.SIGINT)
-        server.wait(10)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
     recs = [r for r in read_streams(out) if r.status == "ok"] if out.exists() else []
     if not recs:  # a refused or failed run: say why instead of a table of empty medians
         raise SystemExit(
             f"{n} streams, {workers} workers: no ok stream ({res.returncode}): "
             + " | ".join(res.stderr.strip().splitlines()[-3:])
         )
+    return recs, res
+
+
+def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
+    tag = f"{n}w{workers}{reader}"
+    log, chunk_log = tmp / f"fh{tag}.csv", tmp / f"fh{tag}.bin"
+    server = [str(binary), "--ttft-ms", "50", "--itl-ms", "20", "--log", str(log),
+              "--chunk-log", str(chunk_log), "--exit-after", "600", "--quiet"]  # fmt: skip
+    out = tmp / f"run{tag}"
+    recs, res = run_request(server, n, tokens, workers, reader, out)
     truth = server_times(log)
     # A run-wide flag (client processes crowding the server's cores) covers every stream.
-    crowded = crowding_reason("127.0.0.1", workers, os.cpu_count() or 1) is not None
+    crowded = crowding("127.0.0.1", workers, os.cpu_count() or 1) is not None
     # Both clocks are CLOCK_MONOTONIC: the run's zero puts loadgen's stamps on firehose's.
     zero = orjson.loads((out / "run.json").read_bytes())["run_start_perf_ns"]
-    errors, sends, reads, rtts = [], [], [], []
+    errors, sends, reads, rtts, ttfts, true_ttfts = [], [], [], [], [], []
     beyond = silent = own_beyond = own_silent = 0
     for r in recs:
         server = truth.get(request_number(r.response_id) or -1)
@@ -130,6 +144,8 @@ def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
         arrival, first = server
         err_s = (r.t_first_ns - r.t_sent_ns - (first - arrival)) / 1e9
         errors.append(err_s * 1e3)
+        ttfts.append((r.t_first_ns - r.t_sent_ns) / MS)
+        true_ttfts.append((first - arrival) / MS)
         sends.append((arrival - zero - r.t_sent_ns) / MS)  # loadgen's send -> firehose's read
         reads.append((r.t_first_ns + zero - first) / MS)  # firehose's send -> loadgen's stamp
         tol, flagged = tolerance_s(r), crowded or client_error_evidence(r) is not None
@@ -141,15 +157,20 @@ def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
             own_silent += not flagged
         if r.rtt_us is not None:
             rtts.append(r.rtt_us / 1e3)
+    if not errors:
+        raise SystemExit(f"{tag}: no ok stream joined firehose's log on its response id")
     gaps = [(b - a) / MS for r in recs for a, b in pairwise(r.chunk_ns)]
+    sent_gaps = true_gaps(chunk_log)
     q = statistics.quantiles
     return {
         "n": n, "workers": workers, "reader": reader, "ok": len(recs), "matched": len(errors),
         "err50": statistics.median(errors), "err99": q(errors, n=100)[98],
+        "ttft50": statistics.median(ttfts), "true_ttft50": statistics.median(true_ttfts),
         "send50": statistics.median(sends), "read50": statistics.median(reads),
         "read99": q(reads, n=100)[98],
         "gap": statistics.median(gaps), "gap99": q(gaps, n=100)[98],
-        "true_gap": true_gap(chunk_log), "rtt50": statistics.median(rtts) if rtts else nan,
+        "true_gap": statistics.median(sent_gaps), "rtt50": statistics.median(rtts) if rtts else nan,
+        "gap_mean": statistics.mean(gaps), "true_gap_mean": statistics.mean(sent_gaps),
         "limited": len(recs) if crowded else len(limited_records(recs)),
         "beyond": beyond, "silent": silent,
         "own_beyond": own_beyond, "own_silent": own_silent,
@@ -159,15 +180,40 @@ def one(n: int, tokens: int, workers: int, tmp: Path, reader: str) -> dict:
 
 
 def truth_rows(
-    streams: list[int], tokens: int, workers: list[int], readers: list[str]
+    binary: Path, streams: list[int], tokens: int, workers: list[int], readers: list[str]
 ) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         return [
-            one(n, tokens, w, Path(tmp), reader)
+            one(binary, n, tokens, w, Path(tmp), reader)
             for reader in readers
             for w in workers
             for n in streams
         ]
+
+
+def truth_ratios(rows: list[dict]) -> list[Ratio]:
+    out = []
+    for r in rows:
+        at = f"N={r['n']} W={r['workers']} {r['reader']}"
+        out.append(ratio(f"loadgen TTFT p50 / firehose's own, {at}", r["ttft50"],
+                         r["true_ttft50"], "ms", ".2f"))  # fmt: skip
+        # The mean, not the p50: past what one core serves both p50s collapse to 0 (bursts).
+        out.append(ratio(f"loadgen chunk gap mean / firehose's sent, {at}", r["gap_mean"],
+                         r["true_gap_mean"], "ms", ".2f"))  # fmt: skip
+    return out
+
+
+def loadgen_side(n: int, tokens: int, workers: int, reader: str) -> list[Ratio]:
+    """Without firehose: loadgen's side alone against tests/pacedserver.py (same pace), every
+    stream ok, and the truth rows said unavailable."""
+    server = [sys.executable, str(REPO / "tests/pacedserver.py"), "--ttft-ms", "50",
+              "--itl-ms", "20"]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        recs, _ = run_request(server, n, tokens, workers, reader, Path(tmp) / "run")
+    if len(recs) != n:
+        raise SystemExit(f"against tests/pacedserver.py: {len(recs)} of {n} streams ok")
+    print(f"loadgen request: {n} of {n} streams ok against tests/pacedserver.py")
+    return [unavailable("loadgen TTFT p50 / firehose's own", "firehose unavailable")]
 
 
 def truth_table(rows: list[dict], tokens: int) -> str:
@@ -211,8 +257,8 @@ def _silent(n: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--streams", type=int, nargs="+", default=[256, 1024, 4096])
+    ap = parser(__doc__)
+    ap.add_argument("--streams", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--workers", type=int, nargs="+", default=sorted({1, os.cpu_count() or 1}))
     ap.add_argument("--out", type=Path, help="also write the table to this file")
@@ -227,15 +273,22 @@ def main() -> None:
         "--ingest", action="store_true", help="first print client_ingest's table (one report)"
     )
     args = ap.parse_args()
+    if args.smoke:
+        args.streams, args.tokens, args.workers = [SMOKE_STREAMS], SMOKE_TOKENS, [1]
     if args.ingest:
         print_ingest(ingest(2000, PLAN))
         print()
-    table = truth_table(
-        truth_rows(args.streams, args.tokens, args.workers, args.readers), args.tokens
-    )
+    binary = firehose_binary()
+    if binary is None:
+        report(loadgen_side(args.streams[0], args.tokens, args.workers[0], args.readers[0]),
+               args.ratios)  # fmt: skip
+        return
+    rows = truth_rows(binary, args.streams, args.tokens, args.workers, args.readers)
+    table = truth_table(rows, args.tokens)
     print(table)
     if args.out:
         args.out.write_text(table + "\n")
+    report(truth_ratios(rows), args.ratios)
 
 
 if __name__ == "__main__":

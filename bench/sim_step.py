@@ -2,16 +2,18 @@
 
 Runs the engine on virtual time (no modelled sleep is ever taken) and times `Engine.step()`
 with time.perf_counter_ns over steps in which every request is decoding. Prints one line per
-configuration.
+configuration; the ratios are the cost per request-step at the larger concurrency over the
+smaller one's (below 1: a step's fixed cost is shared; above 1: the scheduler grows with N).
 
-    .venv/bin/python bench/sim_step.py [--steps 300]
+    .venv/bin/python bench/sim_step.py [--smoke] [--steps 300] [--concurrency 10 1000]
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
+
+from harness import parser, ratio, report
 
 from loadgen.sim.engine import Engine, EngineConfig, SimRequest
 from loadgen.sim.tokenizer import SimTokenizer
@@ -46,16 +48,26 @@ def step_overhead_us(concurrency: int, steps: int, spec_tokens: int) -> tuple[fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
-    args = parser.parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--concurrency", type=int, nargs=2, default=[10, 1000], metavar=("LOW", "HIGH"))
+    args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.concurrency = 20, [10, 100]
+    low, high = args.concurrency
+    ratios = []
     for spec in (0, 3):
-        for n in (10, 1000):
+        per_request = {}
+        for n in (low, high):
             median, p99 = step_overhead_us(n, args.steps, spec)
+            per_request[n] = median / n
             print(
                 f"concurrency {n:>5}  spec k={spec}:  {median:9.1f} us/step median "
                 f"({p99:9.1f} p99), {median / n:6.2f} us per request-step"
             )
+        compared = f"us per request-step, C={high} / C={low}, spec k={spec}"
+        ratios.append(ratio(compared, per_request[high], per_request[low], "us", ".2f"))
+    report(ratios, args.ratios)
 
 
 if __name__ == "__main__":

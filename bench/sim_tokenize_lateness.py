@@ -1,6 +1,7 @@
 """How late the wall-clock sim's runner delivers step outputs while the server tokenizes whales.
 
-    nice .venv/bin/python bench/sim_tokenize_lateness.py [--rounds R] [--slice-chars N]
+    nice .venv/bin/python bench/sim_tokenize_lateness.py [--smoke] [--rounds R] [--seconds S]
+                                                         [--slice-chars N]
 
 Three minnows decode on 5 ms steps (the runner sleeping to each step's absolute deadline) while
 a 72.6k-token prompt is tokenized every 100 ms, the way the server could do it:
@@ -10,20 +11,23 @@ a 72.6k-token prompt is tokenized every 100 ms, the way the server could do it:
             thread asks for the GIL back every 0.5 ms (a regex findall holds it throughout);
 - slices:   tok.encode_slices with a yield to the loop between parts (the server now).
 Lateness is when the runner woke minus its step's deadline, per step. Modes alternate within
-each round so machine load hits them alike; the figures are only as quiet as the machine.
+each round so machine load hits them alike; the figures are only as quiet as the machine. The
+ratios are each mode's p99 lateness over none's.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
 import time
 
+from harness import parser, ratio, report
+
+from loadgen.clock import WallClock
 from loadgen.sim.engine import Engine, EngineConfig, SimRequest
 from loadgen.sim.profiles import StepProfile
-from loadgen.sim.runner import MonotonicClock, SimRunner
+from loadgen.sim.runner import SimRunner
 from loadgen.sim.server import TOKENIZE_SLICE_CHARS
 from loadgen.sim.tokenizer import SimTokenizer
 
@@ -32,15 +36,17 @@ STEP_5MS = StepProfile("flat-5ms", fixed_s=0.005, per_token_s=0.0, decode_ctx_s=
 WHALE_TOKENS = 72_600
 
 
-class LatenessClock(MonotonicClock):
-    """perf_counter_ns and real sleeps, noting how late each sleep returned."""
+class LatenessClock(WallClock):
+    """The runner's default clock (perf_counter_ns, real sleeps), noting how late each sleep
+    returned."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.late_ms: list[float] = []
 
-    async def sleep_until(self, deadline_ns: int) -> None:
-        await super().sleep_until(deadline_ns)
-        self.late_ms.append((time.perf_counter_ns() - deadline_ns) / 1e6)
+    async def sleep_until(self, t_ns: int) -> None:
+        await super().sleep_until(t_ns)
+        self.late_ms.append((self.now_ns() - t_ns) / 1e6)
 
 
 async def tokenize(mode: str, tok: SimTokenizer, text: str, slice_chars: int) -> int:
@@ -83,11 +89,13 @@ async def one(mode: str, seconds: float, text: str, slice_chars: int) -> tuple[l
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--slice-chars", type=int, default=TOKENIZE_SLICE_CHARS)
     args = ap.parse_args()
+    if args.smoke:
+        args.rounds, args.seconds = 1, 0.25
     tok = SimTokenizer()
     text = tok.decode(tok.generator(1).take(WHALE_TOKENS))
     modes = ("none", "blocking", "thread", "slices")
@@ -103,11 +111,15 @@ def main() -> None:
     sys.setswitchinterval(default_interval)
     print("| mode | steps | lateness p50 ms | p99 ms | max ms | tokenize 72.6k ms (mean) |")
     print("|---|---|---|---|---|---|")
+    p99s = {}
     for mode in modes:
         xs = sorted(late[mode])
-        p99 = xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))]
-        print(f"| {mode} | {len(xs)} | {statistics.median(xs):.2f} | {p99:.2f} | {xs[-1]:.2f} "
-              f"| {statistics.mean(took[mode]):.1f} |")  # fmt: skip
+        p99s[mode] = xs[min(len(xs) - 1, round(0.99 * (len(xs) - 1)))]
+        print(f"| {mode} | {len(xs)} | {statistics.median(xs):.2f} | {p99s[mode]:.2f} "
+              f"| {xs[-1]:.2f} | {statistics.mean(took[mode]):.1f} |")  # fmt: skip
+    ratios = [ratio(f"step lateness p99, {mode} / none (no tokenizing)", p99s[mode],
+                    p99s["none"], "ms", ".2f") for mode in modes[1:]]  # fmt: skip
+    report(ratios, args.ratios)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Where the virtual clock's time goes: a scenario run with --clock virtual under cProfile.
 
-    .venv/bin/python bench/virtual_scale.py SCENARIO [--set k=v ...] [--no-profile]
+    .venv/bin/python bench/virtual_scale.py [SCENARIO] [--set k=v ...] [--no-profile] [--smoke]
 
-e.g. the Azure LLM code trace (8,819 rows, an hour) on a 64-seat sim:
+SCENARIO (a file or a name in scenarios/) defaults to bench/trace_scale.yaml cut to 4,000
+streams (--smoke: 200); e.g. the Azure LLM code trace (8,819 rows, an hour) on a 64-seat sim:
 
     .venv/bin/python bench/virtual_scale.py scenarios/azure_code.yaml \
         --set arrival.trace.path=/work/shared/traces/azure_llm_2023/AzureLLMInferenceTrace_code.csv
@@ -11,12 +12,12 @@ Prints the wall and CPU time of the run (report writing excluded), the virtual t
 (the speed-up over real time), and the share of self time per stage: prompt text generation,
 prompt sizing, the sim tokenizer, the engine core (scheduler, KV pool), /metrics exposition and
 parsing, record writing, the driver itself. Shares are of the same run's profiled total, so
-they compare stages with each other, not with another machine.
+they compare stages with each other, not with another machine. The ratio is the speed-up:
+virtual time covered over the run's wall time (under cProfile unless --no-profile).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import cProfile
 import pstats
@@ -25,12 +26,16 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from harness import parser, ratio, report
+
 from loadgen.analysis.inputs import arm_dirs
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import read_streams
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 
+TRACE_SCALE = Path(__file__).resolve().parent / "trace_scale.yaml"
+DEFAULT_STREAMS, SMOKE_STREAMS = 4000, 200
 STAGES = (
     ("prompt text (scenario/textgen)", ("loadgen/scenario/textgen", "/random.py")),
     ("prompt sizing (scenario/prompts)", ("loadgen/scenario/prompts",)),
@@ -73,11 +78,14 @@ def print_stage_shares(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("scenario")
+    ap = parser(__doc__)
+    ap.add_argument("scenario", nargs="?")
     ap.add_argument("--set", dest="sets", action="append", default=[])
     ap.add_argument("--no-profile", action="store_true", help="time only (no profiler overhead)")
     args = ap.parse_args()
+    if args.scenario is None:
+        streams = SMOKE_STREAMS if args.smoke else DEFAULT_STREAMS
+        args.scenario, args.sets = TRACE_SCALE, [f"arrival.poisson.count={streams}", *args.sets]
     scenario = load_scenario(args.scenario, args.sets)
     with tempfile.TemporaryDirectory() as out:
         opts = RunOptions(out_root=Path(out), progress=False, clock="virtual")
@@ -101,9 +109,13 @@ def main() -> None:
     print(f"{scenario.name}: {len(records)} streams ({ok} ok), {virtual_s:.0f} s of virtual time")
     print(f"run: {wall:.1f} s wall, {cpu:.1f} s CPU ({virtual_s / wall:.0f}x real time)"
           f"{' under cProfile' if prof else ''}; prompts off their size: {mismatched}")  # fmt: skip
-    if prof is None:
-        return
-    print_stage_shares(prof)
+    if prof is not None:
+        print_stage_shares(prof)
+    if ok == 0:
+        raise SystemExit(f"{scenario.name}: no stream ended ok on the virtual clock")
+    how = "under cProfile" if prof else "unprofiled"
+    compared = f"virtual time covered / wall time, {scenario.name} {len(records)} streams ({how})"
+    report([ratio(compared, virtual_s, wall, "s", ".2f")], args.ratios)
 
 
 if __name__ == "__main__":
