@@ -57,7 +57,6 @@ from loadgen.analysis.selferror import (
     CLIENT_LIMITED_EXIT,
     client_error_evidence,
     crowding,
-    limited_records,
     tolerance_s,
 )
 from loadgen.records import StreamRecord, read_streams
@@ -171,7 +170,9 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
         "gap": statistics.median(gaps), "gap99": q(gaps, n=100)[98],
         "true_gap": statistics.median(sent_gaps), "rtt50": statistics.median(rtts) if rtts else nan,
         "gap_mean": statistics.mean(gaps), "true_gap_mean": statistics.mean(sent_gaps),
-        "limited": len(recs) if crowded else len(limited_records(recs)),
+        "limited": len(recs) if crowded else sum(
+            r.status == "ok" and client_error_evidence(r) is not None for r in recs
+        ),
         "beyond": beyond, "silent": silent,
         "own_beyond": own_beyond, "own_silent": own_silent,
         "banner": any(line.startswith("!! CLIENT LIMITED") for line in res.stdout.splitlines()),
