@@ -15,7 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen import exposition
-from loadgen.analysis.capacity import Search, parse_capacity_slo
+from loadgen.analysis.capacity import Search
+from loadgen.analysis.slo import parse_slo
 from loadgen.client.openai import OpenAIClient
 from loadgen.engine.capacity import search_capacity
 from loadgen.engine.options import RunOptions
@@ -81,7 +82,7 @@ async def test_a_capacity_search_does_no_heavy_work_while_streams_are_in_flight(
     try:
         root = await search_capacity(
             scenario, axis, Search("concurrency", 1, 2, 1, 0.05, 2),
-            parse_capacity_slo("ttft_p90=5"), opts, warn=lambda _m: None,
+            parse_slo("ttft_p90=5"), opts, warn=lambda _m: None,
         )  # fmt: skip
     finally:
         _WATCH.remove(watch.audit)
