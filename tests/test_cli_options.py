@@ -13,6 +13,7 @@ from loadgen.clock import ClockName
 from loadgen.commands.options import (
     FactsArgs,
     OutputArgs,
+    RunArgs,
     SeedArgs,
     TargetArgs,
     run_options,
@@ -72,12 +73,12 @@ def test_every_usage_mistake_is_said_at_once_one_line_each(tmp_path: Path) -> No
 
 
 def test_run_options_builds_the_options_when_nothing_is_wrong(tmp_path: Path) -> None:
-    built = run_options(
+    built = run_options(RunArgs(
         TargetArgs(base_url="127.0.0.1:8000/v1", model="m"),
         OutputArgs(tmp_path, progress=False),
         SeedArgs(run_seed=7),
         facts=FactsArgs(("max_num_seqs=4",), ("--max-num-seqs=4",)),
-    )
+    ))  # fmt: skip
     assert not isinstance(built, list), built
     assert (built.base_url, built.model, built.run_seed, built.seed_source) == (
         "http://127.0.0.1:8000", "m", 7, "user"

@@ -163,6 +163,36 @@ MALFORMED = [
         BASE + "seed: 8\n", (), ["s.yaml:12: yaml: duplicate key 'seed'"], id="duplicate-key"
     ),
     pytest.param(
+        "name: t\nseed: 7\ngroups: 5\n",
+        (),
+        ["s.yaml:3: groups: got 5 (expected a list)"],
+        id="groups-not-a-list",
+    ),
+    pytest.param(
+        "name: t\nseed: 7\n",
+        (),
+        ["s.yaml:1: groups: missing (expected a list)"],
+        id="groups-missing",
+    ),
+    pytest.param(
+        BASE.replace("prompt: {tokens: 64, shape: prose}", "prompt: [64]"),
+        (),
+        [
+            "s.yaml:6: groups.a.prompt: got a list (expected a mapping)",
+            "s.yaml:6: groups.a.prompt.tokens: missing (expected an integer >= 16)",
+        ],
+        id="prompt-not-a-mapping",
+    ),
+    pytest.param(
+        BASE.replace("    prompt: {tokens: 64, shape: prose}\n", ""),
+        (),
+        [
+            "s.yaml:4: groups.a.prompt: missing (expected a mapping)",
+            "s.yaml:4: groups.a.prompt.tokens: missing (expected an integer >= 16)",
+        ],
+        id="prompt-missing",
+    ),
+    pytest.param(
         "- a\n- b\n",
         (),
         ["s.yaml:1: scenario: got a list (expected a mapping of fields)"],

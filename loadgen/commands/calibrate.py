@@ -12,22 +12,9 @@ import click
 from loadgen.analysis.calibration import PlanLimits
 from loadgen.clock import ClockName
 from loadgen.commands.options import (
-    CLOCK_OPTION,
-    FACTS_OPTIONS,
-    LAUNCH_OPTIONS,
-    SEED_OPTIONS,
-    SET_OPTION,
-    TARGET_OPTIONS,
-    TELEMETRY_OPTIONS,
-    FactsArgs,
-    LaunchArgs,
-    OutputArgs,
-    SeedArgs,
-    TargetArgs,
-    TelemetryArgs,
-    output_options,
-    run_options,
-    usable,
+    RunArgs,
+    run_like,
+    usable_options,
 )
 from loadgen.commands.run import execute_work
 from loadgen.engine.calibrate import CalibrateRequest, calibrate, refit
@@ -59,14 +46,7 @@ DEFAULTS = PlanLimits()
               help="Refuse a plan that would send more.")  # fmt: skip
 @click.option("--max-time", "max_time_s", type=click.FloatRange(min=1), default=900.0,
               show_default=True, help="Wall seconds after which no new probe starts.")  # fmt: skip
-@CLOCK_OPTION
-@TARGET_OPTIONS
-@TELEMETRY_OPTIONS
-@output_options(progress=False)
-@SET_OPTION
-@FACTS_OPTIONS
-@SEED_OPTIONS
-@LAUNCH_OPTIONS
+@run_like(progress=False, sim_profile=False)
 def calibrate_cmd(
     profile_out: Path | None,
     name: str | None,
@@ -78,14 +58,7 @@ def calibrate_cmd(
     decode_tokens: int,
     max_requests: int,
     max_time_s: float,
-    clock: ClockName | None,
-    target: TargetArgs,
-    telemetry: TelemetryArgs,
-    output: OutputArgs,
-    overrides: tuple[str, ...],
-    facts: FactsArgs,
-    seed: SeedArgs,
-    launch: LaunchArgs,
+    args: RunArgs,
 ) -> None:
     """Measure a server's step costs with a short, bounded plan and fit the sim to them."""
     from loadgen.report.cmd import write_calibration_report
@@ -98,16 +71,14 @@ def calibrate_cmd(
         click.echo(write_calibration_report(root), nl=False)
         _say_profile_out(profile_out)
         return
-    opts = usable(run_options(
-        target, output, seed, clock=clock, launch=launch, facts=facts, telemetry=telemetry
-    ))  # fmt: skip
+    opts = usable_options(args)
     if not opts.base_url and opts.server is None and opts.clock == ClockName.WALL:
         raise click.UsageError(
             "calibrate needs a server: --base-url URL, or --server KIND to launch one "
             "(--server sim or --clock virtual calibrate the built-in sim)"
         )
     try:
-        scenario = load_scenario(base, overrides)
+        scenario = load_scenario(base, args.overrides)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     if opts.base_url or (opts.server is not None and opts.server.kind != "sim"):

@@ -5,35 +5,18 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from pathlib import Path
 
 import click
 
 from loadgen.analysis.capacity import DEFAULT_MAX_PROBES, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
 from loadgen.analysis.slo import DEFAULT_ATTAIN
-from loadgen.clock import ClockName
 from loadgen.commands.options import (
-    CLOCK_OPTION,
-    FACTS_OPTIONS,
-    LAUNCH_OPTIONS,
     REQUESTS_OPTION,
-    SEED_OPTIONS,
-    SET_OPTION,
-    SIM_PROFILE_OPTION,
-    TARGET_OPTIONS,
-    TELEMETRY_OPTIONS,
-    FactsArgs,
-    LaunchArgs,
-    OutputArgs,
-    SeedArgs,
-    TargetArgs,
-    TelemetryArgs,
-    output_options,
+    RunArgs,
     parsed_slo,
-    run_options,
+    run_like,
     slo_option,
-    usable,
-    with_sim_profile,
+    usable_options,
 )
 from loadgen.commands.run import execute_work
 from loadgen.engine.capacity import search_capacity
@@ -87,15 +70,7 @@ DEFAULT_MAX_TIME_S = 3600.0
     help="Wall seconds after which no new probe starts.",
 )
 @REQUESTS_OPTION
-@CLOCK_OPTION
-@TARGET_OPTIONS
-@TELEMETRY_OPTIONS
-@output_options(progress=True)
-@SET_OPTION
-@SEED_OPTIONS
-@FACTS_OPTIONS
-@LAUNCH_OPTIONS
-@SIM_PROFILE_OPTION
+@run_like()
 def capacity_cmd(
     scenario: str,
     slo: str,
@@ -109,27 +84,16 @@ def capacity_cmd(
     max_probes: int,
     max_time_s: float,
     requests: int | None,
-    clock: ClockName | None,
-    target: TargetArgs,
-    telemetry: TelemetryArgs,
-    output: OutputArgs,
-    overrides: tuple[str, ...],
-    seed: SeedArgs,
-    facts: FactsArgs,
-    launch: LaunchArgs,
-    sim_profile: Path | None,
+    args: RunArgs,
 ) -> None:
     """Search the largest load of SCENARIO that meets --slo, and name what binds beyond it."""
     from loadgen.report.cmd import write_capacity_report
 
     items = parsed_slo(slo, attain)
     lo, hi = _range(over, lo, hi)
-    opts = usable(run_options(
-        target, output, seed, clock=clock, launch=launch, facts=facts, telemetry=telemetry,
-        sim_profile=sim_profile,
-    ))  # fmt: skip
+    opts = usable_options(args)
     try:
-        loaded = load_scenario(scenario, with_sim_profile(sim_profile, overrides))
+        loaded = load_scenario(scenario, args.sets())
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     axis = LoadAxis(over, group, requests)

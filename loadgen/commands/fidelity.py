@@ -3,6 +3,7 @@ scenario on the named server and on the virtual clock with the profile, and how 
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from pathlib import Path
 
@@ -11,21 +12,9 @@ import click
 from loadgen.analysis.fidelity import DEFAULT_TOLERANCE
 from loadgen.clock import ClockName
 from loadgen.commands.options import (
-    FACTS_OPTIONS,
-    LAUNCH_OPTIONS,
-    SEED_OPTIONS,
-    SET_OPTION,
-    TARGET_OPTIONS,
-    TELEMETRY_OPTIONS,
-    FactsArgs,
-    LaunchArgs,
-    OutputArgs,
-    SeedArgs,
-    TargetArgs,
-    TelemetryArgs,
-    output_options,
-    run_options,
-    usable,
+    RunArgs,
+    run_like,
+    usable_options,
     with_sim_profile,
 )
 from loadgen.commands.run import execute_work
@@ -41,37 +30,22 @@ from loadgen.scenario.load import ScenarioError, load_scenario
 @click.option("--tolerance", type=click.FloatRange(0, 1000, min_open=True),
               default=DEFAULT_TOLERANCE * 100, show_default=True,
               help="Percent error within which a figure counts as reproduced.")  # fmt: skip
-@TARGET_OPTIONS
-@TELEMETRY_OPTIONS
-@output_options(progress=False)
-@SET_OPTION
-@FACTS_OPTIONS
-@SEED_OPTIONS
-@LAUNCH_OPTIONS
+@run_like(progress=False, clock=False, sim_profile=False)
 def fidelity_cmd(
     scenario: str,
     sim_profile: Path,
     tolerance: float,
-    target: TargetArgs,
-    telemetry: TelemetryArgs,
-    output: OutputArgs,
-    overrides: tuple[str, ...],
-    facts: FactsArgs,
-    seed: SeedArgs,
-    launch: LaunchArgs,
+    args: RunArgs,
 ) -> None:
     """Run SCENARIO on the server (--base-url, --server, or the scenario's server block; --server
     sim: the built-in sim as the scenario sets it) and on the virtual clock with --sim-profile;
     print each figure's error."""
     from loadgen.report.cmd import write_fidelity_report
 
-    opts = usable(run_options(
-        target, output, seed, clock=ClockName.WALL, launch=launch, facts=facts,
-        telemetry=telemetry,
-    ))  # fmt: skip
+    opts = usable_options(dataclasses.replace(args, clock=ClockName.WALL))
     try:
-        real = load_scenario(scenario, overrides)
-        predicted = load_scenario(scenario, with_sim_profile(sim_profile, overrides))
+        real = load_scenario(scenario, args.overrides)
+        predicted = load_scenario(scenario, with_sim_profile(sim_profile, args.overrides))
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     if not opts.base_url and opts.server is None and real.server is None:

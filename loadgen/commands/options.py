@@ -54,19 +54,25 @@ def option_group(
 
     def apply(command: F) -> F:
         names: list[str] = []
-
-        @functools.wraps(command)
-        def packed(*args: Any, **kwargs: Any) -> Any:
-            values = {n: kwargs.pop(n) for n in names}
-            return command(*args, **{name: build(**values)}, **kwargs)
-
-        f: Any = packed
+        f: Any = _packed(command, name, build, names)
         before = len(getattr(f, "__click_params__", []))
         f = _options(*options)(f)
         names += [p.name for p in f.__click_params__[before:]]
         return cast(F, f)
 
     return apply
+
+
+def _packed(command: F, name: str, build: Callable[..., Any], names: list[str]) -> F:
+    """`command` called with the keyword arguments `names` taken out as `name=build(**them)`
+    (a name no option of this command declares is left to build's default)."""
+
+    @functools.wraps(command)
+    def packed(*args: Any, **kwargs: Any) -> Any:
+        values = {n: kwargs.pop(n) for n in names if n in kwargs}
+        return command(*args, **{name: build(**values)}, **kwargs)
+
+    return cast(F, packed)
 
 
 class Problems(click.UsageError):
@@ -348,37 +354,72 @@ LAUNCH_OPTIONS = option_group(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class RunArgs:
+    """Every group a run-like command takes, as one value. `clock`: --clock (None: not given,
+    run_options picks); `overrides`: --set; `sim_profile`: --sim-profile."""
+
+    target: TargetArgs = TargetArgs()
+    output: OutputArgs = OutputArgs()
+    seed: SeedArgs = SeedArgs()
+    facts: FactsArgs = FactsArgs()
+    launch: LaunchArgs = LaunchArgs()
+    telemetry: TelemetryArgs = TelemetryArgs()
+    overrides: tuple[str, ...] = ()
+    clock: ClockName | None = None
+    sim_profile: Path | None = None
+
+    def sets(self) -> tuple[str, ...]:
+        """--set, with --sim-profile's settings first (with_sim_profile)."""
+        return with_sim_profile(self.sim_profile, self.overrides)
+
+
+def run_like(
+    *, progress: bool = True, clock: bool = True, sim_profile: bool = True
+) -> Callable[[F], F]:
+    """The groups of a run-like command as one decorator whose values reach the command as
+    `args: RunArgs`; `progress`: the live view's default (output_options); `clock` and
+    `sim_profile`: whether the command offers --clock and --sim-profile."""
+    groups = [TARGET_OPTIONS, TELEMETRY_OPTIONS, output_options(progress), SET_OPTION]
+    groups += [CLOCK_OPTION] if clock else []
+    groups += [SEED_OPTIONS, FACTS_OPTIONS, LAUNCH_OPTIONS]
+    groups += [SIM_PROFILE_OPTION] if sim_profile else []
+    # A group not offered stays at its default, and its name free for the command's own
+    # option (fidelity's required --sim-profile).
+    offered = {"clock": clock, "sim_profile": sim_profile}
+    names = [f.name for f in dataclasses.fields(RunArgs) if offered.get(f.name, True)]
+
+    def apply(command: F) -> F:
+        return _options(*groups)(_packed(command, "args", RunArgs, names))
+
+    return apply
+
+
 def run_options(
-    target: TargetArgs,
-    output: OutputArgs = OutputArgs(),
-    seed: SeedArgs = SeedArgs(),
+    args: RunArgs,
     *,
-    clock: ClockName | None = None,
     sim_clock: ClockName = ClockName.WALL,
-    launch: LaunchArgs = LaunchArgs(),
-    facts: FactsArgs = FactsArgs(),
-    telemetry: TelemetryArgs = TelemetryArgs(),
-    sim_profile: Path | None = None,
     needs_url: bool = False,
     **fields: Any,
 ) -> RunOptions | list[str]:
-    """The options of a run, or every usage mistake in them, one line each. `clock`: --clock
-    (None: wall, or `sim_clock` when the target is the built-in sim); `fields`: the
+    """The options of a run, or every usage mistake in them, one line each. `args.clock`
+    None: wall, or `sim_clock` when the target is the built-in sim; `fields`: the
     command's own RunOptions fields (workers, slo, ...); `needs_url`: no built-in sim to
     fall back on, so a URL is required unless a server is launched."""
     from loadgen.engine.options import RunOptions
 
+    target, telemetry = args.target, args.telemetry
     problems: list[str] = []
     try:
-        server = launch.spec(target.model)
+        server = args.launch.spec(target.model)
     except click.UsageError as exc:
         server, problems = None, [exc.message]
     base_url = target.base_url
-    clock = clock or (ClockName.WALL if base_url or server else sim_clock)
+    clock = args.clock or (ClockName.WALL if base_url or server else sim_clock)
     problems += target_problems(clock, base_url, telemetry.telemetry_url, server)
-    parsed, facts_problems = _external_server(facts, base_url)
+    parsed, facts_problems = _external_server(args.facts, base_url)
     problems += facts_problems
-    if sim_profile is not None and (base_url or (server is not None and server.kind != "sim")):
+    if args.sim_profile is not None and (base_url or (server is not None and server.kind != "sim")):
         problems.append(
             "--sim-profile configures the built-in sim: drop --base-url / --server KIND (or "
             "compare the two with `loadgen fidelity`)"
@@ -391,15 +432,15 @@ def run_options(
         except ValueError as exc:
             problems.append(str(exc))
     try:
-        run_seed = resolve_run_seed(seed.run_seed, seed.replay)
+        run_seed = resolve_run_seed(args.seed.run_seed, args.seed.replay)
     except ValueError as exc:
         problems.append(str(exc))
     if problems:
         return problems
     server_facts, server_flags = parsed
     return RunOptions(
-        base_url=base_url, api_key=api_key, model=target.model, out_root=output.out_root,
-        run_seed=run_seed.value, progress=output.progress, clock=clock,
+        base_url=base_url, api_key=api_key, model=target.model, out_root=args.output.out_root,
+        run_seed=run_seed.value, progress=args.output.progress, clock=clock,
         seed_source=run_seed.source, server=server, server_facts=server_facts or None,
         server_facts_sources=dict.fromkeys(server_facts, USER_SOURCE) or None,
         server_flags=server_flags, telemetry_url=telemetry.telemetry_url,
@@ -407,8 +448,9 @@ def run_options(
     )  # fmt: skip
 
 
-def usable(built: RunOptions | list[str]) -> RunOptions:
-    """run_options' answer, or exit 2 with every problem it found."""
+def usable_options(args: RunArgs, **kwargs: Any) -> RunOptions:
+    """run_options(args, ...), or exit 2 with every problem it found."""
+    built = run_options(args, **kwargs)
     if isinstance(built, list):
         raise Problems(built)
     return built

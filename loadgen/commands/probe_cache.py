@@ -18,9 +18,9 @@ from loadgen.commands.options import (
     LAUNCH_OPTIONS,
     TARGET_OPTIONS,
     LaunchArgs,
+    RunArgs,
     TargetArgs,
-    run_options,
-    usable,
+    usable_options,
 )
 from loadgen.engine.cache import CacheCheck
 from loadgen.engine.preflight import served_model, served_window
@@ -61,7 +61,7 @@ def probe_cache_cmd(
     """Send a prompt of >= 10 cache blocks twice, then the first again under greedy decoding.
     Healthy when the prefix-hit counter grew by the reusable blocks (TTFT under half of cold
     where the server counts no hits) and the repeat's answer equals the first's."""
-    opts = usable(run_options(target, launch=launch, needs_url=True))
+    opts = usable_options(RunArgs(target, launch=launch), needs_url=True)
     spec, base_url, api_key, model = opts.server, opts.base_url, opts.api_key, opts.model
     try:
         check_probe_flags(tokens, block_size)

@@ -15,10 +15,10 @@ from loadgen.client.endpoint import Timeouts
 from loadgen.commands.options import (
     SEED_OPTIONS,
     TARGET_OPTIONS,
+    RunArgs,
     SeedArgs,
     TargetArgs,
-    run_options,
-    usable,
+    usable_options,
 )
 from loadgen.engine.seeds import RunSeed
 from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS
@@ -70,8 +70,8 @@ from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS
 def request_cmd(target: TargetArgs, seed: SeedArgs, **opts: Any) -> None:
     """Fire COUNT streams at CONCURRENCY and print TTFT, decode-only tok/s, tokens and chunks."""
     # A launched server or the built-in sim is `loadgen run`'s: request loads a server by URL.
-    run = usable(run_options(target, seed=seed, needs_url=True, workers=opts["workers"],
-                             ray_address=opts["ray_address"]))  # fmt: skip
+    run = usable_options(RunArgs(target, seed=seed), needs_url=True, workers=opts["workers"],
+                             ray_address=opts["ray_address"])  # fmt: skip
     assert run.base_url is not None and run.run_seed is not None and run.seed_source is not None
     # Imported here, past every usage error: the run's modules are most of the command's start.
     from loadgen.engine.request_run import RequestArgs, run_request

@@ -22,30 +22,14 @@ from loadgen.analysis.summary import MEASURE
 from loadgen.analysis.summary_types import read_run
 from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
-from loadgen.clock import ClockName
 from loadgen.commands.options import (
-    CLOCK_OPTION,
-    FACTS_OPTIONS,
-    LAUNCH_OPTIONS,
     LOAD_SWEEP_OPTIONS,
-    SEED_OPTIONS,
-    SET_OPTION,
-    SIM_PROFILE_OPTION,
-    TARGET_OPTIONS,
-    TELEMETRY_OPTIONS,
-    FactsArgs,
-    LaunchArgs,
-    OutputArgs,
-    SeedArgs,
-    TargetArgs,
-    TelemetryArgs,
-    output_options,
+    RunArgs,
     parsed_slo,
-    run_options,
+    run_like,
     slo_option,
-    usable,
+    usable_options,
     with_load_sweep,
-    with_sim_profile,
     workers_value,
 )
 from loadgen.commands.validate import ALLOW_FILES_OUTSIDE
@@ -74,17 +58,13 @@ REPORT_FAILED_EXIT = 5
 
 @click.command("run")
 @click.argument("scenario")
-@TARGET_OPTIONS
-@TELEMETRY_OPTIONS
+@run_like()
 @click.option(
     "--api",
     type=click.Choice(["completions", "chat"]),
     default=None,
     help="Override the scenario's API.",
 )
-@output_options(progress=True)
-@SET_OPTION
-@SEED_OPTIONS
 @click.option(
     "--block-size",
     type=click.IntRange(min=1),
@@ -92,16 +72,12 @@ REPORT_FAILED_EXIT = 5
     help="Cache block size of an external server that does not report it.",
 )
 @slo_option("SLOs for goodput; each overrides the scenario's slo of its metric")
-@CLOCK_OPTION
-@FACTS_OPTIONS
-@LAUNCH_OPTIONS
 @click.option(
     "--boot-order-seed",
     type=SEED_TYPE,
     default=None,
     help="Shuffle each round of a sweep's boots with this seed (default: A B C A B C).",
 )
-@SIM_PROFILE_OPTION
 @LOAD_SWEEP_OPTIONS
 @click.option(
     "--workers",
@@ -129,19 +105,11 @@ REPORT_FAILED_EXIT = 5
 @ALLOW_FILES_OUTSIDE
 def run_cmd(
     scenario: str,
-    target: TargetArgs,
-    telemetry: TelemetryArgs,
+    args: RunArgs,
     api: str | None,
-    output: OutputArgs,
-    overrides: tuple[str, ...],
-    seed: SeedArgs,
     block_size: int | None,
     slo: str | None,
-    clock: ClockName | None,
-    facts: FactsArgs,
-    launch: LaunchArgs,
     boot_order_seed: int | None,
-    sim_profile: Path | None,
     concurrency: str | None,
     rate: str | None,
     requests: int | None,
@@ -152,17 +120,14 @@ def run_cmd(
     allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
-    opts = usable(run_options(
-        target, output, seed, clock=clock, launch=launch, facts=facts, telemetry=telemetry,
-        sim_profile=sim_profile, block_size=block_size, boot_order_seed=boot_order_seed,
-        workers=workers, ray_address=ray_address,
-    ))  # fmt: skip
+    opts = usable_options(args, block_size=block_size, boot_order_seed=boot_order_seed,
+                              workers=workers, ray_address=ray_address)  # fmt: skip
     if ray_address:
         try:
             import_ray()
         except RayUnavailable as exc:
             raise click.ClickException(str(exc)) from None
-    sets = list(with_sim_profile(sim_profile, overrides))
+    sets = list(args.sets())
     sets += [f"api={api}"] if api else []
     try:
         loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)

@@ -3,30 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import click
 
 from loadgen.clock import ClockName
 from loadgen.commands.options import (
-    CLOCK_OPTION,
-    FACTS_OPTIONS,
-    LAUNCH_OPTIONS,
-    SEED_OPTIONS,
-    SET_OPTION,
-    SIM_PROFILE_OPTION,
-    TARGET_OPTIONS,
-    TELEMETRY_OPTIONS,
-    FactsArgs,
-    LaunchArgs,
-    OutputArgs,
-    SeedArgs,
-    TargetArgs,
-    TelemetryArgs,
-    output_options,
-    run_options,
-    usable,
-    with_sim_profile,
+    RunArgs,
+    run_like,
+    usable_options,
 )
 from loadgen.commands.run import execute, report_run
 from loadgen.engine.soak import SoakStop, soak_scenario
@@ -50,10 +34,6 @@ from loadgen.scenario.soak_block import parse_duration, parse_window
     default=None,
     help="Streams in flight (default: the scenario's soak.concurrency, else 1).",
 )
-@TARGET_OPTIONS
-@TELEMETRY_OPTIONS
-@output_options(progress=True)
-@SET_OPTION
 @click.option(
     "--fault",
     "faults",
@@ -61,35 +41,20 @@ from loadgen.scenario.soak_block import parse_duration, parse_window
     metavar="FAULT",
     help="A sim fault for this soak, e.g. drift=30 (percent per hour). Repeatable.",
 )
-@CLOCK_OPTION
-@SEED_OPTIONS
-@FACTS_OPTIONS
-@LAUNCH_OPTIONS
-@SIM_PROFILE_OPTION
+@run_like()
 def soak_cmd(
     scenario: str,
     duration: str | None,
     window: str | None,
     concurrency: int | None,
-    target: TargetArgs,
-    telemetry: TelemetryArgs,
-    output: OutputArgs,
-    overrides: tuple[str, ...],
     faults: tuple[str, ...],
-    clock: ClockName | None,
-    seed: SeedArgs,
-    facts: FactsArgs,
-    launch: LaunchArgs,
-    sim_profile: Path | None,
+    args: RunArgs,
 ) -> None:
     """Soak a server (or the sim) with SCENARIO's groups back to back; report drift."""
     # A soak on a long-lived server must start cold like any run: a fresh seed unless given.
-    opts = usable(run_options(
-        target, output, seed, clock=clock, sim_clock=ClockName.VIRTUAL, launch=launch,
-        facts=facts, telemetry=telemetry, sim_profile=sim_profile,
-    ))  # fmt: skip
+    opts = usable_options(args, sim_clock=ClockName.VIRTUAL)
     try:
-        loaded = load_scenario(scenario, list(with_sim_profile(sim_profile, overrides)))
+        loaded = load_scenario(scenario, list(args.sets()))
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     settings = _soak_settings(loaded.soak or Soak(), duration, window, concurrency)

@@ -10,9 +10,12 @@ import difflib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from loadgen.scenario.marked_yaml import MarkedList, MarkedMap
+
+# What a scenario key nests: a mapping or a list.
+C = TypeVar("C", MarkedMap, MarkedList)
 
 REQUIRED = object()
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -163,25 +166,23 @@ class Checker:
 
     def mapping(self, m: MarkedMap, key: str, path: str, *, required: bool = False) -> MarkedMap:
         """m[key] as a mapping (an empty one when absent or null; errors noted)."""
-        value = m.get(key)
-        if value is None:
-            if required:
-                self.add(m.loc, join(path, key), "missing (expected a mapping)")
-            return MarkedMap(m.value_locs.get(key, m.loc))
-        if not isinstance(value, MarkedMap):
-            self.add(m.value_locs[key], join(path, key), f"got {show(value)} (expected a mapping)")
-            return MarkedMap(m.value_locs[key])
-        return value
+        return self._container(m, key, path, MarkedMap, "a mapping", required)
 
     def sequence(self, m: MarkedMap, key: str, path: str, *, required: bool = False) -> MarkedList:
+        """m[key] as a list (an empty one when absent or null; errors noted)."""
+        return self._container(m, key, path, MarkedList, "a list", required)
+
+    def _container(
+        self, m: MarkedMap, key: str, path: str, kind: type[C], what: str, required: bool
+    ) -> C:
         value = m.get(key)
         if value is None:
             if required:
-                self.add(m.loc, join(path, key), "missing (expected a list)")
-            return MarkedList(m.value_locs.get(key, m.loc))
-        if not isinstance(value, MarkedList):
-            self.add(m.value_locs[key], join(path, key), f"got {show(value)} (expected a list)")
-            return MarkedList(m.value_locs[key])
+                self.add(m.loc, join(path, key), f"missing (expected {what})")
+            return kind(m.value_locs.get(key, m.loc))
+        if not isinstance(value, kind):
+            self.add(m.value_locs[key], join(path, key), f"got {show(value)} (expected {what})")
+            return kind(m.value_locs[key])
         return value
 
     def sorted_lines(self) -> list[str]:

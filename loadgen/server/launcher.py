@@ -28,6 +28,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import read_capped_sync
@@ -322,25 +323,22 @@ def _model_of(prof: Profile, model: Path | str | None) -> Path:
     return found
 
 
+class StartArgs(TypedDict, total=False):
+    """start_server's options past the profile and log folder, forwarded as they are by
+    launch_sync and launch (start_server says what each means and its default)."""
+
+    flags: Sequence[str]
+    model: Path | str | None
+    served_name: str
+    boot_timeout_s: float | None
+
+
 @contextlib.contextmanager
 def launch_sync(
-    profile: str | Profile,
-    *,
-    flags: Sequence[str] = (),
-    log_dir: Path,
-    model: Path | str | None = None,
-    served_name: str = installs.TINY_MODEL_NAME,
-    boot_timeout_s: float | None = None,
+    profile: str | Profile, *, log_dir: Path, **start: Unpack[StartArgs]
 ) -> Iterator[Server]:
     """A running server for the `with` block; stopped on the way out, also on error."""
-    server = start_server(
-        profile,
-        flags=flags,
-        log_dir=log_dir,
-        model=model,
-        served_name=served_name,
-        boot_timeout_s=boot_timeout_s,
-    )
+    server = start_server(profile, log_dir=log_dir, **start)
     try:
         yield server
     finally:
@@ -349,28 +347,13 @@ def launch_sync(
 
 @contextlib.asynccontextmanager
 async def launch(
-    profile: str | Profile,
-    *,
-    flags: Sequence[str] = (),
-    log_dir: Path,
-    model: Path | str | None = None,
-    served_name: str = installs.TINY_MODEL_NAME,
-    boot_timeout_s: float | None = None,
+    profile: str | Profile, *, log_dir: Path, **start: Unpack[StartArgs]
 ) -> AsyncIterator[Server]:
     """A running server for the `async with` block; stopped on the way out, also on error or
     cancellation (a cancelled boot stops the half-started server before re-raising)."""
     cancel = threading.Event()
     boot = asyncio.ensure_future(
-        asyncio.to_thread(
-            start_server,
-            profile,
-            flags=flags,
-            log_dir=log_dir,
-            model=model,
-            served_name=served_name,
-            boot_timeout_s=boot_timeout_s,
-            cancel=cancel,
-        )
+        asyncio.to_thread(start_server, profile, log_dir=log_dir, cancel=cancel, **start)
     )
     try:
         server = await asyncio.shield(boot)
