@@ -131,6 +131,10 @@ class ClocksControl:
                    d["sm_clock_change"])  # fmt: skip
 
 
+# The ends of a soak that the server decided (engine/soak.py SoakStop): it was cut short.
+SERVER_STOPS = ("server unreachable", "server failing")
+
+
 @dataclass(frozen=True, slots=True)
 class SoakEnd:
     """How the soak stopped sending (run.json's soak_end; interrupted where it never said)."""

@@ -48,7 +48,8 @@ from loadgen.server.launcher import ServerBootError
 T = TypeVar("T")
 # Exit codes of `loadgen run`: 0 every measured stream ok; 1 the run could not start (bad input,
 # unreachable server, boot failure); 2 usage; 3 client-limited under --strict (selferror.py);
-# 4 the run ended but a measured stream failed; 5 its report could not be written (disk full);
+# 4 the run ended but a measured stream failed (or a soak's server stopped serving before its
+# duration); 5 its report could not be written (disk full);
 # 130 stopped by SIGINT, 143 by SIGTERM (records
 # written so far are kept, and the report of them printed).
 FAILED_STREAMS_EXIT = 4

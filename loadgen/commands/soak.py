@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import click
 
@@ -12,7 +13,7 @@ from loadgen.commands.options import (
     run_like,
     usable_options,
 )
-from loadgen.commands.run import execute, report_run
+from loadgen.commands.run import FAILED_STREAMS_EXIT, execute, report_run
 from loadgen.engine.soak import SoakStop, soak_scenario
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.model import SimConfig, Soak
@@ -72,6 +73,10 @@ def soak_cmd(
     the_plan = plan(soak_scenario(loaded, settings), run_seed=opts.run_seed)
     hint = "; `loadgen report DIR` gives the soak so far"
     report_run(execute(the_plan, opts, interrupted=hint))
+    if stop.server_stopped:
+        # Every stream it sent may be ok, yet it never ran its duration: not a success.
+        click.echo(f"Error: the soak ended early: {stop.reason} ({stop.detail})", err=True)
+        sys.exit(FAILED_STREAMS_EXIT)
 
 
 def _soak_settings(

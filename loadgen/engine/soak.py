@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from loadgen.analysis.soak_types import SERVER_STOPS
 from loadgen.records import StreamRecord
 from loadgen.scenario.model import DURATION_REQUEST_CAP, Closed, Scenario, Soak
 
@@ -87,6 +88,11 @@ class SoakStop:
 
     def server_gone(self, message: str) -> None:
         self._stop("server unreachable", message)
+
+    @property
+    def server_stopped(self) -> bool:
+        """The server, not the duration or the user, ended the soak."""
+        return self.reason in SERVER_STOPS
 
     def _stop(self, reason: str, detail: str) -> None:
         if self.reason is None:

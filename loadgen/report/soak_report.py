@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from loadgen.analysis.drift import Verdict
 from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak_dir
-from loadgen.analysis.soak_types import ClocksControl, Soak, WindowClient, WindowGpu
+from loadgen.analysis.soak_types import SERVER_STOPS, ClocksControl, Soak, WindowClient, WindowGpu
 from loadgen.analysis.stats import dumps_canonical
 from loadgen.clock import ClockName
 from loadgen.report.html import _img, _page
@@ -163,7 +163,7 @@ def head_lines(s: Soak) -> list[str]:
     if s.first_to_last is not None:
         lines.append(f"median decode first -> last window: {s.first_to_last * 100:+.1f}% "
                      "(raw, traffic mix not held fixed)")  # fmt: skip
-    if end.reason in ("server unreachable", "server failing"):
+    if end.reason in SERVER_STOPS:
         lines.append(f"!! the server stopped serving mid-soak: {end.detail}")
     lines.append(_client_line(s))
     lines += _clocks_lines(s.clocks)
