@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -332,7 +331,7 @@ def _enum_decoder(t: type[enum.Enum]) -> Callable[[Any], Any]:
 
 
 def _dataclass_decoder(t: type) -> Callable[[Any], Any]:
-    hints = typing.get_type_hints(t, vars(sys.modules[t.__module__]))
+    hints = typing.get_type_hints(t)  # each field in the module of the class declaring it
     plan = []
     for f in dataclasses.fields(t):
         if not f.init:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.capacity import Ended, Search, SloItem, search_of, slo_items
-from loadgen.analysis.summary_types import Target, block
+from loadgen.analysis.summary_types import Target, block, read_target
 from loadgen.clock import ClockName
 
 
@@ -100,7 +100,7 @@ class CapacitySummary:
     def from_json(cls, c: Mapping[str, Any]) -> CapacitySummary:
         return cls(
             scenario=c["scenario"],
-            target=Target.from_json(c.get("target")),
+            target=read_target(c.get("target")),
             clock=ClockName.read(c.get("clock")),
             over=c["over"],
             group=c["group"],

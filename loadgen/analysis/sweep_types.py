@@ -13,7 +13,7 @@ from typing import Any
 from loadgen.analysis.bootfloor import ArmEffect
 from loadgen.analysis.energy import Energy, read_energy
 from loadgen.analysis.load_sweep import LoadBlock, LoadRow, read_load
-from loadgen.analysis.summary_types import Cohort, RunSummary, Stats, read_run
+from loadgen.analysis.summary_types import Cohort, RunSummary, Stats, read_run, read_stats
 from loadgen.codec import from_json
 
 
@@ -52,9 +52,9 @@ class MixedRow:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> MixedRow:
-        return cls(d["whale_ttft_s"], Stats.from_json(d["minnow_ttft_s"]),
-                   Stats.from_json(d["minnow_decode_during_tok_s"]),
-                   Stats.from_json(d["minnow_decode_after_tok_s"]),
+        return cls(d["whale_ttft_s"], read_stats(d["minnow_ttft_s"]),
+                   read_stats(d["minnow_decode_during_tok_s"]),
+                   read_stats(d["minnow_decode_after_tok_s"]),
                    d["minnows_first_token_after_prefill"], d["wall_s"])  # fmt: skip
 
 
@@ -75,7 +75,7 @@ class ArmGroup:
     def from_json(cls, d: Mapping[str, Any]) -> ArmGroup:
         cohort = from_json(Cohort, d["cohort"]) if d["cohort"] else None
         return cls(d["n"], d["ttft_median_s"], d["decode_median_tok_s"], d["token_source"],
-                   d["prompt_shape"], Stats.from_json(d["tokens_per_chunk"]), cohort)  # fmt: skip
+                   d["prompt_shape"], read_stats(d["tokens_per_chunk"]), cohort)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

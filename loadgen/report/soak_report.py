@@ -25,7 +25,7 @@ SHADES = ("#e8eef7", "#f7efe4")
 def windows_table(s: Soak) -> Table:
     rows = []
     for w in s.windows:
-        srv = w.server.window
+        srv = w.server
         rows.append((
             w.label, str(w.n), secs(w.duration_s),
             rate(w.decode_tok_s_median), rate(w.decode_tok_s_p10),
@@ -79,8 +79,8 @@ def bins_table(s: Soak) -> Table:
     for label in labels:
         cells = []
         for w in s.windows:
-            hit = w.context_bins.get(label)
-            cells.append(DASH if hit is None else f"{hit[0]} @ {rate(hit[1])}")
+            hit = w.context_bin(label)
+            cells.append(DASH if hit is None else f"{hit.n} @ {rate(hit.decode_tok_s_mean)}")
         if any(c != DASH for c in cells):
             rows.append((label, *cells))
     return Table(
