@@ -10,6 +10,7 @@ from typing import Any
 from loadgen.analysis.capacity import Ended, Search, SloItem, search_of, slo_items
 from loadgen.analysis.summary_types import Target, block, read_target
 from loadgen.clock import ClockName
+from loadgen.codec import from_json, json_field, reader
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +34,6 @@ class ProbeRow:
     items: Mapping[str, ProbeItem]
     verdicts: Mapping[str, int]
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ProbeRow:
-        items = {k: ProbeItem(v["attainment"], v["value"], v["passes"])
-                 for k, v in d["items"].items()}  # fmt: skip
-        return cls(d["order"], d["value"], d["repeat"], d["n"], d["good"], d["passes"], items,
-                   dict(d["verdicts"]))  # fmt: skip
-
 
 @dataclass(frozen=True, slots=True)
 class Prefilling:
@@ -51,30 +45,27 @@ class Prefilling:
 
 
 @dataclass(frozen=True, slots=True)
-class Boundary:
-    """What binds at the first failing load (`at`, its label): the cause, the verdicts of the
-    streams that missed the SLO there, and the cause's own evidence (None where another cause
-    binds, or the server did not say)."""
+class BoundaryEvidence:
+    """The verdicts of the streams that missed the SLO at the boundary, and the cause's own
+    evidence (None where another cause binds, or the server did not say)."""
 
-    cause: str | None
-    at: str
     missed: int
     verdicts: Mapping[str, int]
     cap: int | None = None
     cap_source: str | None = None
     prefilling: tuple[Prefilling, ...] = ()
-    budget: int | None = None  # max_num_batched_tokens
+    budget: int | None = json_field(key="max_num_batched_tokens", default=None)
     kv_peak_perc: float | None = None
     preemptions: float | None = None
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Boundary:
-        ev = d["evidence"]
-        return cls(
-            d["cause"], d["at"], ev["missed"], dict(ev["verdicts"]), ev.get("cap"),
-            ev.get("cap_source"), tuple(Prefilling(**p) for p in ev.get("prefilling", ())),
-            ev.get("max_num_batched_tokens"), ev.get("kv_peak_perc"), ev.get("preemptions"),
-        )  # fmt: skip
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """What binds at the first failing load (`at`, its label): the cause and its evidence."""
+
+    cause: str | None
+    at: str
+    evidence: BoundaryEvidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,14 +97,14 @@ class CapacitySummary:
             group=c["group"],
             slo=slo_items(c),
             search=search_of(c),
-            probes=tuple(ProbeRow.from_json(p) for p in c["probes"]),
+            probes=from_json(tuple[ProbeRow, ...], c["probes"]),
             interrupted=bool(c.get("interrupted")),
             capacity=c["capacity"],
             first_fail=c["first_fail"],
             ended=c["ended"],
             max_time_s=c["max_time_s"],
             runs_at=dict(c["runs_at"]),
-            boundary=block(c, "boundary", Boundary.from_json),
+            boundary=block(c, "boundary", reader(Boundary)),
         )
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.codec import from_json
 from loadgen.records import StreamRecord
 
 NS = 1e9
@@ -77,18 +78,10 @@ class Energy:
             "throttle_reasons": self.throttle_reasons,
         }  # fmt: skip
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Energy:
-        if not d["available"]:
-            return cls(d["source"], False, d["note"])
-        return cls(d["source"], True, "", d["gpus"], d["energy_method"], d["window_s"],
-                   d["energy_j"], d["output_tokens"], tuple(d["token_sources"]),
-                   d["peak_sm_clock_mhz"], d["throttle_mask"])  # fmt: skip
-
 
 def read_energy(block: Mapping[str, Any] | None) -> Energy | None:
     """A run's (or a sweep arm's) `energy` block; None where it had no telemetry."""
-    return None if block is None else Energy.from_json(block)
+    return None if block is None else from_json(Energy, block)
 
 
 def energy_section(

@@ -22,6 +22,7 @@ from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
 from loadgen.analysis.summary import MEASURE, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import Sweep, read_sweep
+from loadgen.codec import to_json
 from loadgen.report.readable import readable
 
 STREAMS_CSV = "streams.csv"
@@ -66,7 +67,7 @@ def arm_columns(s: Sweep) -> list[str]:
 def arm_rows(s: Sweep) -> list[dict[str, Any]]:
     """One row per arm in the sweep's order; `pareto` is empty unless it is a load sweep."""
     return [
-        {"arm": name, **arm.swept, **arm.load_row.to_json(),
+        {"arm": name, **arm.swept, **to_json(arm.load_row),
          PARETO: None if s.load is None else name in s.load.pareto}
         for name, arm in s.arms.items()
     ]  # fmt: skip
