@@ -15,7 +15,6 @@ from loadgen.analysis.summary import analyze
 from loadgen.analysis.summary_types import (
     Cohort,
     Gauge,
-    Plateau,
     RunSummary,
     ServerWindow,
     Stats,
@@ -25,7 +24,7 @@ from loadgen.analysis.summary_types import (
     read_run,
     read_stats,
 )
-from loadgen.analysis.timeline import Timeline
+from loadgen.analysis.timeline import Plateau, Timeline
 from loadgen.codec import from_json, to_json
 
 
@@ -111,9 +110,8 @@ def test_the_server_window_reads_back_its_gauges_and_ratios():
     srv = from_json(ServerWindow, raw)
     assert (srv.available, srv.duration_s, srv.polls, srv.poll_interval_s) == (True, 2.0, 3, 1.0)
     assert srv.kv_peak_perc == pytest.approx(40.0)
-    assert srv.running == Gauge(2.0, Plateau(2.0, 1.0)) and srv.waiting == Gauge(
-        1.0, Plateau(1.0, 1.0)
-    )
+    assert srv.running == Gauge(2.0, Plateau(2.0, 1.0, 2.0, 1.0, 2))
+    assert srv.waiting == Gauge(1.0, Plateau(1.0, 1.0, 2.0, 1.0, 2))
     assert srv.prefix_hit_rate == pytest.approx(0.75)
     assert srv.generation_tokens == 20 and srv.generation_tok_s == pytest.approx(10.0)
     assert srv.spec_acceptance is None and srv.tokens_per_step is None

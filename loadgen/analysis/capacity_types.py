@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.capacity import Ended, Search, SloItem, search_of, slo_items
-from loadgen.analysis.summary_types import Target, block, read_target
+from loadgen.analysis.summary_types import RunTarget, block, read_target
 from loadgen.clock import ClockName
 from loadgen.codec import from_json, json_field, reader
 
@@ -71,7 +71,7 @@ class Boundary:
 @dataclass(frozen=True, slots=True)
 class CapacitySummary:
     scenario: str | None
-    target: Target
+    target: RunTarget
     clock: ClockName
     over: str
     group: str | None

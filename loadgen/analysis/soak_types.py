@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.analysis.drift import Verdict
-from loadgen.analysis.summary_types import ServerWindow, Target, read_target
+from loadgen.analysis.drift import DriftVerdict
+from loadgen.analysis.summary_types import RunTarget, ServerWindow, read_target
 from loadgen.clock import ClockName
 from loadgen.codec import from_json
 
@@ -119,9 +119,9 @@ class SoakPointRow:
 
 
 @dataclass(frozen=True, slots=True)
-class Soak:
+class SoakSummary:
     scenario: str | None
-    target: Target
+    target: RunTarget
     speed: float | None
     clock: ClockName
     window: str
@@ -133,12 +133,12 @@ class Soak:
     client_memory: ClientMemory
     client_watched: bool
     clocks: ClocksControl
-    verdict: Verdict
+    verdict: DriftVerdict
     end: SoakEnd
     points: tuple[SoakPointRow, ...]
 
     @classmethod
-    def from_json(cls, s: Mapping[str, Any]) -> Soak:
+    def from_json(cls, s: Mapping[str, Any]) -> SoakSummary:
         return cls(
             scenario=s.get("scenario"),
             target=read_target(s.get("target")),
@@ -153,7 +153,7 @@ class Soak:
             client_memory=from_json(ClientMemory, s["client_memory"]),
             client_watched=s["client_watched"],
             clocks=from_json(ClocksControl, s.get("clocks") or {}),
-            verdict=from_json(Verdict, s["verdict"]),
+            verdict=from_json(DriftVerdict, s["verdict"]),
             end=from_json(SoakEnd, s["end"]),
             points=from_json(tuple[SoakPointRow, ...], s["points"]),
         )

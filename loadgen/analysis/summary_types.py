@@ -19,6 +19,7 @@ from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
+from loadgen.analysis.timeline import Plateau
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
 from loadgen.codec import from_json, reader
@@ -151,7 +152,7 @@ def any_multi_token(groups: Iterable[GroupSummary]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class RunTarget:
     """What a run talked to: its URL, its kind (sim, a launched kind, external) and its flags."""
 
     url: str | None = None
@@ -159,12 +160,12 @@ class Target:
     flags: tuple[str, ...] = ()
 
 
-def read_target(d: Any) -> Target:
+def read_target(d: Any) -> RunTarget:
     """A summary's target; a file without one (or an older file's bare string) names none. Its
     flags are read as words: a scenario's YAML gives `--max-num-seqs 4` a number."""
     if not isinstance(d, Mapping):
-        return Target()
-    return from_json(Target, {**d, "flags": [str(f) for f in d.get("flags") or ()]})
+        return RunTarget()
+    return from_json(RunTarget, {**d, "flags": [str(f) for f in d.get("flags") or ()]})
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,14 +188,6 @@ class RecordTally:
     unreadable_lines: int = 0
     unreadable_metrics_lines: int = 0
     dropped_manifest_fields: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Plateau:
-    """A gauge's longest run at one value, and for how long (s)."""
-
-    value: float
-    duration_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +238,7 @@ class RunSummary:
     """summary.json's `run`, or a sweep parent's (which has no counts, cap or server window)."""
 
     scenario: str | None
-    target: Target
+    target: RunTarget
     model: str | None
     seed: int | None
     seed_source: str | None

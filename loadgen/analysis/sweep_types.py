@@ -101,7 +101,7 @@ class BootPoint:
 
 
 @dataclass(frozen=True, slots=True)
-class Sweep:
+class SweepSummary:
     """A sweep parent's summary: its run, the arms in the summary's order, the order the run
     declared, the load block of a load sweep, and the boots and boot-floor verdicts of a booted
     sweep."""
@@ -125,9 +125,9 @@ class Sweep:
         return [(n, self.arms[n]) for n in self.names()]
 
 
-def read_sweep(summary: Mapping[str, Any]) -> Sweep:
+def read_sweep(summary: Mapping[str, Any]) -> SweepSummary:
     """A sweep parent's summary.json as a Sweep."""
-    return Sweep(
+    return SweepSummary(
         run=read_run(summary),
         arms=from_json(dict[str, Arm], summary["arms"]),
         arm_order=tuple(summary.get("arm_order") or ()),

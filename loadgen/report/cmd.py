@@ -16,12 +16,12 @@ from loadgen.analysis.fidelity import FidelityRun, fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.soak import analyze_soak_dir, is_soak
-from loadgen.analysis.soak_types import Soak
+from loadgen.analysis.soak_types import SoakSummary
 from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
 from loadgen.analysis.sweep import analyze_sweep
-from loadgen.analysis.sweep_types import Sweep, read_sweep
+from loadgen.analysis.sweep_types import SweepSummary, read_sweep
 from loadgen.redact import redact, redact_text
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
 from loadgen.report.fidelity_report import FIDELITY_PNG, fidelity_figure, fidelity_text
@@ -160,7 +160,7 @@ def _arm_summaries(run_dir: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def _sweep_rich(s: Sweep, arms: dict[str, Analysis]) -> str:
+def _sweep_rich(s: SweepSummary, arms: dict[str, Analysis]) -> str:
     tables = sweep_tables(s)
     lost = []  # an arm's skipped lines show on the terminal too, not only in its report.txt
     # Every arm's tables carry the same titles: without its name a block is anonymous.
@@ -243,7 +243,7 @@ def _soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
             f"cannot compare soak {soak} with non-soak run {other}: compare two soaks "
             "(drift verdicts) or two runs (per-group medians)"
         )
-    a, b = (Soak.from_json(analyze_soak_dir(p)) for p in (run_a, run_b))
+    a, b = (SoakSummary.from_json(analyze_soak_dir(p)) for p in (run_a, run_b))
     ra, rb = (median([p.rate for p in s.points]) for s in (a, b))
     diff = None if ra is None or rb is None else rb - ra
     pct = None if diff is None or not ra else 100 * diff / ra

@@ -21,7 +21,7 @@ from loadgen.analysis.inputs import is_run_dir, is_sweep_dir
 from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
 from loadgen.analysis.summary import MEASURE, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
-from loadgen.analysis.sweep_types import Sweep, read_sweep
+from loadgen.analysis.sweep_types import SweepSummary, read_sweep
 from loadgen.codec import to_json
 from loadgen.report.readable import readable
 
@@ -58,13 +58,13 @@ def stream_rows(summaries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def arm_columns(s: Sweep) -> list[str]:
+def arm_columns(s: SweepSummary) -> list[str]:
     """arm, every setting or flag any arm sets (sorted), the load row's fields, pareto."""
     keys = sorted({k for arm in s.arms.values() for k in arm.swept})
     return ["arm", *keys, *LOAD_ROW_FIELDS, PARETO]
 
 
-def arm_rows(s: Sweep) -> list[dict[str, Any]]:
+def arm_rows(s: SweepSummary) -> list[dict[str, Any]]:
     """One row per arm in the sweep's order; `pareto` is empty unless it is a load sweep."""
     return [
         {"arm": name, **arm.swept, **to_json(arm.load_row),
