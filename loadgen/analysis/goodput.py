@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from loadgen.analysis.aggregate import span_ns
 from loadgen.analysis.registry import slo_metrics
+from loadgen.codec import from_json
 from loadgen.records import StreamRecord
 from loadgen.scenario.limits import MAX_SECONDS
 
@@ -46,6 +47,7 @@ class GroupGoodput:
     ok: int
     good: int
     span_s: float
+    json_derived: ClassVar[tuple[str, ...]] = ("attainment", "goodput_req_s", "throughput_req_s")
 
     @property
     def attainment(self) -> float | None:
@@ -59,30 +61,13 @@ class GroupGoodput:
     def throughput_req_s(self) -> float | None:
         return self.ok / self.span_s if self.span_s > 0 else None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "ok": self.ok, "good": self.good, "attainment": self.attainment,
-                "span_s": self.span_s, "goodput_req_s": self.goodput_req_s,
-                "throughput_req_s": self.throughput_req_s}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> GroupGoodput:
-        return cls(d["n"], d["ok"], d["good"], d["span_s"])
-
 
 @dataclass(frozen=True, slots=True)
 class Goodput:
     """summary.json's `goodput`: the SLOs applied, and each group's count against them."""
 
-    slo: Mapping[str, float]
+    slo: dict[str, int | float]  # as the file has them: a limit of 2 stays 2
     groups: Mapping[str, GroupGoodput]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"slo": dict(self.slo), "groups": {k: g.to_json() for k, g in self.groups.items()}}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Goodput:
-        groups = {k: GroupGoodput.from_json(g) for k, g in d["groups"].items()}
-        return cls(dict(d["slo"]), groups)
 
 
 def goodput(
@@ -104,7 +89,7 @@ def goodput(
 def read_goodput(summary: Mapping[str, Any]) -> Goodput | None:
     """A run summary's goodput (None: no SLO was given)."""
     block = summary.get("goodput")
-    return Goodput.from_json(block) if block else None
+    return from_json(Goodput, block) if block else None
 
 
 def parse_slo_flag(text: str) -> dict[str, float]:

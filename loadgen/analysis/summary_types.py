@@ -281,12 +281,11 @@ class RunSummary:
             token_counter=run.get("token_counter"),
             interrupted=bool(run.get("interrupted")),
             client_limited=bool(run.get("client_limited")),
-            client_limits=block(run, "client_limits", ClientLimits.from_json),
-            warm_cache=block(run, "warm_cache", WarmCache.from_json),
-            arm_client_limits={
-                arm: ClientLimits.from_json(c)
-                for arm, c in (run.get("arm_client_limits") or {}).items()
-            },
+            client_limits=block(run, "client_limits", reader(ClientLimits)),
+            warm_cache=block(run, "warm_cache", reader(WarmCache)),
+            arm_client_limits=from_json(
+                dict[str, ClientLimits], run.get("arm_client_limits") or {}
+            ),
             streams=from_json(StreamTally, streams) if isinstance(streams, Mapping) else None,
             wall_s=run.get("wall_s"),
             cap=block(run, "cap", reader(Cap)),
@@ -297,8 +296,8 @@ class RunSummary:
             server=block(run, "server", reader(ServerWindow)) or NO_SERVER_WINDOW,
             user_facts=tuple((k, facts[k]) for k, src in sorted(sources.items()) if src == "user"),
             speculative_tokens=facts.get("num_speculative_tokens"),
-            trace_reuse=block(run, "trace_reuse", MeasuredReuse.from_json),
-            trace_prompts_raised=block(run, "trace_prompts_raised", PromptsRaised.from_json),
+            trace_reuse=block(run, "trace_reuse", reader(MeasuredReuse)),
+            trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
         )
 
 
