@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from loadgen.analysis.capacity import Search, SloItem, answer
-from loadgen.analysis.capacity_types import Boundary, CapacitySummary
+from loadgen.analysis.capacity_types import Boundary, CapacitySummary, read_capacity
 from loadgen.codec import from_json, to_json
 from loadgen.report.capacity_report import capacity_head, ended_text, move_text
 
@@ -27,7 +27,7 @@ def _summary(
         "max_time_s": max_time_s, "capacity": None, "first_fail": None, "runs_at": {},
         "ended": ended, "boundary": None,
     } | result  # fmt: skip
-    return CapacitySummary.from_json(c)
+    return read_capacity({"capacity": c})
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.analysis.capacity import Ended, Search, SloItem, search_of, slo_items
-from loadgen.analysis.summary_types import RunTarget, block, read_target
+from loadgen.analysis.capacity import Ended, Search, SloItem
+from loadgen.analysis.summary_types import RunTarget, target_json
 from loadgen.clock import ClockName
-from loadgen.codec import from_json, json_field, reader
+from loadgen.codec import from_json, json_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +72,11 @@ class Boundary:
 class CapacitySummary:
     scenario: str | None
     target: RunTarget
-    clock: ClockName
     over: str
     group: str | None
     slo: tuple[SloItem, ...]
     search: Search
     probes: tuple[ProbeRow, ...]
-    interrupted: bool
     capacity: float | None
     first_fail: float | None
     ended: Ended
@@ -86,27 +84,11 @@ class CapacitySummary:
     # Probes run at the answer and at the first failing load, by load as printed.
     runs_at: Mapping[str, int]
     boundary: Boundary | None
-
-    @classmethod
-    def from_json(cls, c: Mapping[str, Any]) -> CapacitySummary:
-        return cls(
-            scenario=c["scenario"],
-            target=read_target(c.get("target")),
-            clock=ClockName.read(c.get("clock")),
-            over=c["over"],
-            group=c["group"],
-            slo=slo_items(c),
-            search=search_of(c),
-            probes=from_json(tuple[ProbeRow, ...], c["probes"]),
-            interrupted=bool(c.get("interrupted")),
-            capacity=c["capacity"],
-            first_fail=c["first_fail"],
-            ended=c["ended"],
-            max_time_s=c["max_time_s"],
-            runs_at=dict(c["runs_at"]),
-            boundary=block(c, "boundary", reader(Boundary)),
-        )
+    clock: ClockName = ClockName.WALL  # none written is the wall's
+    interrupted: bool = False
 
 
 def read_capacity(summary: Mapping[str, Any]) -> CapacitySummary:
-    return CapacitySummary.from_json(summary["capacity"])
+    """summary.json's `capacity` as its type, its target read as a run's is (target_json)."""
+    c = summary["capacity"]
+    return from_json(CapacitySummary, {**c, "target": target_json(c.get("target"))})

@@ -161,11 +161,16 @@ class RunTarget:
 
 
 def read_target(d: Any) -> RunTarget:
-    """A summary's target; a file without one (or an older file's bare string) names none. Its
-    flags are read as words: a scenario's YAML gives `--max-num-seqs 4` a number."""
+    """A summary's target; a file without one (or an older file's bare string) names none."""
+    return from_json(RunTarget, target_json(d))
+
+
+def target_json(d: Any) -> dict[str, Any]:
+    """A file's target as RunTarget reads it: its flags as words (a scenario's YAML gives
+    `--max-num-seqs 4` a number), an older file's bare string or none as no target."""
     if not isinstance(d, Mapping):
-        return RunTarget()
-    return from_json(RunTarget, {**d, "flags": [str(f) for f in d.get("flags") or ()]})
+        return {}
+    return {**d, "flags": [str(f) for f in d.get("flags") or ()]}
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from loadgen.analysis.fidelity import FidelityRun, fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.soak import analyze_soak_dir, is_soak
-from loadgen.analysis.soak_types import SoakSummary
+from loadgen.analysis.soak_types import read_soak
 from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
@@ -243,7 +243,7 @@ def _soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
             f"cannot compare soak {soak} with non-soak run {other}: compare two soaks "
             "(drift verdicts) or two runs (per-group medians)"
         )
-    a, b = (SoakSummary.from_json(analyze_soak_dir(p)) for p in (run_a, run_b))
+    a, b = (read_soak(analyze_soak_dir(p)) for p in (run_a, run_b))
     ra, rb = (median([p.rate for p in s.points]) for s in (a, b))
     diff = None if ra is None or rb is None else rb - ra
     pct = None if diff is None or not ra else 100 * diff / ra

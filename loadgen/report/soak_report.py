@@ -12,7 +12,13 @@ from matplotlib.figure import Figure
 
 from loadgen.analysis.drift import DriftVerdict
 from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak_dir
-from loadgen.analysis.soak_types import ClocksControl, SoakSummary, WindowClient, WindowGpu
+from loadgen.analysis.soak_types import (
+    ClocksControl,
+    SoakSummary,
+    WindowClient,
+    WindowGpu,
+    read_soak,
+)
 from loadgen.analysis.stats import dumps_canonical
 from loadgen.clock import ClockName
 from loadgen.report.html import _img, _page
@@ -235,7 +241,7 @@ def write_soak_report(path: Path) -> str:
     """(Re)writes soak.json, report.txt, rate.png and report.html; returns the text report."""
     raw = analyze_soak_dir(path)
     (path / "soak.json").write_bytes(dumps_canonical(raw))
-    s = SoakSummary.from_json(raw)
+    s = read_soak(raw)
     text = render_plain(s)
     (path / "report.txt").write_text(text, encoding="utf-8")
     png = rate_png(s)
