@@ -22,6 +22,7 @@ from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import SweepSummary, read_sweep
+from loadgen.codec import from_json
 from loadgen.redact import redact, redact_text
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
 from loadgen.report.fidelity_report import FIDELITY_PNG, fidelity_figure, fidelity_text
@@ -129,7 +130,7 @@ def write_capacity_report(root: Path) -> str:
 def write_fidelity_report(root: Path) -> str:
     """A fidelity directory's two runs reported again (real/ and virtual/), then its
     fidelity.json, report.txt and fidelity.png from their summaries; returns the report."""
-    f = FidelityRun.from_json(read_manifest(root)["fidelity"])
+    f = from_json(FidelityRun, read_manifest(root)["fidelity"])
     if f.real is None or f.virtual is None:
         sides = (("real", f.real), ("virtual", f.virtual))
         unfinished = " and ".join(side for side, run in sides if run is None)
@@ -141,11 +142,11 @@ def write_fidelity_report(root: Path) -> str:
     real, virtual = (_arm_summaries(root / run) for run in (f.real, f.virtual))
     table = fidelity_table(real, virtual, f.tolerance)
     (root / "fidelity.json").write_bytes(dumps_canonical(redact(table.to_json())))
-    head = [f"fidelity of sim profile {f.profile_name} ({f.profile_path}) on {f.scenario}",
+    head = [f"fidelity of sim profile {f.profile.name} ({f.profile.path}) on {f.scenario}",
             f"real: {f.real} | predicted: {f.virtual}"]  # fmt: skip
     plain = fidelity_text(table, head)
     (root / "report.txt").write_text(redact_text(plain), encoding="utf-8")
-    figure = fidelity_figure(table, f"{f.scenario}: profile {f.profile_name}")
+    figure = fidelity_figure(table, f"{f.scenario}: profile {f.profile.name}")
     if figure is not None:
         (root / FIDELITY_PNG).write_bytes(figure)
     return plain
