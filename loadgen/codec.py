@@ -12,13 +12,16 @@ the class's `json_derived` and written after the fields, never read.
 Reading: a key the type does not declare is ignored (a newer file); a missing key takes the
 field's default, else None where the annotation admits None, else it is an error. Every error
 is a CodecError naming the path of the value (`groups.whale.n: expected int, got str`).
+
+Each class's reader and writer are made once, as straight-line code from its fields (as
+dataclasses makes `__init__`): a value that fits costs one `type(x) is` test per plain field, and
+one that does not is read again by the checking loop, which names the error's path.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -66,15 +69,21 @@ def to_json(value: Any) -> Any:
 
 def from_json(cls: type[T], data: Any) -> T:
     """`data` (parsed JSON) as a `cls`; CodecError names the first value that does not fit."""
-    try:
-        return cast(T, _decoder(cls)(data))
-    except _PathError as exc:
-        raise CodecError(exc.message()) from None
+    return reader(cls)(data)
 
 
 def reader(cls: type[T]) -> Callable[[Any], T]:
-    """`from_json` for one type, for a caller that takes a function (an optional block)."""
-    return lambda data: from_json(cls, data)
+    """`from_json` for one type, for a caller that takes a function (an optional block) or
+    reads many values of it (its decoder looked up once)."""
+    decode = _decoder(cls)
+
+    def read(data: Any) -> T:
+        try:
+            return cast(T, decode(data))
+        except _PathError as exc:
+            raise CodecError(exc.message()) from None
+
+    return read
 
 
 class _PathError(Exception):
@@ -125,10 +134,15 @@ def _encoder(t: Any) -> Callable[[Any], Any]:
 
 
 def _value(v: Any) -> Any:
-    """Encodes by the value's own type: a field's annotation may be wider (Any, a union)."""
+    """Encodes by the value's own type: a field's annotation may be wider (Any, a union).
+    Parsed JSON (a stream's evidence) is walked here without a lookup per container."""
     t = type(v)
     if t in _PLAIN:
         return v
+    if t is dict:
+        return {k: x if type(x) in _PLAIN else _value(x) for k, x in v.items()}
+    if t is list or t is tuple:
+        return [x if type(x) in _PLAIN else _value(x) for x in v]
     return _encoder(t)(v)
 
 
@@ -136,20 +150,24 @@ _PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 def _dataclass_encoder(t: type) -> Callable[[Any], Any]:
+    """Straight-line code made once per class, as the decoder is: the loop over a field plan
+    it replaces took 14x a hand-written dict on 20,004 stream rows."""
+    env: dict[str, Any] = {"PLAIN": _PLAIN, "value": _value}
+    body = ["def encode(v):", " out = {}"]
     plan = [(f.name, _spec(f).key or f.name, _spec(f).omit, _default(f))
             for f in dataclasses.fields(t)]  # fmt: skip
     plan += [(name, name, None, _MISSING) for name in getattr(t, "json_derived", ())]
-
-    def encode(v: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, key, omit, default in plan:
-            x = getattr(v, name)
-            if (omit == "none" and x is None) or (omit == "default" and x == default):
-                continue
-            out[key] = x if type(x) in _PLAIN else _value(x)
-        return out
-
-    return encode
+    for i, (name, key, omit, default) in enumerate(plan):
+        env[f"d{i}"] = default
+        put = f"out[{key!r}] = x if type(x) in PLAIN else value(x)"
+        body.append(f" x = v.{name}")
+        if omit is None:
+            body.append(f" {put}")
+        else:
+            body += [" if x is not None:" if omit == "none" else f" if x != d{i}:", f"  {put}"]
+    body.append(" return out")
+    exec("\n".join(body), env)  # source made above from field names only
+    return cast(Callable[[Any], Any], env["encode"])
 
 
 def _spec(f: dataclasses.Field[Any]) -> _Spec:
@@ -171,23 +189,27 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 @_made_once
 def _decoder(t: Any) -> Callable[[Any], Any]:
     if t is Any or t is object:
-        return lambda v: v
+        return _as_is
     if t in _SCALARS:
         return _SCALARS[t]
     origin = typing.get_origin(t)
     if origin is Literal:
         return _literal_decoder(typing.get_args(t))
-    if origin is typing.Union or origin is types.UnionType:
+    if _is_union(t):
         return _union_decoder(typing.get_args(t))
     if origin in (list, tuple, Sequence, frozenset):
         return _sequence_decoder(t, origin)
     if origin in (dict, Mapping):
-        return _mapping_decoder(typing.get_args(t)[1])
+        return _mapping_decoder(typing.get_args(t)[1], copy=origin is dict)
     if isinstance(t, type) and dataclasses.is_dataclass(t):
         return _dataclass_decoder(t)
     if isinstance(t, type) and issubclass(t, enum.Enum):
         return _enum_decoder(t)
     raise TypeError(f"codec: no JSON form for {t!r}")
+
+
+def _as_is(v: Any) -> Any:
+    return v
 
 
 def _scalar(name: str, ok: Callable[[Any], bool], make: Callable[[Any], Any] = lambda v: v) -> Any:
@@ -276,12 +298,16 @@ def _fixed_tuple_decoder(items: tuple[Callable[[Any], Any], ...]) -> Callable[[A
     return decode
 
 
-def _mapping_decoder(value_type: Any) -> Callable[[Any], Any]:
+def _mapping_decoder(value_type: Any, copy: bool) -> Callable[[Any], Any]:
     item = _decoder(value_type)
 
     def decode(v: Any) -> Any:
         if type(v) is not dict:
             raise _fail("object", v)
+        if item is _as_is:
+            # Free-form (a stream's evidence) is kept as parsed where the field is a read-only
+            # Mapping: a copy per stream row made 20,004 rows 1.5x slower through the GC.
+            return dict(v) if copy else v
         out = {}
         for k, x in v.items():
             try:
@@ -305,34 +331,112 @@ def _enum_decoder(t: type[enum.Enum]) -> Callable[[Any], Any]:
 
 
 def _dataclass_decoder(t: type) -> Callable[[Any], Any]:
-    hints = typing.get_type_hints(t, vars(sys.modules[t.__module__]))
+    hints = typing.get_type_hints(t)  # each field in the module of the class declaring it
     plan = []
     for f in dataclasses.fields(t):
         if not f.init:
             continue
         spec, annotation = _spec(f), hints[f.name]
         keys = (spec.key or f.name, *spec.legacy)
-        plan.append((f.name, keys, _decoder(annotation), _absent(f, annotation)))
+        defaulted = f.default is not _MISSING or f.default_factory is not _MISSING
+        decode = _decoder(annotation)
+        plan.append(_FieldPlan(f.name, f.kw_only is True, keys, annotation, decode,
+                               _absent(f, annotation), defaulted))  # fmt: skip
+    return _compiled_decoder(t, plan, _checking_decoder(t, plan))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _FieldPlan:
+    name: str
+    kw_only: bool
+    keys: tuple[str, ...]  # the file's key first, then older ones
+    annotation: Any
+    decode: Callable[[Any], Any]
+    absent: Callable[[], Any] | None  # what a missing key reads as; None: it is required
+    defaulted: bool  # the field has a default (else a missing key is an error, or None)
+
+
+def _checking_decoder(t: type, plan: list[_FieldPlan]) -> Callable[[Any], Any]:
+    """The general reader: every key tried in turn, every error given its path."""
 
     def decode(v: Any) -> Any:
         if type(v) is not dict:
             raise _fail("object", v)
         kw = {}
-        for name, keys, dec, absent in plan:
-            key = next((k for k in keys if k in v), None)
+        for p in plan:
+            key = next((k for k in p.keys if k in v), None)
             if key is None:
-                if absent is None:
-                    raise _PathError(f"{keys[0]} is missing")
-                kw[name] = absent()
+                if p.absent is None:
+                    raise _PathError(f"{p.keys[0]} is missing")
+                kw[p.name] = p.absent()
                 continue
             try:
-                kw[name] = dec(v[key])
+                kw[p.name] = p.decode(v[key])
             except _PathError as exc:
                 exc.path.append(key)
                 raise
         return t(**kw)
 
     return decode
+
+
+def _compiled_decoder(
+    t: type, plan: list[_FieldPlan], slow: Callable[[Any], Any]
+) -> Callable[[Any], Any]:
+    """The reader for values that fit, as straight-line code made once per class: a plain field
+    is one `type(x) is` test, a missing key with a default takes it, and anything else (a legacy
+    key, a missing required key, a value of the wrong type) hands the value to `slow`, which
+    reads it again and raises the error with its path. 20,004 summary.json stream rows read in
+    0.33 s through the per-field loop against 0.05 s by a hand-written constructor call."""
+    env: dict[str, Any] = {"t": t, "slow": slow, "M": _MISSING, "PathError": _PathError}
+    fetch, check = [], []
+    for i, p in enumerate(plan):
+        x, key = f"x{i}", repr(p.keys[0])
+        env[f"a{i}"], env[f"d{i}"] = p.absent, p.decode
+        if not p.defaulted:  # a subscript (faster than .get): a missing key goes slow
+            fetch.append(f"  {x} = v[{key}]")
+            check += _value_check(x, f"d{i}", p.annotation, "if")
+            continue
+        fetch.append(f"  {x} = v.get({key}, M)")
+        # A missing key takes the default as it is (an int default of a float field stays int).
+        check += [f" if {x} is M:", "  return slow(v)" if len(p.keys) > 1 else f"  {x} = a{i}()"]
+        check += _value_check(x, f"d{i}", p.annotation, "elif")
+    # Positional where the class allows: a keyword call took 10% longer on a stream row.
+    args = ", ".join(f"{p.name}=x{i}" if p.kw_only else f"x{i}" for i, p in enumerate(plan))
+    body = ["def decode(v):", " if type(v) is not dict:", "  return slow(v)", " try:", *fetch,
+            " except KeyError:", "  return slow(v)", *check, f" return t({args})"]  # fmt: skip
+    exec("\n".join(body), env)  # source made above from field names only
+    return cast(Callable[[Any], Any], env["decode"])
+
+
+def _value_check(x: str, decode: str, annotation: Any, branch: str) -> list[str]:
+    """Source that checks (or decodes) the value in variable `x`, going slow when it does not
+    fit; `branch` is `if`, or `elif` after the missing-key test."""
+    plain = _plain_types(annotation)
+    if plain is None:
+        return [f" {branch} True:", "  try:", f"   {x} = {decode}({x})", "  except PathError:",
+                "   return slow(v)"]  # fmt: skip
+    tests = " or ".join(f"{x} is None" if c is type(None) else f"type({x}) is {c.__name__}"
+                        for c in plain)  # fmt: skip
+    if float not in plain:
+        return [f" {branch} not ({tests}):", "  return slow(v)"]
+    # A float field takes an int (see _SCALARS).
+    return [f" {branch} not ({tests}):", f"  if type({x}) is not int:", "   return slow(v)",
+            f"  {x} = float({x})"]  # fmt: skip
+
+
+def _plain_types(annotation: Any) -> tuple[type, ...] | None:
+    """The JSON scalar types a field takes as they are (`float | None`), or None when its
+    values need a decoder (a dataclass, a list, an enum, a union of several scalars)."""
+    members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    scalars = [m for m in members if m is not type(None)]
+    if len(scalars) != 1 or scalars[0] not in (str, int, float, bool):
+        return None
+    return tuple(members)
+
+
+def _is_union(t: Any) -> bool:
+    return typing.get_origin(t) in (typing.Union, types.UnionType)
 
 
 def _absent(f: dataclasses.Field[Any], annotation: Any) -> Callable[[], Any] | None:

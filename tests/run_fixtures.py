@@ -158,7 +158,7 @@ def sweep_arm(**overrides: Any) -> dict[str, Any]:
         "flags": {},
         "settings": {},
         "row": None,
-        "load_row": dict.fromkeys(LOAD_ROW_FIELDS),
+        "load_row": {**dict.fromkeys(LOAD_ROW_FIELDS), "requests_ok": 0, "requests_failed": 0},
         "interrupted": False,
         "wall_s": None,
         "energy": None,

@@ -23,6 +23,7 @@ from loadgen.analysis.calibration import (
     ttft_witness,
 )
 from loadgen.analysis.calibration_fit import FitRow, FitSummary, fit_costs
+from loadgen.codec import from_json
 from loadgen.records import StreamRecord
 from loadgen.report.calibration_report import witness_line
 
@@ -213,7 +214,7 @@ def test_the_fit_names_the_probes_a_model_cannot_fit() -> None:
     # The prefill probes, which the model does fit, stay within 1%.
     assert all(abs(r.error) < 0.01 for r in fit.rows if r.kind != "decode")
     # As the profile file holds them, and read back.
-    assert FitSummary.from_json(summary.to_json()) == summary
+    assert from_json(FitSummary, summary.to_json()) == summary
     assert tuple(FitRow.from_json(r.to_json()) for r in fit.rows) == fit.rows
 
 

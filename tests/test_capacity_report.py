@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from loadgen.analysis.capacity import Search, SloItem, answer
-from loadgen.analysis.capacity_types import Boundary, CapacitySummary
-from loadgen.codec import to_json
+from loadgen.analysis.capacity_types import Boundary, CapacitySummary, read_capacity
+from loadgen.codec import from_json, to_json
 from loadgen.report.capacity_report import capacity_head, ended_text, move_text
 
 SLO = (SloItem("ttft", 1.0, 0.9),)
@@ -27,7 +27,7 @@ def _summary(
         "max_time_s": max_time_s, "capacity": None, "first_fail": None, "runs_at": {},
         "ended": ended, "boundary": None,
     } | result  # fmt: skip
-    return CapacitySummary.from_json(c)
+    return read_capacity({"capacity": c})
 
 
 @pytest.mark.parametrize(
@@ -56,7 +56,7 @@ def test_a_search_out_of_probes_below_max_does_not_claim_the_slo_holds_at_max() 
 
 def _boundary(cause: str | None, **evidence: Any) -> Boundary:
     ev = {"missed": 3, "verdicts": {"x": 3}} | evidence
-    return Boundary.from_json({"cause": cause, "at": "concurrency=5", "evidence": ev})
+    return from_json(Boundary, {"cause": cause, "at": "concurrency=5", "evidence": ev})
 
 
 def test_the_binding_cause_is_said_with_its_evidence() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import timeit
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadgen.codec import CodecError, from_json, json_field, to_json
+from loadgen.codec import CodecError, from_json, json_field, reader, to_json
 
 
 class Colour(enum.Enum):
@@ -198,3 +199,70 @@ trees = st.builds(
 @given(trees)
 def test_every_value_comes_back_equal(tree: Tree) -> None:
     assert from_json(Tree, to_json(tree)) == tree
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A stream row's shape: plain fields, optional ones, free-form evidence, a keyword one."""
+
+    id: str
+    rep: int
+    ok: bool
+    ttft_s: float | None
+    evidence: Mapping[str, Any]
+    note: str | None = None
+    share: float = 0
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
+
+
+ROW_JSON = {"id": "s/0", "rep": 2, "ok": True, "ttft_s": 0.5, "evidence": {"cap": 8}}
+
+
+def test_a_row_reads_through_its_straight_line_reader_with_defaults_as_declared() -> None:
+    back = from_json(Row, {**ROW_JSON, "extra": {"k": 1}})
+    assert back == Row("s/0", 2, True, 0.5, {"cap": 8}, extra={"k": 1})
+    assert back.share == 0 and type(back.share) is int  # a default is taken as it is
+    assert type(from_json(Row, {**ROW_JSON, "share": 1}).share) is float
+
+
+def test_free_form_values_are_kept_as_parsed_only_where_the_field_is_read_only() -> None:
+    data = {**ROW_JSON, "extra": {"k": 1}}
+    back = from_json(Row, data)
+    assert back.evidence is data["evidence"]
+    assert back.extra == data["extra"] and back.extra is not data["extra"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"rep": 2.0}, r"^rep: expected int, got float$"),
+        ({"ok": 1}, r"^ok: expected bool, got int$"),
+        ({"ttft_s": "0.5"}, r"^ttft_s: expected float, got str$"),
+        ({"note": 3}, r"^note: expected str, got int$"),
+        ({"share": None}, r"^share: expected float, got NoneType$"),
+        ({"evidence": []}, r"^evidence: expected object, got list$"),
+        ({"extra": {"k": 1}, "id": None}, r"^id: expected str, got NoneType$"),
+    ],
+)
+def test_the_straight_line_reader_refuses_what_the_checking_reader_names(
+    change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(CodecError, match=message):
+        from_json(Row, {**ROW_JSON, **change})
+
+
+def test_reading_rows_costs_little_more_than_calling_the_constructor() -> None:
+    """20,004 summary.json stream rows took 0.33 s through a per-field loop against 0.05 s by
+    hand; the made reader is within 1.5x of the hand call on an idle machine. The bound is 3x so
+    a busy 2-core build box does not fail it (the loop measured 6-9x here)."""
+    rows = [{**ROW_JSON, "rep": i, "evidence": {"i": i}} for i in range(2000)]
+    read = reader(Row)
+
+    def by_hand() -> list[Row]:
+        return [Row(d["id"], d["rep"], d["ok"], d["ttft_s"], d["evidence"]) for d in rows]
+
+    def best(f: Any) -> float:
+        return min(timeit.repeat(f, number=1, repeat=7))
+
+    assert [read(d) for d in rows] == by_hand()
+    assert best(lambda: [read(d) for d in rows]) < 3 * best(by_hand)

@@ -12,7 +12,7 @@ from loadgen.analysis.drift import (
     MIN_REQUESTS,
     THRESHOLD,
     DriftPoint,
-    Verdict,
+    DriftVerdict,
     change,
     drift_verdict,
     fit_trend,
@@ -118,5 +118,5 @@ def test_time_that_cannot_be_told_from_context_is_unresolved() -> None:
 def test_a_verdict_reads_back_from_its_json() -> None:
     v = drift_verdict(points(40, slope_per_h=-0.3, span_h=1, noise=0.05), context_change=0.2,
                       seed=3)  # fmt: skip
-    assert from_json(Verdict, orjson.loads(orjson.dumps(to_json(v)))) == v
+    assert from_json(DriftVerdict, orjson.loads(orjson.dumps(to_json(v)))) == v
     assert to_json(v)["bootstrap"] == {"resamples": 2000, "seed": 3, "ci_level": 0.95}

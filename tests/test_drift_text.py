@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadgen.analysis.drift import Bootstrap, Trend, Verdict
+from loadgen.analysis.drift import Bootstrap, DriftVerdict, Trend
 from loadgen.report.soak_report import drift_method, drift_reason
 
 ADJ = Trend(-0.049, -0.053, -0.045, -0.262)
 RAW = Trend(-0.71, -0.72, -0.70, -0.71)
 
 
-def _verdict(name: str, case: Any, **kw: Any) -> Verdict:
+def _verdict(name: str, case: Any, **kw: Any) -> DriftVerdict:
     fields = {"n": 200, "span_h": 1 / 6, "threshold": 0.025, "adjusted": ADJ, "raw": RAW} | kw
-    return Verdict(name, case, **fields)
+    return DriftVerdict(name, case, **fields)
 
 
 AT_FIXED = "at fixed context -4.9% over the soak (CI -5.3% .. -4.5%; -26.2%/h)"

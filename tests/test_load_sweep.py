@@ -24,6 +24,7 @@ from loadgen.analysis.load_sweep import (
 )
 from loadgen.analysis.streams import stream_metrics
 from loadgen.analysis.summary import analyze_run
+from loadgen.codec import to_json
 from loadgen.records import StreamError
 
 
@@ -99,7 +100,7 @@ def test_an_arms_load_row_reads_its_benchmark_total_goodput_and_streams(tmp_path
     b = stream("b", chunks=[0.65, 0.8], sent=0.5, completion=3, done=0.9)
     records = [a, b, failed("c", sent=0.2, done=0.4, group="h")]
     run = write_run(tmp_path / "run", records, run=manifest(slo={"ttft_s": 0.12}))
-    row = load_row(analyze_run(run).summary).to_json()
+    row = to_json(load_row(analyze_run(run).summary))
     assert list(row) == list(LOAD_ROW_FIELDS)
     assert row == pytest.approx({
         "requests_ok": 2, "requests_failed": 1, "request_per_s": 2 / 0.9,
@@ -114,7 +115,8 @@ def test_an_arms_load_row_reads_its_benchmark_total_goodput_and_streams(tmp_path
 
 
 def _arm(settings: dict, flags: dict | None = None, per_user: float = 1.0, total: float = 1.0):
-    row = {**dict.fromkeys(LOAD_ROW_FIELDS), "tok_s_per_user": per_user, "output_tok_s": total}
+    row = {**dict.fromkeys(LOAD_ROW_FIELDS), "requests_ok": 1, "requests_failed": 0,
+           "tok_s_per_user": per_user, "output_tok_s": total}  # fmt: skip
     return {"settings": settings, "flags": flags or {}, "load_row": row}
 
 

@@ -136,7 +136,7 @@ def gpu_line(t_s: float, sm: float, power: float, throttle: int = 0) -> dict:
 
 
 def test_gpu_clocks_are_ruled_out_only_when_flat_and_never_throttled() -> None:
-    from loadgen.analysis.soak_types import Soak
+    from loadgen.analysis.soak_types import read_soak
     from loadgen.report.soak_report import head_lines
 
     recs = [request(i, r) for i, r in enumerate(SEED_RATES)]
@@ -156,13 +156,13 @@ def test_gpu_clocks_are_ruled_out_only_when_flat_and_never_throttled() -> None:
     assert (c["ruled_out"], c["throttled_windows"]) == (False, ["last third"])
     assert c["sm_clock_change"] == pytest.approx(1600 / 1980 - 1)
     base = {"scenario": "s", "target": {}, "end": {}, "failed_streams": 0, "clock": "wall"}
-    ok_line = [x for x in head_lines(Soak.from_json(out | base)) if "GPU clocks" in x]
+    ok_line = [x for x in head_lines(read_soak(out | base)) if "GPU clocks" in x]
     assert ok_line == ["GPU clocks ruled out: SM 1980 -> 1980 MHz (+0.0%), no power or thermal "
                        "throttling in any window"]  # fmt: skip
-    (bad,) = [x for x in head_lines(Soak.from_json(out_hot | base)) if "GPU clocks" in x]
+    (bad,) = [x for x in head_lines(read_soak(out_hot | base)) if "GPU clocks" in x]
     assert bad.startswith("!! GPU clocks NOT ruled out: throttled (hw_thermal_slowdown, "
                           "sw_power_cap) in last third; SM 1980 -> 1600 MHz (-19.2%)")  # fmt: skip
     # No telemetry: nothing measured, nothing said.
     none = analyze_soak(recs, Timeline([]), [])
     assert none["clocks"] == {"measured": False}
-    assert not [x for x in head_lines(Soak.from_json(none | base)) if "GPU clocks" in x]
+    assert not [x for x in head_lines(read_soak(none | base)) if "GPU clocks" in x]

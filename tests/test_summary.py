@@ -14,6 +14,7 @@ from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.summary import analyze
 from loadgen.analysis.sweep_types import MixedRow
 from loadgen.cli import main
+from loadgen.codec import from_json
 from loadgen.report.cmd import render_report, write_report
 
 
@@ -146,7 +147,7 @@ def test_sweep_directory_reports_every_arm_and_the_politeness_table(tmp_path: Pa
         assert (root / "arms" / arm / "summary.json").is_file()
     parent = orjson.loads((root / "summary.json").read_bytes())
     assert parent["arms"]["b512"]["row"]["minnow_decode_during_tok_s"]["median"] == 10.0
-    row = MixedRow.from_json(parent["arms"]["b512"]["row"])
+    row = from_json(MixedRow, parent["arms"]["b512"]["row"])
     assert row.to_json() == parent["arms"]["b512"]["row"] and row.minnow_ttft_s.n == 3
     assert "== arm b512: max_num_batched_tokens=512 ==" in text
 

@@ -22,8 +22,9 @@ from loadgen.analysis.summary_types import (
     carried_other_than_one,
     read_groups,
     read_run,
+    read_stats,
 )
-from loadgen.analysis.timeline import Timeline
+from loadgen.analysis.timeline import Plateau, Timeline
 from loadgen.codec import from_json, to_json
 
 
@@ -52,7 +53,7 @@ def test_multi_token_chunks_are_seen_only_where_a_chunk_carried_more_than_one():
     assert not any_multi_token(read_groups(ones))
     (g,) = read_groups(twos)
     assert g.multi_token and g.chunk_tokens.multi == 3 and g.chunk_tokens.tokens == 7
-    assert not carried_other_than_one(Stats.from_json(None))
+    assert not carried_other_than_one(read_stats(None))
 
 
 def test_a_run_reads_back_its_target_counts_cap_and_baseline_exactly():
@@ -106,12 +107,13 @@ def test_the_server_window_reads_back_its_gauges_and_ratios():
              for t, r, w, kv, h, q, g in ((0.0, 0, 0, 0.1, 0, 0, 0), (1.0, 2, 1, 0.4, 10, 20, 8),
                                           (2.0, 2, 1, 0.3, 30, 40, 20))]  # fmt: skip
     raw = server_window(Timeline(polls), 0, 2 * 10**9)
-    srv = ServerWindow.from_json(raw)
+    srv = from_json(ServerWindow, raw)
     assert (srv.available, srv.duration_s, srv.polls, srv.poll_interval_s) == (True, 2.0, 3, 1.0)
     assert srv.kv_peak_perc == pytest.approx(40.0)
-    assert srv.running == Gauge(2.0, (2.0, 1.0)) and srv.waiting == Gauge(1.0, (1.0, 1.0))
+    assert srv.running == Gauge(2.0, Plateau(2.0, 1.0, 2.0, 1.0, 2))
+    assert srv.waiting == Gauge(1.0, Plateau(1.0, 1.0, 2.0, 1.0, 2))
     assert srv.prefix_hit_rate == pytest.approx(0.75)
     assert srv.generation_tokens == 20 and srv.generation_tok_s == pytest.approx(10.0)
     assert srv.spec_acceptance is None and srv.tokens_per_step is None
-    missing = ServerWindow.from_json({"available": False, "note": "no measured streams"})
+    missing = from_json(ServerWindow, {"available": False, "note": "no measured streams"})
     assert missing == ServerWindow(False, "no measured streams")

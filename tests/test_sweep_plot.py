@@ -10,7 +10,7 @@ from virtual_support import run_virtual
 
 from loadgen.analysis.summary_types import Stats
 from loadgen.analysis.sweep import analyze_sweep
-from loadgen.analysis.sweep_types import MixedRow, Sweep, read_sweep
+from loadgen.analysis.sweep_types import MixedRow, SweepSummary, read_sweep
 from loadgen.report.cmd import write_report
 from loadgen.report.html import render_sweep_html
 from loadgen.report.sweep_plot import (
@@ -32,7 +32,7 @@ def row(during: tuple[float, float, float] | None, whale: float) -> dict:
     return MixedRow(whale, none, minnows, none, 0, None).to_json()
 
 
-def sweep(arms: dict) -> Sweep:
+def sweep(arms: dict) -> SweepSummary:
     return read_sweep({"arms": {name: sweep_arm(**arm) for name, arm in arms.items()}})
 
 

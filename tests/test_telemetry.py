@@ -20,6 +20,7 @@ from virtual_support import run_virtual
 from loadgen.analysis.energy import Energy, energy_section
 from loadgen.analysis.summary import analyze_run
 from loadgen.cli import main
+from loadgen.codec import from_json
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.telemetry import (
     is_loopback,
@@ -106,7 +107,7 @@ def test_energy_counter_is_read_at_the_window_edges_exactly():
     assert e.throttle_reasons == ["gpu_idle"]
     # summary.json holds the derived figures beside the measured ones, and reads back the same.
     assert e.to_json()["j_per_output_token"] == pytest.approx(15.0, abs=1e-12)
-    assert Energy.from_json(e.to_json()) == e
+    assert from_json(Energy, e.to_json()) == e
 
 
 def test_joules_per_prompt_and_per_total_token_stand_beside_per_output_token():
@@ -194,7 +195,7 @@ def test_telemetry_without_a_window_or_a_counter_says_why_and_reads_back():
     assert blind is not None and blind.note == "no energy counter or power"
     assert blind.to_json() == {"source": lines[0]["source"], "available": False,
                                "note": "no energy counter or power"}  # fmt: skip
-    assert Energy.from_json(blind.to_json()) == blind
+    assert from_json(Energy, blind.to_json()) == blind
 
 
 def test_report_table_only_when_telemetry_exists(tmp_path: Path):

@@ -13,6 +13,7 @@ from virtual_support import run_virtual
 
 from loadgen.analysis.sessions import read_sessions
 from loadgen.client.decode import StreamDecoder
+from loadgen.codec import to_json
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.sessions import LOOKUP_TOOL, BuiltSession, Conversation
 from loadgen.records import StreamRecord, read_streams
@@ -59,7 +60,7 @@ async def test_a_tool_turn_on_the_virtual_clock_waits_exactly_the_tools_latency(
     ]  # fmt: skip
     assert all(r["result_ttft_s"] > 0 for r in rows)
     turns = read_sessions(run.summary)["agents"]
-    assert [t.to_json() for t in turns] == rows and turns[1].tool_s == 0.8
+    assert [to_json(t) for t in turns] == rows and turns[1].tool_s == 0.8
     assert run.summary["run"]["records"]["planned"] == 8  # two requests a turn
     write_report(run.run_dir)
     text = (run.run_dir / "report.txt").read_text()

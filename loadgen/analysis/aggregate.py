@@ -30,6 +30,7 @@ from loadgen.analysis.occupancy import Seat
 from loadgen.analysis.stats import describe, median
 from loadgen.analysis.streams import rate_after, window_rate
 from loadgen.analysis.timeline import Timeline
+from loadgen.codec import to_json
 from loadgen.records import StreamRecord
 
 NS = rates.NS
@@ -218,7 +219,7 @@ def server_window(timeline: Timeline, t0: int, t1: int) -> dict[str, Any]:
         plateau = timeline.plateau(name, t0, t1)
         out[key] = {
             "max": None if peak is None else peak[0],
-            "plateau": None if plateau is None else plateau.to_json(),
+            "plateau": None if plateau is None else to_json(plateau),
         }
     counts: dict[str, float | None] = {}
     for key, name in EVENT_COUNTERS:

@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.analysis.capacity import Ended, Search, SloItem, search_of, slo_items
-from loadgen.analysis.summary_types import Target, block
+from loadgen.analysis.capacity import Ended, Search, SloItem
+from loadgen.analysis.summary_types import RunTarget, target_json
 from loadgen.clock import ClockName
+from loadgen.codec import from_json, json_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,13 +34,6 @@ class ProbeRow:
     items: Mapping[str, ProbeItem]
     verdicts: Mapping[str, int]
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ProbeRow:
-        items = {k: ProbeItem(v["attainment"], v["value"], v["passes"])
-                 for k, v in d["items"].items()}  # fmt: skip
-        return cls(d["order"], d["value"], d["repeat"], d["n"], d["good"], d["passes"], items,
-                   dict(d["verdicts"]))  # fmt: skip
-
 
 @dataclass(frozen=True, slots=True)
 class Prefilling:
@@ -51,43 +45,38 @@ class Prefilling:
 
 
 @dataclass(frozen=True, slots=True)
-class Boundary:
-    """What binds at the first failing load (`at`, its label): the cause, the verdicts of the
-    streams that missed the SLO there, and the cause's own evidence (None where another cause
-    binds, or the server did not say)."""
+class BoundaryEvidence:
+    """The verdicts of the streams that missed the SLO at the boundary, and the cause's own
+    evidence (None where another cause binds, or the server did not say)."""
 
-    cause: str | None
-    at: str
     missed: int
     verdicts: Mapping[str, int]
     cap: int | None = None
     cap_source: str | None = None
     prefilling: tuple[Prefilling, ...] = ()
-    budget: int | None = None  # max_num_batched_tokens
+    budget: int | None = json_field(key="max_num_batched_tokens", default=None)
     kv_peak_perc: float | None = None
     preemptions: float | None = None
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Boundary:
-        ev = d["evidence"]
-        return cls(
-            d["cause"], d["at"], ev["missed"], dict(ev["verdicts"]), ev.get("cap"),
-            ev.get("cap_source"), tuple(Prefilling(**p) for p in ev.get("prefilling", ())),
-            ev.get("max_num_batched_tokens"), ev.get("kv_peak_perc"), ev.get("preemptions"),
-        )  # fmt: skip
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """What binds at the first failing load (`at`, its label): the cause and its evidence."""
+
+    cause: str | None
+    at: str
+    evidence: BoundaryEvidence
 
 
 @dataclass(frozen=True, slots=True)
 class CapacitySummary:
     scenario: str | None
-    target: Target
-    clock: ClockName
+    target: RunTarget
     over: str
     group: str | None
     slo: tuple[SloItem, ...]
     search: Search
     probes: tuple[ProbeRow, ...]
-    interrupted: bool
     capacity: float | None
     first_fail: float | None
     ended: Ended
@@ -95,27 +84,11 @@ class CapacitySummary:
     # Probes run at the answer and at the first failing load, by load as printed.
     runs_at: Mapping[str, int]
     boundary: Boundary | None
-
-    @classmethod
-    def from_json(cls, c: Mapping[str, Any]) -> CapacitySummary:
-        return cls(
-            scenario=c["scenario"],
-            target=Target.from_json(c.get("target")),
-            clock=ClockName.read(c.get("clock")),
-            over=c["over"],
-            group=c["group"],
-            slo=slo_items(c),
-            search=search_of(c),
-            probes=tuple(ProbeRow.from_json(p) for p in c["probes"]),
-            interrupted=bool(c.get("interrupted")),
-            capacity=c["capacity"],
-            first_fail=c["first_fail"],
-            ended=c["ended"],
-            max_time_s=c["max_time_s"],
-            runs_at=dict(c["runs_at"]),
-            boundary=block(c, "boundary", Boundary.from_json),
-        )
+    clock: ClockName = ClockName.WALL  # none written is the wall's
+    interrupted: bool = False
 
 
 def read_capacity(summary: Mapping[str, Any]) -> CapacitySummary:
-    return CapacitySummary.from_json(summary["capacity"])
+    """summary.json's `capacity` as its type, its target read as a run's is (target_json)."""
+    c = summary["capacity"]
+    return from_json(CapacitySummary, {**c, "target": target_json(c.get("target"))})

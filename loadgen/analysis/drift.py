@@ -90,7 +90,7 @@ Case = Literal["few_requests", "confounded", "beyond", "acceptance", "traffic", 
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class DriftVerdict:
     """The drift verdict and what decided it. `acceptance_change` is the rate change the
     speculative acceptance alone predicts, `context_change` the mean context's change, first
     window to last (None where not measured)."""
@@ -191,7 +191,7 @@ def drift_verdict(
     context_change: float | None = None,
     threshold: float = THRESHOLD,
     seed: int = BOOTSTRAP_SEED,
-) -> Verdict:
+) -> DriftVerdict:
     """The verdict over `points` (see the module docstring). `acceptance_change` is the rate
     change the speculative acceptance alone predicts (tokens per step, last window over first);
     `context_change` the mean context change first -> last window, kept for the report."""
@@ -199,9 +199,9 @@ def drift_verdict(
     span = float(max((p.t_h for p in points), default=0) - min((p.t_h for p in points), default=0))
 
     def verdict(name: str, case: Case, adjusted: Trend | None, raw: Trend | None,
-                needed: int | None = None) -> Verdict:  # fmt: skip
-        return Verdict(name, case, n, span, threshold, adjusted, raw, needed, acceptance_change,
-                       context_change, Bootstrap(seed=seed))  # fmt: skip
+                needed: int | None = None) -> DriftVerdict:  # fmt: skip
+        return DriftVerdict(name, case, n, span, threshold, adjusted, raw, needed,
+                            acceptance_change, context_change, Bootstrap(seed=seed))  # fmt: skip
 
     if n < MIN_REQUESTS:
         return verdict("unresolved", "few_requests", None, None, MIN_REQUESTS)

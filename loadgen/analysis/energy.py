@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.codec import from_json
 from loadgen.records import StreamRecord
 
 NS = 1e9
@@ -98,19 +99,10 @@ class Energy:
             "j_per_total_token": self.j_per_total_token,
         }  # fmt: skip
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Energy:
-        if not d["available"]:
-            return cls(d["source"], False, d["note"])
-        return cls(d["source"], True, "", d["gpus"], d["energy_method"], d["window_s"],
-                   d["energy_j"], d["output_tokens"], tuple(d["token_sources"]),
-                   d["peak_sm_clock_mhz"], d["throttle_mask"], d["prompt_tokens"],
-                   d["prompt_tokens_missing"], d["streams"])  # fmt: skip
-
 
 def read_energy(block: Mapping[str, Any] | None) -> Energy | None:
     """A run's (or a sweep arm's) `energy` block; None where it had no telemetry."""
-    return None if block is None else Energy.from_json(block)
+    return None if block is None else from_json(Energy, block)
 
 
 def energy_section(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.registry import metric
+from loadgen.codec import to_json
 
 DEFAULT_TOLERANCE = 0.15
 
@@ -32,6 +33,14 @@ def is_fidelity(manifest: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class JudgedProfile:
+    """The sim profile a fidelity run judged: its name, and the file it was read from."""
+
+    name: str
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
 class FidelityRun:
     """A fidelity directory's run.json block: the scenario, the tolerance, the two runs' dirs
     (relative to the fidelity directory; None until that run ended) and the profile judged."""
@@ -40,14 +49,7 @@ class FidelityRun:
     tolerance: float
     real: str | None
     virtual: str | None
-    profile_name: str
-    profile_path: str
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> FidelityRun:
-        profile = d["profile"]
-        return cls(d["scenario"], d["tolerance"], d["real"], d["virtual"], profile["name"],
-                   profile["path"])  # fmt: skip
+    profile: JudgedProfile
 
 
 def error_of(measured: float | None, predicted: float | None) -> float | None:
@@ -101,10 +103,6 @@ class VerdictPair:
     def same(self) -> bool:
         return self.real == self.virtual
 
-    def to_json(self) -> dict[str, Any]:
-        return {"arm": self.arm, "group": self.group, "real": dict(self.real),
-                "virtual": dict(self.virtual)}  # fmt: skip
-
 
 @dataclass(frozen=True, slots=True)
 class Fidelity:
@@ -130,7 +128,7 @@ class Fidelity:
     def to_json(self) -> dict[str, Any]:
         return {
             "tolerance": self.tolerance, "rows": [r.to_json() for r in self.rows],
-            "verdicts": [v.to_json() for v in self.verdicts], "figures": self.figures,
+            "verdicts": [to_json(v) for v in self.verdicts], "figures": self.figures,
             "within": self.within, "verdicts_agree": self.verdicts_agree,
             "unmatched": list(self.unmatched),
         }  # fmt: skip

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from loadgen.analysis.aggregate import span_ns
 from loadgen.analysis.registry import slo_metrics
 from loadgen.analysis.slo import DEFAULT_ATTAIN, SLO_KEYS, SloItem
+from loadgen.codec import from_json
 from loadgen.records import StreamRecord
 
 NS = 1_000_000_000
@@ -47,6 +48,7 @@ class GroupGoodput:
     good: int
     span_s: float
     within: Mapping[str, int] = field(default_factory=dict)  # per SLO: streams within it alone
+    json_derived: ClassVar[tuple[str, ...]] = ("attainment", "goodput_req_s", "throughput_req_s")
 
     @property
     def attainment(self) -> float | None:
@@ -60,16 +62,6 @@ class GroupGoodput:
     def throughput_req_s(self) -> float | None:
         return self.ok / self.span_s if self.span_s > 0 else None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "ok": self.ok, "good": self.good, "attainment": self.attainment,
-                "span_s": self.span_s, "goodput_req_s": self.goodput_req_s,
-                "throughput_req_s": self.throughput_req_s,
-                "within": dict(self.within)}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> GroupGoodput:
-        return cls(d["n"], d["ok"], d["good"], d["span_s"], dict(d["within"]))
-
     def holds(self, key: str, share: float) -> bool:
         """Whether at least `share` of the group's streams were within SLO `key`."""
         return self.n > 0 and self.within.get(key, 0) >= share * self.n
@@ -80,7 +72,7 @@ class Goodput:
     """summary.json's `goodput`: the SLOs applied with the share of streams each must hold
     for, and each group's count against them."""
 
-    slo: Mapping[str, float]
+    slo: dict[str, int | float]  # as the file has them: a limit of 2 stays 2
     groups: Mapping[str, GroupGoodput]
     shares: Mapping[str, float] = field(default_factory=dict)
 
@@ -90,15 +82,6 @@ class Goodput:
         metric = {key: stem for stem, key in SLO_KEYS.items()}
         return tuple(SloItem(metric[k], v, self.shares.get(k, DEFAULT_ATTAIN))
                      for k, v in self.slo.items())  # fmt: skip
-
-    def to_json(self) -> dict[str, Any]:
-        return {"slo": dict(self.slo), "groups": {k: g.to_json() for k, g in self.groups.items()},
-                "shares": dict(self.shares)}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Goodput:
-        groups = {k: GroupGoodput.from_json(g) for k, g in d["groups"].items()}
-        return cls(dict(d["slo"]), groups, dict(d["shares"]))
 
 
 def goodput(
@@ -127,4 +110,4 @@ def goodput(
 def read_goodput(summary: Mapping[str, Any]) -> Goodput | None:
     """A run summary's goodput (None: no SLO was given)."""
     block = summary.get("goodput")
-    return Goodput.from_json(block) if block else None
+    return from_json(Goodput, block) if block else None

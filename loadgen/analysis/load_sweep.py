@@ -9,7 +9,7 @@ whose one axis is a load (scenario/load_axis.py's LOAD_AXES).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from loadgen.analysis.benchmark import Benchmark
@@ -53,13 +53,6 @@ class LoadRow:
     attainment: float | None
     tok_s_per_user: float | None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> LoadRow:
-        return cls(**{k: d[k] for k in LOAD_ROW_FIELDS})
-
 
 LOAD_ROW_FIELDS = tuple(f.name for f in fields(LoadRow))
 
@@ -72,25 +65,17 @@ class LoadBlock:
 
     axis: str
     arms: tuple[str, ...]
-    values: tuple[float | str, ...]
+    values: tuple[int | float | str, ...]  # as the file has them: a concurrency stays an int
     pareto: tuple[str, ...]
     pareto_axes: tuple[str, ...]
-    slo: dict[str, float] | None
+    slo: dict[str, int | float] | None
     pareto_min_gain: float
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> LoadBlock:
-        return cls(d["axis"], tuple(d["arms"]), tuple(d["values"]), tuple(d["pareto"]),
-                   tuple(d["pareto_axes"]), d["slo"], d["pareto_min_gain"])  # fmt: skip
 
 
 def read_load(sweep: Mapping[str, Any]) -> LoadBlock | None:
     """A sweep summary's `load` block; None for a sweep that is not a load sweep."""
     load = sweep.get("load")
-    return LoadBlock.from_json(load) if load else None
+    return from_json(LoadBlock, load) if load else None
 
 
 def tok_s_per_user(streams: Iterable[dict[str, Any]]) -> float | None:
@@ -176,7 +161,7 @@ def load_block(
     axis = load_axis(arms)
     if axis is None:
         return None
-    rows = {n: LoadRow.from_json(arms[n]["load_row"]) for n in order}
+    rows = {n: from_json(LoadRow, arms[n]["load_row"]) for n in order}
     points = {n: (r.tok_s_per_user, r.output_tok_s) for n, r in rows.items()}
     return LoadBlock(
         axis=axis,

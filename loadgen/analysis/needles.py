@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
+from loadgen.codec import from_json
 from loadgen.records import StreamRecord
 
 
@@ -21,19 +22,12 @@ class NeedleRecall:
     streams: int
     errors: int
     hits: int
+    json_derived: ClassVar[tuple[str, ...]] = ("recall",)
 
     @property
     def recall(self) -> float | None:
         answered = self.streams - self.errors
         return self.hits / answered if answered else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"arm": self.arm, "group": self.group, "streams": self.streams,
-                "errors": self.errors, "hits": self.hits, "recall": self.recall}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> NeedleRecall:
-        return cls(d["arm"], d["group"], d["streams"], d["errors"], d["hits"])
 
 
 def needle_recall(records: list[StreamRecord]) -> list[NeedleRecall]:
@@ -51,4 +45,4 @@ def needle_recall(records: list[StreamRecord]) -> list[NeedleRecall]:
 
 
 def read_needles(summary: Mapping[str, Any]) -> list[NeedleRecall]:
-    return [NeedleRecall.from_json(n) for n in summary.get("needles") or []]
+    return from_json(list[NeedleRecall], summary.get("needles") or [])

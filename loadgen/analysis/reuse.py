@@ -9,8 +9,7 @@ rate (less a few blocks lost to requests that arrive while their prefix is still
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 # The measured rate may fall this far below the implied one before the report says so.
@@ -26,10 +25,6 @@ class PromptsRaised:
     of: int
     smallest: int
     raised_to: int
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> PromptsRaised:
-        return cls(d["rows"], d["of"], d["smallest"], d["raised_to"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +42,6 @@ class MeasuredReuse:
     gap_pp: float | None
     below_implied: bool
     tolerance_pp: float
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> MeasuredReuse:
-        return cls(**d)
 
 
 def trace_prompts_raised(manifest: dict[str, Any]) -> dict[str, Any] | None:

@@ -17,8 +17,7 @@ for the banner the report composes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from loadgen.records import StreamRecord
@@ -118,13 +117,3 @@ class ClientLimits:
             self.limited or self.beyond_tolerance or self.loop_lag_max_ms is not None
             or self.crowding
         )  # fmt: skip
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ClientLimits:
-        crowded = d["crowding"]
-        return cls(d["measured"], d["limited"], d["beyond_tolerance"], d["loop_lag_max_ms"],
-                   None if crowded is None else Crowding(**crowded),
-                   d["loop_lag_limit_ms"])  # fmt: skip

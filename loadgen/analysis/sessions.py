@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.stats import median
+from loadgen.codec import from_json
 from loadgen.records import StreamRecord
 
 
@@ -33,13 +34,6 @@ class TurnRow:
     tool_calls: int
     tool_s: float | None
     result_ttft_s: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> TurnRow:
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
 
 
 def session_turns(
@@ -78,8 +72,7 @@ def session_turns(
 
 def read_sessions(summary: Mapping[str, Any]) -> dict[str, list[TurnRow]]:
     """A run summary's session turns by group ({} where no stream was a session turn)."""
-    return {g: [TurnRow.from_json(t) for t in turns]
-            for g, turns in (summary.get("sessions") or {}).items()}  # fmt: skip
+    return from_json(dict[str, list[TurnRow]], summary.get("sessions") or {})
 
 
 def _tool_s(call: StreamRecord, result: StreamRecord | None) -> float | None:

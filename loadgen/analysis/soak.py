@@ -39,7 +39,7 @@ import numpy as np
 from loadgen.analysis import rates
 from loadgen.analysis.aggregate import server_window
 from loadgen.analysis.baselines import prefill_tokens
-from loadgen.analysis.drift import DriftPoint, Verdict, change, drift_verdict
+from loadgen.analysis.drift import DriftPoint, DriftVerdict, change, drift_verdict
 from loadgen.analysis.energy import throttle_names
 from loadgen.analysis.inputs import load_run
 from loadgen.analysis.timeline import Timeline
@@ -381,7 +381,7 @@ def analyze_soak(
     }
 
 
-def _verdict(kept: list[SoakPoint], rows: list[dict[str, Any]], speed: float) -> Verdict:
+def _verdict(kept: list[SoakPoint], rows: list[dict[str, Any]], speed: float) -> DriftVerdict:
     start = min((p.t_sent_ns for p in kept), default=0)
     drift_points = [
         DriftPoint((p.t_mid_ns - start) / NS * speed / 3600, p.rate / speed, p.context)

@@ -10,24 +10,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.analysis.drift import Verdict
-from loadgen.analysis.summary_types import ServerWindow, Target
+from loadgen.analysis.drift import DriftVerdict
+from loadgen.analysis.summary_types import RunTarget, ServerWindow, target_json
 from loadgen.clock import ClockName
 from loadgen.codec import from_json
 
 
 @dataclass(frozen=True, slots=True)
-class WindowServer:
+class WindowServer(ServerWindow):
     """The server's /metrics over one window: the run's server window of it, with the prompt
     tokens and the polls' mean kv usage soak.py adds (None where the server exports none)."""
 
-    window: ServerWindow
-    kv_mean_perc: float | None
-    prompt_tokens: float | None
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> WindowServer:
-        return cls(ServerWindow.from_json(d), d.get("kv_mean_perc"), d.get("prompt_tokens"))
+    kv_mean_perc: float | None = None
+    prompt_tokens: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +35,6 @@ class WindowClient:
     cpu_share: float = 0.0
     rss_mib_mean: float = 0.0
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> WindowClient:
-        if not d["available"]:
-            return cls(False, d["behind"])
-        return cls(True, d["behind"], d["lag_max_ms"], d["cpu_share"], d["rss_mib_mean"])
-
 
 @dataclass(frozen=True, slots=True)
 class WindowGpu:
@@ -54,11 +43,14 @@ class WindowGpu:
     power_w_mean: float | None = None
     throttle_reasons: tuple[str, ...] = ()
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> WindowGpu:
-        if not d["available"]:
-            return cls(False)
-        return cls(True, d["sm_clock_mhz_mean"], d["power_w_mean"], tuple(d["throttle_reasons"]))
+
+@dataclass(frozen=True, slots=True)
+class ContextBin:
+    """A window's requests in one context bin, and their mean decode rate (tok/s)."""
+
+    bin: str
+    n: int
+    decode_tok_s_mean: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,19 +70,10 @@ class SoakWindow:
     server: WindowServer
     client: WindowClient
     gpu: WindowGpu
-    # Mean decode rate by context bin: (bin label, requests, tok/s); bins with none left out.
-    context_bins: Mapping[str, tuple[int, float]]
+    context_bins: tuple[ContextBin, ...]  # bins with no request left out
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> SoakWindow:
-        return cls(
-            d["label"], d["n"], d["from_s"], d["to_s"], d["duration_s"],
-            d["decode_tok_s_median"], d["decode_tok_s_p10"], d["ttft_s_median"],
-            d["prefill_tok_s_median"], d["context_mean"], d["prompt_tokens_mean"],
-            d["completion_tokens_mean"], WindowServer.from_json(d["server"]),
-            WindowClient.from_json(d["client"]), WindowGpu.from_json(d["gpu"]),
-            {b["bin"]: (b["n"], b["decode_tok_s_mean"]) for b in d["context_bins"]},
-        )  # fmt: skip
+    def context_bin(self, label: str) -> ContextBin | None:
+        return next((b for b in self.context_bins if b.bin == label), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,32 +86,18 @@ class ClientMemory:
     last_mib: float = 0.0
     change: float = 0.0
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ClientMemory:
-        if not d["measured"]:
-            return cls(False)
-        return cls(True, d["flat"], d["first_mib"], d["last_mib"], d["change"])
-
 
 @dataclass(frozen=True, slots=True)
 class ClocksControl:
     """Whether the GPU clocks are ruled out as a cause of drift (measured: a GPU was sampled)."""
 
-    measured: bool
+    measured: bool = False  # an older soak.json has no clocks block
     ruled_out: bool = False
     throttled_windows: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()
     sm_clock_first_mhz: float | None = None
     sm_clock_last_mhz: float | None = None
     sm_clock_change: float | None = None
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ClocksControl:
-        if not d.get("measured"):
-            return cls(False)
-        return cls(True, d["ruled_out"], tuple(d["throttled_windows"]), tuple(d["reasons"]),
-                   d["sm_clock_first_mhz"], d["sm_clock_last_mhz"],
-                   d["sm_clock_change"])  # fmt: skip
 
 
 # The ends of a soak that the server decided (engine/soak.py SoakStop): it was cut short.
@@ -143,10 +112,6 @@ class SoakEnd:
     at_s: float | None
     detail: str | None
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> SoakEnd:
-        return cls(d.get("reason"), d.get("at_s"), d.get("detail"))
-
 
 @dataclass(frozen=True, slots=True)
 class SoakPointRow:
@@ -158,9 +123,9 @@ class SoakPointRow:
 
 
 @dataclass(frozen=True, slots=True)
-class Soak:
+class SoakSummary:
     scenario: str | None
-    target: Target
+    target: RunTarget
     speed: float | None
     clock: ClockName
     window: str
@@ -171,28 +136,12 @@ class Soak:
     excluded_windows: tuple[str, ...]
     client_memory: ClientMemory
     client_watched: bool
-    clocks: ClocksControl
-    verdict: Verdict
+    verdict: DriftVerdict
     end: SoakEnd
     points: tuple[SoakPointRow, ...]
+    clocks: ClocksControl = ClocksControl()  # an older soak.json has none
 
-    @classmethod
-    def from_json(cls, s: Mapping[str, Any]) -> Soak:
-        return cls(
-            scenario=s.get("scenario"),
-            target=Target.from_json(s.get("target")),
-            speed=s.get("speed"),
-            clock=ClockName.read(s.get("clock")),
-            window=s["window"],
-            requests=s["requests"],
-            failed_streams=s["failed_streams"],
-            windows=tuple(SoakWindow.from_json(w) for w in s["windows"]),
-            first_to_last=s["first_to_last"],
-            excluded_windows=tuple(s["excluded_windows"]),
-            client_memory=ClientMemory.from_json(s["client_memory"]),
-            client_watched=s["client_watched"],
-            clocks=ClocksControl.from_json(s.get("clocks") or {}),
-            verdict=from_json(Verdict, s["verdict"]),
-            end=SoakEnd.from_json(s["end"]),
-            points=tuple(SoakPointRow(p["t_s"], p["rate"], p["context"]) for p in s["points"]),
-        )
+
+def read_soak(s: Mapping[str, Any]) -> SoakSummary:
+    """soak.json as its type, its target read as a run's is (target_json)."""
+    return from_json(SoakSummary, {**s, "target": target_json(s.get("target"))})

@@ -114,10 +114,10 @@ def analyze(inputs: RunInputs) -> Analysis:
         "mixed": _mixed(measure, records, timeline, ctx.seats),
         "hist": _hist_section(histograms),
         "sessions": {
-            g: [t.to_json() for t in turns] for g, turns in session_turns(measure, rows).items()
+            g: [to_json(t) for t in turns] for g, turns in session_turns(measure, rows).items()
         },
-        "goodput": None if good is None else good.to_json(),
-        "needles": [n.to_json() for n in needle_recall(measure)],
+        "goodput": None if good is None else to_json(good),
+        "needles": [to_json(n) for n in needle_recall(measure)],
         "energy": None if energy is None else energy.to_json(),
         "benchmark": to_json(benchmark_block(measure)),
         "telemetry_notes": (manifest.get("telemetry") or {}).get("notes") or [],
@@ -175,8 +175,8 @@ def _run_section(
         "interrupted": bool(manifest.get("interrupted", False)),
         "client_limited": limits.limits_run,
         "client_limited_streams": counts.limited,
-        "client_limits": limits.to_json(),
-        "warm_cache": None if warm is None else warm.to_json(),
+        "client_limits": to_json(limits),
+        "warm_cache": None if warm is None else to_json(warm),
         "client": client,
         "speed": manifest.get("speed", 1.0),
         "clock": ClockName.read(manifest.get("clock")),
@@ -199,7 +199,7 @@ def _run_section(
         "window": None if span is None else window_json(*span),
         "wall_s": None if span is None else (span[1] - span[0]) / NS,
         "server": server,
-        "trace_reuse": None if reuse is None else reuse.to_json(),
+        "trace_reuse": None if reuse is None else to_json(reuse),
         "trace_prompts_raised": trace_prompts_raised(manifest),
     }
 

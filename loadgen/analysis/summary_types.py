@@ -19,6 +19,7 @@ from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
+from loadgen.analysis.timeline import Plateau
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
 from loadgen.codec import from_json, reader
@@ -36,20 +37,19 @@ def block(d: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any]], T]
 class Stats:
     """analysis/stats.py's `describe` of one metric over a group's streams (None: no values)."""
 
-    n: int
-    min: float | None
-    median: float | None
-    max: float | None
-    mean: float | None
-    p50: float | None
-    p90: float | None
-    p99: float | None
+    n: int = 0
+    min: float | None = None
+    median: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any] | None) -> Stats:
-        d = d or {}
-        return cls(d.get("n", 0), d.get("min"), d.get("median"), d.get("max"), d.get("mean"),
-                   d.get("p50"), d.get("p90"), d.get("p99"))  # fmt: skip
+
+def read_stats(d: Mapping[str, Any] | None) -> Stats:
+    """A metric's statistics; a metric no stream had (absent or null) has none."""
+    return from_json(Stats, d or {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +126,7 @@ class GroupSummary:
             ok=g["ok"],
             prompt_shape=g.get("prompt_shape"),
             token_source=g["token_source"],
-            stats={f: Stats.from_json(g.get(f)) for f in fields},
+            stats={f: read_stats(g.get(f)) for f in fields},
             verdicts=dict(g.get("verdicts") or {}),
             chunk_tokens=ChunkTally(
                 tally.get("chunks", 0), tally.get("multi", 0), tally.get("tokens", 0)
@@ -155,17 +155,25 @@ def any_multi_token(groups: Iterable[GroupSummary]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class RunTarget:
     """What a run talked to: its URL, its kind (sim, a launched kind, external) and its flags."""
 
-    url: str | None
-    kind: str | None
-    flags: tuple[str, ...]
+    url: str | None = None
+    kind: str | None = None
+    flags: tuple[str, ...] = ()
 
-    @classmethod
-    def from_json(cls, d: Any) -> Target:
-        d = d if isinstance(d, Mapping) else {}
-        return cls(d.get("url"), d.get("kind"), tuple(str(f) for f in d.get("flags") or ()))
+
+def read_target(d: Any) -> RunTarget:
+    """A summary's target; a file without one (or an older file's bare string) names none."""
+    return from_json(RunTarget, target_json(d))
+
+
+def target_json(d: Any) -> dict[str, Any]:
+    """A file's target as RunTarget reads it: its flags as words (a scenario's YAML gives
+    `--max-num-seqs 4` a number), an older file's bare string or none as no target."""
+    if not isinstance(d, Mapping):
+        return {}
+    return {**d, "flags": [str(f) for f in d.get("flags") or ()]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,28 +193,24 @@ class RecordTally:
     planned: int | None
     measured: int
     missing: int | None
-    unreadable_lines: int
-    unreadable_metrics_lines: int
-    dropped_manifest_fields: tuple[str, ...]
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> RecordTally:
-        return cls(d.get("planned"), d["measured"], d.get("missing"),
-                   d.get("unreadable_lines") or 0, d.get("unreadable_metrics_lines") or 0,
-                   tuple(d.get("dropped_manifest_fields") or ()))  # fmt: skip
+    unreadable_lines: int = 0
+    unreadable_metrics_lines: int = 0
+    dropped_manifest_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Gauge:
-    """A /metrics gauge over the window: its peak, and its longest plateau (value, seconds)."""
+    """A /metrics gauge over the window: its peak, and its longest plateau."""
 
-    max: float | None
-    plateau: tuple[float, float] | None
+    max: float | None = None
+    plateau: Plateau | None = None
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Gauge:
-        p = d.get("plateau")
-        return cls(d.get("max"), None if p is None else (p["value"], p["duration_s"]))
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """The measured window a server window covers (s from run start)."""
+
+    duration_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,14 +218,14 @@ class ServerWindow:
     """aggregate.server_window over the measured phase; `note` says why it is unavailable."""
 
     available: bool
-    note: str
-    duration_s: float | None = None
+    note: str = ""
+    window: Span | None = None
     polls: int = 0
     poll_interval_s: float | None = None
     kv_peak_perc: float | None = None
     preemptions: float | None = None
-    running: Gauge = Gauge(None, None)
-    waiting: Gauge = Gauge(None, None)
+    running: Gauge = Gauge()
+    waiting: Gauge = Gauge()
     prefix_hit_rate: float | None = None
     generation_tokens: float | None = None
     generation_tok_s: float | None = None
@@ -229,18 +233,12 @@ class ServerWindow:
     spec_emitted_per_step: float | None = None
     tokens_per_step: float | None = None
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any] | None) -> ServerWindow:
-        d = d or {}
-        if not d.get("available"):
-            return cls(False, d.get("note", "no server metrics"))
-        return cls(
-            True, "", d["window"]["duration_s"], d["polls"], d["poll_interval_s"],
-            d["kv_peak_perc"], d["preemptions"], Gauge.from_json(d["running"]),
-            Gauge.from_json(d["waiting"]), d["prefix_hit_rate"], d["generation_tokens"],
-            d["generation_tok_s"], d["spec_acceptance"], d["spec_emitted_per_step"],
-            d["tokens_per_step"],
-        )  # fmt: skip
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.window is None else self.window.duration_s
+
+
+NO_SERVER_WINDOW = ServerWindow(False, "no server metrics")
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +246,7 @@ class RunSummary:
     """summary.json's `run`, or a sweep parent's (which has no counts, cap or server window)."""
 
     scenario: str | None
-    target: Target
+    target: RunTarget
     model: str | None
     seed: int | None
     seed_source: str | None
@@ -282,7 +280,7 @@ class RunSummary:
         sources = facts.get("sources") or {}
         return cls(
             scenario=run.get("scenario"),
-            target=Target.from_json(run.get("target")),
+            target=read_target(run.get("target")),
             model=run.get("model"),
             seed=run.get("seed"),
             seed_source=run.get("seed_source"),
@@ -291,24 +289,23 @@ class RunSummary:
             token_counter=run.get("token_counter"),
             interrupted=bool(run.get("interrupted")),
             client_limited=bool(run.get("client_limited")),
-            client_limits=block(run, "client_limits", ClientLimits.from_json),
-            warm_cache=block(run, "warm_cache", WarmCache.from_json),
-            arm_client_limits={
-                arm: ClientLimits.from_json(c)
-                for arm, c in (run.get("arm_client_limits") or {}).items()
-            },
+            client_limits=block(run, "client_limits", reader(ClientLimits)),
+            warm_cache=block(run, "warm_cache", reader(WarmCache)),
+            arm_client_limits=from_json(
+                dict[str, ClientLimits], run.get("arm_client_limits") or {}
+            ),
             streams=from_json(StreamTally, streams) if isinstance(streams, Mapping) else None,
             wall_s=run.get("wall_s"),
             cap=block(run, "cap", reader(Cap)),
             prefill_baseline=block(run, "prefill_baseline", reader(PrefillBaseline)),
-            records=block(run, "records", RecordTally.from_json),
+            records=block(run, "records", reader(RecordTally)),
             boots_per_arm=run.get("boots_per_arm"),
             boots_note=run.get("boots_note"),
-            server=ServerWindow.from_json(run.get("server")),
+            server=block(run, "server", reader(ServerWindow)) or NO_SERVER_WINDOW,
             user_facts=tuple((k, facts[k]) for k, src in sorted(sources.items()) if src == "user"),
             speculative_tokens=facts.get("num_speculative_tokens"),
-            trace_reuse=block(run, "trace_reuse", MeasuredReuse.from_json),
-            trace_prompts_raised=block(run, "trace_prompts_raised", PromptsRaised.from_json),
+            trace_reuse=block(run, "trace_reuse", reader(MeasuredReuse)),
+            trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
         )
 
 
@@ -360,12 +357,6 @@ class HistBlock:
     and per group the values of each metric that fell outside the range (not recorded)."""
 
     unit: str
-    lowest_us: int
-    highest_us: int
+    range_us: tuple[int, int]  # lowest, highest
     files: tuple[str, ...]
     out_of_range: Mapping[str, Mapping[str, int]]
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> HistBlock:
-        lowest, highest = d["range_us"]
-        return cls(d["unit"], lowest, highest, tuple(d["files"]), d["out_of_range"])

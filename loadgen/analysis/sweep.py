@@ -16,6 +16,7 @@ from loadgen.analysis.summary_types import Stats
 from loadgen.analysis.sweep_boots import boot_points, floor_rows
 from loadgen.analysis.sweep_types import MixedRow, arm_sort_key
 from loadgen.clock import ClockName
+from loadgen.codec import to_json
 
 
 def _minmax(values: list[float]) -> Stats:
@@ -78,7 +79,7 @@ def arm_entry(summary: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
         "flags": arm.get("flags") or {},
         "settings": arm.get("settings") or {},
         "row": mixed_row(mixed["reps"]).to_json() if mixed else None,
-        "load_row": load_row(summary).to_json(),
+        "load_row": to_json(load_row(summary)),
         "interrupted": summary["run"]["interrupted"],
         "wall_s": summary["run"]["wall_s"],
         "energy": summary.get("energy"),
@@ -141,7 +142,7 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
     }
     load = load_block(summary["arms"], order, manifest.get("slo"))
     if load is not None:
-        summary["load"] = load.to_json()
+        summary["load"] = to_json(load)
     boots = manifest.get("boots")
     if isinstance(boots, list):
         declared_order = [n for n in declared if isinstance(n, str)]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.bootfloor import ArmEffect
-from loadgen.analysis.energy import Energy, read_energy
+from loadgen.analysis.energy import Energy
 from loadgen.analysis.load_sweep import LoadBlock, LoadRow, read_load
 from loadgen.analysis.summary_types import Cohort, RunSummary, Stats, read_run
 from loadgen.codec import from_json
@@ -50,13 +50,6 @@ class MixedRow:
             "wall_s": self.wall_s,
         }
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> MixedRow:
-        return cls(d["whale_ttft_s"], Stats.from_json(d["minnow_ttft_s"]),
-                   Stats.from_json(d["minnow_decode_during_tok_s"]),
-                   Stats.from_json(d["minnow_decode_after_tok_s"]),
-                   d["minnows_first_token_after_prefill"], d["wall_s"])  # fmt: skip
-
 
 @dataclass(frozen=True, slots=True)
 class ArmGroup:
@@ -70,12 +63,6 @@ class ArmGroup:
     prompt_shape: str | None
     tokens_per_chunk: Stats
     cohort: Cohort | None
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ArmGroup:
-        cohort = from_json(Cohort, d["cohort"]) if d["cohort"] else None
-        return cls(d["n"], d["ttft_median_s"], d["decode_median_tok_s"], d["token_source"],
-                   d["prompt_shape"], Stats.from_json(d["tokens_per_chunk"]), cohort)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,19 +85,6 @@ class Arm:
         """The arm's settings and flags in one mapping: what sets it apart from other arms."""
         return {**self.settings, **self.flags}
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Arm:
-        return cls(
-            flags=d["flags"],
-            settings=d["settings"],
-            row=MixedRow.from_json(d["row"]) if d["row"] is not None else None,
-            load_row=LoadRow.from_json(d["load_row"]),
-            interrupted=d["interrupted"],
-            wall_s=d["wall_s"],
-            energy=read_energy(d["energy"]),
-            groups={g: ArmGroup.from_json(v) for g, v in d["groups"].items()},
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class BootPoint:
@@ -125,14 +99,9 @@ class BootPoint:
     attempts: int
     values: Mapping[str, float | None] | None
 
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> BootPoint:
-        return cls(d["arm"], d["order"], d["boot"], d["flags"], d["status"], d["attempts"],
-                   d["values"])  # fmt: skip
-
 
 @dataclass(frozen=True, slots=True)
-class Sweep:
+class SweepSummary:
     """A sweep parent's summary: its run, the arms in the summary's order, the order the run
     declared, the load block of a load sweep, and the boots and boot-floor verdicts of a booted
     sweep."""
@@ -156,13 +125,13 @@ class Sweep:
         return [(n, self.arms[n]) for n in self.names()]
 
 
-def read_sweep(summary: Mapping[str, Any]) -> Sweep:
+def read_sweep(summary: Mapping[str, Any]) -> SweepSummary:
     """A sweep parent's summary.json as a Sweep."""
-    return Sweep(
+    return SweepSummary(
         run=read_run(summary),
-        arms={n: Arm.from_json(a) for n, a in summary["arms"].items()},
+        arms=from_json(dict[str, Arm], summary["arms"]),
         arm_order=tuple(summary.get("arm_order") or ()),
         load=read_load(summary),
-        boots=tuple(BootPoint.from_json(p) for p in summary.get("boots") or ()),
+        boots=from_json(tuple[BootPoint, ...], summary.get("boots") or []),
         boot_floor=tuple(from_json(ArmEffect, r) for r in summary.get("boot_floor") or ()),
     )

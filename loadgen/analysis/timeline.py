@@ -28,21 +28,18 @@ class Reading:
 
 @dataclass(frozen=True, slots=True)
 class Plateau:
-    """The longest contiguous run of polls holding one value."""
+    """The longest contiguous run of polls holding one value, in s from run start as
+    summary.json has it (its duration from the ns span, not from_s - to_s rounded twice)."""
 
     value: float
-    from_ns: int
-    to_ns: int
+    from_s: float
+    to_s: float
+    duration_s: float
     samples: int
 
-    def to_json(self) -> dict[str, float | int]:
-        return {
-            "value": self.value,
-            "from_s": self.from_ns / NS,
-            "to_s": self.to_ns / NS,
-            "duration_s": (self.to_ns - self.from_ns) / NS,
-            "samples": self.samples,
-        }
+    @classmethod
+    def of_polls(cls, value: float, from_ns: int, to_ns: int, samples: int) -> Plateau:
+        return cls(value, from_ns / NS, to_ns / NS, (to_ns - from_ns) / NS, samples)
 
 
 class Timeline:
@@ -138,7 +135,7 @@ class Timeline:
             j = i
             while j + 1 < len(pts) and pts[j + 1][1] == pts[i][1]:
                 j += 1
-            run = Plateau(pts[i][1], pts[i][0], pts[j][0], j - i + 1)
+            run = Plateau.of_polls(pts[i][1], pts[i][0], pts[j][0], j - i + 1)
             if run.value > 0 and run.samples >= 2 and _longer(run, best):
                 best = run
             i = j + 1
@@ -154,5 +151,6 @@ class Timeline:
 def _longer(run: Plateau, best: Plateau | None) -> bool:
     if best is None:
         return True
-    key = (run.to_ns - run.from_ns, run.samples, run.value)
-    return key > (best.to_ns - best.from_ns, best.samples, best.value)
+    # Distinct ns spans stay distinct in s: below 2**53 ns (104 days) division is exact enough.
+    key = (run.duration_s, run.samples, run.value)
+    return key > (best.duration_s, best.samples, best.value)

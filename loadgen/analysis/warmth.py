@@ -98,13 +98,6 @@ class WarmCache:
     measured: int
     sources: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"streams": self.streams, "measured": self.measured, "sources": list(self.sources)}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> WarmCache:
-        return cls(d["streams"], d["measured"], tuple(d["sources"]))
-
 
 def warm_cache(evidence: Sequence[Mapping[str, Any]]) -> WarmCache | None:
     """The measured streams (their evidence, one each) served warm, or None where none was."""

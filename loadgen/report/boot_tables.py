@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from loadgen.analysis.bootfloor import ArmEffect
 from loadgen.analysis.sweep_boots import ROW_METRICS, metric_names
-from loadgen.analysis.sweep_types import Sweep
+from loadgen.analysis.sweep_types import SweepSummary
 from loadgen.report.tables import DASH, Table, rate, secs
 
 _LABELS = {key: (label, unit) for key, label, unit in ROW_METRICS}
@@ -32,7 +32,7 @@ def _verdict_cell(row: ArmEffect | None) -> str:
     return f"{_pct(row.effect)}{multiple}: {row.verdict}"
 
 
-def arms_over_boots_table(s: Sweep) -> Table | None:
+def arms_over_boots_table(s: SweepSummary) -> Table | None:
     """Per arm: each metric as 'mean (boot 1 / boot 2 ...)' and, under it, the verdict against
     the first arm; the floor of each metric in the notes."""
     points, verdicts = s.boots, s.boot_floor
@@ -70,7 +70,7 @@ def arms_over_boots_table(s: Sweep) -> Table | None:
     )
 
 
-def boots_table(s: Sweep) -> Table | None:
+def boots_table(s: SweepSummary) -> Table | None:
     """The boots in run order: arm, boot number, attempts, status."""
     points = s.boots
     if not points:

@@ -10,6 +10,7 @@ from typing import Any
 from loadgen.analysis.calibration import TtftWitness, read_witnesses
 from loadgen.analysis.calibration_fit import FitRow, FitSummary
 from loadgen.analysis.stats import median
+from loadgen.codec import from_json
 from loadgen.report.tables import Table, to_plain
 from loadgen.sim.profile_file import load_profile_file
 
@@ -89,7 +90,7 @@ def calibration_report(root: Path) -> tuple[str, bytes | None]:
     parts = [
         "\n".join(head),
         to_plain(costs_table(profile.costs())),
-        to_plain(fit_table(rows, FitSummary.from_json(profile.fit))),
+        to_plain(fit_table(rows, from_json(FitSummary, profile.fit))),
     ]
     if witnesses:
         parts.append(to_plain(witness_table(witnesses)))

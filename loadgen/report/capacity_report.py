@@ -37,18 +37,19 @@ def ended_text(c: CapacitySummary) -> str:
 
 def move_text(b: Boundary) -> str:
     """What binds at the first failing load, and what would move the boundary."""
-    budget = "" if b.budget is None else f" (max_num_batched_tokens {b.budget})"
+    ev = b.evidence
+    budget = "" if ev.budget is None else f" (max_num_batched_tokens {ev.budget})"
     if b.cause == "admission_cap":
-        return (f"seats: max_num_seqs {b.cap} ({b.cap_source}) is full at {b.at}; more seats "
+        return (f"seats: max_num_seqs {ev.cap} ({ev.cap_source}) is full at {b.at}; more seats "
                 "(or a smaller load) move the boundary")  # fmt: skip
     if b.cause == "prefill_hol":
-        prompts = ", ".join(f"{p.group} ({p.prompt_tokens} tokens)" for p in b.prefilling)
+        prompts = ", ".join(f"{p.group} ({p.prompt_tokens} tokens)" for p in ev.prefilling)
         return ("prefill head-of-line: the missed streams waited behind the prefill of "
                 f"{prompts or 'other prompts'}; a smaller prefill budget{budget} shares it, or "
                 "those prompts go to another server")  # fmt: skip
     if b.cause == "pool_pressure":
-        return (f"KV pool pressure: kv% peaked at {_number(b.kv_peak_perc)} with "
-                f"{_number(b.preemptions)} preemptions at {b.at}; a larger pool (num_gpu_blocks"
+        return (f"KV pool pressure: kv% peaked at {_number(ev.kv_peak_perc)} with "
+                f"{_number(ev.preemptions)} preemptions at {b.at}; a larger pool (num_gpu_blocks"
                 " / gpu_memory_utilization) or shorter contexts move the boundary")  # fmt: skip
     if b.cause == "rationed_decode":
         return ("rationed decode: decode crawled while other prompts prefilled; a smaller "
@@ -94,8 +95,8 @@ def capacity_head(c: CapacitySummary) -> list[str]:
     b = c.boundary
     if b:
         lines.append(f"binds at {_load(hi, over)}: {b.cause}: {move_text(b)}")
-        counts = ", ".join(f"{v} {n}" for v, n in b.verdicts.items())
-        lines.append(f"  verdicts of the {b.missed} streams that missed: {counts}")
+        counts = ", ".join(f"{v} {n}" for v, n in b.evidence.verdicts.items())
+        lines.append(f"  verdicts of the {b.evidence.missed} streams that missed: {counts}")
     if c.interrupted:
         lines.append("!! interrupted: the search stopped before it ended")
     return lines

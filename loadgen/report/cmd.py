@@ -17,12 +17,13 @@ from loadgen.analysis.fidelity import FidelityRun, fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.soak import analyze_soak_dir, is_soak
-from loadgen.analysis.soak_types import Soak
+from loadgen.analysis.soak_types import read_soak
 from loadgen.analysis.stats import dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
 from loadgen.analysis.sweep import analyze_sweep
-from loadgen.analysis.sweep_types import Sweep, read_sweep
+from loadgen.analysis.sweep_types import SweepSummary, read_sweep
+from loadgen.codec import from_json
 from loadgen.redact import redact, redact_text
 from loadgen.report.calibration_report import CALIBRATION_PNG, calibration_report
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
@@ -146,7 +147,7 @@ def _write_text_report(root: Path, plain: str, figures: dict[str, bytes | None])
 def write_fidelity_report(root: Path) -> str:
     """A fidelity directory's two runs reported again (real/ and virtual/), then its
     fidelity.json, report.txt and fidelity.png from their summaries; returns the report."""
-    f = FidelityRun.from_json(read_manifest(root)["fidelity"])
+    f = from_json(FidelityRun, read_manifest(root)["fidelity"])
     if f.real is None or f.virtual is None:
         sides = (("real", f.real), ("virtual", f.virtual))
         unfinished = " and ".join(side for side, run in sides if run is None)
@@ -158,11 +159,11 @@ def write_fidelity_report(root: Path) -> str:
     real, virtual = (_arm_summaries(root / run) for run in (f.real, f.virtual))
     table = fidelity_table(real, virtual, f.tolerance)
     (root / "fidelity.json").write_bytes(dumps_canonical(redact(table.to_json())))
-    head = [f"fidelity of sim profile {f.profile_name} ({f.profile_path}) on {f.scenario}",
+    head = [f"fidelity of sim profile {f.profile.name} ({f.profile.path}) on {f.scenario}",
             f"real: {f.real} | predicted: {f.virtual}"]  # fmt: skip
     measured = measured_side(read_run(next(iter(real.values()))))
     plain = fidelity_text(table, head, measured)
-    figure = fidelity_figure(table, f"{f.scenario}: profile {f.profile_name}")
+    figure = fidelity_figure(table, f"{f.scenario}: profile {f.profile.name}")
     _write_text_report(root, plain, {FIDELITY_PNG: figure})
     return plain
 
@@ -190,7 +191,7 @@ def _arm_summaries(run_dir: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def _sweep_rich(s: Sweep, arms: dict[str, Analysis], arm_tables: bool) -> str:
+def _sweep_rich(s: SweepSummary, arms: dict[str, Analysis], arm_tables: bool) -> str:
     """A sweep on the terminal: its header, every arm's tables where asked for, then the
     across-arm tables with the sweep's answer last."""
     tables: list[Table] = []
@@ -267,7 +268,7 @@ def soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
             f"cannot compare soak {soak} with non-soak run {other}: compare two soaks "
             "(drift verdicts) or two runs (per-group medians)"
         )
-    a, b = (Soak.from_json(analyze_soak_dir(p)) for p in (run_a, run_b))
+    a, b = (read_soak(analyze_soak_dir(p)) for p in (run_a, run_b))
     ra, rb = (median([p.rate for p in s.points]) for s in (a, b))
     diff = None if ra is None or rb is None else rb - ra
     pct = None if diff is None or not ra else 100 * diff / ra

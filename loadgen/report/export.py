@@ -19,7 +19,8 @@ from loadgen.analysis.inputs import is_sweep_dir
 from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
 from loadgen.analysis.summary import MEASURE, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
-from loadgen.analysis.sweep_types import Sweep, read_sweep
+from loadgen.analysis.sweep_types import SweepSummary, read_sweep
+from loadgen.codec import to_json
 
 STREAMS_CSV = "streams.csv"
 ARMS_CSV = "arms.csv"
@@ -54,16 +55,16 @@ def stream_rows(summaries: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def arm_columns(s: Sweep) -> list[str]:
+def arm_columns(s: SweepSummary) -> list[str]:
     """arm, every setting or flag any arm sets (sorted), the load row's fields, pareto."""
     keys = sorted({k for arm in s.arms.values() for k in arm.swept})
     return ["arm", *keys, *LOAD_ROW_FIELDS, PARETO]
 
 
-def arm_rows(s: Sweep) -> list[dict[str, Any]]:
+def arm_rows(s: SweepSummary) -> list[dict[str, Any]]:
     """One row per arm in the sweep's order; `pareto` is empty unless it is a load sweep."""
     return [
-        {"arm": name, **arm.swept, **arm.load_row.to_json(),
+        {"arm": name, **arm.swept, **to_json(arm.load_row),
          PARETO: None if s.load is None else name in s.load.pareto}
         for name, arm in s.arms.items()
     ]  # fmt: skip

@@ -11,7 +11,7 @@ from typing import Any
 from loadgen.analysis.registry import metric
 from loadgen.analysis.summary import Analysis
 from loadgen.analysis.summary_types import read_run, read_stream_rows
-from loadgen.analysis.sweep_types import Sweep
+from loadgen.analysis.sweep_types import SweepSummary
 from loadgen.report import plots
 from loadgen.report.sweep_text import arm_titles, sweep_header, sweep_tables
 from loadgen.report.tables import DASH, Table, format_of, to_html
@@ -146,7 +146,7 @@ def render_html(analysis: Analysis, body: str) -> str:
 
 
 def render_sweep_html(
-    s: Sweep,
+    s: SweepSummary,
     bodies: dict[str, str],
     figure: bytes | None = None,
     arms: dict[str, dict[str, Any]] | None = None,

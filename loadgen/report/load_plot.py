@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from loadgen.analysis.load_sweep import LoadBlock, LoadRow
-from loadgen.analysis.sweep_types import Sweep
+from loadgen.analysis.sweep_types import SweepSummary
 from loadgen.report.plots import png_bytes
 from loadgen.report.sweep_text import load_label
 
@@ -59,7 +59,7 @@ class LoadPoint:
     on_front: bool
 
 
-def load_points(s: Sweep, load: LoadBlock) -> list[LoadPoint]:
+def load_points(s: SweepSummary, load: LoadBlock) -> list[LoadPoint]:
     """The arms of the sweep's load block in arm order."""
     return [
         LoadPoint(load_label(v), s.arms[n].load_row, n in load.pareto)
@@ -147,7 +147,7 @@ def pareto_png(points: list[LoadPoint], axis: str) -> bytes | None:
     return png_bytes(fig)
 
 
-def load_figures(s: Sweep) -> dict[str, bytes]:
+def load_figures(s: SweepSummary) -> dict[str, bytes]:
     """File name -> PNG of a load sweep's figures; empty for any other sweep."""
     if s.load is None or not s.load.arms:
         return {}

@@ -10,9 +10,16 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from loadgen.analysis.drift import Verdict
+from loadgen.analysis.drift import DriftVerdict
 from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak_dir
-from loadgen.analysis.soak_types import SERVER_STOPS, ClocksControl, Soak, WindowClient, WindowGpu
+from loadgen.analysis.soak_types import (
+    SERVER_STOPS,
+    ClocksControl,
+    SoakSummary,
+    WindowClient,
+    WindowGpu,
+    read_soak,
+)
 from loadgen.analysis.stats import dumps_canonical
 from loadgen.clock import ClockName
 from loadgen.report.html import _img, _page
@@ -22,10 +29,10 @@ from loadgen.report.tables import DASH, Table, num, rate, secs, to_html, to_plai
 SHADES = ("#e8eef7", "#f7efe4")
 
 
-def windows_table(s: Soak) -> Table:
+def windows_table(s: SoakSummary) -> Table:
     rows = []
     for w in s.windows:
-        srv = w.server.window
+        srv = w.server
         rows.append((
             w.label, str(w.n), secs(w.duration_s),
             rate(w.decode_tok_s_median), rate(w.decode_tok_s_p10),
@@ -73,14 +80,14 @@ def _client_cell(c: WindowClient) -> str:
     return f"{c.lag_max_ms:.0f} / {c.cpu_share * 100:.0f}% / {c.rss_mib_mean:.0f}{flag}"
 
 
-def bins_table(s: Soak) -> Table:
+def bins_table(s: SoakSummary) -> Table:
     labels = [b[0] for b in CONTEXT_BINS]
     rows = []
     for label in labels:
         cells = []
         for w in s.windows:
-            hit = w.context_bins.get(label)
-            cells.append(DASH if hit is None else f"{hit[0]} @ {rate(hit[1])}")
+            hit = w.context_bin(label)
+            cells.append(DASH if hit is None else f"{hit.n} @ {rate(hit.decode_tok_s_mean)}")
         if any(c != DASH for c in cells):
             rows.append((label, *cells))
     return Table(
@@ -93,7 +100,7 @@ def bins_table(s: Soak) -> Table:
     )  # fmt: skip
 
 
-def drift_reason(v: Verdict, excluded: int = 0, windows: int = 0) -> str:
+def drift_reason(v: DriftVerdict, excluded: int = 0, windows: int = 0) -> str:
     """Why the drift verdict is what it is, with its numbers; `excluded` of `windows` were left
     out of it because the client fell behind."""
     if not excluded:
@@ -101,7 +108,7 @@ def drift_reason(v: Verdict, excluded: int = 0, windows: int = 0) -> str:
     return f"{excluded} of {windows} windows left out (the client fell behind): {_case_text(v)}"
 
 
-def _case_text(v: Verdict) -> str:
+def _case_text(v: DriftVerdict) -> str:
     if v.case == "few_requests":
         return f"{v.n} completed requests; at least {v.needed_n} are needed for a trend"
     adjusted, raw = v.adjusted, v.raw
@@ -131,7 +138,7 @@ def _case_text(v: Verdict) -> str:
     return f"{at_fixed} straddles +-{v.threshold:.1%}; {more}; {raw_text}"
 
 
-def drift_method(v: Verdict) -> str:
+def drift_method(v: DriftVerdict) -> str:
     b = v.bootstrap
     return (
         "OLS of log(decode rate) on time, log(context) and its square; moving-block bootstrap "
@@ -144,12 +151,12 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
-def soak_reason(s: Soak) -> str:
+def soak_reason(s: SoakSummary) -> str:
     """The soak's drift verdict's reason, with the windows it left out."""
     return drift_reason(s.verdict, len(s.excluded_windows), len(s.windows))
 
 
-def head_lines(s: Soak) -> list[str]:
+def head_lines(s: SoakSummary) -> list[str]:
     v, target, end = s.verdict, s.target, s.end
     lines = [
         f"soak {s.scenario} against {target.kind or '?'} {target.url or ''}"
@@ -191,7 +198,7 @@ def _clocks_lines(c: ClocksControl) -> list[str]:
     return [f"!! GPU clocks NOT ruled out: {why}; {clock}: a drift may be the clocks"]
 
 
-def _client_line(s: Soak) -> str:
+def _client_line(s: SoakSummary) -> str:
     if s.clock == ClockName.VIRTUAL:
         return "client: on the virtual clock there is no client in the loop; nothing to watch"
     mem = s.client_memory
@@ -202,7 +209,7 @@ def _client_line(s: Soak) -> str:
             f"({mem.change * 100:+.1f}%, first to last window; /proc/self/statm)")  # fmt: skip
 
 
-def rate_png(s: Soak) -> bytes | None:
+def rate_png(s: SoakSummary) -> bytes | None:
     """Decode rate of every request over time, windows shaded, mean context on a second axis."""
     pts = s.points
     if not pts:
@@ -226,7 +233,7 @@ def rate_png(s: Soak) -> bytes | None:
     return png_bytes(fig)
 
 
-def render_plain(s: Soak) -> str:
+def render_plain(s: SoakSummary) -> str:
     return "\n\n".join(["\n".join(head_lines(s)), to_plain(windows_table(s)),
                         to_plain(bins_table(s))]) + "\n"  # fmt: skip
 
@@ -235,7 +242,7 @@ def write_soak_report(path: Path) -> str:
     """(Re)writes soak.json, report.txt, rate.png and report.html; returns the text report."""
     raw = analyze_soak_dir(path)
     (path / "soak.json").write_bytes(dumps_canonical(raw))
-    s = Soak.from_json(raw)
+    s = read_soak(raw)
     text = render_plain(s)
     (path / "report.txt").write_text(text, encoding="utf-8")
     png = rate_png(s)

@@ -7,7 +7,7 @@ and each boot is its own point, so the boot-to-boot spread is in the picture rat
 averaged away. A point's value may carry a min..max range (e.g. over the minnows of that boot),
 drawn as a vertical bar through it.
 
-`sweep_points()` reads a sweep parent's arms (a `Sweep`, loadgen.analysis.sweep_types): one
+`sweep_points()` reads a sweep parent's arms (a `SweepSummary`, loadgen.analysis.sweep_types): one
 point per arm with a politeness row; `booted_points()` one per measured boot of a sweep that
 booted its arms.
 """
@@ -21,7 +21,7 @@ from typing import Any, TypeGuard
 from matplotlib.figure import Figure
 
 from loadgen.analysis.sweep_boots import metric_names
-from loadgen.analysis.sweep_types import MixedRow, Sweep
+from loadgen.analysis.sweep_types import MixedRow, SweepSummary
 from loadgen.report.boot_tables import metric_label
 from loadgen.report.plots import png_bytes
 
@@ -58,7 +58,7 @@ def _is_number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def swept_axis(s: Sweep) -> str | None:
+def swept_axis(s: SweepSummary) -> str | None:
     """The one flag or setting whose numeric value differs between arms, else None."""
     values: dict[str, set[Any]] = {}
     for arm in s.arms.values():
@@ -86,7 +86,7 @@ def row_point(arm: str, x: float, row: MixedRow) -> SweepPoint:
     return SweepPoint(arm, 0, x, values, ranges)
 
 
-def sweep_points(s: Sweep, axis: str) -> list[SweepPoint]:
+def sweep_points(s: SweepSummary, axis: str) -> list[SweepPoint]:
     """One point per arm that sets `axis` and has a whale/minnows row."""
     return [
         row_point(name, float(arm.swept[axis]), arm.row)
@@ -95,7 +95,7 @@ def sweep_points(s: Sweep, axis: str) -> list[SweepPoint]:
     ]
 
 
-def booted_points(s: Sweep) -> tuple[str, list[SweepPoint], dict[float, str] | None]:
+def booted_points(s: SweepSummary) -> tuple[str, list[SweepPoint], dict[float, str] | None]:
     """A restarted sweep's measured boots (`boots` of loadgen.analysis.sweep_boots) as points:
     x is the one numeric server flag that differs, else the arm's index, named by tick labels."""
     boots = [p for p in s.boots if p.values]
@@ -157,7 +157,7 @@ def sweep_png(
     return png_bytes(fig)
 
 
-def sweep_figure(s: Sweep) -> bytes | None:
+def sweep_figure(s: SweepSummary) -> bytes | None:
     """The figure of a sweep parent: every measured boot of a restarted sweep, else the
     politeness metrics per arm; None when there is nothing to draw."""
     if s.boots:

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from loadgen.analysis.load_sweep import LoadBlock
 from loadgen.analysis.summary_types import carried_other_than_one, read_run
-from loadgen.analysis.sweep_types import Arm, Sweep
+from loadgen.analysis.sweep_types import Arm, SweepSummary
 from loadgen.report.boot_tables import arms_over_boots_table, boots_table
 from loadgen.report.sections import slo_text
 from loadgen.report.tables import DASH, Table, msecs, num, rate, secs, span, to_plain
@@ -43,12 +43,12 @@ def arm_title(name: str, arm: Arm | None) -> str:
     return name if label in (DASH, name) else f"{name}: {label}"
 
 
-def arm_titles(s: Sweep, names: Iterable[str]) -> list[tuple[str, str]]:
+def arm_titles(s: SweepSummary, names: Iterable[str]) -> list[tuple[str, str]]:
     """(name, title) of the named arms in the sweep's declared order, then the others'."""
     return [(name, arm_title(name, s.arms.get(name))) for name in s.names(names)]
 
 
-def _varied(s: Sweep) -> dict[str, list[str]]:
+def _varied(s: SweepSummary) -> dict[str, list[str]]:
     """Each flag or setting whose value differs between arms -> its values in arm order."""
     both = [arm.swept for _, arm in s.ordered()]
     keys = sorted({k for b in both for k in b})
@@ -82,7 +82,7 @@ def _port(url: str) -> str | None:
     return None if port is None else str(port)
 
 
-def sweep_header(s: Sweep, arms: dict[str, dict[str, Any]] | None = None) -> list[str]:
+def sweep_header(s: SweepSummary, arms: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """The header of a sweep parent: what every arm shares, then what differs per arm (the
     parent's run.target is one arm's, so its flags and port would be quoted as the sweep's)."""
     varied = _varied(s)
@@ -105,12 +105,12 @@ def sweep_header(s: Sweep, arms: dict[str, dict[str, Any]] | None = None) -> lis
     return lines
 
 
-def _speed_note(s: Sweep) -> tuple[str, ...]:
+def _speed_note(s: SweepSummary) -> tuple[str, ...]:
     speed = s.run.speed
     return (f"sim speed x{speed:g}",) if speed not in (None, 1.0) else ()
 
 
-def _source_notes(s: Sweep) -> tuple[str, ...]:
+def _source_notes(s: SweepSummary) -> tuple[str, ...]:
     groups = [g for a in s.arms.values() for g in a.groups.values()]
     sources = sorted({g.token_source for g in groups})
     shapes = sorted({g.prompt_shape for g in groups if g.prompt_shape})
@@ -121,7 +121,7 @@ def _source_notes(s: Sweep) -> tuple[str, ...]:
     )
 
 
-def politeness_table(s: Sweep) -> Table | None:
+def politeness_table(s: SweepSummary) -> Table | None:
     """budget | whale TTFT | minnow TTFT | minnow decode during whale prefill | after | wall."""
     rows = tuple(
         (arm_title(name, arm), secs(row.whale_ttft_s), span(row.minnow_ttft_s, secs),
@@ -140,7 +140,7 @@ def politeness_table(s: Sweep) -> Table | None:
     )
 
 
-def sweep_ladder_table(s: Sweep) -> Table | None:
+def sweep_ladder_table(s: SweepSummary) -> Table | None:
     """The concurrency ladder across arms without a whale: one row per arm and group."""
     cohorts = [
         (arm_title(name, arm) if len(arm.groups) == 1 else f"{name}/{g}", v.cohort)
@@ -157,7 +157,7 @@ def sweep_ladder_table(s: Sweep) -> Table | None:
     return ladder_table(cohorts, multi, _source_notes(s))
 
 
-def arms_energy_table(s: Sweep) -> Table | None:
+def arms_energy_table(s: SweepSummary) -> Table | None:
     """Joules per output, prompt and total token across arms, where any arm's GPUs were
     sampled."""
     rows = [
@@ -191,7 +191,7 @@ def pair(a: float | None, b: float | None) -> str:
     return f"{msecs(a)}/{msecs(b)}"
 
 
-def load_table(s: Sweep) -> Table | None:
+def load_table(s: SweepSummary) -> Table | None:
     """A load sweep's arms, one row per load value: requests, throughput, TTFT and TPOT p50/p90,
     goodput where an SLO was given, tokens/s per user and the Pareto mark (None for any other
     sweep)."""
@@ -227,7 +227,7 @@ def _pct(fraction: float) -> str:
     return f"{100 * fraction:g}%"
 
 
-def _load_notes(s: Sweep, load: LoadBlock) -> tuple[str, ...]:
+def _load_notes(s: SweepSummary, load: LoadBlock) -> tuple[str, ...]:
     rows = [s.arms[n].load_row for n in load.arms]
     sources = sorted({r.output_token_source for r in rows if r.output_token_source})
     slo = load.slo
@@ -249,7 +249,7 @@ def _load_notes(s: Sweep, load: LoadBlock) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def sweep_tables(s: Sweep) -> list[Table]:
+def sweep_tables(s: SweepSummary) -> list[Table]:
     """The across-arm tables of a sweep parent, its answer last (the boot-floor verdicts, then
     a load sweep's load table): the end of a terminal's output is what stays on screen."""
     tables = (
@@ -263,7 +263,7 @@ def sweep_tables(s: Sweep) -> list[Table]:
     return [t for t in tables if t is not None]
 
 
-def render_sweep_plain(s: Sweep, arms: dict[str, dict[str, Any]]) -> str:
+def render_sweep_plain(s: SweepSummary, arms: dict[str, dict[str, Any]]) -> str:
     """report.txt of a sweep parent: the across-arm tables, then every arm's report."""
     parts = ["\n".join(sweep_header(s, arms))]
     parts += [to_plain(t) for t in sweep_tables(s)]

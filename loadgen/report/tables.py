@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.analysis.summary_types import Stats
+from loadgen.analysis.summary_types import Stats, read_stats
 
 DASH = "-"
 # Past this a single word (a stream id, a path) may fold: the table must still fit the terminal.
@@ -137,7 +137,7 @@ def _two(x: float | None) -> str:
 
 def triple(d: Stats | Mapping[str, Any] | None, fmt: Any = rate) -> str:
     """min/median/max of a metric's statistics (one value for one stream)."""
-    st = d if isinstance(d, Stats) else Stats.from_json(d)
+    st = d if isinstance(d, Stats) else read_stats(d)
     if st.n == 0:
         return DASH
     if st.n == 1:

@@ -31,6 +31,7 @@ from loadgen.analysis.sweep import read_mixed
 from loadgen.analysis.sweep_types import MixedRow
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.clock import ClockName
+from loadgen.codec import from_json
 from loadgen.report.banners import run_banner, warm_cache_line
 from loadgen.report.bench_tables import benchmark_tables
 from loadgen.report.sections import (
@@ -427,7 +428,7 @@ def server_table(summary: dict[str, Any]) -> Table:
     ]
     for key, gauge in (("running", srv.running), ("waiting", srv.waiting)):
         p = gauge.plateau
-        plateau = DASH if p is None else f"{p[0]:g} for {secs(p[1])} s"
+        plateau = DASH if p is None else f"{p.value:g} for {secs(p.duration_s)} s"
         rows.append((key, f"max {count(gauge.max)}, plateau {plateau}"))
     hit = srv.prefix_hit_rate
     rows.append(("prefix hit rate", DASH if hit is None else f"{100 * hit:.1f} %"))
@@ -451,11 +452,12 @@ def server_table(summary: dict[str, Any]) -> Table:
 
 
 def hist_lines(summary: dict[str, Any]) -> list[str]:
-    h = HistBlock.from_json(summary["hist"])
+    h = from_json(HistBlock, summary["hist"])
     bad = {g: dict(v) for g, v in h.out_of_range.items() if v}
     lines = [f"histograms: hist/*.hlog ({len(h.files)} files, values in {h.unit})"]
     if bad:
-        lines.append(f"!! values outside [{h.lowest_us}, {h.highest_us}] us, not recorded: {bad}")
+        lowest, highest = h.range_us
+        lines.append(f"!! values outside [{lowest}, {highest}] us, not recorded: {bad}")
     return lines
 
 

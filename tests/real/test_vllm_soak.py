@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from realutil import note, running
 
-from loadgen.analysis.soak_types import Soak
+from loadgen.analysis.soak_types import read_soak
 from loadgen.cli import main
 from loadgen.records import read_streams
 from loadgen.report.soak_report import soak_reason
@@ -55,7 +55,7 @@ def test_a_three_minute_soak_ends_with_a_verdict_and_server_counters(
     assert server_tokens == pytest.approx(client_tokens, rel=0.05)
     assert soak["client_memory"]["measured"]
     note("vllm soak 3 min", f"{soak['requests']} requests; verdict {soak['verdict']['verdict']}: "
-         f"{soak_reason(Soak.from_json(soak))}")  # fmt: skip
+         f"{soak_reason(read_soak(soak))}")  # fmt: skip
     note("vllm soak thirds decode p50 tok/s",
          " / ".join(f"{w['decode_tok_s_median']:.0f}" for w in windows))  # fmt: skip
     note("vllm soak client memory", str(soak["client_memory"]))
