@@ -87,7 +87,7 @@ def test_each_slo_is_counted_alone_against_its_share() -> None:
     assert out.shares == {"ttft_s": 0.6, "tpot_ms": 0.9}  # tpot without a pNN: p90
     assert g.holds("ttft_s", 0.6) and not g.holds("tpot_ms", 0.9)
     assert [i.name for i in out.items] == ["ttft_p60", "tpot_p90"]
-    assert Goodput.from_json(out.to_json()) == out
+    assert from_json(Goodput, to_json(out)) == out
 
 
 def test_loadgen_run_with_slo_prints_goodput(tmp_path: Path) -> None:

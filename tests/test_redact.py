@@ -115,9 +115,15 @@ def test_a_run_whose_server_dies_writes_and_prints_no_password(tmp_path: Path) -
     """The dropped streams' errors name the server, in streams.jsonl, the reports and the
     failure line: every file of the run directory and the output are grepped."""
     secret = "PW_PLANTED_0d4"
-    with sim_process(tmp_path / "sim.log", "--speed", "20") as (sim, url):
+    # The slow profile keeps the run going past the kill: smoke's 41 streams at speed 20 ended
+    # in 24 ms, before a busy box's poll of the records could kill the server mid-run.
+    with sim_process(tmp_path / "sim.log", "--speed", "20", "--profile", "rtx4090-long") as (
+        sim,
+        url,
+    ):
         url = url.replace("http://", f"http://alice:{secret}@")
-        args = ["run", "smoke", "--set", "groups.short.count=40", "--base-url", url]
+        args = ["run", "soak_steady", "--set", "groups.steady.count=16", "--set",
+                "repetitions=3", "--base-url", url]  # fmt: skip
         rc, output = run_until(8, args, tmp_path / "out", kill=sim)
     (run_dir,) = (tmp_path / "out").iterdir()
     errors = [r.error.message for r in read_streams(run_dir) if r.error is not None]

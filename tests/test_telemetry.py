@@ -128,7 +128,7 @@ def test_joules_per_prompt_and_per_total_token_stand_beside_per_output_token():
     assert (block["prompt_tokens"], block["prompt_tokens_missing"]) == (1200, 0)
     assert block["j_per_prompt_token"] == pytest.approx(0.625, abs=1e-12)
     assert block["j_per_total_token"] == pytest.approx(0.6, abs=1e-12)
-    assert Energy.from_json(block) == e
+    assert from_json(Energy, block) == e
     from loadgen.report.sections import energy_table
 
     table = energy_table({"energy": block})
