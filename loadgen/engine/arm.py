@@ -12,7 +12,6 @@ both, and cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import aiohttp
@@ -21,6 +20,7 @@ from loadgen.client.errors import ClientError
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.primes import prime_rep
+from loadgen.engine.progress import ArmProgress
 from loadgen.engine.soak import SoakStop
 from loadgen.engine.target import Target
 from loadgen.records import RunDirectory, StreamRecord
@@ -32,10 +32,6 @@ Record = Callable[[StreamRecord], None]
 # What a server gone away raises on the wall clock: a soak ends on it (its report follows), a
 # run raises it.
 SERVER_GONE = (ClientError, OSError, aiohttp.ClientError)
-
-
-class ArmProgress(AbstractContextManager[Any], Protocol):
-    def done(self, rec: StreamRecord) -> None: ...
 
 
 class ArmBackend(Protocol):
