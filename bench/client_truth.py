@@ -135,8 +135,10 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
     # Both clocks are CLOCK_MONOTONIC: the run's zero puts loadgen's stamps on firehose's.
     zero = orjson.loads((out / "run.json").read_bytes())["run_start_perf_ns"]
     errors, sends, reads, rtts, ttfts, true_ttfts = [], [], [], [], [], []
-    beyond = silent = own_beyond = own_silent = 0
-    for r in recs:
+    beyond = silent = own_beyond = own_silent = limited = 0
+    for r in recs:  # every one ok (run_request)
+        own_flag = client_error_evidence(r) is not None
+        limited += own_flag
         server = truth.get(request_number(r.response_id) or -1)
         if server is None or r.t_first_ns is None or r.t_sent_ns is None:
             continue
@@ -147,7 +149,7 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
         true_ttfts.append((first - arrival) / MS)
         sends.append((arrival - zero - r.t_sent_ns) / MS)  # loadgen's send -> firehose's read
         reads.append((r.t_first_ns + zero - first) / MS)  # firehose's send -> loadgen's stamp
-        tol, flagged = tolerance_s(r), crowded or client_error_evidence(r) is not None
+        tol, flagged = tolerance_s(r), crowded or own_flag
         if err_s > tol:
             beyond += 1
             silent += not flagged
@@ -170,9 +172,7 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
         "gap": statistics.median(gaps), "gap99": q(gaps, n=100)[98],
         "true_gap": statistics.median(sent_gaps), "rtt50": statistics.median(rtts) if rtts else nan,
         "gap_mean": statistics.mean(gaps), "true_gap_mean": statistics.mean(sent_gaps),
-        "limited": len(recs) if crowded else sum(
-            r.status == "ok" and client_error_evidence(r) is not None for r in recs
-        ),
+        "limited": len(recs) if crowded else limited,
         "beyond": beyond, "silent": silent,
         "own_beyond": own_beyond, "own_silent": own_silent,
         "banner": any(line.startswith("!! CLIENT LIMITED") for line in res.stdout.splitlines()),
