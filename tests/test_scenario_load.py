@@ -352,7 +352,7 @@ MALFORMED = [
         ("groups.a.prompt.tokenz=5",),
         [
             "--set groups.a.prompt.tokenz=5: groups.a.prompt.tokenz: unknown key (expected one "
-            "of: tokens, shape, cache, prefix_tokens, depth; did you mean 'tokens'?)"
+            "of: tokens, shape, cache, prefix_tokens, depth, dataset; did you mean 'tokens'?)"
         ],
         id="override-unknown-key",
     ),
@@ -478,7 +478,7 @@ def test_shipped_set_is_complete() -> None:
         "agent_sessions", "agent_tools", "azure_code", "calibrate", "capacity_seats",
         "capacity_whale", "deep_decode", "ladder", "needle",
         "politeness", "politeness_fine",
-        "prose_vs_code", "smoke", "soak_agent", "soak_steady", "whale_c2", "whale_c4",
+        "prose_vs_code", "sharegpt", "smoke", "soak_agent", "soak_steady", "whale_c2", "whale_c4",
         "whale_c4_cached", "whale_c8",
     ]  # fmt: skip
 

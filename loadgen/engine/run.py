@@ -25,6 +25,7 @@ from loadgen.engine.preflight import (
     check_sim_windows,
     check_windows,
     ensure_fd_limit,
+    fit_datasets,
     list_models,
     served_model,
     served_window,
@@ -32,6 +33,8 @@ from loadgen.engine.preflight import (
 from loadgen.engine.seeds import RunSeed
 from loadgen.engine.target import Target, server_spec_for
 from loadgen.records import RunDirectory, write_manifest
+from loadgen.redact import redact_url
+from loadgen.scenario.limits import sim_window
 from loadgen.scenario.model import Scenario, scenario_to_json
 from loadgen.scenario.plan import ArmPlan, Plan
 from loadgen.server.spec import profile_for
@@ -86,8 +89,11 @@ async def run_plan(
     if opts.base_url:
         listing = await list_models(opts.base_url, opts.api_key, plan.scenario.timeouts.connect_s)
         model = served_model(listing, opts.model or plan.scenario.model, opts.base_url)
-        check_windows(plan, served_window(listing, model), opts.base_url)
+        window = served_window(listing, model)
+        plan = fit_datasets(plan, window, redact_url(opts.base_url), warn)
+        check_windows(plan, window, opts.base_url)
     elif profile_for(server_spec_for(plan.scenario, opts)).configured_by_sim_block:
+        plan = fit_datasets(plan, sim_window(plan.scenario), "the built-in sim", warn)
         check_sim_windows(plan)
     started = dt.datetime.now(dt.UTC)
     root = opts.out_root / run_dir_name(plan.scenario, started)

@@ -74,7 +74,8 @@ def conversation(
     tool call (chat) has, between its user message and its answer, the assistant's call and
     the tool's result: `tools[i]` for turn i."""
     if api == "chat":
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        # A shared dataset conversation has no system prompt (not even a salt tag).
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         for i, user in enumerate(users):
             messages.append({"role": "user", "content": user})
             if i < len(tools) and (exchange := tools[i]) is not None:
@@ -182,7 +183,7 @@ def turn_request(
         t_intended_ns=intended,
         min_tokens=t.min_tokens,
         ignore_eos=t.ignore_eos,
-        cache_salt=p.system.salt,
+        cache_salt=p.system.salt or None,
         chat_template_kwargs=t.chat_template_kwargs,
         phase=t.phase,
         arm=t.arm,

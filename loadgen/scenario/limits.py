@@ -143,6 +143,8 @@ def requests_bound(s: Scenario) -> int:
 
 
 def _session_requests(g: Group) -> int:
+    if g.replays_turns and g.prompt.dataset is not None:
+        return max((len(r.turns) for r in g.prompt.dataset.rows), default=1)
     if g.session is None:
         return 1
     return g.session.turns * (2 if g.session.tools is not None else 1)

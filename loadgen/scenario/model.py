@@ -25,6 +25,12 @@ from loadgen.client.endpoint import Timeouts as Timeouts
 API_KINDS = ("completions", "chat")
 SHAPES = ("prose", "code", "file", "needle")
 CACHE_MODES = ("salted", "shared", "primed")
+DATASET_FORMATS = ("sharegpt", "jsonl", "csv", "hf")
+# Output length: the dataset's (ShareGPT: its gpt answer's tokens; else `output_field`) or
+# the group's max_tokens.
+DATASET_OUTPUTS = ("dataset", "fixed")
+DATASET_TOO_LONG = ("skip", "refuse")
+DATASET_TURNS = ("first", "all")
 TRACE_FORMATS = ("mooncake", "bailian", "azure", "burstgpt")
 # How trace rows reach the server: `hash_ids` rebuilds each row's shared prefix blocks from its
 # hash_ids (Mooncake); `salted` sends every row salted, so nothing can hit the cache.
@@ -69,8 +75,49 @@ def default_prefix_tokens(tokens: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class DatasetRow:
+    """One prompt of a dataset: `text` (ShareGPT: the first human turn) and its output length
+    in tokens (None: the group's max_tokens). A multi-turn ShareGPT row also has every human
+    turn in `turns` and, per turn, the tokens of the gpt answer that followed it in `answers`.
+    `input_tokens` is `text` counted on loadgen's tokenizer (the sim's), what the length
+    filters read; `line` is where the row starts in its file."""
+
+    text: str
+    output_tokens: int | None
+    turns: tuple[str, ...] = ()
+    answers: tuple[int, ...] = ()
+    input_tokens: int = 0
+    line: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetConfig:
+    """A group's `prompt.dataset`: prompts read from a file instead of built to a size.
+    `rows` are the rows that passed the length filters (scenario/datasets.py reads them);
+    `read` counts every row of the file, `filtered` those the filters dropped, and `skipped`
+    those longer than the target's window under `too_long: skip` (set at run start)."""
+
+    path: Path
+    format: str
+    text_field: str = "prompt"
+    output_field: str | None = None
+    output: str = "dataset"
+    min_input_tokens: int | None = None
+    max_input_tokens: int | None = None
+    min_output_tokens: int | None = None
+    max_output_tokens: int | None = None
+    too_long: str = "skip"
+    turns: str = "first"
+    rows: tuple[DatasetRow, ...] = ()
+    read: int = 0
+    filtered: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class PromptConfig:
-    """`tokens` is None only under a trace arrival, where each trace row gives the size."""
+    """`tokens` is None under a trace arrival, where each trace row gives the size, and for a
+    dataset, whose rows are the prompts."""
 
     tokens: int | None
     shape: str
@@ -79,6 +126,7 @@ class PromptConfig:
     file: Path | None = None
     # shape needle: where the planted fact starts, as a fraction of the prompt (loadgen/needle.py).
     depth: float | None = None
+    dataset: DatasetConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +162,10 @@ THINK_KINDS = ("fixed", "exponential")
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """`max_tokens` is None only under a trace arrival, where each trace row gives it.
-    `session` makes each of the `count` streams a multi-turn conversation."""
+    """`max_tokens` is None only under a trace arrival, where each trace row gives it, or for
+    a dataset whose rows give it (`output: dataset`). `session` makes each of the `count`
+    streams a multi-turn conversation; so does a ShareGPT dataset with `turns: all`, whose
+    conversations replay the dataset's own user turns."""
 
     name: str
     count: int
@@ -125,6 +175,12 @@ class Group:
     ignore_eos: bool = True
     start_s: float = 0.0
     session: SessionConfig | None = None
+
+    @property
+    def replays_turns(self) -> bool:
+        """Each stream is a dataset conversation replayed turn by turn."""
+        d = self.prompt.dataset
+        return d is not None and d.turns == "all"
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +420,12 @@ def _jsonable(value: Any) -> Any:
         implied = None if value.implied is None else _jsonable(value.implied)
         out |= {"sharing": value.sharing, "block_tokens": value.block_tokens}
         return out | {"implied_reuse": implied, "raised_prompts": raised_prompts(value)}
+    if isinstance(value, DatasetConfig):
+        skip = {"rows"}
+        out = {
+            f.name: _jsonable(getattr(value, f.name)) for f in fields(value) if f.name not in skip
+        }
+        return out | {"rows": len(value.rows)}
     if isinstance(value, SweepArm):
         return {"name": value.name, "flags": value.flags, "settings": value.settings}
     if is_dataclass(value):

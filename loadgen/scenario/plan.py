@@ -20,6 +20,9 @@ Shared prefixes are salted per (arm, rep, group): each rep's first stream pays t
 Primed prefixes per (arm, group): each rep re-verifies a prefix that is already warm.
 Trace rows with hash_ids (`sharing: hash_ids`) share one salt per (arm, rep): every block is
 new to the server at the rep's start, and rows of the rep that name the same block share it.
+A dataset group's rows are drawn with the run seed (`--seed` draws the same rows), without
+replacement while rows last; every rep sends the same rows. A salted row opens with its salt
+tag; a shared row is sent as the dataset wrote it (its own repeats may hit the cache).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from loadgen.scenario.model import (
     DURATION_REQUEST_CAP,
     MIN_PROMPT_TOKENS,
     Closed,
+    DatasetRow,
     Gamma,
     Group,
     Poisson,
@@ -79,6 +83,9 @@ class PromptSpec:
     # shape needle: the key its fact names ("<group>-<index>") and the fact's depth.
     needle_key: str | None = None
     needle_depth: float | None = None
+    # A dataset row's own text, sent as it is (after the salt tag when salted); `tokens` is
+    # then its count on loadgen's tokenizer, and the builder counts it on the target's.
+    text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +200,7 @@ def plan(scenario: Scenario, *, run_seed: int | None = None) -> Plan:
     salts = _Salts(derive_seed(seed, "salts", scenario.name))
     sweep = scenario.sweep
     arms = sweep.arms if sweep else (SweepArm("default", {}, {}, scenario),)
-    planned = tuple(_arm(arm, salts) for arm in arms)
+    planned = tuple(_arm(arm, salts, seed) for arm in arms)
     return Plan(scenario, seed, planned, sweep.boots_per_arm if sweep else None)
 
 
@@ -232,12 +239,33 @@ class _Salts:
 class _Prompts:
     """PromptSpecs for one arm: shared prefixes once per (rep, group), primed once per group."""
 
-    def __init__(self, scenario: Scenario, arm: str, salts: _Salts) -> None:
+    def __init__(self, scenario: Scenario, arm: str, salts: _Salts, run_seed: int) -> None:
         self.scenario, self.arm, self.salts = scenario, arm, salts
         self.prefixes: dict[tuple[Any, ...], str] = {}
+        self.run_seed = run_seed
+        self.drawn: dict[str, list[DatasetRow]] = {}
+
+    def row(self, group: Group, index: int) -> DatasetRow:
+        """The dataset row of the group's stream `index`."""
+        drawn = self.drawn.get(group.name, [])
+        if index >= len(drawn):
+            # An open or closed loop may send a group more streams than its count.
+            drawn = self.drawn[group.name] = draw_rows(
+                group, self.run_seed, max(index + 1, group.count)
+            )
+        return drawn[index]
+
+    def row_spec(self, group: Group, index: int, rep: int, text: str, cache: str) -> PromptSpec:
+        """A dataset text as it is sent: salted (its own salt tag first) or as written."""
+        row = self.row(group, index)
+        text_seed = derive_seed(self.scenario.seed, "text", group.name, index, rep)
+        salt = self.salts.next() if cache == "salted" else ""
+        return PromptSpec(row.input_tokens, "dataset", cache, salt, text_seed, text=text)
 
     def spec(self, group: Group, index: int, rep: int, tokens: int | None = None) -> PromptSpec:
         p = group.prompt
+        if p.dataset is not None:
+            return self.row_spec(group, index, rep, self.row(group, index).text, p.cache)
         wanted = tokens if tokens is not None else p.tokens
         # A group's prompt has no size only under a trace arrival, whose rows all give one.
         assert wanted is not None
@@ -290,9 +318,22 @@ class _Prompts:
         return self.prefixes[key]
 
 
-def _arm(arm: SweepArm, salts: _Salts) -> ArmPlan:
+def draw_rows(group: Group, run_seed: int, n: int) -> list[DatasetRow]:
+    """`n` rows of the group's dataset drawn with the run seed: a seeded permutation of the
+    rows, then another while more are wanted (so a longer draw starts with a shorter one)."""
+    d = group.prompt.dataset
+    # Only a dataset group is drawn from.
+    assert d is not None
+    rng = random.Random(derive_seed(run_seed, "dataset", group.name))
+    out: list[DatasetRow] = []
+    while len(out) < n:
+        out += rng.sample(d.rows, len(d.rows))
+    return out[:n]
+
+
+def _arm(arm: SweepArm, salts: _Salts, run_seed: int) -> ArmPlan:
     s = arm.scenario
-    prompts = _Prompts(s, arm.name, salts)
+    prompts = _Prompts(s, arm.name, salts, run_seed)
     warmup = tuple(_warmups(s, arm.name, salts))
     reps = tuple(_Rep(s, arm.name, rep, prompts).plan() for rep in range(s.repetitions))
     return ArmPlan(arm.name, dict(arm.flags), dict(arm.settings), s, warmup, reps)
@@ -317,9 +358,9 @@ def _warmups(s: Scenario, arm: str, salts: _Salts) -> Iterator[PlannedRequest]:
         max_tokens = s.warmup.max_tokens or group.max_tokens or 1
         text_seed = derive_seed(s.seed, "warmup", group.name, i)
         file = str(group.prompt.file) if group.prompt.file else None
-        prompt = PromptSpec(
-            tokens, group.prompt.shape, "salted", salts.next(), text_seed, file=file
-        )
+        # A dataset's rows are the measured prompts: its warmups are prose of a set size.
+        shape = "prose" if group.prompt.dataset else group.prompt.shape
+        prompt = PromptSpec(tokens, shape, "salted", salts.next(), text_seed, file=file)
         yield _request(s, arm, group, 0, i, None, prompt, max_tokens, "warmup")
 
 
@@ -358,7 +399,9 @@ class _Rep:
     def _request(self, g: Group, i: int, offset: int | None, tokens: int | None = None,
                  out: int | None = None) -> PlannedRequest:  # fmt: skip
         spec = self.prompts.spec(g, i, self.rep, tokens)
-        # A group has no max_tokens only under a trace arrival, whose rows all give `out`.
+        if g.prompt.dataset is not None:
+            out = self.prompts.row(g, i).output_tokens
+        # A group has no max_tokens only where its trace or dataset rows all give `out`.
         max_tokens = cast(int, out or g.max_tokens)
         return _request(self.s, self.arm, g, self.rep, i, offset, spec, max_tokens)
 
@@ -366,10 +409,23 @@ class _Rep:
         """Each session group's conversations, started like streams of a plain group."""
         step = a.interval_s if isinstance(a, Staggered) else 0.0
         for g in self.s.groups:
-            if g.session is None:
-                continue
-            for i in range(g.count):
-                yield self._session(g, i, round((g.start_s + i * step) * NS))
+            for i in range(g.count if g.session or g.replays_turns else 0):
+                offset = round((g.start_s + i * step) * NS)
+                yield self._replay(g, i, offset) if g.replays_turns else self._session(g, i, offset)
+
+    def _replay(self, g: Group, i: int, offset: int) -> PlannedSession:
+        """A dataset conversation: its own user turns, each answer as long as the dataset's
+        (or the group's max_tokens); the system prompt is the salt tag alone (salted) or empty
+        (shared)."""
+        row = self.prompts.row(g, i)
+        system = self.prompts.row_spec(g, i, self.rep, "", g.prompt.cache)
+        out = [row.answers[k] if row.output_tokens else g.max_tokens for k in range(len(row.turns))]
+        template = _request(self.s, self.arm, g, self.rep, i, offset, system, cast(int, out[0]))
+        turns = tuple(
+            PlannedTurn(k, self.prompts.row_spec(g, i, self.rep, text, "session"), cast(int, n), 0)
+            for k, (text, n) in enumerate(zip(row.turns, out, strict=True))
+        )
+        return PlannedSession(template.id, offset, system, turns, template)
 
     def _session(self, g: Group, i: int, offset: int) -> PlannedSession:
         cfg = g.session
@@ -426,7 +482,7 @@ class _Rep:
         reqs = [
             self._request(g, i, round((g.start_s + i * step) * NS))
             for g in self.s.groups
-            if g.session is None
+            if g.session is None and not g.replays_turns
             for i in range(g.count)
         ]
         # Every stream here got an offset above: only a closed loop's are None.

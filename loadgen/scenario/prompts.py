@@ -67,12 +67,15 @@ class WordCounter:
 @dataclass(frozen=True, slots=True)
 class BuiltPrompt:
     """`tokens` is the counter's count of `text` (equal to the spec's unless the counter's
-    granularity made that impossible); `prefix_chars` is the length of the shared prefix."""
+    granularity made that impossible); `prefix_chars` is the length of the shared prefix.
+    `asked` is what was asked for: the spec's size, or for a dataset row the counter's count
+    of the row's own text (`tokens` adds its salt tag)."""
 
     text: str
     tokens: int
     method: str
     prefix_chars: int = 0
+    asked: int | None = None
 
 
 def salt_tag(salt: str) -> str:
@@ -99,6 +102,8 @@ class PromptBuilder:
 
     async def build(self, spec: PromptSpec) -> BuiltPrompt:
         method = self.counter.method
+        if spec.text is not None:
+            return await self._row_prompt(spec, spec.text)
         if spec.blocks is not None:
             return await self._block_prompt(spec)
         if spec.needle_key is not None:
@@ -115,6 +120,14 @@ class PromptBuilder:
         tail = _separated(self._chunks(spec, spec.text_seed))
         text, tokens = await self._fit(prefix, prefix_tokens, tail, spec.tokens, spec.shape)
         return BuiltPrompt(text, tokens, method, len(prefix))
+
+    async def _row_prompt(self, spec: PromptSpec, row: str) -> BuiltPrompt:
+        """A dataset row as written, after its salt tag when salted; both counted."""
+        asked = await self.count(row) if row else 0
+        if spec.cache != "salted":
+            return BuiltPrompt(row, asked, self.counter.method, asked=asked)
+        text = salt_tag(spec.salt) + row
+        return BuiltPrompt(text, await self.count(text), self.counter.method, asked=asked)
 
     async def _block_prompt(self, spec: PromptSpec) -> BuiltPrompt:
         """The trace row's blocks (one text per block id, from the salt and the id), then its
