@@ -14,12 +14,21 @@ from pathlib import Path
 import pytest
 from virtual_support import run_virtual
 
+from loadgen.analysis.summary import analyze_run
+from loadgen.engine.run import RunOptions, run_plan
+from loadgen.engine.sessions import conversation
+from loadgen.engine.soak import soak_scenario
 from loadgen.engine.target import RunError
+from loadgen.records import read_metrics, read_streams
 from loadgen.scenario.datasets import DatasetError, load_dataset, load_dataset_rows
 from loadgen.scenario.load import ScenarioError, load_scenario
-from loadgen.scenario.model import DatasetConfig
+from loadgen.scenario.load_axis import LoadAxis, load_problem
+from loadgen.scenario.model import DatasetConfig, Soak
 from loadgen.scenario.plan import draw_rows, plan
 from loadgen.scenario.prompts import salt_tag
+from loadgen.sim.engine import EngineConfig
+from loadgen.sim.profiles import sim_profile
+from loadgen.sim.server import SimServerConfig, start_sim_server
 from loadgen.sim.tokenizer import SimTokenizer
 
 ROOT = Path(__file__).parent.parent
@@ -367,3 +376,44 @@ async def test_a_row_longer_than_the_window_refuses_the_run_before_sending(tmp_p
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
     with pytest.raises(DatasetError):
         load_dataset(DatasetConfig(Path("nope.json"), "sharegpt"), tmp_path)
+
+
+def test_replayed_conversations_are_sessions_to_a_load_axis_and_a_soak(tmp_path: Path):
+    replays = load_scenario(scenario(tmp_path, sharegpt(turns="all"), count=3))
+    singles = load_scenario(scenario(tmp_path, sharegpt(turns="first"), count=3))
+    problem = load_problem(replays, LoadAxis("concurrency"))
+    assert problem is not None and "sessions run under together or staggered" in problem
+    assert load_problem(singles, LoadAxis("concurrency")) is None
+    # A soak keeps a conversation's own arrival; single prompts go round a closed loop.
+    assert soak_scenario(replays, Soak(concurrency=2)).arrival == replays.arrival
+    assert soak_scenario(singles, Soak(concurrency=2)).arrival.kind == "closed"
+
+
+async def test_over_http_the_sims_tokenize_counts_the_rows_and_its_counter_agrees(tmp_path: Path):
+    """The wall-clock path: rows counted on the sim's /tokenize (chat: templated), a shared row
+    asked exactly what the server counted, and the server's counter equal to the report's."""
+    path = scenario(tmp_path, sharegpt(max_output_tokens=130), count=6, cache="shared",
+                    api="chat")  # fmt: skip
+    engine = EngineConfig(
+        max_num_seqs=8, max_num_batched_tokens=2048, block_size=16, num_gpu_blocks=4096,
+        enable_prefix_caching=True, profile=sim_profile("tiny"),
+    )  # fmt: skip
+    async with start_sim_server(SimServerConfig(engine=engine, max_model_len=8192)) as sim:
+        opts = RunOptions(base_url=sim.url, out_root=tmp_path / "runs", progress=False)
+        run_dir = await run_plan(plan(load_scenario(path), run_seed=3), opts, warn=print)
+    records = [r for r in read_streams(run_dir) if r.phase == "measure"]
+    assert len(records) == 6 and all(r.status == "ok" for r in records)
+    for rec in records:
+        assert rec.prompt_tokens == rec.requested_prompt_tokens
+    samples = read_metrics(run_dir)
+    counted = samples[-1].values["prompt_tokens_total"] - samples[0].values["prompt_tokens_total"]
+    summary = analyze_run(run_dir).summary
+    assert counted == summary["benchmark"]["groups"]["chats"]["prompt_tokens"]
+    assert counted == sum(r.prompt_tokens or 0 for r in records)
+
+
+def test_a_shared_conversation_has_no_empty_system_message():
+    messages, _ = conversation("chat", "", ["u0", "u1"], ["a0"])
+    assert messages is not None and [m["role"] for m in messages] == ["user", "assistant", "user"]
+    salted, _ = conversation("chat", "tag\n\n", ["u0"], [])
+    assert salted is not None and salted[0] == {"role": "system", "content": "tag\n\n"}

@@ -128,7 +128,7 @@ def load_problem(scenario: Scenario, axis: LoadAxis) -> str | None:
             f"arrival, and --{axis.over} draws one sequence from all groups (drop the start, "
             f"or use --group NAME to make one group's count the load)"
         )
-    if any(g.session is not None for g in scenario.groups):
+    if any(g.session is not None or g.replays_turns for g in scenario.groups):
         return (
             f"{where}: groups: sessions run under together or staggered arrivals only (use "
             "--group NAME to make a session group's count the load)"
