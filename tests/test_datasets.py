@@ -249,6 +249,13 @@ def test_block_rules_refuse_what_cannot_work_and_accept_the_rest(tmp_path: Path)
     assert "dataset.output: got dataset" in line and "output_field" in line
     line = only_error(scenario(tmp_path, sharegpt(path="../x.json"), data=None))
     assert "outside the scenario's folder" in line and "--allow-files-outside" in line
+    path = scenario(tmp_path, sharegpt(), extra="    max_tokens: 8")
+    path.write_text(path.read_text().replace("cache: salted", "cache: salted\n      tokens: 64"))
+    assert "prompt.tokens: set by each dataset row" in only_error(path)
+    session = "    max_tokens: 8\n    session: {turns: 2, system_tokens: 32, user_tokens: 32}"
+    assert "got a dataset with a session block" in only_error(
+        scenario(tmp_path, sharegpt(), extra=session)
+    )
 
 
 # --- sampling with the run seed -------------------------------------------------------------
