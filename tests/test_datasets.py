@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sim_support import sim_config
 from virtual_support import run_virtual
 
 from loadgen.analysis.summary import analyze_run
@@ -26,9 +27,7 @@ from loadgen.scenario.load_axis import LoadAxis, load_problem
 from loadgen.scenario.model import DatasetConfig, Soak
 from loadgen.scenario.plan import draw_rows, plan
 from loadgen.scenario.prompts import salt_tag
-from loadgen.sim.engine import EngineConfig
-from loadgen.sim.profiles import sim_profile
-from loadgen.sim.server import SimServerConfig, start_sim_server
+from loadgen.sim.server import start_sim_server
 from loadgen.sim.tokenizer import SimTokenizer
 
 ROOT = Path(__file__).parent.parent
@@ -401,11 +400,9 @@ async def test_over_http_the_sims_tokenize_counts_the_rows_and_its_counter_agree
     asked exactly what the server counted, and the server's counter equal to the report's."""
     path = scenario(tmp_path, sharegpt(max_output_tokens=130), count=6, cache="shared",
                     api="chat")  # fmt: skip
-    engine = EngineConfig(
-        max_num_seqs=8, max_num_batched_tokens=2048, block_size=16, num_gpu_blocks=4096,
-        enable_prefix_caching=True, profile=sim_profile("tiny"),
-    )  # fmt: skip
-    async with start_sim_server(SimServerConfig(engine=engine, max_model_len=8192)) as sim:
+    config = sim_config(max_num_seqs=8, max_num_batched_tokens=2048, num_gpu_blocks=4096,
+                        enable_prefix_caching=True)  # fmt: skip
+    async with start_sim_server(config) as sim:
         opts = RunOptions(base_url=sim.url, out_root=tmp_path / "runs", progress=False)
         run_dir = await run_plan(plan(load_scenario(path), run_seed=3), opts, warn=print)
     records = [r for r in read_streams(run_dir) if r.phase == "measure"]
