@@ -15,12 +15,14 @@ import pytest
 from sim_support import sim_config
 from virtual_support import run_virtual
 
+from loadgen.analysis.datasets import read_datasets
 from loadgen.analysis.summary import analyze_run
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.sessions import conversation
 from loadgen.engine.soak import soak_scenario
 from loadgen.engine.target import RunError
 from loadgen.records import read_metrics, read_streams
+from loadgen.report.text import render_plain
 from loadgen.scenario.datasets import DatasetError, load_dataset, load_dataset_rows
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.load_axis import LoadAxis, load_problem
@@ -300,6 +302,13 @@ async def test_server_prompt_token_counter_equals_the_reports(tmp_path: Path, ca
     reported = run.summary["benchmark"]["groups"]["chats"]["prompt_tokens"]
     assert counted == reported == sum(r.prompt_tokens or 0 for r in records)
     assert run.summary["benchmark"]["groups"]["chats"]["prompt_token_source"] == "usage"
+    (block,) = read_datasets(run.summary)
+    asked = sum(r.requested_prompt_tokens or 0 for r in records)
+    assert (block.asked_tokens, block.server_tokens) == (asked, counted)
+    assert (block.rows_read, block.streams, block.cache) == (60, 12, cache)
+    assert (block.salt_tokens > 0) == (cache == "salted") and block.salt_tokens >= 0
+    report = render_plain(run.summary)
+    assert "Dataset prompts" in report and f"{asked}" in report
     drawn = plan(load_scenario(path), run_seed=11).arms[0].reps[0].requests
     for req in drawn:
         rec = run.records[req.id]
@@ -312,6 +321,11 @@ async def test_server_prompt_token_counter_equals_the_reports(tmp_path: Path, ca
         assert (rec.prompt_tokens - rec.requested_prompt_tokens > 0) == (cache == "salted")
         assert run.sims[0].prompts[req.id].endswith(text)
         assert rec.max_tokens == req.max_tokens == rec.completion_tokens
+
+
+async def test_a_run_without_a_dataset_has_no_dataset_block(tmp_path: Path):
+    run = await run_virtual("smoke", [], tmp_path)
+    assert run.summary["datasets"] == [] and "Dataset prompts" not in render_plain(run.summary)
 
 
 async def test_the_seed_replays_the_same_rows_on_the_sim(tmp_path: Path):

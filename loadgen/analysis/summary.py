@@ -27,6 +27,7 @@ from loadgen.analysis.aggregate import (
 )
 from loadgen.analysis.baselines import POOL_FULL
 from loadgen.analysis.benchmark import benchmark_block
+from loadgen.analysis.datasets import dataset_prompts
 from loadgen.analysis.energy import energy_section
 from loadgen.analysis.goodput import goodput
 from loadgen.analysis.hist import (
@@ -118,6 +119,7 @@ def analyze(inputs: RunInputs) -> Analysis:
         },
         "goodput": None if good is None else to_json(good),
         "needles": [to_json(n) for n in needle_recall(measure)],
+        "datasets": [to_json(d) for d in dataset_prompts(measure, manifest)],
         "energy": None if energy is None else energy.to_json(),
         "benchmark": to_json(benchmark_block(measure)),
         "telemetry_notes": (manifest.get("telemetry") or {}).get("notes") or [],

@@ -1,11 +1,12 @@
 """The report tables of sections a run has only sometimes: sessions, goodput, reasoning,
-needles and GPU energy; each is None where the run has nothing to show."""
+needles, dataset prompts and GPU energy; each is None where the run has nothing to show."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from loadgen.analysis.datasets import read_datasets
 from loadgen.analysis.energy import Energy, read_energy
 from loadgen.analysis.goodput import GroupGoodput, read_goodput
 from loadgen.analysis.needles import read_needles
@@ -13,7 +14,7 @@ from loadgen.analysis.sessions import read_sessions
 from loadgen.analysis.slo import SloItem
 from loadgen.analysis.summary_types import read_groups
 from loadgen.needle import RECALL_CAVEAT
-from loadgen.report.tables import DASH, Table, count, num, rate, secs, triple
+from loadgen.report.tables import DASH, Table, count, num, rate, secs, text_or_dash, triple
 
 
 def sessions_table(summary: dict[str, Any]) -> Table | None:
@@ -150,6 +151,32 @@ def needle_table(summary: dict[str, Any]) -> Table | None:
         rows,
         ("exact match: the expected code appears in the answer text", RECALL_CAVEAT),
     )
+
+
+def dataset_table(summary: dict[str, Any]) -> Table | None:
+    """Per dataset group: its rows, and the prompt tokens asked beside the server's count."""
+    datasets = read_datasets(summary)
+    if not datasets:
+        return None
+    rows = tuple(
+        (
+            d.group, f"{d.path.rsplit('/', 1)[-1]} ({d.format})",
+            f"{d.rows_read}/{d.rows_filtered}/{d.rows_skipped}", d.cache, str(d.streams),
+            text_or_dash(d.asked_tokens), text_or_dash(d.server_tokens),
+            text_or_dash(d.salt_tokens),
+        )
+        for d in datasets
+    )  # fmt: skip
+    return Table(
+        "Dataset prompts (prompt tokens asked vs counted by the server)",
+        ("group", "file", "rows read/filtered/too long", "cache", "ok streams", "asked",
+         "server", "salt tags"),
+        rows,
+        ("asked: each row counted alone on the run's counter (the server's /tokenize where it "
+         "has one); server: usage prompt_tokens; salt tags: their difference (0 when shared)",
+         "filtered: outside the length limits; too long: past the target's max_model_len, "
+         "skipped (too_long: skip)"),
+    )  # fmt: skip
 
 
 def prompt_count(e: Energy) -> str:

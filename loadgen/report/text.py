@@ -35,6 +35,7 @@ from loadgen.codec import from_json
 from loadgen.report.banners import run_banner, warm_cache_line
 from loadgen.report.bench_tables import benchmark_tables
 from loadgen.report.sections import (
+    dataset_table,
     energy_table,
     goodput_table,
     needle_table,
@@ -468,6 +469,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     tables.append(mixed if mixed is not None else run_ladder_table(summary))
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
     tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
+    tables.append(dataset_table(summary))
     tables.append(energy_table(summary))
     tables += benchmark_tables(read_benchmark(summary))
     return [t for t in tables if t is not None]
