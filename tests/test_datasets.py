@@ -250,6 +250,12 @@ def test_block_rules_refuse_what_cannot_work_and_accept_the_rest(tmp_path: Path)
     assert "dataset.output: got dataset" in line and "output_field" in line
     line = only_error(scenario(tmp_path, sharegpt(path="../x.json"), data=None))
     assert "outside the scenario's folder" in line and "--allow-files-outside" in line
+    # A row's answer sizes its output; under output: fixed the group's max_tokens must.
+    assert "groups.chats.max_tokens: missing" in only_error(
+        scenario(tmp_path, sharegpt(output="fixed"))
+    )
+    fixed = load_scenario(scenario(tmp_path, sharegpt(output="fixed"), extra=MAX))
+    assert fixed.groups[0].max_tokens == 16
     path = scenario(tmp_path, sharegpt(), extra="    max_tokens: 8")
     path.write_text(path.read_text().replace("cache: salted", "cache: salted\n      tokens: 64"))
     assert "prompt.tokens: set by each dataset row" in only_error(path)

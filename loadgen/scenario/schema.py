@@ -40,7 +40,7 @@ from loadgen.scenario.model import (
     default_prefix_tokens,
 )
 from loadgen.scenario.schema_dataset import dataset as dataset_block
-from loadgen.scenario.schema_dataset import refused_file
+from loadgen.scenario.schema_dataset import refused_file, sizes_output
 from loadgen.scenario.schema_session import session as session_block
 from loadgen.scenario.soak_block import soak
 
@@ -168,7 +168,7 @@ def _group(
     c.keys(m, path, GROUP_KEYS)
     if trace_mode and "max_tokens" in m:
         c.at_key(m, "max_tokens", path, FROM_TRACE)
-    sized_out = _dataset_sizes_output(m)
+    sized_out = sizes_output(m)
     if trace_mode:
         max_tokens = None
     else:
@@ -226,16 +226,6 @@ def _prompt(
         prefix = default_prefix_tokens(tokens)
     depth = _depth(c, m, path, shape, cache, sized)
     return PromptConfig(tokens, shape or "prose", cache or "salted", prefix, file, depth)
-
-
-def _dataset_sizes_output(group: MarkedMap) -> bool:
-    """The group's dataset gives each row's output length, so max_tokens may be left out."""
-    prompt = group.get("prompt")
-    d = prompt.get("dataset") if isinstance(prompt, MarkedMap) else None
-    if not isinstance(d, MarkedMap):
-        return False
-    return d.get("output", "dataset" if d.get("format") == "sharegpt" or d.get("output_field")
-                 else "fixed") == "dataset"  # fmt: skip
 
 
 def _dataset_prompt(

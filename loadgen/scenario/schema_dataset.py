@@ -5,6 +5,7 @@ that cannot be used is one error at the field it is about, naming the dataset's 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from loadgen.scenario.checks import TEXT, Checker, Rule, choice, integer, join, show
 from loadgen.scenario.datasets import DATASET_SUFFIXES, DatasetError, load_dataset
@@ -43,9 +44,9 @@ def dataset(c: Checker, prompt: MarkedMap, path: str, base_dir: Path) -> Dataset
     fmt = c.field(m, "format", dpath, choice(DATASET_FORMATS))
     text_field = c.field(m, "text_field", dpath, TEXT, "prompt")
     output_field = c.field(m, "output_field", dpath, OPTIONAL_NAME, None)
-    sharegpt = fmt == "sharegpt"
-    default_output = "dataset" if sharegpt or output_field else "fixed"
-    output = c.field(m, "output", dpath, choice(DATASET_OUTPUTS), default_output)
+    output = c.field(
+        m, "output", dpath, choice(DATASET_OUTPUTS), _default_output(fmt, output_field)
+    )
     limits = {k: c.field(m, k, dpath, MAYBE_TOKENS, None) for k in LIMITS}
     too_long = c.field(m, "too_long", dpath, choice(DATASET_TOO_LONG), "skip")
     turns = c.field(m, "turns", dpath, choice(DATASET_TURNS), "first")
@@ -73,6 +74,21 @@ def dataset(c: Checker, prompt: MarkedMap, path: str, base_dir: Path) -> Dataset
         key = set_limits[0] if "fall outside" in str(exc) and set_limits else "path"
         c.at_value(m, key, dpath, str(exc))
         return None
+
+
+def _default_output(fmt: Any, output_field: Any) -> str:
+    """Output lengths come from the dataset where it has them: ShareGPT's answers, or a
+    named column."""
+    return "dataset" if fmt == "sharegpt" or output_field else "fixed"
+
+
+def sizes_output(group: MarkedMap) -> bool:
+    """The group's dataset gives each row's output length, so max_tokens may be left out."""
+    prompt = group.get("prompt")
+    d = prompt.get("dataset") if isinstance(prompt, MarkedMap) else None
+    if not isinstance(d, MarkedMap):
+        return False
+    return d.get("output", _default_output(d.get("format"), d.get("output_field"))) == "dataset"
 
 
 def _check_fields(
