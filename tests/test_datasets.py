@@ -255,7 +255,10 @@ def test_block_rules_refuse_what_cannot_work_and_accept_the_rest(tmp_path: Path)
         scenario(tmp_path, sharegpt(output="fixed"))
     )
     fixed = load_scenario(scenario(tmp_path, sharegpt(output="fixed"), extra=MAX))
-    assert fixed.groups[0].max_tokens == 16
+    assert {r.max_tokens for r in plan(fixed).arms[0].reps[0].requests} == {16}
+    answers = {r.max_tokens for r in plan(load_scenario(scenario(tmp_path, sharegpt())))
+               .arms[0].reps[0].requests}  # fmt: skip
+    assert len(answers) > 1 and 16 not in answers
     path = scenario(tmp_path, sharegpt(), extra="    max_tokens: 8")
     path.write_text(path.read_text().replace("cache: salted", "cache: salted\n      tokens: 64"))
     assert "prompt.tokens: set by each dataset row" in only_error(path)
