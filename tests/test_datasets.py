@@ -157,15 +157,33 @@ def test_length_filters_keep_only_rows_inside_them():
     assert everything.filtered == 0 and len(everything.rows) == 60
 
 
-def test_parquet_without_pyarrow_is_refused_in_one_line(tmp_path: Path):
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        (tmp_path / "d.parquet").write_bytes(b"PAR1")
-        with pytest.raises(DatasetError, match=r"d\.parquet: reading parquet needs pyarrow"):
-            load_dataset_rows(DatasetConfig(Path("d.parquet"), "hf"), tmp_path)
-    else:
-        pytest.skip("pyarrow is installed here: parquet is read")
+def test_a_parquet_export_reads_the_named_columns(tmp_path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"q": ["first prompt", "second, longer prompt"], "n": [12, 30]})
+    pq.write_table(table, tmp_path / "d.parquet")
+    config = DatasetConfig(Path("d.parquet"), "hf", text_field="q", output_field="n")
+    got = load_dataset_rows(config, tmp_path)
+    assert [(r.text, r.output_tokens, r.line) for r in got] == [
+        ("first prompt", 12, 1), ("second, longer prompt", 30, 2),
+    ]  # fmt: skip
+
+
+def test_a_broken_parquet_file_is_one_line(tmp_path: Path):
+    (tmp_path / "d.parquet").write_bytes(b"PAR1 not a table")
+    with pytest.raises(DatasetError, match=r"^\S*d\.parquet: not a readable parquet file \(.+\)$"):
+        load_dataset_rows(DatasetConfig(Path("d.parquet"), "hf"), tmp_path)
+
+
+def test_parquet_without_pyarrow_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # None in sys.modules makes the import fail as on a machine without the extra.
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    (tmp_path / "d.parquet").write_bytes(b"PAR1")
+    with pytest.raises(DatasetError, match=r"d\.parquet: reading parquet needs pyarrow"):
+        load_dataset_rows(DatasetConfig(Path("d.parquet"), "hf"), tmp_path)
 
 
 # --- bad datasets: one line naming file, line and field ------------------------------------

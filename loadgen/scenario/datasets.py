@@ -11,8 +11,8 @@ Formats:
   (tokens) in `output_field`.
 - `csv`: a header row, then the same two columns.
 - `hf`: a local Hugging Face `datasets` export: `to_json` (JSON lines, or a JSON array),
-  `to_csv` or `to_parquet` (read with pyarrow when it is installed; loadgen does not depend on
-  it), by the file's suffix; columns as for jsonl.
+  `to_csv` or `to_parquet` (read with pyarrow, the optional `parquet` extra, so the 55 MB wheel
+  is not everyone's), by the file's suffix; columns as for jsonl.
 
 Lengths are counted on loadgen's own tokenizer (the sim's) when the file is read: the filters
 and the output lengths read those counts, as vllm bench serve reads its tokenizer's. What the
@@ -249,10 +249,15 @@ def _parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
     except ImportError:
         raise DatasetError(
             f"{path}: reading parquet needs pyarrow, which is not installed "
-            "(expected `pip install pyarrow`, or the dataset exported with "
+            "(expected `pip install 'loadgen[parquet]'`, or the dataset exported with "
             "to_json)"
         ) from None
-    yield from enumerate(pq.read_table(path).to_pylist(), 1)
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DatasetError(f"{path}: not a readable parquet file ({first})") from None
+    yield from enumerate(table.to_pylist(), 1)
 
 
 def _exchanges(obj: Any, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
