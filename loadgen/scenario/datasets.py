@@ -245,7 +245,7 @@ def _csv_records(path: Path) -> Iterator[tuple[int, Any]]:
 def _parquet_records(path: Path) -> Iterator[tuple[int, Any]]:
     """A parquet file's rows, numbered from 1 (a parquet file has no lines)."""
     try:
-        import pyarrow.parquet as pq  # type: ignore[import-not-found, unused-ignore]
+        import pyarrow.parquet as pq  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except ImportError:
         raise DatasetError(
             f"{path}: reading parquet needs pyarrow, which is not installed "
