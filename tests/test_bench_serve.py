@@ -32,7 +32,7 @@ from loadgen.scenario.bench import (
     random_lengths,
 )
 from loadgen.scenario.load import ScenarioError
-from loadgen.scenario.model import Closed, Gamma, Group, Poisson, PromptConfig, Together
+from loadgen.scenario.model import Closed, Gamma, Group, Poisson, PromptConfig, Together, Trace
 from loadgen.scenario.plan import plan
 from loadgen.server import installs
 
@@ -144,6 +144,17 @@ def test_datasets_map_to_the_dataset_source() -> None:
         "output": "fixed",
     }
     assert plain(bench_tree(custom))["groups"][0]["max_tokens"] == 256
+
+
+def test_burstgpt_replays_the_trace_rows(tmp_path: Path) -> None:
+    (tmp_path / "b.csv").write_bytes((DATA.parent / "burstgpt_small.csv").read_bytes())
+    w = BenchWorkload(dataset_name="burstgpt", dataset_path=Path("b.csv"), num_prompts=2)
+    s = bench_scenario(w, tmp_path)
+    assert s.groups == (Group("burstgpt", 1, PromptConfig(None, "prose", "salted"), None,
+                              ignore_eos=False),)  # fmt: skip
+    assert isinstance(s.arrival, Trace)
+    assert (s.arrival.format, s.arrival.limit, len(s.arrival.rows)) == ("burstgpt", 2, 2)
+    assert [(r.input_tokens, r.output_tokens) for r in s.arrival.rows] == [(472, 18), (1087, 230)]
 
 
 def test_closed_loop_random_loads_to_the_exact_scenario(tmp_path: Path) -> None:
@@ -376,3 +387,26 @@ async def test_sampling_flags_reach_every_request_body(tmp_path: Path) -> None:
         assert body["max_tokens"] == 4 and "ignore_eos" not in body
     for body in await bodies(BenchWorkload(num_prompts=3, input_len=32, output_len=4)):
         assert "temperature" not in body and "top_p" not in body
+
+
+def test_the_run_seed_draws_the_lengths(tmp_path: Path) -> None:
+    """--seed reproduces the drawn lengths (as it does salts and arrivals); another seed, or
+    a fresh one per run when none is given, draws others."""
+    runs = iter(range(100))
+
+    def groups(*seed: str) -> list[str]:
+        out = tmp_path / str(next(runs))
+        result = serve("--clock", "virtual", *seed, "--out", str(out), "--num-prompts", "6",
+                       "--random-input-len", "64", "--random-output-len", "8",
+                       "--random-range-ratio", "0.5")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        (run_dir,) = out.iterdir()
+        summary = json.loads((run_dir / "summary.json").read_text())
+        return sorted(summary["benchmark"]["groups"])
+
+    first = groups("--seed", "5")
+    assert len(first) > 1 and all(g.startswith("random-") for g in first)
+    assert groups("--seed", "5") == first
+    assert groups("--seed", "6") != first
+    # 6 draws from 65 x 9 pairs: two fresh seeds drawing the same are a 1e-16 chance.
+    assert groups() != groups()

@@ -301,7 +301,7 @@ def bench_request(args: RunArgs, flags: dict[str, Any]) -> BenchRequest | list[s
     """The request the flags make, or every usage mistake in them (one line each)."""
     problems: list[str] = []
     api = _api(flags["backend"], flags["endpoint"], problems)
-    workload = _workload(flags, api, args.seed.run_seed, problems)
+    workload = _workload(flags, api, problems)
     metrics = _metrics(flags["percentile_metrics"], problems)
     percentiles = _percentiles(flags["metric_percentiles"], problems)
     metadata = _metadata(flags["metadata"], problems)
@@ -342,10 +342,9 @@ def _api(backend: str, endpoint: str | None, problems: list[str]) -> str:
     return api
 
 
-def _workload(
-    flags: dict[str, Any], api: str, seed: int | None, problems: list[str]
-) -> BenchWorkload:
-    """The workload flags as BenchWorkload; what loadgen cannot run as asked is a problem."""
+def _workload(flags: dict[str, Any], api: str, problems: list[str]) -> BenchWorkload:
+    """The workload flags as BenchWorkload (its seed the run's, once resolved); what loadgen
+    cannot run as asked is a problem."""
     name = flags["dataset_name"]
     if name not in DATASETS:
         problems.append(f"--dataset-name {name}: refused: {_DATASET}")
@@ -373,7 +372,7 @@ def _workload(
         max_concurrency=flags["max_concurrency"], ramp_up_strategy=flags["ramp_up_strategy"],
         ramp_up_start_rps=flags["ramp_up_start_rps"], ramp_up_end_rps=flags["ramp_up_end_rps"],
         ignore_eos=flags["ignore_eos"], sampling=sampling,
-        goodput_ms=_goodput(flags["goodput"], problems), seed=seed or 0,
+        goodput_ms=_goodput(flags["goodput"], problems),
         chat_template_kwargs=_template_kwargs(flags["chat_template_kwargs"], problems),
         warmups=flags["num_warmups"],
     )  # fmt: skip
@@ -525,8 +524,11 @@ def run_bench(req: BenchRequest) -> None:
     from loadgen.scenario.plan import plan
 
     opts = usable_options(req.args)
+    # The run seed (given, replayed or fresh) draws the lengths as it draws salts and arrivals.
+    assert opts.run_seed is not None
+    workload = dataclasses.replace(req.workload, seed=opts.run_seed)
     try:
-        scenario = bench_scenario(req.workload, Path.cwd(), req.args.sets())
+        scenario = bench_scenario(workload, Path.cwd(), req.args.sets())
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     run_dir = execute(plan(scenario, run_seed=opts.run_seed), opts)

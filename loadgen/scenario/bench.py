@@ -11,6 +11,8 @@ What maps where (README "Switching from vllm bench" has the whole table):
   run seed, as vLLM draws them (its own generator, so other draws); a scenario group has one
   size, so each distinct (input, output) pair drawn is a group whose count is how often it
   was drawn: the multiset of lengths is the draw, the order the groups' interleaving.
+- `--dataset-name burstgpt`: the trace arrival of the file's first `--num-prompts` rows, their
+  sizes and their own timestamps (bench takes only the sizes).
 - `--request-rate inf` with no cap: every request at once (`together`); with
   `--max-concurrency C`: a closed loop of C seats; a finite rate: Poisson arrivals, gamma when
   `--burstiness` is not 1, with the cap as `concurrency`; `--ramp-up-*` as the rate's `ramp`.
@@ -126,6 +128,9 @@ def _groups(w: BenchWorkload) -> list[dict[str, Any]]:
             _random_group(w, tokens, out, count, eos)
             for (tokens, out), count in sorted(drawn.items())
         ]
+    if w.dataset_name == "burstgpt":
+        # Each trace row sizes its request; the rows come from the trace arrival.
+        return [{"name": "burstgpt", "prompt": {"shape": "prose"}, "ignore_eos": eos}]
     return [{"name": w.dataset_name, "count": _num_prompts(w), "ignore_eos": eos,
              **_dataset(w)}]  # fmt: skip
 
@@ -173,6 +178,9 @@ def _dataset(w: BenchWorkload) -> dict[str, Any]:
 
 def _arrival(w: BenchWorkload) -> Any:
     count = _num_prompts(w)
+    if w.dataset_name == "burstgpt":
+        path = Flagged(str(w.dataset_path), f"--dataset-path {w.dataset_path}")
+        return {"trace": {"path": path, "format": "burstgpt", "limit": count}}
     cap = w.max_concurrency
     capped = {} if cap is None else {"concurrency": Flagged(cap, f"--max-concurrency {cap}")}
     if w.ramp_up_strategy is not None:
