@@ -134,8 +134,13 @@ def test_datasets_map_to_the_dataset_source() -> None:
     assert plain(bench_tree(share))["groups"] == [{
         "name": "sharegpt", "count": 9, "ignore_eos": False,
         "prompt": {"dataset": {"path": "sg.json", "format": "sharegpt", "turns": "first",
-                               "output": "dataset"}},
+                               "min_input_tokens": 4, "max_input_tokens": 1024,
+                               "min_output_tokens": 4, "output": "dataset"}},
     }]  # fmt: skip
+    fixed = plain(bench_tree(dataclasses.replace(share, sharegpt_output_len=64)))["groups"][0]
+    assert fixed["max_tokens"] == 64
+    assert fixed["prompt"]["dataset"]["output"] == "fixed"
+    assert "min_output_tokens" not in fixed["prompt"]["dataset"]
     custom = BenchWorkload(dataset_name="custom", dataset_path=Path("c.jsonl"), num_prompts=3)
     assert plain(bench_tree(custom))["groups"][0]["prompt"]["dataset"] == {
         "path": "c.jsonl",
@@ -393,6 +398,7 @@ def test_the_run_seed_draws_the_lengths(tmp_path: Path) -> None:
     """--seed reproduces the drawn lengths (as it does salts and arrivals); another seed, or
     a fresh one per run when none is given, draws others."""
     runs = iter(range(100))
+    printed: list[str] = []
 
     def groups(*seed: str) -> list[str]:
         out = tmp_path / str(next(runs))
@@ -400,13 +406,42 @@ def test_the_run_seed_draws_the_lengths(tmp_path: Path) -> None:
                        "--random-input-len", "64", "--random-output-len", "8",
                        "--random-range-ratio", "0.5")  # fmt: skip
         assert result.exit_code == 0, result.output
+        printed.append(result.output)
         (run_dir,) = out.iterdir()
         summary = json.loads((run_dir / "summary.json").read_text())
         return sorted(summary["benchmark"]["groups"])
 
     first = groups("--seed", "5")
+    # At most 6 groups: loadgen's verdict table per group follows bench's block.
+    assert "Verdicts per group" in printed[-1]
     assert len(first) > 1 and all(g.startswith("random-") for g in first)
     assert groups("--seed", "5") == first
     assert groups("--seed", "6") != first
     # 6 draws from 65 x 9 pairs: two fresh seeds drawing the same are a 1e-16 chance.
     assert groups() != groups()
+
+
+def test_save_result_names_and_appends_as_bench_does(tmp_path: Path) -> None:
+    base = ("--clock", "virtual", "--seed", "2", "--num-prompts", "4", "--random-input-len",
+            "32", "--random-output-len", "4", "--max-concurrency", "2", "--out",
+            str(tmp_path / "runs"), "--result-dir", str(tmp_path / "res"))  # fmt: skip
+    assert serve(*base, "--save-result", "--label", "lab").exit_code == 0
+    (saved,) = (tmp_path / "res").iterdir()
+    # bench's own name: LABEL-RATEqps-concurrencyC-MODEL-DATE.json
+    assert re.fullmatch(r"lab-infqps-concurrency2-loadgen-sim-\d{8}-\d{6}\.json", saved.name)
+    for _ in range(2):
+        result = serve(*base, "--append-result", "--result-filename", "all.json")
+        assert result.exit_code == 0, result.output
+    lines = (tmp_path / "res" / "all.json").read_text().splitlines()
+    assert [json.loads(line)["completed"] for line in lines] == [4, 4]
+
+
+def test_many_drawn_groups_print_their_verdicts_as_one_line(tmp_path: Path) -> None:
+    result = serve("--clock", "virtual", "--seed", "3", "--out", str(tmp_path), "--num-prompts",
+                   "30", "--random-input-len", "64", "--random-output-len", "8",
+                   "--random-range-ratio", "0.5")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("Verdicts over ")]
+    assert re.fullmatch(r"Verdicts over (1[1-9]|2\d|30) groups: admitted \d+.*\(per group: "
+                        r"report.txt\)", line)  # fmt: skip
+    assert "Verdicts per group" not in result.output

@@ -38,8 +38,9 @@ MAPPED = {
     "--host": "`--base-url http://HOST:PORT` (port 8000 when not given)",
     "--port": "`--base-url http://HOST:PORT` (host 127.0.0.1 when not given)",
     "--dataset-name": "`random` (a sized prompt), `sharegpt` and `custom` (`prompt: {dataset: "
-    "{format: sharegpt | jsonl}}`), `burstgpt` (`arrival: {trace: {format: burstgpt}}`, its "
-    "own timestamps); the others are refused",
+    "{format: sharegpt | jsonl}}`; sharegpt with bench's row filters: 4-1024 prompt tokens, "
+    "at least 4 answer tokens, not its 2048 total), `burstgpt` (`arrival: {trace: {format: "
+    "burstgpt}}`, its own timestamps); the others are refused",
     "--dataset-path": "the dataset's `path` (relative to the working directory)",
     "--random-input-len": "`prompt.tokens` (prefix included), as the server counts them",
     "--random-output-len": "`max_tokens`",
@@ -557,13 +558,30 @@ def run_bench(req: BenchRequest) -> None:
         sys.exit(FAILED_STREAMS_EXIT)
 
 
+# Beyond this many groups (--random-range-ratio makes one per drawn length pair) the verdicts
+# print as one line of totals; report.txt keeps the table per group.
+VERDICT_TABLE_GROUPS = 10
+
+
 def _verdict_lines(run_dir: Path) -> str:
-    """loadgen's verdicts per group and the run's banner, from the run's summary.json."""
-    from loadgen.analysis.summary_types import read_run
+    """loadgen's verdicts per group (or in total) and the run's banner, from summary.json."""
+    from collections import Counter
+
+    from loadgen.analysis.summary_types import read_groups, read_run
+    from loadgen.analysis.verdicts import VERDICTS
     from loadgen.report.banners import run_banner
     from loadgen.report.tables import to_plain
     from loadgen.report.text import verdict_table
 
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     banner = run_banner(read_run(summary))
-    return "\n".join([*([banner] if banner else []), to_plain(verdict_table(summary))])
+    groups = read_groups(summary)
+    if len(groups) <= VERDICT_TABLE_GROUPS:
+        verdicts = to_plain(verdict_table(summary))
+    else:
+        total: Counter[str] = Counter()
+        for g in groups:
+            total.update(g.verdicts)
+        counts = ", ".join(f"{v} {total[v]}" for v in VERDICTS if total[v])
+        verdicts = f"Verdicts over {len(groups)} groups: {counts} (per group: report.txt)"
+    return "\n".join([*([banner] if banner else []), verdicts])

@@ -165,6 +165,11 @@ def _dataset(w: BenchWorkload) -> dict[str, Any]:
         block: dict[str, Any] = {"path": path, "format": "sharegpt", "turns": "first"}
         out = w.sharegpt_output_len
         flag = f"--sharegpt-output-len {out}"
+        # bench's own pruning of ShareGPT rows (its is_valid_sequence): 4 to 1024 prompt
+        # tokens, and 4 answer tokens when the answer sizes the output. Its 2048-token cap on
+        # prompt + answer has no dataset filter here.
+        block |= {"min_input_tokens": 4, "max_input_tokens": 1024}
+        block |= {"min_output_tokens": 4} if out is None else {}
     else:  # custom: JSONL rows with a "prompt" field, as vLLM's custom dataset reads them
         block = {"path": path, "format": "jsonl", "text_field": "prompt"}
         out = None if w.custom_output_len == -1 else w.custom_output_len
