@@ -445,3 +445,14 @@ def test_many_drawn_groups_print_their_verdicts_as_one_line(tmp_path: Path) -> N
     assert re.fullmatch(r"Verdicts over (1[1-9]|2\d|30) groups: admitted \d+.*\(per group: "
                         r"report.txt\)", line)  # fmt: skip
     assert "Verdicts per group" not in result.output
+
+
+def test_host_port_and_served_model_name_reach_the_target(tmp_path: Path) -> None:
+    small = ("--num-prompts", "2", "--random-input-len", "32", "--random-output-len", "2",
+             "--out", str(tmp_path))  # fmt: skip
+    result = serve("--host", "127.0.0.1", "--port", "1", *small)
+    assert result.exit_code == 1
+    assert "Error: cannot connect to http://127.0.0.1:1" in result.output
+    result = serve("--served-model-name", "nope", *small)
+    assert result.exit_code == 1
+    assert "model 'nope' is not served by" in result.output
