@@ -41,7 +41,7 @@ groups:
 """
 TOP = (
     "name, description, api, chat_template_kwargs, seed, model, groups, arrival, repetitions, "
-    "warmup, metrics, timeouts, sim, sweep, slo, server, soak"
+    "warmup, metrics, timeouts, sim, sweep, slo, server, soak, sampling"
 )
 GROUP = "name, count, prompt, max_tokens, min_tokens, ignore_eos, start, session"
 

@@ -40,4 +40,5 @@ async def materialize(
         cold=planned.prompt.cache == "salted",
         keep_text=code is not None,
         needle=code,
+        extra_body=dict(planned.sampling or {}),
     )

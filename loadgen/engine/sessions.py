@@ -195,5 +195,6 @@ def turn_request(
         # result, resends the conversation so far, which the prefix cache is meant to carry.
         cold=turn == 0 and not tool_result,
         tool_result=tool_result,
-        extra_body={"tools": [LOOKUP_TOOL], "tool_choice": "required"} if offers else {},
+        extra_body=(t.sampling or {})
+        | ({"tools": [LOOKUP_TOOL], "tool_choice": "required"} if offers else {}),
     )

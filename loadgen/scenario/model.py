@@ -383,6 +383,9 @@ class Scenario:
     # Service-level objectives for goodput: any of ttft_s, tpot_ms, e2e_s.
     slo: dict[str, float] | None = None
     soak: Soak | None = None
+    # Sampling fields every request's body carries (temperature, top_p, ...; the names
+    # schema_blocks.SAMPLING_RULES allows).
+    sampling: dict[str, float] | None = None
 
     def group(self, name: str) -> Group:
         for g in self.groups:

@@ -106,6 +106,8 @@ class PlannedRequest:
     # A trace row that belongs to a conversation (Qwen-Bailian): its session id and turn.
     session: str | None = None
     turn: int | None = None
+    # The scenario's `sampling:` fields, sent in every request's body.
+    sampling: dict[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +349,7 @@ def _request(
     min_tokens = None if group.min_tokens is None else min(group.min_tokens, max_tokens)
     return PlannedRequest(
         rid, arm, group.name, rep, index, phase, offset_ns, prompt, max_tokens, min_tokens,
-        group.ignore_eos, s.api, s.chat_template_kwargs,
+        group.ignore_eos, s.api, s.chat_template_kwargs, sampling=s.sampling,
     )  # fmt: skip
 
 

@@ -62,6 +62,7 @@ TOP_KEYS = (
     "slo",
     "server",
     "soak",
+    "sampling",
 )
 GROUP_KEYS = (
     "name", "count", "prompt", "max_tokens", "min_tokens", "ignore_eos", "start", "session",
@@ -114,6 +115,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         server=schema_server.server(c, root, base_dir) if root.get("server") is not None else None,
         source=source,
         soak=soak(c, root) if root.get("soak") is not None else None,
+        sampling=blocks.sampling(c, root),
     )
     if c.errors:
         return None

@@ -249,3 +249,25 @@ def slo(c: Checker, root: MarkedMap) -> dict[str, float] | None:
     if not out and not c.errors:
         c.at_key(root, "slo", "", "got no objective (expected any of ttft_s, tpot_ms, e2e_s)")
     return out or None
+
+
+# Each sampling field's rule: vLLM's own bounds (a top_k of -1 or 0 turns it off).
+SAMPLING_RULES = {
+    "temperature": number(ge=0),
+    "top_p": number(gt=0, le=1),
+    "top_k": integer(-1),
+    "min_p": number(ge=0, le=1),
+    "frequency_penalty": number(ge=-2, le=2),
+    "presence_penalty": number(ge=-2, le=2),
+    "repetition_penalty": number(gt=0),
+}
+
+
+def sampling(c: Checker, root: MarkedMap) -> dict[str, float] | None:
+    """`sampling: {temperature, top_p, ...}`: fields every request's body carries."""
+    if root.get("sampling") is None:
+        return None
+    m = c.mapping(root, "sampling", "")
+    c.keys(m, "sampling", tuple(SAMPLING_RULES))
+    values = {k: c.field(m, k, "sampling", rule, None) for k, rule in SAMPLING_RULES.items()}
+    return {k: v for k, v in values.items() if v is not None} or None
