@@ -241,7 +241,10 @@ class _Prompts:
         wanted = tokens if tokens is not None else p.tokens
         # A group's prompt has no size only under a trace arrival, whose rows all give one.
         assert wanted is not None
-        size = max(wanted, MIN_PROMPT_TOKENS)
+        # A trace row's size is raised to the floor (and reported); a group's is sent as
+        # declared: a scenario file's are at least the floor, and one built in code may ask for
+        # less (`loadgen request --prompt-tokens 1`: the builder trims the salt tag to fit).
+        size = wanted if tokens is None else max(wanted, MIN_PROMPT_TOKENS)
         text_seed = derive_seed(self.scenario.seed, "text", group.name, index, rep)
         file = str(p.file) if p.file else None
         if p.cache == "salted":
