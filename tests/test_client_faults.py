@@ -153,6 +153,29 @@ def test_cli_unreachable_server_is_one_line_without_traceback() -> None:
     assert no_url.exit_code == 2 and "--base-url" in no_url.output
 
 
+def test_a_server_without_v1_models_is_sent_the_model_given_unchecked(tmp_path: Path) -> None:
+    # `loadgen request` took a proxy that lists no models when --model named one; as a planned
+    # run through the arm driver it keeps that, and so does `loadgen run`: one model check.
+    with ThreadedPacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0, models=False)) as srv:
+        named = CliRunner().invoke(main, ["request", "--base-url", srv.url, "--model", "x",
+                                          "--max-tokens", "2", "-n", "2"])  # fmt: skip
+        unnamed = CliRunner().invoke(main, ["request", "--base-url", srv.url, "-n", "2"])
+        ran = CliRunner().invoke(main, ["run", "smoke", "--base-url", srv.url, "--model", "x",
+                                        "--out", str(tmp_path), "--no-progress"])  # fmt: skip
+    assert named.exit_code == 0, named.output
+    assert "model x" in named.output
+    assert [s.body["model"] for s in srv.served[:2]] == ["x", "x"]
+    # Nothing to send without --model: the server's answer, in one line, before any stream.
+    assert unnamed.exit_code == 1, unnamed.output
+    assert (
+        unnamed.output.strip()
+        .splitlines()[-1]
+        .startswith("Error: GET /v1/models returned HTTP 404")
+    )
+    assert ran.exit_code == 0, ran.output
+    assert len(srv.served) == 2 + 4  # smoke's four streams; the unnamed request sent none
+
+
 def test_sigint_cancels_in_flight_streams_flushes_and_says_interrupted(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with ThreadedPacedServer(PacedConfig(ttft_s=0.0, gap_s=0.05)) as srv:
