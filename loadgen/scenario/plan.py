@@ -203,13 +203,6 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
-def salt_tags(seed: int, scope: str, count: int) -> list[str]:
-    """`count` unique salts for prompts outside a scenario (e.g. `loadgen request`), from a
-    run seed and a scope name: another seed gives other salts, the same seed the same ones."""
-    salts = _Salts(derive_seed(seed, "salts", scope))
-    return [salts.next() for _ in range(count)]
-
-
 class _Salts:
     """Unique tags: the first word runs through a seeded permutation of SALT_WORDS by ordinal,
     so the first len(SALT_WORDS) prompts of a plan all differ at their first word."""
