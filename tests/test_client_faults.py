@@ -199,6 +199,8 @@ def test_sigint_cancels_in_flight_streams_flushes_and_says_interrupted(tmp_path:
     assert proc.returncode == 130, stderr
     # Above it, the one warning of a server without /metrics, as `loadgen run` gives it.
     assert stderr.decode().strip().splitlines()[-1] == "interrupted: 0 of 4 streams finished"
+    # The tables of what was recorded, as at the end of a run: the cut streams' rows.
+    assert stdout.decode().count("default/r0/request/") == 2
     assert b"Traceback" not in stdout + stderr
     recs = read_streams(out)
     assert [r.error.cls for r in recs if r.error] == ["cancelled", "cancelled"]
