@@ -24,6 +24,7 @@ import click
 from loadgen.client.endpoint import Timeouts
 from loadgen.commands.options import (
     SEED_OPTIONS,
+    STRICT_OPTION,
     TARGET_OPTIONS,
     OutputArgs,
     RunArgs,
@@ -70,11 +71,7 @@ GROUP = "request"
     help="Run the --workers as Ray actors spread over the cluster at ADDRESS (auto, "
     "HOST:PORT, ray://HOST:PORT, or local); needs pip install 'loadgen[ray]'.",
 )
-@click.option(
-    "--strict",
-    is_flag=True,
-    help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
-)
+@STRICT_OPTION
 @click.option(
     "--total-timeout",
     type=click.FloatRange(min=0, min_open=True),

@@ -25,6 +25,7 @@ from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.commands.options import (
     LOAD_SWEEP_OPTIONS,
+    STRICT_OPTION,
     RunArgs,
     parsed_slo,
     run_like,
@@ -97,11 +98,7 @@ REPORT_FAILED_EXIT = 5
     "ADDRESS (auto, HOST:PORT, or local; auto workers: one per node, more for many streams); "
     "needs pip install 'loadgen[ray]'.",
 )
-@click.option(
-    "--strict",
-    is_flag=True,
-    help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
-)
+@STRICT_OPTION
 @ARM_TABLES_OPTION
 @ALLOW_FILES_OUTSIDE
 def run_cmd(
