@@ -281,12 +281,11 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
 class RunDirectory:
     """One run's directory (DESIGN.md's layout): manifest plus append-only streams and metrics."""
 
-    def __init__(self, path: Path, *, metrics: bool = True) -> None:
-        """`metrics=False` for a run that polls no /metrics: no empty file claims it did."""
+    def __init__(self, path: Path) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         self.streams = JsonlAppender(path / "streams.jsonl")
-        self.metrics = JsonlAppender(path / "metrics.jsonl") if metrics else None
+        self.metrics = JsonlAppender(path / "metrics.jsonl")
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_manifest(self.path, manifest)
@@ -295,14 +294,11 @@ class RunDirectory:
         self.streams.append(record.to_json())
 
     def append_metrics(self, sample: MetricsSample) -> None:
-        if self.metrics is None:
-            raise RuntimeError(f"{self.path} was opened without metrics.jsonl")
         self.metrics.append(sample.to_json())
 
     def close(self) -> None:
         self.streams.close()
-        if self.metrics is not None:
-            self.metrics.close()
+        self.metrics.close()
 
 
 def install_stop_signals(on_stop: Callable[[int], object]) -> None:

@@ -50,6 +50,7 @@ class PacedConfig:
     reject_continuous: bool = False
     empty_text: bool = False  # tokens decode to "" (random-weight models do this)
     tokenize: str | None = "vllm"  # "vllm" | "llamacpp" | None (no /tokenize)
+    models: bool = True  # False: no /v1/models (a proxy that lists none answers 404)
     faults: dict[int, str] = field(default_factory=dict)  # arrival index -> fault name
     stall_s: float = 30.0
     events_per_write: int = 1  # > 1 only in zero-delay mode, to stream fast
@@ -104,7 +105,8 @@ class PacedServer:
         app = web.Application(client_max_size=64 << 20)  # 100k-token prompts
         app.router.add_post("/v1/completions", self._complete)
         app.router.add_post("/v1/chat/completions", self._complete)
-        app.router.add_get("/v1/models", self._models)
+        if self.config.models:
+            app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         if self.config.tokenize:
             app.router.add_post("/tokenize", self._tokenize)

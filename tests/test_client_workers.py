@@ -63,7 +63,9 @@ def test_two_workers_give_the_same_records_as_one(tmp_path: Path) -> None:
         two = probe(srv.url, tmp_path / "w2", 2)
         served = Counter(s.request_id for s in srv.served)
     assert (
-        sorted(r.id for r in one) == sorted(r.id for r in two) == [f"r{i:04d}" for i in range(12)]
+        sorted(r.id for r in one)
+        == sorted(r.id for r in two)
+        == sorted(f"default/r0/request/{i}" for i in range(12))
     )
     for recs in (one, two):
         assert {(r.status, r.completion_tokens, r.chunks, r.token_source) for r in recs} == {

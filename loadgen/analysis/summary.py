@@ -45,7 +45,7 @@ from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
 from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits
 from loadgen.analysis.sessions import session_turns
-from loadgen.analysis.stats import canonical, describe, median, spread
+from loadgen.analysis.stats import canonical, describe, dumps_canonical, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.verdicts import (
@@ -64,6 +64,7 @@ from loadgen.analysis.warmth import warm_cache
 from loadgen.clock import ClockName
 from loadgen.codec import to_json
 from loadgen.records import StreamRecord
+from loadgen.redact import redact
 
 NS = rates.NS
 SCHEMA = 1
@@ -82,6 +83,12 @@ class Analysis:
 def analyze_run(path: Path) -> Analysis:
     """Reads the run directory at `path` and analyses it."""
     return analyze(load_run(path))
+
+
+def write_summary(path: Path, summary: dict[str, Any]) -> None:
+    """summary.json of the run directory at `path`: canonical, its secrets masked (a run.json
+    written before redaction existed still holds them)."""
+    (path / "summary.json").write_bytes(dumps_canonical(redact(summary)))
 
 
 def analyze(inputs: RunInputs) -> Analysis:

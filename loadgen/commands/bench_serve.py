@@ -516,8 +516,12 @@ def run_bench(req: BenchRequest) -> None:
     """Runs the request as `loadgen run` runs a scenario; prints bench's block and loadgen's
     verdicts, writes the result JSON; exits 4 when a stream failed, as `loadgen run` does."""
     from loadgen.analysis.bench_result import bench_result
-    from loadgen.commands.run import FAILED_STREAMS_EXIT, execute, measured_records
-    from loadgen.engine.request_run import failure_summary
+    from loadgen.commands.run import (
+        FAILED_STREAMS_EXIT,
+        execute,
+        failure_summary,
+        measured_records,
+    )
     from loadgen.report.bench_layout import bench_block
     from loadgen.report.cmd import write_report
     from loadgen.scenario.bench import bench_scenario

@@ -238,6 +238,11 @@ CLOCK_OPTION = click.option(
     "repeatable, faster than real time); wall: real time over HTTP (default: wall; a soak of "
     "the built-in sim: virtual, an hour in seconds).",
 )
+STRICT_OPTION = click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
+)
 # Requests per load value, for a load sweep's arms and a capacity search's probes alike.
 REQUESTS_OPTION = click.option(
     "--requests",

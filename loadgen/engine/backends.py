@@ -14,7 +14,6 @@ from loadgen.engine.arm import ArmBackend
 from loadgen.engine.http_backend import open_wall_backend
 from loadgen.engine.options import RunOptions
 from loadgen.engine.target import Target, launch_target
-from loadgen.engine.virtual_run import open_virtual_backend
 from loadgen.records import RunDirectory
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan, plan
@@ -25,6 +24,15 @@ OpenBackend = Callable[
     [ArmPlan, RunDirectory, dict[str, Any], RunOptions, Callable[[str], None], Target | None],
     AbstractAsyncContextManager[ArmBackend],
 ]
+
+
+def _open_virtual_backend(*args: Any) -> AbstractAsyncContextManager[ArmBackend]:
+    """open_virtual_backend (OpenBackend's arguments), imported when the virtual clock runs:
+    the sim's engine is no part of a wall run, and `loadgen request` loads none of it
+    (tests/test_startup.py)."""
+    from loadgen.engine.virtual_run import open_virtual_backend
+
+    return open_virtual_backend(*args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +54,7 @@ CLOCKS = {
     ClockName.VIRTUAL: ClockKind(ClockName.VIRTUAL, opens_sockets=False, engine_per_arm=True,
                          unbooted=(1, "one fresh engine per arm on the virtual clock: exact, one "
                                       "is its floor"),
-                         open_backend=open_virtual_backend),
+                         open_backend=_open_virtual_backend),
 }  # fmt: skip
 
 

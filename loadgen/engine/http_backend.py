@@ -21,7 +21,7 @@ from loadgen.engine.counters import pick_counter
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
-from loadgen.engine.preflight import served_model
+from loadgen.engine.preflight import checked_model
 from loadgen.engine.progress import Progress
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.sessions import build_sessions
@@ -143,9 +143,8 @@ async def open_http_backend(
         timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
         ray_address=ray,
     ) as pool, AsyncExitStack() as stack:  # fmt: skip
-        model = await _resolve_model(
-            client, opts.model or scenario.model or target.model, target.url
-        )
+        wanted = opts.model or scenario.model or target.model
+        model, _ = await checked_model(client.get_json("/v1/models"), wanted, target.url)
         counter = await pick_counter(
             client, model, chat=scenario.api == "chat",
             chat_template_kwargs=scenario.chat_template_kwargs, warn=warn,
@@ -184,10 +183,6 @@ async def open_http_backend(
             target, model, builder, session_builder, poller, progress, client, pool, lag,
             WallClock(run_start_ns), warn, background, concurrency, opts.workers,
         )  # fmt: skip
-
-
-async def _resolve_model(client: OpenAIClient, model: str | None, target: str) -> str:
-    return served_model(await client.get_json("/v1/models"), model, target)
 
 
 def max_in_flight(arm: ArmPlan) -> int:

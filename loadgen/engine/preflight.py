@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from loadgen.client.endpoint import Timeouts
+from loadgen.client.errors import HTTPStatusError
 from loadgen.client.openai import AUX_CONNECTIONS, OpenAIClient
 from loadgen.engine.target import RunError
 from loadgen.redact import redact_url
@@ -77,6 +78,22 @@ def served_model(listing: Any, wanted: str | None, target: str) -> str:
     if ids and wanted not in ids:
         raise RunError(f"model {wanted!r} is not served by {shown}; it serves: {', '.join(ids)}")
     return wanted
+
+
+async def checked_model(
+    listing: Awaitable[Any], wanted: str | None, target: str
+) -> tuple[str, Any]:
+    """The model to send (served_model) and the /v1/models listing it was checked against. A
+    server that answers /v1/models with an HTTP error (a proxy that lists none) is sent
+    `wanted` unchecked, with an empty listing (so no window either); without `wanted` its
+    error stands, as there is nothing to send."""
+    try:
+        got = await listing
+    except HTTPStatusError:
+        if wanted is None:
+            raise
+        return wanted, {}
+    return served_model(got, wanted, target), got
 
 
 def served_window(listing: Any, model: str | None) -> int | None:

@@ -24,10 +24,10 @@ from loadgen.engine.preflight import (
     check_out_root,
     check_sim_windows,
     check_windows,
+    checked_model,
     ensure_fd_limit,
     fit_datasets,
     list_models,
-    served_model,
     served_window,
 )
 from loadgen.engine.seeds import RunSeed
@@ -77,26 +77,30 @@ async def run_plan(
     opts: RunOptions,
     warn: Callable[[str], None],
     on_root: Callable[[Path], None] | None = None,
+    *,
+    name: str | None = None,
 ) -> Path:
-    """Runs every arm of the plan; returns the run directory (the parent one for sweeps).
-    `on_root` hears that directory's path before anything is sent (a stopped run's report
-    is made from it)."""
+    """Runs every arm of the plan; returns the run directory (the parent one for sweeps),
+    under --out, named `name` (request's --out names the directory itself) or by its start
+    and scenario. `on_root` hears that directory's path before anything is sent (a stopped
+    run's report is made from it)."""
     check_out_root(opts.out_root)
     clock = clock_of(opts)
     if clock.opens_sockets:
         # A clock without sockets replays a 20,000-stream trace with no descriptors to spare.
         ensure_fd_limit(max(max_in_flight(arm) for arm in plan.arms))
     if opts.base_url:
-        listing = await list_models(opts.base_url, opts.api_key, plan.scenario.timeouts.connect_s)
-        model = served_model(listing, opts.model or plan.scenario.model, opts.base_url)
-        window = served_window(listing, model)
+        listing = list_models(opts.base_url, opts.api_key, plan.scenario.timeouts.connect_s)
+        wanted = opts.model or plan.scenario.model
+        model, listed = await checked_model(listing, wanted, opts.base_url)
+        window = served_window(listed, model)
         plan = fit_datasets(plan, window, redact_url(opts.base_url), warn)
         check_windows(plan, window, opts.base_url)
     elif profile_for(server_spec_for(plan.scenario, opts)).configured_by_sim_block:
         plan = fit_datasets(plan, sim_window(plan.scenario), "the built-in sim", warn)
         check_sim_windows(plan)
     started = dt.datetime.now(dt.UTC)
-    root = opts.out_root / run_dir_name(plan.scenario, started)
+    root = opts.out_root / (run_dir_name(plan.scenario, started) if name is None else name)
     if on_root is not None:
         on_root(root)
     single = len(plan.arms) == 1 and not plan.arms[0].flags

@@ -62,7 +62,9 @@ SERVER_FLAGS = (
     "tensor_parallel_size",
     "enforce_eager",
 )
-# The salt tag and a little text must fit in every prompt.
+# The salt tag and a little text must fit in every prompt of a scenario file, of a trace row
+# (raised to it, and said so) and of a warmup; a group built in code may ask for less
+# (`loadgen request --prompt-tokens 1`), and its salt tag is trimmed to fit (prompts.py).
 MIN_PROMPT_TOKENS = 16
 DEFAULT_TAIL_TOKENS = 64
 # A closed loop bounded only by duration_s still needs a finite plan: at most this many requests.

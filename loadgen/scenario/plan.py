@@ -212,13 +212,6 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
-def salt_tags(seed: int, scope: str, count: int) -> list[str]:
-    """`count` unique salts for prompts outside a scenario (e.g. `loadgen request`), from a
-    run seed and a scope name: another seed gives other salts, the same seed the same ones."""
-    salts = _Salts(derive_seed(seed, "salts", scope))
-    return [salts.next() for _ in range(count)]
-
-
 class _Salts:
     """Unique tags: the first word runs through a seeded permutation of SALT_WORDS by ordinal,
     so the first len(SALT_WORDS) prompts of a plan all differ at their first word."""
@@ -271,7 +264,10 @@ class _Prompts:
         wanted = tokens if tokens is not None else p.tokens
         # A group's prompt has no size only under a trace arrival, whose rows all give one.
         assert wanted is not None
-        size = max(wanted, MIN_PROMPT_TOKENS)
+        # A trace row's size is raised to the floor (and reported); a group's is sent as
+        # declared: a scenario file's are at least the floor, and one built in code may ask for
+        # less (`loadgen request --prompt-tokens 1`: the builder trims the salt tag to fit).
+        size = wanted if tokens is None else max(wanted, MIN_PROMPT_TOKENS)
         text_seed = derive_seed(self.scenario.seed, "text", group.name, index, rep)
         file = str(p.file) if p.file else None
         if p.cache == "salted":

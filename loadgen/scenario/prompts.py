@@ -110,9 +110,8 @@ class PromptBuilder:
             return await self._needle_prompt(spec, spec.needle_key)
         if spec.prefix_key is None or spec.prefix_tokens is None:
             chunks = self._chunks(spec, spec.text_seed)
-            text, tokens = await self._fit(
-                salt_tag(spec.salt), None, chunks, spec.tokens, spec.shape
-            )
+            tag, tag_tokens = await self._tag_that_fits(spec.salt, spec.tokens)
+            text, tokens = await self._fit(tag, tag_tokens, chunks, spec.tokens, spec.shape)
             return BuiltPrompt(text, tokens, method)
         prefix, prefix_tokens = await self._prefix(spec, spec.prefix_key, spec.prefix_tokens)
         if spec.tokens <= spec.prefix_tokens:
@@ -128,6 +127,22 @@ class PromptBuilder:
             return BuiltPrompt(row, asked, self.counter.method, asked=asked)
         text = salt_tag(spec.salt) + row
         return BuiltPrompt(text, await self.count(text), self.counter.method, asked=asked)
+
+    async def _tag_that_fits(self, salt: str, tokens: int) -> tuple[str, int]:
+        """The salt's tag and its count; for a prompt shorter than the whole tag (`loadgen
+        request --prompt-tokens 1`), its longest leading run of words that fits. The first word
+        alone still tells apart the first len(SALT_WORDS) = 812 prompts of a plan, a prompt
+        that short fills no cache block of a server that caches whole blocks (vLLM: 16
+        tokens), and the whole salt still goes out as cache_salt. A tag that fits costs the
+        one count _fit would make of it."""
+        words = salt.split("-")
+        for n in range(len(words), 1, -1):
+            tag = salt_tag("-".join(words[:n]))
+            count = await self.count(tag)
+            if count <= tokens:
+                return tag, count
+        tag = salt_tag(words[0])
+        return tag, await self.count(tag)
 
     async def _block_prompt(self, spec: PromptSpec) -> BuiltPrompt:
         """The trace row's blocks (one text per block id, from the salt and the id), then its
