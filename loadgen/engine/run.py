@@ -102,7 +102,8 @@ async def run_plan(
         "arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]
     }
     # The parent of a sweep holds only the manifest: its records live in arms/<arm>/.
-    if opts.base_url or clock.engine_per_arm:
+    # Replicas are booted (or reached) by each arm's own target, as a URL is.
+    if opts.base_url or clock.engine_per_arm or opts.replicas > 1:
         for arm in plan.arms:
             await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
         per_arm, note = clock.unbooted
