@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client.metrics_core import Metric
 
@@ -118,5 +118,9 @@ class RoutedClient:
                 for i, c in enumerate(self.clients) for rec in c.take_cancelled()]  # fmt: skip
 
     async def warm(self, n: int) -> None:
-        """Opens connections ahead on every replica: as many as could go to any one of them."""
-        await asyncio.gather(*(c.warm(n) for c in self.clients))
+        """Opens connections ahead on every replica: as many as could go to any one of them.
+        A replica that refuses is left to its streams (each an error record naming why); only
+        when none answers is the run's target gone."""
+        got = await asyncio.gather(*(c.warm(n) for c in self.clients), return_exceptions=True)
+        if all(isinstance(g, BaseException) for g in got):
+            raise cast(BaseException, got[0])
