@@ -34,9 +34,9 @@ class RoutePolicy(StrEnum):
     PREFIX_HASH = "prefix-hash"
 
 
-# 4 blocks of 256 characters: about 256 tokens of English prose on BPE vocabularies (4 chars a
-# token), long enough to cover a shared system prompt, short enough that a typical chat head
-# decides the replica.
+# 4 blocks of 256 characters: 1,024 characters, about 340 tokens of the sim's prose (a 512-token
+# Mooncake block was 1,554 characters on its tokenizer): past a short shared system prompt, so
+# a chat's own head decides the replica. A longer shared head needs a longer key: the options.
 DEFAULT_PREFIX_BLOCKS = 4
 DEFAULT_BLOCK_CHARS = 256
 
