@@ -3,8 +3,9 @@ hit rate (from its own /metrics, replica_metrics.jsonl), the total beside them, 
 replica failed.
 
 A replica is taken as failed at the end of the first measured stream on it that ended in a
-transport error (`DOWN_CLASSES`: refused, timed out connecting, or cut mid-stream): an HTTP
-error status or a timeout is the server answering, slowly or with a refusal, not gone.
+transport error (`DOWN_CLASSES`: refused, timed out connecting, or cut mid-stream) after which
+it completed no stream: an HTTP error status or a timeout is the server answering, slowly or
+with a refusal, and a dropped stream it outlived (a flaky link, an injected drop) is no death.
 """
 
 from __future__ import annotations
@@ -103,9 +104,7 @@ def _row(
 ) -> ReplicaRow:
     ok = [r for r in recs if r.status == "ok"]
     ttft = [rows[r.id]["ttft_s"] for r in ok if rows[r.id]["ttft_s"] is not None]
-    down = sorted((r.t_done_ns, r.error.cls) for r in recs if r.t_done_ns is not None
-                  and r.error is not None and r.error.cls in DOWN_CLASSES)  # fmt: skip
-    failed = down[0] if down and replica is not None else None
+    failed = None if replica is None else _failure(recs)
     seconds = None if span is None else (span[1] - span[0]) / NS
     return ReplicaRow(
         replica=replica,
@@ -121,6 +120,16 @@ def _row(
         failed_at_s=None if failed is None else failed[0] / NS,
         failed_class=None if failed is None else failed[1],
     )
+
+
+def _failure(recs: list[StreamRecord]) -> tuple[int, str] | None:
+    """(when, class) of the first transport error after the replica's last ok stream ended."""
+    last_ok = max((r.t_done_ns for r in recs if r.status == "ok" and r.t_done_ns is not None),
+                  default=-1)  # fmt: skip
+    down = sorted((r.t_done_ns, r.error.cls) for r in recs if r.t_done_ns is not None
+                  and r.t_done_ns >= last_ok and r.error is not None
+                  and r.error.cls in DOWN_CLASSES)  # fmt: skip
+    return down[0] if down else None
 
 
 def _ms(values: list[float], q: float) -> float | None:

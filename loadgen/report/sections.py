@@ -233,7 +233,7 @@ def replicas_table(summary: dict[str, Any]) -> Table | None:
         f"route: {route}; measured streams; hit %: the replica's prefix_cache_hits / queries "
         "deltas over the run's span (total: the replicas' summed counters)",
         "failed: the end of its first stream refused or cut (connect_error, connect_timeout, "
-        "connection_closed)",
+        "connection_closed) after which it completed none",
     ]
     return Table(
         "Replicas",
