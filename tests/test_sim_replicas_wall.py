@@ -21,9 +21,11 @@ def test_sim_replicas_boot_one_server_each_and_share_the_streams(tmp_path: Path)
     assert len(set(urls)) == 3 and all(u.startswith("http://127.0.0.1:") for u in urls)
     assert targets["route"] == "least-outstanding"
     assert sorted(p.name for p in (run_dir / "replicas").iterdir()) == ["0", "1", "2"]
-    # smoke's four streams start together: the fewest-in-flight rule deals 0, 1, 2, then 0.
+    # smoke's four streams start together: the fewest-in-flight rule gives each replica one
+    # before any gets a second (0, 1, 2, then whichever has fewest by then: 0 unless a stream
+    # already ended, which a busy box may allow).
     recs = read_streams(run_dir)
-    assert sorted(r.replica for r in recs) == [0, 0, 1, 2]
+    assert len(recs) == 4 and {r.replica for r in recs} == {0, 1, 2}
     samples = [orjson.loads(x) for x in (run_dir / "replica_metrics.jsonl").read_bytes().split()]
     # Over the run (the boot's readiness request is before the first sample).
     first: dict[int, float] = {}
