@@ -74,11 +74,10 @@ class FleetScrape:
         got = await asyncio.gather(*(self._one(i, f) for i, f in enumerate(self._fetches)))
         parsed = [p for p in got if isinstance(p, ParsedMetrics)]
         if not parsed:
-            raise got[0] if isinstance(got[0], BaseException) else RuntimeError("no replica")
-        for i, p in enumerate(got):
-            if isinstance(p, ParsedMetrics):
-                self._kept[i] = p.values
+            raise cast(Exception, got[0])  # the poller records it as the sample's error
         latest = [p.values if isinstance(p, ParsedMetrics) else None for p in got]
+        pairs = zip(latest, self._kept, strict=True)
+        self._kept = [now if now is not None else kept for now, kept in pairs]
         info = next((p.info for p in parsed if p.info), {})
         return ParsedMetrics(fleet_values(latest, self._kept), info)
 
