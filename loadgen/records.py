@@ -129,6 +129,9 @@ class StreamRecord:
     # The calls themselves, (id, name, arguments) each, kept for the request that sends the
     # tool's result; never written (as `answer`).
     calls: tuple[tuple[str, str, str], ...] | None = None
+    # Which replica served it, an index into run.json's `targets` list (engine/routing.py);
+    # None for a run with one target.
+    replica: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -286,6 +289,8 @@ class RunDirectory:
         path.mkdir(parents=True, exist_ok=True)
         self.streams = JsonlAppender(path / "streams.jsonl")
         self.metrics = JsonlAppender(path / "metrics.jsonl")
+        # Opened by the first sample of a run with several replicas (engine/replicas.py).
+        self.replica_metrics: JsonlAppender | None = None
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         write_manifest(self.path, manifest)
@@ -296,9 +301,18 @@ class RunDirectory:
     def append_metrics(self, sample: MetricsSample) -> None:
         self.metrics.append(sample.to_json())
 
+    def append_replica_metrics(self, sample: MetricsSample) -> None:
+        """One replica's own scrape, into replica_metrics.jsonl (metrics.jsonl gets the
+        replicas' totals)."""
+        if self.replica_metrics is None:
+            self.replica_metrics = JsonlAppender(self.path / REPLICA_METRICS)
+        self.replica_metrics.append(sample.to_json())
+
     def close(self) -> None:
         self.streams.close()
         self.metrics.close()
+        if self.replica_metrics is not None:
+            self.replica_metrics.close()
 
 
 def install_stop_signals(on_stop: Callable[[int], object]) -> None:
@@ -355,20 +369,28 @@ class MetricsSample:
     t_ns: int
     values: dict[str, float]
     error: str | None = None
+    # The replica scraped (replica_metrics.jsonl); None in metrics.jsonl, which holds one
+    # server's samples or, for several replicas, their totals.
+    replica: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"t_ns": self.t_ns, "values": self.values, "error": self.error}
+        d = {"t_ns": self.t_ns, "values": self.values, "error": self.error}
+        return d if self.replica is None else d | {"replica": self.replica}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> MetricsSample:
         """One metrics.jsonl object; BadRecord unless t_ns is an integer, values maps names to
         numbers and error is a string or null."""
         t_ns, values, error = d.get("t_ns"), d.get("values", {}), d.get("error")
+        replica = d.get("replica")
         if type(t_ns) is not int or not isinstance(values, dict) or not _maybe(_str)(error):
             raise BadRecord("not a metrics sample")
-        if not all(type(v) in (int, float) for v in values.values()):
+        if not all(type(v) in (int, float) for v in values.values()) or not _maybe(_int)(replica):
             raise BadRecord("a value is not a number")
-        return cls(t_ns=t_ns, values=values, error=error)
+        return cls(t_ns=t_ns, values=values, error=error, replica=replica)
+
+
+REPLICA_METRICS = "replica_metrics.jsonl"
 
 
 def read_metrics(run_dir: Path) -> list[MetricsSample]:

@@ -14,7 +14,13 @@ from typing import Any
 import orjson
 
 from loadgen.clock import ClockName
-from loadgen.records import MetricsSample, StreamRecord, read_jsonl, read_records
+from loadgen.records import (
+    REPLICA_METRICS,
+    MetricsSample,
+    StreamRecord,
+    read_jsonl,
+    read_records,
+)
 
 # What each top-level run.json field must be where analysis reads it: a field of another type
 # (hand-edited, or written by a foreign tool) is dropped with a note instead of crashing the
@@ -27,6 +33,7 @@ MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "seed": _INT, "seed_source": _STR, "server": _DICT, "settings": _DICT, "flags": _DICT,
     "slo": (dict, type(None)), "slo_shares": _DICT, "soak_end": _DICT, "speed": (int, float),
     "target": (dict, str), "token_counter": _STR, "tool_version": _STR, "measured": _INT,
+    "targets": _DICT,
 }  # fmt: skip
 # Fields that name one of a few things: another word is dropped like a wrong type (a clock
 # loadgen does not know would otherwise reach the report as a ValueError).
@@ -51,6 +58,8 @@ class RunInputs:
     dropped_fields: tuple[str, ...] = ()
     # telemetry.jsonl lines (GPU power, energy, clocks; engine/telemetry.py), when sampled
     telemetry: tuple[dict[str, Any], ...] = ()
+    # replica_metrics.jsonl: each replica's own scrapes where the run routed over several
+    replica_metrics: tuple[MetricsSample, ...] = ()
 
 
 def is_run_dir(path: Path) -> bool:
@@ -123,6 +132,7 @@ def load_run(path: Path) -> RunInputs:
     streams, unreadable = read_records(path / "streams.jsonl", StreamRecord.from_json)
     metrics, bad_metrics = read_records(path / "metrics.jsonl", MetricsSample.from_json)
     telemetry = tuple(read_jsonl(path / "telemetry.jsonl"))
+    replica_metrics, _ = read_records(path / REPLICA_METRICS, MetricsSample.from_json)
     return RunInputs(
         read_manifest(path),
         streams,
@@ -131,4 +141,5 @@ def load_run(path: Path) -> RunInputs:
         bad_metrics,
         dropped_fields(path),
         telemetry,
+        tuple(replica_metrics),
     )

@@ -9,7 +9,7 @@ groups and reps take the measure phase only; whale and minnows are never pooled.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from loadgen.analysis.hist import (
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.registry import GAP_METRICS, names_where
+from loadgen.analysis.replicas import replicas_block
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
 from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits
 from loadgen.analysis.sessions import session_turns
@@ -63,7 +64,7 @@ from loadgen.analysis.verdicts import (
 from loadgen.analysis.warmth import warm_cache
 from loadgen.clock import ClockName
 from loadgen.codec import to_json
-from loadgen.records import StreamRecord
+from loadgen.records import MetricsSample, StreamRecord
 from loadgen.redact import redact
 
 NS = rates.NS
@@ -96,11 +97,13 @@ def analyze(inputs: RunInputs) -> Analysis:
     records, manifest = inputs.streams, inputs.manifest
     timeline = Timeline(inputs.metrics)
     ctx = build_context(records, timeline, manifest)
-    verdicts = classify_streams(ctx)
+    verdicts, seated = classify_streams(ctx), ctx.seats
+    for sub in replica_contexts(records, inputs.replica_metrics, manifest):
+        verdicts, seated = verdicts | classify_streams(sub), seated | sub.seats
     streams = []
     for r in sorted(records, key=lambda r: (r.t_intended_ns, r.id)):
         row = stream_metrics(r)
-        seat = ctx.seats.get(r.id)
+        seat = seated.get(r.id)
         row["t_admit_s"] = None if seat is None else seat.admit_ns / NS
         row["verdict"], row["evidence"] = verdicts[r.id].name, verdicts[r.id].evidence
         streams.append(row)
@@ -113,8 +116,9 @@ def analyze(inputs: RunInputs) -> Analysis:
     energy = energy_section(inputs.telemetry, measure, span_ns(measure))
     summary = {
         "schema": SCHEMA,
-        "run": _run_section(manifest, records, measure, rows, timeline, ctx, counts)
+        "run": (run := _run_section(manifest, records, measure, rows, timeline, ctx, counts))
         | {"records": _records_block(counts, inputs)},
+        "replicas": _replicas(manifest, measure, rows, inputs, run["server"]),
         "streams": streams,
         "groups": _groups(measure, rows, timeline, manifest, reps),
         "reps": reps,
@@ -211,6 +215,31 @@ def _run_section(
         "trace_reuse": None if reuse is None else to_json(reuse),
         "trace_prompts_raised": trace_prompts_raised(manifest),
     }
+
+
+def replica_contexts(
+    records: list[StreamRecord], samples: Sequence[MetricsSample], manifest: dict[str, Any]
+) -> list[VerdictContext]:
+    """Each replica's streams judged against its own /metrics (its seats, its cache, its
+    queue), where the run routed over several: the fleet's summed gauges would hold one
+    replica's streams to all replicas' load."""
+    replicas = sorted({s.replica for s in samples if s.replica is not None})
+    return [
+        build_context([r for r in records if r.replica == i],
+                      Timeline([s for s in samples if s.replica == i]), manifest)
+        for i in replicas
+    ]  # fmt: skip
+
+
+def _replicas(
+    manifest: dict[str, Any],
+    measure: list[StreamRecord],
+    rows: dict[str, dict[str, Any]],
+    inputs: RunInputs,
+    server: dict[str, Any],
+) -> dict[str, Any] | None:
+    block = replicas_block(manifest.get("targets"), measure, rows, inputs.replica_metrics, server)
+    return None if block is None else to_json(block)
 
 
 def _target(target: Any) -> dict[str, Any] | None:

@@ -483,7 +483,7 @@ def _with_target(args: RunArgs, flags: dict[str, Any], problems: list[str]) -> R
         problems.append("give --base-url or --host/--port, not both")
     elif host or port:
         target = dataclasses.replace(
-            target, base_url=f"http://{host or '127.0.0.1'}:{port or 8000}"
+            target, base_urls=(f"http://{host or '127.0.0.1'}:{port or 8000}",)
         )
     if flags["served_model_name"]:
         target = dataclasses.replace(target, model=flags["served_model_name"])

@@ -91,7 +91,7 @@ def capacity_cmd(
 
     items = parsed_slo(slo, attain)
     lo, hi = _range(over, lo, hi)
-    opts = usable_options(args)
+    opts = usable_options(args, routed=True)
     try:
         loaded = load_scenario(scenario, args.sets())
     except ScenarioError as exc:

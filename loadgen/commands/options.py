@@ -19,6 +19,12 @@ import click
 from loadgen.analysis.slo import DEFAULT_ATTAIN, SLO_HELP, SloItem, parse_slo
 from loadgen.client.endpoint import resolve_target
 from loadgen.clock import ClockName
+from loadgen.engine.routing import (
+    DEFAULT_BLOCK_CHARS,
+    DEFAULT_PREFIX_BLOCKS,
+    RoutePolicy,
+    RouteSpec,
+)
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.limits import client_problems, size_problems
 from loadgen.scenario.load_axis import LoadAxis, load_problem, load_sweep, parse_load_values
@@ -88,25 +94,75 @@ class Problems(click.UsageError):
 
 @dataclass(frozen=True, slots=True)
 class TargetArgs:
-    """What to load: a server by URL (None: the built-in sim, or --server's), its key, the model."""
+    """What to load: servers by URL (none: the built-in sim, or --server's; several: replicas
+    behind the client's router), the key, the model, the route and the sim's replicas."""
 
-    base_url: str | None = None
+    base_urls: tuple[str, ...] = ()
     api_key: str | None = None
     model: str | None = None
+    route: str = str(RoutePolicy.ROUND_ROBIN)
+    route_prefix_blocks: int = DEFAULT_PREFIX_BLOCKS
+    route_block_chars: int = DEFAULT_BLOCK_CHARS
+    sim_replicas: int = 1
 
+    @property
+    def base_url(self) -> str | None:
+        """The first URL (the one server, or the replica whose model and window stand for all)."""
+        return self.base_urls[0] if self.base_urls else None
+
+    @property
+    def route_spec(self) -> RouteSpec:
+        return RouteSpec(RoutePolicy(self.route), self.route_prefix_blocks, self.route_block_chars)
+
+
+# A fleet a 2-core box can still boot and route; a real cluster's replicas come by URL.
+MAX_SIM_REPLICAS = 64
 
 TARGET_OPTIONS = option_group(
     "target",
     TargetArgs,
     click.option(
         "--base-url",
+        "base_urls",
         envvar="OPENAI_BASE_URL",
-        default=None,
+        multiple=True,
         help="Server to load, with or without /v1 (a run without it boots the built-in sim). "
-        "Env: OPENAI_BASE_URL.",
+        "Repeat it for replicas of one model behind the client's router (--route; run, soak "
+        "and capacity). Env: OPENAI_BASE_URL (several: space-separated).",
     ),
     click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="Env: OPENAI_API_KEY."),
     click.option("--model", default=None, help="Model name (default: the server's first)."),
+    click.option(
+        "--route",
+        type=click.Choice([str(p) for p in RoutePolicy]),
+        default=str(RoutePolicy.ROUND_ROBIN),
+        show_default=True,
+        help="How several replicas (repeated --base-url, or --sim-replicas) share the requests: "
+        "round-robin, least-outstanding (fewest streams in flight), session-affinity (a "
+        "session's turns to one replica), prefix-hash (the first K blocks of the prompt).",
+    ),
+    click.option(
+        "--route-prefix-blocks",
+        type=click.IntRange(1, 4096),
+        default=DEFAULT_PREFIX_BLOCKS,
+        show_default=True,
+        help="prefix-hash: K, the leading blocks of the prompt hashed.",
+    ),
+    click.option(
+        "--route-block-chars",
+        type=click.IntRange(1, 1 << 20),
+        default=DEFAULT_BLOCK_CHARS,
+        show_default=True,
+        help="prefix-hash: a block's size in characters (the client does not tokenize).",
+    ),
+    click.option(
+        "--sim-replicas",
+        type=click.IntRange(1, MAX_SIM_REPLICAS),
+        default=1,
+        show_default=True,
+        help="Boot the built-in sim N times behind the --route policy, each with its own KV "
+        "cache and metrics (either clock; on the wall clock N sims on 127.0.0.1 ports).",
+    ),
 )
 
 
@@ -405,12 +461,14 @@ def run_options(
     *,
     sim_clock: ClockName = ClockName.WALL,
     needs_url: bool = False,
+    routed: bool = False,
     **fields: Any,
 ) -> RunOptions | list[str]:
     """The options of a run, or every usage mistake in them, one line each. `args.clock`
     None: wall, or `sim_clock` when the target is the built-in sim; `fields`: the
     command's own RunOptions fields (workers, slo, ...); `needs_url`: no built-in sim to
-    fall back on, so a URL is required unless a server is launched."""
+    fall back on, so a URL is required unless a server is launched; `routed`: the command
+    runs through the engine's targets, so several replicas may stand behind one router."""
     from loadgen.engine.options import RunOptions
 
     target, telemetry = args.target, args.telemetry
@@ -430,12 +488,17 @@ def run_options(
             "compare the two with `loadgen fidelity`)"
         )
     problems += _client_problems(clock, fields.get("workers"), fields.get("ray_address"))
+    problems += replica_problems(target, server, routed, fields)
     api_key = target.api_key
-    if base_url is not None or (needs_url and server is None):
+    urls: list[str] = []
+    for url in target.base_urls or ([None] if needs_url and server is None else []):
         try:
-            base_url, api_key = resolve_target(base_url, api_key)
+            resolved, api_key = resolve_target(url, target.api_key)
         except ValueError as exc:
             problems.append(str(exc))
+        else:
+            urls.append(resolved)
+    base_url = urls[0] if urls else None
     try:
         run_seed = resolve_run_seed(args.seed.run_seed, args.seed.replay)
     except ValueError as exc:
@@ -449,7 +512,8 @@ def run_options(
         seed_source=run_seed.source, server=server, server_facts=server_facts or None,
         server_facts_sources=dict.fromkeys(server_facts, USER_SOURCE) or None,
         server_flags=server_flags, telemetry_url=telemetry.telemetry_url,
-        telemetry=not telemetry.no_telemetry, **fields,
+        telemetry=not telemetry.no_telemetry, replica_urls=tuple(urls) if len(urls) > 1 else (),
+        sim_replicas=target.sim_replicas, route=target.route_spec, **fields,
     )  # fmt: skip
 
 
@@ -477,6 +541,26 @@ def target_problems(
         problems.append("give --base-url or --server, not both")
     if server is not None and clock == ClockName.VIRTUAL:
         problems.append("--clock virtual runs the built-in sim's engine; drop --server")
+    return problems
+
+
+def replica_problems(
+    target: TargetArgs, server: ServerSpec | None, routed: bool, fields: dict[str, Any]
+) -> list[str]:
+    """Several replicas: only where the engine routes, from this process, and the sim's
+    replicas only of the built-in sim."""
+    problems = []
+    several = len(target.base_urls) > 1 or target.sim_replicas > 1
+    if several and not routed:
+        problems.append("several replicas are for run, soak and capacity: give one --base-url "
+                        "and no --sim-replicas here")  # fmt: skip
+    if target.sim_replicas > 1 and target.base_urls:
+        problems.append("--sim-replicas boots the built-in sim: drop --base-url (or repeat "
+                        "--base-url for your own replicas)")  # fmt: skip
+    if target.sim_replicas > 1 and server is not None and server.kind != "sim":
+        problems.append(f"--sim-replicas replicates the built-in sim, not {server.kind}")
+    if several and (fields.get("workers") not in (None, 1) or fields.get("ray_address")):
+        problems.append("several replicas are routed from one process: drop --workers / --ray")
     return problems
 
 

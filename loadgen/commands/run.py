@@ -118,8 +118,9 @@ def run_cmd(
     allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
-    opts = usable_options(args, block_size=block_size, boot_order_seed=boot_order_seed,
-                              workers=workers, ray_address=ray_address)  # fmt: skip
+    opts = usable_options(args, routed=True, block_size=block_size,
+                          boot_order_seed=boot_order_seed, workers=workers,
+                          ray_address=ray_address)  # fmt: skip
     ensure_ray(ray_address)
     sets = list(args.sets())
     sets += [f"api={api}"] if api else []

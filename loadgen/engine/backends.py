@@ -70,7 +70,7 @@ async def shared_target(
     """One server for a series of runs into `root` (a capacity search's probes, a
     calibration's): None where each run reaches its own (the URL, an engine per arm), else one
     boot of the launched server, its log under root/boot."""
-    if opts.base_url or clock_of(opts).engine_per_arm:
+    if opts.base_url or clock_of(opts).engine_per_arm or opts.replicas > 1:
         yield None
         return
     first = plan(scenario, run_seed=0).arms[0]

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, closing, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import stream_at
 from loadgen.client.openai import OpenAIClient
@@ -23,6 +25,8 @@ from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.preflight import checked_model
 from loadgen.engine.progress import Progress
+from loadgen.engine.replicas import FleetScrape, RoutedClient, targets_manifest
+from loadgen.engine.routing import Router
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.sessions import build_sessions
 from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_pool, worker_count
@@ -70,7 +74,8 @@ class HttpBackend:
     session_builder: PromptBuilder
     poller: MetricsPoller
     progress: Progress
-    client: OpenAIClient
+    client: OpenAIClient  # the (first) server's: models, tokenize, /metrics of one server
+    sender: OpenAIClient | RoutedClient  # what streams go through: the client, or the router
     pool: Pool | None
     lag: LoopLagMonitor
     clock: WallClock  # the run clock: from this arm's start
@@ -87,11 +92,11 @@ class HttpBackend:
         return self.clock.now_ns()
 
     async def send_now(self, req: StreamRequest) -> StreamRecord:
-        return await self.client.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
+        return await self.sender.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
 
     async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
         await _run_rep(
-            rep, (self.builder, self.session_builder), self.client, self.model,
+            rep, (self.builder, self.session_builder), self.sender, self.model,
             self.clock, record, self.progress, self.lag, stop,
             pool=self.pool, warn=self.warn,
         )  # fmt: skip
@@ -104,7 +109,7 @@ class HttpBackend:
                 await task
         with suppress(Exception):
             await self.poller.scrape_once()  # the closing sample bounds every counter delta
-        return self.client.take_cancelled()
+        return self.sender.take_cancelled()
 
     def describe(self) -> dict[str, Any]:
         client = self.lag.summary_ms() | {
@@ -131,10 +136,13 @@ async def open_http_backend(
     run_start_ns = time.perf_counter_ns()
     manifest["run_start_perf_ns"] = run_start_ns
     ray = None if opts.stop else opts.ray_address
-    workers = worker_count(
+    # Several replicas are routed from this process: the router holds every stream's replica.
+    workers = 1 if target.replicas else worker_count(
         opts.workers, concurrency, server_on_host=target.kind != "external", ray=bool(ray),
         soak=opts.stop is not None,
     )  # fmt: skip
+    if target.replicas:
+        manifest |= targets_manifest(target.replicas, opts.route)
     async with OpenAIClient(
         target.url, api_key=opts.api_key, concurrency=concurrency, timeouts=timeouts,
         run_start_ns=run_start_ns,
@@ -143,6 +151,7 @@ async def open_http_backend(
         timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
         ray_address=ray,
     ) as pool, AsyncExitStack() as stack:  # fmt: skip
+        sender = await _sender(client, target, opts, stack, concurrency, run_start_ns, timeouts)
         wanted = opts.model or scenario.model or target.model
         model, _ = await checked_model(client.get_json("/v1/models"), wanted, target.url)
         counter = await pick_counter(
@@ -163,7 +172,7 @@ async def open_http_backend(
         ))  # fmt: skip
         manifest["telemetry"] = {"source": None if gpu is None else gpu.source, "notes": notes}
         poller = MetricsPoller(
-            lambda: client.get_text("/metrics"),
+            _metrics_fetch(sender, run_start_ns, rundir),
             rundir.append_metrics,
             interval_s=scenario.metrics.poll_interval_s,
             run_start_ns=run_start_ns,
@@ -173,16 +182,50 @@ async def open_http_backend(
         lag = LoopLagMonitor()
         await poller.scrape_once()  # the opening sample; also reads cache_config_info
         target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
-        progress = Progress(arm, poller, enabled=opts.progress, live_counts=client.live_counts)
+        progress = Progress(arm, poller, enabled=opts.progress, live_counts=sender.live_counts)
         background = [asyncio.create_task(poller.run()), asyncio.create_task(lag.run())]
         if opts.self_watch:
             client_log = stack.enter_context(closing(JsonlAppender(rundir.path / "client.jsonl")))
             watch = SelfWatch(client_log.append, run_start_ns=run_start_ns)
             background.append(asyncio.create_task(watch.run()))
         yield HttpBackend(
-            target, model, builder, session_builder, poller, progress, client, pool, lag,
+            target, model, builder, session_builder, poller, progress, client, sender, pool, lag,
             WallClock(run_start_ns), warn, background, concurrency, opts.workers,
         )  # fmt: skip
+
+
+async def _sender(
+    client: OpenAIClient,
+    target: Target,
+    opts: RunOptions,
+    stack: AsyncExitStack,
+    concurrency: int,
+    run_start_ns: int,
+    timeouts: Timeouts,
+) -> OpenAIClient | RoutedClient:
+    """`client` for one server; for several, a client per replica (the first is `client`)
+    behind the run's router, each sized for every stream in flight (any policy may send them
+    all to one replica)."""
+    if not target.replicas:
+        return client
+    others = []
+    for url in target.replicas[1:]:
+        other = OpenAIClient(url, api_key=opts.api_key, concurrency=concurrency,
+                             timeouts=timeouts, run_start_ns=run_start_ns)  # fmt: skip
+        others.append(await stack.enter_async_context(other))
+    return RoutedClient([client, *others], Router(opts.route, len(target.replicas)))
+
+
+def _metrics_fetch(
+    sender: OpenAIClient | RoutedClient, run_start_ns: int, rundir: RunDirectory
+) -> Callable[[], Awaitable[Any]]:
+    """/metrics of the one server, or of every replica (their totals; each one's own sample
+    to replica_metrics.jsonl), on the run clock."""
+    if isinstance(sender, OpenAIClient):
+        return lambda: sender.get_text("/metrics")
+    fetches = [functools.partial(c.get_text, "/metrics") for c in sender.clients]
+    return FleetScrape(fetches, rundir.append_replica_metrics,
+                       lambda: time.perf_counter_ns() - run_start_ns)  # fmt: skip
 
 
 def max_in_flight(arm: ArmPlan) -> int:
@@ -194,7 +237,7 @@ def max_in_flight(arm: ArmPlan) -> int:
 async def _run_rep(
     rep: RepPlan,
     builders: tuple[PromptBuilder, PromptBuilder],
-    client: OpenAIClient,
+    client: OpenAIClient | RoutedClient,
     model: str,
     clock: WallClock,
     record: Callable[[StreamRecord], None],

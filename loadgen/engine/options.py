@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.clock import ClockName
+from loadgen.engine.routing import RouteSpec
 from loadgen.engine.soak import SoakStop
 from loadgen.server.spec import ServerSpec
 
@@ -51,3 +52,13 @@ class RunOptions:
     # unless `telemetry` is off (engine/telemetry.py).
     telemetry_url: str | None = None
     telemetry: bool = True
+    # Several replicas behind the client's router (engine/routing.py): every --base-url when
+    # more than one is given (base_url is the first), or the built-in sim booted N times
+    # (--sim-replicas, either clock); `route` picks each request's replica.
+    replica_urls: tuple[str, ...] = ()
+    sim_replicas: int = 1
+    route: RouteSpec = RouteSpec()  # noqa: RUF009 - frozen, so one shared default is safe
+
+    @property
+    def replicas(self) -> int:
+        return max(len(self.replica_urls), self.sim_replicas)

@@ -9,6 +9,7 @@ with `interrupted: true`), so a partial run directory is still a readable one.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,21 @@ def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{scenario.name}"
 
 
+def fresh_dir(out_root: Path, name: str) -> Path:
+    """out_root/name made now, or name-2, name-3, ... when a run that started in the same
+    second holds it: records append, so two runs sharing a directory would mix their streams
+    (two `bench serve --seed 2` runs of 4 streams each read back as one of 8)."""
+    out_root.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        root = out_root / (name if n == 1 else f"{name}-{n}")
+        try:
+            root.mkdir()
+        except FileExistsError:
+            continue
+        return root
+    raise AssertionError("unreachable: itertools.count never ends")
+
+
 @dataclass(frozen=True, slots=True)
 class WorkRoot:
     """The directory of a command that runs many runs (capacity, calibrate, fidelity), its start
@@ -64,10 +80,9 @@ def open_work_root(
     can name it."""
     check_out_root(opts.out_root)
     started = dt.datetime.now(dt.UTC)
-    root = opts.out_root / (run_dir_name(scenario, started) + suffix)
+    root = fresh_dir(opts.out_root, run_dir_name(scenario, started) + suffix)
     if on_root is not None:
         on_root(root)
-    root.mkdir(parents=True, exist_ok=False)
     seed = scenario.seed if opts.run_seed is None else opts.run_seed
     return WorkRoot(root, started, seed)
 
@@ -100,19 +115,23 @@ async def run_plan(
         plan = fit_datasets(plan, sim_window(plan.scenario), "the built-in sim", warn)
         check_sim_windows(plan)
     started = dt.datetime.now(dt.UTC)
-    root = opts.out_root / (run_dir_name(plan.scenario, started) if name is None else name)
+    if name is None:
+        root = fresh_dir(opts.out_root, run_dir_name(plan.scenario, started))
+    else:
+        root = opts.out_root / name
+        root.mkdir(parents=True, exist_ok=True)
     if on_root is not None:
         on_root(root)
     single = len(plan.arms) == 1 and not plan.arms[0].flags
     if single:
         await run_arm(plan, plan.arms[0], root, opts, warn)
         return root
-    root.mkdir(parents=True, exist_ok=False)
     parent = base_manifest(plan, opts, started) | {
         "arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]
     }
     # The parent of a sweep holds only the manifest: its records live in arms/<arm>/.
-    if opts.base_url or clock.engine_per_arm:
+    # Replicas are booted (or reached) by each arm's own target, as a URL is.
+    if opts.base_url or clock.engine_per_arm or opts.replicas > 1:
         for arm in plan.arms:
             await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
         per_arm, note = clock.unbooted

@@ -29,11 +29,14 @@ from typing import Any, TypeVar, cast
 
 from prometheus_client.metrics_core import Metric
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.clock import ClockName, Pending, VirtualTime
 from loadgen.engine.arm import Record
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.replicas import FleetScrape, targets_manifest
+from loadgen.engine.routing import Router
 from loadgen.engine.sessions import build_sessions
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.engine.traffic import send_rep
@@ -48,6 +51,8 @@ from loadgen.sim.tokenizer import SPECIAL_TOKENS
 from loadgen.sim.virtual import (
     NS,
     SettingsError,
+    SimServerConfig,
+    VirtualFleet,
     VirtualSim,
     config_from_settings,
     sim_facts,
@@ -74,7 +79,9 @@ class SimTokenCounter:
 
     method = "local"
 
-    def __init__(self, sim: VirtualSim, *, chat: bool, template: dict[str, Any] | None) -> None:
+    def __init__(
+        self, sim: VirtualSim | VirtualFleet, *, chat: bool, template: dict[str, Any] | None
+    ) -> None:
         tok = sim.tokenizer
         self._tok = tok
         self._frame = len(sim.prompt_ids("x", chat=chat, template=template)) - tok.count("x")
@@ -129,7 +136,7 @@ class VirtualArm:
 
     def __init__(
         self,
-        sim: VirtualSim,
+        sim: VirtualSim | VirtualFleet,
         poller: MetricsPoller,
         interval_ns: int,
         builder: PromptBuilder,
@@ -224,7 +231,7 @@ class VirtualBackend:
 
     def describe(self) -> dict[str, Any]:
         sim = self.driver.sim
-        virtual = {"end_ns": sim.now_ns, "engine_steps": len(sim.engine.iteration_tokens)}
+        virtual = {"end_ns": sim.now_ns, "engine_steps": sim.engine_steps}
         return {"server_info": self.poller.info, "virtual": virtual}
 
 
@@ -246,7 +253,7 @@ async def open_virtual_backend(
         config = config_from_settings(settings)
     except SettingsError as e:
         raise RunError(f"arm {arm.name!r}: {e}") from None
-    sim = VirtualSim(config, scenario.timeouts, model=SIM_MODEL)
+    sim = _virtual_server(config, scenario.timeouts, opts, manifest)
     target = Target(
         url=VIRTUAL_URL, kind="sim", model=SIM_MODEL, flags=sim_flags(settings),
         speed=config.speed,
@@ -257,8 +264,13 @@ async def open_virtual_backend(
     builder = PromptBuilder(SimTokenCounter(sim, chat=chat, template=scenario.chat_template_kwargs))
     # Session messages are sized as content, as on the wall clock.
     session_builder = PromptBuilder(SimTokenCounter(sim, chat=False, template=None))
+    fetch: Callable[[], Any] = (
+        FleetScrape([metrics_fetch(s) for s in sim.sims], rundir.append_replica_metrics,
+                    lambda: sim.now_ns)
+        if isinstance(sim, VirtualFleet) else metrics_fetch(sim)
+    )  # fmt: skip
     poller = MetricsPoller(
-        metrics_fetch(sim),
+        fetch,
         rundir.append_metrics,
         interval_s=scenario.metrics.poll_interval_s,
         run_start_ns=0,
@@ -278,6 +290,20 @@ async def open_virtual_backend(
     yield VirtualBackend(
         target, model, builder, session_builder, poller, progress, driver, config.speed
     )
+
+
+def _virtual_server(
+    config: SimServerConfig, timeouts: Timeouts, opts: RunOptions, manifest: dict[str, Any]
+) -> VirtualSim | VirtualFleet:
+    """One engine, or `--sim-replicas` engines behind the run's router (each its own cache and
+    metrics; run.json's `targets` names them `virtual://loadgen-sim/<i>`)."""
+    n = opts.sim_replicas
+    if n == 1:
+        return VirtualSim(config, timeouts, model=SIM_MODEL)
+    router = Router(opts.route, n)
+    manifest |= targets_manifest([f"{VIRTUAL_URL}/{i}" for i in range(n)], opts.route)
+    sims = [VirtualSim(config, timeouts, model=SIM_MODEL) for _ in range(n)]
+    return VirtualFleet(sims, router.pick, router.done)
 
 
 def metrics_fetch(sim: VirtualSim) -> Callable[[], Any]:

@@ -40,6 +40,7 @@ from loadgen.report.sections import (
     goodput_table,
     needle_table,
     reasoning_table,
+    replicas_table,
     sessions_table,
 )
 from loadgen.report.tables import (
@@ -468,6 +469,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     mixed = whale_table(summary)
     tables.append(mixed if mixed is not None else run_ladder_table(summary))
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
+    tables.append(replicas_table(summary))
     tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
     tables.append(dataset_table(summary))
     tables.append(energy_table(summary))

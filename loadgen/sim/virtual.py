@@ -156,6 +156,10 @@ class VirtualSim:
     def in_flight(self) -> int:
         return len(self._flights)
 
+    @property
+    def engine_steps(self) -> int:
+        return len(self.engine.iteration_tokens)
+
     # -- the clock -------------------------------------------------------------------------
 
     def advance_to(self, t_ns: int) -> None:
@@ -361,6 +365,60 @@ class VirtualSim:
 
     def _ns(self, engine_s: float) -> int:
         return round(engine_s * self._ns_per_engine_s)
+
+
+class VirtualFleet:
+    """Several VirtualSims on one run clock behind a router: `pick` names the replica of each
+    request as it arrives, `done` hears when its stream ends there. Each replica keeps its own
+    engine, KV cache and metrics; the fleet steps whichever replica's event comes first (ties:
+    the lowest index), so a run is as exact and repeatable as on one engine."""
+
+    def __init__(
+        self,
+        sims: list[VirtualSim],
+        pick: Callable[[StreamRequest], int],
+        done: Callable[[int], None],
+    ) -> None:
+        self.sims, self._pick, self._done = sims, pick, done
+        self.tokenizer = sims[0].tokenizer
+        self.prompt_ids = sims[0].prompt_ids
+
+    @property
+    def now_ns(self) -> int:
+        return self.sims[0].now_ns
+
+    @property
+    def in_flight(self) -> int:
+        return sum(s.in_flight for s in self.sims)
+
+    @property
+    def engine_steps(self) -> int:
+        return sum(s.engine_steps for s in self.sims)
+
+    def advance_to(self, t_ns: int) -> None:
+        for sim in self.sims:
+            sim.advance_to(t_ns)
+
+    def next_event_ns(self) -> int | None:
+        due = [t for t in (s.next_event_ns() for s in self.sims) if t is not None]
+        return min(due) if due else None
+
+    def step_next(self) -> None:
+        t = self.next_event_ns()
+        if t is None:
+            return
+        first = next(s for s in self.sims if s.next_event_ns() == t)
+        self.advance_to(t)
+        first.step_next()
+
+    def submit(self, req: StreamRequest, on_record: OnRecord) -> None:
+        replica = self._pick(req)
+
+        def ended(rec: StreamRecord) -> None:
+            self._done(replica)
+            on_record(dataclasses.replace(rec, replica=replica))
+
+        self.sims[replica].submit(req, ended)
 
 
 def _record(
