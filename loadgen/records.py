@@ -129,6 +129,9 @@ class StreamRecord:
     # The calls themselves, (id, name, arguments) each, kept for the request that sends the
     # tool's result; never written (as `answer`).
     calls: tuple[tuple[str, str, str], ...] | None = None
+    # An open loop with a seat cap (arrival `concurrency`): how long the arrival waited for a
+    # free seat before its send (t_intended_ns is the seat's instant); None without a cap.
+    seat_wait_ns: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

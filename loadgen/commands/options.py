@@ -22,7 +22,7 @@ from loadgen.clock import ClockName
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.limits import client_problems, size_problems
 from loadgen.scenario.load_axis import LoadAxis, load_problem, load_sweep, parse_load_values
-from loadgen.scenario.model import Scenario
+from loadgen.scenario.model import Gamma, Poisson, Scenario
 from loadgen.server.kinds import SERVER_KINDS
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 from loadgen.sim.profile_file import ProfileFileError, load_profile_file
@@ -262,6 +262,15 @@ LOAD_SWEEP_OPTIONS = _options(
         default=None,
         metavar="R[,R...]",
         help="One arm per value: Poisson arrivals at R requests/s (inf: all at once).",
+    ),
+    click.option(
+        "--max-concurrency",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
+        help="At most N streams in flight under a rate (each --rate arm, or the scenario's "
+        "poisson/gamma arrival): an arrival waits for a free seat, its wait recorded apart "
+        "from its TTFT.",
     ),
     REQUESTS_OPTION,
 )
@@ -550,22 +559,31 @@ def with_sim_profile(
 
 
 def with_load_sweep(
-    loaded: Scenario, concurrency: str | None, rate: str | None, requests: int | None
+    loaded: Scenario,
+    concurrency: str | None,
+    rate: str | None,
+    requests: int | None,
+    max_concurrency: int | None = None,
 ) -> Scenario:
-    """The scenario with one arm per `--concurrency` or `--rate` value (itself without them)."""
+    """The scenario with one arm per `--concurrency` or `--rate` value (itself without them),
+    each rate's open loop capped at `--max-concurrency`."""
     if concurrency is not None and rate is not None:
         raise click.UsageError("give --concurrency or --rate, not both")
+    if concurrency is not None and max_concurrency is not None:
+        raise click.UsageError(
+            "--max-concurrency caps a rate; --concurrency is already a closed loop's seats"
+        )
     if concurrency is None and rate is None:
         if requests is not None:
             raise click.UsageError("--requests sizes the arms of --concurrency or --rate")
-        return loaded
+        return loaded if max_concurrency is None else with_seat_cap(loaded, max_concurrency)
     over, text = ("concurrency", concurrency) if concurrency is not None else ("rate", rate)
     assert text is not None
     try:
         values = parse_load_values(text, over)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    axis = LoadAxis(over, requests=requests)
+    axis = LoadAxis(over, requests=requests, cap=max_concurrency)
     problem = load_problem(loaded, axis)
     if problem:
         raise click.ClickException(problem)
@@ -574,6 +592,17 @@ def with_load_sweep(
     if problems:
         raise click.ClickException(f"{loaded.source or loaded.name}: {problems[0]}")
     return dataclasses.replace(loaded, sweep=sweep)
+
+
+def with_seat_cap(loaded: Scenario, cap: int) -> Scenario:
+    """The scenario's poisson or gamma arrival with at most `cap` streams in flight."""
+    a = loaded.arrival
+    if not isinstance(a, Poisson | Gamma):
+        raise click.UsageError(
+            f"--max-concurrency caps a poisson or gamma arrival, and {loaded.name}'s is "
+            f"{a.kind} (give --rate R, or a closed arrival's concurrency)"
+        )
+    return dataclasses.replace(loaded, arrival=dataclasses.replace(a, concurrency=cap))
 
 
 def workers_value(value: str) -> int | None:
