@@ -227,6 +227,32 @@ def parse_clock(
     return None if value is None else ClockName(value)
 
 
+def parse_percentiles(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> tuple[float, ...] | None:
+    """`--metric-percentiles 50,95,99.9` as the percentiles, in the order given (None: not
+    given, the summary keeps today's figures)."""
+    if value is None:
+        return None
+    try:
+        ps = tuple(dict.fromkeys(float(p) for p in value.split(",")))
+    except ValueError:
+        ps = ()
+    if not ps or not all(0 < p <= 100 for p in ps):
+        raise click.BadParameter(f"{value!r}: give numbers in (0, 100] separated by commas, "
+                                 "e.g. 50,95,99.9")  # fmt: skip
+    return ps
+
+
+METRIC_PERCENTILES_OPTION = click.option(
+    "--metric-percentiles",
+    callback=parse_percentiles,
+    default=None,
+    metavar="P[,P...]",
+    help="Also report TTFT, TPOT, ITL and E2E at these percentiles (ms, read from the HDR "
+    "histograms) per group in summary.json and the report, as vllm bench serve's "
+    "--metric-percentiles.",
+)
 # ClockName's values, not the enum: click would offer its member names (WALL).
 CLOCK_CHOICE = click.Choice([c.value for c in ClockName])
 CLOCK_OPTION = click.option(
@@ -377,6 +403,7 @@ class RunArgs:
     overrides: tuple[str, ...] = ()
     clock: ClockName | None = None
     sim_profile: Path | None = None
+    metric_percentiles: tuple[float, ...] | None = None
 
     def sets(self) -> tuple[str, ...]:
         """--set, with --sim-profile's settings first (with_sim_profile)."""
@@ -389,7 +416,8 @@ def run_like(
     """The groups of a run-like command as one decorator whose values reach the command as
     `args: RunArgs`; `progress`: the live view's default (output_options); `clock` and
     `sim_profile`: whether the command offers --clock and --sim-profile."""
-    groups = [TARGET_OPTIONS, TELEMETRY_OPTIONS, output_options(progress), SET_OPTION]
+    groups = [TARGET_OPTIONS, TELEMETRY_OPTIONS, output_options(progress), SET_OPTION,
+              METRIC_PERCENTILES_OPTION]  # fmt: skip
     groups += [CLOCK_OPTION] if clock else []
     groups += [SEED_OPTIONS, FACTS_OPTIONS, LAUNCH_OPTIONS]
     groups += [SIM_PROFILE_OPTION] if sim_profile else []
@@ -453,7 +481,8 @@ def run_options(
         seed_source=run_seed.source, server=server, server_facts=server_facts or None,
         server_facts_sources=dict.fromkeys(server_facts, USER_SOURCE) or None,
         server_flags=server_flags, telemetry_url=telemetry.telemetry_url,
-        telemetry=not telemetry.no_telemetry, **fields,
+        telemetry=not telemetry.no_telemetry, metric_percentiles=args.metric_percentiles,
+        **fields,
     )  # fmt: skip
 
 

@@ -51,3 +51,6 @@ class RunOptions:
     # unless `telemetry` is off (engine/telemetry.py).
     telemetry_url: str | None = None
     telemetry: bool = True
+    # `--metric-percentiles`: TTFT/TPOT/ITL/E2E at these percentiles in every summary (run.json
+    # keeps them, so a re-report gives the same); None: not asked.
+    metric_percentiles: tuple[float, ...] | None = None

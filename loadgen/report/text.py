@@ -33,7 +33,7 @@ from loadgen.analysis.verdicts import VERDICTS
 from loadgen.clock import ClockName
 from loadgen.codec import from_json
 from loadgen.report.banners import run_banner, warm_cache_line
-from loadgen.report.bench_tables import benchmark_tables
+from loadgen.report.bench_tables import benchmark_tables, percentile_table
 from loadgen.report.sections import (
     energy_table,
     goodput_table,
@@ -470,6 +470,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
     tables.append(energy_table(summary))
     tables += benchmark_tables(read_benchmark(summary))
+    tables.append(percentile_table(summary))
     return [t for t in tables if t is not None]
 
 
