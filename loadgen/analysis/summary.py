@@ -42,6 +42,7 @@ from loadgen.analysis.hist import (
     tpot_histogram,
 )
 from loadgen.analysis.inputs import RunInputs, load_run
+from loadgen.analysis.lengths import prompt_drift, short_output
 from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
@@ -217,6 +218,8 @@ def _run_section(
         "client_limited_streams": counts.limited,
         "client_limits": to_json(limits),
         "warm_cache": None if warm is None else to_json(warm),
+        "short_output": _json_or_none(short_output(measure)),
+        "prompt_drift": _json_or_none(prompt_drift(measure)),
         "client": client,
         "speed": manifest.get("speed", 1.0),
         "clock": ClockName.read(manifest.get("clock")),
@@ -242,6 +245,10 @@ def _run_section(
         "trace_reuse": None if reuse is None else to_json(reuse),
         "trace_prompts_raised": trace_prompts_raised(manifest),
     }
+
+
+def _json_or_none(value: Any) -> Any:
+    return None if value is None else to_json(value)
 
 
 def _target(target: Any) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ async def materialize(
         ignore_eos=planned.ignore_eos,
         cache_salt=planned.prompt.salt,
         requested_prompt_tokens=planned.prompt.tokens,
+        prompt_tokens_sent=built.tokens,
         chat_template_kwargs=planned.chat_template_kwargs,
         phase=planned.phase,
         arm=planned.arm,

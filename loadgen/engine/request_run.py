@@ -241,6 +241,7 @@ async def _launch(
             group=GROUP,
             ignore_eos=args.ignore_eos,
             requested_prompt_tokens=args.prompt_tokens,
+            prompt_tokens_sent=p.tokens,
             cache_salt=salt,
         )
         for i, (p, salt) in enumerate(prompts)

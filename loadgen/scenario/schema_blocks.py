@@ -78,7 +78,7 @@ SIM_RULES = {
 SWEEP_RULES = {n: _sim_rule(o) for n, o in SIM_OPTION_NAMES.items() if o.sweep}
 FAULT_FORMS = (
     "the sim's --fault forms: http500=P, http429=P, drop=P, stall=P, stall_s=S, cache_dead, "
-    "drift=PCT_PER_HOUR, max_waiting=N, warm_mismatch=P"
+    "drift=PCT_PER_HOUR, max_waiting=N, warm_mismatch=P, early_eos=F"
 )
 POSITIVE = integer(1)
 MAYBE_POSITIVE = integer(1, nullable=True)
