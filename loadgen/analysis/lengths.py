@@ -21,8 +21,9 @@ requested (`max_tokens`) and delivered (`completion_tokens`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from loadgen.records import StreamRecord
 
@@ -32,6 +33,7 @@ DRIFT_SHARE = 0.05
 DRIFT_TOKENS = 32
 # Counts of output that are not token counts: a short one proves nothing.
 INEXACT_SOURCES = frozenset({"chunk_count"})
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,30 +93,40 @@ def drifts(gap: int, asked: int) -> bool:
 
 def short_output(records: Iterable[StreamRecord]) -> ShortOutput | None:
     """The measured streams that delivered short under ignore_eos, or None where none did."""
-    judged = [(r, f) for r in records if (f := output_shortfall(r)) is not None]
-    short = [(r, f) for r, f in judged if r.max_tokens is not None and is_short(f, r.max_tokens)]
-    if not short:
-        return None
-    worst, _ = max(short, key=lambda rf: (rf[1], rf[0].id))
-    assert worst.max_tokens is not None  # judged streams all have one
-    return ShortOutput(
-        len(short), len(judged), tuple(sorted({r.group for r, _ in short})), worst.id,
-        worst.max_tokens, worst.completion_tokens,
-    )  # fmt: skip
+
+    def build(n: int, judged: int, groups: tuple[str, ...], worst: StreamRecord) -> ShortOutput:
+        owed = worst.max_tokens or 0
+        return ShortOutput(n, judged, groups, worst.id, owed, worst.completion_tokens)
+
+    return _flagged(records, output_shortfall, lambda r, f: is_short(f, r.max_tokens or 0), build)
 
 
 def prompt_drift(records: Iterable[StreamRecord]) -> PromptDrift | None:
     """The measured streams whose prompt drifted from the asked length, or None."""
-    judged = [(r, g) for r in records if (g := prompt_gap(r)) is not None]
-    drifted = [
-        (r, g) for r, g in judged
-        if r.requested_prompt_tokens is not None and drifts(g, r.requested_prompt_tokens)
-    ]  # fmt: skip
-    if not drifted:
+
+    def build(n: int, judged: int, groups: tuple[str, ...], worst: StreamRecord) -> PromptDrift:
+        asked = worst.requested_prompt_tokens or 0
+        sent, counted = worst.prompt_tokens_sent, worst.prompt_tokens
+        return PromptDrift(n, judged, groups, worst.id, asked, sent, counted)
+
+    return _flagged(
+        records, prompt_gap, lambda r, g: drifts(g, r.requested_prompt_tokens or 0), build
+    )
+
+
+def _flagged(
+    records: Iterable[StreamRecord],
+    amount: Callable[[StreamRecord], int | None],
+    too_far: Callable[[StreamRecord, int], bool],
+    build: Callable[[int, int, tuple[str, ...], StreamRecord], T],
+) -> T | None:
+    """`build` of the records whose `amount` (None: not judged) is `too_far`: their count,
+    how many were judged, their groups and the one furthest off (the last id among equals);
+    None where none was flagged."""
+    judged = [(r, n) for r in records if (n := amount(r)) is not None]
+    flagged = [(r, n) for r, n in judged if too_far(r, n)]
+    if not flagged:
         return None
-    worst, _ = max(drifted, key=lambda rg: (rg[1], rg[0].id))
-    assert worst.requested_prompt_tokens is not None  # judged streams all asked one
-    return PromptDrift(
-        len(drifted), len(judged), tuple(sorted({r.group for r, _ in drifted})), worst.id,
-        worst.requested_prompt_tokens, worst.prompt_tokens_sent, worst.prompt_tokens,
-    )  # fmt: skip
+    worst, _ = max(flagged, key=lambda rn: (rn[1], rn[0].id))
+    groups = tuple(sorted({r.group for r, _ in flagged}))
+    return build(len(flagged), len(judged), groups, worst)
