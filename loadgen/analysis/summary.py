@@ -359,8 +359,19 @@ def _groups(
             "cohort": _cohort([r for r in reps_out if r["group"] == group], server),
             "reasoning": _reasoning(recs, grows),
             **_group_percentiles(histograms[group], recs, asked),
+            **_seat_waits(recs),
         }
     return out
+
+
+def _seat_waits(recs: list[StreamRecord]) -> dict[str, Any]:
+    """Under an arrival's seat cap, how many streams waited for a seat and how long (ms);
+    nothing for a group sent without one."""
+    waits = [r.seat_wait_ns for r in recs if r.seat_wait_ns is not None]
+    if not waits:
+        return {}
+    return {"seat_wait": {"capped": len(waits), "waited": sum(w > 0 for w in waits),
+                          "ms": describe(w / MS for w in waits)}}  # fmt: skip
 
 
 def _reasoning(recs: list[StreamRecord], grows: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -80,3 +80,23 @@ def percentile_table(summary: dict[str, Any]) -> Table | None:
          "too, as hist/*.hlog holds them",),
         left=frozenset({0, 1}),
     )  # fmt: skip
+
+
+def seat_wait_table(summary: dict[str, Any]) -> Table | None:
+    """Per group under a seat cap: the streams that waited for a seat, and how long; None
+    where no group had a cap."""
+    groups = summary.get("groups") or {}
+    rows = tuple(
+        (g, str(w["waited"]), str(w["capped"]), num(w["ms"]["median"], 2),
+         num(w["ms"]["p90"], 2), num(w["ms"]["max"], 2))
+        for g, v in sorted(groups.items())
+        if (w := v.get("seat_wait")) is not None
+    )  # fmt: skip
+    if not rows:
+        return None
+    return Table(
+        "Seat waits (arrival concurrency cap), ms: every capped stream, 0 where a seat was free",
+        ("group", "waited", "of", "median", "p90", "max"),
+        rows,
+        ("a wait is the arrival's time before a seat freed: not lateness, not part of TTFT",),
+    )

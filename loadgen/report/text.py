@@ -38,7 +38,7 @@ from loadgen.report.banners import (
     short_output_line,
     warm_cache_line,
 )
-from loadgen.report.bench_tables import benchmark_tables, percentile_table
+from loadgen.report.bench_tables import benchmark_tables, percentile_table, seat_wait_table
 from loadgen.report.sections import (
     energy_table,
     goodput_table,
@@ -479,7 +479,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
     tables.append(energy_table(summary))
     tables += benchmark_tables(read_benchmark(summary))
-    tables.append(percentile_table(summary))
+    tables += [percentile_table(summary), seat_wait_table(summary)]
     return [t for t in tables if t is not None]
 
 
