@@ -132,6 +132,15 @@ class StreamRecord:
     # Which replica served it, an index into run.json's `targets` list (engine/routing.py);
     # None for a run with one target.
     replica: int | None = None
+    # An open loop with a seat cap (arrival `concurrency`): how long the arrival waited for a
+    # free seat before its send (t_intended_ns is the seat's instant); None without a cap.
+    seat_wait_ns: int | None = None
+    # Honest lengths (analysis/lengths.py): the prompt's tokens by loadgen's own count of what
+    # it sent (beside requested_prompt_tokens, asked, and prompt_tokens, the server's usage),
+    # and whether the request asked the server to ignore EOS (max_tokens is then owed in
+    # full); None in records written before them.
+    prompt_tokens_sent: int | None = None
+    ignore_eos: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -276,7 +276,7 @@ def test_benchs_spellings_are_taken_and_a_foreign_flag_is_clicks_error() -> None
         (["--goodput", "ttft:fast"], "--goodput ttft:fast: expected KEY:MS"),
         (["--goodput", "queue:5"], "--goodput queue:5: expected KEY:MS"),
         (["--percentile-metrics", "ttft,bogus"], "unknown bogus"),
-        (["--metric-percentiles", "50,101"], "--metric-percentiles 50,101"),
+        (["--metric-percentiles", "50,101"], "'--metric-percentiles': '50,101': give numbers"),
         (["--metadata", "novalue"], "--metadata novalue: expected KEY=VALUE"),
         (["--host", "h", "--base-url", "http://h:1"], "--base-url or --host/--port"),
     ],

@@ -224,7 +224,7 @@ MALFORMED = [
         (),
         [
             "s.yaml:12: arrival: got 'poisson' alone (expected {poisson: {rate_per_s, count, "
-            "duration_s}})"
+            "duration_s, concurrency, ramp}})"
         ],
         id="arrival-without-parameters",
     ),

@@ -34,6 +34,7 @@ MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "slo": (dict, type(None)), "slo_shares": _DICT, "soak_end": _DICT, "speed": (int, float),
     "target": (dict, str), "token_counter": _STR, "tool_version": _STR, "measured": _INT,
     "targets": _DICT,
+    "metric_percentiles": _LIST,
 }  # fmt: skip
 # Fields that name one of a few things: another word is dropped like a wrong type (a clock
 # loadgen does not know would otherwise reach the report as a ValueError).

@@ -38,8 +38,12 @@ from loadgen.analysis.hist import (
     GroupHistograms,
     build_histograms,
     hlog_name,
+    metric_percentiles,
+    new_histogram,
+    tpot_histogram,
 )
 from loadgen.analysis.inputs import RunInputs, load_run
+from loadgen.analysis.lengths import prompt_drift, short_output
 from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.replicas import replicas_block
@@ -110,6 +114,7 @@ def analyze(inputs: RunInputs) -> Analysis:
     measure = [r for r in records if r.phase == MEASURE]
     rows = {s["id"]: s for s in streams if s["phase"] == MEASURE}
     histograms = build_histograms(measure)
+    asked = asked_percentiles(manifest)
     reps = _reps(measure, records, rows, timeline)
     counts = record_counts(manifest, records, rows)
     good = goodput(measure, rows, manifest.get("slo"), manifest.get("slo_shares"))
@@ -120,7 +125,7 @@ def analyze(inputs: RunInputs) -> Analysis:
         | {"records": _records_block(counts, inputs)},
         "replicas": _replicas(manifest, measure, rows, inputs, run["server"]),
         "streams": streams,
-        "groups": _groups(measure, rows, timeline, manifest, reps),
+        "groups": _groups(measure, rows, timeline, manifest, reps, (histograms, asked)),
         "reps": reps,
         "arms": _arms(records),
         "mixed": _mixed(measure, records, timeline, ctx.seats),
@@ -146,7 +151,43 @@ def analyze(inputs: RunInputs) -> Analysis:
             "preempt_stall_factor": PREEMPT_STALL_FACTOR,
         },
     }
+    if asked:
+        summary["percentiles"] = {
+            "asked": list(asked),
+            "total": _total_percentiles(histograms, measure, asked),
+        }
     return Analysis(canonical(summary), histograms, timeline)
+
+
+def asked_percentiles(manifest: dict[str, Any]) -> tuple[float, ...]:
+    """The percentiles `--metric-percentiles` asked for (run.json), none when not asked; an
+    entry that is not a number in (0, 100] is left out."""
+    asked = manifest.get("metric_percentiles") or []
+    return tuple(
+        float(p) for p in asked
+        if isinstance(p, int | float) and not isinstance(p, bool) and 0 < p <= 100
+    )  # fmt: skip
+
+
+def _group_percentiles(
+    gh: GroupHistograms, recs: list[StreamRecord], asked: tuple[float, ...]
+) -> dict[str, Any]:
+    """A group's `percentiles` entry where they were asked for, else nothing."""
+    if not asked:
+        return {}
+    merged = {m: gh.merged(m) for m in HIST_METRICS}
+    return {"percentiles": metric_percentiles(merged, tpot_histogram(recs), asked)}
+
+
+def _total_percentiles(
+    histograms: dict[str, GroupHistograms], measure: list[StreamRecord], asked: tuple[float, ...]
+) -> dict[str, Any]:
+    """The percentiles of every measured stream: the groups' histograms added together."""
+    total = {m: new_histogram() for m in HIST_METRICS}
+    for gh in histograms.values():
+        for m, h in total.items():
+            h.add(gh.merged(m))
+    return metric_percentiles(total, tpot_histogram(measure), asked)
 
 
 def _run_section(
@@ -190,6 +231,8 @@ def _run_section(
         "client_limited_streams": counts.limited,
         "client_limits": to_json(limits),
         "warm_cache": None if warm is None else to_json(warm),
+        "short_output": _json_or_none(short_output(measure)),
+        "prompt_drift": _json_or_none(prompt_drift(measure)),
         "client": client,
         "speed": manifest.get("speed", 1.0),
         "clock": ClockName.read(manifest.get("clock")),
@@ -240,6 +283,10 @@ def _replicas(
 ) -> dict[str, Any] | None:
     block = replicas_block(manifest.get("targets"), measure, rows, inputs.replica_metrics, server)
     return None if block is None else to_json(block)
+
+
+def _json_or_none(value: Any) -> Any:
+    return None if value is None else to_json(value)
 
 
 def _target(target: Any) -> dict[str, Any] | None:
@@ -318,8 +365,10 @@ def _groups(
     timeline: Timeline,
     manifest: dict[str, Any],
     reps_out: list[dict[str, Any]],
+    percentiles: tuple[dict[str, GroupHistograms], tuple[float, ...]],
 ) -> dict[str, Any]:
     shapes = manifest.get("prompt_shapes") or {}
+    histograms, asked = percentiles
     out: dict[str, Any] = {}
     for group in sorted({r.group for r in measure}):
         recs = [r for r in measure if r.group == group]
@@ -347,8 +396,20 @@ def _groups(
             "server": server,
             "cohort": _cohort([r for r in reps_out if r["group"] == group], server),
             "reasoning": _reasoning(recs, grows),
+            **_group_percentiles(histograms[group], recs, asked),
+            **_seat_waits(recs),
         }
     return out
+
+
+def _seat_waits(recs: list[StreamRecord]) -> dict[str, Any]:
+    """Under an arrival's seat cap, how many streams waited for a seat and how long (ms);
+    nothing for a group sent without one."""
+    waits = [r.seat_wait_ns for r in recs if r.seat_wait_ns is not None]
+    if not waits:
+        return {}
+    return {"seat_wait": {"capped": len(waits), "waited": sum(w > 0 for w in waits),
+                          "ms": describe(w / MS for w in waits)}}  # fmt: skip
 
 
 def _reasoning(recs: list[StreamRecord], grows: list[dict[str, Any]]) -> dict[str, Any] | None:

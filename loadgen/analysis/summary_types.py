@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
+from loadgen.analysis.lengths import PromptDrift, ShortOutput
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
@@ -259,6 +260,8 @@ class RunSummary:
     client_limits: ClientLimits | None
     arm_client_limits: Mapping[str, ClientLimits]
     warm_cache: WarmCache | None
+    short_output: ShortOutput | None
+    prompt_drift: PromptDrift | None
     streams: StreamTally | None
     wall_s: float | None
     cap: Cap | None
@@ -291,6 +294,8 @@ class RunSummary:
             client_limited=bool(run.get("client_limited")),
             client_limits=block(run, "client_limits", reader(ClientLimits)),
             warm_cache=block(run, "warm_cache", reader(WarmCache)),
+            short_output=block(run, "short_output", reader(ShortOutput)),
+            prompt_drift=block(run, "prompt_drift", reader(PromptDrift)),
             arm_client_limits=from_json(
                 dict[str, ClientLimits], run.get("arm_client_limits") or {}
             ),

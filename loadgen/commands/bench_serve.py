@@ -264,8 +264,6 @@ def bench_group() -> None:
 @click.option("--num-warmups", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--goodput", multiple=True, metavar="KEY:MS ...", help=MAPPED["--goodput"])
 @click.option("--percentile-metrics", default=None, help=MAPPED["--percentile-metrics"])
-@click.option("--metric-percentiles", default="99", show_default=True,
-              help=MAPPED["--metric-percentiles"])  # fmt: skip
 @click.option("--save-result", is_flag=True, help=MAPPED["--save-result"])
 @click.option("--append-result", is_flag=True, help=MAPPED["--append-result"])
 @click.option("--result-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
@@ -304,7 +302,8 @@ def bench_request(args: RunArgs, flags: dict[str, Any]) -> BenchRequest | list[s
     api = _api(flags["backend"], flags["endpoint"], problems)
     workload = _workload(flags, api, problems)
     metrics = _metrics(flags["percentile_metrics"], problems)
-    percentiles = _percentiles(flags["metric_percentiles"], problems)
+    # bench's default, 99; the option itself is run_like's, so `loadgen run` reads it alike.
+    percentiles = args.metric_percentiles or BENCH_PERCENTILES
     metadata = _metadata(flags["metadata"], problems)
     model_id = args.target.model or ""
     args = _with_target(args, flags, problems)
@@ -455,16 +454,6 @@ def _metrics(text: str | None, problems: list[str]) -> tuple[str, ...]:
     return names
 
 
-def _percentiles(text: str, problems: list[str]) -> tuple[float, ...]:
-    try:
-        values = tuple(float(p) for p in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or not all(0 <= p <= 100 for p in values):
-        problems.append(f"--metric-percentiles {text}: expected numbers in [0, 100], e.g. 50,99")
-    return values
-
-
 def _metadata(items: tuple[str, ...], problems: list[str]) -> tuple[tuple[str, str], ...]:
     out = []
     for item in items:
@@ -510,6 +499,7 @@ def result_path(req: BenchRequest, setup: BenchSetup) -> Path:
 
 
 RESULT_NAME = "bench_result.json"
+BENCH_PERCENTILES = (99.0,)
 
 
 def run_bench(req: BenchRequest) -> None:

@@ -28,7 +28,7 @@ from loadgen.engine.routing import (
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.limits import client_problems, size_problems
 from loadgen.scenario.load_axis import LoadAxis, load_problem, load_sweep, parse_load_values
-from loadgen.scenario.model import Scenario
+from loadgen.scenario.model import Gamma, Poisson, Scenario
 from loadgen.server.kinds import SERVER_KINDS
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 from loadgen.sim.profile_file import ProfileFileError, load_profile_file
@@ -283,6 +283,32 @@ def parse_clock(
     return None if value is None else ClockName(value)
 
 
+def parse_percentiles(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> tuple[float, ...] | None:
+    """`--metric-percentiles 50,95,99.9` as the percentiles, in the order given (None: not
+    given, the summary keeps today's figures)."""
+    if value is None:
+        return None
+    try:
+        ps = tuple(dict.fromkeys(float(p) for p in value.split(",")))
+    except ValueError:
+        ps = ()
+    if not ps or not all(0 < p <= 100 for p in ps):
+        raise click.BadParameter(f"{value!r}: give numbers in (0, 100] separated by commas, "
+                                 "e.g. 50,95,99.9")  # fmt: skip
+    return ps
+
+
+METRIC_PERCENTILES_OPTION = click.option(
+    "--metric-percentiles",
+    callback=parse_percentiles,
+    default=None,
+    metavar="P[,P...]",
+    help="Also report TTFT, TPOT, ITL and E2E at these percentiles (ms, read from the HDR "
+    "histograms) per group in summary.json and the report, as vllm bench serve's "
+    "--metric-percentiles.",
+)
 # ClockName's values, not the enum: click would offer its member names (WALL).
 CLOCK_CHOICE = click.Choice([c.value for c in ClockName])
 CLOCK_OPTION = click.option(
@@ -323,6 +349,15 @@ LOAD_SWEEP_OPTIONS = _options(
         default=None,
         metavar="R[,R...]",
         help="One arm per value: Poisson arrivals at R requests/s (inf: all at once).",
+    ),
+    click.option(
+        "--max-concurrency",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
+        help="At most N streams in flight under a rate (each --rate arm, or the scenario's "
+        "poisson/gamma arrival): an arrival waits for a free seat, its wait recorded apart "
+        "from its TTFT.",
     ),
     REQUESTS_OPTION,
 )
@@ -429,6 +464,7 @@ class RunArgs:
     overrides: tuple[str, ...] = ()
     clock: ClockName | None = None
     sim_profile: Path | None = None
+    metric_percentiles: tuple[float, ...] | None = None
 
     def sets(self) -> tuple[str, ...]:
         """--set, with --sim-profile's settings first (with_sim_profile)."""
@@ -441,7 +477,8 @@ def run_like(
     """The groups of a run-like command as one decorator whose values reach the command as
     `args: RunArgs`; `progress`: the live view's default (output_options); `clock` and
     `sim_profile`: whether the command offers --clock and --sim-profile."""
-    groups = [TARGET_OPTIONS, TELEMETRY_OPTIONS, output_options(progress), SET_OPTION]
+    groups = [TARGET_OPTIONS, TELEMETRY_OPTIONS, output_options(progress), SET_OPTION,
+              METRIC_PERCENTILES_OPTION]  # fmt: skip
     groups += [CLOCK_OPTION] if clock else []
     groups += [SEED_OPTIONS, FACTS_OPTIONS, LAUNCH_OPTIONS]
     groups += [SIM_PROFILE_OPTION] if sim_profile else []
@@ -513,7 +550,8 @@ def run_options(
         server_facts_sources=dict.fromkeys(server_facts, USER_SOURCE) or None,
         server_flags=server_flags, telemetry_url=telemetry.telemetry_url,
         telemetry=not telemetry.no_telemetry, replica_urls=tuple(urls) if len(urls) > 1 else (),
-        sim_replicas=target.sim_replicas, route=target.route_spec, **fields,
+        sim_replicas=target.sim_replicas, route=target.route_spec,
+        metric_percentiles=args.metric_percentiles, **fields,
     )  # fmt: skip
 
 
@@ -639,22 +677,31 @@ def with_sim_profile(
 
 
 def with_load_sweep(
-    loaded: Scenario, concurrency: str | None, rate: str | None, requests: int | None
+    loaded: Scenario,
+    concurrency: str | None,
+    rate: str | None,
+    requests: int | None,
+    max_concurrency: int | None = None,
 ) -> Scenario:
-    """The scenario with one arm per `--concurrency` or `--rate` value (itself without them)."""
+    """The scenario with one arm per `--concurrency` or `--rate` value (itself without them),
+    each rate's open loop capped at `--max-concurrency`."""
     if concurrency is not None and rate is not None:
         raise click.UsageError("give --concurrency or --rate, not both")
+    if concurrency is not None and max_concurrency is not None:
+        raise click.UsageError(
+            "--max-concurrency caps a rate; --concurrency is already a closed loop's seats"
+        )
     if concurrency is None and rate is None:
         if requests is not None:
             raise click.UsageError("--requests sizes the arms of --concurrency or --rate")
-        return loaded
+        return loaded if max_concurrency is None else with_seat_cap(loaded, max_concurrency)
     over, text = ("concurrency", concurrency) if concurrency is not None else ("rate", rate)
     assert text is not None
     try:
         values = parse_load_values(text, over)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    axis = LoadAxis(over, requests=requests)
+    axis = LoadAxis(over, requests=requests, cap=max_concurrency)
     problem = load_problem(loaded, axis)
     if problem:
         raise click.ClickException(problem)
@@ -663,6 +710,17 @@ def with_load_sweep(
     if problems:
         raise click.ClickException(f"{loaded.source or loaded.name}: {problems[0]}")
     return dataclasses.replace(loaded, sweep=sweep)
+
+
+def with_seat_cap(loaded: Scenario, cap: int) -> Scenario:
+    """The scenario's poisson or gamma arrival with at most `cap` streams in flight."""
+    a = loaded.arrival
+    if not isinstance(a, Poisson | Gamma):
+        raise click.UsageError(
+            f"--max-concurrency caps a poisson or gamma arrival, and {loaded.name}'s is "
+            f"{a.kind} (give --rate R, or a closed arrival's concurrency)"
+        )
+    return dataclasses.replace(loaded, arrival=dataclasses.replace(a, concurrency=cap))
 
 
 def workers_value(value: str) -> int | None:

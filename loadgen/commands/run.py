@@ -111,6 +111,7 @@ def run_cmd(
     concurrency: str | None,
     rate: str | None,
     requests: int | None,
+    max_concurrency: int | None = None,
     workers: int | None = None,
     ray_address: str | None = None,
     strict: bool = False,
@@ -128,7 +129,7 @@ def run_cmd(
         loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
-    loaded = with_load_sweep(loaded, concurrency, rate, requests)
+    loaded = with_load_sweep(loaded, concurrency, rate, requests, max_concurrency)
     items = parsed_slo(slo) if slo is not None else ()
     opts = dataclasses.replace(
         opts,

@@ -230,7 +230,9 @@ def _metrics_fetch(
 
 def max_in_flight(arm: ArmPlan) -> int:
     """Connections to open before launch: the most requests any rep can have in flight."""
-    sizes = [(rep.concurrency or len(rep.requests)) + len(rep.sessions) for rep in arm.reps] or [1]
+    sizes = [
+        (rep.concurrency or rep.cap or len(rep.requests)) + len(rep.sessions) for rep in arm.reps
+    ] or [1]
     return max(max(sizes), 1)
 
 
@@ -252,7 +254,7 @@ async def _run_rep(
     builder, session_builder = builders
     built = [await materialize(p, builder, model=model, t_intended_ns=0) for p in rep.requests]
     sessions = await build_sessions(rep.sessions, session_builder)
-    mine = 0 if pool is not None else min(rep.concurrency or len(built), len(built))
+    mine = 0 if pool is not None else min(rep.concurrency or rep.cap or len(built), len(built))
     await client.warm(mine + len(sessions) or 1)
     quiet_collector()
     progress.start_rep(rep)

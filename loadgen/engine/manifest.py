@@ -22,11 +22,14 @@ def manifest_head(
     started: dt.datetime,
     slo: dict[str, float] | None,
     shares: dict[str, float] | None = None,
+    percentiles: tuple[float, ...] | None = None,
 ) -> dict[str, Any]:
-    """run.json's head; `slo_shares` only where --slo gave shares (a scenario's SLO takes p90)."""
+    """run.json's head; `slo_shares` only where --slo gave shares (a scenario's SLO takes p90),
+    `metric_percentiles` only where --metric-percentiles asked."""
     return (
         _profile_file(scenario)
         | ({"slo_shares": shares} if shares else {})
+        | ({"metric_percentiles": list(percentiles)} if percentiles else {})
         | {
             "tool_version": __version__,
             "scenario": scenario_to_json(scenario),

@@ -32,6 +32,7 @@ async def materialize(
         # A shared dataset row has no salt: nothing to isolate it by.
         cache_salt=planned.prompt.salt or None,
         requested_prompt_tokens=spec.tokens if built.asked is None else built.asked,
+        prompt_tokens_sent=built.tokens,
         chat_template_kwargs=planned.chat_template_kwargs,
         phase=planned.phase,
         arm=planned.arm,

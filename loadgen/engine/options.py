@@ -59,6 +59,10 @@ class RunOptions:
     sim_replicas: int = 1
     route: RouteSpec = RouteSpec()  # noqa: RUF009 - frozen, so one shared default is safe
 
+    # `--metric-percentiles`: TTFT/TPOT/ITL/E2E at these percentiles in every summary (run.json
+    # keeps them, so a re-report gives the same); None: not asked.
+    metric_percentiles: tuple[float, ...] | None = None
+
     @property
     def replicas(self) -> int:
         return max(len(self.replica_urls), self.sim_replicas)

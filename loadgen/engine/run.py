@@ -171,7 +171,8 @@ def _launched_boots(kind: str, deterministic: bool, per_arm: int) -> dict[str, A
 def base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[str, Any]:
     source = opts.seed_source or ("user" if opts.run_seed is not None else "scenario")
     slo = {**(plan.scenario.slo or {}), **(opts.slo or {})}
-    return manifest_head(plan.scenario, RunSeed(plan.seed, source), started, slo, opts.slo_shares)
+    return manifest_head(plan.scenario, RunSeed(plan.seed, source), started, slo, opts.slo_shares,
+                         opts.metric_percentiles)  # fmt: skip
 
 
 async def run_arm(

@@ -32,8 +32,13 @@ from loadgen.analysis.sweep_types import MixedRow
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.clock import ClockName
 from loadgen.codec import from_json
-from loadgen.report.banners import run_banner, warm_cache_line
-from loadgen.report.bench_tables import benchmark_tables
+from loadgen.report.banners import (
+    prompt_drift_line,
+    run_banner,
+    short_output_line,
+    warm_cache_line,
+)
+from loadgen.report.bench_tables import benchmark_tables, percentile_table, seat_wait_table
 from loadgen.report.sections import (
     dataset_table,
     energy_table,
@@ -115,6 +120,10 @@ def header(run: RunSummary) -> list[str]:
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
     if run.warm_cache is not None:
         lines.append(warm_cache_line(run.warm_cache))
+    if run.short_output is not None:
+        lines.append(short_output_line(run.short_output))
+    if run.prompt_drift is not None:
+        lines.append(prompt_drift_line(run.prompt_drift))
     if (banner := run_banner(run)) is not None:
         # First of all lines: nothing below can be read without knowing it.
         lines.insert(0, banner)
@@ -474,6 +483,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     tables.append(dataset_table(summary))
     tables.append(energy_table(summary))
     tables += benchmark_tables(read_benchmark(summary))
+    tables += [percentile_table(summary), seat_wait_table(summary)]
     return [t for t in tables if t is not None]
 
 

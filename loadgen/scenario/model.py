@@ -206,20 +206,51 @@ class Closed:
     kind: ClassVar[str] = "closed"
 
 
+RAMP_STRATEGIES = ("linear", "exponential")
+
+
+@dataclass(frozen=True, slots=True)
+class Ramp:
+    """A request rate that moves from `start_rate_per_s` to `end_rate_per_s` over the rep's
+    requests, as vllm bench serve's --ramp-up-strategy: request i of n arrives at the rate of
+    progress i / (n - 1), linearly or geometrically between the two."""
+
+    strategy: str
+    start_rate_per_s: float
+    end_rate_per_s: float
+
+    def rate_at(self, i: int, n: int) -> float:
+        """The rate (requests/s) of request `i` of `n`."""
+        progress = i / max(n - 1, 1)
+        start, end = self.start_rate_per_s, self.end_rate_per_s
+        if self.strategy == "linear":
+            return start + (end - start) * progress
+        return start * (end / start) ** progress
+
+
 @dataclass(frozen=True, slots=True)
 class Poisson:
-    rate_per_s: float
+    """`rate_per_s` or a `ramp` (exactly one; rate_per_s is None under a ramp). `concurrency`
+    caps the streams in flight: an arrival waits for a free seat, and its wait is recorded."""
+
+    rate_per_s: float | None
     count: int | None = None
     duration_s: float | None = None
+    concurrency: int | None = None
+    ramp: Ramp | None = None
     kind: ClassVar[str] = "poisson"
 
 
 @dataclass(frozen=True, slots=True)
 class Gamma:
-    rate_per_s: float
+    """As Poisson, with gamma gaps of shape `burstiness`."""
+
+    rate_per_s: float | None
     burstiness: float
     count: int | None = None
     duration_s: float | None = None
+    concurrency: int | None = None
+    ramp: Ramp | None = None
     kind: ClassVar[str] = "gamma"
 
 

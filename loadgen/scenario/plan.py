@@ -6,7 +6,8 @@ Shape of a plan: `Plan.arms` (one arm named "default" when there is no sweep), e
 `warmup` requests (sent one at a time, phase "warmup", before the arm's first rep, after every
 boot) and `reps`; each rep lists the prefixes to prime and verify (`primes`) before its measured
 `requests`. `RepPlan.concurrency` is the closed-loop limit (None: open loop, send each request
-at `offset_ns` after the rep's start); `duration_ns` stops issuing new requests at that offset.
+at `offset_ns` after the rep's start); `cap` an open loop's limit on streams in flight (an
+arrival waits for a free seat); `duration_ns` stops issuing new requests at that offset.
 
 Seeds: arrival schedules and prompt text come from the scenario's `seed`: every run sends the
 same schedule and the same text; every rep the same schedule but its own text, so a rep never
@@ -156,6 +157,7 @@ class RepPlan:
     primes: tuple[PromptSpec, ...]
     duration_ns: int | None = None
     sessions: tuple[PlannedSession, ...] = ()
+    cap: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,8 +393,9 @@ class _Rep:
         else:
             rows = [(t, None, None) for t in arrival_offsets(a, self.s.seed, count)]
         duration = None if a.duration_s is None else round(a.duration_s * NS)
-        concurrency = a.concurrency if isinstance(a, Closed) else None
-        return RepPlan(self.rep, self._mixed(rows), concurrency, primes, duration)
+        if isinstance(a, Closed):
+            return RepPlan(self.rep, self._mixed(rows), a.concurrency, primes, duration)
+        return RepPlan(self.rep, self._mixed(rows), None, primes, duration, cap=a.concurrency)
 
     def _request(self, g: Group, i: int, offset: int | None, tokens: int | None = None,
                  out: int | None = None) -> PlannedRequest:  # fmt: skip
@@ -514,16 +517,21 @@ def _count(s: Scenario, a: Closed | Poisson | Gamma) -> int:
 
 def arrival_offsets(a: Poisson | Gamma, seed: int, count: int) -> list[int]:
     """Send offsets (ns from the rep's start): the first at 0, then seeded gaps with mean
-    1/rate (exponential, or gamma of shape `burstiness`). `count` < 0: until duration_s."""
+    1/rate (exponential, or gamma of shape `burstiness`); under a ramp, the gap before request
+    i has the mean 1/rate_i of the ramp's rate for i. `count` < 0: until duration_s.
+
+    Gaps are unit draws times a scale, so one seed gives one sequence of draws whatever the
+    rate: a flat ramp is the constant rate's schedule, and a ramp's gaps are that schedule's
+    stretched request by request."""
     rng = np.random.default_rng(derive_seed(seed, "arrival"))
     limit = None if a.duration_s is None else a.duration_s
     out: list[float] = [0.0]
     while count < 0 or len(out) < count:
         if isinstance(a, Gamma):
-            gaps = rng.gamma(a.burstiness, 1.0 / (a.rate_per_s * a.burstiness), _GAP_BLOCK)
+            unit = rng.gamma(a.burstiness, 1.0, _GAP_BLOCK)
         else:
-            gaps = rng.exponential(1.0 / a.rate_per_s, _GAP_BLOCK)
-        times = out[-1] + np.cumsum(gaps)
+            unit = rng.exponential(1.0, _GAP_BLOCK)
+        times = out[-1] + np.cumsum(unit * _gap_scales(a, len(out), count))
         if limit is not None and times[-1] >= limit:
             out.extend(times[: int(np.searchsorted(times, limit))].tolist())
             break
@@ -533,6 +541,18 @@ def arrival_offsets(a: Poisson | Gamma, seed: int, count: int) -> list[int]:
     if limit is not None:
         out = [t for t in out if t < limit]
     return [round(t * NS) for t in out]
+
+
+def _gap_scales(a: Poisson | Gamma, first: int, count: int) -> float | np.ndarray:
+    """The mean gap (gamma: the scale) before requests first, first + 1, ... of a block."""
+    shape = a.burstiness if isinstance(a, Gamma) else 1.0
+    if a.ramp is None:
+        assert a.rate_per_s is not None  # the schema gives one of rate_per_s and ramp
+        return 1.0 / (a.rate_per_s * shape) if isinstance(a, Gamma) else 1.0 / a.rate_per_s
+    ramp = a.ramp
+    # A ramp has a finite count (the schema asks one beside a duration); past it, no matter.
+    rates = [ramp.rate_at(min(i, count - 1), count) for i in range(first, first + _GAP_BLOCK)]
+    return 1.0 / (np.array(rates) * shape)
 
 
 def _mix(groups: tuple[Group, ...], n: int) -> list[Group]:

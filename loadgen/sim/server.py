@@ -231,6 +231,7 @@ class _Handlers:
             max_tokens = resolve_max_tokens(
                 parsed.max_tokens, len(prompt_ids), s.config.max_model_len
             )
+            max_tokens = s.config.faults.generated_tokens(max_tokens, parsed.ignore_eos)
         except WireError as e:
             return _error(e)
         faults = s.faults.draw()

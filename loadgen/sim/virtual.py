@@ -214,6 +214,7 @@ class VirtualSim:
         ids = self._request_ids(req)
         try:
             max_tokens = resolve_max_tokens(req.max_tokens, len(ids), s.config.max_model_len)
+            max_tokens = s.config.faults.generated_tokens(max_tokens, req.ignore_eos)
         except WireError as e:
             self._refuse(req, on_record, e)
             return
