@@ -16,6 +16,7 @@ from typing import Any
 
 from loadgen import __version__
 from loadgen.analysis import rates
+from loadgen.analysis.added_ttft import added_ttft
 from loadgen.analysis.aggregate import (
     find_whale,
     interference,
@@ -164,6 +165,7 @@ def _run_section(
         else {"available": False, "note": "no measured streams"}
     )
     reuse = trace_reuse(manifest, server)
+    added = added_ttft(measure, records, timeline, float(manifest.get("speed") or 1.0))
     return {
         "scenario": scenario.get("name") if isinstance(scenario, dict) else scenario,
         "target": _target(manifest.get("target")),
@@ -201,6 +203,7 @@ def _run_section(
         "server": server,
         "trace_reuse": None if reuse is None else to_json(reuse),
         "trace_prompts_raised": trace_prompts_raised(manifest),
+        "added_ttft": None if added is None else to_json(added),
     }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from loadgen.analysis.added_ttft import AddedTtftBlock
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.registry import GAP_METRICS, names_where
@@ -272,6 +273,7 @@ class RunSummary:
     speculative_tokens: int | None
     trace_reuse: MeasuredReuse | None
     trace_prompts_raised: PromptsRaised | None
+    added_ttft: AddedTtftBlock | None = None
 
     @classmethod
     def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
@@ -306,6 +308,7 @@ class RunSummary:
             speculative_tokens=facts.get("num_speculative_tokens"),
             trace_reuse=block(run, "trace_reuse", reader(MeasuredReuse)),
             trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
+            added_ttft=block(run, "added_ttft", reader(AddedTtftBlock)),
         )
 
 
