@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from loadgen.clock import ClockName
-from loadgen.records import MetricsSample, StreamRecord, read_jsonl, read_records
+from loadgen.records import SERVER_LOG, MetricsSample, StreamRecord, read_jsonl, read_records
 
 # What each top-level run.json field must be where analysis reads it: a field of another type
 # (hand-edited, or written by a foreign tool) is dropped with a note instead of crashing the
@@ -51,6 +51,8 @@ class RunInputs:
     dropped_fields: tuple[str, ...] = ()
     # telemetry.jsonl lines (GPU power, energy, clocks; engine/telemetry.py), when sampled
     telemetry: tuple[dict[str, Any], ...] = ()
+    # server.log: the server's log lines written during the run (engine/server_log.py)
+    server_log: str | None = None
 
 
 def is_run_dir(path: Path) -> bool:
@@ -123,6 +125,7 @@ def load_run(path: Path) -> RunInputs:
     streams, unreadable = read_records(path / "streams.jsonl", StreamRecord.from_json)
     metrics, bad_metrics = read_records(path / "metrics.jsonl", MetricsSample.from_json)
     telemetry = tuple(read_jsonl(path / "telemetry.jsonl"))
+    log = path / SERVER_LOG
     return RunInputs(
         read_manifest(path),
         streams,
@@ -131,4 +134,5 @@ def load_run(path: Path) -> RunInputs:
         bad_metrics,
         dropped_fields(path),
         telemetry,
+        log.read_text(errors="replace") if log.is_file() else None,
     )

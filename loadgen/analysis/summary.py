@@ -44,6 +44,7 @@ from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
 from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits
+from loadgen.analysis.server_log import ServerLogWitness, log_witness
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
@@ -63,6 +64,7 @@ from loadgen.analysis.verdicts import (
 from loadgen.analysis.warmth import warm_cache
 from loadgen.clock import ClockName
 from loadgen.codec import to_json
+from loadgen.enginelog import parse_engine_lines
 from loadgen.records import StreamRecord
 
 NS = rates.NS
@@ -104,10 +106,14 @@ def analyze(inputs: RunInputs) -> Analysis:
     counts = record_counts(manifest, records, rows)
     good = goodput(measure, rows, manifest.get("slo"), manifest.get("slo_shares"))
     energy = energy_section(inputs.telemetry, measure, span_ns(measure))
+    witness = _server_log(inputs, timeline)
     summary = {
         "schema": SCHEMA,
         "run": _run_section(manifest, records, measure, rows, timeline, ctx, counts)
-        | {"records": _records_block(counts, inputs)},
+        | {
+            "records": _records_block(counts, inputs),
+            "server_log": None if witness is None else to_json(witness),
+        },
         "streams": streams,
         "groups": _groups(measure, rows, timeline, manifest, reps),
         "reps": reps,
@@ -135,6 +141,16 @@ def analyze(inputs: RunInputs) -> Analysis:
         },
     }
     return Analysis(canonical(summary), histograms, timeline)
+
+
+def _server_log(inputs: RunInputs, timeline: Timeline) -> ServerLogWitness | None:
+    """The server's engine lines beside the polls; None without a kept log or the wall-clock
+    anchor that places its lines (runs before run_start_wall_ns)."""
+    start = inputs.manifest.get("run_start_wall_ns")
+    if inputs.server_log is None or not isinstance(start, int):
+        return None
+    lines = parse_engine_lines(inputs.server_log)
+    return log_witness(lines, timeline, start, int(inputs.manifest.get("utc_offset_s") or 0))
 
 
 def _run_section(

@@ -20,6 +20,7 @@ from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
+from loadgen.analysis.server_log import ServerLogWitness
 from loadgen.analysis.timeline import Plateau
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
@@ -274,6 +275,7 @@ class RunSummary:
     trace_reuse: MeasuredReuse | None
     trace_prompts_raised: PromptsRaised | None
     added_ttft: AddedTtftBlock | None = None
+    server_log: ServerLogWitness | None = None
 
     @classmethod
     def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
@@ -309,6 +311,7 @@ class RunSummary:
             trace_reuse=block(run, "trace_reuse", reader(MeasuredReuse)),
             trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
             added_ttft=block(run, "added_ttft", reader(AddedTtftBlock)),
+            server_log=block(run, "server_log", reader(ServerLogWitness)),
         )
 
 

@@ -37,6 +37,8 @@ class Target:
     boot: dict[str, Any] | None = None  # a launched server's boot record (pid, env read back)
     # Why a limit of a launched server stayed unknown (its profile's reasons), by fact name.
     unknown: dict[str, str] = field(default_factory=dict)
+    # The server's log as it is written: a launched server's, or --server-log's.
+    log_path: Path | None = None
 
     def learn(self, facts: Mapping[str, int], source: str) -> None:
         """Adds facts not already known; the first source to state a fact is kept."""
@@ -76,7 +78,7 @@ async def open_target(
             )
         target = Target(
             url=opts.base_url, kind="external", model=opts.model,
-            flags=list(opts.server_flags),
+            flags=list(opts.server_flags), log_path=getattr(opts, "server_log", None),
         )  # fmt: skip
         sources = opts.server_facts_sources or {}
         for name, value in (opts.server_facts or {}).items():
@@ -130,7 +132,7 @@ def _launched(
     target = Target(
         url=server.url, kind=spec.kind, model=server.model, flags=list(server.flags), speed=speed,
         boot_log=_relative(server.log_path, log_dir), boot=booted.record(),
-        unknown=dict(server.facts.unknown),
+        unknown=dict(server.facts.unknown), log_path=server.log_path,
     )  # fmt: skip
     facts = {k: v for k, v in server.facts.to_json().items() if isinstance(v, int)}
     for name, value in facts.items():

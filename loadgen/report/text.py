@@ -55,7 +55,7 @@ from loadgen.report.tables import (
     triple,
 )
 from loadgen.report.trace_lines import raised_lines, reuse_lines
-from loadgen.report.witness_lines import added_ttft_lines
+from loadgen.report.witness_lines import added_ttft_lines, server_log_lines
 
 MAX_LISTED_STREAMS = 20
 _NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seqs=N"
@@ -109,6 +109,7 @@ def header(run: RunSummary) -> list[str]:
     lines += raised_lines(run.trace_prompts_raised)
     lines += record_lines(run.records)
     lines += added_ttft_lines(run.added_ttft)
+    lines += server_log_lines(run.server_log)
     if run.boots_per_arm:
         lines.append(f"boots per arm: {run.boots_per_arm} ({run.boots_note or ''})")
     if run.interrupted:

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 from loadgen.analysis.added_ttft import AddedTtft, AddedTtftBlock
+from loadgen.analysis.server_log import Bounds, LogPoint, ServerLogWitness
+
+# Disagreeing lines listed one by one before the rest are counted.
+MAX_LISTED = 3
 
 NO_HISTOGRAM = (
     "added TTFT: not measured: the server exports no TTFT histogram "
@@ -35,3 +39,41 @@ def _line(a: AddedTtft, scope: str) -> str:
         f"over {a.streams} streams, {a.windows} window{'s' if a.windows > 1 else ''})"
     )
     return head if a.matched else f"!! {head}: {a.note}; the means cover different requests"
+
+
+def server_log_lines(w: ServerLogWitness | None) -> list[str]:
+    """The server's engine lines against the polls: how many agree, and `!!` for each that
+    does not (the first few, then a count)."""
+    if w is None:
+        return []
+    if not w.points:
+        return [f"server log: {w.lines} vLLM engine lines, none on the polled run: no witness"]
+    judged, bad = w.judged, w.disagreeing
+    gaps = [abs(p.gen_tok_s / p.metrics_gen_mid_tok_s - 1) for p in judged
+            if p.metrics_gen_mid_tok_s]  # fmt: skip
+    within = f", generation throughput within {max(gaps):.1%} of /metrics" if gaps else ""
+    lines = [
+        f"server log: {len(w.points)} vLLM engine lines (every {w.interval_s:g} s) beside "
+        f"/metrics: {len(judged) - len(bad)} of {len(judged)} judged agree within the polls' "
+        f"resolution{within}"
+    ]
+    lines += [_disagreement(p) for p in bad[:MAX_LISTED]]
+    if len(bad) > MAX_LISTED:
+        lines.append(f"!! server log: {len(bad) - MAX_LISTED} more lines disagree with /metrics")
+    return lines
+
+
+def _disagreement(p: LogPoint) -> str:
+    said = [f"generation {p.gen_tok_s:.1f} tok/s", f"running {p.running}", f"waiting {p.waiting}"]
+    polls = [_range(p.metrics_gen_tok_s, "tok/s"), _range(p.metrics_running, ""),
+             _range(p.metrics_waiting, "")]  # fmt: skip
+    return (
+        f"!! server log disagrees with /metrics at {p.t_s:.0f} s: the log says "
+        f"{', '.join(said)}; the polls allow {', '.join(polls)}"
+    )
+
+
+def _range(b: Bounds | None, unit: str) -> str:
+    if b is None:
+        return "-"
+    return f"{b.low:.1f}-{b.high:.1f}{' ' + unit if unit else ''}"

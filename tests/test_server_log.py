@@ -1,0 +1,202 @@
+"""The server's log as a witness (loadgen/enginelog.py, analysis/server_log.py): vLLM's engine
+lines parsed, placed on the run clock and judged against /metrics, both ways; and the sim's
+lines, printed in vLLM's words, read back through a launched sim's log.
+
+tests/data/h200_vllm_engine.log is the vLLM 0.26.0 boot log of a capacity search on an H200
+(/work/notes/h200final/cap/20261204T073627Z-capacity_seats/boot/vllm-53151.log: its version
+line, its KV line and its six engine lines), and h200_vllm_metrics.jsonl the four probes'
+/metrics polls of that boot (generation tokens, running, waiting), each probe's run clock moved
+onto the first's by the probes' started_wall (H200_START_WALL_NS: the first probe's). The host
+logged in UTC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_support import assert_one_line_error, loadgen
+
+from loadgen.analysis.server_log import LogPoint, log_witness
+from loadgen.analysis.summary import analyze_run
+from loadgen.analysis.summary_types import read_run
+from loadgen.analysis.timeline import Timeline
+from loadgen.engine.run import RunOptions, run_plan
+from loadgen.enginelog import EngineLine, engine_line, parse_engine_lines
+from loadgen.records import SERVER_LOG, MetricsSample
+from loadgen.report.text import header
+from loadgen.report.witness_lines import server_log_lines
+from loadgen.scenario.load import load_scenario
+from loadgen.scenario.plan import plan
+from loadgen.server.spec import ServerSpec
+from loadgen.sim.statlog import INTERVAL_ENV
+
+DATA = Path(__file__).parent / "data"
+H200_START_WALL_NS = 1796369853584183040
+
+
+def h200() -> tuple[list[EngineLine], Timeline]:
+    lines = parse_engine_lines((DATA / "h200_vllm_engine.log").read_text())
+    rows = (DATA / "h200_vllm_metrics.jsonl").read_text().splitlines()
+    return lines, Timeline([MetricsSample.from_json(json.loads(r)) for r in rows])
+
+
+def test_the_h200_log_parses_as_vllm_printed_it() -> None:
+    lines, _ = h200()
+    assert len(lines) == 6
+    assert lines[5] == EngineLine("12-04 07:38:33", 0, 6553.0, 874.3, 16, 0, 2.0, 0.0, 0)
+
+
+def test_the_h200_engine_lines_agree_with_metrics_within_5_percent() -> None:
+    lines, timeline = h200()
+    witness = log_witness(lines, timeline, H200_START_WALL_NS, 0)
+    judged = witness.judged
+    # The first line's interval began before the first poll (its queues are judged, not its
+    # throughput); the last line's second ends after the last poll.
+    assert witness.interval_s == 10.0 and len(judged) == 5
+    rated = [p for p in judged if p.metrics_gen_mid_tok_s is not None]
+    assert [p.gen_tok_s for p in rated] == [149.4, 143.4, 287.6, 442.0]
+    for p in rated:
+        assert p.metrics_gen_mid_tok_s is not None
+        assert p.gen_tok_s == pytest.approx(p.metrics_gen_mid_tok_s, rel=0.05)
+    for p in judged:
+        assert p.metrics_running is not None and p.metrics_waiting is not None
+        assert p.metrics_running.holds(p.running) and p.metrics_waiting.holds(p.waiting)
+        assert p.agrees
+    assert not any(line.startswith("!!") for line in server_log_lines(witness))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"gen_tok_s": 287.6 * 1.25}, {"running": 5}, {"waiting": 1}],
+    ids=["generation", "running", "waiting"],
+)
+def test_a_line_that_disagrees_with_metrics_is_flagged(change: dict[str, float]) -> None:
+    lines, timeline = h200()
+    # 07:38:13's line: 287.6 tok/s with 4 running, 0 waiting, where the polls say 250-326, 0-4.
+    lines[3] = dataclasses.replace(lines[3], **change)  # type: ignore[arg-type]
+    witness = log_witness(lines, timeline, H200_START_WALL_NS, 0)
+    assert [p.t_s for p in witness.disagreeing] == [pytest.approx(39.415816960)]
+    flagged = [line for line in server_log_lines(witness) if line.startswith("!!")]
+    assert len(flagged) == 1 and "at 39 s" in flagged[0]
+
+
+def test_the_zone_places_the_lines() -> None:
+    # The same log read as if stamped an hour east of UTC lands an hour early: off the polls.
+    lines, timeline = h200()
+    assert log_witness(lines, timeline, H200_START_WALL_NS, 3600).points == ()
+
+
+def test_vllm_032s_line_with_its_optional_parts() -> None:
+    # vllm/v1/metrics/loggers.py (0.32.0) LoggingStatLogger.log on a CPU build, every part on.
+    text = (
+        "(APIServer pid=9) INFO 12-31 23:59:59 [loggers.py:335] Engine 001: Avg prompt "
+        "throughput: 12.3 tokens/s, Avg generation throughput: 45.6 tokens/s, Running: 3 reqs, "
+        "Waiting: 2 reqs, Deferred: 1 reqs, Preemptions: 4, CPU KV cache usage: 7.5%, Prefix "
+        "cache hit rate: 33.3%\n"
+    )
+    (line,) = parse_engine_lines(text)
+    assert line == EngineLine("12-31 23:59:59", 1, 12.3, 45.6, 3, 2, 7.5, 33.3, 4)
+    # Read on New Year's morning, the stamp is last year's.
+    assert line.epoch_s(1_798_761_600 + 3600, 0) == 1_798_761_599
+
+
+def test_the_sims_line_reads_back() -> None:
+    text = engine_line("01-02 03:04:05", prompt_tok_s=1.25, gen_tok_s=99.94, running=7,
+                       waiting=2, kv_usage=0.5, prefix_hit_rate=None)  # fmt: skip
+    (line,) = parse_engine_lines(text)
+    assert line == EngineLine("01-02 03:04:05", 0, 1.2, 99.9, 7, 2, 50.0, None, 0)
+
+
+def _point(**kw: object) -> LogPoint:
+    base: dict[str, object] = dict(t_s=1.0, gen_tok_s=1.0, prompt_tok_s=0.0, running=1,
+                                   waiting=0, kv_perc=0.0, prefix_hit_perc=None,
+                                   metrics_gen_tok_s=None, metrics_gen_mid_tok_s=None,
+                                   metrics_running=None, metrics_waiting=None)  # fmt: skip
+    return LogPoint(**(base | kw))  # type: ignore[arg-type]
+
+
+def test_a_point_without_polls_is_not_judged() -> None:
+    assert _point().agrees is None
+
+
+SCENARIO = """
+name: witness
+api: completions
+seed: 2
+arrival: together
+groups:
+  - name: steady
+    count: 4
+    prompt: {tokens: 64, shape: prose, cache: salted}
+    max_tokens: 3600
+    ignore_eos: true
+metrics: {poll_interval_s: 0.1}
+sim: {profile: tiny, max_num_seqs: 4, max_num_batched_tokens: 256, block_size: 16,
+      num_gpu_blocks: 1024, max_model_len: 4096}
+"""
+
+
+async def test_a_launched_sims_log_is_kept_and_agrees(tmp_path: Path) -> None:
+    path = tmp_path / "witness.yaml"
+    path.write_text(SCENARIO)
+    spec = ServerSpec("sim", env=((INTERVAL_ENV, "2"),))
+    opts = RunOptions(out_root=tmp_path, progress=False, server=spec, telemetry=False)
+    run_dir = await run_plan(plan(load_scenario(path)), opts, warn=lambda m: None)
+    assert (run_dir / SERVER_LOG).is_file()
+    summary = analyze_run(run_dir).summary
+    witness = read_run(summary).server_log
+    assert witness is not None
+    assert witness.interval_s == pytest.approx(2.0, abs=0.5)
+    assert len(witness.judged) >= 2 and witness.disagreeing == []
+    head = "\n".join(header(read_run(summary)))
+    assert "server log: " in head and "!! server log" not in head
+
+
+def test_server_log_needs_an_external_server_and_a_file(tmp_path: Path) -> None:
+    alone = assert_one_line_error(loadgen("run", "smoke", "--server-log", tmp_path / "x.log"))
+    assert "--server-log describe an external server: pass --base-url" in alone
+    missing = loadgen("run", "smoke", "--base-url", "http://127.0.0.1:9", "--server-log",
+                      tmp_path / "x.log")  # fmt: skip
+    assert "--server-log " in assert_one_line_error(missing) and "no such file" in missing.stderr
+
+
+async def test_an_external_servers_log_is_read_from_the_runs_start(tmp_path: Path) -> None:
+    log = tmp_path / "sim.log"
+    with open(log, "wb") as out:
+        sim = subprocess.Popen(
+            [sys.executable, "-m", "loadgen", "sim", "--port", "0", "--profile", "tiny",
+             "--max-model-len", "4096"],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, INTERVAL_ENV: "2"},
+        )  # fmt: skip
+    try:
+        url = await _listening(log)
+        path = tmp_path / "witness.yaml"
+        path.write_text(SCENARIO)
+        opts = RunOptions(base_url=url, out_root=tmp_path, progress=False, server_log=log,
+                          telemetry=False)  # fmt: skip
+        run_dir = await run_plan(plan(load_scenario(path)), opts, warn=lambda m: None)
+    finally:
+        sim.terminate()
+        sim.wait(timeout=30)
+    kept = (run_dir / SERVER_LOG).read_text()
+    assert "non-default args" not in kept  # the boot, before the run, is not the run's
+    assert "non-default args" in log.read_text()
+    witness = read_run(analyze_run(run_dir).summary).server_log
+    assert witness is not None and len(witness.judged) >= 2 and witness.disagreeing == []
+
+
+async def _listening(log: Path) -> str:
+    for _ in range(300):
+        found = re.search(r"Listening on (\S+)", log.read_text())
+        if found:
+            return found.group(1)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the sim did not start: {log.read_text()}")
