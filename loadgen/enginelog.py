@@ -1,5 +1,6 @@
-"""vLLM's periodic engine lines read from a server's log, and the sim's, which prints them in
-vLLM's words: the server's own account of throughput and queues, a witness beside /metrics.
+"""A server's own account read from its log, a witness beside /metrics and loadgen's streams:
+vLLM's periodic engine lines (and the sim's, which prints them in vLLM's words), and llama.cpp's
+per-request timing lines.
 
 vllm/v1/metrics/loggers.py (0.26 and 0.32) LoggingStatLogger.log, every
 VLLM_LOG_STATS_INTERVAL (10 s by default), at INFO unless the engine was idle for two intervals:
@@ -109,3 +110,36 @@ def engine_line(
     if prefix_hit_rate is not None:
         parts.append(f"Prefix cache hit rate: {prefix_hit_rate * 100:.1f}%")
     return f"INFO {stamp} [loggers.py] Engine 000: " + ", ".join(parts)
+
+
+# llama.cpp tools/server/server-context.cpp print_timings (0.3.36), one SLT_INF line each, after
+# the "slot %12.*s: id %2d | task %d | " prefix: "prompt eval time = %10.2f ms / %5d tokens
+# (...)", "       eval time = %10.2f ms / %5d tokens (...)". Eval time runs from the first
+# sampled token to the last; its tokens are all the request generated, the first included.
+_LLAMA_TIMING = re.compile(
+    r"\| task (?P<task>\d+) \| +(?P<what>prompt eval|eval) time = +(?P<ms>[\d.]+) ms "
+    r"/ +(?P<tokens>\d+) tokens"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTiming:
+    """One llama.cpp request's own timing, by task id (the order the server took requests)."""
+
+    task: int
+    prompt_ms: float
+    prompt_tokens: int  # evaluated, the reused cache not counted
+    eval_ms: float
+    eval_tokens: int
+
+
+def parse_request_timings(text: str) -> list[RequestTiming]:
+    """Every request whose prompt eval and eval lines both appear in `text`, by task id."""
+    found: dict[int, dict[str, tuple[float, int]]] = {}
+    for m in _LLAMA_TIMING.finditer(text):
+        found.setdefault(int(m["task"]), {})[m["what"]] = (float(m["ms"]), int(m["tokens"]))
+    return [
+        RequestTiming(task, *parts["prompt eval"], *parts["eval"])
+        for task, parts in sorted(found.items())
+        if {"prompt eval", "eval"} <= set(parts)
+    ]

@@ -23,8 +23,15 @@ from pathlib import Path
 
 import pytest
 from cli_support import assert_one_line_error, loadgen
+from run_fixtures import stream, ticks
 
-from loadgen.analysis.server_log import LogPoint, log_witness
+from loadgen.analysis.server_log import (
+    Bounds,
+    LogPoint,
+    ServerLogWitness,
+    log_witness,
+    server_log_witness,
+)
 from loadgen.analysis.summary import analyze_run
 from loadgen.analysis.summary_types import read_run
 from loadgen.analysis.timeline import Timeline
@@ -58,11 +65,12 @@ def test_the_h200_engine_lines_agree_with_metrics_within_5_percent() -> None:
     lines, timeline = h200()
     witness = log_witness(lines, timeline, H200_START_WALL_NS, 0)
     judged = witness.judged
-    # The first line's interval began before the first poll (its queues are judged, not its
-    # throughput); the last line's second ends after the last poll.
-    assert witness.interval_s == 10.0 and len(judged) == 5
+    # The first line's interval began before the first poll: its queues are judged, not its
+    # throughput. Five lines fit the phase: each line was logged 0.38 s into its second.
+    assert witness.interval_s == 10.0 and len(judged) == 6
+    assert witness.phase_s == pytest.approx(0.38, abs=0.02)
     rated = [p for p in judged if p.metrics_gen_mid_tok_s is not None]
-    assert [p.gen_tok_s for p in rated] == [149.4, 143.4, 287.6, 442.0]
+    assert [p.gen_tok_s for p in rated] == [149.4, 143.4, 287.6, 442.0, 874.3]
     for p in rated:
         assert p.metrics_gen_mid_tok_s is not None
         assert p.gen_tok_s == pytest.approx(p.metrics_gen_mid_tok_s, rel=0.05)
@@ -80,12 +88,22 @@ def test_the_h200_engine_lines_agree_with_metrics_within_5_percent() -> None:
 )
 def test_a_line_that_disagrees_with_metrics_is_flagged(change: dict[str, float]) -> None:
     lines, timeline = h200()
-    # 07:38:13's line: 287.6 tok/s with 4 running, 0 waiting, where the polls say 250-326, 0-4.
+    # 07:38:13's line: 287.6 tok/s with 4 running, 0 waiting, where the polls allow 281.5-295.6
+    # tok/s, 0-4 running and none waiting.
     lines[3] = dataclasses.replace(lines[3], **change)  # type: ignore[arg-type]
     witness = log_witness(lines, timeline, H200_START_WALL_NS, 0)
-    assert [p.t_s for p in witness.disagreeing] == [pytest.approx(39.415816960)]
+    assert [p.t_s for p in witness.disagreeing] == [pytest.approx(39.8, abs=0.02)]
     flagged = [line for line in server_log_lines(witness) if line.startswith("!!")]
-    assert len(flagged) == 1 and "at 39 s" in flagged[0]
+    assert len(flagged) == 1 and "at 40 s" in flagged[0]
+
+
+def test_too_few_lines_to_fit_leave_the_whole_second() -> None:
+    lines, timeline = h200()
+    witness = log_witness(lines[:3], timeline, H200_START_WALL_NS, 0)
+    assert witness.phase_s is None
+    (rated, *_) = [p for p in witness.points if p.metrics_gen_tok_s is not None]
+    # A window ending anywhere in 07:37:53's second: 9 s of polls inside, 11 s around.
+    assert rated.metrics_gen_tok_s == Bounds(129.8, 166.0)
 
 
 def test_the_zone_places_the_lines() -> None:
@@ -200,3 +218,62 @@ async def _listening(log: Path) -> str:
             return found.group(1)
         await asyncio.sleep(0.1)
     raise AssertionError(f"the sim did not start: {log.read_text()}")
+
+
+def llama_timing(task: int, prompt: tuple[float, int], generated: tuple[float, int]) -> str:
+    """print_timings' lines as llama.cpp 0.3.36's server prints them: its printf formats
+    (%10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)) as f-strings."""
+    pre = f"slot print_timing: id {0:2d} | task {task} | "
+
+    def timed(ms: float, n: int) -> str:
+        per = f"{ms / n:8.2f} ms per token, {n / ms * 1e3:8.2f} tokens per second"
+        return f"{ms:10.2f} ms / {n:5d} tokens ({per})"
+
+    (p_ms, p_n), (g_ms, g_n) = prompt, generated
+    return (
+        f"{pre}prompt eval time = {timed(p_ms, p_n)}\n"
+        f"{pre}       eval time = {timed(g_ms, g_n)}\n"
+        f"{pre}      total time = {p_ms + g_ms:10.2f} ms / {p_n + g_n:5d} tokens\n"
+    )
+
+
+# Two streams of 4 chunks, a token each, 30 ms apart: a decode span of 90 ms.
+LLAMA_STREAMS = [stream(f"s{i}", chunks=ticks(1.0 + i, 4, 0.03), sent=0.9 + i) for i in range(2)]
+
+
+def _llama_witness(*timings: str) -> ServerLogWitness:
+    text = "srv  log_server_r: request: POST /v1/completions 127.0.0.1 200\n" + "".join(timings)
+    return server_log_witness(text, LLAMA_STREAMS, Timeline([]), 0, 0)
+
+
+def test_llama_cpp_timings_join_the_streams_they_time() -> None:
+    w = _llama_witness(llama_timing(7, (12.5, 1000), (91.0, 4)),
+                       llama_timing(9, (11.0, 1000), (88.5, 4)))  # fmt: skip
+    assert w.kind == "llama.cpp" and [(c.stream, c.task) for c in w.requests] == [
+        ("s0", 7),
+        ("s1", 9),
+    ]
+    assert all(c.agrees for c in w.requests)
+    assert w.requests[0].client_decode_ms == pytest.approx(90.0)
+    lines = server_log_lines(w)
+    assert not any(line.startswith("!!") for line in lines) and "2 agree" in lines[0]
+
+
+@pytest.mark.parametrize("generated", [(91.0, 5), (140.0, 4)], ids=["tokens", "time"])
+def test_a_llama_cpp_timing_that_disagrees_is_flagged(generated: tuple[float, int]) -> None:
+    w = _llama_witness(llama_timing(7, (12.5, 1000), (91.0, 4)),
+                       llama_timing(9, (11.0, 1000), generated))  # fmt: skip
+    assert [c.agrees for c in w.requests] == [True, False]
+    flagged = [line for line in server_log_lines(w) if line.startswith("!!")]
+    assert len(flagged) == 1 and "stream s1 (task 9)" in flagged[0]
+
+
+def test_llama_cpp_timings_that_do_not_pair_up_are_said() -> None:
+    w = _llama_witness(llama_timing(7, (12.5, 1000), (91.0, 4)))
+    assert w.requests == () and w.requests_note is not None
+    assert server_log_lines(w)[0].startswith("!! server log: the server logged 1 request")
+
+
+def test_a_log_without_either_is_said() -> None:
+    w = server_log_witness("INFO nothing to see\n", LLAMA_STREAMS, Timeline([]), 0, 0)
+    assert w.kind == "none" and "no vLLM engine line" in server_log_lines(w)[0]

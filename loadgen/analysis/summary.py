@@ -44,7 +44,7 @@ from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
 from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits
-from loadgen.analysis.server_log import ServerLogWitness, log_witness
+from loadgen.analysis.server_log import ServerLogWitness, server_log_witness
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
@@ -64,7 +64,6 @@ from loadgen.analysis.verdicts import (
 from loadgen.analysis.warmth import warm_cache
 from loadgen.clock import ClockName
 from loadgen.codec import to_json
-from loadgen.enginelog import parse_engine_lines
 from loadgen.records import StreamRecord
 
 NS = rates.NS
@@ -149,8 +148,8 @@ def _server_log(inputs: RunInputs, timeline: Timeline) -> ServerLogWitness | Non
     start = inputs.manifest.get("run_start_wall_ns")
     if inputs.server_log is None or not isinstance(start, int):
         return None
-    lines = parse_engine_lines(inputs.server_log)
-    return log_witness(lines, timeline, start, int(inputs.manifest.get("utc_offset_s") or 0))
+    offset = int(inputs.manifest.get("utc_offset_s") or 0)
+    return server_log_witness(inputs.server_log, inputs.streams, timeline, start, offset)
 
 
 def _run_section(

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from loadgen.analysis.added_ttft import AddedTtft, AddedTtftBlock
-from loadgen.analysis.server_log import Bounds, LogPoint, ServerLogWitness
+from loadgen.analysis.server_log import Bounds, LogPoint, RequestCheck, ServerLogWitness
 
 # Disagreeing lines listed one by one before the rest are counted.
 MAX_LISTED = 3
@@ -46,16 +46,23 @@ def server_log_lines(w: ServerLogWitness | None) -> list[str]:
     does not (the first few, then a count)."""
     if w is None:
         return []
+    if w.kind == "none":
+        return [
+            "server log: kept as server.log; no vLLM engine line or llama.cpp request timing in it"
+        ]
+    if w.kind == "llama.cpp":
+        return request_lines(w)
     if not w.points:
         return [f"server log: {w.lines} vLLM engine lines, none on the polled run: no witness"]
     judged, bad = w.judged, w.disagreeing
     gaps = [abs(p.gen_tok_s / p.metrics_gen_mid_tok_s - 1) for p in judged
             if p.metrics_gen_mid_tok_s]  # fmt: skip
     within = f", generation throughput within {max(gaps):.1%} of /metrics" if gaps else ""
+    phase = "anywhere in its second" if w.phase_s is None else f"{w.phase_s:.2f} s into its second"
     lines = [
-        f"server log: {len(w.points)} vLLM engine lines (every {w.interval_s:g} s) beside "
-        f"/metrics: {len(judged) - len(bad)} of {len(judged)} judged agree within the polls' "
-        f"resolution{within}"
+        f"server log: {len(w.points)} vLLM engine lines (every {w.interval_s:g} s, each logged "
+        f"{phase}) beside /metrics: {len(judged) - len(bad)} of {len(judged)} judged agree within "
+        f"the polls' resolution{within}"
     ]
     lines += [_disagreement(p) for p in bad[:MAX_LISTED]]
     if len(bad) > MAX_LISTED:
@@ -77,3 +84,30 @@ def _range(b: Bounds | None, unit: str) -> str:
     if b is None:
         return "-"
     return f"{b.low:.1f}-{b.high:.1f}{' ' + unit if unit else ''}"
+
+
+def request_lines(w: ServerLogWitness) -> list[str]:
+    """llama.cpp's request timings against the streams they were joined to."""
+    if w.requests_note is not None:
+        return [f"!! server log: {w.requests_note}"]
+    bad = [c for c in w.requests if not c.agrees]
+    gaps = [abs(c.eval_ms - c.client_decode_ms) for c in w.requests
+            if c.client_decode_ms is not None]  # fmt: skip
+    worst = f", eval time within {max(gaps):.1f} ms of the client's decode span" if gaps else ""
+    lines = [
+        f"server log: {len(w.requests)} llama.cpp request timings joined to loadgen's streams: "
+        f"{len(w.requests) - len(bad)} agree on tokens and decode time{worst}"
+    ]
+    lines += [_request_disagreement(c) for c in bad[:MAX_LISTED]]
+    if len(bad) > MAX_LISTED:
+        lines.append(f"!! server log: {len(bad) - MAX_LISTED} more request timings disagree")
+    return lines
+
+
+def _request_disagreement(c: RequestCheck) -> str:
+    client = "-" if c.client_decode_ms is None else f"{c.client_decode_ms:.1f} ms"
+    return (
+        f"!! server log disagrees on stream {c.stream} (task {c.task}): the server generated "
+        f"{c.eval_tokens} tokens in {c.eval_ms:.1f} ms, loadgen counted {c.completion_tokens} "
+        f"tokens over {client}"
+    )
