@@ -36,7 +36,7 @@ from loadgen.analysis.summary import analyze_run
 from loadgen.analysis.summary_types import read_run
 from loadgen.analysis.timeline import Timeline
 from loadgen.engine.run import RunOptions, run_plan
-from loadgen.enginelog import EngineLine, engine_line, parse_engine_lines
+from loadgen.enginelog import EngineLine, engine_line, parse_engine_lines, parse_request_timings
 from loadgen.records import SERVER_LOG, MetricsSample
 from loadgen.report.text import header
 from loadgen.report.witness_lines import server_log_lines
@@ -277,3 +277,16 @@ def test_llama_cpp_timings_that_do_not_pair_up_are_said() -> None:
 def test_a_log_without_either_is_said() -> None:
     w = server_log_witness("INFO nothing to see\n", LLAMA_STREAMS, Timeline([]), 0, 0)
     assert w.kind == "none" and "no vLLM engine line" in server_log_lines(w)[0]
+
+
+def test_a_real_llama_cpp_log_parses() -> None:
+    # A launched llama-server 0.3.36's log over tests/real/test_llamacpp_witness.py's run: four
+    # requests on two slots, with its log's time prefix.
+    timings = parse_request_timings((DATA / "llamacpp_timings.log").read_text())
+    assert [(t.task, t.prompt_tokens, t.eval_tokens) for t in timings] == [
+        (6, 64, 200),
+        (9, 64, 200),
+        (10, 64, 200),
+        (11, 64, 200),
+    ]
+    assert (timings[0].prompt_ms, timings[0].eval_ms) == (5.02, 109.72)
