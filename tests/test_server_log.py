@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import assert_one_line_error, loadgen
-from run_fixtures import stream, ticks
+from run_fixtures import ns, stream, ticks
 
 from loadgen.analysis.server_log import (
     Bounds,
@@ -290,3 +290,16 @@ def test_a_real_llama_cpp_log_parses() -> None:
         (11, 64, 200),
     ]
     assert (timings[0].prompt_ms, timings[0].eval_ms) == (5.02, 109.72)
+
+
+def test_streams_sent_together_take_the_timings_nearest_their_spans() -> None:
+    # Sent 0.1 ms apart, the server took s1 first: its task's 30 ms eval is s1's 30 ms span.
+    together = [stream("s0", chunks=ticks(1.0, 4, 0.03), sent=0.9),
+                stream("s1", chunks=ticks(1.0, 4, 0.01), sent=0.9001)]  # fmt: skip
+    text = llama_timing(3, (5.0, 1000), (31.0, 4)) + llama_timing(4, (5.0, 1000), (89.0, 4))
+    w = server_log_witness(text, together, Timeline([]), 0, 0)
+    assert [(c.stream, c.task, c.agrees) for c in w.requests] == [("s1", 3, True), ("s0", 4, True)]
+    # Sent 50 ms apart they are told apart by order, and the swap shows.
+    apart = [together[0], dataclasses.replace(together[1], t_sent_ns=ns(0.95))]
+    w = server_log_witness(text, apart, Timeline([]), 0, 0)
+    assert [(c.stream, c.agrees) for c in w.requests] == [("s0", False), ("s1", False)]

@@ -64,10 +64,7 @@ def server_log_lines(w: ServerLogWitness | None) -> list[str]:
         f"{phase}) beside /metrics: {len(judged) - len(bad)} of {len(judged)} judged agree within "
         f"the polls' resolution{within}"
     ]
-    lines += [_disagreement(p) for p in bad[:MAX_LISTED]]
-    if len(bad) > MAX_LISTED:
-        lines.append(f"!! server log: {len(bad) - MAX_LISTED} more lines disagree with /metrics")
-    return lines
+    return lines + _listed([_disagreement(p) for p in bad], "lines disagree with /metrics")
 
 
 def _disagreement(p: LogPoint) -> str:
@@ -98,10 +95,7 @@ def request_lines(w: ServerLogWitness) -> list[str]:
         f"server log: {len(w.requests)} llama.cpp request timings joined to loadgen's streams: "
         f"{len(w.requests) - len(bad)} agree on tokens and decode time{worst}"
     ]
-    lines += [_request_disagreement(c) for c in bad[:MAX_LISTED]]
-    if len(bad) > MAX_LISTED:
-        lines.append(f"!! server log: {len(bad) - MAX_LISTED} more request timings disagree")
-    return lines
+    return lines + _listed([_request_disagreement(c) for c in bad], "request timings disagree")
 
 
 def _request_disagreement(c: RequestCheck) -> str:
@@ -111,3 +105,9 @@ def _request_disagreement(c: RequestCheck) -> str:
         f"{c.eval_tokens} tokens in {c.eval_ms:.1f} ms, loadgen counted {c.completion_tokens} "
         f"tokens over {client}"
     )
+
+
+def _listed(flagged: list[str], what: str) -> list[str]:
+    """The first MAX_LISTED `!!` lines, then how many more there were."""
+    more = len(flagged) - MAX_LISTED
+    return flagged[:MAX_LISTED] + ([f"!! server log: {more} more {what}"] if more > 0 else [])

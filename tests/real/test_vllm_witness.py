@@ -7,14 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from realutil import note, tiny_model
+from realutil import note, run_launched, tiny_model
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.analysis.summary_types import read_run
-from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import SERVER_LOG
-from loadgen.scenario.load import load_scenario
-from loadgen.scenario.plan import plan
 from loadgen.server.spec import ServerSpec
 from loadgen.sim.statlog import INTERVAL_ENV
 
@@ -38,11 +35,8 @@ metrics: {poll_interval_s: 0.1}
 
 
 async def test_vllm_engine_lines_and_ttft_histogram_witness_the_run(tmp_path: Path) -> None:
-    path = tmp_path / "real_witness.yaml"
-    path.write_text(SCENARIO)
     spec = ServerSpec("vllm", FLAGS, tiny_model("vllm"), env=((INTERVAL_ENV, "2"),))
-    opts = RunOptions(out_root=tmp_path, progress=False, server=spec, telemetry=False)
-    run_dir = await run_plan(plan(load_scenario(path)), opts, warn=print)
+    run_dir = await run_launched(spec, SCENARIO, tmp_path)
     assert (run_dir / SERVER_LOG).stat().st_size > 0
     run = read_run(analyze_run(run_dir).summary)
     witness = run.server_log
