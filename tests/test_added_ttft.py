@@ -70,7 +70,7 @@ async def test_virtual_api_delay_is_added_exactly(tmp_path: Path) -> None:
     assert block.run is not None and block.run.matched
     assert block.run.added_ms == pytest.approx(37.0, abs=1e-6)
     head = "\n".join(header(read_run(run.summary)))
-    assert "loadgen + network + API server added 37.00 ms per request (per run" in head
+    assert "the sim's API delay (virtual clock: no HTTP path) added 37.00 ms per request" in head
 
 
 async def test_api_delay_at_speed_is_wall_time(tmp_path: Path) -> None:
@@ -137,9 +137,12 @@ async def _added_over_http(tmp_path: Path, api_delay_s: float) -> AddedTtft:
         opts = RunOptions(base_url=sim.url, out_root=tmp_path, progress=False)
         scenario = load_scenario(one_group(tmp_path, 8))
         run_dir = await run_plan(plan(scenario), opts, warn=lambda m: None)
-    block = _block(analyze_run(run_dir).summary)
+    summary = analyze_run(run_dir).summary
+    block = _block(summary)
     assert block.run is not None and block.run.matched and block.run.streams == 8
     assert block.run.added_ms is not None
+    head = "\n".join(header(read_run(summary)))
+    assert f"loadgen + network + API server added {block.run.added_ms:.2f} ms per request" in head
     return block.run
 
 

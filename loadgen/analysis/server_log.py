@@ -168,8 +168,8 @@ def server_log_witness(
     return ServerLogWitness("llama.cpp", len(timings), 0.0, None, (), checks, note)
 
 
-# Requests sent this close together may reach the server in either order (four sent within
-# 0.2 ms took llama.cpp's tasks 8, 9, 6, 7 in a loaded run).
+# Requests sent this close together may reach the server in either order (of four sent within
+# 0.2 ms to a loaded llama-server, the last two sent got the first two tasks).
 SAME_SEND_NS = 5_000_000
 
 

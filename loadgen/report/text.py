@@ -108,7 +108,7 @@ def header(run: RunSummary) -> list[str]:
     lines += reuse_lines(run.trace_reuse)
     lines += raised_lines(run.trace_prompts_raised)
     lines += record_lines(run.records)
-    lines += added_ttft_lines(run.added_ttft)
+    lines += added_ttft_lines(run.added_ttft, virtual=run.clock == ClockName.VIRTUAL)
     lines += server_log_lines(run.server_log)
     if run.boots_per_arm:
         lines.append(f"boots per arm: {run.boots_per_arm} ({run.boots_note or ''})")

@@ -9,32 +9,35 @@ from loadgen.analysis.server_log import Bounds, LogPoint, RequestCheck, ServerLo
 # Disagreeing lines listed one by one before the rest are counted.
 MAX_LISTED = 3
 
+ADDERS = "loadgen + network + API server"
 NO_HISTOGRAM = (
     "added TTFT: not measured: the server exports no TTFT histogram "
     "(vllm:time_to_first_token_seconds, sglang:time_to_first_token_seconds)"
 )
 
 
-def added_ttft_lines(block: AddedTtftBlock | None) -> list[str]:
+def added_ttft_lines(block: AddedTtftBlock | None, *, virtual: bool = False) -> list[str]:
     """What loadgen, the network and the API server added to each first token, per run and per
     group where a group's requests were alone in flight; `!!` where the server counted other
-    requests than the client timed."""
+    requests than the client timed. On the virtual clock nothing but the sim's api_delay_s
+    stands between the two."""
     if block is None:
         return []
     if not block.histogram:
         return [NO_HISTOGRAM]
-    lines = [] if block.run is None else [_line(block.run, "per run")]
-    lines += [_line(g, f"group {g.scope}") for g in block.groups]
+    who = "the sim's API delay (virtual clock: no HTTP path)" if virtual else ADDERS
+    lines = [] if block.run is None else [_line(block.run, "per run", who)]
+    lines += [_line(g, f"group {g.scope}", who) for g in block.groups]
     if block.groups_note:
         lines.append(f"added TTFT per group: none ({block.groups_note})")
     return lines
 
 
-def _line(a: AddedTtft, scope: str) -> str:
+def _line(a: AddedTtft, scope: str, who: str) -> str:
     if a.added_ms is None:
         return f"!! added TTFT ({scope}): not measured: {a.note}"
     head = (
-        f"loadgen + network + API server added {a.added_ms:.2f} ms per request ({scope}: client "
+        f"{who} added {a.added_ms:.2f} ms per request ({scope}: client "
         f"TTFT mean {a.client_ttft_ms:.2f} ms - server histogram mean {a.server_ttft_ms:.2f} ms "
         f"over {a.streams} streams, {a.windows} window{'s' if a.windows > 1 else ''})"
     )
