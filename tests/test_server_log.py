@@ -35,11 +35,12 @@ from loadgen.analysis.server_log import (
 from loadgen.analysis.summary import analyze_run
 from loadgen.analysis.summary_types import read_run
 from loadgen.analysis.timeline import Timeline
+from loadgen.codec import to_json
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.enginelog import EngineLine, engine_line, parse_engine_lines, parse_request_timings
 from loadgen.records import SERVER_LOG, MetricsSample
 from loadgen.report.text import header
-from loadgen.report.witness_lines import server_log_lines
+from loadgen.report.witness_lines import server_log_lines, server_log_table
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.server.spec import ServerSpec
@@ -95,6 +96,8 @@ def test_a_line_that_disagrees_with_metrics_is_flagged(change: dict[str, float])
     assert [p.t_s for p in witness.disagreeing] == [pytest.approx(39.8, abs=0.02)]
     flagged = [line for line in server_log_lines(witness) if line.startswith("!!")]
     assert len(flagged) == 1 and "at 40 s" in flagged[0]
+    table = server_log_table({"run": {"server_log": to_json(witness)}})
+    assert table is not None and [row[-1] for row in table.rows].count("!! no") == 1
 
 
 def test_too_few_lines_to_fit_leave_the_whole_second() -> None:
@@ -176,6 +179,9 @@ async def test_a_launched_sims_log_is_kept_and_agrees(tmp_path: Path) -> None:
     assert len(witness.judged) >= 2 and witness.disagreeing == []
     head = "\n".join(header(read_run(summary)))
     assert "server log: " in head and "!! server log" not in head
+    table = server_log_table(summary)
+    assert table is not None and "yes" in {row[-1] for row in table.rows}
+    assert "!! no" not in {row[-1] for row in table.rows}
 
 
 def test_server_log_needs_an_external_server_and_a_file(tmp_path: Path) -> None:

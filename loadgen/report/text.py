@@ -55,7 +55,7 @@ from loadgen.report.tables import (
     triple,
 )
 from loadgen.report.trace_lines import raised_lines, reuse_lines
-from loadgen.report.witness_lines import added_ttft_lines, server_log_lines
+from loadgen.report.witness_lines import added_ttft_lines, server_log_lines, server_log_table
 
 MAX_LISTED_STREAMS = 20
 _NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seqs=N"
@@ -472,6 +472,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
     tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
     tables.append(energy_table(summary))
+    tables.append(server_log_table(summary))
     tables += benchmark_tables(read_benchmark(summary))
     return [t for t in tables if t is not None]
 

@@ -1,10 +1,15 @@
-"""The report head's second witnesses: the server's TTFT histogram against the client's TTFT
-(added TTFT), and the server's own log lines against the /metrics polls."""
+"""The report's second witnesses: in its head, the server's TTFT histogram against the client's
+TTFT (added TTFT) and the server's own log lines against the /metrics polls; below, the log's
+engine lines as a time series beside the polls."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from loadgen.analysis.added_ttft import AddedTtft, AddedTtftBlock
 from loadgen.analysis.server_log import Bounds, LogPoint, RequestCheck, ServerLogWitness
+from loadgen.analysis.summary_types import read_run
+from loadgen.report.tables import Table
 
 # Disagreeing lines listed one by one before the rest are counted.
 MAX_LISTED = 3
@@ -72,8 +77,8 @@ def server_log_lines(w: ServerLogWitness | None) -> list[str]:
 
 def _disagreement(p: LogPoint) -> str:
     said = [f"generation {p.gen_tok_s:.1f} tok/s", f"running {p.running}", f"waiting {p.waiting}"]
-    polls = [_range(p.metrics_gen_tok_s, "tok/s"), _range(p.metrics_running, ""),
-             _range(p.metrics_waiting, "")]  # fmt: skip
+    polls = [_range(p.metrics_gen_tok_s, "tok/s"), f"running {_count(p.metrics_running)}",
+             f"waiting {_count(p.metrics_waiting)}"]  # fmt: skip
     return (
         f"!! server log disagrees with /metrics at {p.t_s:.0f} s: the log says "
         f"{', '.join(said)}; the polls allow {', '.join(polls)}"
@@ -84,6 +89,13 @@ def _range(b: Bounds | None, unit: str) -> str:
     if b is None:
         return "-"
     return f"{b.low:.1f}-{b.high:.1f}{' ' + unit if unit else ''}"
+
+
+def _count(b: Bounds | None) -> str:
+    """A gauge's range over polls of whole requests: "4", or "0-4"."""
+    if b is None:
+        return "-"
+    return f"{b.low:g}" if b.low == b.high else f"{b.low:g}-{b.high:g}"
 
 
 def request_lines(w: ServerLogWitness) -> list[str]:
@@ -114,3 +126,30 @@ def _listed(flagged: list[str], what: str) -> list[str]:
     """The first MAX_LISTED `!!` lines, then how many more there were."""
     more = len(flagged) - MAX_LISTED
     return flagged[:MAX_LISTED] + ([f"!! server log: {more} more {what}"] if more > 0 else [])
+
+
+def server_log_table(summary: dict[str, Any]) -> Table | None:
+    """The engine lines beside what the polls allow, one row a line (None: no engine line)."""
+    w = read_run(summary).server_log
+    if w is None or not w.points:
+        return None
+    rows = tuple(
+        (
+            f"{p.t_s:.2f}", f"{p.gen_tok_s:.1f}",
+            "-" if p.metrics_gen_mid_tok_s is None else f"{p.metrics_gen_mid_tok_s:.1f}",
+            _range(p.metrics_gen_tok_s, ""), f"{p.running}/{p.waiting}",
+            f"{_count(p.metrics_running)} / {_count(p.metrics_waiting)}",
+            f"{p.kv_perc:.1f}", "-" if p.prefix_hit_perc is None else f"{p.prefix_hit_perc:.1f}",
+            {True: "yes", False: "!! no", None: "-"}[p.agrees],
+        )
+        for p in w.points
+    )  # fmt: skip
+    return Table(
+        "Server log: vLLM engine lines beside /metrics",
+        ("t s", "log gen tok/s", "polls gen tok/s", "polls allow", "log run/wait",
+         "polls run / wait", "log KV %", "log prefix hit %", "agrees"),
+        rows,
+        (f"one line every {w.interval_s:g} s; t is the line's instant on the run clock; the "
+         "polls' figure is their counter's rise over the line's interval, interpolated",),
+        left=frozenset({8}),
+    )  # fmt: skip
