@@ -165,3 +165,15 @@ def test_sglangs_histogram_reads_as_the_ttft_histogram() -> None:
         'sglang:time_to_first_token_seconds_count{model_name="m"} 7.0\n'
     )
     assert parse_exposition(text).values == {SUM: 0.30457592010498047, COUNT: 7.0}
+
+
+async def test_warmups_and_reps_stay_outside_the_windows(tmp_path: Path) -> None:
+    # A warmup before the reps and a second rep after the first: the rep-edge polls keep both
+    # the warmup's and each rep's histogram rises apart, so the server counts the 6 measured.
+    overrides = ["warmup={count: 2, tokens: 32, max_tokens: 2}", "repetitions=2",
+                 "sim.api_delay_s=0.005"]  # fmt: skip
+    run = await run_virtual(one_group(tmp_path), overrides, tmp_path)
+    block = _block(run.summary)
+    assert block.run is not None and block.run.matched
+    assert (block.run.streams, block.run.windows) == (6, 2)
+    assert block.run.added_ms == pytest.approx(5.0, abs=1e-6)
