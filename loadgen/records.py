@@ -290,6 +290,10 @@ def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
     tmp.replace(folder / "run.json")
 
 
+# The server's log lines written during the run, copied beside the records (engine/server_log.py).
+SERVER_LOG = "server.log"
+
+
 class RunDirectory:
     """One run's directory (DESIGN.md's layout): manifest plus append-only streams and metrics."""
 

@@ -16,6 +16,7 @@ import orjson
 from loadgen.clock import ClockName
 from loadgen.records import (
     REPLICA_METRICS,
+    SERVER_LOG,
     MetricsSample,
     StreamRecord,
     read_jsonl,
@@ -61,6 +62,8 @@ class RunInputs:
     telemetry: tuple[dict[str, Any], ...] = ()
     # replica_metrics.jsonl: each replica's own scrapes where the run routed over several
     replica_metrics: tuple[MetricsSample, ...] = ()
+    # server.log: the server's log lines written during the run (engine/server_log.py)
+    server_log: str | None = None
 
 
 def is_run_dir(path: Path) -> bool:
@@ -134,6 +137,7 @@ def load_run(path: Path) -> RunInputs:
     metrics, bad_metrics = read_records(path / "metrics.jsonl", MetricsSample.from_json)
     telemetry = tuple(read_jsonl(path / "telemetry.jsonl"))
     replica_metrics, _ = read_records(path / REPLICA_METRICS, MetricsSample.from_json)
+    log = path / SERVER_LOG
     return RunInputs(
         read_manifest(path),
         streams,
@@ -143,4 +147,5 @@ def load_run(path: Path) -> RunInputs:
         dropped_fields(path),
         telemetry,
         tuple(replica_metrics),
+        log.read_text(errors="replace") if log.is_file() else None,
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 from loadgen import __version__
 from loadgen.analysis import rates
+from loadgen.analysis.added_ttft import added_ttft
 from loadgen.analysis.aggregate import (
     find_whale,
     interference,
@@ -49,6 +50,7 @@ from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.replicas import replicas_block
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
 from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits
+from loadgen.analysis.server_log import ServerLogWitness, server_log_witness
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, dumps_canonical, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
@@ -119,10 +121,14 @@ def analyze(inputs: RunInputs) -> Analysis:
     counts = record_counts(manifest, records, rows)
     good = goodput(measure, rows, manifest.get("slo"), manifest.get("slo_shares"))
     energy = energy_section(inputs.telemetry, measure, span_ns(measure))
+    witness = _server_log(inputs, timeline)
     summary = {
         "schema": SCHEMA,
         "run": (run := _run_section(manifest, records, measure, rows, timeline, ctx, counts))
-        | {"records": _records_block(counts, inputs)},
+        | {
+            "records": _records_block(counts, inputs),
+            "server_log": None if witness is None else to_json(witness),
+        },
         "replicas": _replicas(manifest, measure, rows, inputs, run["server"]),
         "streams": streams,
         "groups": _groups(measure, rows, timeline, manifest, reps, (histograms, asked)),
@@ -190,6 +196,16 @@ def _total_percentiles(
     return metric_percentiles(total, tpot_histogram(measure), asked)
 
 
+def _server_log(inputs: RunInputs, timeline: Timeline) -> ServerLogWitness | None:
+    """The server's engine lines beside the polls; None without a kept log or the wall-clock
+    anchor that places its lines (runs before run_start_wall_ns)."""
+    start = inputs.manifest.get("run_start_wall_ns")
+    if inputs.server_log is None or not isinstance(start, int):
+        return None
+    offset = int(inputs.manifest.get("utc_offset_s") or 0)
+    return server_log_witness(inputs.server_log, inputs.streams, timeline, start, offset)
+
+
 def _run_section(
     manifest: dict[str, Any],
     records: list[StreamRecord],
@@ -218,6 +234,7 @@ def _run_section(
         else {"available": False, "note": "no measured streams"}
     )
     reuse = trace_reuse(manifest, server)
+    added = added_ttft(measure, records, timeline, float(manifest.get("speed") or 1.0))
     return {
         "scenario": scenario.get("name") if isinstance(scenario, dict) else scenario,
         "target": _target(manifest.get("target")),
@@ -257,6 +274,7 @@ def _run_section(
         "server": server,
         "trace_reuse": None if reuse is None else to_json(reuse),
         "trace_prompts_raised": trace_prompts_raised(manifest),
+        "added_ttft": None if added is None else to_json(added),
     }
 
 

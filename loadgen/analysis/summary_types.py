@@ -14,12 +14,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from loadgen.analysis.added_ttft import AddedTtftBlock
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.lengths import PromptDrift, ShortOutput
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
+from loadgen.analysis.server_log import ServerLogWitness
 from loadgen.analysis.timeline import Plateau
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
@@ -275,6 +277,8 @@ class RunSummary:
     speculative_tokens: int | None
     trace_reuse: MeasuredReuse | None
     trace_prompts_raised: PromptsRaised | None
+    added_ttft: AddedTtftBlock | None = None
+    server_log: ServerLogWitness | None = None
 
     @classmethod
     def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
@@ -311,6 +315,8 @@ class RunSummary:
             speculative_tokens=facts.get("num_speculative_tokens"),
             trace_reuse=block(run, "trace_reuse", reader(MeasuredReuse)),
             trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
+            added_ttft=block(run, "added_ttft", reader(AddedTtftBlock)),
+            server_log=block(run, "server_log", reader(ServerLogWitness)),
         )
 
 

@@ -172,6 +172,7 @@ class FactsArgs:
 
     server_facts: tuple[str, ...] = ()
     server_flags: tuple[str, ...] = ()
+    server_log: Path | None = None
 
 
 FACTS_OPTIONS = option_group(
@@ -191,6 +192,16 @@ FACTS_OPTIONS = option_group(
         multiple=True,
         metavar="FLAGS",
         help="The flags an external server was launched with, recorded in run.json and reports.",
+    ),
+    click.option(
+        "--server-log",
+        "server_log",
+        type=click.Path(path_type=Path),
+        default=None,
+        metavar="FILE",
+        help="The external server's log, as it is being written (on this host): the lines it "
+        "writes during the run are kept as server.log and its engine lines read as a witness "
+        "beside /metrics (a launched server's own log is read without it).",
     ),
 )
 
@@ -548,7 +559,8 @@ def run_options(
         run_seed=run_seed.value, progress=args.output.progress, clock=clock,
         seed_source=run_seed.source, server=server, server_facts=server_facts or None,
         server_facts_sources=dict.fromkeys(server_facts, USER_SOURCE) or None,
-        server_flags=server_flags, telemetry_url=telemetry.telemetry_url,
+        server_flags=server_flags, server_log=args.facts.server_log,
+        telemetry_url=telemetry.telemetry_url,
         telemetry=not telemetry.no_telemetry, replica_urls=tuple(urls) if len(urls) > 1 else (),
         sim_replicas=target.sim_replicas, route=target.route_spec,
         metric_percentiles=args.metric_percentiles, **fields,
@@ -610,10 +622,15 @@ def _external_server(
         parsed = parse_server_facts(facts.server_facts), parse_server_flags(facts.server_flags)
     except ValueError as exc:
         return ({}, ()), [str(exc)]
-    if (parsed[0] or parsed[1]) and not base_url:
+    if (parsed[0] or parsed[1] or facts.server_log) and not base_url:
         return ({}, ()), [
-            "--server-facts/--server-flags describe an external server: pass --base-url too"
-            " (the built-in sim reports its own)"
+            "--server-facts/--server-flags/--server-log describe an external server: pass "
+            "--base-url too (the built-in sim and a launched server report their own)"
+        ]
+    if facts.server_log is not None and not facts.server_log.is_file():
+        return ({}, ()), [
+            f"--server-log {facts.server_log}: no such file; give the log the server is "
+            "writing now (e.g. where its stdout is redirected)"
         ]
     return (parsed[0], tuple(parsed[1])), []
 

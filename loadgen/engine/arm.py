@@ -128,7 +128,11 @@ async def _phases(
             checks = await prime_rep(rep, b.builder, b.send_now, b.poller, b.model, b.target,
                                      record)  # fmt: skip
             manifest["cache_checks"] += [c.to_json() for c in checks]
+            # Samples at the rep's edges, so a counter's delta over the measured requests holds
+            # no warmup's or prime's (analysis/added_ttft.py: the server's TTFT histogram).
+            await b.poller.scrape_once()
             await b.run_rep(rep, record, None if stop is None else stop.stopped)
+            await b.poller.scrape_once()
         except SERVER_GONE as exc:
             if stop is None:
                 raise

@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, closing, nullcontext, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from loadgen.client.endpoint import Timeouts
@@ -28,6 +29,7 @@ from loadgen.engine.progress import Progress
 from loadgen.engine.replicas import FleetScrape, RoutedClient, targets_manifest
 from loadgen.engine.routing import Router
 from loadgen.engine.selfwatch import SelfWatch
+from loadgen.engine.server_log import ServerLogTail
 from loadgen.engine.sessions import build_sessions
 from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_pool, worker_count
 from loadgen.engine.target import Target, open_target
@@ -83,6 +85,9 @@ class HttpBackend:
     background: list[asyncio.Task[None]]
     concurrency: int
     workers: int | None  # as asked (None: auto)
+    log_tail: ServerLogTail | None  # the server's log from the arm's start
+    run_dir: Path
+    kept_log: dict[str, Any] | None = None  # run.json's server_log, once finish() kept it
 
     @property
     def speed(self) -> float:
@@ -109,6 +114,8 @@ class HttpBackend:
                 await task
         with suppress(Exception):
             await self.poller.scrape_once()  # the closing sample bounds every counter delta
+        if self.log_tail is not None:
+            self.kept_log = self.log_tail.keep(self.run_dir)
         return self.sender.take_cancelled()
 
     def describe(self) -> dict[str, Any]:
@@ -116,7 +123,8 @@ class HttpBackend:
             "dispatch_late_max_ms": self.progress.max_late_ms,
             "concurrency_pool": self.concurrency,
         } | pool_manifest(self.pool, self.workers)  # fmt: skip
-        return {"client": client, "server_info": self.poller.info} | self.target.manifest()
+        kept = {"server_log": self.kept_log} if self.kept_log is not None else {}
+        return {"client": client, "server_info": self.poller.info} | self.target.manifest() | kept
 
 
 @asynccontextmanager
@@ -134,7 +142,12 @@ async def open_http_backend(
     concurrency = max_in_flight(arm)
     timeouts = scenario.timeouts
     run_start_ns = time.perf_counter_ns()
+    # The run clock's zero on the wall, to the microsecond, and the zone the host's logs are
+    # stamped in: a server's log lines (second stamps in local time) land on the run clock.
+    manifest["run_start_wall_ns"] = time.time_ns()
+    manifest["utc_offset_s"] = time.localtime().tm_gmtoff
     manifest["run_start_perf_ns"] = run_start_ns
+    log_tail = ServerLogTail.start(target.log_path)
     ray = None if opts.stop else opts.ray_address
     # Several replicas are routed from this process: the router holds every stream's replica.
     workers = 1 if target.replicas else worker_count(
@@ -191,6 +204,7 @@ async def open_http_backend(
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, sender, pool, lag,
             WallClock(run_start_ns), warn, background, concurrency, opts.workers,
+            log_tail, rundir.path,
         )  # fmt: skip
 
 

@@ -40,6 +40,8 @@ class RunOptions:
     seed_source: str | None = None
     # The launch flags of an external server, as the user gave them (server/user_facts.py).
     server_flags: tuple[str, ...] = ()
+    # An external server's log file, read from where it stood when the run began.
+    server_log: Path | None = None
     # The server loadgen launches per boot (None: the built-in sim), and the seed that shuffles
     # each round of boots (None: the arms in declared order, A B C A B C).
     server: ServerSpec | None = None

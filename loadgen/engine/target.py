@@ -40,6 +40,8 @@ class Target:
     # Every replica's URL where the run routes over several (`url` is the first, whose facts
     # and model stand for all); empty for one server.
     replicas: list[str] = field(default_factory=list)
+    # The server's log as it is written: a launched server's, or --server-log's.
+    log_path: Path | None = None
 
     def learn(self, facts: Mapping[str, int], source: str) -> None:
         """Adds facts not already known; the first source to state a fact is kept."""
@@ -80,6 +82,7 @@ async def open_target(
         target = Target(
             url=opts.base_url, kind="external", model=opts.model,
             flags=list(opts.server_flags), replicas=list(opts.replica_urls),
+            log_path=opts.server_log,
         )  # fmt: skip
         sources = opts.server_facts_sources or {}
         for name, value in (opts.server_facts or {}).items():
@@ -154,7 +157,7 @@ def _launched(
     target = Target(
         url=server.url, kind=spec.kind, model=server.model, flags=list(server.flags), speed=speed,
         boot_log=_relative(server.log_path, log_dir), boot=booted.record(),
-        unknown=dict(server.facts.unknown),
+        unknown=dict(server.facts.unknown), log_path=server.log_path,
     )  # fmt: skip
     facts = {k: v for k, v in server.facts.to_json().items() if isinstance(v, int)}
     for name, value in facts.items():

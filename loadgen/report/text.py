@@ -62,6 +62,7 @@ from loadgen.report.tables import (
     triple,
 )
 from loadgen.report.trace_lines import raised_lines, reuse_lines
+from loadgen.report.witness_lines import added_ttft_lines, server_log_lines, server_log_table
 
 MAX_LISTED_STREAMS = 20
 _NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seqs=N"
@@ -114,6 +115,8 @@ def header(run: RunSummary) -> list[str]:
     lines += reuse_lines(run.trace_reuse)
     lines += raised_lines(run.trace_prompts_raised)
     lines += record_lines(run.records)
+    lines += added_ttft_lines(run.added_ttft, virtual=run.clock == ClockName.VIRTUAL)
+    lines += server_log_lines(run.server_log)
     if run.boots_per_arm:
         lines.append(f"boots per arm: {run.boots_per_arm} ({run.boots_note or ''})")
     if run.interrupted:
@@ -482,6 +485,7 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
     tables.append(dataset_table(summary))
     tables.append(energy_table(summary))
+    tables.append(server_log_table(summary))
     tables += benchmark_tables(read_benchmark(summary))
     tables += [percentile_table(summary), seat_wait_table(summary)]
     return [t for t in tables if t is not None]

@@ -336,6 +336,9 @@ class SimConfig:
     # Chat answers open with this many reasoning tokens (`delta.reasoning`), as vLLM's
     # reasoning parsers stream a thinking model's output.
     reasoning_tokens: int | None = None
+    # Engine seconds the API server holds each request outside the engine's TTFT (a known
+    # added TTFT, for testing the witness).
+    api_delay_s: float | None = None
     faults: tuple[str, ...] = ()
 
     def flags(self) -> dict[str, Any]:

@@ -13,8 +13,9 @@ It does what the sim server and the client together do over loopback, with the w
   one content chunk arriving when the step ends (under spec decode, one chunk with k tokens);
 - each finished request becomes the StreamRecord the client would have written: usage-true
   tokens per chunk (`usage_continuous`), t_sent = t_headers = arrival (the sim sends headers at
-  once), t_first/t_last/t_done on chunk arrivals; errors keep the client's classes and
-  messages (http_NNN, connection_closed for an injected drop, *_timeout from the same limits);
+  once; api_delay_s later where set), t_first/t_last/t_done on chunk arrivals; errors keep the
+  client's classes and messages (http_NNN, connection_closed for an injected drop, *_timeout
+  from the same limits);
 - /metrics is read from the same collector the server renders its exposition from.
 
 What the client measures over loopback that this does not: its own lateness and event-loop lag
@@ -104,6 +105,8 @@ class _Flight:
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     stall_until: int = 0
+    # When the response head leaves: the API server's delay after t_sent (api_delay_s).
+    t_headers: int = 0
     # The answer's token ids, for requests that keep their text (session turns) only.
     answer_ids: list[int] | None = None
 
@@ -232,7 +235,7 @@ class VirtualSim:
             min_tokens=req.min_tokens or 0,
             ignore_eos=req.ignore_eos,
             cache_salt=req.cache_salt,
-            arrival_s=t / self._ns_per_engine_s,
+            arrival_s=t / self._ns_per_engine_s + s.config.api_delay_s,
             answer_prefix=needle_answer(
                 asked_text(req.messages, req.prompt), self.tokenizer, s.faults.config.needle_miss
             ),
@@ -248,8 +251,9 @@ class VirtualSim:
             self._refuse(req, on_record, WireError(400, str(e)))
             return
         self._flights[engine_id] = _Flight(
-            req, engine_id, t, len(ids), faults, on_record, answer_ids=[] if req.keep_text else None
-        )
+            req, engine_id, t, len(ids), faults, on_record,
+            answer_ids=[] if req.keep_text else None, t_headers=t + self._ns(s.config.api_delay_s),
+        )  # fmt: skip
         self._arm_deadline(engine_id)
 
     def _refuse(self, req: StreamRequest, on_record: OnRecord, e: WireError) -> None:
@@ -311,7 +315,7 @@ class VirtualSim:
         rec = _record(
             flight.req, flight.t_sent, flight.prompt_tokens, flight.chunk_ns,
             flight.chunk_tokens, 200, t_done, error, cached, finish,
-            self.state.config.reasoning_tokens if chat else 0,
+            self.state.config.reasoning_tokens if chat else 0, flight.t_headers,
         )  # fmt: skip
         tool = tool_to_call(flight.req.extra_body) if chat else None
         if tool is not None and rec.chunks:
@@ -434,6 +438,7 @@ def _record(
     cached: int | None = None,
     finish: str | None = None,
     reasoning_tokens: int = 0,
+    t_headers: int | None = None,
 ) -> StreamRecord:
     """The record the client writes for what it saw; usage came with every content chunk.
     With `reasoning_tokens` N, a chunk all of whose tokens lie in the first N is a reasoning
@@ -456,7 +461,7 @@ def _record(
         finish_reason=finish,
         http_status=http_status,
         t_sent_ns=t_sent,
-        t_headers_ns=t_sent if ok else t_done,
+        t_headers_ns=(t_sent if t_headers is None else t_headers) if ok else t_done,
         t_first_ns=chunk_ns[0] if chunk_ns else None,
         t_last_ns=chunk_ns[-1] if chunk_ns else None,
         session=req.session,
