@@ -42,7 +42,7 @@ from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
-from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits
+from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits, send_late_by_holder
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
@@ -156,6 +156,7 @@ def _run_section(
     limits = ClientLimits(
         counts.measured, counts.limited, counts.beyond_tolerance,
         lag if lag is not None and lag > LOOP_LAG_LIMIT_MS else None,
+        send_late=send_late_by_holder(measure),
     )  # fmt: skip
     phases = _count(r.phase for r in records)
     server = (

@@ -1,0 +1,76 @@
+"""A stream's HTTP phases: where its TTFT went between loadgen's send stamp and its first
+content chunk, and who held its send side (loadgen, the kernel, the server).
+
+The phases are consecutive intervals between the stamps rawhttp takes once per stream
+(records.py): connect (t_sent -> t_connected, 0 on a kept-alive connection), write (-> the
+request handed to the kernel), head (-> the response head complete), first byte (-> the first
+body byte) and first chunk (-> the first content chunk), so they sum to the TTFT by
+construction; a test holds the stamps to one clock and one order. The *send side* is connect +
+write + head: until the server answered the request at all. vLLM, SGLang and the sim send the
+head as the request is accepted, before any token work, so a late head is a request read late.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loadgen.records import StreamRecord
+
+PHASES = ("connect", "write", "head", "first_byte", "first_chunk")
+# Who held the send side: loadgen's process (write), the TCP handshake (connect), the network
+# and kernel (one round trip of the head wait) and the server (the rest of it).
+SEND_HOLDERS = ("client", "connect", "kernel", "server")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpPhases:
+    """One stream's phases in ns (PHASES' order), and the kernel's RTT (ns) where it said."""
+
+    connect_ns: int
+    write_ns: int
+    head_ns: int
+    first_byte_ns: int
+    first_chunk_ns: int
+    rtt_ns: int | None
+
+    @property
+    def durations_ns(self) -> tuple[int, ...]:
+        return (self.connect_ns, self.write_ns, self.head_ns, self.first_byte_ns,
+                self.first_chunk_ns)  # fmt: skip
+
+    @property
+    def send_ns(self) -> int:
+        return self.connect_ns + self.write_ns + self.head_ns
+
+    def send_holders_ns(self) -> dict[str, int]:
+        """The send side by holder (SEND_HOLDERS): the head wait's first round trip is the
+        network's and the kernel's (the request out, the head back), the rest the server's."""
+        kernel = min(self.head_ns, self.rtt_ns or 0)
+        return {"client": self.write_ns, "connect": self.connect_ns, "kernel": kernel,
+                "server": self.head_ns - kernel}  # fmt: skip
+
+    def send_holder(self) -> str:
+        """Who held the largest share of the send side."""
+        held = self.send_holders_ns()
+        return max(SEND_HOLDERS, key=held.__getitem__)
+
+
+def http_phases(rec: StreamRecord) -> HttpPhases | None:
+    """The stream's phases; None where a stamp is missing (aiohttp's reader, the virtual
+    clock, a stream that failed before its first content chunk)."""
+    sent, written, head = rec.t_sent_ns, rec.t_written_ns, rec.t_headers_ns
+    first_byte, first = rec.t_first_byte_ns, rec.t_first_ns
+    if sent is None or written is None or head is None or first_byte is None or first is None:
+        return None
+    connected = sent if rec.conn_reused else rec.t_connected_ns
+    if connected is None:
+        return None
+    tcp = rec.tcp_first_byte or rec.tcp_written
+    return HttpPhases(
+        connect_ns=connected - sent,
+        write_ns=written - connected,
+        head_ns=head - written,
+        first_byte_ns=first_byte - head,
+        first_chunk_ns=first - first_byte,
+        rtt_ns=None if tcp is None else tcp[0] * 1000,
+    )

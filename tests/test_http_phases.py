@@ -1,0 +1,111 @@
+"""HTTP phases per stream (connect, write, head, first byte, first chunk) and the kernel's
+word at the write and the first byte: they sum to the TTFT on one clock, and a send side late
+beyond tolerance is flagged by who held it, on both sides of the threshold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
+from sim_support import sim_config, stream_request
+
+from loadgen.analysis.phases import http_phases
+from loadgen.analysis.selferror import (
+    CLIENT_LIMITED_EXIT,
+    ClientLimits,
+    send_late_by_holder,
+    tolerance_s,
+)
+from loadgen.cli import main
+from loadgen.client.openai import OpenAIClient
+from loadgen.records import StreamRecord, read_streams
+from loadgen.report.banners import client_banner
+from loadgen.request import StreamRequest
+from loadgen.sim.server import start_sim_server
+
+MS = 1_000_000
+
+
+async def _streams(url: str, reqs: list[StreamRequest], *, warm: bool) -> list[StreamRecord]:
+    """The requests one after another on one client; unless `warm` (a run's way: its
+    connections opened before the clock starts), the first opens the connection."""
+    async with OpenAIClient(url, concurrency=1, raw_stream=True) as client:
+        if warm:
+            await client.warm(1)
+        return [await client.stream(r) for r in reqs]
+
+
+async def test_the_phases_sum_to_the_ttft_over_loopback_against_the_sim() -> None:
+    reqs = [stream_request(f"r{i}", 32, 4) for i in range(6)]
+    async with start_sim_server(sim_config()) as sim:
+        recs = await _streams(sim.url, reqs, warm=False)
+    assert all(r.status == "ok" for r in recs), [r.error for r in recs]
+    for i, r in enumerate(recs):
+        phases = http_phases(r)
+        assert phases is not None, r
+        assert all(d >= 0 for d in phases.durations_ns), phases
+        ttft = r.t_first_ns - r.t_sent_ns  # type: ignore[operator]
+        assert abs(sum(phases.durations_ns) - ttft) <= 100_000  # 0.1 ms
+        # Stamped in order on the run clock, every one of them.
+        stamps = [r.t_sent_ns, r.t_written_ns, r.t_headers_ns, r.t_first_byte_ns, r.t_first_ns]
+        assert stamps == sorted(stamps)  # type: ignore[type-var]
+        # The first stream opened the connection; the others rode it, with no connect phase.
+        assert r.conn_reused is (i > 0)
+        assert (r.t_connected_ns is None) is (i > 0)
+        assert (phases.connect_ns > 0) is (i == 0)
+        for tcp in (r.tcp_written, r.tcp_first_byte):
+            assert tcp is not None and len(tcp) == 3
+            rtt_us, unacked, notsent = tcp
+            assert rtt_us > 0 and unacked >= 0 and notsent >= 0
+        # At the first byte of the answer, the request has long left and been acknowledged.
+        assert r.tcp_first_byte[1:] == [0, 0]  # type: ignore[index]
+
+
+async def test_aiohttps_reader_leaves_the_phases_unmeasured() -> None:
+    async with (
+        start_sim_server(sim_config()) as sim,
+        OpenAIClient(sim.url, concurrency=1, raw_stream=False) as client,
+    ):
+        rec = await client.stream(stream_request("a", 8, 2))
+    assert rec.status == "ok" and rec.t_written_ns is None and rec.conn_reused is None
+    assert http_phases(rec) is None and send_late_by_holder([rec]) == {}
+
+
+async def test_a_request_read_late_by_the_server_is_flagged_as_a_late_send_side() -> None:
+    reqs = [StreamRequest(id=f"r{i}", model="paced", prompt="alpha bravo", max_tokens=3)
+            for i in range(4)]  # fmt: skip
+    async with PacedServer(PacedConfig(ttft_s=0.2, gap_s=0.002)) as srv:
+        quiet = await _streams(srv.url, reqs, warm=True)
+    async with PacedServer(PacedConfig(ttft_s=0.2, gap_s=0.002, read_delay_s=0.05)) as srv:
+        late = await _streams(srv.url, reqs, warm=True)
+    # Quiet: the head comes as the request is read, well inside the 10 ms tolerance (a
+    # connection opened inside the TTFT is a send side too: cold, one took 5 ms on a busy box).
+    assert send_late_by_holder(quiet) == {}
+    assert client_banner(ClientLimits(4, send_late=send_late_by_holder(quiet))) is None
+    # Late: the 50 ms before the read is the server's share of every send side.
+    for r in late:
+        phases = http_phases(r)
+        assert phases is not None and phases.head_ns >= 50 * MS > tolerance_s(r) * 1e9
+        assert phases.send_holder() == "server"
+    judged = ClientLimits(4, send_late=send_late_by_holder(late))
+    assert judged.send_late == {"server": 4} and judged.limits_run
+    banner = client_banner(judged)
+    assert banner is not None and "4 of 4 requests waited beyond tolerance" in banner
+    assert "held by: server 4" in banner
+
+
+def test_request_strict_exits_3_on_a_late_send_side_and_says_who_held_it(tmp_path: Path) -> None:
+    cfg = PacedConfig(ttft_s=0.05, gap_s=0.002, read_delay_s=0.06)
+    with ThreadedPacedServer(cfg) as srv:
+        res = CliRunner().invoke(
+            main,
+            ["request", "--base-url", srv.url, "-n", "3", "-c", "1", "--max-tokens", "3",
+             "--prompt-tokens", "4", "--strict", "--out", str(tmp_path / "run")],
+        )  # fmt: skip
+    assert res.exit_code == CLIENT_LIMITED_EXIT, res.output
+    banner = next(line for line in res.output.splitlines() if line.startswith("!!"))
+    assert "requests waited beyond tolerance before the server's response head" in banner
+    assert "server 3" in banner
+    recs = read_streams(tmp_path / "run")
+    assert len(recs) == 3 and all(http_phases(r) is not None for r in recs)
