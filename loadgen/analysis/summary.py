@@ -186,6 +186,8 @@ def _run_section(
         "prompt_shapes": manifest.get("prompt_shapes") or {},
         "server_facts": manifest.get("server") or {},
         "cache_checks": manifest.get("cache_checks") or [],
+        # `--until-precise`'s end as the engine recorded it (analysis/precision.py).
+        "until_precise": manifest.get("until_precise"),
         "arm": manifest.get("arm"),
         "cap": to_json(ctx.cap),
         "prefill_baseline": to_json(ctx.baseline),
@@ -248,7 +250,10 @@ def record_counts(
         v == "client_limited" and "client_error" in rows[r.id]["evidence"]
         for r, v in zip(measure, verdicts, strict=True)
     )
-    return RecordCounts(manifest.get("planned_streams"), len(measure),
+    # A plan that --until-precise cut short was a bound, not a promise: no stream is missing.
+    precise = manifest.get("until_precise")
+    cut = isinstance(precise, dict) and precise.get("reached") is True
+    return RecordCounts(None if cut else manifest.get("planned_streams"), len(measure),
                         len(records) - len(measure), limited, beyond)  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
+from loadgen.analysis.precision import UntilPrecise
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
@@ -272,6 +273,7 @@ class RunSummary:
     speculative_tokens: int | None
     trace_reuse: MeasuredReuse | None
     trace_prompts_raised: PromptsRaised | None
+    until_precise: UntilPrecise | None = None
 
     @classmethod
     def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
@@ -306,6 +308,7 @@ class RunSummary:
             speculative_tokens=facts.get("num_speculative_tokens"),
             trace_reuse=block(run, "trace_reuse", reader(MeasuredReuse)),
             trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
+            until_precise=block(run, "until_precise", reader(UntilPrecise)),
         )
 
 

@@ -17,6 +17,7 @@ import orjson
 import uvloop
 
 from loadgen.analysis.inputs import arm_dirs
+from loadgen.analysis.precision import PrecisionTarget
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
 from loadgen.analysis.summary_types import read_run
@@ -24,6 +25,7 @@ from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.commands.options import (
     LOAD_SWEEP_OPTIONS,
+    UNTIL_PRECISE_OPTION,
     RunArgs,
     parsed_slo,
     run_like,
@@ -102,6 +104,7 @@ REPORT_FAILED_EXIT = 5
     is_flag=True,
     help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
 )
+@UNTIL_PRECISE_OPTION
 @ARM_TABLES_OPTION
 @ALLOW_FILES_OUTSIDE
 def run_cmd(
@@ -117,12 +120,14 @@ def run_cmd(
     workers: int | None = None,
     ray_address: str | None = None,
     strict: bool = False,
+    until_precise: tuple[PrecisionTarget, ...] = (),
     arm_tables: bool = False,
     allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
     opts = usable_options(args, block_size=block_size, boot_order_seed=boot_order_seed,
-                              workers=workers, ray_address=ray_address)  # fmt: skip
+                          workers=workers, ray_address=ray_address,
+                          until_precise=until_precise)  # fmt: skip
     if ray_address:
         try:
             import_ray()

@@ -130,10 +130,12 @@ async def open_http_backend(
     timeouts = scenario.timeouts
     run_start_ns = time.perf_counter_ns()
     manifest["run_start_perf_ns"] = run_start_ns
-    ray = None if opts.stop else opts.ray_address
+    # A soak's stop and --until-precise see every record as it is written, here.
+    stops_here = opts.stop is not None or bool(opts.until_precise)
+    ray = None if stops_here else opts.ray_address
     workers = worker_count(
         opts.workers, concurrency, server_on_host=target.kind != "external", ray=bool(ray),
-        soak=opts.stop is not None,
+        soak=stops_here,
     )  # fmt: skip
     async with OpenAIClient(
         target.url, api_key=opts.api_key, concurrency=concurrency, timeouts=timeouts,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.analysis.precision import PrecisionTarget
 from loadgen.clock import ClockName
 from loadgen.engine.soak import SoakStop
 from loadgen.server.spec import ServerSpec
@@ -51,3 +52,6 @@ class RunOptions:
     # unless `telemetry` is off (engine/telemetry.py).
     telemetry_url: str | None = None
     telemetry: bool = True
+    # `--until-precise`: send until each target percentile's confidence interval is within its
+    # margin (engine/precise.py), the plan's requests at most; () sends the whole plan.
+    until_precise: tuple[PrecisionTarget, ...] = ()

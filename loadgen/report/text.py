@@ -15,6 +15,7 @@ from loadgen.analysis.evidence import (
     RationEvidence,
     WaitEvidence,
 )
+from loadgen.analysis.precision import UntilPrecise
 from loadgen.analysis.summary_types import (
     Cohort,
     HistBlock,
@@ -111,12 +112,35 @@ def header(run: RunSummary) -> list[str]:
         lines.append(f"boots per arm: {run.boots_per_arm} ({run.boots_note or ''})")
     if run.interrupted:
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
+    if run.until_precise is not None:
+        lines.append(precise_line(run.until_precise))
     if run.warm_cache is not None:
         lines.append(warm_cache_line(run.warm_cache))
     if (banner := run_banner(run)) is not None:
         # First of all lines: nothing below can be read without knowing it.
         lines.insert(0, banner)
     return lines
+
+
+def precise_line(u: UntilPrecise) -> str:
+    """How `--until-precise` ended: each target's estimate, its 95% interval, the margin it
+    reached against its goal and the n it took; a goal never reached is a `!!` line."""
+    parts = []
+    for p in u.targets:
+        if p.margin is None:
+            parts.append(f"{p.target} no interval yet with n={p.n} (goal {p.goal:.1%})")
+            continue
+        parts.append(
+            f"{p.target} {p.estimate:.4g} (95% CI {p.low:.4g}-{p.high:.4g}) within"
+            f" {p.margin:.1%} (goal {p.goal:.1%}) at n={p.n}"
+        )
+    bound = f"{u.planned} planned" if u.planned is not None else "the plan's duration"
+    if u.reached:
+        return (
+            f"until precise: {'; '.join(parts)}; stopped sending after {u.measured} measured"
+            f" streams of {bound}"
+        )
+    return f"!! NOT PRECISE: {bound} ended first: {'; '.join(parts)}"
 
 
 def _unmeasured(streams: StreamTally) -> str:
