@@ -58,13 +58,12 @@ from harness import Ratio, parser, ratio, report, unavailable
 
 sys.path.insert(0, str(REPO))
 
-from collections import Counter
 from itertools import pairwise
 from math import nan
 
 import orjson
 
-from loadgen.analysis.phases import PHASES, http_phases
+from loadgen.analysis.phases import phase_summary
 from loadgen.analysis.selferror import (
     CLIENT_LIMITED_EXIT,
     client_error_evidence,
@@ -198,33 +197,30 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
 
 
 def send_side(recs: list[StreamRecord]) -> dict:
-    """loadgen's own split of the streams' TTFTs: each phase's median (ms) over the streams
-    rawhttp stamped, the kernel's RTT and the most request bytes it still held just after a
-    write, who held each send side, and the send sides late beyond tolerance by holder."""
-    phases = [p for p in map(http_phases, recs) if p is not None]
+    """loadgen's own split of the streams' TTFTs (analysis/phases.py's phase_summary), the
+    kernel's RTT and the most request bytes it still held just after a write, and the send
+    sides late beyond tolerance by holder."""
     written = [r.tcp_written for r in recs if r.tcp_written is not None]
     return {
-        "stamped": len(phases),
-        "phase50": {name: statistics.median(p.durations_ns[i] for p in phases) / MS
-                    for i, name in enumerate(PHASES)} if phases else {},
+        "phases": phase_summary(recs),
         "rtt50_us": statistics.median(t[0] for t in written) if written else nan,
         "held_max": max((t[1] + t[2] for t in written), default=0),
-        "holders": Counter(p.send_holder() for p in phases),
         "late": send_late_by_holder(recs),
-    }  # fmt: skip
+    }
 
 
 def send_side_line(label: str, side: dict, n: int) -> str:
     """One row's send side, for the lines under its table."""
-    if not side["stamped"]:
+    phases = side["phases"]
+    if phases is None:
         return f"{label}: no stream carried phase stamps (aiohttp's reader)"
-    med = " ".join(f"{name} {ms:.3f}" for name, ms in side["phase50"].items())
-    held = ", ".join(f"{who} {k}" for who, k in side["holders"].most_common())
+    med = " ".join(f"{name} {ms:.3f}" for name, ms in phases.p50_ms.items())
+    held = ", ".join(f"{who} {k}" for who, k in phases.held_by.items())
     late = ", ".join(f"{who} {k}" for who, k in sorted(side["late"].items())) or "none"
     return (
         f"{label}: phases p50 ms: {med}; kernel RTT p50 {side['rtt50_us']:.0f} us, request"
         f" bytes unsent or unacked after the write max {side['held_max']}; send side held by:"
-        f" {held} ({side['stamped']} of {n} stamped); late beyond tolerance: {late}"
+        f" {held} ({phases.stamped} of {n} stamped); late beyond tolerance: {late}"
     )
 
 

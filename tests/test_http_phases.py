@@ -4,23 +4,27 @@ beyond tolerance is flagged by who held it, on both sides of the threshold."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from click.testing import CliRunner
 from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
+from run_fixtures import manifest, stream, write_run
 from sim_support import sim_config, stream_request
 
-from loadgen.analysis.phases import http_phases
+from loadgen.analysis.phases import PHASES, http_phases
 from loadgen.analysis.selferror import (
     CLIENT_LIMITED_EXIT,
     ClientLimits,
     send_late_by_holder,
     tolerance_s,
 )
+from loadgen.analysis.summary import analyze_run
 from loadgen.cli import main
 from loadgen.client.openai import OpenAIClient
 from loadgen.records import StreamRecord, read_streams
 from loadgen.report.banners import client_banner
+from loadgen.report.cmd import render_report
 from loadgen.request import StreamRequest
 from loadgen.sim.server import start_sim_server
 
@@ -62,6 +66,29 @@ async def test_the_phases_sum_to_the_ttft_over_loopback_against_the_sim() -> Non
         assert r.tcp_first_byte[1:] == [0, 0]  # type: ignore[index]
 
 
+async def test_the_run_sums_its_phases_and_the_report_says_where_the_ttfts_went(
+    tmp_path: Path,
+) -> None:
+    reqs = [stream_request(f"r{i}", 32, 4) for i in range(5)]
+    async with start_sim_server(sim_config()) as sim:
+        recs = await _streams(sim.url, reqs, warm=False)
+    run = write_run(tmp_path / "run", recs, run=manifest(planned_streams=5))
+    got = analyze_run(run).summary["run"]["http_phases"]
+    assert got["stamped"] == 5 and got["reused"] == 4
+    assert list(got["p50_ms"]) == list(PHASES) == list(got["p90_ms"])
+    assert sum(got["held_by"].values()) == 5
+    ttfts = sorted((r.t_first_ns - r.t_sent_ns) / 1e6 for r in recs)  # type: ignore[operator]
+    assert got["p50_ms"]["first_chunk"] + got["p50_ms"]["head"] <= ttfts[-1]
+    text = " ".join(render_report(run).split())  # the terminal's width wraps the line
+    assert "http phases p50 ms (5 streams, 4 on kept-alive connections): connect 0 |" in text
+    assert "send side held by" in text
+    # Records without the stamps (aiohttp's reader, the virtual clock): no block, no line.
+    bare = [dataclasses.replace(r, t_written_ns=None) for r in recs]
+    plain = write_run(tmp_path / "plain", bare, run=manifest(planned_streams=5))
+    assert analyze_run(plain).summary["run"]["http_phases"] is None
+    assert "http phases" not in render_report(plain)
+
+
 async def test_aiohttps_reader_leaves_the_phases_unmeasured() -> None:
     async with (
         start_sim_server(sim_config()) as sim,
@@ -72,18 +99,43 @@ async def test_aiohttps_reader_leaves_the_phases_unmeasured() -> None:
     assert http_phases(rec) is None and send_late_by_holder([rec]) == {}
 
 
+def _stamped(head_ms: float, *, ttft_ms: float = 100.0, rtt_us: int = 30) -> StreamRecord:
+    """A stream on a kept-alive connection whose head came `head_ms` after its write."""
+    sent = 10 * MS
+    written = sent + 20_000
+    head = written + round(head_ms * MS)
+    first = sent + round(ttft_ms * MS)
+    return dataclasses.replace(
+        stream("s", chunks=[first / 1e9, first / 1e9 + 0.01]), t_sent_ns=sent,
+        t_intended_ns=sent, t_headers_ns=head, t_first_byte_ns=head, t_first_ns=first,
+        conn_reused=True, t_written_ns=written, tcp_written=[rtt_us, 0, 0],
+        tcp_first_byte=[rtt_us, 0, 0],
+    )  # fmt: skip
+
+
+def test_the_send_side_is_judged_against_the_ttfts_tolerance_both_ways() -> None:
+    # TTFT 100 ms: tolerance 5 ms. The send side is write (20 us) + head.
+    quiet, late = _stamped(4.9), _stamped(5.1)
+    assert tolerance_s(quiet) == tolerance_s(late) == 0.005
+    assert send_late_by_holder([quiet]) == {}
+    assert client_banner(ClientLimits(1, send_late=send_late_by_holder([quiet]))) is None
+    assert send_late_by_holder([late, late, quiet]) == {"server": 2}
+    # The head wait's first round trip is the kernel's, the rest the server's.
+    phases = http_phases(late)
+    assert phases is not None
+    assert phases.send_holders_ns() == {"client": 20_000, "connect": 0, "kernel": 30_000,
+                                        "server": round(5.1 * MS) - 30_000}  # fmt: skip
+    # A 6 ms RTT over a 5.1 ms head: the whole wait was the network's.
+    far = http_phases(_stamped(5.1, rtt_us=6000))
+    assert far is not None and far.send_holder() == "kernel"
+
+
 async def test_a_request_read_late_by_the_server_is_flagged_as_a_late_send_side() -> None:
     reqs = [StreamRequest(id=f"r{i}", model="paced", prompt="alpha bravo", max_tokens=3)
             for i in range(4)]  # fmt: skip
-    async with PacedServer(PacedConfig(ttft_s=0.2, gap_s=0.002)) as srv:
-        quiet = await _streams(srv.url, reqs, warm=True)
     async with PacedServer(PacedConfig(ttft_s=0.2, gap_s=0.002, read_delay_s=0.05)) as srv:
         late = await _streams(srv.url, reqs, warm=True)
-    # Quiet: the head comes as the request is read, well inside the 10 ms tolerance (a
-    # connection opened inside the TTFT is a send side too: cold, one took 5 ms on a busy box).
-    assert send_late_by_holder(quiet) == {}
-    assert client_banner(ClientLimits(4, send_late=send_late_by_holder(quiet))) is None
-    # Late: the 50 ms before the read is the server's share of every send side.
+    # The 50 ms before the read is the server's share of every send side (tolerance 12.5 ms).
     for r in late:
         phases = http_phases(r)
         assert phases is not None and phases.head_ns >= 50 * MS > tolerance_s(r) * 1e9

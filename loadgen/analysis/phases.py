@@ -12,7 +12,11 @@ head as the request is accepted, before any token work, so a late head is a requ
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 from loadgen.records import StreamRecord
 
@@ -73,4 +77,34 @@ def http_phases(rec: StreamRecord) -> HttpPhases | None:
         first_byte_ns=first_byte - head,
         first_chunk_ns=first - first_byte,
         rtt_ns=None if tcp is None else tcp[0] * 1000,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSummary:
+    """A run's phases over its measured streams that carry them (summary.json's run
+    `http_phases`): each phase's p50 and p90 in ms (PHASES' order of keys), how many of them
+    rode a kept-alive connection, and who held each send side (SEND_HOLDERS, streams)."""
+
+    stamped: int
+    reused: int
+    p50_ms: dict[str, float]
+    p90_ms: dict[str, float]
+    held_by: dict[str, int]
+
+
+def phase_summary(records: Iterable[StreamRecord]) -> PhaseSummary | None:
+    """The phases of `records` in sum; None where none carries them."""
+    pairs = [(r, p) for r in records if (p := http_phases(r)) is not None]
+    if not pairs:
+        return None
+    ms = np.array([p.durations_ns for _, p in pairs], dtype=float) / 1e6
+    p50, p90 = np.percentile(ms, [50, 90], axis=0)
+    held = Counter(p.send_holder() for _, p in pairs)
+    return PhaseSummary(
+        stamped=len(pairs),
+        reused=sum(bool(r.conn_reused) for r, _ in pairs),
+        p50_ms={name: float(v) for name, v in zip(PHASES, p50, strict=True)},
+        p90_ms={name: float(v) for name, v in zip(PHASES, p90, strict=True)},
+        held_by={who: held[who] for who in SEND_HOLDERS if held[who]},
     )

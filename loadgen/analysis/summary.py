@@ -40,6 +40,7 @@ from loadgen.analysis.hist import (
 )
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.needles import needle_recall
+from loadgen.analysis.phases import phase_summary
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
 from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits, send_late_by_holder
@@ -186,6 +187,9 @@ def _run_section(
         "prompt_shapes": manifest.get("prompt_shapes") or {},
         "server_facts": manifest.get("server") or {},
         "cache_checks": manifest.get("cache_checks") or [],
+        # Where the measured TTFTs went, phase by phase (analysis/phases.py); None where no
+        # stream carries the stamps (aiohttp's reader, the virtual clock).
+        "http_phases": to_json(phase_summary(measure)),
         # `--until-precise`'s end as the engine recorded it (analysis/precision.py).
         "until_precise": manifest.get("until_precise"),
         "arm": manifest.get("arm"),

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
+from loadgen.analysis.phases import PhaseSummary
 from loadgen.analysis.precision import UntilPrecise
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
@@ -274,6 +275,7 @@ class RunSummary:
     trace_reuse: MeasuredReuse | None
     trace_prompts_raised: PromptsRaised | None
     until_precise: UntilPrecise | None = None
+    http_phases: PhaseSummary | None = None
 
     @classmethod
     def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
@@ -309,6 +311,7 @@ class RunSummary:
             trace_reuse=block(run, "trace_reuse", reader(MeasuredReuse)),
             trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
             until_precise=block(run, "until_precise", reader(UntilPrecise)),
+            http_phases=block(run, "http_phases", reader(PhaseSummary)),
         )
 
 

@@ -15,6 +15,7 @@ from loadgen.analysis.evidence import (
     RationEvidence,
     WaitEvidence,
 )
+from loadgen.analysis.phases import PhaseSummary
 from loadgen.analysis.precision import UntilPrecise
 from loadgen.analysis.summary_types import (
     Cohort,
@@ -114,12 +115,24 @@ def header(run: RunSummary) -> list[str]:
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
     if run.until_precise is not None:
         lines.append(precise_line(run.until_precise))
+    if run.http_phases is not None:
+        lines.append(phases_line(run.http_phases))
     if run.warm_cache is not None:
         lines.append(warm_cache_line(run.warm_cache))
     if (banner := run_banner(run)) is not None:
         # First of all lines: nothing below can be read without knowing it.
         lines.insert(0, banner)
     return lines
+
+
+def phases_line(p: PhaseSummary) -> str:
+    """Where the TTFTs went: each HTTP phase's p50, and who held the send side."""
+    med = " | ".join(f"{name.replace('_', ' ')} {ms:.3g}" for name, ms in p.p50_ms.items())
+    held = ", ".join(f"{who} {n}" for who, n in p.held_by.items())
+    return (
+        f"http phases p50 ms ({p.stamped} streams, {p.reused} on kept-alive connections):"
+        f" {med}; send side held by {held}"
+    )
 
 
 def precise_line(u: UntilPrecise) -> str:
