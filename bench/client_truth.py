@@ -20,7 +20,7 @@ still runs, against tests/pacedserver.py: every stream must come back ok.
 
 Every row is followed by loadgen's own split of its TTFTs (analysis/phases.py): the median of
 each HTTP phase (connect, write, head, first byte, first chunk), the kernel's word (RTT, the
-most request bytes not yet sent or acknowledged just after a write), who held each stream's
+most request bytes not yet sent or acknowledged at the first byte), who held each stream's
 send side (loadgen's process, the TCP connect, the kernel's round trip or the server) and the
 streams whose send side was late beyond tolerance, as the run's CLIENT LIMITED check counts
 them. Against firehose the send side's truth stands beside it: loadgen's send stamp -> its
@@ -198,13 +198,13 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
 
 def send_side(recs: list[StreamRecord]) -> dict:
     """loadgen's own split of the streams' TTFTs (analysis/phases.py's phase_summary), the
-    kernel's RTT and the most request bytes it still held just after a write, and the send
+    kernel's RTT and the most request bytes it still held at the first byte, and the send
     sides late beyond tolerance by holder."""
-    written = [r.tcp_written for r in recs if r.tcp_written is not None]
+    told = [r.tcp_first_byte for r in recs if r.tcp_first_byte is not None]
     return {
         "phases": phase_summary(recs),
-        "rtt50_us": statistics.median(t[0] for t in written) if written else nan,
-        "held_max": max((t[1] + t[2] for t in written), default=0),
+        "rtt50_us": statistics.median(t[0] for t in told) if told else nan,
+        "held_max": max((t[1] + t[2] for t in told), default=0),
         "late": send_late_by_holder(recs),
     }
 
@@ -219,7 +219,7 @@ def send_side_line(label: str, side: dict, n: int) -> str:
     late = ", ".join(f"{who} {k}" for who, k in sorted(side["late"].items())) or "none"
     return (
         f"{label}: phases p50 ms: {med}; kernel RTT p50 {side['rtt50_us']:.0f} us, request"
-        f" bytes unsent or unacked after the write max {side['held_max']}; send side held by:"
+        f" bytes unsent or unacked at the first byte max {side['held_max']}; send side held by:"
         f" {held} ({phases.stamped} of {n} stamped); late beyond tolerance: {late}"
     )
 

@@ -58,12 +58,9 @@ async def test_the_phases_sum_to_the_ttft_over_loopback_against_the_sim() -> Non
         assert r.conn_reused is (i > 0)
         assert (r.t_connected_ns is None) is (i > 0)
         assert (phases.connect_ns > 0) is (i == 0)
-        for tcp in (r.tcp_written, r.tcp_first_byte):
-            assert tcp is not None and len(tcp) == 3
-            rtt_us, unacked, notsent = tcp
-            assert rtt_us > 0 and unacked >= 0 and notsent >= 0
-        # At the first byte of the answer, the request has long left and been acknowledged.
-        assert r.tcp_first_byte[1:] == [0, 0]  # type: ignore[index]
+        # At the first byte of the answer the request has long left and been acknowledged.
+        assert r.tcp_first_byte is not None and len(r.tcp_first_byte) == 3
+        assert r.tcp_first_byte[0] > 0 and r.tcp_first_byte[1:] == [0, 0]
 
 
 async def test_the_run_sums_its_phases_and_the_report_says_where_the_ttfts_went(
@@ -108,8 +105,7 @@ def _stamped(head_ms: float, *, ttft_ms: float = 100.0, rtt_us: int = 30) -> Str
     return dataclasses.replace(
         stream("s", chunks=[first / 1e9, first / 1e9 + 0.01]), t_sent_ns=sent,
         t_intended_ns=sent, t_headers_ns=head, t_first_byte_ns=head, t_first_ns=first,
-        conn_reused=True, t_written_ns=written, tcp_written=[rtt_us, 0, 0],
-        tcp_first_byte=[rtt_us, 0, 0],
+        conn_reused=True, t_written_ns=written, tcp_first_byte=[rtt_us, 0, 0],
     )  # fmt: skip
 
 

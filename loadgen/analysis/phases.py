@@ -69,7 +69,7 @@ def http_phases(rec: StreamRecord) -> HttpPhases | None:
     connected = sent if rec.conn_reused else rec.t_connected_ns
     if connected is None:
         return None
-    tcp = rec.tcp_first_byte or rec.tcp_written
+    tcp = rec.tcp_first_byte
     return HttpPhases(
         connect_ns=connected - sent,
         write_ns=written - connected,

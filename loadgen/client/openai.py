@@ -503,7 +503,6 @@ def _phase_fields(live: _Live, run_start_ns: int) -> dict[str, Any]:
         "t_connected_ns": None if conn.reused else rel(conn.connected_ns),
         "t_written_ns": rel(conn.written_ns),
         "t_first_byte_ns": rel(live.first_byte_ns),
-        "tcp_written": conn.tcp_written,
         "tcp_first_byte": live.tcp_first_byte,
     }
 

@@ -117,11 +117,9 @@ class Conn(asyncio.Protocol):
         self.closed = False
         self.reused = False
         # Phase edges, once per connection and once per exchange (perf_counter ns): when the
-        # connection was made, when `begin` handed the request to the kernel and what the
-        # kernel said just after.
+        # connection was made and when `begin` handed the request to the kernel.
         self.connected_ns = 0
         self.written_ns = 0
-        self.tcp_written: list[int] | None = None
         self.received = 0  # bytes of the current exchange
         self.head: asyncio.Future[Head] | None = None
         self.done: asyncio.Future[bool] | None = None
@@ -183,7 +181,6 @@ class Conn(asyncio.Protocol):
         self.reusable = False
         self.received = 0
         self.written_ns = 0
-        self.tcp_written = None
         self._buf = b""
         self._in_body = self._trailer = False
         self._rem = self._skip = 0
@@ -195,7 +192,6 @@ class Conn(asyncio.Protocol):
         assert self.transport is not None
         self.transport.write(request)
         self.written_ns = perf_counter_ns()
-        self.tcp_written = tcp_state(self.transport)
 
     def abort(self) -> None:
         self.closed = True
