@@ -46,10 +46,11 @@ from loadgen.analysis.hist import (
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.lengths import prompt_drift, short_output
 from loadgen.analysis.needles import needle_recall
+from loadgen.analysis.phases import phase_summary
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.replicas import replicas_block
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
-from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits
+from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits, send_late_by_holder
 from loadgen.analysis.server_log import ServerLogWitness, server_log_witness
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, dumps_canonical, median, spread
@@ -226,6 +227,7 @@ def _run_section(
     limits = ClientLimits(
         counts.measured, counts.limited, counts.beyond_tolerance,
         lag if lag is not None and lag > LOOP_LAG_LIMIT_MS else None,
+        send_late=send_late_by_holder(measure),
     )  # fmt: skip
     phases = _count(r.phase for r in records)
     server = (
@@ -258,6 +260,11 @@ def _run_section(
         "prompt_shapes": manifest.get("prompt_shapes") or {},
         "server_facts": manifest.get("server") or {},
         "cache_checks": manifest.get("cache_checks") or [],
+        # Where the measured TTFTs went, phase by phase (analysis/phases.py); None where no
+        # stream carries the stamps (aiohttp's reader, the virtual clock).
+        "http_phases": to_json(phase_summary(measure)),
+        # `--until-precise`'s end as the engine recorded it (analysis/precision.py).
+        "until_precise": manifest.get("until_precise"),
         "arm": manifest.get("arm"),
         "cap": to_json(ctx.cap),
         "prefill_baseline": to_json(ctx.baseline),
@@ -350,7 +357,10 @@ def record_counts(
         v == "client_limited" and "client_error" in rows[r.id]["evidence"]
         for r, v in zip(measure, verdicts, strict=True)
     )
-    return RecordCounts(manifest.get("planned_streams"), len(measure),
+    # A plan that --until-precise cut short was a bound, not a promise: no stream is missing.
+    precise = manifest.get("until_precise")
+    cut = isinstance(precise, dict) and precise.get("reached") is True
+    return RecordCounts(None if cut else manifest.get("planned_streams"), len(measure),
                         len(records) - len(measure), limited, beyond)  # fmt: skip
 
 

@@ -18,6 +18,8 @@ from loadgen.analysis.added_ttft import AddedTtftBlock
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.lengths import PromptDrift, ShortOutput
+from loadgen.analysis.phases import PhaseSummary
+from loadgen.analysis.precision import UntilPrecise
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
@@ -279,6 +281,8 @@ class RunSummary:
     trace_prompts_raised: PromptsRaised | None
     added_ttft: AddedTtftBlock | None = None
     server_log: ServerLogWitness | None = None
+    until_precise: UntilPrecise | None = None
+    http_phases: PhaseSummary | None = None
 
     @classmethod
     def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
@@ -317,6 +321,8 @@ class RunSummary:
             trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
             added_ttft=block(run, "added_ttft", reader(AddedTtftBlock)),
             server_log=block(run, "server_log", reader(ServerLogWitness)),
+            until_precise=block(run, "until_precise", reader(UntilPrecise)),
+            http_phases=block(run, "http_phases", reader(PhaseSummary)),
         )
 
 

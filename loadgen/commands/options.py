@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from loadgen.analysis.precision import PRECISE_HELP, PrecisionTarget, parse_precise
 from loadgen.analysis.slo import DEFAULT_ATTAIN, SLO_HELP, SloItem, parse_slo
 from loadgen.client.endpoint import resolve_target
 from loadgen.clock import ClockName
@@ -537,6 +538,12 @@ def run_options(
         )
     problems += _client_problems(clock, fields.get("workers"), fields.get("ray_address"))
     problems += replica_problems(target, server, routed, fields)
+    if fields.get("until_precise") and (fields.get("workers") not in (None, 1)
+                                        or fields.get("ray_address")):  # fmt: skip
+        problems.append(
+            "--until-precise decides when to stop from every record as it is written, in this "
+            "process: drop --workers N / --ray"
+        )
     api_key = target.api_key
     urls: list[str] = []
     for url in target.base_urls or ([None] if needs_url and server is None else []):
@@ -762,3 +769,27 @@ def parsed_slo(text: str, attain: float = DEFAULT_ATTAIN) -> tuple[SloItem, ...]
         return parse_slo(text, attain)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def _precise_targets(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[PrecisionTarget, ...]:
+    targets = []
+    for text in values:
+        try:
+            targets.append(parse_precise(text))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    if len({t.name for t in targets}) < len(targets):
+        raise click.BadParameter("a target is given twice (expected each metric_pNN once)")
+    return tuple(targets)
+
+
+UNTIL_PRECISE_OPTION = click.option(
+    "--until-precise",
+    "until_precise",
+    multiple=True,
+    metavar="METRIC_pNN=MARGIN",
+    callback=_precise_targets,
+    help=f"Stop sending once precise: {PRECISE_HELP}.",
+)

@@ -148,11 +148,13 @@ async def open_http_backend(
     manifest["utc_offset_s"] = time.localtime().tm_gmtoff
     manifest["run_start_perf_ns"] = run_start_ns
     log_tail = ServerLogTail.start(target.log_path)
-    ray = None if opts.stop else opts.ray_address
+    # A soak's stop and --until-precise see every record as it is written, here.
+    stops_here = opts.stop is not None or bool(opts.until_precise)
+    ray = None if stops_here else opts.ray_address
     # Several replicas are routed from this process: the router holds every stream's replica.
     workers = 1 if target.replicas else worker_count(
         opts.workers, concurrency, server_on_host=target.kind != "external", ray=bool(ray),
-        soak=opts.stop is not None,
+        soak=stops_here,
     )  # fmt: skip
     if target.replicas:
         manifest |= targets_manifest(target.replicas, opts.route)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.analysis.precision import PrecisionTarget
 from loadgen.clock import ClockName
 from loadgen.engine.routing import RouteSpec
 from loadgen.engine.soak import SoakStop
@@ -64,6 +65,9 @@ class RunOptions:
     # `--metric-percentiles`: TTFT/TPOT/ITL/E2E at these percentiles in every summary (run.json
     # keeps them, so a re-report gives the same); None: not asked.
     metric_percentiles: tuple[float, ...] | None = None
+    # `--until-precise`: send until each target percentile's confidence interval is within its
+    # margin (engine/precise.py), the plan's requests at most; () sends the whole plan.
+    until_precise: tuple[PrecisionTarget, ...] = ()
 
     @property
     def replicas(self) -> int:

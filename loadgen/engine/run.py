@@ -21,6 +21,7 @@ from loadgen.engine.boots import run_boots
 from loadgen.engine.http_backend import max_in_flight
 from loadgen.engine.manifest import manifest_head
 from loadgen.engine.options import RunOptions
+from loadgen.engine.precise import PreciseStop
 from loadgen.engine.preflight import (
     check_out_root,
     check_sim_windows,
@@ -200,7 +201,9 @@ async def run_arm(
     try:
         opened = clock_of(opts).open_backend(arm, rundir, manifest, opts, warn, target)
         async with opened as backend:
-            await drive_arm(arm, backend, rundir, manifest, opts.stop)
+            planned = None if arm.open_ended else arm.planned_streams
+            precise = PreciseStop(opts.until_precise, planned) if opts.until_precise else None
+            await drive_arm(arm, backend, rundir, manifest, opts.stop, precise)
         manifest["interrupted"] = False
     except Exception as exc:
         manifest["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

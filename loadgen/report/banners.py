@@ -33,6 +33,12 @@ def client_reasons(c: ClientLimits) -> list[str]:
         reasons.append(f"event-loop lag max {lag:.1f} ms > {limit:g} ms")
     if c.crowding is not None:
         reasons.append(crowding_text(c.crowding))
+    if c.send_late:
+        held = ", ".join(f"{who} {n}" for who, n in sorted(c.send_late.items()))
+        reasons.append(
+            f"{sum(c.send_late.values())} of {c.measured} requests waited beyond tolerance "
+            f"before the server's response head (send side, held by: {held})"
+        )
     return reasons
 
 

@@ -15,6 +15,8 @@ from loadgen.analysis.evidence import (
     RationEvidence,
     WaitEvidence,
 )
+from loadgen.analysis.phases import PhaseSummary
+from loadgen.analysis.precision import UntilPrecise
 from loadgen.analysis.summary_types import (
     Cohort,
     HistBlock,
@@ -121,6 +123,10 @@ def header(run: RunSummary) -> list[str]:
         lines.append(f"boots per arm: {run.boots_per_arm} ({run.boots_note or ''})")
     if run.interrupted:
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
+    if run.until_precise is not None:
+        lines.append(precise_line(run.until_precise))
+    if run.http_phases is not None:
+        lines.append(phases_line(run.http_phases))
     if run.warm_cache is not None:
         lines.append(warm_cache_line(run.warm_cache))
     if run.short_output is not None:
@@ -131,6 +137,37 @@ def header(run: RunSummary) -> list[str]:
         # First of all lines: nothing below can be read without knowing it.
         lines.insert(0, banner)
     return lines
+
+
+def phases_line(p: PhaseSummary) -> str:
+    """Where the TTFTs went: each HTTP phase's p50, and who held the send side."""
+    med = " | ".join(f"{name.replace('_', ' ')} {ms:.3g}" for name, ms in p.p50_ms.items())
+    held = ", ".join(f"{who} {n}" for who, n in p.held_by.items())
+    return (
+        f"http phases p50 ms ({p.stamped} streams, {p.reused} on kept-alive connections):"
+        f" {med}; send side held by {held}"
+    )
+
+
+def precise_line(u: UntilPrecise) -> str:
+    """How `--until-precise` ended: each target's estimate, its 95% interval, the margin it
+    reached against its goal and the n it took; a goal never reached is a `!!` line."""
+    parts = []
+    for p in u.targets:
+        if p.margin is None:
+            parts.append(f"{p.target} no interval yet with n={p.n} (goal {p.goal:.1%})")
+            continue
+        parts.append(
+            f"{p.target} {p.estimate:.4g} (95% CI {p.low:.4g}-{p.high:.4g}) within"
+            f" {p.margin:.1%} (goal {p.goal:.1%}) at n={p.n}"
+        )
+    bound = f"{u.planned} planned" if u.planned is not None else "the plan's duration"
+    if u.reached:
+        return (
+            f"until precise: {'; '.join(parts)}; stopped sending after {u.measured} measured"
+            f" streams of {bound}"
+        )
+    return f"!! NOT PRECISE: {bound} ended first: {'; '.join(parts)}"
 
 
 def _unmeasured(streams: StreamTally) -> str:
