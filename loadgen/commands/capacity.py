@@ -70,7 +70,7 @@ DEFAULT_MAX_TIME_S = 3600.0
     help="Wall seconds after which no new probe starts.",
 )
 @REQUESTS_OPTION
-@run_like()
+@run_like(watch=True)
 def capacity_cmd(
     scenario: str,
     slo: str,

@@ -31,7 +31,7 @@ from loadgen.analysis.summary import analyze_run
 from loadgen.codec import to_json
 from loadgen.engine.backends import clock_of, shared_target
 from loadgen.engine.options import RunOptions
-from loadgen.engine.run import base_manifest, open_work_root, run_arm
+from loadgen.engine.run import base_manifest, open_work_root, run_arm, watched
 from loadgen.engine.target import Target
 from loadgen.records import write_manifest
 from loadgen.scenario.load_axis import LoadAxis, format_load, with_load
@@ -52,6 +52,22 @@ async def search_capacity(
     say: Callable[[str], None] = lambda _line: None,
 ) -> Path:
     """Runs the search; returns its directory. `say` hears one line per probe."""
+    with watched(opts) as watching:
+        return await _search(scenario, axis, search, slo, watching, warn, on_root, max_time_s,
+                             say)  # fmt: skip
+
+
+async def _search(
+    scenario: Scenario,
+    axis: LoadAxis,
+    search: Search,
+    slo: tuple[SloItem, ...],
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    on_root: Callable[[Path], None] | None,
+    max_time_s: float | None,
+    say: Callable[[str], None],
+) -> Path:
     work = open_work_root(scenario, opts, on_root)
     root, started, seed = work.path, work.started, work.seed
     manifest = base_manifest(plan(scenario, run_seed=seed), opts, started) | {

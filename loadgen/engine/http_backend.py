@@ -18,6 +18,7 @@ from loadgen.client.openai import OpenAIClient
 from loadgen.clock import WallClock
 from loadgen.engine.arm import Record
 from loadgen.engine.counters import pick_counter
+from loadgen.engine.live_metrics import LiveMetrics
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
@@ -78,6 +79,7 @@ class HttpBackend:
     background: list[asyncio.Task[None]]
     concurrency: int
     workers: int | None  # as asked (None: auto)
+    live: LiveMetrics | None  # --metrics-port's figures (None: not served)
 
     @property
     def speed(self) -> float:
@@ -93,7 +95,7 @@ class HttpBackend:
         await _run_rep(
             rep, (self.builder, self.session_builder), self.client, self.model,
             self.clock, record, self.progress, self.lag, stop,
-            pool=self.pool, warn=self.warn,
+            pool=self.pool, warn=self.warn, live=self.live,
         )  # fmt: skip
 
     async def finish(self) -> list[StreamRecord]:
@@ -172,6 +174,8 @@ async def open_http_backend(
             on_sample=None if gpu is None else gpu.tick,
         )
         lag = LoopLagMonitor()
+        if opts.live is not None:
+            opts.live.lag_from(lag)
         await poller.scrape_once()  # the opening sample; also reads cache_config_info
         target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
         progress = Progress(arm, poller, enabled=opts.progress, live_counts=client.live_counts)
@@ -182,7 +186,7 @@ async def open_http_backend(
             background.append(asyncio.create_task(watch.run()))
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, pool, lag,
-            WallClock(run_start_ns), warn, background, concurrency, opts.workers,
+            WallClock(run_start_ns), warn, background, concurrency, opts.workers, opts.live,
         )  # fmt: skip
 
 
@@ -209,6 +213,7 @@ async def _run_rep(
     *,
     pool: Pool | None,
     warn: Callable[[str], None],
+    live: LiveMetrics | None,
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.
     builder, session_builder = builders
@@ -218,7 +223,10 @@ async def _run_rep(
     await client.warm(mine + len(sessions) or 1)
     quiet_collector()
     progress.start_rep(rep)
-    send = stream_at(progress.watch(client))
+    sender = client if live is None else live.watch(client)
+    send = stream_at(progress.watch(sender))
+    if live is not None:
+        record = live.recording(record)
     with lag.measuring():
         if pool is None:
             await send_rep(rep, built, sessions, send, record, clock, model=model,
@@ -226,7 +234,8 @@ async def _run_rep(
             return
         # The pool's workers send the requests; the sessions' turns go from here.
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(send_rep_in_pool(pool, rep, built, record, warn))
+            pooled = record if live is None else live.sent_elsewhere(record)
+            tg.create_task(send_rep_in_pool(pool, rep, built, pooled, warn))
             tg.create_task(send_rep(
                 dataclasses.replace(rep, requests=()), [], sessions, send, record, clock,
                 model=model, lead_ns=SCHEDULE_LEAD_NS, stop=stop,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.clock import ClockName
+from loadgen.engine.live_metrics import LiveMetrics
 from loadgen.engine.soak import SoakStop
 from loadgen.server.spec import ServerSpec
 
@@ -51,3 +52,9 @@ class RunOptions:
     # unless `telemetry` is off (engine/telemetry.py).
     telemetry_url: str | None = None
     telemetry: bool = True
+    # Watching a run from outside: loadgen's own /metrics on 127.0.0.1:metrics_port while it
+    # runs (`live`: its figures, set by the engine while serving them), and a W3C traceparent
+    # header on every request (recorded per stream).
+    metrics_port: int | None = None
+    live: LiveMetrics | None = None
+    trace_context: bool = False

@@ -8,8 +8,10 @@ with `interrupted: true`), so a partial run directory is still a readable one.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from loadgen.engine.arm import drive_arm
 from loadgen.engine.backends import clock_of
 from loadgen.engine.boots import run_boots
 from loadgen.engine.http_backend import max_in_flight
+from loadgen.engine.live_metrics import serving
 from loadgen.engine.manifest import manifest_head
 from loadgen.engine.options import RunOptions
 from loadgen.engine.preflight import (
@@ -72,6 +75,17 @@ def open_work_root(
     return WorkRoot(root, started, seed)
 
 
+@contextmanager
+def watched(opts: RunOptions) -> Iterator[RunOptions]:
+    """`opts` with loadgen's own /metrics served for the block when --metrics-port asks (once
+    per command: every arm, boot and probe counts on the same registry)."""
+    if opts.metrics_port is None or opts.live is not None:
+        yield opts
+        return
+    with serving(opts.metrics_port) as live:
+        yield dataclasses.replace(opts, live=live)
+
+
 async def run_plan(
     plan: Plan,
     opts: RunOptions,
@@ -81,6 +95,16 @@ async def run_plan(
     """Runs every arm of the plan; returns the run directory (the parent one for sweeps).
     `on_root` hears that directory's path before anything is sent (a stopped run's report
     is made from it)."""
+    with watched(opts) as watching:
+        return await _run_plan(plan, watching, warn, on_root)
+
+
+async def _run_plan(
+    plan: Plan,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    on_root: Callable[[Path], None] | None,
+) -> Path:
     check_out_root(opts.out_root)
     clock = clock_of(opts)
     if clock.opens_sockets:
