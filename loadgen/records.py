@@ -129,6 +129,9 @@ class StreamRecord:
     # The calls themselves, (id, name, arguments) each, kept for the request that sends the
     # tool's result; never written (as `answer`).
     calls: tuple[tuple[str, str, str], ...] | None = None
+    # The W3C traceparent header the request carried (--trace-context), to join a server's
+    # traces; None where none was sent.
+    traceparent: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

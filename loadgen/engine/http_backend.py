@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
-from loadgen.client.loops import stream_at
+from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
 from loadgen.clock import WallClock
 from loadgen.engine.arm import Record
@@ -31,7 +31,7 @@ from loadgen.engine.target import Target, open_target
 from loadgen.engine.telemetry import open_telemetry
 from loadgen.engine.traffic import send_rep
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord
-from loadgen.request import StreamRequest
+from loadgen.request import StreamRequest, new_traceparent
 from loadgen.scenario.plan import ArmPlan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
@@ -80,6 +80,7 @@ class HttpBackend:
     concurrency: int
     workers: int | None  # as asked (None: auto)
     live: LiveMetrics | None  # --metrics-port's figures (None: not served)
+    traced: bool  # --trace-context: a fresh traceparent on every request
 
     @property
     def speed(self) -> float:
@@ -89,13 +90,14 @@ class HttpBackend:
         return self.clock.now_ns()
 
     async def send_now(self, req: StreamRequest) -> StreamRecord:
-        return await self.client.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
+        sender = _Traced(self.client) if self.traced else self.client
+        return await sender.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
 
     async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
         await _run_rep(
             rep, (self.builder, self.session_builder), self.client, self.model,
             self.clock, record, self.progress, self.lag, stop,
-            pool=self.pool, warn=self.warn, live=self.live,
+            pool=self.pool, warn=self.warn, live=self.live, traced=self.traced,
         )  # fmt: skip
 
     async def finish(self) -> list[StreamRecord]:
@@ -187,6 +189,7 @@ async def open_http_backend(
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, pool, lag,
             WallClock(run_start_ns), warn, background, concurrency, opts.workers, opts.live,
+            opts.trace_context,
         )  # fmt: skip
 
 
@@ -214,6 +217,7 @@ async def _run_rep(
     pool: Pool | None,
     warn: Callable[[str], None],
     live: LiveMetrics | None,
+    traced: bool,
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.
     builder, session_builder = builders
@@ -223,7 +227,8 @@ async def _run_rep(
     await client.warm(mine + len(sessions) or 1)
     quiet_collector()
     progress.start_rep(rep)
-    sender = client if live is None else live.watch(client)
+    sender: Backend = _Traced(client) if traced else client
+    sender = sender if live is None else live.watch(sender)
     send = stream_at(progress.watch(sender))
     if live is not None:
         record = live.recording(record)
@@ -233,6 +238,7 @@ async def _run_rep(
                            lead_ns=SCHEDULE_LEAD_NS, stop=stop)  # fmt: skip
             return
         # The pool's workers send the requests; the sessions' turns go from here.
+        built = [with_traceparent(r) for r in built] if traced else built
         async with asyncio.TaskGroup() as tg:
             pooled = record if live is None else live.sent_elsewhere(record)
             tg.create_task(send_rep_in_pool(pool, rep, built, pooled, warn))
@@ -240,3 +246,17 @@ async def _run_rep(
                 dataclasses.replace(rep, requests=()), [], sessions, send, record, clock,
                 model=model, lead_ns=SCHEDULE_LEAD_NS, stop=stop,
             ))  # fmt: skip
+
+
+def with_traceparent(req: StreamRequest) -> StreamRequest:
+    return dataclasses.replace(req, traceparent=new_traceparent())
+
+
+class _Traced:
+    """A backend that sends each request with a fresh W3C traceparent (--trace-context)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    async def stream(self, req: StreamRequest) -> StreamRecord:
+        return await self._backend.stream(with_traceparent(req))
