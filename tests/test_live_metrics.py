@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.analysis.rates import token_gaps_ns
 from loadgen.engine.live_metrics import LiveMetrics, MetricsPortInUse, serving
+from loadgen.engine.run import RunOptions, watched
 from loadgen.records import StreamError, StreamRecord, read_streams
 
 MS = 1_000_000
@@ -232,3 +233,42 @@ def test_itl_buckets_count_the_same_gaps_as_the_analysis(chunk_tokens: list[int]
     for le in ("0.001", "0.0025", "0.005", "0.01"):
         below = sum(g <= float(le) * 1e9 for g in gaps)
         assert samples[("loadgen_itl_seconds_bucket", (*a, ("le", le)))] == below, le
+
+
+def test_worker_processes_streams_are_counted_in_the_parent(tmp_path: Path):
+    port = free_port()
+    args = ["run", "smoke", "--clock", "wall", "--workers", "2", "--concurrency", "4",
+            "--requests", "300", "--metrics-port", str(port), "--no-progress", "--out",
+            str(tmp_path)]  # fmt: skip
+    proc = spawn_loadgen(args)
+    seen: list[dict[str, dict[str, object]]] = []
+    try:
+        deadline = time.monotonic() + 90
+        while proc.poll() is None and time.monotonic() < deadline:
+            text = scrape(port)
+            if text is not None and finished(fams := families(text)) > 0:
+                seen.append(fams)
+            time.sleep(0.2)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert seen, "no scrape saw a finished stream while the workers sent"
+    for fams in seen:
+        # A worker reports a stream only at its end: sent with its record, never in flight.
+        sent = fams["loadgen_streams_sent"]["samples"][("loadgen_streams_sent_total", ())]  # type: ignore[index]
+        assert sent == finished(fams)
+        assert fams["loadgen_streams_in_flight"]["samples"] == {
+            ("loadgen_streams_in_flight", ()): 0
+        }
+
+
+def test_nested_runs_share_one_server_and_a_run_without_the_port_serves_none():
+    port = free_port()
+    with watched(RunOptions(metrics_port=port)) as outer:
+        with watched(outer) as inner:  # run_arm inside run_plan
+            assert inner.live is outer.live is not None
+        assert scrape(port) is not None  # the inner block did not stop it
+    assert scrape(port) is None
+    with watched(RunOptions()) as plain:
+        assert plain.live is None

@@ -77,8 +77,9 @@ def open_work_root(
 
 @contextmanager
 def watched(opts: RunOptions) -> Iterator[RunOptions]:
-    """`opts` with loadgen's own /metrics served for the block when --metrics-port asks (once
-    per command: every arm, boot and probe counts on the same registry)."""
+    """`opts` with loadgen's own /metrics served for the block when --metrics-port asks, unless
+    a caller already serves them (once per command: every arm, boot and probe of it counts
+    on the same registry, so no counter resets between them)."""
     if opts.metrics_port is None or opts.live is not None:
         yield opts
         return
@@ -186,6 +187,20 @@ async def run_arm(
     boot: dict[str, Any] | None = None,
 ) -> None:
     """Runs one arm into `path`, on `target` when given (a sweep's boot), else on its own."""
+    with watched(opts) as watching:  # already served by a caller that runs several arms
+        await _run_arm(plan, arm, path, watching, warn, target=target, boot=boot)
+
+
+async def _run_arm(
+    plan: Plan,
+    arm: ArmPlan,
+    path: Path,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    *,
+    target: Target | None,
+    boot: dict[str, Any] | None,
+) -> None:
     started = dt.datetime.now(dt.UTC)
     rundir = RunDirectory(path)
     manifest = base_manifest(plan, opts, started) | {
