@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -120,6 +122,29 @@ def scrape(port: int) -> str | None:
         return None
 
 
+Families = dict[str, dict[str, object]]
+
+
+def scrapes_while_running(
+    proc: subprocess.Popen[str], port: int, wanted: Callable[[list[Families], Families], bool]
+) -> list[Families]:
+    """Scrapes `port` every 0.2 s until `proc` exits (90 s at most), keeping each scrape that
+    `wanted` takes given those kept so far; `proc` must exit 0."""
+    kept: list[Families] = []
+    try:
+        deadline = time.monotonic() + 90
+        while proc.poll() is None and time.monotonic() < deadline:
+            text = scrape(port)
+            if text is not None and wanted(kept, fams := families(text)):
+                kept.append(fams)
+            time.sleep(0.2)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    return kept
+
+
 def finished(fams: dict[str, dict[str, object]]) -> float:
     """Streams ended, ok or failed, as one scrape counts them."""
     names = ("loadgen_streams_ok", "loadgen_streams_failed")
@@ -131,21 +156,11 @@ def test_a_wall_clock_soak_is_scraped_while_it_runs(tmp_path: Path):
     # 120 s at the sim's speed 20: about 6 s of wall time, one stream at a time.
     args = ["soak", "soak_steady", "--clock", "wall", "--duration", "120s", "--metrics-port",
             str(port), "--no-progress", "--out", str(tmp_path)]  # fmt: skip
-    proc = spawn_loadgen(args)
-    scrapes: list[dict[str, dict[str, object]]] = []
-    try:
-        deadline = time.monotonic() + 90
-        while proc.poll() is None and time.monotonic() < deadline and len(scrapes) < 2:
-            text = scrape(port)
-            if text is not None:
-                fams = families(text)
-                if finished(fams) > (finished(scrapes[-1]) if scrapes else 0):
-                    scrapes.append(fams)
-            time.sleep(0.2)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err
+
+    def more_finished(kept: list[Families], fams: Families) -> bool:
+        return len(kept) < 2 and finished(fams) > (finished(kept[-1]) if kept else 0)
+
+    scrapes = scrapes_while_running(spawn_loadgen(args), port, more_finished)
     assert len(scrapes) == 2, "two scrapes with streams finished between them, during the soak"
     for fams in scrapes:
         assert {name: fams[name]["type"] for name in NAMES} == NAMES
@@ -240,19 +255,7 @@ def test_worker_processes_streams_are_counted_in_the_parent(tmp_path: Path):
     args = ["run", "smoke", "--clock", "wall", "--workers", "2", "--concurrency", "4",
             "--requests", "300", "--metrics-port", str(port), "--no-progress", "--out",
             str(tmp_path)]  # fmt: skip
-    proc = spawn_loadgen(args)
-    seen: list[dict[str, dict[str, object]]] = []
-    try:
-        deadline = time.monotonic() + 90
-        while proc.poll() is None and time.monotonic() < deadline:
-            text = scrape(port)
-            if text is not None and finished(fams := families(text)) > 0:
-                seen.append(fams)
-            time.sleep(0.2)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err
+    seen = scrapes_while_running(spawn_loadgen(args), port, lambda _, f: finished(f) > 0)
     assert seen, "no scrape saw a finished stream while the workers sent"
     for fams in seen:
         # A worker reports a stream only at its end: sent with its record, never in flight.

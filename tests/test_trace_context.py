@@ -65,3 +65,9 @@ def test_workers_send_it_too(tmp_path: Path):
     sent, log = run_smoke(tmp_path, "--trace-context", "--workers", "2")
     assert len(set(sent)) == 4
     assert all(v is not None and f"traceparent={v}" in log for v in sent)
+
+
+def test_the_virtual_clock_refuses_it_in_one_line():
+    proc = loadgen("run", "smoke", "--clock", "virtual", "--trace-context")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--trace-context adds an HTTP header" in proc.stderr

@@ -52,50 +52,41 @@ async def search_capacity(
     say: Callable[[str], None] = lambda _line: None,
 ) -> Path:
     """Runs the search; returns its directory. `say` hears one line per probe."""
-    with watched(opts) as watching:
-        return await _search(scenario, axis, search, slo, watching, warn, on_root, max_time_s,
-                             say)  # fmt: skip
-
-
-async def _search(
-    scenario: Scenario,
-    axis: LoadAxis,
-    search: Search,
-    slo: tuple[SloItem, ...],
-    opts: RunOptions,
-    warn: Callable[[str], None],
-    on_root: Callable[[Path], None] | None,
-    max_time_s: float | None,
-    say: Callable[[str], None],
-) -> Path:
-    work = open_work_root(scenario, opts, on_root)
-    root, started, seed = work.path, work.started, work.seed
-    manifest = base_manifest(plan(scenario, run_seed=seed), opts, started) | {
-        "clock": opts.clock,
-        "capacity": {
-            "over": axis.over, "group": axis.group, "requests": axis.requests,
-            "slo": [to_json(i) for i in slo], "search": to_json(search),
-            "max_time_s": max_time_s,
-        },
-        "probes": [], "interrupted": True,
-    }  # fmt: skip
-    write_manifest(root, manifest)
-    probes: list[dict[str, Any]] = []
-    deadline = None if max_time_s is None else time.monotonic() + max_time_s
-    async with shared_target(scenario, opts, root, warn) as target:
-        while (value := next_probe(probes, search, slo)) is not None:
-            if deadline is not None and time.monotonic() > deadline:
-                manifest["stopped_by"] = f"--max-time {max_time_s:g} s"
-                break
-            probe = await _run_probe(scenario, axis, value, probes, seed, root, opts, warn, target)
-            probe |= judge(judged_rows(analyze_run(root / probe["dir"]).summary, axis.group), slo)
-            probes.append(probe)
-            manifest["probes"].append({k: probe[k] for k in ("value", "label", "repeat", "dir")})
-            write_manifest(root, manifest)
-            say(_probe_line(len(probes), probe, slo))
-    manifest["interrupted"] = False
-    write_manifest(root, manifest)
-    return root
+    with watched(opts) as opts:  # one server for every probe
+        work = open_work_root(scenario, opts, on_root)
+        root, started, seed = work.path, work.started, work.seed
+        manifest = base_manifest(plan(scenario, run_seed=seed), opts, started) | {
+            "clock": opts.clock,
+            "capacity": {
+                "over": axis.over, "group": axis.group, "requests": axis.requests,
+                "slo": [to_json(i) for i in slo], "search": to_json(search),
+                "max_time_s": max_time_s,
+            },
+            "probes": [], "interrupted": True,
+        }  # fmt: skip
+        write_manifest(root, manifest)
+        probes: list[dict[str, Any]] = []
+        deadline = None if max_time_s is None else time.monotonic() + max_time_s
+        async with shared_target(scenario, opts, root, warn) as target:
+            while (value := next_probe(probes, search, slo)) is not None:
+                if deadline is not None and time.monotonic() > deadline:
+                    manifest["stopped_by"] = f"--max-time {max_time_s:g} s"
+                    break
+                probe = await _run_probe(
+                    scenario, axis, value, probes, seed, root, opts, warn, target
+                )
+                probe |= judge(
+                    judged_rows(analyze_run(root / probe["dir"]).summary, axis.group), slo
+                )
+                probes.append(probe)
+                manifest["probes"].append(
+                    {k: probe[k] for k in ("value", "label", "repeat", "dir")}
+                )
+                write_manifest(root, manifest)
+                say(_probe_line(len(probes), probe, slo))
+        manifest["interrupted"] = False
+        write_manifest(root, manifest)
+        return root
 
 
 async def _run_probe(
