@@ -169,9 +169,13 @@ class LiveMetrics(Collector):
             self._lag_seen = end
 
     def collect(self) -> Iterator[Metric]:
+        # Written out whole under the lock (one snapshot), and handed over after it: a
+        # generator yielding under it would hold the loop's updates for as long as a
+        # scraper took to read.
         with self._lock:
             self._fold_lag()
-            yield from self._families()
+            families = list(self._families())
+        return iter(families)
 
     def _families(self) -> Iterator[Metric]:
         yield GaugeMetricFamily(
