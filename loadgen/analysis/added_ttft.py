@@ -9,8 +9,9 @@ observes a TTFT after it sent the token, and on a busy API server later still (a
 histogram had counted 26 of 32 first tokens at the first poll after the client's last one).
 A window is the set's only when no other request that could reach the histogram (any stream
 not refused with an HTTP status) was in flight inside it; the run's figure sums its reps'
-windows, a group's is given only where its windows are its own. The server's count over the windows must equal the streams timed, or the
-figure says so: it then compares different sets of requests.
+windows, a group's is given only where its windows are its own. The server's count over the
+windows must equal the streams timed, or the figure says so: it then compares different sets
+of requests.
 """
 
 from __future__ import annotations
