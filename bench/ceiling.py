@@ -18,12 +18,14 @@ measured in the same run. `--profile FILE` runs the best 1-worker point once mor
 cProfile and prints where the client's time went.
 
     .venv/bin/python bench/ceiling.py [--smoke | --full] [--workers 1 8 15] [--tokens 1 16 256]
-        [--concurrency 64 256 1024 4096] [--servers K] [--seconds S] [--out DIR] [--profile F]
+        [--concurrency 64 256 1024 4096] [--servers K] [--seconds S] [--max-seconds S]
+        [--out DIR] [--profile F]
 """
 
 from __future__ import annotations
 
 import io
+import math
 import os
 import pstats
 import resource
@@ -59,7 +61,9 @@ FULL = {
     "seconds": 4.0,
     "first_n": 2000,
 }  # fmt: skip  (first_n: requests at a ladder's first C, no rate yet)
-MAX_N = 1_000_000
+# Requests per point at most: `loadgen request`'s verdicts after the run grow with the square of
+# its streams (20,000 1-token streams: an 8 s run, then 41 s of analysis on 2 cores).
+MAX_N = 16_384
 
 
 @dataclass(frozen=True)
@@ -118,11 +122,9 @@ def stop_servers(servers: list[tuple[subprocess.Popen, int, Path]]) -> None:
         proc.wait(10)
 
 
-def run_point(
-    binary: Path, k: int, workers: int, tokens: int, c: int, n: int, tmp: Path
-) -> tuple[Point, int]:
-    """One point: fresh servers, `loadgen request`, its records joined with the servers' logs;
-    with the argv it ran (for --profile)."""
+def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, tmp: Path) -> Point:
+    """One point: fresh servers, `loadgen request`, its records joined with the servers'
+    logs."""
     tag = tmp / f"w{workers}t{tokens}c{c}"
     tag.mkdir()
     servers = start_servers(binary, k, tag)
@@ -145,7 +147,7 @@ def run_point(
         tail = " | ".join(res.stderr.strip().splitlines()[-3:])
         raise SystemExit(f"W={workers} T={tokens} C={c}: no ok stream ({res.returncode}): {tail}")
     truths = [server_times(log) for _, _, log in servers]
-    return point(recs, truths, workers, tokens, c, cpu), n
+    return point(recs, truths, workers, tokens, c, cpu)
 
 
 def point(
@@ -191,15 +193,19 @@ def bound_by(server_cpu: float, client_cpu: float, host_cpu: float, workers: int
 
 
 def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], seconds: float,
-           first_n: int, tmp: Path) -> list[Point]:  # fmt: skip
-    """The points of one (W, T): each C sized to run about `seconds` at the rate before. Several
-    workers get one server: loadgen routes replicas from one process only (it refuses
-    --workers with several --base-url), so there the `servers` bound is the likelier."""
+           first_n: int, deadline: float, tmp: Path) -> list[Point]:  # fmt: skip
+    """The points of one (W, T): each C sized to run about `seconds` at the rate before, none
+    started past `deadline` (time.monotonic). Several workers get one server: loadgen routes
+    replicas from one process only (it refuses --workers with several --base-url), so there
+    the `servers` bound is the likelier."""
     out, n = [], first_n
     k = k if workers == 1 else 1
     for c in cs:
+        if time.monotonic() > deadline:
+            print(f"skipped W={workers} T={tokens} C={c}: past --max-seconds", flush=True)
+            continue
         n = min(MAX_N, max(4 * c, n))
-        p, _ = run_point(binary, k, workers, tokens, c, n, tmp)
+        p = run_point(binary, k, workers, tokens, c, n, tmp)
         out.append(p)
         print(row(p), flush=True)
         n = int(p.req_s * seconds)
@@ -295,7 +301,8 @@ def bare_ratios(binary: Path, points: list[Point]) -> list[Ratio]:
 
 def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:
     """The best 1-worker point again, the client under cProfile: its top functions by own
-    time (the workers=1 client runs in the command's process)."""
+    time, then those of the client and engine alone (the workers=1 client runs in the
+    command's process)."""
     servers = start_servers(binary, k, tmp)
     urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
     n = max(top.ok, 4 * top.concurrency)
@@ -307,7 +314,11 @@ def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:
     finally:
         stop_servers(servers)
     text = io.StringIO()
-    pstats.Stats(str(path), stream=text).sort_stats("tottime").print_stats(25)
+    stats = pstats.Stats(str(path), stream=text).sort_stats("tottime")
+    stats.print_stats(20)
+    # The whole command holds its start and its analysis after the run: the client's own
+    # modules apart show what bounds the traffic.
+    stats.print_stats(r"loadgen/(client|engine)/|records\.py", 15)
     return text.getvalue()
 
 
@@ -327,6 +338,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "ceiling",
                     help="folder for ceiling.txt, ceiling.png and points.jsonl")  # fmt: skip
     ap.add_argument("--profile", type=Path, help="cProfile the best 1-worker point into FILE")
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=math.inf,
+        help="start no point after this many seconds (the table has those done)",
+    )
     args = ap.parse_args()
     size = SMOKE if args.smoke else FULL
     workers = args.workers or size["workers"]
@@ -338,9 +355,12 @@ def main() -> None:
         raise SystemExit("ceiling: needs firehose (a C compiler and ../shared/tools/firehose)")
     with tempfile.TemporaryDirectory() as tmp:
         print(HEAD, flush=True)
+        deadline = time.monotonic() + args.max_seconds
         points = [p for w in workers for t in tokens
                   for p in ladder(binary, args.servers, w, t, cs, seconds,
-                                          int(size["first_n"]), Path(tmp))]  # fmt: skip
+                                  int(size["first_n"]), deadline, Path(tmp))]  # fmt: skip
+        if not points:
+            raise SystemExit("ceiling: no point started within --max-seconds")
         table = ceiling_table(points, args.servers)
         print(table)
         args.out.mkdir(parents=True, exist_ok=True)
