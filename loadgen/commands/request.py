@@ -91,7 +91,7 @@ def request_cmd(target: TargetArgs, seed: SeedArgs, watch: WatchArgs, **opts: An
     # No live view and no GPU sampling: a quick look prints its tables at the end.
     args = RunArgs(target, output=OutputArgs(progress=False), seed=seed,
                    telemetry=TelemetryArgs(no_telemetry=True), watch=watch)  # fmt: skip
-    run = usable_options(args, needs_url=True, workers=opts["workers"],
+    run = usable_options(args, needs_url=True, routed=True, workers=opts["workers"],
                          ray_address=opts["ray_address"])  # fmt: skip
     assert run.base_url is not None and run.run_seed is not None
     # Imported here, past every usage error: the run's modules are most of the command's start.
