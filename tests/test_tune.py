@@ -12,7 +12,7 @@ import pytest
 from cli_support import loadgen
 
 from loadgen.analysis.slo import parse_slo
-from loadgen.analysis.tune import binding, read_tune
+from loadgen.analysis.tune import VerifiedPoint, binding, read_tune, server_command, verdict
 from loadgen.engine.tune import descent_order
 from loadgen.sim.profile_file import (
     FittedProfile,
@@ -198,3 +198,49 @@ def test_coordinate_descent_finds_the_peak_within_its_budget() -> None:
     asked.clear()
     descent_order([5, 5], value_of, budget=4)
     assert len(set(asked)) == 4
+
+
+def _verified(arm: str, *goodput: float) -> VerifiedPoint:
+    return VerifiedPoint(arm, {"goodput_req_s": 1.0}, tuple({"goodput_req_s": g} for g in goodput))
+
+
+def test_the_predicted_best_holds_within_the_boot_floor_and_not_beyond() -> None:
+    args = {"kind": "vllm", "arms": {"a": ["--max-num-seqs", "4"], "b": ["--max-num-seqs", "8"]}}
+    # b measures 2% above a; the boots of a spread 10%: within the floor, a stands.
+    near = verdict((_verified("a", 9.5, 10.5), _verified("b", 10.2, 10.2)), ["a", "b"], "goodput")
+    assert (near.measured_best, near.floor, near.holds) == ("b", pytest.approx(0.1), True)
+    assert near.gap == pytest.approx(0.2 / 10.2)
+    assert server_command(args, near) == "vllm: --max-num-seqs 4"
+    # b measures 30% above a, past the 10% floor: the measured best is the one to use.
+    far = verdict((_verified("a", 9.5, 10.5), _verified("b", 13.0, 13.0)), ["a", "b"], "goodput")
+    assert (far.measured_best, far.holds) == ("b", False)
+    assert server_command(args, far) == "vllm: --max-num-seqs 8"
+    # One boot each: no floor, no judgement.
+    alone = verdict((_verified("a", 10.0), _verified("b", 13.0)), ["a", "b"], "goodput")
+    assert alone.floor is None and alone.holds is None
+
+
+def test_a_trace_replay_is_tunes_workload_scored_the_same_way(tmp_path: Path) -> None:
+    scenario = tmp_path / "trace.yaml"
+    scenario.write_text(f"""\
+name: trace_tune
+seed: 3
+groups:
+  - name: rows
+    prompt: {{}}
+arrival:
+  trace: {{path: {ROOT / "tests" / "data" / "mooncake_small.jsonl"}}}
+sim: {{profile: tiny, block_size: 16, max_num_batched_tokens: 2048, max_model_len: 32768}}
+""")
+    profile = _fitted(tmp_path / "fit.yaml")
+    proc = loadgen("tune", scenario, "--sim-profile", profile, "--search", "max_num_seqs=1,4",
+                   "--slo", "ttft_p90=0.1,tpot_p90=50", "--out", tmp_path / "runs")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [root] = (tmp_path / "runs").iterdir()
+    t = read_tune(orjson.loads((root / "summary.json").read_bytes()))
+    # Two rows arrive together: one seat holds the second back (the cap binds); four seats
+    # admit every row and all meet the SLO, so they rank first.
+    assert [(p.flags["max_num_seqs"], p.binding) for p in t.ranking] == [
+        (4, "meets"),
+        (1, "admission_cap"),
+    ]

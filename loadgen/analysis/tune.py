@@ -164,15 +164,21 @@ def verification(root: Path, ranking: Sequence[TunePoint], objective: str) -> Ve
         for arm, boots in by_arm.items()
         if arm in predicted
     )
-    if not points:
-        return None
+    return verdict(points, [p.arm for p in ranking], objective) if points else None
+
+
+def verdict(
+    points: tuple[VerifiedPoint, ...], ranked: Sequence[str], objective: str
+) -> Verification:
+    """Is the predicted best (the first of `ranked` that was verified) the measured best within
+    the boot floor of the objective?"""
     key = OBJECTIVES[objective]
-    values = {p.arm: [b.get(key) for b in p.boots] for p in points}
-    floor = boot_floor(values)
     measured = {p.arm: p.measured(key) for p in points}
+    # A point no stream of which met the SLO has no relative spread; the floor is the others'.
+    floor = boot_floor({p.arm: [b.get(key) for b in p.boots] for p in points if measured[p.arm]})
     known = {a: v for a, v in measured.items() if v is not None}
     best = max(known, key=lambda a: known[a]) if known else None
-    top = next(p.arm for p in ranking if p.arm in measured)
+    top = next(a for a in ranked if a in measured)
     gap = None
     if best is not None and measured[top] is not None and known[best]:
         gap = 1 - (measured[top] or 0.0) / known[best]
@@ -181,9 +187,7 @@ def verification(root: Path, ranking: Sequence[TunePoint], objective: str) -> Ve
 
 
 def server_command(
-    server_args: Mapping[str, Any] | None,
-    ranking: Sequence[TunePoint],
-    checked: Verification | None,
+    server_args: Mapping[str, Any] | None, checked: Verification | None
 ) -> str | None:
     """The launched server's arguments for the point to use: the predicted best where the
     server agreed within the floor (or could not tell apart), else the measured best."""
@@ -215,6 +219,6 @@ def analyze_tune(root: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
         profile=config["profile"],
         ranking=ranking,
         verification=checked,
-        server_command=server_command(config.get("server_args"), ranking, checked),
+        server_command=server_command(config.get("server_args"), checked),
     )
     return {"tune": to_json(tune)}, arms
