@@ -244,3 +244,29 @@ sim: {{profile: tiny, block_size: 16, max_num_batched_tokens: 2048, max_model_le
         (4, "meets"),
         (1, "admission_cap"),
     ]
+
+
+def test_capacity_as_the_objective_is_each_points_own_capacity_search(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    # A closed loop of the load's seats draws from both groups: no start of the whale's own.
+    scenario.write_text(SCENARIO.replace("    start: 0.05\n", ""), encoding="utf-8")
+    profile = _fitted(tmp_path / "fit.yaml")
+    search = ("--over", "concurrency", "--max", "16", "--seed", "5", "--slo", SLO)
+    proc = loadgen("tune", scenario, "--sim-profile", profile, "--search", "max_num_seqs=2,8",
+                   "--objective", "capacity", *search, "--out", tmp_path / "tune")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [root] = (tmp_path / "tune").iterdir()
+    t = read_tune(orjson.loads((root / "summary.json").read_bytes()))
+    for seats in (2, 8):
+        out = tmp_path / f"capacity{seats}"
+        proc = loadgen("capacity", scenario, "--clock", "virtual", "--sim-profile", profile,
+                       "--set", f"sim.max_num_seqs={seats}", *search, "--out", out)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        [run] = out.iterdir()
+        own = orjson.loads((run / "summary.json").read_bytes())["capacity"]
+        [point] = [p for p in t.ranking if p.flags == {"max_num_seqs": seats}]
+        assert (point.objective, point.binding) == (own["capacity"], own["boundary"]["cause"])
+    assert [p.flags["max_num_seqs"] for p in t.ranking] == [8, 2]
+    assert "--over" in loadgen("tune", scenario, "--sim-profile", profile, "--search",
+                               "max_num_seqs=2,8", "--objective", "capacity", "--slo", SLO,
+                               "--out", tmp_path / "x").stderr  # fmt: skip

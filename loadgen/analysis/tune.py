@@ -4,18 +4,27 @@ points the server's own measurements, boot by boot, against the boot floor.
 
     TUNE/run.json        the search: scenario, profile, axes, objective, SLO, points in order
     TUNE/virtual/        a sweep directory: one arm per evaluated point, on the virtual clock
+    TUNE/capacity/<pt>/  (--objective capacity) a capacity search per point, on the virtual clock
     TUNE/verify/         (--verify N) a sweep directory of the top N on the server, 2 boots each
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from loadgen.analysis.bootfloor import arm_value, boot_floor
-from loadgen.analysis.capacity import binding_cause, judged_rows, missed_rows, slo_items
+from loadgen.analysis.capacity import (
+    analyze_capacity,
+    binding_cause,
+    judged_rows,
+    missed_rows,
+    slo_items,
+)
+from loadgen.analysis.capacity_types import read_capacity
 from loadgen.analysis.inputs import read_manifest
 from loadgen.analysis.load_sweep import LoadRow, load_row, pareto_front
 from loadgen.analysis.slo import SloItem
@@ -24,14 +33,16 @@ from loadgen.analysis.sweep import analyze_sweep
 from loadgen.codec import from_json, to_json
 
 # What each objective reads from a point's load row; higher is better for every one.
+# `capacity` is the capacity search's answer (the largest load meeting the SLO), not a row's.
 OBJECTIVES = {
     "goodput": "goodput_req_s",
     "throughput": "output_tok_s",
+    "capacity": "capacity",
 }
 # The figures a verified point's prediction is held to, with its objective's.
 FIGURES = ("goodput_req_s", "output_tok_s", "ttft_p90_ms", "tpot_p90_ms")
 MEETS = "meets"
-VIRTUAL, VERIFY = "virtual", "verify"
+VIRTUAL, VERIFY, CAPACITY = "virtual", "verify", "capacity"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,22 +134,41 @@ def binding(
     return str(cause["cause"]), dict(cause["evidence"]["verdicts"])
 
 
-def rank_points(
-    arms: Mapping[str, Analysis], flags: Mapping[str, dict[str, Any]], objective: str,
+def sweep_point(
+    name: str, flags: dict[str, Any], summary: dict[str, Any], objective: str,
     slo: Sequence[SloItem],
-) -> tuple[TunePoint, ...]:  # fmt: skip
-    """Every point, best objective first (a point without one last; ties in search order)."""
-    rows = {name: load_row(a.summary) for name, a in arms.items()}
-    front = set(pareto_front({n: (r.tok_s_per_user, r.output_tok_s) for n, r in rows.items()}))
-    points = []
-    for name, analysis in arms.items():
-        cause, verdicts = binding(analysis.summary, slo, name)
-        value = score(analysis.summary, objective)
-        points.append(TunePoint(name, dict(flags.get(name, {})), value, rows[name], cause,
-                                verdicts, name in front))  # fmt: skip
-    order = list(arms)
+) -> TunePoint:  # fmt: skip
+    """A point run once at the scenario's own load."""
+    cause, verdicts = binding(summary, slo, name)
+    return TunePoint(name, flags, score(summary, objective), load_row(summary), cause, verdicts,
+                     False)  # fmt: skip
+
+
+def capacity_point(name: str, flags: dict[str, Any], path: Path) -> TunePoint:
+    """A point scored by its capacity search: the largest load meeting the SLO, the figures of
+    the probe run at it (else the first probe's), and what binds at the first failing load
+    (`meets` where the SLO held at --max)."""
+    summary, probes = analyze_capacity(path)
+    c = read_capacity(summary)
+    rows = {Path(p["dir"]).name: p["value"] for p in summary["capacity"]["probes"]}
+    at = [n for n, v in rows.items() if v == c.capacity] or list(rows)
+    row = load_row(probes[at[0]].summary)
+    if c.boundary is None:
+        cause, verdicts = (MEETS if c.ended == "holds_at_max" else c.ended), {}
+    else:
+        cause, verdicts = str(c.boundary.cause), dict(c.boundary.evidence.verdicts)
+    return TunePoint(name, flags, c.capacity, row, cause, verdicts, False)
+
+
+def ranked(points: Sequence[TunePoint]) -> tuple[TunePoint, ...]:
+    """Every point, best objective first (a point without one last; ties in search order),
+    each marked where it is on the Pareto front of tok/s per user against output tok/s."""
+    rows = {p.arm: (p.row.tok_s_per_user, p.row.output_tok_s) for p in points}
+    front = set(pareto_front(rows))
+    order = [p.arm for p in points]
+    marked = [dataclasses.replace(p, on_front=p.arm in front) for p in points]
     return tuple(
-        sorted(points, key=lambda p: (p.objective is None, -(p.objective or 0), order.index(p.arm)))
+        sorted(marked, key=lambda p: (p.objective is None, -(p.objective or 0), order.index(p.arm)))
     )
 
 
@@ -203,14 +233,22 @@ def server_command(
 def analyze_tune(root: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
     """summary.json's `tune` block and each virtual point's analysis."""
     config = read_manifest(root)["tune"]
-    sweep, arms = analyze_sweep(root / VIRTUAL)
-    flags = {n: dict(e.get("flags") or {}) for n, e in sweep["arms"].items()}
-    slo = slo_items(config)
-    ranking = rank_points(arms, flags, config["objective"], slo)
-    checked = verification(root, ranking, config["objective"])
+    slo, objective = slo_items(config), config["objective"]
+    points = [(str(p["name"]), dict(p["flags"])) for p in config["points"]]
+    arms: dict[str, Analysis] = {}
+    if objective == "capacity":
+        found = [(n, f, root / CAPACITY / n) for n, f in points]
+        scored = [capacity_point(n, f, next(d.iterdir())) for n, f, d in found if d.is_dir()]
+    else:
+        _, arms = analyze_sweep(root / VIRTUAL)
+        scored = [
+            sweep_point(n, f, arms[n].summary, objective, slo) for n, f in points if n in arms
+        ]
+    ranking = ranked(scored)
+    checked = verification(root, ranking, objective)
     tune = TuneSummary(
         scenario=config["scenario"],
-        objective=config["objective"],
+        objective=objective,
         slo=slo,
         axes=tuple((str(k), tuple(v)) for k, v in config["axes"]),
         method=config["method"],

@@ -90,7 +90,7 @@ def capacity_cmd(
     from loadgen.report.cmd import write_capacity_report
 
     items = parsed_slo(slo, attain)
-    lo, hi = _range(over, lo, hi)
+    lo, hi = load_range(over, lo, hi)
     opts = usable_options(args, routed=True)
     try:
         loaded = load_scenario(scenario, args.sets())
@@ -115,7 +115,7 @@ def capacity_cmd(
     click.echo(f"run directory: {root}")
 
 
-def _range(over: str, lo: float | None, hi: float | None) -> tuple[float, float]:
+def load_range(over: str, lo: float | None, hi: float | None) -> tuple[float, float]:
     d_lo, d_hi = DEFAULT_RANGE[over]
     lo, hi = d_lo if lo is None else lo, d_hi if hi is None else hi
     whole = over == "concurrency"

@@ -12,8 +12,10 @@ from pathlib import Path
 import click
 import yaml
 
+from loadgen.analysis.capacity import DEFAULT_MAX_PROBES, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
 from loadgen.analysis.tune import OBJECTIVES
 from loadgen.clock import ClockName
+from loadgen.commands.capacity import load_range
 from loadgen.commands.options import (
     RunArgs,
     parsed_slo,
@@ -23,8 +25,9 @@ from loadgen.commands.options import (
     with_sim_profile,
 )
 from loadgen.commands.run import execute_work
-from loadgen.engine.tune import TuneAsk, run_tune
+from loadgen.engine.tune import CapacityAsk, TuneAsk, run_tune
 from loadgen.scenario.load import ScenarioError, load_scenario
+from loadgen.scenario.load_axis import LoadAxis, load_problem
 from loadgen.sim.profile_file import ProfileFileError, load_profile_file, unpredictable
 
 # A 5 x 5 grid is searched whole; a larger one by coordinate descent through at most this many.
@@ -42,7 +45,12 @@ DEFAULT_MAX_TIME_S = 1800.0
 @slo_option("What a stream must meet to count as good", required=True)
 @click.option("--objective", type=click.Choice(sorted(OBJECTIVES)), default="goodput",
               show_default=True,
-              help="goodput: requests/s meeting every SLO; throughput: output tok/s.")  # fmt: skip
+              help="goodput: requests/s meeting every SLO; throughput: output tok/s; capacity: "
+              "the largest load (--over) meeting the SLO, as capacity searches.")  # fmt: skip
+@click.option("--over", type=click.Choice(["concurrency", "rate"]), default=None,
+              help="--objective capacity's load axis.")  # fmt: skip
+@click.option("--min", "lo", type=float, default=None, help="Lowest load (default 1 or 0.5/s).")
+@click.option("--max", "hi", type=float, default=None, help="Highest load (default 256 or 64/s).")
 @click.option("--max-points", type=click.IntRange(min=1), default=DEFAULT_MAX_POINTS,
               show_default=True,
               help="A grid up to this size is run whole; a larger one by coordinate descent "
@@ -59,6 +67,9 @@ def tune_cmd(
     search: str,
     slo: str,
     objective: str,
+    over: str | None,
+    lo: float | None,
+    hi: float | None,
     max_points: int,
     max_time_s: float,
     verify: int,
@@ -88,8 +99,12 @@ def tune_cmd(
         predicted = load_scenario(scenario, (*with_sim_profile(sim_profile, args.overrides), *grid))
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
+    capacity = capacity_ask(objective, over, lo, hi, verify)
+    problem = capacity and load_problem(dataclasses.replace(predicted, sweep=None), capacity.axis)
+    if problem:
+        raise click.ClickException(problem)
     ask = TuneAsk(predicted, real, sim_profile.resolve(), objective, items, max_points,
-                  max_time_s, verify)  # fmt: skip
+                  max_time_s, verify, capacity)  # fmt: skip
 
     def say(line: str) -> None:
         click.echo(line, err=True)
@@ -100,6 +115,25 @@ def tune_cmd(
     root = execute_work(partial(run_tune, ask, slo_opts, say=say))
     click.echo(write_tune_report(root))
     click.echo(f"run directory: {root}")
+
+
+def capacity_ask(
+    objective: str, over: str | None, lo: float | None, hi: float | None, verify: int
+) -> CapacityAsk | None:
+    """--objective capacity's search per point (capacity's defaults); None for another."""
+    if objective != "capacity":
+        if over is not None or lo is not None or hi is not None:
+            raise click.UsageError("--over, --min and --max size --objective capacity's search")
+        return None
+    if over is None:
+        raise click.UsageError("--objective capacity searches a load: add --over concurrency|rate")
+    if verify:
+        raise click.UsageError("--verify runs the scenario's own load on the server; with "
+                               "--objective capacity it is not offered: verify a point with "
+                               "`loadgen capacity --server KIND`")  # fmt: skip
+    lo, hi = load_range(over, lo, hi)
+    search = Search(over, lo, hi, DEFAULT_REPEATS, DEFAULT_REL_TOL, DEFAULT_MAX_PROBES)
+    return CapacityAsk(LoadAxis(over), search)
 
 
 def parsed_search(text: str) -> dict[str, list[object]]:

@@ -17,18 +17,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.analysis.load_sweep import load_row
+from loadgen.analysis.capacity import Search
+from loadgen.analysis.load_sweep import LoadRow, load_row
 from loadgen.analysis.slo import SloItem
 from loadgen.analysis.summary import analyze_run
-from loadgen.analysis.tune import VERIFY, VIRTUAL, binding, score
+from loadgen.analysis.tune import CAPACITY, VERIFY, VIRTUAL, binding, capacity_point, score
 from loadgen.clock import ClockName
 from loadgen.codec import to_json
 from loadgen.engine.backends import clock_of
+from loadgen.engine.capacity import search_capacity
 from loadgen.engine.options import RunOptions
 from loadgen.engine.run import base_manifest, open_work_root, run_arm, run_plan
 from loadgen.records import write_manifest
-from loadgen.scenario.model import Scenario, Sweep, SweepArm
-from loadgen.scenario.plan import Plan, plan
+from loadgen.scenario.load_axis import LoadAxis
+from loadgen.scenario.model import Scenario, SimConfig, Sweep, SweepArm
+from loadgen.scenario.plan import ArmPlan, Plan, plan
 from loadgen.server.spec import flag_args, profile_for
 from loadgen.sim.profile_file import load_profile_file
 
@@ -50,6 +53,14 @@ class TuneAsk:
     max_points: int
     max_time_s: float
     verify: int = 0
+    # --objective capacity: each point's capacity search (the load axis and its bounds).
+    capacity: CapacityAsk | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityAsk:
+    axis: LoadAxis
+    search: Search
 
 
 def grid(sweep: Sweep) -> list[tuple[int, ...]]:
@@ -113,6 +124,9 @@ async def run_tune(
             "slo": [to_json(i) for i in ask.slo], "axes": [[k, list(v)] for k, v in sweep.axes],
             "method": method, "grid_points": len(sweep.arms), "max_points": ask.max_points,
             "max_time_s": ask.max_time_s, "verify": ask.verify, "points": [],
+            "capacity": None if ask.capacity is None else {
+                "over": ask.capacity.axis.over, "group": ask.capacity.axis.group,
+                "requests": ask.capacity.axis.requests, "search": to_json(ask.capacity.search)},
             "profile": {"path": str(ask.profile), "name": load_profile_file(ask.profile).name,
                         "sha256": hashlib.sha256(text).hexdigest()},
         },
@@ -163,20 +177,42 @@ class _Evaluator:
             write_manifest(self.root, self.manifest)
             return False
         arm = self.plan.arms[i]
-        await run_arm(self.plan, arm, self.path / "arms" / arm.name, self.opts, self.warn)
-        summary = analyze_run(self.path / "arms" / arm.name).summary
-        value = score(summary, self.ask.objective)
+        if self.ask.capacity is None:
+            value, cause, row = await self._once(arm)
+        else:
+            value, cause, row = await self._capacity(arm, self.ask.capacity, deadline)
         self.scores[i] = value
+        self.manifest["tune"]["points"].append({"name": arm.name, "flags": arm.flags})
+        write_manifest(self.root, self.manifest)
+        shown = "-" if value is None else f"{value:.4g}"
+        self.say(f"point {len(self.scores)}: {arm.name}: {self.ask.objective} {shown} "
+                 f"({cause}; p90 TTFT {_ms(row.ttft_p90_ms)})")  # fmt: skip
+        return True
+
+    async def _once(self, arm: ArmPlan) -> tuple[float | None, str, LoadRow]:
+        """The point at the scenario's own load: one arm of the virtual sweep."""
+        await run_arm(self.plan, arm, self.path / "arms" / arm.name, self.opts, self.warn)
         self.parent["arms"].append({"name": arm.name, "flags": arm.flags,
                                     "settings": arm.settings})  # fmt: skip
         write_manifest(self.path, self.parent)
-        self.manifest["tune"]["points"].append(arm.name)
-        write_manifest(self.root, self.manifest)
+        summary = analyze_run(self.path / "arms" / arm.name).summary
         cause, _ = binding(summary, self.ask.slo, arm.name)
-        shown = "-" if value is None else f"{value:.4g}"
-        self.say(f"point {len(self.scores)}: {arm.name}: {self.ask.objective} {shown} "
-                 f"({cause}; p90 TTFT {_ms(load_row(summary).ttft_p90_ms)})")  # fmt: skip
-        return True
+        return score(summary, self.ask.objective), cause, load_row(summary)
+
+    async def _capacity(
+        self, arm: ArmPlan, ask: CapacityAsk, deadline: float
+    ) -> tuple[float | None, str, LoadRow]:
+        """The point's capacity search on the virtual clock, into TUNE/capacity/<point>/."""
+        sim = self.ask.predicted.sim or SimConfig()
+        scenario = dataclasses.replace(
+            self.ask.predicted, sweep=None, sim=dataclasses.replace(sim, **arm.flags)
+        )
+        out = dataclasses.replace(self.opts, out_root=self.root / CAPACITY / arm.name)
+        left = max(1.0, deadline - time.monotonic())
+        path = await search_capacity(scenario, ask.axis, ask.search, self.ask.slo, out,
+                                     self.warn, max_time_s=left)  # fmt: skip
+        point = capacity_point(arm.name, arm.flags, path)
+        return point.objective, point.binding, point.row
 
     async def descend(self, indices: list[tuple[int, ...]], deadline: float) -> None:
         """Coordinate descent through the grid, at most max_points points."""

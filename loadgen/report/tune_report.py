@@ -10,6 +10,14 @@ from loadgen.report.load_plot import LoadPoint, pareto_png
 from loadgen.report.tables import DASH, Table, msecs, num, to_plain
 
 TUNE_PNG = "tune.png"
+# The binds column's note: at the scenario's own load, or at a capacity search's boundary.
+BINDS = (
+    "binds: `meets` when every stream met the SLO, else the verdict most streams that missed "
+    "carry (why the point loses)",
+    "binds: the verdict most streams that missed carry at the first load that failed the SLO "
+    "(the capacity search's boundary); `meets`: the SLO held at --max; figures: the probe at "
+    "the capacity",
+)
 
 
 def _pct(x: float | None) -> str:
@@ -30,8 +38,7 @@ def ranking_table(t: TuneSummary) -> Table:
         ("#", "point", t.objective, "out tok/s", "TTFT p90", "TPOT p90", "within SLO",
          "binds", "pareto"),
         rows,
-        notes=("binds: `meets` when every stream met the SLO, else the verdict most streams "
-               "that missed carry (why the point loses)",),
+        notes=(BINDS[t.objective == "capacity"],),
         left=frozenset({1, 7}),
     )  # fmt: skip
 
