@@ -270,3 +270,19 @@ def test_capacity_as_the_objective_is_each_points_own_capacity_search(tmp_path: 
     assert "--over" in loadgen("tune", scenario, "--sim-profile", profile, "--search",
                                "max_num_seqs=2,8", "--objective", "capacity", "--slo", SLO,
                                "--out", tmp_path / "x").stderr  # fmt: skip
+
+
+def test_a_grid_past_max_points_is_searched_by_descent_within_the_bound(
+    tuned: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    scenario, profile, _ = tuned
+    proc = loadgen("tune", scenario, "--sim-profile", profile, "--search",
+                   "max_num_seqs=1,2,4,8,16", "--slo", SLO, "--max-points", "4", "--seed", "9",
+                   "--out", tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [root] = tmp_path.iterdir()
+    t = read_tune(orjson.loads((root / "summary.json").read_bytes()))
+    assert (t.method, t.grid_points) == ("coordinate_descent", 5)
+    # From the middle (4 seats) the one axis' line, cut at 4 points: 1, 2, 4, 8.
+    assert sorted(p.flags["max_num_seqs"] for p in t.ranking) == [1, 2, 4, 8]
+    assert proc.stderr.count("point ") == 4

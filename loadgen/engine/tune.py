@@ -59,6 +59,8 @@ class TuneAsk:
 
 @dataclass(frozen=True, slots=True)
 class CapacityAsk:
+    """`--objective capacity`: the load each point's capacity search varies, and its bounds."""
+
     axis: LoadAxis
     search: Search
 
