@@ -94,7 +94,7 @@ def capacity_cmd(
     from loadgen.report.cmd import write_capacity_report
 
     items = parsed_slo(slo, attain)
-    lo, hi = _range(over, lo, hi)
+    lo, hi = load_range(over, lo, hi)
     # each probe stops when precise
     opts = usable_options(args, routed=True, until_precise=until_precise)
     try:
@@ -120,7 +120,7 @@ def capacity_cmd(
     click.echo(f"run directory: {root}")
 
 
-def _range(over: str, lo: float | None, hi: float | None) -> tuple[float, float]:
+def load_range(over: str, lo: float | None, hi: float | None) -> tuple[float, float]:
     d_lo, d_hi = DEFAULT_RANGE[over]
     lo, hi = d_lo if lo is None else lo, d_hi if hi is None else hi
     whole = over == "concurrency"

@@ -23,6 +23,7 @@ from loadgen.analysis.summary import Analysis, analyze_run, write_summary
 from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import SweepSummary, read_sweep
+from loadgen.analysis.tune import VERIFY, VIRTUAL, analyze_tune, is_tune, read_tune
 from loadgen.codec import from_json
 from loadgen.redact import redact, redact_text
 from loadgen.report.calibration_report import CALIBRATION_PNG, calibration_report
@@ -55,6 +56,7 @@ from loadgen.report.text import (
     user_server_lines,
     what_ran,
 )
+from loadgen.report.tune_report import TUNE_PNG, tune_figure, tune_plain
 
 
 def _write_run(path: Path, analysis: Analysis) -> str:
@@ -97,6 +99,8 @@ def write_report(run_dir: Path, arm_tables: bool = False) -> str:
         return write_fidelity_report(run_dir)
     if is_calibration(manifest):
         return write_calibration_report(run_dir)
+    if is_tune(manifest):
+        return write_tune_report(run_dir)
     if not is_sweep_dir(run_dir):
         analysis = analyze_run(run_dir)
         shown = _run_rich(analysis.summary)
@@ -164,6 +168,20 @@ def write_fidelity_report(root: Path) -> str:
     plain = fidelity_text(table, head, measured)
     figure = fidelity_figure(table, f"{f.scenario}: profile {f.profile.name}")
     _write_text_report(root, plain, {FIDELITY_PNG: figure})
+    return plain
+
+
+def write_tune_report(root: Path) -> str:
+    """A tune directory's points (and verified boots) reported again, then its summary.json,
+    report.txt and tune.png; returns the report."""
+    for side in (VIRTUAL, VERIFY):
+        if (root / side / "arms").is_dir():
+            write_report(root / side)
+    summary, _ = analyze_tune(root)
+    write_summary(root, summary)
+    t = read_tune(summary)
+    plain = tune_plain(t)
+    _write_text_report(root, plain, {TUNE_PNG: tune_figure(t)})
     return plain
 
 
