@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from loadgen import __version__
 from loadgen.analysis import rates
@@ -60,9 +60,9 @@ from loadgen.analysis.verdicts import (
     classify_streams,
 )
 from loadgen.analysis.warmth import warm_cache
-from loadgen.clock import ClockName
 from loadgen.codec import to_json
 from loadgen.records import StreamRecord
+from loadgen.run_manifest import RunManifest, TargetInfo
 
 NS = rates.NS
 SCHEMA = 1
@@ -101,7 +101,7 @@ def analyze(inputs: RunInputs) -> Analysis:
     histograms = build_histograms(measure)
     reps = _reps(measure, records, rows, timeline)
     counts = record_counts(manifest, records, rows)
-    good = goodput(measure, rows, manifest.get("slo"), manifest.get("slo_shares"))
+    good = goodput(measure, rows, manifest.slo, manifest.slo_shares)
     energy = energy_section(inputs.telemetry, measure, span_ns(measure))
     summary = {
         "schema": SCHEMA,
@@ -118,9 +118,9 @@ def analyze(inputs: RunInputs) -> Analysis:
         },
         "goodput": None if good is None else to_json(good),
         "needles": [to_json(n) for n in needle_recall(measure)],
-        "energy": None if energy is None else energy.to_json(),
+        "energy": None if energy is None else to_json(energy),
         "benchmark": to_json(benchmark_block(measure)),
-        "telemetry_notes": (manifest.get("telemetry") or {}).get("notes") or [],
+        "telemetry_notes": [] if manifest.telemetry is None else list(manifest.telemetry.notes),
         "thresholds": {
             "admitted_factor": ADMITTED_FACTOR,
             "admitted_slack_s": ADMITTED_SLACK_S,
@@ -137,7 +137,7 @@ def analyze(inputs: RunInputs) -> Analysis:
 
 
 def _run_section(
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     records: list[StreamRecord],
     measure: list[StreamRecord],
     rows: dict[str, dict[str, Any]],
@@ -145,8 +145,7 @@ def _run_section(
     ctx: VerdictContext,
     counts: RecordCounts,
 ) -> dict[str, Any]:
-    scenario = manifest.get("scenario") or {}
-    client = manifest.get("client") or {}
+    client = dict(manifest.client or {})
     lag = client.get("loop_lag_max_ms")
     span = span_ns(measure)
     verdict_counts = _count(rows[r.id]["verdict"] for r in measure)
@@ -165,27 +164,27 @@ def _run_section(
     )
     reuse = trace_reuse(manifest, server)
     return {
-        "scenario": scenario.get("name") if isinstance(scenario, dict) else scenario,
-        "target": _target(manifest.get("target")),
-        "model": manifest.get("model"),
-        "seed": manifest.get("seed"),
-        "seed_source": manifest.get("seed_source"),
-        "tool_version": manifest.get("tool_version"),
+        "scenario": manifest.scenario_name,
+        "target": _target(manifest.target),
+        "model": manifest.model,
+        "seed": manifest.seed,
+        "seed_source": manifest.seed_source,
+        "tool_version": manifest.tool_version,
         "analysis_version": __version__,
-        "interrupted": bool(manifest.get("interrupted", False)),
+        "interrupted": bool(manifest.interrupted),
         "client_limited": limits.limits_run,
         "client_limited_streams": counts.limited,
         "client_limits": to_json(limits),
         "warm_cache": None if warm is None else to_json(warm),
         "client": client,
-        "speed": manifest.get("speed", 1.0),
-        "clock": ClockName.read(manifest.get("clock")),
-        "token_counter": manifest.get("token_counter"),
+        "speed": 1.0 if manifest.speed is None else manifest.speed,
+        "clock": manifest.clock,
+        "token_counter": manifest.token_counter,
         "token_sources": sorted({r.token_source for r in measure}),
-        "prompt_shapes": manifest.get("prompt_shapes") or {},
-        "server_facts": manifest.get("server") or {},
-        "cache_checks": manifest.get("cache_checks") or [],
-        "arm": manifest.get("arm"),
+        "prompt_shapes": dict(manifest.prompt_shapes or {}),
+        "server_facts": dict(manifest.server or {}),
+        "cache_checks": list(manifest.cache_checks or ()),
+        "arm": None if manifest.arm is None else to_json(manifest.arm),
         "cap": to_json(ctx.cap),
         "prefill_baseline": to_json(ctx.baseline),
         "streams": {
@@ -204,11 +203,11 @@ def _run_section(
     }
 
 
-def _target(target: Any) -> dict[str, Any] | None:
+def _target(target: TargetInfo | str | None) -> dict[str, Any] | None:
     """The manifest's target; early `loadgen request` manifests held the bare URL."""
     if isinstance(target, str):
         return {"url": target, "kind": "external"}
-    return target
+    return None if target is None else cast(dict[str, Any], to_json(target))
 
 
 @dataclass(frozen=True)
@@ -236,7 +235,7 @@ class RecordCounts:
 
 
 def record_counts(
-    manifest: dict[str, Any], records: list[StreamRecord], rows: dict[str, dict[str, Any]]
+    manifest: RunManifest, records: list[StreamRecord], rows: dict[str, dict[str, Any]]
 ) -> RecordCounts:
     """Counts of `records` against the plan; `rows` are the measured streams' summary rows."""
     measure = [r for r in records if r.phase == MEASURE]
@@ -247,7 +246,7 @@ def record_counts(
         v == "client_limited" and "client_error" in rows[r.id]["evidence"]
         for r, v in zip(measure, verdicts, strict=True)
     )
-    return RecordCounts(manifest.get("planned_streams"), len(measure),
+    return RecordCounts(manifest.planned_streams, len(measure),
                         len(records) - len(measure), limited, beyond)  # fmt: skip
 
 
@@ -278,10 +277,10 @@ def _groups(
     measure: list[StreamRecord],
     rows: dict[str, dict[str, Any]],
     timeline: Timeline,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     reps_out: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    shapes = manifest.get("prompt_shapes") or {}
+    shapes = manifest.prompt_shapes or {}
     out: dict[str, Any] = {}
     for group in sorted({r.group for r in measure}):
         recs = [r for r in measure if r.group == group]

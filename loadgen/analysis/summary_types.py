@@ -47,6 +47,17 @@ class Stats:
     p99: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class MinMax:
+    """A figure's min, median and max over some reps' streams, and how many it had (a sweep's
+    politeness row)."""
+
+    min: float | None
+    median: float | None
+    max: float | None
+    n: int
+
+
 def read_stats(d: Mapping[str, Any] | None) -> Stats:
     """A metric's statistics; a metric no stream had (absent or null) has none."""
     return from_json(Stats, d or {})

@@ -16,7 +16,7 @@ import click
 import orjson
 import uvloop
 
-from loadgen.analysis.inputs import arm_dirs
+from loadgen.analysis.inputs import arm_dirs, read_manifest
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
 from loadgen.analysis.summary_types import read_run
@@ -260,10 +260,8 @@ def report_run(run_dir: Path, arm_tables: bool = False) -> None:
 
 def unrecorded_summary(run_dir: Path, shown: int = 5) -> str:
     """One line naming the streams a dead client worker left without a record; "" if none."""
-    manifests = [
-        orjson.loads((d / "run.json").read_bytes()) for d in arm_dirs(run_dir) or [run_dir]
-    ]
-    lost = [i for m in manifests for i in (m.get("client") or {}).get("streams_without_record", [])]
+    manifests = [read_manifest(d) for d in arm_dirs(run_dir) or [run_dir]]
+    lost = [i for m in manifests for i in (m.client or {}).get("streams_without_record", [])]
     if not lost:
         return ""
     more = f" and {len(lost) - shown} more" if len(lost) > shown else ""

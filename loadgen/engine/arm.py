@@ -12,11 +12,13 @@ both, and cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 
 from loadgen.client.errors import ClientError
+from loadgen.codec import to_json
+from loadgen.engine.cache import CacheCheck
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.primes import prime_rep
@@ -25,6 +27,7 @@ from loadgen.engine.soak import SoakStop
 from loadgen.engine.target import Target
 from loadgen.records import RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
+from loadgen.run_manifest import BackendPart, RunManifest, TargetPart
 from loadgen.scenario.plan import ArmPlan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 
@@ -69,8 +72,8 @@ class ArmBackend(Protocol):
         streams the stop cut short."""
         ...
 
-    def describe(self) -> dict[str, Any]:
-        """The manifest entries the backend owns, as they stand at the end."""
+    def describe(self) -> tuple[TargetPart, BackendPart]:
+        """run.json's parts the backend owns, as they stand at the end."""
         ...
 
 
@@ -78,11 +81,13 @@ async def drive_arm(
     arm: ArmPlan,
     backend: ArmBackend,
     rundir: RunDirectory,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     stop: SoakStop | None,
+    keep: Callable[[RunManifest], None],
 ) -> None:
-    """Every phase of `arm` on `backend`, recorded into `rundir`; `manifest` gains the arm's
-    cache checks and, at the end, what the backend and the soak's stop have to say."""
+    """Every phase of `arm` on `backend`, recorded into `rundir`; `keep` hears the manifest as
+    it gains the served model, the arm's cache checks and, at the end, what the backend and the
+    soak's stop have to say."""
     progress = backend.progress
 
     def record(rec: StreamRecord) -> None:
@@ -91,29 +96,31 @@ async def drive_arm(
         if stop is not None:
             stop.see(rec)
 
-    manifest |= {
-        "model": backend.model,
-        "token_counter": backend.builder.counter.method,
-        "prompt_shapes": {g.name: g.prompt.shape for g in arm.scenario.groups},
-    }
-    rundir.write_manifest(manifest)
+    manifest = manifest.add(
+        *backend.describe(),
+        model=backend.model,
+        token_counter=backend.builder.counter.method,
+        prompt_shapes={g.name: g.prompt.shape for g in arm.scenario.groups},
+    )
+    keep(manifest)
+    checks: list[CacheCheck] = []
     if stop is not None:
         stop.start(backend.speed, backend.now_ns)
     try:
         with progress:
-            await _phases(arm, backend, manifest, record, stop)
+            await _phases(arm, backend, checks, record, stop)
     finally:
         for rec in await backend.finish():
             record(rec)
-        manifest |= backend.describe()
-        if stop is not None:
-            manifest["soak_end"] = stop.to_json()
+        manifest = manifest.add(*backend.describe(), cache_checks=tuple(map(to_json, checks)),
+                                soak_end=None if stop is None else stop.end())  # fmt: skip
+        keep(manifest)
 
 
 async def _phases(
     arm: ArmPlan,
     backend: ArmBackend,
-    manifest: dict[str, Any],
+    checks: list[CacheCheck],
     record: Record,
     stop: SoakStop | None,
 ) -> None:
@@ -125,9 +132,8 @@ async def _phases(
         if stop is not None and stop.stopped():
             return
         try:
-            checks = await prime_rep(rep, b.builder, b.send_now, b.poller, b.model, b.target,
-                                     record)  # fmt: skip
-            manifest["cache_checks"] += [c.to_json() for c in checks]
+            checks += await prime_rep(rep, b.builder, b.send_now, b.poller, b.model, b.target,
+                                      record)  # fmt: skip
             await b.run_rep(rep, record, None if stop is None else stop.stopped)
         except SERVER_GONE as exc:
             if stop is None:

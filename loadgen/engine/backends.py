@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from loadgen.clock import ClockName
 from loadgen.engine.arm import ArmBackend
@@ -16,15 +15,17 @@ from loadgen.engine.options import RunOptions
 from loadgen.engine.target import Target, launch_target
 from loadgen.engine.virtual_run import open_virtual_backend
 from loadgen.records import RunDirectory
+from loadgen.run_manifest import TargetPart
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan, plan
 
-# How a clock's backend opens for an arm: (arm, its run directory, its manifest, the options,
-# warn, the sweep boot's target or None).
+# How a clock's backend opens for an arm: (arm, its run directory, the options, warn, the sweep
+# boot's target or None, what hears the target's part of run.json before anything is sent).
 OpenBackend = Callable[
-    [ArmPlan, RunDirectory, dict[str, Any], RunOptions, Callable[[str], None], Target | None],
+    [ArmPlan, RunDirectory, RunOptions, Callable[[str], None], Target | None,
+     Callable[[TargetPart], None]],
     AbstractAsyncContextManager[ArmBackend],
-]
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

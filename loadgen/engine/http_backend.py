@@ -10,12 +10,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, closing, nullcontext, suppress
 from dataclasses import dataclass
-from typing import Any
 
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import stream_at
 from loadgen.client.openai import OpenAIClient
-from loadgen.clock import WallClock
+from loadgen.clock import ClockName, WallClock
 from loadgen.engine.arm import Record
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.materialize import materialize
@@ -31,6 +30,7 @@ from loadgen.engine.telemetry import open_telemetry
 from loadgen.engine.traffic import send_rep
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
+from loadgen.run_manifest import BackendPart, TargetPart, TelemetryInfo
 from loadgen.scenario.plan import ArmPlan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
@@ -44,18 +44,17 @@ SCHEDULE_LEAD_NS = 20_000_000
 async def open_wall_backend(
     arm: ArmPlan,
     rundir: RunDirectory,
-    manifest: dict[str, Any],
     opts: RunOptions,
     warn: Callable[[str], None],
     target: Target | None,
+    reached: Callable[[TargetPart], None],
 ) -> AsyncIterator[HttpBackend]:
     """HTTP to `target` (a sweep's boot) or to the target the options name, started for this
-    arm; the target is recorded in the manifest before anything is sent."""
+    arm; `reached` hears the target before anything is sent."""
     given = nullcontext(target) if target is not None else None
-    async with given or open_target(arm, opts, log_dir=rundir.path, warn=warn) as reached:
-        manifest |= reached.manifest()
-        rundir.write_manifest(manifest)
-        async with open_http_backend(arm, reached, rundir, manifest, opts, warn) as http:
+    async with given or open_target(arm, opts, log_dir=rundir.path, warn=warn) as up:
+        reached(up.part())
+        async with open_http_backend(arm, up, rundir, opts, warn) as http:
             yield http
 
 
@@ -78,6 +77,7 @@ class HttpBackend:
     background: list[asyncio.Task[None]]
     concurrency: int
     workers: int | None  # as asked (None: auto)
+    telemetry: TelemetryInfo
 
     @property
     def speed(self) -> float:
@@ -106,12 +106,14 @@ class HttpBackend:
             await self.poller.scrape_once()  # the closing sample bounds every counter delta
         return self.client.take_cancelled()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> tuple[TargetPart, BackendPart]:
         client = self.lag.summary_ms() | {
             "dispatch_late_max_ms": self.progress.max_late_ms,
             "concurrency_pool": self.concurrency,
         } | pool_manifest(self.pool, self.workers)  # fmt: skip
-        return {"client": client, "server_info": self.poller.info} | self.target.manifest()
+        return self.target.part(), BackendPart(
+            ClockName.WALL, client, self.poller.info, self.clock.origin_ns, self.telemetry
+        )
 
 
 @asynccontextmanager
@@ -119,7 +121,6 @@ async def open_http_backend(
     arm: ArmPlan,
     target: Target,
     rundir: RunDirectory,
-    manifest: dict[str, Any],
     opts: RunOptions,
     warn: Callable[[str], None],
 ) -> AsyncIterator[HttpBackend]:
@@ -129,7 +130,6 @@ async def open_http_backend(
     concurrency = max_in_flight(arm)
     timeouts = scenario.timeouts
     run_start_ns = time.perf_counter_ns()
-    manifest["run_start_perf_ns"] = run_start_ns
     ray = None if opts.stop else opts.ray_address
     workers = worker_count(
         opts.workers, concurrency, server_on_host=target.kind != "external", ray=bool(ray),
@@ -162,7 +162,6 @@ async def open_http_backend(
         gpu = await stack.enter_async_context(open_telemetry(
             rundir.path, opts.telemetry_url, target.url, opts.telemetry, notes
         ))  # fmt: skip
-        manifest["telemetry"] = {"source": None if gpu is None else gpu.source, "notes": notes}
         poller = MetricsPoller(
             lambda: client.get_text("/metrics"),
             rundir.append_metrics,
@@ -183,6 +182,7 @@ async def open_http_backend(
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, pool, lag,
             WallClock(run_start_ns), warn, background, concurrency, opts.workers,
+            TelemetryInfo(None if gpu is None else gpu.source, tuple(notes)),
         )  # fmt: skip
 
 

@@ -36,7 +36,7 @@ from loadgen.client.loops import run_closed_loop, stream_at
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.pool import ProcessPool, split_jobs
 from loadgen.client.ray_pool import RayPool, RayUnavailable, import_ray
-from loadgen.clock import WallClock
+from loadgen.clock import ClockName, WallClock
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.manifest import manifest_head
 from loadgen.engine.preflight import ensure_fd_limit, served_model
@@ -49,6 +49,7 @@ from loadgen.report.banners import client_banner
 from loadgen.report.request_tables import request_tables
 from loadgen.report.text import render_rich
 from loadgen.request import Api, StreamRequest
+from loadgen.run_manifest import RunManifest, write_manifest
 from loadgen.scenario.model import Closed, Group, PromptConfig, Scenario
 from loadgen.scenario.plan import PromptSpec, salt_tags
 from loadgen.scenario.prompts import BuiltPrompt, PromptBuilder
@@ -213,7 +214,7 @@ async def _send_all(args: RequestArgs) -> RequestOutcome:
         _remove_stop_signals()
         if run_dir:
             if outcome.model:
-                run_dir.write_manifest(_manifest(args, outcome, finished=True))
+                write_manifest(run_dir.path, _manifest(args, outcome, finished=True))
             run_dir.close()
     return outcome
 
@@ -254,7 +255,7 @@ async def _launch(
 
     def mark() -> None:
         if run_dir:
-            run_dir.write_manifest(_manifest(args, outcome, finished=False))
+            write_manifest(run_dir.path, _manifest(args, outcome, finished=False))
 
     mark()
     if args.workers == 1 and not args.ray_address:
@@ -344,24 +345,25 @@ def _remove_stop_signals() -> None:
         loop.remove_signal_handler(sig)
 
 
-def _manifest(args: RequestArgs, outcome: RequestOutcome, *, finished: bool) -> dict[str, Any]:
+def _manifest(args: RequestArgs, outcome: RequestOutcome, *, finished: bool) -> RunManifest:
     """run.json in `loadgen run`'s shape: an external target by URL, the streams planned, who
     sent them; `interrupted` stays true until the last stream is in."""
     started = outcome.started or dt.datetime.now(dt.UTC)
     target = Target(args.base_url, "external", outcome.model)
-    return manifest_head(request_scenario(args), args.seed, started, None) | {
-        "command": "request",
-        "model": outcome.model,
-        "planned_streams": args.count,
-        "token_counter": outcome.token_counter,
-        "prompt_shapes": {GROUP: "prose"},
-        "prompt_sizing": outcome.sizing,
-        "run_start_perf_ns": outcome.start_perf_ns,
-        "interrupted": outcome.interrupted or not finished,
-        "client": outcome.client | {"concurrency_pool": args.concurrency},
-    } | target.manifest() | (
-        {"finished_wall": dt.datetime.now(dt.UTC).isoformat()} if finished else {}
-    )  # fmt: skip
+    head = manifest_head(request_scenario(args), args.seed, started, None, ClockName.WALL)
+    return head.add(
+        target.part(),
+        command="request",
+        model=outcome.model,
+        planned_streams=args.count,
+        token_counter=outcome.token_counter,
+        prompt_shapes={GROUP: "prose"},
+        prompt_sizing=outcome.sizing,
+        run_start_perf_ns=outcome.start_perf_ns,
+        interrupted=outcome.interrupted or not finished,
+        client=outcome.client | {"concurrency_pool": args.concurrency},
+        finished_wall=dt.datetime.now(dt.UTC).isoformat() if finished else None,
+    )
 
 
 @contextlib.contextmanager

@@ -40,6 +40,7 @@ from loadgen.engine.traffic import send_rep
 from loadgen.engine.virtual_progress import VirtualProgress
 from loadgen.records import RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
+from loadgen.run_manifest import BackendPart, TargetPart, VirtualEnd
 from loadgen.scenario.plan import ArmPlan, PlannedRequest, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
@@ -222,20 +223,23 @@ class VirtualBackend:
         await self.poller.scrape_once()  # the closing sample bounds every counter delta
         return []  # no stream outlives the run of the clock
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> tuple[TargetPart, BackendPart]:
         sim = self.driver.sim
-        virtual = {"end_ns": sim.now_ns, "engine_steps": len(sim.engine.iteration_tokens)}
-        return {"server_info": self.poller.info, "virtual": virtual}
+        virtual = VirtualEnd(sim.now_ns, len(sim.engine.iteration_tokens))
+        client = {"in_loop": False, "note": CLIENT_NOTE}
+        return self.target.part(), BackendPart(
+            ClockName.VIRTUAL, client, self.poller.info, virtual=virtual
+        )
 
 
 @asynccontextmanager
 async def open_virtual_backend(
     arm: ArmPlan,
     rundir: RunDirectory,
-    manifest: dict[str, Any],
     opts: RunOptions,
     warn: Callable[[str], None],
-    target: Target | None = None,
+    target: Target | None,
+    reached: Callable[[TargetPart], None],
 ) -> AsyncIterator[VirtualBackend]:
     """A fresh VirtualSim for the arm, its prompt sizing on the sim's tokenizer, the poller on
     its clock with the opening sample taken. `target` is the opener's shape (ClockKind): the
@@ -267,10 +271,7 @@ async def open_virtual_backend(
     )
     await poller.scrape_once()  # the opening sample; also reads cache_config_info
     target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
-    manifest |= target.manifest() | {
-        "clock": ClockName.VIRTUAL,
-        "client": {"in_loop": False, "note": CLIENT_NOTE},
-    }
+    reached(target.part())
     progress = VirtualProgress(
         arm, lambda: sim.now_ns, lambda: sim.in_flight, enabled=opts.progress
     )
