@@ -12,6 +12,7 @@ from loadgen import __version__
 # Command name -> (module in loadgen/commands/, attribute).
 COMMANDS = {
     "request": ("request", "request_cmd"),
+    "bench": ("bench_serve", "bench_group"),
     "capacity": ("capacity", "capacity_cmd"),
     "calibrate": ("calibrate", "calibrate_cmd"),
     "fidelity": ("fidelity", "fidelity_cmd"),

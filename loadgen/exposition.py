@@ -52,6 +52,9 @@ ALIASES: dict[str, str] = {
     "sglang:num_retracted_requests_total": "num_preemptions_total",
     "sglang:cache_hit_rate": "cache_hit_rate",
     "sglang:gen_throughput": "gen_throughput",
+    # docs/references/production_metrics.md: observed at the first token, like vLLM's.
+    "sglang:time_to_first_token_seconds_sum": "time_to_first_token_seconds_sum",
+    "sglang:time_to_first_token_seconds_count": "time_to_first_token_seconds_count",
     # llama.cpp
     "llamacpp:requests_processing": "num_requests_running",
     "llamacpp:requests_deferred": "num_requests_waiting",

@@ -97,6 +97,21 @@ class StreamRecord:
     # The connection's smoothed round-trip time at the stream's end (TCP_INFO tcpi_rtt, us):
     # the network's share of its TTFT, beside the server's; None where not measured.
     rtt_us: int | None = None
+    # HTTP phases (rawhttp's reader only; None from aiohttp's and the virtual clock), so the
+    # send side of a TTFT splits from its read side (analysis/phases.py): t_sent -> connect
+    # (`t_connected_ns`: a connection opened for this stream; None when `conn_reused`, whose
+    # connect belonged to an earlier stream) -> request written (`t_written_ns`: handed to the
+    # kernel) -> t_headers -> first body byte (`t_first_byte_ns`) -> t_first. And what the
+    # kernel said at the first body byte (`tcp_first_byte`): [RTT us, request bytes sent and
+    # not yet acknowledged, bytes not yet sent (the kernel's and the transport's)], -1 where
+    # the kernel does not count bytes (before 4.19). Read once per stream there, not also at
+    # the write: one TCP_INFO read took 9.8 us on a loaded 2-core box, 5% of a 50-event
+    # stream's own client time at 250k events/s.
+    conn_reused: bool | None = None
+    t_connected_ns: int | None = None
+    t_written_ns: int | None = None
+    t_first_byte_ns: int | None = None
+    tcp_first_byte: list[int] | None = None
     # The server's id for the response (its first event's `id`), to join with its logs.
     response_id: str | None = None
     # Which worker streamed it where a run had several (e.g. "ray:10.0.0.5:4242"); None for a
@@ -122,6 +137,18 @@ class StreamRecord:
     # The calls themselves, (id, name, arguments) each, kept for the request that sends the
     # tool's result; never written (as `answer`).
     calls: tuple[tuple[str, str, str], ...] | None = json_field(default=None, omit="always")
+    # Which replica served it, an index into run.json's `targets` list (engine/routing.py);
+    # None for a run with one target.
+    replica: int | None = None
+    # An open loop with a seat cap (arrival `concurrency`): how long the arrival waited for a
+    # free seat before its send (t_intended_ns is the seat's instant); None without a cap.
+    seat_wait_ns: int | None = None
+    # Honest lengths (analysis/lengths.py): the prompt's tokens by loadgen's own count of what
+    # it sent (beside requested_prompt_tokens, asked, and prompt_tokens, the server's usage),
+    # and whether the request asked the server to ignore EOS (max_tokens is then owed in
+    # full); None in records written before them.
+    prompt_tokens_sent: int | None = None
+    ignore_eos: bool | None = None
 
 
 class BadRecord(ValueError):
@@ -189,28 +216,39 @@ def read_streams(run_dir: Path) -> list[StreamRecord]:
     return read_records(run_dir / "streams.jsonl", read_stream)[0]
 
 
+# The server's log lines written during the run, copied beside the records (engine/server_log.py).
+SERVER_LOG = "server.log"
+
+
 class RunDirectory:
     """One run's directory (DESIGN.md's layout): manifest plus append-only streams and metrics."""
 
-    def __init__(self, path: Path, *, metrics: bool = True) -> None:
-        """`metrics=False` for a run that polls no /metrics: no empty file claims it did."""
+    def __init__(self, path: Path) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
         self.streams = JsonlAppender(path / "streams.jsonl")
-        self.metrics = JsonlAppender(path / "metrics.jsonl") if metrics else None
+        self.metrics = JsonlAppender(path / "metrics.jsonl")
+        # Opened by the first sample of a run with several replicas (engine/replicas.py).
+        self.replica_metrics: JsonlAppender | None = None
 
     def append_stream(self, record: StreamRecord) -> None:
         self.streams.append(to_json(record))
 
     def append_metrics(self, sample: MetricsSample) -> None:
-        if self.metrics is None:
-            raise RuntimeError(f"{self.path} was opened without metrics.jsonl")
         self.metrics.append(to_json(sample))
+
+    def append_replica_metrics(self, sample: MetricsSample) -> None:
+        """One replica's own scrape, into replica_metrics.jsonl (metrics.jsonl gets the
+        replicas' totals)."""
+        if self.replica_metrics is None:
+            self.replica_metrics = JsonlAppender(self.path / REPLICA_METRICS)
+        self.replica_metrics.append(to_json(sample))
 
     def close(self) -> None:
         self.streams.close()
-        if self.metrics is not None:
-            self.metrics.close()
+        self.metrics.close()
+        if self.replica_metrics is not None:
+            self.replica_metrics.close()
 
 
 def install_stop_signals(on_stop: Callable[[int], object]) -> None:
@@ -268,6 +306,12 @@ class MetricsSample:
     # Numbers as the server wrote them (an int stays an int: reports print what was scraped).
     values: dict[str, int | float] = field(default_factory=dict)
     error: str | None = None
+    # The replica scraped (replica_metrics.jsonl); None in metrics.jsonl, which holds one
+    # server's samples or, for several replicas, their totals.
+    replica: int | None = json_field(omit="none", default=None)
+
+
+REPLICA_METRICS = "replica_metrics.jsonl"
 
 
 def read_metrics(run_dir: Path) -> list[MetricsSample]:

@@ -23,8 +23,10 @@ class StreamRequest:
     min_tokens: int | None = None
     ignore_eos: bool = False
     cache_salt: str | None = None
-    # The token count the plan asked for (None when the prompt was not sized).
+    # The token count the plan asked for (None when the prompt was not sized), and the count
+    # of the prompt built for it, by loadgen's counter (None where not counted).
     requested_prompt_tokens: int | None = None
+    prompt_tokens_sent: int | None = None
     # Chat template kwargs are part of the cache prefix, so a scenario pins them.
     chat_template_kwargs: dict[str, Any] | None = None
     phase: str = "measure"
@@ -56,6 +58,7 @@ def record_fields(req: StreamRequest) -> dict[str, Any]:
         "api": req.api, "model": req.model, "requested_prompt_tokens": req.requested_prompt_tokens,
         "t_intended_ns": req.t_intended_ns, "max_tokens": req.max_tokens, "cold": req.cold,
         "needle_expected": req.needle, "tool_result": req.tool_result,
+        "prompt_tokens_sent": req.prompt_tokens_sent, "ignore_eos": req.ignore_eos,
     }  # fmt: skip
 
 

@@ -100,6 +100,62 @@ class FidelityRun:
 
 
 @dataclass(frozen=True, slots=True)
+class Precision:
+    """Where one target stands after n values: the estimate, its interval and the margin it
+    reached (None while n is too small for an interval, or the estimate is 0)."""
+
+    target: str
+    goal: float
+    n: int
+    estimate: float | None
+    low: float | None
+    high: float | None
+    margin: float | None
+
+    @property
+    def reached(self) -> bool:
+        return self.margin is not None and self.margin <= self.goal
+
+
+@dataclass(frozen=True, slots=True)
+class UntilPrecise:
+    """How `--until-precise` ended, in run.json and summary.json: whether every target came
+    within its margin, and each target's standing then (the n it took, the margin reached)
+    or, never reached, at the plan's end; `measured` the measured streams recorded by then
+    (those in flight at the stop finish and are recorded after it) of the `planned` bound
+    (None: a duration bounds the plan)."""
+
+    reached: bool
+    measured: int
+    planned: int | None
+    targets: tuple[Precision, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaTargets:
+    """The replicas an arm routed to (a record's `replica` indexes `urls`, redacted) and the
+    route: its policy and the prefix-hash settings (engine/routing.py)."""
+
+    urls: tuple[str, ...]
+    route: str
+    prefix_blocks: int
+    block_chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLogInfo:
+    """The server's log kept beside the records (engine/server_log.py): the file in the run
+    directory (None: it could not be read, `error` says why), where it came from, the byte it
+    was read from and how many bytes were kept."""
+
+    file: str | None
+    source: str
+    from_byte: int
+    bytes: int | None = json_field(omit="none", default=None)
+    error: str | None = json_field(omit="none", default=None)
+
+
+@dataclass(frozen=True, slots=True)
 class TargetPart:
     """What a target (a URL, or a server launched for the run) tells run.json."""
 
@@ -119,6 +175,11 @@ class BackendPart:
     run_start_perf_ns: int | None = None
     telemetry: TelemetryInfo | None = None
     virtual: VirtualEnd | None = None
+    # The run clock's zero on the wall and the host's zone (a server log's local stamps).
+    run_start_wall_ns: int | None = None
+    utc_offset_s: int | None = None
+    targets: ReplicaTargets | None = None
+    server_log: ServerLogInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +197,8 @@ class RunManifest:
     python: str | None = json_field(omit="none", default=None)
     slo: Mapping[str, float] | None = None
     slo_shares: Mapping[str, float] | None = json_field(omit="none", default=None)
+    # --metric-percentiles: the percentiles every summary adds (None: not asked)
+    metric_percentiles: tuple[float, ...] | None = json_field(omit="none", default=None)
     sim_profile: ProfileRef | None = json_field(omit="none", default=None)
     clock: ClockName = json_field(default=ClockName.WALL)
     # An arm's run.
@@ -163,12 +226,17 @@ class RunManifest:
     run_start_perf_ns: int | None = json_field(omit="none", default=None)
     telemetry: TelemetryInfo | None = json_field(omit="none", default=None)
     virtual: VirtualEnd | None = json_field(omit="none", default=None)
+    run_start_wall_ns: int | None = json_field(omit="none", default=None)
+    utc_offset_s: int | None = json_field(omit="none", default=None)
+    # several replicas: their URLs and the route (a record's `replica` indexes `urls`)
+    targets: ReplicaTargets | None = json_field(omit="none", default=None)
+    # --server-log: the server's log lines kept as server.log
+    server_log: ServerLogInfo | None = json_field(omit="none", default=None)
     soak_end: SoakEndInfo | None = json_field(omit="none", default=None)
+    # --until-precise: whether every target came within its margin, and where each stood
+    until_precise: UntilPrecise | None = json_field(omit="none", default=None)
     error: str | None = json_field(omit="none", default=None)
     finished_wall: str | None = json_field(omit="none", default=None)
-    # `loadgen request`'s run: the command, and how its prompt was sized.
-    command: str | None = json_field(omit="none", default=None)
-    prompt_sizing: str | None = json_field(omit="none", default=None)
     # A sweep's parent.
     arms: tuple[ArmInfo, ...] | None = json_field(omit="none", default=None)
     boots_per_arm: int | None = json_field(omit="none", default=None)

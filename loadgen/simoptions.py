@@ -99,6 +99,9 @@ SIM_OPTIONS = (
               help="Time factor: 2 runs the engine twice as fast."),
     SimOption("request_overhead_s", float, "engine", lo=0.0, sim_block=False, sweep=False,
               help="Engine seconds before each request is scheduled (a TTFT floor)."),
+    SimOption("api_delay_s", float, "server", lo=0.0, sweep=False,
+              help="Engine seconds the API server holds each request before the engine sees "
+                   "it (outside the TTFT histogram: a slow frontend or accept queue)."),
     SimOption("seed", int, "engine", sim_block=False, sweep=False),
     SimOption("reasoning_tokens", int, "server", lo=0, sweep=False,
               help="Chat answers open with N reasoning deltas (delta.reasoning), as vLLM's "

@@ -50,12 +50,16 @@ class PacedConfig:
     reject_continuous: bool = False
     empty_text: bool = False  # tokens decode to "" (random-weight models do this)
     tokenize: str | None = "vllm"  # "vllm" | "llamacpp" | None (no /tokenize)
+    models: bool = True  # False: no /v1/models (a proxy that lists none answers 404)
     faults: dict[int, str] = field(default_factory=dict)  # arrival index -> fault name
     stall_s: float = 30.0
     events_per_write: int = 1  # > 1 only in zero-delay mode, to stream fast
     # After each first token the server's thread holds the GIL this long (ThreadedPacedServer:
     # a client sharing the process is frozen, as one short of a core is).
     hold_gil_s: float = 0.0
+    # How long a completion's handler waits before it reads the request (a server whose
+    # request reads are late: its accept queue, a busy loop, a core it waits for).
+    read_delay_s: float = 0.0
 
 
 @dataclass
@@ -104,7 +108,8 @@ class PacedServer:
         app = web.Application(client_max_size=64 << 20)  # 100k-token prompts
         app.router.add_post("/v1/completions", self._complete)
         app.router.add_post("/v1/chat/completions", self._complete)
-        app.router.add_get("/v1/models", self._models)
+        if self.config.models:
+            app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         if self.config.tokenize:
             app.router.add_post("/tokenize", self._tokenize)
@@ -142,6 +147,8 @@ class PacedServer:
         return web.json_response({"count": n, "max_model_len": 8192, "tokens": list(range(n))})
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
+        if self.config.read_delay_s:
+            await asyncio.sleep(self.config.read_delay_s)
         arrival = perf_counter_ns()
         body = await request.json(loads=orjson.loads)
         cfg = self.config
@@ -324,6 +331,7 @@ def main() -> None:
     ap.add_argument("--itl-ms", type=float, default=20)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--model", default="paced")
+    ap.add_argument("--read-delay-ms", type=float, default=0, help="wait before each read")
     args = ap.parse_args()
     cfg = PacedConfig(
         ttft_s=args.ttft_ms / 1e3,
@@ -331,6 +339,7 @@ def main() -> None:
         tokens_per_chunk=args.tokens_per_chunk,
         model=args.model,
         events_per_write=1 if args.itl_ms else 256,
+        read_delay_s=args.read_delay_ms / 1e3,
     )
 
     async def serve() -> None:

@@ -19,6 +19,7 @@ from loadgen.commands.options import (
     run_options,
     target_problems,
 )
+from loadgen.engine.routing import RoutePolicy, RouteSpec
 from loadgen.server.spec import ServerSpec
 
 URL = "http://127.0.0.1:1"
@@ -74,7 +75,7 @@ def test_every_usage_mistake_is_said_at_once_one_line_each(tmp_path: Path) -> No
 
 def test_run_options_builds_the_options_when_nothing_is_wrong(tmp_path: Path) -> None:
     built = run_options(RunArgs(
-        TargetArgs(base_url="127.0.0.1:8000/v1", model="m"),
+        TargetArgs(base_urls=("127.0.0.1:8000/v1",), model="m"),
         OutputArgs(tmp_path, progress=False),
         SeedArgs(run_seed=7),
         facts=FactsArgs(("max_num_seqs=4",), ("--max-num-seqs=4",)),
@@ -85,6 +86,46 @@ def test_run_options_builds_the_options_when_nothing_is_wrong(tmp_path: Path) ->
     )  # fmt: skip
     assert built.clock == ClockName.WALL and built.server_facts == {"max_num_seqs": 4}
     assert built.server_flags == ("--max-num-seqs=4",)
+    assert built.replica_urls == () and built.replicas == 1
+
+
+def test_several_base_urls_are_replicas_behind_the_route(tmp_path: Path) -> None:
+    built = run_options(RunArgs(
+        TargetArgs(base_urls=("127.0.0.1:8000", "http://127.0.0.1:8001/v1"),
+                   route="prefix-hash", route_prefix_blocks=3, route_block_chars=64),
+        OutputArgs(tmp_path, progress=False),
+    ), routed=True)  # fmt: skip
+    assert not isinstance(built, list), built
+    assert built.base_url == "http://127.0.0.1:8000" and built.replicas == 2
+    assert built.replica_urls == ("http://127.0.0.1:8000", "http://127.0.0.1:8001")
+    assert built.route == RouteSpec(RoutePolicy.PREFIX_HASH, 3, 64)
+
+
+@pytest.mark.parametrize(
+    ("command", "flags", "said"),
+    [
+        ("request", ["--base-url", URL, "--base-url", URL], "several replicas are for run"),
+        ("run", ["--sim-replicas", "2", "--base-url", URL], "--sim-replicas boots the built-in"),
+        ("run", ["--sim-replicas", "2", "--workers", "2"], "routed from one process"),
+        ("run", ["--base-url", URL, "--base-url", URL, "--ray", "x:1"], "routed from one process"),
+        ("run", ["--sim-replicas", "2", "--server", "vllm"], "replicates the built-in sim, not"),
+    ],
+)
+def test_replicas_are_refused_where_nothing_routes_them(
+    tmp_path: Path, command: str, flags: list[str], said: str
+) -> None:
+    args = [command, *(["smoke"] if command == "run" else []), *flags, "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert said in result.output
+    assert not any(tmp_path.iterdir())
+
+
+def test_one_base_url_and_one_sim_are_no_replicas(tmp_path: Path) -> None:
+    for target in (TargetArgs(base_urls=(URL,)), TargetArgs(sim_replicas=1)):
+        built = run_options(RunArgs(target, OutputArgs(tmp_path, progress=False)))
+        assert not isinstance(built, list), built
+        assert built.replicas == 1
 
 
 @pytest.mark.parametrize(

@@ -77,17 +77,28 @@ def test_a_sim_that_cannot_boot_shows_why(tmp_path: Path) -> None:
     assert "does not fit the KV cache of 16384 tokens" in proc.stderr
 
 
-def test_a_request_out_directory_is_reportable(tmp_path: Path) -> None:
-    out = tmp_path / "probe"
+def test_a_request_out_directory_is_a_run_directory(tmp_path: Path) -> None:
+    out, runs = tmp_path / "probe", tmp_path / "runs"
     with ThreadedPacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
         proc = loadgen(
             "request", "--base-url", srv.url, "-n", "3", "--max-tokens", "4", "--out", out
         )
+        ran = loadgen("run", "smoke", "--base-url", srv.url, "--out", runs, "--no-progress")
     assert proc.returncode == 0, proc.stderr
-    # request polls no metrics: an empty metrics.jsonl would claim a poll that never happened
-    assert not (out / "metrics.jsonl").exists()
+    assert ran.returncode == 0, ran.stderr
+    (run_dir,) = runs.iterdir()
+    # The run's layout, from the one arm driver: its files (request writes no report.txt of
+    # its own) and run.json's keys, metrics polled like any run's.
+    files = {"run.json", "streams.jsonl", "metrics.jsonl", "summary.json"}
+    assert {p.name for p in out.iterdir()} == files
+    assert files <= {p.name for p in run_dir.iterdir()}
+    request_keys = set(orjson.loads((out / "run.json").read_bytes()))
+    assert request_keys == set(orjson.loads((run_dir / "run.json").read_bytes()))
+    # request's summary.json is the one `loadgen report` makes of the directory, byte for byte.
+    said = (out / "summary.json").read_bytes()
     rep = loadgen("report", out)
     assert rep.returncode == 0, rep.stderr
+    assert (out / "summary.json").read_bytes() == said
     assert "Traceback" not in rep.stderr
     assert f"scenario request | target {srv.url} (external)" in rep.stdout
     assert "records: 3 measured of 3 planned" in rep.stdout

@@ -16,7 +16,6 @@ from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.cli import main
 from loadgen.client.endpoint import resolve_target
 from loadgen.client.openai import OpenAIClient
-from loadgen.engine.request_run import request_prompts
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
 
@@ -167,23 +166,28 @@ def test_resolve_target_normalises_and_falls_back_to_env(monkeypatch) -> None:
     assert resolve_target("http://flag:1", "flag-key") == ("http://flag:1", "flag-key")
 
 
+def served_prompts(cfg: PacedConfig, tokens: int, count: int) -> tuple[list[str], str]:
+    """`loadgen request`'s prompts as the server got them, and the command's output."""
+    with ThreadedPacedServer(cfg) as srv:
+        args = ["request", "--base-url", srv.url, "--prompt-tokens", str(tokens)]
+        result = CliRunner().invoke(main, [*args, "-n", str(count), "--max-tokens", "2"])
+    assert result.exit_code == 0, result.output
+    return [s.body["prompt"] for s in srv.served], result.output
+
+
 @pytest.mark.parametrize("dialect", ["vllm", "llamacpp"])
-async def test_request_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect: str) -> None:
-    async with PacedServer(PacedConfig(tokenize=dialect)) as srv, OpenAIClient(srv.url) as c:
-        built, method, how = await request_prompts(c, "m", 3, 57, chat=False, seed=1)
-    prompts = [p for p, _ in built]
-    assert (method, how) == ("tokenize", "exact, sized by /tokenize")
-    assert [count_tokens(p.text) for p in prompts] == [57, 57, 57]
-    assert all(p.tokens == 57 and p.method == "tokenize" for p in prompts)
-    assert len({p.text.split()[0] for p in prompts}) == 3  # salted: differ at the first token
+def test_request_prompts_are_sized_exactly_by_tokenize_and_distinct(dialect: str) -> None:
+    prompts, said = served_prompts(PacedConfig(tokenize=dialect), 57, 3)
+    assert "(exact, sized by /tokenize)" in said
+    assert [count_tokens(p) for p in prompts] == [57, 57, 57]
+    assert len({p.split()[0] for p in prompts}) == 3  # salted: differ at the first token
 
 
-async def test_request_prompts_without_tokenize_are_labelled_estimated() -> None:
-    async with PacedServer(PacedConfig(tokenize=None)) as srv, OpenAIClient(srv.url) as c:
-        built, method, how = await request_prompts(c, "m", 2, 40, chat=False, seed=1)
-    prompts = [p for p, _ in built]
-    assert (method, how) == ("estimate", "estimated: no /tokenize")
-    assert [(p.tokens, p.method) for p in prompts] == [(40, "estimate")] * 2
+def test_request_prompts_without_tokenize_are_labelled_estimated() -> None:
+    prompts, said = served_prompts(PacedConfig(tokenize=None), 40, 2)
+    assert "(estimated: no /tokenize)" in said and "exact" not in said
+    # Sized by the estimate (a token per four characters, rounded up) to the 40 asked for.
+    assert len(set(prompts)) == 2 and [-(-len(p) // 4) for p in prompts] == [40, 40]
 
 
 def test_cli_request_prints_the_summary_and_writes_the_run_directory(tmp_path: Path) -> None:
@@ -201,19 +205,20 @@ def test_cli_request_prints_the_summary_and_writes_the_run_directory(tmp_path: P
     bench = result.output[result.output.index("Benchmark (measure phase") :]
     assert re.search(r"total\s*│\s+3\s*│\s+0\s*│", bench), bench
     assert "usage_continuous" in bench and "Benchmark latency, ms" in bench
-    # All ok: the summary only; --per-stream adds a row per stream.
-    assert [f"r000{i}" in result.output for i in range(3)] == [False] * 3
+    # All ok: the summary only; --per-stream adds a row per stream. Ids are the plan's.
+    ids = [f"default/r0/request/{i}" for i in range(3)]
+    assert [i in result.output for i in ids] == [False] * 3
     assert rows.exit_code == 0, rows.output
-    assert [f"r000{i}" in rows.output for i in range(3)] == [True] * 3
+    assert [i in rows.output for i in ids] == [True] * 3
     recs = read_streams(out)
-    assert sorted(r.id for r in recs) == ["r0000", "r0001", "r0002"]
+    assert sorted(r.id for r in recs) == ids
     assert {(r.status, r.completion_tokens, r.chunks, r.prompt_tokens) for r in recs} == {
         ("ok", 10, 5, 30)
     }
     # run.json in every run's shape: the target, seed and a one-group scenario of the request.
     manifest = orjson.loads((out / "run.json").read_bytes())
     assert manifest["target"]["url"] == srv.url and manifest["target"]["kind"] == "external"
-    assert (manifest["model"], manifest["command"], manifest["seed_source"]) == (
+    assert (manifest["model"], manifest["scenario"]["name"], manifest["seed_source"]) == (
         "paced",
         "request",
         "fresh",
@@ -229,6 +234,7 @@ def test_cli_request_prints_the_summary_and_writes_the_run_directory(tmp_path: P
         "prefix_tokens": None,
         "file": None,
         "depth": None,
+        "dataset": None,
     }
     assert manifest["scenario"]["arrival"] == {
         "kind": "closed",

@@ -21,7 +21,7 @@ from loadgen.client.decode import StreamDecoder
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import ServerUnreachable
 from loadgen.client.openai import OpenAIClient
-from loadgen.engine.request_run import failure_summary
+from loadgen.commands.run import failure_summary
 from loadgen.records import StreamError, StreamRecord, read_streams
 from loadgen.request import StreamRequest
 
@@ -134,7 +134,8 @@ def test_cli_exits_nonzero_with_a_one_line_summary(tmp_path: Path) -> None:
         args = ["request", "--base-url", srv.url, "--model", "paced", "--max-tokens", "5"]
         args += ["-n", "6", "-c", "2", "--idle-timeout", "0.3", "--out", str(out)]
         result = CliRunner().invoke(main, args)
-    assert result.exit_code == 1
+    # 4, as `loadgen run` exits when its run ended with failed streams (1: could not start).
+    assert result.exit_code == 4
     assert "Traceback" not in result.output
     last = result.output.strip().splitlines()[-1]
     assert last == "Error: 3 of 6 streams failed: http_500 x2, idle_timeout x1"
@@ -151,6 +152,29 @@ def test_cli_unreachable_server_is_one_line_without_traceback() -> None:
     assert result.output.strip() == f"Error: cannot connect to {url}: Connection refused"
     no_url = CliRunner(env={"OPENAI_BASE_URL": ""}).invoke(main, ["request"])
     assert no_url.exit_code == 2 and "--base-url" in no_url.output
+
+
+def test_a_server_without_v1_models_is_sent_the_model_given_unchecked(tmp_path: Path) -> None:
+    # `loadgen request` took a proxy that lists no models when --model named one; as a planned
+    # run through the arm driver it keeps that, and so does `loadgen run`: one model check.
+    with ThreadedPacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0, models=False)) as srv:
+        named = CliRunner().invoke(main, ["request", "--base-url", srv.url, "--model", "x",
+                                          "--max-tokens", "2", "-n", "2"])  # fmt: skip
+        unnamed = CliRunner().invoke(main, ["request", "--base-url", srv.url, "-n", "2"])
+        ran = CliRunner().invoke(main, ["run", "smoke", "--base-url", srv.url, "--model", "x",
+                                        "--out", str(tmp_path), "--no-progress"])  # fmt: skip
+    assert named.exit_code == 0, named.output
+    assert "model x" in named.output
+    assert [s.body["model"] for s in srv.served[:2]] == ["x", "x"]
+    # Nothing to send without --model: the server's answer, in one line, before any stream.
+    assert unnamed.exit_code == 1, unnamed.output
+    assert (
+        unnamed.output.strip()
+        .splitlines()[-1]
+        .startswith("Error: GET /v1/models returned HTTP 404")
+    )
+    assert ran.exit_code == 0, ran.output
+    assert len(srv.served) == 2 + 4  # smoke's four streams; the unnamed request sent none
 
 
 def test_sigint_cancels_in_flight_streams_flushes_and_says_interrupted(tmp_path: Path) -> None:
@@ -173,7 +197,10 @@ def test_sigint_cancels_in_flight_streams_flushes_and_says_interrupted(tmp_path:
             proc.kill()
             pytest.fail(f"no exit within 30 s of SIGINT: {proc.communicate()}")
     assert proc.returncode == 130, stderr
-    assert stderr.decode().strip() == "interrupted: 0 of 4 streams finished"
+    # Above it, the one warning of a server without /metrics, as `loadgen run` gives it.
+    assert stderr.decode().strip().splitlines()[-1] == "interrupted: 0 of 4 streams finished"
+    # The tables of what was recorded, as at the end of a run: the cut streams' rows.
+    assert stdout.decode().count("default/r0/request/") == 2
     assert b"Traceback" not in stdout + stderr
     recs = read_streams(out)
     assert [r.error.cls for r in recs if r.error] == ["cancelled", "cancelled"]

@@ -6,6 +6,7 @@ import time
 from loadgen.client.loops import (
     ClosedSeats,
     recorded,
+    run_capped_loop,
     run_closed_loop,
     run_open_loop,
     stream_at,
@@ -115,3 +116,21 @@ def test_a_closed_loop_sends_nothing_after_its_duration() -> None:
     # 2 seats of 50 ms requests over 300 ms: about 12 sends, far from the 400 planned (a
     # loaded machine's slower sleeps can only make it fewer).
     assert 2 <= sends <= 14
+
+
+async def test_a_capped_open_loop_holds_its_seats_on_the_wall_clock():
+    start = time.perf_counter_ns()
+    backend = SlowBackend(start, delay_s=0.05)
+    records: list[StreamRecord] = []
+    # Six arrivals 5 ms apart, three seats of 50 ms streams: the last three wait for a seat.
+    arrivals = [(r.t_intended_ns, r) for r in requests(6, 5)]
+    await run_capped_loop(arrivals, stream_at(backend), records.append, WallClock(start), cap=3)
+    assert backend.max_in_flight == 3 and len(records) == 6
+    by_id = {r.id: r for r in records}
+    assert [by_id[f"r{i}"].seat_wait_ns for i in range(3)] == [0, 0, 0]
+    for i in range(3, 6):
+        r = by_id[f"r{i}"]
+        # Seated when an earlier stream ended (>= 50 ms after the first arrival), the send
+        # intended at that instant, the wait its distance from the arrival.
+        assert r.seat_wait_ns is not None and r.seat_wait_ns > 0
+        assert r.t_intended_ns == i * 5 * MS + r.seat_wait_ns >= 50 * MS

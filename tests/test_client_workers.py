@@ -39,6 +39,15 @@ def test_an_open_loop_is_dealt_in_send_order_so_every_burst_is_shared() -> None:
     assert {j.concurrency for j in jobs} == {None}
 
 
+def test_an_open_loops_cap_is_shared_and_never_summed_past_it() -> None:
+    jobs = split_jobs(_reqs([0, 10, 20, 30, 40]), None, 4, cap=5)
+    assert [j.cap for j in jobs] == [2, 1, 1, 1] and {j.concurrency for j in jobs} == {None}
+    # Fewer seats than workers: as many jobs as seats, one seat each.
+    jobs = split_jobs(_reqs([0, 10, 20, 30, 40]), None, 4, cap=2)
+    assert [[r.id for r in j.requests] for j in jobs] == [["r0", "r2", "r4"], ["r1", "r3"]]
+    assert [j.cap for j in jobs] == [1, 1]
+
+
 def test_auto_workers_aims_at_256_streams_per_process_within_the_cores() -> None:
     assert auto_workers(64, server_on_host=False, cores=8) == 1
     assert auto_workers(1024, server_on_host=False, cores=8) == 4
@@ -63,7 +72,9 @@ def test_two_workers_give_the_same_records_as_one(tmp_path: Path) -> None:
         two = probe(srv.url, tmp_path / "w2", 2)
         served = Counter(s.request_id for s in srv.served)
     assert (
-        sorted(r.id for r in one) == sorted(r.id for r in two) == [f"r{i:04d}" for i in range(12)]
+        sorted(r.id for r in one)
+        == sorted(r.id for r in two)
+        == sorted(f"default/r0/request/{i}" for i in range(12))
     )
     for recs in (one, two):
         assert {(r.status, r.completion_tokens, r.chunks, r.token_source) for r in recs} == {

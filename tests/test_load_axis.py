@@ -56,6 +56,17 @@ def test_rate_makes_poisson_keeps_a_gamma_and_inf_sends_all_at_once() -> None:
     assert with_load(gamma, LoadAxis("rate"), 4.0).arrival == Gamma(4.0, 0.5, 9)
 
 
+def test_a_seat_cap_stays_on_every_rate_and_is_the_seats_at_inf() -> None:
+    capped = load_scenario("smoke", ["arrival={poisson: {rate_per_s: 1, concurrency: 3}}"])
+    assert with_load(capped, LoadAxis("rate"), 2.0).arrival == Poisson(2.0, 32, concurrency=3)
+    assert with_load(capped, LoadAxis("rate"), math.inf).arrival == Closed(3, 32)
+    s = load_scenario("smoke")
+    assert with_load(s, LoadAxis("rate", cap=5), 2.0).arrival == Poisson(2.0, 32, concurrency=5)
+    ramp_set = "ramp: {strategy: linear, start_rate_per_s: 1, end_rate_per_s: 4}"
+    ramp = load_scenario("smoke", [f"arrival={{gamma: {{burstiness: 2, count: 9, {ramp_set}}}}}"])
+    assert with_load(ramp, LoadAxis("rate"), 4.0).arrival == Gamma(4.0, 2.0, 9)
+
+
 def test_a_group_count_is_the_load_under_together_only() -> None:
     s = load_scenario("whale_c4")
     axis = LoadAxis("concurrency", group="minnows")

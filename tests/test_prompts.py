@@ -124,9 +124,22 @@ async def test_count_calls_stay_logarithmic_with_multi_token_pieces(tokens: int)
     assert builder.count_calls <= 16
 
 
-async def test_a_prompt_shorter_than_its_tag_is_refused() -> None:
-    with pytest.raises(PromptSizeError, match="2 tokens requested but the fixed start alone is 4"):
-        await build_prompt(dataclasses.replace(spec(16), tokens=2), WordCounter())
+@pytest.mark.parametrize(("tokens", "text"), [(1, "amber\n\n"), (2, "amber falcon\n\n"),
+                                             (3, "amber falcon quiet\n\n")])  # fmt: skip
+async def test_a_prompt_shorter_than_its_tag_keeps_the_tag_words_that_fit(
+    tokens: int, text: str
+) -> None:
+    # `loadgen request --prompt-tokens 1`: its salt's first words, the whole salt in cache_salt.
+    built = await build_prompt(dataclasses.replace(spec(16), tokens=tokens), WordCounter())
+    assert (built.text, built.tokens) == (text, tokens)
+    whole = await build_prompt(dataclasses.replace(spec(16), tokens=4), WordCounter())
+    assert whole.text == salt_tag("amber-falcon-quiet-river")
+
+
+async def test_a_prompt_shorter_than_its_first_tag_word_is_refused() -> None:
+    # "amber" is two tokens to this counter: no word of the tag fits in one.
+    with pytest.raises(PromptSizeError, match="1 tokens requested but the fixed start alone is 2"):
+        await build_prompt(dataclasses.replace(spec(16), tokens=1), ChunkyCounter())
 
 
 def test_generators_look_like_their_shape() -> None:

@@ -75,7 +75,8 @@ def test_two_ray_workers_merge_into_one_run_directory(
     )  # fmt: skip
     assert res.returncode in (0, 3), res.stderr  # 3: the busy test machine limited the client
     recs = read_streams(out)
-    assert sorted(r.id for r in recs) == [f"r{i:04d}" for i in range(12)]  # each exactly once
+    ids = sorted(f"default/r0/request/{i}" for i in range(12))
+    assert sorted(r.id for r in recs) == ids  # each exactly once
     assert {(r.status, r.completion_tokens) for r in recs} == {("ok", 8)}
     # Stamped on the run clock: no stream left before it was meant to, nor before the run.
     assert all(0 <= r.t_intended_ns <= r.t_sent_ns < r.t_first_ns for r in recs)
@@ -153,7 +154,7 @@ def test_ctrl_c_writes_every_in_flight_streams_record(ray_address: str, tmp_path
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     recs = read_streams(out)
-    assert sorted(r.id for r in recs) == ["r0000", "r0001", "r0002", "r0003"]
+    assert sorted(r.id for r in recs) == [f"default/r0/request/{i}" for i in range(4)]
     assert [r.error.cls for r in recs if r.error] == ["cancelled"] * 4
     assert all(r.chunks >= 2 for r in recs)
 

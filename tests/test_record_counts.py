@@ -60,7 +60,7 @@ def test_the_banner_counts_what_the_verdict_table_counts(tmp_path: Path) -> None
     assert summary["run"]["client_limited_streams"] == table
     assert summary["run"]["client_limits"] == {
         "measured": 2, "limited": table, "beyond_tolerance": 0, "loop_lag_max_ms": None,
-        "crowding": None, "loop_lag_limit_ms": 50.0,
+        "crowding": None, "loop_lag_limit_ms": 50.0, "send_late": {},
     }  # fmt: skip
     assert render_report(run).startswith(f"!! CLIENT LIMITED: {table} of 2 streams")
 

@@ -3,6 +3,8 @@ kind of run leaves out, older files that lack newer keys, and a wrong field drop
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 import pytest
 
@@ -12,12 +14,16 @@ from loadgen.run_manifest import (
     ArmInfo,
     BackendPart,
     FidelityRun,
+    Precision,
     ProfileRef,
+    ReplicaTargets,
     RunManifest,
+    ServerLogInfo,
     SoakEndInfo,
     TargetInfo,
     TargetPart,
     TelemetryInfo,
+    UntilPrecise,
     VirtualEnd,
     read_run_manifest,
     write_manifest,
@@ -36,6 +42,9 @@ WALL = BackendPart(
     run_start_perf_ns=123_456_789,
     telemetry=TelemetryInfo(None, ("no GPU telemetry",)),
 )
+# The keys main's replicas, server log, --metric-percentiles and --until-precise added.
+NEW_KEYS = ("run_start_wall_ns", "utc_offset_s", "targets", "server_log", "metric_percentiles",
+            "until_precise")  # fmt: skip
 
 
 def arm_manifest() -> RunManifest:
@@ -135,3 +144,37 @@ def test_the_file_is_sorted_indented_and_redacted(tmp_path) -> None:
     text = (tmp_path / "run.json").read_text()
     assert "pw" not in text and text.startswith('{\n  "clock": "wall",\n')
     assert list(orjson.loads(text)) == sorted(orjson.loads(text))
+
+
+def test_replicas_a_kept_server_log_and_a_precise_stop_write_these_keys_and_read_back() -> None:
+    targets = ReplicaTargets(("http://127.0.0.1:1", "http://127.0.0.1:2"), "prefix-hash", 4, 256)
+    log = ServerLogInfo("server.log", "/var/log/vllm.log", 120, bytes=4096)
+    wall = dataclasses.replace(WALL, run_start_wall_ns=1_796_369_853_584_183_040,
+                               utc_offset_s=3600, targets=targets, server_log=log)  # fmt: skip
+    precise = UntilPrecise(True, 41, 100, (Precision("ttft_p90", 0.05, 41, 0.2, 0.19, 0.21, 0.05),))
+    m = arm_manifest().add(TARGET, wall, metric_percentiles=(50.0, 99.9), until_precise=precise)
+    data = to_json(m)
+    assert {k: data[k] for k in NEW_KEYS} == {
+        "run_start_wall_ns": 1_796_369_853_584_183_040, "utc_offset_s": 3600,
+        "targets": {"urls": ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+                    "route": "prefix-hash", "prefix_blocks": 4, "block_chars": 256},
+        "server_log": {"file": "server.log", "source": "/var/log/vllm.log", "from_byte": 120,
+                       "bytes": 4096},
+        "metric_percentiles": [50.0, 99.9],
+        "until_precise": {"reached": True, "measured": 41, "planned": 100, "targets": [
+            {"target": "ttft_p90", "goal": 0.05, "n": 41, "estimate": 0.2, "low": 0.19,
+             "high": 0.21, "margin": 0.05}]},
+    }  # fmt: skip
+    assert read_run_manifest(orjson.loads(orjson.dumps(data))) == (m, ())
+    # A log that could not be read says why and names no file; an arm without them has none.
+    unread = ServerLogInfo(None, "/gone.log", 0, error="FileNotFoundError: gone")
+    assert to_json(unread) == {"file": None, "source": "/gone.log", "from_byte": 0,
+                               "error": "FileNotFoundError: gone"}  # fmt: skip
+    assert not set(NEW_KEYS) & set(to_json(arm_manifest()))
+
+
+def test_a_wrong_new_field_is_dropped_by_name() -> None:
+    bad = to_json(arm_manifest()) | {"metric_percentiles": [50, "p99"], "targets": {"urls": 3}}
+    m, dropped = read_run_manifest(bad)
+    assert (m.metric_percentiles, m.targets, m.model) == (None, None, "m")
+    assert [d.split(" ")[0] for d in dropped] == ["metric_percentiles", "targets"]

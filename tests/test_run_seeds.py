@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import orjson
 import pytest
 from click.testing import CliRunner
 from pacedserver import PacedConfig, ThreadedPacedServer
+from virtual_support import run_virtual
 
 from loadgen.cli import main
+from loadgen.engine import run as engine_run
 from loadgen.engine.seeds import recorded_seed, resolve_run_seed
+from loadgen.records import read_streams
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 
@@ -77,3 +81,14 @@ def test_request_refuses_two_seeds_in_one_line(tmp_path: Path):
     args = ["request", "--base-url", "http://127.0.0.1:9", "--seed", "1", "--replay", tmp_path]
     result = CliRunner().invoke(main, [str(a) for a in args])
     assert result.exit_code == 2 and "--seed and --replay both name a seed" in result.output
+
+
+async def test_two_runs_started_in_one_second_never_share_a_directory(tmp_path: Path):
+    # The directory name has a one-second stamp; records append, so a shared directory would
+    # read back as one run of both runs' streams.
+    with mock.patch.object(engine_run, "run_dir_name", lambda scenario, now: "same-second"):
+        first = await run_virtual("smoke", [], tmp_path, seed=1)
+        second = await run_virtual("smoke", [], tmp_path, seed=1)
+    assert (first.run_dir.name, second.run_dir.name) == ("same-second", "same-second-2")
+    planned = len(list(plan(load_scenario("smoke"), run_seed=1).requests()))
+    assert len(read_streams(first.run_dir)) == len(read_streams(second.run_dir)) == planned

@@ -41,7 +41,7 @@ groups:
 """
 TOP = (
     "name, description, api, chat_template_kwargs, seed, model, groups, arrival, repetitions, "
-    "warmup, metrics, timeouts, sim, sweep, slo, server, soak"
+    "warmup, metrics, timeouts, sim, sweep, slo, server, soak, sampling"
 )
 GROUP = "name, count, prompt, max_tokens, min_tokens, ignore_eos, start, session"
 
@@ -224,7 +224,7 @@ MALFORMED = [
         (),
         [
             "s.yaml:12: arrival: got 'poisson' alone (expected {poisson: {rate_per_s, count, "
-            "duration_s}})"
+            "duration_s, concurrency, ramp}})"
         ],
         id="arrival-without-parameters",
     ),
@@ -352,7 +352,7 @@ MALFORMED = [
         ("groups.a.prompt.tokenz=5",),
         [
             "--set groups.a.prompt.tokenz=5: groups.a.prompt.tokenz: unknown key (expected one "
-            "of: tokens, shape, cache, prefix_tokens, depth; did you mean 'tokens'?)"
+            "of: tokens, shape, cache, prefix_tokens, depth, dataset; did you mean 'tokens'?)"
         ],
         id="override-unknown-key",
     ),
@@ -478,7 +478,7 @@ def test_shipped_set_is_complete() -> None:
         "agent_sessions", "agent_tools", "azure_code", "calibrate", "capacity_seats",
         "capacity_whale", "deep_decode", "ladder", "needle",
         "politeness", "politeness_fine",
-        "prose_vs_code", "smoke", "soak_agent", "soak_steady", "whale_c2", "whale_c4",
+        "prose_vs_code", "sharegpt", "smoke", "soak_agent", "soak_steady", "whale_c2", "whale_c4",
         "whale_c4_cached", "whale_c8",
     ]  # fmt: skip
 

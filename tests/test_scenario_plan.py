@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.model import (
     DURATION_REQUEST_CAP,
+    MIN_PROMPT_TOKENS,
     Closed,
     Gamma,
     Group,
@@ -204,3 +206,16 @@ def test_requests_carry_the_api_and_pinned_template() -> None:
     assert (first.api, first.chat_template_kwargs, first.ignore_eos) == (
         "chat", {"enable_thinking": False}, True,
     )  # fmt: skip
+
+
+def test_a_group_built_in_code_is_planned_at_its_size_and_a_trace_row_at_the_floor() -> None:
+    # `loadgen request --prompt-tokens 1` is a group of 1-token prompts: sent at 1 (the
+    # builder trims the salt tag to fit); a trace row of 3 tokens is raised to the floor.
+    tiny = Group("request", 2, PromptConfig(1, "prose", "salted"), 4)
+    closed = Scenario("request", 1, (tiny,), arrival=Closed(1, count=2))
+    assert [r.prompt.tokens for r in plan(closed).requests()] == [1, 1]
+    rows = (TraceRow(0, 3, 4), TraceRow(NS, 40, 4))
+    trace = Trace(Path("t.jsonl"), "mooncake", None, 1.0, rows)
+    unsized = Group("replay", 2, PromptConfig(None, "prose", "salted"), None)
+    replay = Scenario("replay", 1, (unsized,), arrival=trace)
+    assert [r.prompt.tokens for r in plan(replay).requests()] == [MIN_PROMPT_TOKENS, 40]

@@ -35,7 +35,7 @@ OTHER = {
     "max_num_seqs": 3, "max_num_batched_tokens": 512, "block_size": 32, "num_gpu_blocks": 600,
     "enable_prefix_caching": False, "long_prefill_token_threshold": 64,
     "num_speculative_tokens": 2, "acceptance_rate": 0.5, "max_model_len": 4096, "speed": 20.0,
-    "request_overhead_s": 0.25, "seed": 7, "reasoning_tokens": 5,
+    "request_overhead_s": 0.25, "seed": 7, "reasoning_tokens": 5, "api_delay_s": 0.125,
 }  # fmt: skip
 
 
@@ -75,6 +75,7 @@ def test_the_sim_block_rules_say_what_they_said() -> None:
         "enable_prefix_caching": BOOL.expect, "num_speculative_tokens": "an integer >= 0",
         "acceptance_rate": "a number >= 0 and <= 1", "speed": "a number >= 0.001 and <= 1000",
         "max_model_len": "an integer >= 1", "reasoning_tokens": "an integer >= 0",
+        "api_delay_s": "a number >= 0",
     }  # fmt: skip
 
 

@@ -152,3 +152,17 @@ def test_tools_need_the_chat_api_and_both_fields(tmp_path: Path) -> None:
         load_scenario("agent_tools", ["api=completions"])
     with pytest.raises(ScenarioError, match=r"session.tools.result_tokens: missing"):
         load_scenario("agent_tools", ["groups.agents.session.tools={latency_s: 1}"])
+
+
+def test_a_scenarios_sampling_rides_every_turn_and_the_tools_result() -> None:
+    s = load_scenario("agent_tools", [*SMALL, "sampling.temperature=0.5"])
+    session = plan(s).arms[0].reps[0].sessions[0]
+    conv = Conversation(BuiltSession(session, "SYS", ("U0", "U1"), ("R0", "R1")), "m", 0)
+    first = conv.first()
+    assert first.extra_body["temperature"] == 0.5 and first.extra_body["tools"] == [LOOKUP_TOOL]
+    back = conv.after(record(first, calls=(("call-1", "lookup", "{}"),)), 5)
+    assert back is not None and back.extra_body == {"temperature": 0.5}
+    plain = load_scenario("agent_tools", SMALL)
+    session = plan(plain).arms[0].reps[0].sessions[0]
+    conv = Conversation(BuiltSession(session, "SYS", ("U0", "U1"), ("R0", "R1")), "m", 0)
+    assert "temperature" not in conv.first().extra_body

@@ -54,8 +54,9 @@ async def test_metrics_are_polled_on_the_virtual_grid_through_the_servers_exposi
     run = await run_virtual(UNIFORM, [], tmp_path)
     times = [m.t_ns for m in run.metrics]
     end = max(r.t_done_ns for r in run.records.values())
-    # The opening scrape, every 20 ms up to the last output, and the closing one at it.
-    assert times == [0, *range(20_000_000, end, 20_000_000), end]
+    # The opening scrape and the rep's opening edge, every 20 ms up to the last output, the
+    # rep's closing edge and the closing scrape at it.
+    assert times == [0, 0, *range(20_000_000, end, 20_000_000), end, end]
     last = run.metrics[-1].values
     assert last["generation_tokens_total"] == 800
     assert last["prompt_tokens_total"] == 4 * 1500

@@ -12,7 +12,7 @@ value outside the range is never silently lost: record_value's False is counted 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader, HistogramLogWriter
 
+from loadgen.analysis import registry
 from loadgen.analysis.aggregate import span_ns
 from loadgen.analysis.registry import histogram_sources
 from loadgen.records import StreamRecord
@@ -29,6 +30,16 @@ HIST_HIGHEST_US = 3_600_000_000  # one hour
 HIST_DIGITS = 3
 # metric -> a record's values in us, from the metric registry.
 HIST_METRICS: dict[str, Callable[[StreamRecord], list[float]]] = histogram_sources()
+# `--metric-percentiles`' figures (vllm bench serve's names) -> the hist/ metric each is read
+# from: TTFT and E2E from the actual send, as vllm bench times them; ITL per token. TPOT has no
+# log of its own, so its histogram is built alike from the same streams, never written.
+PERCENTILE_HISTS = {
+    "ttft_ms": "ttft_uncorrected",
+    "tpot_ms": None,
+    "itl_ms": "itl_token",
+    "e2e_ms": "e2e_uncorrected",
+}
+US_PER_MS = 1e3
 
 
 def new_histogram() -> HdrHistogram:
@@ -150,3 +161,33 @@ def percentile_curve(h: HdrHistogram, percentiles: Iterable[float]) -> list[tupl
     ps = list(percentiles)
     values = h.get_percentile_to_value_dict(ps)
     return [(p, values[p]) for p in ps]
+
+
+def percentile_key(p: float) -> str:
+    """summary.json's name of percentile `p`: p50, p95, p99.9."""
+    return f"p{p:g}"
+
+
+def metric_percentiles(
+    histograms: Mapping[str, HdrHistogram], tpot: HdrHistogram, percentiles: Iterable[float]
+) -> dict[str, dict[str, float | None]]:
+    """Each PERCENTILE_HISTS figure at each percentile, in ms, read from `histograms` (hist/
+    metric -> histogram) and `tpot`: the histogram's highest value equivalent to the one at
+    that rank (3 significant digits), None where it holds no value."""
+    ps = list(percentiles)
+    out: dict[str, dict[str, float | None]] = {}
+    for name, source in PERCENTILE_HISTS.items():
+        values = dict(percentile_curve(tpot if source is None else histograms[source], ps))
+        out[name] = {percentile_key(p): _ms(values.get(p)) for p in ps}
+    return out
+
+
+def tpot_histogram(records: Iterable[StreamRecord]) -> HdrHistogram:
+    """TPOT of `records` in a histogram like hist/'s (in us, the same range and digits)."""
+    h = new_histogram()
+    record_all(h, [v for r in records for v in registry.metric("tpot_s").hist_values_us(r)])
+    return h
+
+
+def _ms(us: int | None) -> float | None:
+    return None if us is None else us / US_PER_MS

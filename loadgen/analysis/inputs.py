@@ -14,6 +14,8 @@ from typing import Any
 import orjson
 
 from loadgen.records import (
+    REPLICA_METRICS,
+    SERVER_LOG,
     MetricsSample,
     StreamRecord,
     read_jsonl,
@@ -42,6 +44,10 @@ class RunInputs:
     dropped_fields: tuple[str, ...] = ()
     # telemetry.jsonl lines (GPU power, energy, clocks; engine/telemetry.py), when sampled
     telemetry: tuple[dict[str, Any], ...] = ()
+    # replica_metrics.jsonl: each replica's own scrapes where the run routed over several
+    replica_metrics: tuple[MetricsSample, ...] = ()
+    # server.log: the server's log lines written during the run (engine/server_log.py)
+    server_log: str | None = None
 
 
 def is_run_dir(path: Path) -> bool:
@@ -95,4 +101,16 @@ def load_run(path: Path) -> RunInputs:
     metrics, bad_metrics = read_records(path / "metrics.jsonl", read_metrics_sample)
     telemetry = tuple(read_jsonl(path / "telemetry.jsonl"))
     manifest, dropped = _manifest_and_dropped(path)
-    return RunInputs(manifest, streams, metrics, unreadable, bad_metrics, dropped, telemetry)
+    replica_metrics, _ = read_records(path / REPLICA_METRICS, read_metrics_sample)
+    log = path / SERVER_LOG
+    return RunInputs(
+        manifest,
+        streams,
+        metrics,
+        unreadable,
+        bad_metrics,
+        dropped,
+        telemetry,
+        tuple(replica_metrics),
+        log.read_text(errors="replace") if log.is_file() else None,
+    )

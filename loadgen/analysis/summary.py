@@ -9,13 +9,14 @@ groups and reps take the measure phase only; whale and minnows are never pooled.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from loadgen import __version__
 from loadgen.analysis import rates
+from loadgen.analysis.added_ttft import added_ttft
 from loadgen.analysis.aggregate import (
     find_whale,
     interference,
@@ -27,6 +28,7 @@ from loadgen.analysis.aggregate import (
 )
 from loadgen.analysis.baselines import POOL_FULL
 from loadgen.analysis.benchmark import benchmark_block
+from loadgen.analysis.datasets import dataset_prompts
 from loadgen.analysis.energy import energy_section
 from loadgen.analysis.goodput import goodput
 from loadgen.analysis.hist import (
@@ -37,14 +39,21 @@ from loadgen.analysis.hist import (
     GroupHistograms,
     build_histograms,
     hlog_name,
+    metric_percentiles,
+    new_histogram,
+    tpot_histogram,
 )
 from loadgen.analysis.inputs import RunInputs, load_run
+from loadgen.analysis.lengths import prompt_drift, short_output
 from loadgen.analysis.needles import needle_recall
+from loadgen.analysis.phases import phase_summary
 from loadgen.analysis.registry import GAP_METRICS, names_where
+from loadgen.analysis.replicas import replicas_block
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
-from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits
+from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits, send_late_by_holder
+from loadgen.analysis.server_log import ServerLogWitness, server_log_witness
 from loadgen.analysis.sessions import session_turns
-from loadgen.analysis.stats import canonical, describe, median, spread
+from loadgen.analysis.stats import canonical, describe, dumps_canonical, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.verdicts import (
@@ -61,7 +70,8 @@ from loadgen.analysis.verdicts import (
 )
 from loadgen.analysis.warmth import warm_cache
 from loadgen.codec import to_json
-from loadgen.records import StreamRecord
+from loadgen.records import MetricsSample, StreamRecord
+from loadgen.redact import redact
 from loadgen.run_manifest import RunManifest, TargetInfo
 
 NS = rates.NS
@@ -83,32 +93,46 @@ def analyze_run(path: Path) -> Analysis:
     return analyze(load_run(path))
 
 
+def write_summary(path: Path, summary: dict[str, Any]) -> None:
+    """summary.json of the run directory at `path`: canonical, its secrets masked (a run.json
+    written before redaction existed still holds them)."""
+    (path / "summary.json").write_bytes(dumps_canonical(redact(summary)))
+
+
 def analyze(inputs: RunInputs) -> Analysis:
     """The whole analysis of one run directory's contents."""
     records, manifest = inputs.streams, inputs.manifest
     timeline = Timeline(inputs.metrics)
     ctx = build_context(records, timeline, manifest)
-    verdicts = classify_streams(ctx)
+    verdicts, seated = classify_streams(ctx), ctx.seats
+    for sub in replica_contexts(records, inputs.replica_metrics, manifest):
+        verdicts, seated = verdicts | classify_streams(sub), seated | sub.seats
     streams = []
     for r in sorted(records, key=lambda r: (r.t_intended_ns, r.id)):
         row = stream_metrics(r)
-        seat = ctx.seats.get(r.id)
+        seat = seated.get(r.id)
         row["t_admit_s"] = None if seat is None else seat.admit_ns / NS
         row["verdict"], row["evidence"] = verdicts[r.id].name, verdicts[r.id].evidence
         streams.append(row)
     measure = [r for r in records if r.phase == MEASURE]
     rows = {s["id"]: s for s in streams if s["phase"] == MEASURE}
     histograms = build_histograms(measure)
+    asked = asked_percentiles(manifest)
     reps = _reps(measure, records, rows, timeline)
     counts = record_counts(manifest, records, rows)
     good = goodput(measure, rows, manifest.slo, manifest.slo_shares)
     energy = energy_section(inputs.telemetry, measure, span_ns(measure))
+    witness = _server_log(inputs, timeline)
     summary = {
         "schema": SCHEMA,
-        "run": _run_section(manifest, records, measure, rows, timeline, ctx, counts)
-        | {"records": _records_block(counts, inputs)},
+        "run": (run := _run_section(manifest, records, measure, rows, timeline, ctx, counts))
+        | {
+            "records": _records_block(counts, inputs),
+            "server_log": None if witness is None else to_json(witness),
+        },
+        "replicas": _replicas(manifest, measure, rows, inputs, run["server"]),
         "streams": streams,
-        "groups": _groups(measure, rows, timeline, manifest, reps),
+        "groups": _groups(measure, rows, timeline, manifest, reps, (histograms, asked)),
         "reps": reps,
         "arms": _arms(records),
         "mixed": _mixed(measure, records, timeline, ctx.seats),
@@ -118,6 +142,7 @@ def analyze(inputs: RunInputs) -> Analysis:
         },
         "goodput": None if good is None else to_json(good),
         "needles": [to_json(n) for n in needle_recall(measure)],
+        "datasets": [to_json(d) for d in dataset_prompts(measure, manifest)],
         "energy": None if energy is None else to_json(energy),
         "benchmark": to_json(benchmark_block(measure)),
         "telemetry_notes": [] if manifest.telemetry is None else list(manifest.telemetry.notes),
@@ -133,7 +158,49 @@ def analyze(inputs: RunInputs) -> Analysis:
             "preempt_stall_factor": PREEMPT_STALL_FACTOR,
         },
     }
+    if asked:
+        summary["percentiles"] = {
+            "asked": list(asked),
+            "total": _total_percentiles(histograms, measure, asked),
+        }
     return Analysis(canonical(summary), histograms, timeline)
+
+
+def asked_percentiles(manifest: RunManifest) -> tuple[float, ...]:
+    """The percentiles `--metric-percentiles` asked for (run.json), none when not asked; an
+    entry outside (0, 100] is left out (one that is not a number drops the field on reading)."""
+    return tuple(p for p in manifest.metric_percentiles or () if 0 < p <= 100)
+
+
+def _group_percentiles(
+    gh: GroupHistograms, recs: list[StreamRecord], asked: tuple[float, ...]
+) -> dict[str, Any]:
+    """A group's `percentiles` entry where they were asked for, else nothing."""
+    if not asked:
+        return {}
+    merged = {m: gh.merged(m) for m in HIST_METRICS}
+    return {"percentiles": metric_percentiles(merged, tpot_histogram(recs), asked)}
+
+
+def _total_percentiles(
+    histograms: dict[str, GroupHistograms], measure: list[StreamRecord], asked: tuple[float, ...]
+) -> dict[str, Any]:
+    """The percentiles of every measured stream: the groups' histograms added together."""
+    total = {m: new_histogram() for m in HIST_METRICS}
+    for gh in histograms.values():
+        for m, h in total.items():
+            h.add(gh.merged(m))
+    return metric_percentiles(total, tpot_histogram(measure), asked)
+
+
+def _server_log(inputs: RunInputs, timeline: Timeline) -> ServerLogWitness | None:
+    """The server's engine lines beside the polls; None without a kept log or the wall-clock
+    anchor that places its lines (runs before run_start_wall_ns)."""
+    start = inputs.manifest.run_start_wall_ns
+    if inputs.server_log is None or start is None:
+        return None
+    offset = inputs.manifest.utc_offset_s or 0
+    return server_log_witness(inputs.server_log, inputs.streams, timeline, start, offset)
 
 
 def _run_section(
@@ -155,6 +222,7 @@ def _run_section(
     limits = ClientLimits(
         counts.measured, counts.limited, counts.beyond_tolerance,
         lag if lag is not None and lag > LOOP_LAG_LIMIT_MS else None,
+        send_late=send_late_by_holder(measure),
     )  # fmt: skip
     phases = _count(r.phase for r in records)
     server = (
@@ -163,6 +231,7 @@ def _run_section(
         else {"available": False, "note": "no measured streams"}
     )
     reuse = trace_reuse(manifest, server)
+    added = added_ttft(measure, records, timeline, float(manifest.speed or 1.0))
     return {
         "scenario": manifest.scenario_name,
         "target": _target(manifest.target),
@@ -176,6 +245,8 @@ def _run_section(
         "client_limited_streams": counts.limited,
         "client_limits": to_json(limits),
         "warm_cache": None if warm is None else to_json(warm),
+        "short_output": _json_or_none(short_output(measure)),
+        "prompt_drift": _json_or_none(prompt_drift(measure)),
         "client": client,
         "speed": 1.0 if manifest.speed is None else manifest.speed,
         "clock": manifest.clock,
@@ -184,7 +255,12 @@ def _run_section(
         "prompt_shapes": dict(manifest.prompt_shapes or {}),
         "server_facts": dict(manifest.server or {}),
         "cache_checks": list(manifest.cache_checks or ()),
-        "arm": None if manifest.arm is None else to_json(manifest.arm),
+        # Where the measured TTFTs went, phase by phase (analysis/phases.py); None where no
+        # stream carries the stamps (aiohttp's reader, the virtual clock).
+        "http_phases": to_json(phase_summary(measure)),
+        # `--until-precise`'s end as the engine recorded it (analysis/precision.py).
+        "until_precise": _json_or_none(manifest.until_precise),
+        "arm": _json_or_none(manifest.arm),
         "cap": to_json(ctx.cap),
         "prefill_baseline": to_json(ctx.baseline),
         "streams": {
@@ -200,7 +276,37 @@ def _run_section(
         "server": server,
         "trace_reuse": None if reuse is None else to_json(reuse),
         "trace_prompts_raised": trace_prompts_raised(manifest),
+        "added_ttft": None if added is None else to_json(added),
     }
+
+
+def replica_contexts(
+    records: list[StreamRecord], samples: Sequence[MetricsSample], manifest: RunManifest
+) -> list[VerdictContext]:
+    """Each replica's streams judged against its own /metrics (its seats, its cache, its
+    queue), where the run routed over several: the fleet's summed gauges would hold one
+    replica's streams to all replicas' load."""
+    replicas = sorted({s.replica for s in samples if s.replica is not None})
+    return [
+        build_context([r for r in records if r.replica == i],
+                      Timeline([s for s in samples if s.replica == i]), manifest)
+        for i in replicas
+    ]  # fmt: skip
+
+
+def _replicas(
+    manifest: RunManifest,
+    measure: list[StreamRecord],
+    rows: dict[str, dict[str, Any]],
+    inputs: RunInputs,
+    server: dict[str, Any],
+) -> dict[str, Any] | None:
+    block = replicas_block(manifest.targets, measure, rows, inputs.replica_metrics, server)
+    return None if block is None else to_json(block)
+
+
+def _json_or_none(value: Any) -> Any:
+    return None if value is None else to_json(value)
 
 
 def _target(target: TargetInfo | str | None) -> dict[str, Any] | None:
@@ -246,7 +352,9 @@ def record_counts(
         v == "client_limited" and "client_error" in rows[r.id]["evidence"]
         for r, v in zip(measure, verdicts, strict=True)
     )
-    return RecordCounts(manifest.planned_streams, len(measure),
+    # A plan that --until-precise cut short was a bound, not a promise: no stream is missing.
+    cut = manifest.until_precise is not None and manifest.until_precise.reached
+    return RecordCounts(None if cut else manifest.planned_streams, len(measure),
                         len(records) - len(measure), limited, beyond)  # fmt: skip
 
 
@@ -279,8 +387,10 @@ def _groups(
     timeline: Timeline,
     manifest: RunManifest,
     reps_out: list[dict[str, Any]],
+    percentiles: tuple[dict[str, GroupHistograms], tuple[float, ...]],
 ) -> dict[str, Any]:
     shapes = manifest.prompt_shapes or {}
+    histograms, asked = percentiles
     out: dict[str, Any] = {}
     for group in sorted({r.group for r in measure}):
         recs = [r for r in measure if r.group == group]
@@ -308,8 +418,20 @@ def _groups(
             "server": server,
             "cohort": _cohort([r for r in reps_out if r["group"] == group], server),
             "reasoning": _reasoning(recs, grows),
+            **_group_percentiles(histograms[group], recs, asked),
+            **_seat_waits(recs),
         }
     return out
+
+
+def _seat_waits(recs: list[StreamRecord]) -> dict[str, Any]:
+    """Under an arrival's seat cap, how many streams waited for a seat and how long (ms);
+    nothing for a group sent without one."""
+    waits = [r.seat_wait_ns for r in recs if r.seat_wait_ns is not None]
+    if not waits:
+        return {}
+    return {"seat_wait": {"capped": len(waits), "waited": sum(w > 0 for w in waits),
+                          "ms": describe(w / MS for w in waits)}}  # fmt: skip
 
 
 def _reasoning(recs: list[StreamRecord], grows: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -14,15 +14,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from loadgen.analysis.added_ttft import AddedTtftBlock
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
+from loadgen.analysis.lengths import PromptDrift, ShortOutput
+from loadgen.analysis.phases import PhaseSummary
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
+from loadgen.analysis.server_log import ServerLogWitness
 from loadgen.analysis.timeline import Plateau
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
 from loadgen.codec import from_json, reader
+from loadgen.run_manifest import UntilPrecise
 
 T = TypeVar("T")
 
@@ -270,6 +275,8 @@ class RunSummary:
     client_limits: ClientLimits | None
     arm_client_limits: Mapping[str, ClientLimits]
     warm_cache: WarmCache | None
+    short_output: ShortOutput | None
+    prompt_drift: PromptDrift | None
     streams: StreamTally | None
     wall_s: float | None
     cap: Cap | None
@@ -283,6 +290,10 @@ class RunSummary:
     speculative_tokens: int | None
     trace_reuse: MeasuredReuse | None
     trace_prompts_raised: PromptsRaised | None
+    added_ttft: AddedTtftBlock | None = None
+    server_log: ServerLogWitness | None = None
+    until_precise: UntilPrecise | None = None
+    http_phases: PhaseSummary | None = None
 
     @classmethod
     def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
@@ -302,6 +313,8 @@ class RunSummary:
             client_limited=bool(run.get("client_limited")),
             client_limits=block(run, "client_limits", reader(ClientLimits)),
             warm_cache=block(run, "warm_cache", reader(WarmCache)),
+            short_output=block(run, "short_output", reader(ShortOutput)),
+            prompt_drift=block(run, "prompt_drift", reader(PromptDrift)),
             arm_client_limits=from_json(
                 dict[str, ClientLimits], run.get("arm_client_limits") or {}
             ),
@@ -317,6 +330,10 @@ class RunSummary:
             speculative_tokens=facts.get("num_speculative_tokens"),
             trace_reuse=block(run, "trace_reuse", reader(MeasuredReuse)),
             trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
+            added_ttft=block(run, "added_ttft", reader(AddedTtftBlock)),
+            server_log=block(run, "server_log", reader(ServerLogWitness)),
+            until_precise=block(run, "until_precise", reader(UntilPrecise)),
+            http_phases=block(run, "http_phases", reader(PhaseSummary)),
         )
 
 

@@ -1,4 +1,5 @@
-"""The send loops, once for both clocks: an open loop on a schedule, or a closed loop.
+"""The send loops, once for both clocks: an open loop on a schedule (capped or not), or a closed
+loop.
 
 A loop knows nothing of HTTP or of the sim: it is given a `LoopClock` (loadgen/clock.py: the
 wall's, or the sim's virtual time) and a `Send`, which sends one item intended at an instant and
@@ -87,15 +88,21 @@ def record_end(rec: StreamRecord, clock: Clock) -> int:
 
 
 async def run_open_loop(
-    arrivals: Iterable[tuple[int, T]], start: Start[T], clock: LoopClock
+    arrivals: Iterable[tuple[int, T]],
+    start: Start[T],
+    clock: LoopClock,
+    *,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     """Starts each item at its instant (run clock), never waiting for earlier ones to end, so
     a slow server cannot slow the arrival process (no coordinated omission). An item that
     starts late keeps its intended instant; the client records the actual one. Items of one
-    instant start in the order given."""
+    instant start in the order given. None starts once `stop` says so; those started finish."""
     async with clock.crew() as crew:
         for t_ns, item in sorted(arrivals, key=lambda a: a[0]):
             await clock.sleep_until(t_ns)
+            if stop is not None and stop():
+                break
             crew.create_task(start(item, t_ns))
 
 
@@ -127,4 +134,40 @@ async def run_closed_loop(
 
     async with clock.crew() as crew:
         for item in seats.first(start):
+            crew.create_task(seat(item))
+
+
+async def run_capped_loop(
+    arrivals: Sequence[tuple[int, T]],
+    send: Send[T],
+    on_record: OnRecord,
+    clock: LoopClock,
+    *,
+    cap: int,
+    stop: Callable[[], bool] | None = None,
+    end_ns: int | None = None,
+) -> None:
+    """An open loop's arrivals (run clock, in time order) with at most `cap` streams in
+    flight: each arrival takes a seat in turn, waiting for one to free when all are taken
+    (first come, first seated, as vllm bench serve's semaphore). The send is intended at the
+    instant it gets its seat, so a wait for a seat is not the client's lateness nor part of
+    TTFT; each record carries its own wait as `seat_wait_ns` (0 when a seat was free). No
+    arrival takes a seat from `end_ns` on, nor once `stop` says so; those in flight finish."""
+    seats = ClosedSeats(arrivals, cap, end_ns=end_ns, stop=stop)
+
+    async def seat(item: tuple[int, T] | None) -> None:
+        free_ns = 0  # a seat is free from the start: a late first send is lateness, no wait
+        while item is not None:
+            arrival_ns, payload = item
+            await clock.sleep_until(arrival_ns)
+            start_ns = max(arrival_ns, free_ns)
+            rec = await send(payload, start_ns)
+            on_record(dataclasses.replace(rec, seat_wait_ns=start_ns - arrival_ns))
+            free_ns = record_end(rec, clock)
+            item = seats.take(free_ns)
+            if item is not None:
+                await clock.sleep_until(free_ns)
+
+    async with clock.crew() as crew:
+        for item in seats.first(clock.now_ns()):
             crew.create_task(seat(item))

@@ -38,7 +38,13 @@ import uvloop
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import ClientError
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
-from loadgen.client.loops import recorded, run_closed_loop, run_open_loop, stream_at
+from loadgen.client.loops import (
+    recorded,
+    run_capped_loop,
+    run_closed_loop,
+    run_open_loop,
+    stream_at,
+)
 from loadgen.client.openai import OpenAIClient
 from loadgen.clock import WallClock
 from loadgen.codec import to_json
@@ -69,8 +75,10 @@ class Job:
 
     requests: tuple[StreamRequest, ...]
     concurrency: int | None = None
-    # A closed loop's duration: no send this long after the job's start.
+    # A closed or capped loop's duration: no send this long after the job's start.
     duration_ns: int | None = None
+    # An open loop's seats (its share of the arrival's `concurrency`); None: uncapped.
+    cap: int | None = None
 
 
 def split_jobs(
@@ -78,16 +86,23 @@ def split_jobs(
     concurrency: int | None,
     n: int,
     duration_ns: int | None = None,
+    cap: int | None = None,
 ) -> list[Job]:
     """The requests dealt round-robin into at most n jobs (in send order for an open loop, so
-    every worker gets an even share of each burst), a closed loop's seats shared alike."""
+    every worker gets an even share of each burst), a closed loop's seats or an open loop's
+    `cap` shared alike (at most `cap` jobs then, so the shares never add up past it)."""
     ordered = list(requests)
     if concurrency is None:
         ordered.sort(key=lambda r: r.t_intended_ns)
+    n = n if cap is None else min(n, cap)
     slices = [tuple(ordered[i::n]) for i in range(n) if ordered[i::n]]
-    seats = [None if concurrency is None else seat_share(concurrency, len(slices), i)
-             for i in range(len(slices))]  # fmt: skip
-    return [Job(part, n, duration_ns) for part, n in zip(slices, seats, strict=True)]
+    seats = [_share(concurrency, len(slices), i) for i in range(len(slices))]
+    caps = [_share(cap, len(slices), i) for i in range(len(slices))]
+    return [Job(part, k, duration_ns, c) for part, k, c in zip(slices, seats, caps, strict=True)]
+
+
+def _share(seats: int | None, n: int, i: int) -> int | None:
+    return None if seats is None else seat_share(seats, n, i)
 
 
 def seat_share(concurrency: int, n: int, i: int) -> int:
@@ -113,8 +128,11 @@ async def serve_job(
     await clock.sleep_until(start_ns)
     send = stream_at(client)
     try:
-        if job.concurrency is None:
-            timed = [(start_ns + r.t_intended_ns, r) for r in job.requests]
+        timed = [(start_ns + r.t_intended_ns, r) for r in job.requests]
+        if job.cap is not None:
+            end = None if job.duration_ns is None else start_ns + job.duration_ns
+            await run_capped_loop(timed, send, emit, clock, cap=job.cap, end_ns=end)
+        elif job.concurrency is None:
             await run_open_loop(timed, recorded(send, emit), clock)
         else:
             await run_closed_loop(

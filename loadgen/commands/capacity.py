@@ -9,9 +9,11 @@ from functools import partial
 import click
 
 from loadgen.analysis.capacity import DEFAULT_MAX_PROBES, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
+from loadgen.analysis.precision import PrecisionTarget
 from loadgen.analysis.slo import DEFAULT_ATTAIN
 from loadgen.commands.options import (
     REQUESTS_OPTION,
+    UNTIL_PRECISE_OPTION,
     RunArgs,
     parsed_slo,
     run_like,
@@ -70,6 +72,7 @@ DEFAULT_MAX_TIME_S = 3600.0
     help="Wall seconds after which no new probe starts.",
 )
 @REQUESTS_OPTION
+@UNTIL_PRECISE_OPTION
 @run_like()
 def capacity_cmd(
     scenario: str,
@@ -84,6 +87,7 @@ def capacity_cmd(
     max_probes: int,
     max_time_s: float,
     requests: int | None,
+    until_precise: tuple[PrecisionTarget, ...],
     args: RunArgs,
 ) -> None:
     """Search the largest load of SCENARIO that meets --slo, and name what binds beyond it."""
@@ -91,7 +95,8 @@ def capacity_cmd(
 
     items = parsed_slo(slo, attain)
     lo, hi = _range(over, lo, hi)
-    opts = usable_options(args)
+    # each probe stops when precise
+    opts = usable_options(args, routed=True, until_precise=until_precise)
     try:
         loaded = load_scenario(scenario, args.sets())
     except ScenarioError as exc:

@@ -16,13 +16,20 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from loadgen.analysis.precision import PRECISE_HELP, PrecisionTarget, parse_precise
 from loadgen.analysis.slo import DEFAULT_ATTAIN, SLO_HELP, SloItem, parse_slo
 from loadgen.client.endpoint import resolve_target
 from loadgen.clock import ClockName
+from loadgen.engine.routing import (
+    DEFAULT_BLOCK_CHARS,
+    DEFAULT_PREFIX_BLOCKS,
+    RoutePolicy,
+    RouteSpec,
+)
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.limits import client_problems, size_problems
 from loadgen.scenario.load_axis import LoadAxis, load_problem, load_sweep, parse_load_values
-from loadgen.scenario.model import Scenario
+from loadgen.scenario.model import Gamma, Poisson, Scenario
 from loadgen.server.kinds import SERVER_KINDS
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 from loadgen.sim.profile_file import ProfileFileError, load_profile_file
@@ -88,25 +95,75 @@ class Problems(click.UsageError):
 
 @dataclass(frozen=True, slots=True)
 class TargetArgs:
-    """What to load: a server by URL (None: the built-in sim, or --server's), its key, the model."""
+    """What to load: servers by URL (none: the built-in sim, or --server's; several: replicas
+    behind the client's router), the key, the model, the route and the sim's replicas."""
 
-    base_url: str | None = None
+    base_urls: tuple[str, ...] = ()
     api_key: str | None = None
     model: str | None = None
+    route: str = str(RoutePolicy.ROUND_ROBIN)
+    route_prefix_blocks: int = DEFAULT_PREFIX_BLOCKS
+    route_block_chars: int = DEFAULT_BLOCK_CHARS
+    sim_replicas: int = 1
 
+    @property
+    def base_url(self) -> str | None:
+        """The first URL (the one server, or the replica whose model and window stand for all)."""
+        return self.base_urls[0] if self.base_urls else None
+
+    @property
+    def route_spec(self) -> RouteSpec:
+        return RouteSpec(RoutePolicy(self.route), self.route_prefix_blocks, self.route_block_chars)
+
+
+# A fleet a 2-core box can still boot and route; a real cluster's replicas come by URL.
+MAX_SIM_REPLICAS = 64
 
 TARGET_OPTIONS = option_group(
     "target",
     TargetArgs,
     click.option(
         "--base-url",
+        "base_urls",
         envvar="OPENAI_BASE_URL",
-        default=None,
+        multiple=True,
         help="Server to load, with or without /v1 (a run without it boots the built-in sim). "
-        "Env: OPENAI_BASE_URL.",
+        "Repeat it for replicas of one model behind the client's router (--route; run, soak "
+        "and capacity). Env: OPENAI_BASE_URL (several: space-separated).",
     ),
     click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="Env: OPENAI_API_KEY."),
     click.option("--model", default=None, help="Model name (default: the server's first)."),
+    click.option(
+        "--route",
+        type=click.Choice([str(p) for p in RoutePolicy]),
+        default=str(RoutePolicy.ROUND_ROBIN),
+        show_default=True,
+        help="How several replicas (repeated --base-url, or --sim-replicas) share the requests: "
+        "round-robin, least-outstanding (fewest streams in flight), session-affinity (a "
+        "session's turns to one replica), prefix-hash (the first K blocks of the prompt).",
+    ),
+    click.option(
+        "--route-prefix-blocks",
+        type=click.IntRange(1, 4096),
+        default=DEFAULT_PREFIX_BLOCKS,
+        show_default=True,
+        help="prefix-hash: K, the leading blocks of the prompt hashed.",
+    ),
+    click.option(
+        "--route-block-chars",
+        type=click.IntRange(1, 1 << 20),
+        default=DEFAULT_BLOCK_CHARS,
+        show_default=True,
+        help="prefix-hash: a block's size in characters (the client does not tokenize).",
+    ),
+    click.option(
+        "--sim-replicas",
+        type=click.IntRange(1, MAX_SIM_REPLICAS),
+        default=1,
+        show_default=True,
+        help="Boot the built-in sim N times behind the --route policy, each with its own KV "
+        "cache and metrics (either clock; on the wall clock N sims on 127.0.0.1 ports).",
+    ),
 )
 
 
@@ -116,6 +173,7 @@ class FactsArgs:
 
     server_facts: tuple[str, ...] = ()
     server_flags: tuple[str, ...] = ()
+    server_log: Path | None = None
 
 
 FACTS_OPTIONS = option_group(
@@ -135,6 +193,16 @@ FACTS_OPTIONS = option_group(
         multiple=True,
         metavar="FLAGS",
         help="The flags an external server was launched with, recorded in run.json and reports.",
+    ),
+    click.option(
+        "--server-log",
+        "server_log",
+        type=click.Path(path_type=Path),
+        default=None,
+        metavar="FILE",
+        help="The external server's log, as it is being written (on this host): the lines it "
+        "writes during the run are kept as server.log and its engine lines read as a witness "
+        "beside /metrics (a launched server's own log is read without it).",
     ),
 )
 
@@ -227,6 +295,32 @@ def parse_clock(
     return None if value is None else ClockName(value)
 
 
+def parse_percentiles(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> tuple[float, ...] | None:
+    """`--metric-percentiles 50,95,99.9` as the percentiles, in the order given (None: not
+    given, the summary keeps today's figures)."""
+    if value is None:
+        return None
+    try:
+        ps = tuple(dict.fromkeys(float(p) for p in value.split(",")))
+    except ValueError:
+        ps = ()
+    if not ps or not all(0 < p <= 100 for p in ps):
+        raise click.BadParameter(f"{value!r}: give numbers in (0, 100] separated by commas, "
+                                 "e.g. 50,95,99.9")  # fmt: skip
+    return ps
+
+
+METRIC_PERCENTILES_OPTION = click.option(
+    "--metric-percentiles",
+    callback=parse_percentiles,
+    default=None,
+    metavar="P[,P...]",
+    help="Also report TTFT, TPOT, ITL and E2E at these percentiles (ms, read from the HDR "
+    "histograms) per group in summary.json and the report, as vllm bench serve's "
+    "--metric-percentiles.",
+)
 # ClockName's values, not the enum: click would offer its member names (WALL).
 CLOCK_CHOICE = click.Choice([c.value for c in ClockName])
 CLOCK_OPTION = click.option(
@@ -237,6 +331,11 @@ CLOCK_OPTION = click.option(
     help="virtual: the built-in sim's engine on a discrete-event clock, no HTTP (exact, "
     "repeatable, faster than real time); wall: real time over HTTP (default: wall; a soak of "
     "the built-in sim: virtual, an hour in seconds).",
+)
+STRICT_OPTION = click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
 )
 # Requests per load value, for a load sweep's arms and a capacity search's probes alike.
 REQUESTS_OPTION = click.option(
@@ -262,6 +361,15 @@ LOAD_SWEEP_OPTIONS = _options(
         default=None,
         metavar="R[,R...]",
         help="One arm per value: Poisson arrivals at R requests/s (inf: all at once).",
+    ),
+    click.option(
+        "--max-concurrency",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
+        help="At most N streams in flight under a rate (each --rate arm, or the scenario's "
+        "poisson/gamma arrival): an arrival waits for a free seat, its wait recorded apart "
+        "from its TTFT.",
     ),
     REQUESTS_OPTION,
 )
@@ -368,6 +476,7 @@ class RunArgs:
     overrides: tuple[str, ...] = ()
     clock: ClockName | None = None
     sim_profile: Path | None = None
+    metric_percentiles: tuple[float, ...] | None = None
 
     def sets(self) -> tuple[str, ...]:
         """--set, with --sim-profile's settings first (with_sim_profile)."""
@@ -380,7 +489,8 @@ def run_like(
     """The groups of a run-like command as one decorator whose values reach the command as
     `args: RunArgs`; `progress`: the live view's default (output_options); `clock` and
     `sim_profile`: whether the command offers --clock and --sim-profile."""
-    groups = [TARGET_OPTIONS, TELEMETRY_OPTIONS, output_options(progress), SET_OPTION]
+    groups = [TARGET_OPTIONS, TELEMETRY_OPTIONS, output_options(progress), SET_OPTION,
+              METRIC_PERCENTILES_OPTION]  # fmt: skip
     groups += [CLOCK_OPTION] if clock else []
     groups += [SEED_OPTIONS, FACTS_OPTIONS, LAUNCH_OPTIONS]
     groups += [SIM_PROFILE_OPTION] if sim_profile else []
@@ -400,12 +510,14 @@ def run_options(
     *,
     sim_clock: ClockName = ClockName.WALL,
     needs_url: bool = False,
+    routed: bool = False,
     **fields: Any,
 ) -> RunOptions | list[str]:
     """The options of a run, or every usage mistake in them, one line each. `args.clock`
     None: wall, or `sim_clock` when the target is the built-in sim; `fields`: the
     command's own RunOptions fields (workers, slo, ...); `needs_url`: no built-in sim to
-    fall back on, so a URL is required unless a server is launched."""
+    fall back on, so a URL is required unless a server is launched; `routed`: the command
+    runs through the engine's targets, so several replicas may stand behind one router."""
     from loadgen.engine.options import RunOptions
 
     target, telemetry = args.target, args.telemetry
@@ -425,12 +537,23 @@ def run_options(
             "compare the two with `loadgen fidelity`)"
         )
     problems += _client_problems(clock, fields.get("workers"), fields.get("ray_address"))
+    problems += replica_problems(target, server, routed, fields)
+    if fields.get("until_precise") and (fields.get("workers") not in (None, 1)
+                                        or fields.get("ray_address")):  # fmt: skip
+        problems.append(
+            "--until-precise decides when to stop from every record as it is written, in this "
+            "process: drop --workers N / --ray"
+        )
     api_key = target.api_key
-    if base_url is not None or (needs_url and server is None):
+    urls: list[str] = []
+    for url in target.base_urls or ([None] if needs_url and server is None else []):
         try:
-            base_url, api_key = resolve_target(base_url, api_key)
+            resolved, api_key = resolve_target(url, target.api_key)
         except ValueError as exc:
             problems.append(str(exc))
+        else:
+            urls.append(resolved)
+    base_url = urls[0] if urls else None
     try:
         run_seed = resolve_run_seed(args.seed.run_seed, args.seed.replay)
     except ValueError as exc:
@@ -443,8 +566,11 @@ def run_options(
         run_seed=run_seed.value, progress=args.output.progress, clock=clock,
         seed_source=run_seed.source, server=server, server_facts=server_facts or None,
         server_facts_sources=dict.fromkeys(server_facts, USER_SOURCE) or None,
-        server_flags=server_flags, telemetry_url=telemetry.telemetry_url,
-        telemetry=not telemetry.no_telemetry, **fields,
+        server_flags=server_flags, server_log=args.facts.server_log,
+        telemetry_url=telemetry.telemetry_url,
+        telemetry=not telemetry.no_telemetry, replica_urls=tuple(urls) if len(urls) > 1 else (),
+        sim_replicas=target.sim_replicas, route=target.route_spec,
+        metric_percentiles=args.metric_percentiles, **fields,
     )  # fmt: skip
 
 
@@ -475,6 +601,26 @@ def target_problems(
     return problems
 
 
+def replica_problems(
+    target: TargetArgs, server: ServerSpec | None, routed: bool, fields: dict[str, Any]
+) -> list[str]:
+    """Several replicas: only where the engine routes, from this process, and the sim's
+    replicas only of the built-in sim."""
+    problems = []
+    several = len(target.base_urls) > 1 or target.sim_replicas > 1
+    if several and not routed:
+        problems.append("several replicas are for run, soak and capacity: give one --base-url "
+                        "and no --sim-replicas here")  # fmt: skip
+    if target.sim_replicas > 1 and target.base_urls:
+        problems.append("--sim-replicas boots the built-in sim: drop --base-url (or repeat "
+                        "--base-url for your own replicas)")  # fmt: skip
+    if target.sim_replicas > 1 and server is not None and server.kind != "sim":
+        problems.append(f"--sim-replicas replicates the built-in sim, not {server.kind}")
+    if several and (fields.get("workers") not in (None, 1) or fields.get("ray_address")):
+        problems.append("several replicas are routed from one process: drop --workers / --ray")
+    return problems
+
+
 def _external_server(
     facts: FactsArgs, base_url: str | None
 ) -> tuple[tuple[dict[str, int], tuple[str, ...]], list[str]]:
@@ -483,10 +629,15 @@ def _external_server(
         parsed = parse_server_facts(facts.server_facts), parse_server_flags(facts.server_flags)
     except ValueError as exc:
         return ({}, ()), [str(exc)]
-    if (parsed[0] or parsed[1]) and not base_url:
+    if (parsed[0] or parsed[1] or facts.server_log) and not base_url:
         return ({}, ()), [
-            "--server-facts/--server-flags describe an external server: pass --base-url too"
-            " (the built-in sim reports its own)"
+            "--server-facts/--server-flags/--server-log describe an external server: pass "
+            "--base-url too (the built-in sim and a launched server report their own)"
+        ]
+    if facts.server_log is not None and not facts.server_log.is_file():
+        return ({}, ()), [
+            f"--server-log {facts.server_log}: no such file; give the log the server is "
+            "writing now (e.g. where its stdout is redirected)"
         ]
     return (parsed[0], tuple(parsed[1])), []
 
@@ -550,22 +701,31 @@ def with_sim_profile(
 
 
 def with_load_sweep(
-    loaded: Scenario, concurrency: str | None, rate: str | None, requests: int | None
+    loaded: Scenario,
+    concurrency: str | None,
+    rate: str | None,
+    requests: int | None,
+    max_concurrency: int | None = None,
 ) -> Scenario:
-    """The scenario with one arm per `--concurrency` or `--rate` value (itself without them)."""
+    """The scenario with one arm per `--concurrency` or `--rate` value (itself without them),
+    each rate's open loop capped at `--max-concurrency`."""
     if concurrency is not None and rate is not None:
         raise click.UsageError("give --concurrency or --rate, not both")
+    if concurrency is not None and max_concurrency is not None:
+        raise click.UsageError(
+            "--max-concurrency caps a rate; --concurrency is already a closed loop's seats"
+        )
     if concurrency is None and rate is None:
         if requests is not None:
             raise click.UsageError("--requests sizes the arms of --concurrency or --rate")
-        return loaded
+        return loaded if max_concurrency is None else with_seat_cap(loaded, max_concurrency)
     over, text = ("concurrency", concurrency) if concurrency is not None else ("rate", rate)
     assert text is not None
     try:
         values = parse_load_values(text, over)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    axis = LoadAxis(over, requests=requests)
+    axis = LoadAxis(over, requests=requests, cap=max_concurrency)
     problem = load_problem(loaded, axis)
     if problem:
         raise click.ClickException(problem)
@@ -574,6 +734,17 @@ def with_load_sweep(
     if problems:
         raise click.ClickException(f"{loaded.source or loaded.name}: {problems[0]}")
     return dataclasses.replace(loaded, sweep=sweep)
+
+
+def with_seat_cap(loaded: Scenario, cap: int) -> Scenario:
+    """The scenario's poisson or gamma arrival with at most `cap` streams in flight."""
+    a = loaded.arrival
+    if not isinstance(a, Poisson | Gamma):
+        raise click.UsageError(
+            f"--max-concurrency caps a poisson or gamma arrival, and {loaded.name}'s is "
+            f"{a.kind} (give --rate R, or a closed arrival's concurrency)"
+        )
+    return dataclasses.replace(loaded, arrival=dataclasses.replace(a, concurrency=cap))
 
 
 def workers_value(value: str) -> int | None:
@@ -598,3 +769,27 @@ def parsed_slo(text: str, attain: float = DEFAULT_ATTAIN) -> tuple[SloItem, ...]
         return parse_slo(text, attain)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def _precise_targets(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[PrecisionTarget, ...]:
+    targets = []
+    for text in values:
+        try:
+            targets.append(parse_precise(text))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    if len({t.name for t in targets}) < len(targets):
+        raise click.BadParameter("a target is given twice (expected each metric_pNN once)")
+    return tuple(targets)
+
+
+UNTIL_PRECISE_OPTION = click.option(
+    "--until-precise",
+    "until_precise",
+    multiple=True,
+    metavar="METRIC_pNN=MARGIN",
+    callback=_precise_targets,
+    help=f"Stop sending once precise: {PRECISE_HELP}.",
+)

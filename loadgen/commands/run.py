@@ -7,6 +7,7 @@ import dataclasses
 import errno
 import signal
 import sys
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
@@ -17,6 +18,7 @@ import orjson
 import uvloop
 
 from loadgen.analysis.inputs import arm_dirs, read_manifest
+from loadgen.analysis.precision import PrecisionTarget
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
 from loadgen.analysis.summary_types import read_run
@@ -24,6 +26,8 @@ from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.commands.options import (
     LOAD_SWEEP_OPTIONS,
+    STRICT_OPTION,
+    UNTIL_PRECISE_OPTION,
     RunArgs,
     parsed_slo,
     run_like,
@@ -33,7 +37,6 @@ from loadgen.commands.options import (
     workers_value,
 )
 from loadgen.commands.validate import ALLOW_FILES_OUTSIDE
-from loadgen.engine.request_run import failure_summary
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.seeds import SEED_TYPE
 from loadgen.engine.target import RunError
@@ -97,11 +100,8 @@ REPORT_FAILED_EXIT = 5
     "ADDRESS (auto, HOST:PORT, or local; auto workers: one per node, more for many streams); "
     "needs pip install 'loadgen[ray]'.",
 )
-@click.option(
-    "--strict",
-    is_flag=True,
-    help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
-)
+@STRICT_OPTION
+@UNTIL_PRECISE_OPTION
 @ARM_TABLES_OPTION
 @ALLOW_FILES_OUTSIDE
 def run_cmd(
@@ -114,27 +114,26 @@ def run_cmd(
     concurrency: str | None,
     rate: str | None,
     requests: int | None,
+    max_concurrency: int | None = None,
     workers: int | None = None,
     ray_address: str | None = None,
     strict: bool = False,
+    until_precise: tuple[PrecisionTarget, ...] = (),
     arm_tables: bool = False,
     allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
-    opts = usable_options(args, block_size=block_size, boot_order_seed=boot_order_seed,
-                              workers=workers, ray_address=ray_address)  # fmt: skip
-    if ray_address:
-        try:
-            import_ray()
-        except RayUnavailable as exc:
-            raise click.ClickException(str(exc)) from None
+    opts = usable_options(args, routed=True, block_size=block_size,
+                          boot_order_seed=boot_order_seed, workers=workers,
+                          ray_address=ray_address, until_precise=until_precise)  # fmt: skip
+    ensure_ray(ray_address)
     sets = list(args.sets())
     sets += [f"api={api}"] if api else []
     try:
         loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
-    loaded = with_load_sweep(loaded, concurrency, rate, requests)
+    loaded = with_load_sweep(loaded, concurrency, rate, requests, max_concurrency)
     items = parsed_slo(slo) if slo is not None else ()
     opts = dataclasses.replace(
         opts,
@@ -146,6 +145,15 @@ def run_cmd(
     report_run(run_dir, arm_tables)
     if strict and run_was_client_limited(run_dir):
         sys.exit(CLIENT_LIMITED_EXIT)
+
+
+def ensure_ray(ray_address: str | None) -> None:
+    """With --ray, Ray must import: one line (exit 1) before anything is created or sent."""
+    if ray_address:
+        try:
+            import_ray()
+        except RayUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 class Stopped(KeyboardInterrupt):
@@ -166,10 +174,15 @@ def execute(the_plan: Plan, opts: RunOptions, interrupted: str = "") -> Path:
 Work = Callable[..., Coroutine[Any, Any, Path]]
 
 
-def execute_work(work: Work, interrupted: str = "") -> Path:
+# What a stopped run shows of its directory (None: none was made yet), and its last line.
+OnStop = Callable[[Path | None], str]
+
+
+def execute_work(work: Work, interrupted: str = "", on_stop: OnStop | None = None) -> Path:
     """Runs `work(warn, on_root=...)` and returns its directory; work that cannot start is a
     one-line error. Ctrl-C or SIGTERM, on either clock, keeps every record written, prints the
-    report of what was recorded and exits 130 / 143 (`interrupted` adds a hint)."""
+    report of what was recorded (`on_stop`: the command's own) and exits 130 / 143
+    (`interrupted` adds a hint to the default's last line)."""
 
     def warn(msg: str) -> None:
         click.echo(f"warning: {msg}", err=True)
@@ -185,15 +198,17 @@ def execute_work(work: Work, interrupted: str = "") -> Path:
     except OSError as exc:
         raise click.ClickException(one_line(exc)) from None
     except KeyboardInterrupt as exc:
-        if roots and roots[0].is_dir():
-            _report_stopped(roots[0])
-        click.echo(f"interrupted: records written so far are kept{interrupted}", err=True)
+        root = roots[0] if roots and roots[0].is_dir() else None
+        click.echo((on_stop or partial(_report_stopped, interrupted))(root), err=True)
         sys.exit(stop_exit_code(exc.signal if isinstance(exc, Stopped) else signal.SIGINT))
 
 
-def _report_stopped(run_dir: Path) -> None:
+def _report_stopped(hint: str, run_dir: Path | None) -> str:
     """The report of what a stopped run recorded; a report that cannot be made (nothing
     recorded yet, a second Ctrl-C) is one line, and the records stay as they are."""
+    said = f"interrupted: records written so far are kept{hint}"
+    if run_dir is None:
+        return said
     from loadgen.report.cmd import write_report
 
     try:
@@ -203,6 +218,7 @@ def _report_stopped(run_dir: Path) -> None:
     except Exception as exc:  # the stop is what the user needs to hear about, not this
         click.echo(f"no report of {run_dir}: {one_line(exc)}", err=True)
     click.echo(f"run directory: {run_dir}")
+    return said
 
 
 def run_was_client_limited(run_dir: Path) -> bool:
@@ -252,10 +268,25 @@ def report_run(run_dir: Path, arm_tables: bool = False) -> None:
         )
         sys.exit(REPORT_FAILED_EXIT)
     click.echo(f"run directory: {run_dir}")
+    exit_if_failed(run_dir)
+
+
+def exit_if_failed(run_dir: Path) -> None:
+    """Exits FAILED_STREAMS_EXIT, with a one-line summary, when any measured stream of the run
+    directory failed or has no record."""
     summary = failure_summary(measured_records(run_dir)) or unrecorded_summary(run_dir)
     if summary:
         click.echo(f"Error: {summary}", err=True)
         sys.exit(FAILED_STREAMS_EXIT)
+
+
+def failure_summary(records: list[StreamRecord]) -> str | None:
+    """'3 of 8 streams failed: http_500 x2, idle_timeout x1', or None when all were ok."""
+    classes = Counter(r.error.cls for r in records if r.error)
+    if not classes:
+        return None
+    parts = ", ".join(f"{cls} x{n}" for cls, n in classes.most_common())
+    return f"{sum(classes.values())} of {len(records)} streams failed: {parts}"
 
 
 def unrecorded_summary(run_dir: Path, shown: int = 5) -> str:

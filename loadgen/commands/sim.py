@@ -24,6 +24,7 @@ from loadgen.sim.faults import parse_fault_options
 from loadgen.sim.profile_file import resolve_step_profile
 from loadgen.sim.profiles import SIM_PROFILES
 from loadgen.sim.server import SimServerConfig, boot_lines, start_sim_server
+from loadgen.sim.statlog import log_engine_stats, log_interval_s
 from loadgen.simoptions import SIM_OPTIONS, SimOption, negated, owned
 
 _DEFAULTS = EngineConfig()
@@ -112,6 +113,12 @@ async def _stop_when_orphaned(parent: int, stop: asyncio.Event) -> None:
     stop.set()
 
 
+def _echo_flushed(line: str) -> None:
+    """A log line out now: a launched sim's stdout is a file, read while the run goes on."""
+    click.echo(line)
+    sys.stdout.flush()
+
+
 async def _serve(config: SimServerConfig, host: str, port: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -130,8 +137,12 @@ async def _serve(config: SimServerConfig, host: str, port: int) -> None:
         gc.freeze()
         click.echo(f"Listening on {server.url}")
         sys.stdout.flush()
+        stats = asyncio.create_task(
+            log_engine_stats(server.state.engine, _echo_flushed, log_interval_s())
+        )
         with contextlib.suppress(asyncio.CancelledError):
             await stop.wait()
+        stats.cancel()
     if watch is not None:
         watch.cancel()
     click.echo("INFO Shutting down")

@@ -53,7 +53,7 @@ def soak_cmd(
 ) -> None:
     """Soak a server (or the sim) with SCENARIO's groups back to back; report drift."""
     # A soak on a long-lived server must start cold like any run: a fresh seed unless given.
-    opts = usable_options(args, sim_clock=ClockName.VIRTUAL)
+    opts = usable_options(args, sim_clock=ClockName.VIRTUAL, routed=True)
     try:
         loaded = load_scenario(scenario, list(args.sets()))
     except ScenarioError as exc:

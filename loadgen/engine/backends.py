@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loadgen.clock import ClockName
 from loadgen.engine.arm import ArmBackend
 from loadgen.engine.http_backend import open_wall_backend
 from loadgen.engine.options import RunOptions
 from loadgen.engine.target import Target, launch_target
-from loadgen.engine.virtual_run import open_virtual_backend
 from loadgen.records import RunDirectory
 from loadgen.run_manifest import TargetPart
 from loadgen.scenario.model import Scenario
@@ -26,6 +26,15 @@ OpenBackend = Callable[
      Callable[[TargetPart], None]],
     AbstractAsyncContextManager[ArmBackend],
 ]  # fmt: skip
+
+
+def _open_virtual_backend(*args: Any) -> AbstractAsyncContextManager[ArmBackend]:
+    """open_virtual_backend (OpenBackend's arguments), imported when the virtual clock runs:
+    the sim's engine is no part of a wall run, and `loadgen request` loads none of it
+    (tests/test_startup.py)."""
+    from loadgen.engine.virtual_run import open_virtual_backend
+
+    return open_virtual_backend(*args)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +56,7 @@ CLOCKS = {
     ClockName.VIRTUAL: ClockKind(ClockName.VIRTUAL, opens_sockets=False, engine_per_arm=True,
                          unbooted=(1, "one fresh engine per arm on the virtual clock: exact, one "
                                       "is its floor"),
-                         open_backend=open_virtual_backend),
+                         open_backend=_open_virtual_backend),
 }  # fmt: skip
 
 
@@ -63,7 +72,7 @@ async def shared_target(
     """One server for a series of runs into `root` (a capacity search's probes, a
     calibration's): None where each run reaches its own (the URL, an engine per arm), else one
     boot of the launched server, its log under root/boot."""
-    if opts.base_url or clock_of(opts).engine_per_arm:
+    if opts.base_url or clock_of(opts).engine_per_arm or opts.replicas > 1:
         yield None
         return
     first = plan(scenario, run_seed=0).arms[0]

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, closing, nullcontext, suppress
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import stream_at
 from loadgen.client.openai import OpenAIClient
@@ -20,9 +24,12 @@ from loadgen.engine.counters import pick_counter
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
-from loadgen.engine.preflight import served_model
+from loadgen.engine.preflight import checked_model
 from loadgen.engine.progress import Progress
+from loadgen.engine.replicas import FleetScrape, RoutedClient, targets_part
+from loadgen.engine.routing import Router
 from loadgen.engine.selfwatch import SelfWatch
+from loadgen.engine.server_log import ServerLogTail
 from loadgen.engine.sessions import build_sessions
 from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_pool, worker_count
 from loadgen.engine.target import Target, open_target
@@ -30,7 +37,13 @@ from loadgen.engine.telemetry import open_telemetry
 from loadgen.engine.traffic import send_rep
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
-from loadgen.run_manifest import BackendPart, TargetPart, TelemetryInfo
+from loadgen.run_manifest import (
+    BackendPart,
+    ReplicaTargets,
+    ServerLogInfo,
+    TargetPart,
+    TelemetryInfo,
+)
 from loadgen.scenario.plan import ArmPlan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
@@ -69,7 +82,8 @@ class HttpBackend:
     session_builder: PromptBuilder
     poller: MetricsPoller
     progress: Progress
-    client: OpenAIClient
+    client: OpenAIClient  # the (first) server's: models, tokenize, /metrics of one server
+    sender: OpenAIClient | RoutedClient  # what streams go through: the client, or the router
     pool: Pool | None
     lag: LoopLagMonitor
     clock: WallClock  # the run clock: from this arm's start
@@ -78,6 +92,13 @@ class HttpBackend:
     concurrency: int
     workers: int | None  # as asked (None: auto)
     telemetry: TelemetryInfo
+    # The run clock's zero on the wall and the host's zone; the replicas, where several.
+    run_start_wall_ns: int
+    utc_offset_s: int
+    targets: ReplicaTargets | None
+    log_tail: ServerLogTail | None  # the server's log from the arm's start
+    run_dir: Path
+    kept_log: ServerLogInfo | None = None  # run.json's server_log, once finish() kept it
 
     @property
     def speed(self) -> float:
@@ -87,11 +108,11 @@ class HttpBackend:
         return self.clock.now_ns()
 
     async def send_now(self, req: StreamRequest) -> StreamRecord:
-        return await self.client.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
+        return await self.sender.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
 
     async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
         await _run_rep(
-            rep, (self.builder, self.session_builder), self.client, self.model,
+            rep, (self.builder, self.session_builder), self.sender, self.model,
             self.clock, record, self.progress, self.lag, stop,
             pool=self.pool, warn=self.warn,
         )  # fmt: skip
@@ -104,7 +125,9 @@ class HttpBackend:
                 await task
         with suppress(Exception):
             await self.poller.scrape_once()  # the closing sample bounds every counter delta
-        return self.client.take_cancelled()
+        if self.log_tail is not None:
+            self.kept_log = self.log_tail.keep(self.run_dir)
+        return self.sender.take_cancelled()
 
     def describe(self) -> tuple[TargetPart, BackendPart]:
         client = self.lag.summary_ms() | {
@@ -112,8 +135,10 @@ class HttpBackend:
             "concurrency_pool": self.concurrency,
         } | pool_manifest(self.pool, self.workers)  # fmt: skip
         return self.target.part(), BackendPart(
-            ClockName.WALL, client, self.poller.info, self.clock.origin_ns, self.telemetry
-        )
+            ClockName.WALL, client, self.poller.info, self.clock.origin_ns, self.telemetry,
+            run_start_wall_ns=self.run_start_wall_ns, utc_offset_s=self.utc_offset_s,
+            targets=self.targets, server_log=self.kept_log,
+        )  # fmt: skip
 
 
 @asynccontextmanager
@@ -130,11 +155,20 @@ async def open_http_backend(
     concurrency = max_in_flight(arm)
     timeouts = scenario.timeouts
     run_start_ns = time.perf_counter_ns()
-    ray = None if opts.stop else opts.ray_address
-    workers = worker_count(
+    # The run clock's zero on the wall, to the microsecond, and the zone the host's logs are
+    # stamped in: a server's log lines (second stamps in local time) land on the run clock.
+    run_start_wall_ns = time.time_ns()
+    utc_offset_s = time.localtime().tm_gmtoff
+    log_tail = ServerLogTail.start(target.log_path)
+    # A soak's stop and --until-precise see every record as it is written, here.
+    stops_here = opts.stop is not None or bool(opts.until_precise)
+    ray = None if stops_here else opts.ray_address
+    # Several replicas are routed from this process: the router holds every stream's replica.
+    workers = 1 if target.replicas else worker_count(
         opts.workers, concurrency, server_on_host=target.kind != "external", ray=bool(ray),
-        soak=opts.stop is not None,
+        soak=stops_here,
     )  # fmt: skip
+    targets = targets_part(target.replicas, opts.route) if target.replicas else None
     async with OpenAIClient(
         target.url, api_key=opts.api_key, concurrency=concurrency, timeouts=timeouts,
         run_start_ns=run_start_ns,
@@ -143,9 +177,9 @@ async def open_http_backend(
         timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
         ray_address=ray,
     ) as pool, AsyncExitStack() as stack:  # fmt: skip
-        model = await _resolve_model(
-            client, opts.model or scenario.model or target.model, target.url
-        )
+        sender = await _sender(client, target, opts, stack, concurrency, run_start_ns, timeouts)
+        wanted = opts.model or scenario.model or target.model
+        model, _ = await checked_model(client.get_json("/v1/models"), wanted, target.url)
         counter = await pick_counter(
             client, model, chat=scenario.api == "chat",
             chat_template_kwargs=scenario.chat_template_kwargs, warn=warn,
@@ -163,7 +197,7 @@ async def open_http_backend(
             rundir.path, opts.telemetry_url, target.url, opts.telemetry, notes
         ))  # fmt: skip
         poller = MetricsPoller(
-            lambda: client.get_text("/metrics"),
+            _metrics_fetch(sender, run_start_ns, rundir),
             rundir.append_metrics,
             interval_s=scenario.metrics.poll_interval_s,
             run_start_ns=run_start_ns,
@@ -173,33 +207,66 @@ async def open_http_backend(
         lag = LoopLagMonitor()
         await poller.scrape_once()  # the opening sample; also reads cache_config_info
         target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
-        progress = Progress(arm, poller, enabled=opts.progress, live_counts=client.live_counts)
+        progress = Progress(arm, poller, enabled=opts.progress, live_counts=sender.live_counts)
         background = [asyncio.create_task(poller.run()), asyncio.create_task(lag.run())]
         if opts.self_watch:
             client_log = stack.enter_context(closing(JsonlAppender(rundir.path / "client.jsonl")))
             watch = SelfWatch(client_log.append, run_start_ns=run_start_ns)
             background.append(asyncio.create_task(watch.run()))
         yield HttpBackend(
-            target, model, builder, session_builder, poller, progress, client, pool, lag,
+            target, model, builder, session_builder, poller, progress, client, sender, pool, lag,
             WallClock(run_start_ns), warn, background, concurrency, opts.workers,
             TelemetryInfo(None if gpu is None else gpu.source, tuple(notes)),
+            run_start_wall_ns, utc_offset_s, targets, log_tail, rundir.path,
         )  # fmt: skip
 
 
-async def _resolve_model(client: OpenAIClient, model: str | None, target: str) -> str:
-    return served_model(await client.get_json("/v1/models"), model, target)
+async def _sender(
+    client: OpenAIClient,
+    target: Target,
+    opts: RunOptions,
+    stack: AsyncExitStack,
+    concurrency: int,
+    run_start_ns: int,
+    timeouts: Timeouts,
+) -> OpenAIClient | RoutedClient:
+    """`client` for one server; for several, a client per replica (the first is `client`)
+    behind the run's router, each sized for every stream in flight (any policy may send them
+    all to one replica)."""
+    if not target.replicas:
+        return client
+    others = []
+    for url in target.replicas[1:]:
+        other = OpenAIClient(url, api_key=opts.api_key, concurrency=concurrency,
+                             timeouts=timeouts, run_start_ns=run_start_ns)  # fmt: skip
+        others.append(await stack.enter_async_context(other))
+    return RoutedClient([client, *others], Router(opts.route, len(target.replicas)))
+
+
+def _metrics_fetch(
+    sender: OpenAIClient | RoutedClient, run_start_ns: int, rundir: RunDirectory
+) -> Callable[[], Awaitable[Any]]:
+    """/metrics of the one server, or of every replica (their totals; each one's own sample
+    to replica_metrics.jsonl), on the run clock."""
+    if isinstance(sender, OpenAIClient):
+        return lambda: sender.get_text("/metrics")
+    fetches = [functools.partial(c.get_text, "/metrics") for c in sender.clients]
+    return FleetScrape(fetches, rundir.append_replica_metrics,
+                       lambda: time.perf_counter_ns() - run_start_ns)  # fmt: skip
 
 
 def max_in_flight(arm: ArmPlan) -> int:
     """Connections to open before launch: the most requests any rep can have in flight."""
-    sizes = [(rep.concurrency or len(rep.requests)) + len(rep.sessions) for rep in arm.reps] or [1]
+    sizes = [
+        (rep.concurrency or rep.cap or len(rep.requests)) + len(rep.sessions) for rep in arm.reps
+    ] or [1]
     return max(max(sizes), 1)
 
 
 async def _run_rep(
     rep: RepPlan,
     builders: tuple[PromptBuilder, PromptBuilder],
-    client: OpenAIClient,
+    client: OpenAIClient | RoutedClient,
     model: str,
     clock: WallClock,
     record: Callable[[StreamRecord], None],
@@ -214,7 +281,7 @@ async def _run_rep(
     builder, session_builder = builders
     built = [await materialize(p, builder, model=model, t_intended_ns=0) for p in rep.requests]
     sessions = await build_sessions(rep.sessions, session_builder)
-    mine = 0 if pool is not None else min(rep.concurrency or len(built), len(built))
+    mine = 0 if pool is not None else min(rep.concurrency or rep.cap or len(built), len(built))
     await client.warm(mine + len(sessions) or 1)
     quiet_collector()
     progress.start_rep(rep)

@@ -24,8 +24,10 @@ def manifest_head(
     slo: dict[str, float] | None,
     clock: ClockName,
     shares: dict[str, float] | None = None,
+    percentiles: tuple[float, ...] | None = None,
 ) -> RunManifest:
-    """run.json's head; `slo_shares` only where --slo gave shares (a scenario's SLO takes p90)."""
+    """run.json's head; `slo_shares` only where --slo gave shares (a scenario's SLO takes p90),
+    `metric_percentiles` only where --metric-percentiles asked."""
     return RunManifest(
         tool_version=__version__,
         scenario=scenario_to_json(scenario),
@@ -36,6 +38,7 @@ def manifest_head(
         python=platform.python_version(),
         slo=slo or None,
         slo_shares=shares or None,
+        metric_percentiles=percentiles or None,
         sim_profile=_profile_file(scenario),
         clock=clock,
     )

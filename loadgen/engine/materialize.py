@@ -29,8 +29,10 @@ async def materialize(
         t_intended_ns=t_intended_ns,
         min_tokens=planned.min_tokens,
         ignore_eos=planned.ignore_eos,
-        cache_salt=planned.prompt.salt,
-        requested_prompt_tokens=planned.prompt.tokens,
+        # A shared dataset row has no salt: nothing to isolate it by.
+        cache_salt=planned.prompt.salt or None,
+        requested_prompt_tokens=spec.tokens if built.asked is None else built.asked,
+        prompt_tokens_sent=built.tokens,
         chat_template_kwargs=planned.chat_template_kwargs,
         phase=planned.phase,
         arm=planned.arm,
@@ -39,4 +41,5 @@ async def materialize(
         cold=planned.prompt.cache == "salted",
         keep_text=code is not None,
         needle=code,
+        extra_body=dict(planned.sampling or {}),
     )

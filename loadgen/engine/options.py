@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.analysis.precision import PrecisionTarget
 from loadgen.clock import ClockName
+from loadgen.engine.routing import RouteSpec
 from loadgen.engine.soak import SoakStop
 from loadgen.server.spec import ServerSpec
 
@@ -39,6 +41,8 @@ class RunOptions:
     seed_source: str | None = None
     # The launch flags of an external server, as the user gave them (server/user_facts.py).
     server_flags: tuple[str, ...] = ()
+    # An external server's log file, read from where it stood when the run began.
+    server_log: Path | None = None
     # The server loadgen launches per boot (None: the built-in sim), and the seed that shuffles
     # each round of boots (None: the arms in declared order, A B C A B C).
     server: ServerSpec | None = None
@@ -51,3 +55,20 @@ class RunOptions:
     # unless `telemetry` is off (engine/telemetry.py).
     telemetry_url: str | None = None
     telemetry: bool = True
+    # Several replicas behind the client's router (engine/routing.py): every --base-url when
+    # more than one is given (base_url is the first), or the built-in sim booted N times
+    # (--sim-replicas, either clock); `route` picks each request's replica.
+    replica_urls: tuple[str, ...] = ()
+    sim_replicas: int = 1
+    route: RouteSpec = RouteSpec()  # noqa: RUF009 - frozen, so one shared default is safe
+
+    # `--metric-percentiles`: TTFT/TPOT/ITL/E2E at these percentiles in every summary (run.json
+    # keeps them, so a re-report gives the same); None: not asked.
+    metric_percentiles: tuple[float, ...] | None = None
+    # `--until-precise`: send until each target percentile's confidence interval is within its
+    # margin (engine/precise.py), the plan's requests at most; () sends the whole plan.
+    until_precise: tuple[PrecisionTarget, ...] = ()
+
+    @property
+    def replicas(self) -> int:
+        return max(len(self.replica_urls), self.sim_replicas)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from prometheus_client.metrics_core import Metric
 
-from loadgen.exposition import parse_exposition, parse_families
+from loadgen.exposition import ParsedMetrics, parse_exposition, parse_families
 from loadgen.records import MetricsSample
 
 
@@ -26,7 +26,7 @@ class MetricsPoller:
 
     def __init__(
         self,
-        fetch: Callable[[], Awaitable[str | Iterable[Metric]]],
+        fetch: Callable[[], Awaitable[str | Iterable[Metric] | ParsedMetrics]],
         sink: Callable[[MetricsSample], None],
         *,
         interval_s: float,
@@ -51,7 +51,7 @@ class MetricsPoller:
     async def scrape_once(self) -> MetricsSample:
         try:
             got = await self._fetch()
-            parsed = parse_exposition(got) if isinstance(got, str) else parse_families(got)
+            parsed = parsed_metrics(got)
         except Exception as exc:  # any scrape failure is data, not a crash
             self.failures += 1
             if self.failures == 1:
@@ -84,3 +84,11 @@ class MetricsPoller:
         if self._clock is not None:
             return self._clock()
         return time.perf_counter_ns() - self._run_start_ns
+
+
+def parsed_metrics(got: str | Iterable[Metric] | ParsedMetrics) -> ParsedMetrics:
+    """A fetch's answer as canonical values: exposition text, a collector's families, or
+    values already parsed (several replicas' totals, engine/replicas.py)."""
+    if isinstance(got, ParsedMetrics):
+        return got
+    return parse_exposition(got) if isinstance(got, str) else parse_families(got)

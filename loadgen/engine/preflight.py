@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from loadgen.client.endpoint import Timeouts
+from loadgen.client.errors import HTTPStatusError
 from loadgen.client.openai import AUX_CONNECTIONS, OpenAIClient
 from loadgen.engine.target import RunError
 from loadgen.redact import redact_url
+from loadgen.scenario.datasets import DatasetError, scenario_in_window
 from loadgen.scenario.limits import sim_window, window_problem
-from loadgen.scenario.plan import Plan
+from loadgen.scenario.plan import Plan, plan
 
 
 def check_out_root(out_root: Path) -> None:
@@ -77,12 +80,50 @@ def served_model(listing: Any, wanted: str | None, target: str) -> str:
     return wanted
 
 
+async def checked_model(
+    listing: Awaitable[Any], wanted: str | None, target: str
+) -> tuple[str, Any]:
+    """The model to send (served_model) and the /v1/models listing it was checked against. A
+    server that answers /v1/models with an HTTP error (a proxy that lists none) is sent
+    `wanted` unchecked, with an empty listing (so no window either); without `wanted` its
+    error stands, as there is nothing to send."""
+    try:
+        got = await listing
+    except HTTPStatusError:
+        if wanted is None:
+            raise
+        return wanted, {}
+    return served_model(got, wanted, target), got
+
+
 def served_window(listing: Any, model: str | None) -> int | None:
     """`max_model_len` of the model in a /v1/models listing (vLLM gives it), else None."""
     models = model_cards(listing)
     chosen = next((m for m in models if m.get("id") == model), models[0] if models else None)
     window = chosen.get("max_model_len") if chosen else None
     return window if isinstance(window, int) and not isinstance(window, bool) else None
+
+
+def fit_datasets(
+    the_plan: Plan, window: int | None, target: str, warn: Callable[[str], None]
+) -> Plan:
+    """The plan drawn again without the dataset rows that cannot fit `window` (`too_long:
+    skip`, each skip counted in run.json's dataset block and said here); RunError naming the
+    first such row under `too_long: refuse`, before anything is sent."""
+    if window is None:
+        return the_plan
+    try:
+        fitted = scenario_in_window(the_plan.scenario, window, target)
+    except DatasetError as exc:
+        raise RunError(str(exc)) from None
+    if fitted is the_plan.scenario:
+        return the_plan
+    for g in fitted.groups:
+        d = g.prompt.dataset
+        if d is not None and d.skipped:
+            warn(f"groups.{g.name}: {d.skipped} of {len(d.rows) + d.skipped} rows of {d.path} "
+                 f"exceed {target}'s max_model_len {window}: skipped (too_long: skip)")  # fmt: skip
+    return plan(fitted, run_seed=the_plan.seed)
 
 
 def check_windows(plan: Plan, window: int | None, target: str) -> None:

@@ -209,7 +209,8 @@ async def probe_cache(
             cache_salt=f"{key}-control" if phase == "control" else key,
             phase="probe" if phase == "size" else phase,
             t_intended_ns=time.perf_counter_ns() - client.run_start_ns,
-            requested_prompt_tokens=spec.tokens, keep_text=answer,
+            requested_prompt_tokens=spec.tokens, prompt_tokens_sent=built.tokens,
+            keep_text=answer,
             extra_body=dict(GREEDY) if answer else {},
         )  # fmt: skip
         rec = await client.stream(req)

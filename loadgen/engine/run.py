@@ -9,6 +9,7 @@ with `interrupted: true`), so a partial run directory is still a readable one.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,19 +21,23 @@ from loadgen.engine.boots import run_boots
 from loadgen.engine.http_backend import max_in_flight
 from loadgen.engine.manifest import manifest_head
 from loadgen.engine.options import RunOptions
+from loadgen.engine.precise import PreciseStop
 from loadgen.engine.preflight import (
     check_out_root,
     check_sim_windows,
     check_windows,
+    checked_model,
     ensure_fd_limit,
+    fit_datasets,
     list_models,
-    served_model,
     served_window,
 )
 from loadgen.engine.seeds import RunSeed
 from loadgen.engine.target import Target, server_spec_for
 from loadgen.records import RunDirectory
+from loadgen.redact import redact_url
 from loadgen.run_manifest import ArmInfo, RunManifest, TargetPart, write_manifest
+from loadgen.scenario.limits import sim_window
 from loadgen.scenario.model import Scenario, scenario_to_json
 from loadgen.scenario.plan import ArmPlan, Plan
 from loadgen.server.spec import profile_for
@@ -40,6 +45,21 @@ from loadgen.server.spec import profile_for
 
 def run_dir_name(scenario: Scenario, now: dt.datetime) -> str:
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{scenario.name}"
+
+
+def fresh_dir(out_root: Path, name: str) -> Path:
+    """out_root/name made now, or name-2, name-3, ... when a run that started in the same
+    second holds it: records append, so two runs sharing a directory would mix their streams
+    (two `bench serve --seed 2` runs of 4 streams each read back as one of 8)."""
+    out_root.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        root = out_root / (name if n == 1 else f"{name}-{n}")
+        try:
+            root.mkdir()
+        except FileExistsError:
+            continue
+        return root
+    raise AssertionError("unreachable: itertools.count never ends")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +82,9 @@ def open_work_root(
     can name it."""
     check_out_root(opts.out_root)
     started = dt.datetime.now(dt.UTC)
-    root = opts.out_root / (run_dir_name(scenario, started) + suffix)
+    root = fresh_dir(opts.out_root, run_dir_name(scenario, started) + suffix)
     if on_root is not None:
         on_root(root)
-    root.mkdir(parents=True, exist_ok=False)
     seed = scenario.seed if opts.run_seed is None else opts.run_seed
     return WorkRoot(root, started, seed)
 
@@ -75,33 +94,44 @@ async def run_plan(
     opts: RunOptions,
     warn: Callable[[str], None],
     on_root: Callable[[Path], None] | None = None,
+    *,
+    name: str | None = None,
 ) -> Path:
-    """Runs every arm of the plan; returns the run directory (the parent one for sweeps).
-    `on_root` hears that directory's path before anything is sent (a stopped run's report
-    is made from it)."""
+    """Runs every arm of the plan; returns the run directory (the parent one for sweeps),
+    under --out, named `name` (request's --out names the directory itself) or by its start
+    and scenario. `on_root` hears that directory's path before anything is sent (a stopped
+    run's report is made from it)."""
     check_out_root(opts.out_root)
     clock = clock_of(opts)
     if clock.opens_sockets:
         # A clock without sockets replays a 20,000-stream trace with no descriptors to spare.
         ensure_fd_limit(max(max_in_flight(arm) for arm in plan.arms))
     if opts.base_url:
-        listing = await list_models(opts.base_url, opts.api_key, plan.scenario.timeouts.connect_s)
-        model = served_model(listing, opts.model or plan.scenario.model, opts.base_url)
-        check_windows(plan, served_window(listing, model), opts.base_url)
+        listing = list_models(opts.base_url, opts.api_key, plan.scenario.timeouts.connect_s)
+        wanted = opts.model or plan.scenario.model
+        model, listed = await checked_model(listing, wanted, opts.base_url)
+        window = served_window(listed, model)
+        plan = fit_datasets(plan, window, redact_url(opts.base_url), warn)
+        check_windows(plan, window, opts.base_url)
     elif profile_for(server_spec_for(plan.scenario, opts)).configured_by_sim_block:
+        plan = fit_datasets(plan, sim_window(plan.scenario), "the built-in sim", warn)
         check_sim_windows(plan)
     started = dt.datetime.now(dt.UTC)
-    root = opts.out_root / run_dir_name(plan.scenario, started)
+    if name is None:
+        root = fresh_dir(opts.out_root, run_dir_name(plan.scenario, started))
+    else:
+        root = opts.out_root / name
+        root.mkdir(parents=True, exist_ok=True)
     if on_root is not None:
         on_root(root)
     single = len(plan.arms) == 1 and not plan.arms[0].flags
     if single:
         await run_arm(plan, plan.arms[0], root, opts, warn)
         return root
-    root.mkdir(parents=True, exist_ok=False)
     parent = base_manifest(plan, opts, started).add(arms=tuple(arm_info(a) for a in plan.arms))
     # The parent of a sweep holds only the manifest: its records live in arms/<arm>/.
-    if opts.base_url or clock.engine_per_arm:
+    # Replicas are booted (or reached) by each arm's own target, as a URL is.
+    if opts.base_url or clock.engine_per_arm or opts.replicas > 1:
         for arm in plan.arms:
             await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
         per_arm, note = clock.unbooted
@@ -145,7 +175,8 @@ def base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> RunMani
     source = opts.seed_source or ("user" if opts.run_seed is not None else "scenario")
     slo = {**(plan.scenario.slo or {}), **(opts.slo or {})}
     seed = RunSeed(plan.seed, source)
-    return manifest_head(plan.scenario, seed, started, slo, opts.clock, opts.slo_shares)
+    return manifest_head(plan.scenario, seed, started, slo, opts.clock, opts.slo_shares,
+                         opts.metric_percentiles)  # fmt: skip
 
 
 def arm_info(arm: ArmPlan) -> ArmInfo:
@@ -188,7 +219,9 @@ async def run_arm(
     try:
         opened = clock_of(opts).open_backend(arm, rundir, opts, warn, target, reached)
         async with opened as backend:
-            await drive_arm(arm, backend, rundir, manifest, opts.stop, keep)
+            planned = None if arm.open_ended else arm.planned_streams
+            precise = PreciseStop(opts.until_precise, planned) if opts.until_precise else None
+            await drive_arm(arm, backend, rundir, manifest, opts.stop, keep, precise)
         manifest = manifest.add(interrupted=False)
     except Exception as exc:
         error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -74,7 +74,8 @@ def conversation(
     tool call (chat) has, between its user message and its answer, the assistant's call and
     the tool's result: `tools[i]` for turn i."""
     if api == "chat":
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        # A shared dataset conversation has no system prompt (not even a salt tag).
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         for i, user in enumerate(users):
             messages.append({"role": "user", "content": user})
             if i < len(tools) and (exchange := tools[i]) is not None:
@@ -182,7 +183,7 @@ def turn_request(
         t_intended_ns=intended,
         min_tokens=t.min_tokens,
         ignore_eos=t.ignore_eos,
-        cache_salt=p.system.salt,
+        cache_salt=p.system.salt or None,
         chat_template_kwargs=t.chat_template_kwargs,
         phase=t.phase,
         arm=t.arm,
@@ -194,5 +195,6 @@ def turn_request(
         # result, resends the conversation so far, which the prefix cache is meant to carry.
         cold=turn == 0 and not tool_result,
         tool_result=tool_result,
-        extra_body={"tools": [LOOKUP_TOOL], "tool_choice": "required"} if offers else {},
+        extra_body=(t.sampling or {})
+        | ({"tools": [LOOKUP_TOOL], "tool_choice": "required"} if offers else {}),
     )

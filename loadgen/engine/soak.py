@@ -32,7 +32,7 @@ def soak_scenario(scenario: Scenario, soak: Soak) -> Scenario:
     their arrival: a conversation is already a closed loop of its turns, and a pass ends when
     its conversations do (a conversation under way at the deadline is finished)."""
     per_pass = sum(g.count * (g.session.turns if g.session else 1) for g in scenario.groups)
-    sessions = any(g.session for g in scenario.groups)
+    sessions = any(g.session or g.replays_turns for g in scenario.groups)
     return dataclasses.replace(
         scenario,
         arrival=scenario.arrival if sessions else Closed(soak.concurrency, count=per_pass),

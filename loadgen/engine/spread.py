@@ -40,7 +40,8 @@ def worker_count(
 ) -> int | None:
     """The workers a run uses: as asked, or `auto` (None) by the streams it holds at once;
     under Ray, `auto` stays None (the cluster's nodes decide, client/ray_pool.py). A soak's
-    stop (deadline, server gone) is decided in the parent, so its streams stay there (1)."""
+    stop (deadline, server gone) and --until-precise's are decided in the parent, so their
+    streams stay there (1)."""
     if soak:
         return 1
     if requested is not None or ray:
@@ -89,11 +90,12 @@ async def send_rep_in_pool(
     warn: Callable[[str], None],
 ) -> None:
     """Sends one rep's measured requests through the pool: a closed loop's seats shared, an
-    open loop's schedule (offsets from the rep's start) dealt in send order."""
+    open loop's schedule (offsets from the rep's start) dealt in send order, its seat cap
+    shared too (the cap holds; each arrival waits for a seat of its own worker)."""
     if rep.concurrency is None:
         offsets = [p.offset_ns or 0 for p in rep.requests]
         built = [replace(req, t_intended_ns=o) for req, o in zip(built, offsets, strict=True)]
-    jobs = split_jobs(built, rep.concurrency, pool.size, rep.duration_ns)
+    jobs = split_jobs(built, rep.concurrency, pool.size, rep.duration_ns, rep.cap)
     for line in await pool.run(jobs, record, lead_ns=POOL_LEAD_NS):
         warn(line)
 

@@ -4,7 +4,7 @@ default; vLLM, llama-server or the sim with `--server`)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,11 @@ class Target:
     boot: dict[str, Any] | None = None  # a launched server's boot record (pid, env read back)
     # Why a limit of a launched server stayed unknown (its profile's reasons), by fact name.
     unknown: dict[str, str] = field(default_factory=dict)
+    # Every replica's URL where the run routes over several (`url` is the first, whose facts
+    # and model stand for all); empty for one server.
+    replicas: list[str] = field(default_factory=list)
+    # The server's log as it is written: a launched server's, or --server-log's.
+    log_path: Path | None = None
 
     def learn(self, facts: Mapping[str, int], source: str) -> None:
         """Adds facts not already known; the first source to state a fact is kept."""
@@ -74,7 +79,8 @@ async def open_target(
             )
         target = Target(
             url=opts.base_url, kind="external", model=opts.model,
-            flags=list(opts.server_flags),
+            flags=list(opts.server_flags), replicas=list(opts.replica_urls),
+            log_path=opts.server_log,
         )  # fmt: skip
         sources = opts.server_facts_sources or {}
         for name, value in (opts.server_facts or {}).items():
@@ -83,8 +89,29 @@ async def open_target(
             target.learn({"block_size": opts.block_size}, "flags")
         yield target
         return
+    if opts.sim_replicas > 1:
+        async with launch_replicas(arm, opts, log_dir=log_dir, warn=warn) as target:
+            yield target
+        return
     async with launch_target(arm, opts, log_dir=log_dir, warn=warn) as target:
         yield target
+
+
+@asynccontextmanager
+async def launch_replicas(
+    arm: ArmPlan, opts: Any, *, log_dir: Path, warn: Callable[[str], None]
+) -> AsyncIterator[Target]:
+    """`opts.sim_replicas` boots of the run's server, each on its own port with its logs under
+    replicas/<i>/; the first's Target, naming every replica's URL."""
+    async with AsyncExitStack() as stack:
+        booted = [
+            await stack.enter_async_context(
+                launch_target(arm, opts, log_dir=log_dir / "replicas" / str(i), warn=warn)
+            )
+            for i in range(opts.sim_replicas)
+        ]
+        booted[0].replicas = [t.url for t in booted]
+        yield booted[0]
 
 
 @asynccontextmanager
@@ -128,7 +155,7 @@ def _launched(
     target = Target(
         url=server.url, kind=spec.kind, model=server.model, flags=list(server.flags), speed=speed,
         boot_log=_relative(server.log_path, log_dir), boot=booted.record(),
-        unknown=dict(server.facts.unknown),
+        unknown=dict(server.facts.unknown), log_path=server.log_path,
     )  # fmt: skip
     facts = {k: v for k, v in to_json(server.facts).items() if isinstance(v, int)}
     for name, value in facts.items():

@@ -13,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from loadgen.client.loops import OnRecord, Send, recorded, run_closed_loop, run_open_loop
+from loadgen.client.loops import (
+    OnRecord,
+    Send,
+    recorded,
+    run_capped_loop,
+    run_closed_loop,
+    run_open_loop,
+)
 from loadgen.clock import LoopClock
 from loadgen.engine.sessions import BuiltSession, Conversation, converse
 from loadgen.request import StreamRequest
@@ -35,9 +42,10 @@ async def send_rep(
     stop: Callable[[], bool] | None,
 ) -> None:
     """`requests` (rep.requests as the backend sends them, in plan order) and `sessions`' turns
-    from now, each recorded. An open loop's offsets
+    from now, each recorded, none started once `stop` says so. An open loop's offsets
     count from `lead_ns` ahead of now, so its first send is not late by the time it takes to
-    start. Sessions come only with open loops (the plan starts them together or staggered)."""
+    start. Sessions come only with open loops (the plan starts them together or staggered),
+    never with a capped one (poisson or gamma arrivals)."""
     if rep.concurrency is not None:
         await run_closed_loop(
             requests, send, on_record, clock, concurrency=rep.concurrency, stop=stop,
@@ -47,6 +55,10 @@ async def send_rep(
     start_ns = clock.now_ns() + lead_ns
     plain = [(start_ns + (p.offset_ns or 0), r)
              for p, r in zip(rep.requests, requests, strict=True)]  # fmt: skip
+    if rep.cap is not None:
+        end = None if rep.duration_ns is None else start_ns + rep.duration_ns
+        await run_capped_loop(plain, send, on_record, clock, cap=rep.cap, stop=stop, end_ns=end)
+        return
     talks = [Conversation(s, model, start_ns) for s in sessions]
     send_one = recorded(send, on_record)
 
@@ -57,4 +69,4 @@ async def send_rep(
             await send_one(item, t_ns)
 
     arrivals: list[tuple[int, T | Conversation]] = [*plain, *((c.start_ns, c) for c in talks)]
-    await run_open_loop(arrivals, begin, clock)
+    await run_open_loop(arrivals, begin, clock, stop=stop)

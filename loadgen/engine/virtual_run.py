@@ -29,18 +29,21 @@ from typing import Any, TypeVar, cast
 
 from prometheus_client.metrics_core import Metric
 
+from loadgen.client.endpoint import Timeouts
 from loadgen.clock import ClockName, Pending, VirtualTime
 from loadgen.engine.arm import Record
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.replicas import FleetScrape, targets_part
+from loadgen.engine.routing import Router
 from loadgen.engine.sessions import build_sessions
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.engine.traffic import send_rep
 from loadgen.engine.virtual_progress import VirtualProgress
 from loadgen.records import RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
-from loadgen.run_manifest import BackendPart, TargetPart, VirtualEnd
+from loadgen.run_manifest import BackendPart, ReplicaTargets, TargetPart, VirtualEnd
 from loadgen.scenario.plan import ArmPlan, PlannedRequest, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
@@ -49,6 +52,8 @@ from loadgen.sim.tokenizer import SPECIAL_TOKENS
 from loadgen.sim.virtual import (
     NS,
     SettingsError,
+    SimServerConfig,
+    VirtualFleet,
     VirtualSim,
     config_from_settings,
     sim_facts,
@@ -75,7 +80,9 @@ class SimTokenCounter:
 
     method = "local"
 
-    def __init__(self, sim: VirtualSim, *, chat: bool, template: dict[str, Any] | None) -> None:
+    def __init__(
+        self, sim: VirtualSim | VirtualFleet, *, chat: bool, template: dict[str, Any] | None
+    ) -> None:
         tok = sim.tokenizer
         self._tok = tok
         self._frame = len(sim.prompt_ids("x", chat=chat, template=template)) - tok.count("x")
@@ -130,7 +137,7 @@ class VirtualArm:
 
     def __init__(
         self,
-        sim: VirtualSim,
+        sim: VirtualSim | VirtualFleet,
         poller: MetricsPoller,
         interval_ns: int,
         builder: PromptBuilder,
@@ -205,6 +212,7 @@ class VirtualBackend:
     progress: VirtualProgress
     driver: VirtualArm
     speed: float
+    targets: ReplicaTargets | None  # `--sim-replicas` engines behind the run's router
 
     def now_ns(self) -> int:
         return self.driver.sim.now_ns
@@ -225,10 +233,10 @@ class VirtualBackend:
 
     def describe(self) -> tuple[TargetPart, BackendPart]:
         sim = self.driver.sim
-        virtual = VirtualEnd(sim.now_ns, len(sim.engine.iteration_tokens))
+        virtual = VirtualEnd(sim.now_ns, sim.engine_steps)
         client = {"in_loop": False, "note": CLIENT_NOTE}
         return self.target.part(), BackendPart(
-            ClockName.VIRTUAL, client, self.poller.info, virtual=virtual
+            ClockName.VIRTUAL, client, self.poller.info, virtual=virtual, targets=self.targets
         )
 
 
@@ -250,7 +258,7 @@ async def open_virtual_backend(
         config = config_from_settings(settings)
     except SettingsError as e:
         raise RunError(f"arm {arm.name!r}: {e}") from None
-    sim = VirtualSim(config, scenario.timeouts, model=SIM_MODEL)
+    sim = _virtual_server(config, scenario.timeouts, opts)
     target = Target(
         url=VIRTUAL_URL, kind="sim", model=SIM_MODEL, flags=sim_flags(settings),
         speed=config.speed,
@@ -261,8 +269,13 @@ async def open_virtual_backend(
     builder = PromptBuilder(SimTokenCounter(sim, chat=chat, template=scenario.chat_template_kwargs))
     # Session messages are sized as content, as on the wall clock.
     session_builder = PromptBuilder(SimTokenCounter(sim, chat=False, template=None))
+    fetch: Callable[[], Any] = (
+        FleetScrape([metrics_fetch(s) for s in sim.sims], rundir.append_replica_metrics,
+                    lambda: sim.now_ns)
+        if isinstance(sim, VirtualFleet) else metrics_fetch(sim)
+    )  # fmt: skip
     poller = MetricsPoller(
-        metrics_fetch(sim),
+        fetch,
         rundir.append_metrics,
         interval_s=scenario.metrics.poll_interval_s,
         run_start_ns=0,
@@ -277,8 +290,37 @@ async def open_virtual_backend(
     )
     driver = VirtualArm(sim, poller, round(scenario.metrics.poll_interval_s * NS), builder, model)
     yield VirtualBackend(
-        target, model, builder, session_builder, poller, progress, driver, config.speed
+        target,
+        model,
+        builder,
+        session_builder,
+        poller,
+        progress,
+        driver,
+        config.speed,
+        _replica_targets(opts),
     )
+
+
+def _virtual_server(
+    config: SimServerConfig, timeouts: Timeouts, opts: RunOptions
+) -> VirtualSim | VirtualFleet:
+    """One engine, or `--sim-replicas` engines behind the run's router (each its own cache and
+    metrics)."""
+    n = opts.sim_replicas
+    if n == 1:
+        return VirtualSim(config, timeouts, model=SIM_MODEL)
+    router = Router(opts.route, n)
+    sims = [VirtualSim(config, timeouts, model=SIM_MODEL) for _ in range(n)]
+    return VirtualFleet(sims, router.pick, router.done)
+
+
+def _replica_targets(opts: RunOptions) -> ReplicaTargets | None:
+    """run.json's `targets` for `--sim-replicas` engines: `virtual://loadgen-sim/<i>`."""
+    n = opts.sim_replicas
+    if n == 1:
+        return None
+    return targets_part([f"{VIRTUAL_URL}/{i}" for i in range(n)], opts.route)
 
 
 def metrics_fetch(sim: VirtualSim) -> Callable[[], Any]:

@@ -1,11 +1,20 @@
 """The warning lines a report or a probe opens with, composed from what analysis judged: the
-client limited the run (its own timing in the figures), or streams meant to be cold came warm
-from the prefix cache."""
+client limited the run (its own timing in the figures), streams meant to be cold came warm
+from the prefix cache, outputs fell short of what ignore_eos owed, or prompts drifted from the
+length asked."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from loadgen.analysis.lengths import (
+    DRIFT_SHARE,
+    DRIFT_TOKENS,
+    SHORT_SHARE,
+    SHORT_TOKENS,
+    PromptDrift,
+    ShortOutput,
+)
 from loadgen.analysis.selferror import ADVICE, ClientLimits, Crowding
 from loadgen.analysis.summary_types import RunSummary
 from loadgen.analysis.warmth import WarmCache
@@ -24,6 +33,12 @@ def client_reasons(c: ClientLimits) -> list[str]:
         reasons.append(f"event-loop lag max {lag:.1f} ms > {limit:g} ms")
     if c.crowding is not None:
         reasons.append(crowding_text(c.crowding))
+    if c.send_late:
+        held = ", ".join(f"{who} {n}" for who, n in sorted(c.send_late.items()))
+        reasons.append(
+            f"{sum(c.send_late.values())} of {c.measured} requests waited beyond tolerance "
+            f"before the server's response head (send side, held by: {held})"
+        )
     return reasons
 
 
@@ -73,4 +88,28 @@ def warm_cache_line(w: WarmCache) -> str:
         f"!! WARM CACHE: {w.streams} of {w.measured} measured streams meant to be cold "
         f"(salted) were served from the prefix cache ({', '.join(w.sources)}): a replayed seed "
         "on a server that kept an earlier run's cache? their TTFTs are cache hits"
+    )
+
+
+def short_output_line(s: ShortOutput) -> str:
+    """The warning when measured ignore_eos streams delivered fewer tokens than requested."""
+    return (
+        f"!! SHORT OUTPUT: {s.streams} of {s.judged} measured ignore_eos streams delivered "
+        f"fewer tokens than max_tokens by more than {SHORT_SHARE:.0%} or {SHORT_TOKENS} tokens "
+        f"(groups {', '.join(s.groups)}; worst {s.worst}: {s.delivered} of {s.requested}): the "
+        "server stopped despite ignore_eos, so output throughput and TPOT cover shorter answers "
+        "than asked"
+    )
+
+
+def prompt_drift_line(d: PromptDrift) -> str:
+    """The warning when measured prompts drifted from the length asked."""
+    sent = "?" if d.sent is None else d.sent
+    counted = "?" if d.counted is None else d.counted
+    return (
+        f"!! PROMPT DRIFT: {d.streams} of {d.judged} measured streams sent or were counted "
+        f"more than {DRIFT_TOKENS} tokens and {DRIFT_SHARE:.0%} off the prompt length asked "
+        f"(groups {', '.join(d.groups)}; worst {d.worst}: asked {d.asked}, sent {sent}, "
+        f"server counted {counted}): a chat template or another tokenizer; prefill figures "
+        "are for the counted length"
     )

@@ -19,7 +19,7 @@ from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.soak import analyze_soak_dir, is_soak
 from loadgen.analysis.soak_types import read_soak
 from loadgen.analysis.stats import dumps_canonical, median
-from loadgen.analysis.summary import Analysis, analyze_run
+from loadgen.analysis.summary import Analysis, analyze_run, write_summary
 from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import SweepSummary, read_sweep
@@ -70,8 +70,7 @@ def _write_run(path: Path, analysis: Analysis) -> str:
         click.echo(f"warning: {hist} is not a folder; histogram logs not written", err=True)
     else:
         write_hlogs(hist, analysis.histograms)
-    # A run.json written before redaction existed still holds its secrets: masked here too.
-    (path / "summary.json").write_bytes(dumps_canonical(redact(s)))
+    write_summary(path, s)
     (path / "report.txt").write_text(redact_text(plain), encoding="utf-8")
     (path / "report.html").write_text(redact_text(html), encoding="utf-8")
     if sessions is not None:
@@ -127,7 +126,7 @@ def write_capacity_report(root: Path) -> str:
     summary, probes = analyze_capacity(root)
     for name, analysis in probes.items():
         _write_run(root / "probes" / name, analysis)
-    (root / "summary.json").write_bytes(dumps_canonical(redact(summary)))
+    write_summary(root, summary)
     plain = capacity_plain(summary)
     _write_text_report(root, plain, {CAPACITY_PNG: capacity_figure(summary)})
     return plain

@@ -1,19 +1,75 @@
-"""`loadgen request`'s tables, from the records it just took: a row per shown stream, the spread
-over the ok ones, TTFO where streams reasoned (the run report's table, from the same summary),
-and the benchmark block every run's report ends with."""
+"""`loadgen request`'s report, from the run directory it just wrote: the client banner, a row
+per shown stream, the spread over the ok ones, TTFO where streams reasoned (the run report's
+table, from the same summary), and the benchmark block every run's report ends with."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from loadgen.analysis.benchmark import benchmark_block
+from loadgen.analysis.inputs import load_run
 from loadgen.analysis.rates import decode_tok_s, ttft_s
-from loadgen.analysis.selferror import error_bound_s
+from loadgen.analysis.selferror import Crowding, error_bound_s
 from loadgen.analysis.stats import median
+from loadgen.analysis.summary import analyze, write_summary
+from loadgen.analysis.summary_types import read_run
 from loadgen.records import StreamRecord
+from loadgen.redact import redact_url
+from loadgen.report.banners import client_banner
 from loadgen.report.bench_tables import benchmark_tables
 from loadgen.report.sections import reasoning_table
 from loadgen.report.tables import Table, count, msecs, rate
+from loadgen.report.text import render_rich
+
+
+@dataclass(frozen=True, slots=True)
+class RequestReport:
+    """What `loadgen request` prints: the client banner (None: quiet), its tables under a
+    head line, whether loadgen's own timing limited the run (`--strict` exits 3 on it), and
+    the streams that finished (a stop cut the rest short)."""
+
+    banner: str | None
+    text: str
+    client_limited: bool
+    finished: int
+
+
+def request_report(
+    run_dir: Path,
+    *,
+    api: str,
+    prompt_tokens: int,
+    crowded: Crowding | None,
+    per_stream: bool,
+    width: int,
+) -> RequestReport:
+    """Analyses the run directory as `loadgen report` does (so the banner is the report's) and
+    writes its summary.json; `crowded`: the host's crowding, which only the sending process
+    can see (its cores and workers), joins the run's client limits."""
+    inputs = load_run(run_dir)
+    summary = analyze(inputs).summary
+    write_summary(run_dir, summary)
+    run = read_run(summary)
+    assert run.client_limits is not None  # a request is one run, never a sweep
+    limits = dataclasses.replace(run.client_limits, crowding=crowded)
+    sizing = (
+        "exact, sized by /tokenize"
+        if run.token_counter == "tokenize"
+        else "estimated: no /tokenize"
+    )
+    head = (
+        f"{redact_url(run.target.url or '')}  model {run.model}  api {api}"
+        f"  prompt ~{prompt_tokens} tokens ({sizing})"
+    )
+    records = inputs.streams
+    tables = request_tables(records, summary, per_stream=per_stream)
+    finished = sum(r.error is None or r.error.cls != "cancelled" for r in records)
+    return RequestReport(client_banner(limits), render_rich(tables, [head], width=width),
+                         limits.limits_run, finished)  # fmt: skip
+
 
 STREAM_COLUMNS = (
     "stream", "status", "TTFT ms", "RTT ms", "decode tok/s", "prompt", "tokens", "chunks",
@@ -39,10 +95,11 @@ def request_tables(
 
 
 def stream_table(records: list[StreamRecord]) -> Table:
-    """One row per stream, sorted by id."""
+    """One row per stream, in the order summary.json lists them (intended send time, then id:
+    a plan's ids end in an unpadded index, so `.../10` sorts before `.../2` by id alone)."""
     # RTT beside TTFT: the kernel's smoothed round trip of the stream's connection, the
     # network's share, so a reader can tell server time from transit.
-    rows = tuple(_stream_row(r) for r in sorted(records, key=lambda r: r.id))
+    rows = tuple(_stream_row(r) for r in sorted(records, key=lambda r: (r.t_intended_ns, r.id)))
     return Table("Streams", STREAM_COLUMNS, rows, left=frozenset({0, 1, 8, 10}))
 
 

@@ -1,19 +1,22 @@
 """The report tables of sections a run has only sometimes: sessions, goodput, reasoning,
-needles and GPU energy; each is None where the run has nothing to show."""
+needles, dataset prompts and GPU energy; each is None where the run has nothing to show."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from loadgen.analysis.datasets import read_datasets
 from loadgen.analysis.energy import Energy, EnergyNote, read_energy
 from loadgen.analysis.goodput import GroupGoodput, read_goodput
 from loadgen.analysis.needles import read_needles
+from loadgen.analysis.replicas import ReplicaRow, ReplicasBlock
 from loadgen.analysis.sessions import read_sessions
 from loadgen.analysis.slo import SloItem
 from loadgen.analysis.summary_types import read_groups
+from loadgen.codec import from_json
 from loadgen.needle import RECALL_CAVEAT
-from loadgen.report.tables import DASH, Table, count, num, rate, secs, triple
+from loadgen.report.tables import DASH, Table, count, msecs, num, rate, secs, text_or_dash, triple
 
 
 def sessions_table(summary: dict[str, Any]) -> Table | None:
@@ -152,6 +155,32 @@ def needle_table(summary: dict[str, Any]) -> Table | None:
     )
 
 
+def dataset_table(summary: dict[str, Any]) -> Table | None:
+    """Per dataset group: its rows, and the prompt tokens asked beside the server's count."""
+    datasets = read_datasets(summary)
+    if not datasets:
+        return None
+    rows = tuple(
+        (
+            d.group, f"{d.path.rsplit('/', 1)[-1]} ({d.format})",
+            f"{d.rows_read}/{d.rows_filtered}/{d.rows_skipped}", d.cache, str(d.streams),
+            text_or_dash(d.asked_tokens), text_or_dash(d.server_tokens),
+            text_or_dash(d.salt_tokens),
+        )
+        for d in datasets
+    )  # fmt: skip
+    return Table(
+        "Dataset prompts (prompt tokens asked vs counted by the server)",
+        ("group", "file", "rows read/filtered/too long", "cache", "ok streams", "asked",
+         "server", "salt tags"),
+        rows,
+        ("asked: each row counted alone on the run's counter (the server's /tokenize where it "
+         "has one); server: usage prompt_tokens; salt tags: their difference (0 when shared)",
+         "filtered: outside the length limits; too long: past the target's max_model_len, "
+         "skipped (too_long: skip)"),
+    )  # fmt: skip
+
+
 def prompt_count(e: Energy) -> str:
     """The prompt tokens counted, or a dash where a stream's count is unknown."""
     return DASH if e.prompt_tokens_missing else str(e.prompt_tokens)
@@ -197,4 +226,47 @@ def energy_table(summary: dict[str, Any]) -> Table | None:
             *why,
         ),
         left=frozenset({0, 10}),
+    )  # fmt: skip
+
+
+def replicas_table(summary: dict[str, Any]) -> Table | None:
+    """Per replica of a routed run: streams, ok and errors, ok req/s, TTFT p50/p90, verdicts,
+    its prefix hit rate from its own /metrics, and when it failed; the total below."""
+    raw = summary.get("replicas")
+    if raw is None:
+        return None
+    block = from_json(ReplicasBlock, raw)
+
+    def row(r: ReplicaRow) -> tuple[str, ...]:
+        name = "total" if r.replica is None else f"{r.replica} {r.url}"
+        errors = ", ".join(f"{cls} x{n}" for cls, n in r.errors.items()) or DASH
+        verdicts = ", ".join(f"{v} {n}" for v, n in r.verdicts.items()) or DASH
+        hit = DASH if r.prefix_hit_rate is None else f"{100 * r.prefix_hit_rate:.1f}"
+        failed = DASH if r.failed_at_s is None else f"{r.failed_at_s:.3f} s ({r.failed_class})"
+        return (name, str(r.streams), str(r.ok), errors, num(r.ok_req_s, 2),
+                msecs(r.ttft_p50_ms), msecs(r.ttft_p90_ms),
+                verdicts, hit, failed)  # fmt: skip
+
+    notes = [
+        f"!! replica {r.replica} ({r.url}) failed at {r.failed_at_s:.3f} s: its first "
+        f"{r.failed_class} stream; {r.streams - r.ok} of its {r.streams} streams failed"
+        for r in block.rows
+        if r.failed_at_s is not None
+    ]
+    route = block.route
+    if route == "prefix-hash":
+        route += f" (first {block.prefix_blocks} blocks of {block.block_chars} characters)"
+    notes += [
+        f"route: {route}; measured streams; hit %: the replica's prefix_cache_hits / queries "
+        "deltas over the run's span (total: the replicas' summed counters)",
+        "failed: the end of its first stream refused or cut (connect_error, connect_timeout, "
+        "connection_closed) after which it completed none",
+    ]
+    return Table(
+        "Replicas",
+        ("replica", "streams", "ok", "errors", "ok req/s", "TTFT p50 ms", "TTFT p90 ms", "verdicts",
+         "hit %", "failed at"),
+        (*(row(r) for r in block.rows), row(block.total)),
+        tuple(notes),
+        left=frozenset({0, 3, 7}),
     )  # fmt: skip

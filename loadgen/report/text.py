@@ -15,6 +15,7 @@ from loadgen.analysis.evidence import (
     RationEvidence,
     WaitEvidence,
 )
+from loadgen.analysis.phases import PhaseSummary
 from loadgen.analysis.summary_types import (
     Cohort,
     HistBlock,
@@ -32,13 +33,20 @@ from loadgen.analysis.sweep_types import MixedRow
 from loadgen.analysis.verdicts import VERDICTS
 from loadgen.clock import ClockName
 from loadgen.codec import from_json
-from loadgen.report.banners import run_banner, warm_cache_line
-from loadgen.report.bench_tables import benchmark_tables
+from loadgen.report.banners import (
+    prompt_drift_line,
+    run_banner,
+    short_output_line,
+    warm_cache_line,
+)
+from loadgen.report.bench_tables import benchmark_tables, percentile_table, seat_wait_table
 from loadgen.report.sections import (
+    dataset_table,
     energy_table,
     goodput_table,
     needle_table,
     reasoning_table,
+    replicas_table,
     sessions_table,
 )
 from loadgen.report.tables import (
@@ -55,7 +63,8 @@ from loadgen.report.tables import (
     triple,
 )
 from loadgen.report.trace_lines import raised_lines, reuse_lines
-from loadgen.run_manifest import ProfileRef
+from loadgen.report.witness_lines import added_ttft_lines, server_log_lines, server_log_table
+from loadgen.run_manifest import ProfileRef, UntilPrecise
 
 MAX_LISTED_STREAMS = 20
 _NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seqs=N"
@@ -108,16 +117,57 @@ def header(run: RunSummary) -> list[str]:
     lines += reuse_lines(run.trace_reuse)
     lines += raised_lines(run.trace_prompts_raised)
     lines += record_lines(run.records)
+    lines += added_ttft_lines(run.added_ttft, virtual=run.clock == ClockName.VIRTUAL)
+    lines += server_log_lines(run.server_log)
     if run.boots_per_arm:
         lines.append(f"boots per arm: {run.boots_per_arm} ({run.boots_note or ''})")
     if run.interrupted:
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
+    if run.until_precise is not None:
+        lines.append(precise_line(run.until_precise))
+    if run.http_phases is not None:
+        lines.append(phases_line(run.http_phases))
     if run.warm_cache is not None:
         lines.append(warm_cache_line(run.warm_cache))
+    if run.short_output is not None:
+        lines.append(short_output_line(run.short_output))
+    if run.prompt_drift is not None:
+        lines.append(prompt_drift_line(run.prompt_drift))
     if (banner := run_banner(run)) is not None:
         # First of all lines: nothing below can be read without knowing it.
         lines.insert(0, banner)
     return lines
+
+
+def phases_line(p: PhaseSummary) -> str:
+    """Where the TTFTs went: each HTTP phase's p50, and who held the send side."""
+    med = " | ".join(f"{name.replace('_', ' ')} {ms:.3g}" for name, ms in p.p50_ms.items())
+    held = ", ".join(f"{who} {n}" for who, n in p.held_by.items())
+    return (
+        f"http phases p50 ms ({p.stamped} streams, {p.reused} on kept-alive connections):"
+        f" {med}; send side held by {held}"
+    )
+
+
+def precise_line(u: UntilPrecise) -> str:
+    """How `--until-precise` ended: each target's estimate, its 95% interval, the margin it
+    reached against its goal and the n it took; a goal never reached is a `!!` line."""
+    parts = []
+    for p in u.targets:
+        if p.margin is None:
+            parts.append(f"{p.target} no interval yet with n={p.n} (goal {p.goal:.1%})")
+            continue
+        parts.append(
+            f"{p.target} {p.estimate:.4g} (95% CI {p.low:.4g}-{p.high:.4g}) within"
+            f" {p.margin:.1%} (goal {p.goal:.1%}) at n={p.n}"
+        )
+    bound = f"{u.planned} planned" if u.planned is not None else "the plan's duration"
+    if u.reached:
+        return (
+            f"until precise: {'; '.join(parts)}; stopped sending after {u.measured} measured"
+            f" streams of {bound}"
+        )
+    return f"!! NOT PRECISE: {bound} ended first: {'; '.join(parts)}"
 
 
 def _unmeasured(streams: StreamTally) -> str:
@@ -468,9 +518,13 @@ def run_tables(summary: dict[str, Any]) -> list[Table]:
     mixed = whale_table(summary)
     tables.append(mixed if mixed is not None else run_ladder_table(summary))
     tables += [verdict_table(summary), waits_table(summary), server_table(summary)]
+    tables.append(replicas_table(summary))
     tables += [sessions_table(summary), goodput_table(summary), needle_table(summary)]
+    tables.append(dataset_table(summary))
     tables.append(energy_table(summary))
+    tables.append(server_log_table(summary))
     tables += benchmark_tables(read_benchmark(summary))
+    tables += [percentile_table(summary), seat_wait_table(summary)]
     return [t for t in tables if t is not None]
 
 

@@ -10,6 +10,7 @@ import difflib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from loadgen.scenario.marked_yaml import MarkedList, MarkedMap
@@ -124,6 +125,15 @@ class Checker:
         # Whether a prompt file may live outside the scenario's folder: its text is sent to
         # the server, so a shared scenario must not reach any readable local file by default.
         self.allow_files_outside = allow_files_outside
+
+    def outside(self, name: str, base_dir: Path) -> str | None:
+        """Why the file `name` (relative to the scenario's folder) may not be read, or None:
+        text read from it is sent to the server."""
+        file = (base_dir / name).resolve()
+        if self.allow_files_outside or file.is_relative_to(base_dir.resolve()):
+            return None
+        why = f"got {show(name)}: {file} is outside the scenario's folder {base_dir.resolve()}"
+        return f"{why} (expected a file inside that folder, or pass --allow-files-outside)"
 
     def add(self, loc: str, path: str, message: str) -> None:
         self.errors.append((loc, f"{loc}: {path}: {message}"))

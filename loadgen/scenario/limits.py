@@ -122,7 +122,7 @@ def planned_seconds(s: Scenario) -> float:
     elif isinstance(a, Trace) and a.rows:
         starts.append(a.rows[-1].offset_ns / 1e9)
     elif isinstance(a, Poisson | Gamma):
-        starts.append(a.duration_s or (a.count or 0) / a.rate_per_s)
+        starts.append(a.duration_s or _open_span_s(a, a.count or 0))
     elif isinstance(a, Closed) and a.duration_s:
         starts.append(a.duration_s)
     thinking = [g.session.think_s * (g.session.turns - 1) for g in s.groups if g.session]
@@ -143,6 +143,8 @@ def requests_bound(s: Scenario) -> int:
 
 
 def _session_requests(g: Group) -> int:
+    if g.replays_turns and g.prompt.dataset is not None:
+        return max((len(r.turns) for r in g.prompt.dataset.rows), default=1)
     if g.session is None:
         return 1
     return g.session.turns * (2 if g.session.tools is not None else 1)
@@ -155,7 +157,17 @@ def _open_count(a: Closed | Poisson | Gamma, per_rep: int) -> int:
         return per_rep
     if isinstance(a, Closed):
         return DURATION_REQUEST_CAP
+    # A ramp needs a count beside a duration (the schema says so): a rate is here.
+    assert a.rate_per_s is not None
     return math.ceil(a.rate_per_s * a.duration_s) + 1
+
+
+def _open_span_s(a: Poisson | Gamma, count: int) -> float:
+    """The mean time `count` arrivals of `a` take: count / rate, or a ramp's mean gaps."""
+    if a.ramp is None:
+        assert a.rate_per_s is not None  # the schema gives one of rate_per_s and ramp
+        return count / a.rate_per_s
+    return sum(1 / a.ramp.rate_at(i, count) for i in range(1, count))
 
 
 def largest_requests(s: Scenario) -> list[tuple[str, int, int]]:

@@ -27,7 +27,7 @@ from loadgen.scenario.model import SERVER_FLAGS, Scenario, Sweep, SweepArm
 from loadgen.scenario.schema import build_scenario
 from loadgen.scenario.schema_blocks import SWEEP_RULES
 
-__all__ = ["ScenarioError", "load_scenario", "resolve_scenario_path", "scenario_dirs"]
+__all__ = ["ScenarioError", "load_scenario", "load_tree", "resolve_scenario_path", "scenario_dirs"]
 
 SCENARIOS_ENV = "LOADGEN_SCENARIOS"
 REPO_SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -71,11 +71,26 @@ def load_scenario(
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError([f"{display}: cannot read ({exc})"]) from None
     root = parse_marked(text, display)
+    return load_tree(root, path.resolve(), display, overrides,
+                     allow_files_outside=allow_files_outside)  # fmt: skip
+
+
+def load_tree(
+    root: Any,
+    source: Path,
+    display: str,
+    overrides: Iterable[str] = (),
+    *,
+    allow_files_outside: bool = False,
+) -> Scenario:
+    """The validated scenario of a parsed tree (a file's, or one a command built, each value
+    marked with where it came from); `source` is the path relative files resolve against.
+    Raises ScenarioError listing every problem, as load_scenario does."""
     c = Checker(allow_files_outside=allow_files_outside)
     if isinstance(root, MarkedMap):
         _apply_overrides(c, root, overrides)
-    scenario = build_scenario(root, path.resolve(), display, c)
-    sweep = _sweep(c, root, path.resolve(), display, scenario) if _has_sweep(root) else None
+    scenario = build_scenario(root, source, display, c)
+    sweep = _sweep(c, root, source, display, scenario) if _has_sweep(root) else None
     if c.errors or scenario is None:
         raise ScenarioError(c.sorted_lines())
     arms = [arm.scenario for arm in sweep.arms] if sweep else [scenario]

@@ -41,11 +41,13 @@ INF = math.inf
 @dataclass(frozen=True, slots=True)
 class LoadAxis:
     """What a load value sets: `over` concurrency or rate; `group` names the one group whose
-    count is the load; `requests` fixes each arm's request count."""
+    count is the load; `requests` fixes each arm's request count; `cap` the streams in flight
+    of every rate's open loop (vllm bench serve's --max-concurrency), else the arrival's own."""
 
     over: str
     group: str | None = None
     requests: int | None = None
+    cap: int | None = None
 
     @property
     def name(self) -> str:
@@ -128,7 +130,7 @@ def load_problem(scenario: Scenario, axis: LoadAxis) -> str | None:
             f"arrival, and --{axis.over} draws one sequence from all groups (drop the start, "
             f"or use --group NAME to make one group's count the load)"
         )
-    if any(g.session is not None for g in scenario.groups):
+    if any(g.session is not None or g.replays_turns for g in scenario.groups):
         return (
             f"{where}: groups: sessions run under together or staggered arrivals only (use "
             "--group NAME to make a session group's count the load)"
@@ -147,18 +149,22 @@ def with_load(scenario: Scenario, axis: LoadAxis, value: float) -> Scenario:
     a = scenario.arrival
     own_count = a.count if isinstance(a, Closed | Poisson | Gamma) else None
     own_duration = a.duration_s if isinstance(a, Closed | Poisson | Gamma) else None
+    # An open loop's seat cap stays on every rate (vllm bench's --max-concurrency beside
+    # --request-rate); at rate inf it is the closed loop's seats.
+    cap = axis.cap or (a.concurrency if isinstance(a, Poisson | Gamma) else None)
     if axis.over == "concurrency":
         count = _count(scenario, axis, own_count, own_duration, PER_SEAT * value)
         arrival: Closed | Poisson | Gamma = Closed(int(value), count, own_duration)
     elif math.isinf(value):
         count = _count(scenario, axis, own_count, None, 0) or MIN_REQUESTS
-        arrival = Closed(count, count)
+        arrival = Closed(cap or count, count)
     else:
         count = _count(scenario, axis, own_count, own_duration, RATE_SECONDS * value)
         if isinstance(a, Gamma):
-            arrival = dataclasses.replace(a, rate_per_s=value, count=count)
+            arrival = dataclasses.replace(a, rate_per_s=value, count=count, concurrency=cap,
+                                          ramp=None)  # fmt: skip
         else:
-            arrival = Poisson(value, count, own_duration)
+            arrival = Poisson(value, count, own_duration, cap)
     return dataclasses.replace(scenario, arrival=arrival)
 
 

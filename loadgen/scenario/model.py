@@ -25,6 +25,12 @@ from loadgen.client.endpoint import Timeouts as Timeouts
 API_KINDS = ("completions", "chat")
 SHAPES = ("prose", "code", "file", "needle")
 CACHE_MODES = ("salted", "shared", "primed")
+DATASET_FORMATS = ("sharegpt", "jsonl", "csv", "hf")
+# Output length: the dataset's (ShareGPT: its gpt answer's tokens; else `output_field`) or
+# the group's max_tokens.
+DATASET_OUTPUTS = ("dataset", "fixed")
+DATASET_TOO_LONG = ("skip", "refuse")
+DATASET_TURNS = ("first", "all")
 TRACE_FORMATS = ("mooncake", "bailian", "azure", "burstgpt")
 # How trace rows reach the server: `hash_ids` rebuilds each row's shared prefix blocks from its
 # hash_ids (Mooncake); `salted` sends every row salted, so nothing can hit the cache.
@@ -56,7 +62,9 @@ SERVER_FLAGS = (
     "tensor_parallel_size",
     "enforce_eager",
 )
-# The salt tag and a little text must fit in every prompt.
+# The salt tag and a little text must fit in every prompt of a scenario file, of a trace row
+# (raised to it, and said so) and of a warmup; a group built in code may ask for less
+# (`loadgen request --prompt-tokens 1`), and its salt tag is trimmed to fit (prompts.py).
 MIN_PROMPT_TOKENS = 16
 DEFAULT_TAIL_TOKENS = 64
 # A closed loop bounded only by duration_s still needs a finite plan: at most this many requests.
@@ -69,8 +77,49 @@ def default_prefix_tokens(tokens: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class DatasetRow:
+    """One prompt of a dataset: `text` (ShareGPT: the first human turn) and its output length
+    in tokens (None: the group's max_tokens). A multi-turn ShareGPT row also has every human
+    turn in `turns` and, per turn, the tokens of the gpt answer that followed it in `answers`.
+    `input_tokens` is `text` counted on loadgen's tokenizer (the sim's), what the length
+    filters read; `line` is where the row starts in its file."""
+
+    text: str
+    output_tokens: int | None
+    turns: tuple[str, ...] = ()
+    answers: tuple[int, ...] = ()
+    input_tokens: int = 0
+    line: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetConfig:
+    """A group's `prompt.dataset`: prompts read from a file instead of built to a size.
+    `rows` are the rows that passed the length filters (scenario/datasets.py reads them);
+    `read` counts every row of the file, `filtered` those the filters dropped, and `skipped`
+    those longer than the target's window under `too_long: skip` (set at run start)."""
+
+    path: Path
+    format: str
+    text_field: str = "prompt"
+    output_field: str | None = None
+    output: str = "dataset"
+    min_input_tokens: int | None = None
+    max_input_tokens: int | None = None
+    min_output_tokens: int | None = None
+    max_output_tokens: int | None = None
+    too_long: str = "skip"
+    turns: str = "first"
+    rows: tuple[DatasetRow, ...] = ()
+    read: int = 0
+    filtered: int = 0
+    skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class PromptConfig:
-    """`tokens` is None only under a trace arrival, where each trace row gives the size."""
+    """`tokens` is None under a trace arrival, where each trace row gives the size, and for a
+    dataset, whose rows are the prompts."""
 
     tokens: int | None
     shape: str
@@ -79,6 +128,7 @@ class PromptConfig:
     file: Path | None = None
     # shape needle: where the planted fact starts, as a fraction of the prompt (loadgen/needle.py).
     depth: float | None = None
+    dataset: DatasetConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +164,10 @@ THINK_KINDS = ("fixed", "exponential")
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """`max_tokens` is None only under a trace arrival, where each trace row gives it.
-    `session` makes each of the `count` streams a multi-turn conversation."""
+    """`max_tokens` is None only under a trace arrival, where each trace row gives it, or for
+    a dataset whose rows give it (`output: dataset`). `session` makes each of the `count`
+    streams a multi-turn conversation; so does a ShareGPT dataset with `turns: all`, whose
+    conversations replay the dataset's own user turns."""
 
     name: str
     count: int
@@ -125,6 +177,12 @@ class Group:
     ignore_eos: bool = True
     start_s: float = 0.0
     session: SessionConfig | None = None
+
+    @property
+    def replays_turns(self) -> bool:
+        """Each stream is a dataset conversation replayed turn by turn."""
+        d = self.prompt.dataset
+        return d is not None and d.turns == "all"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,20 +206,51 @@ class Closed:
     kind: ClassVar[str] = "closed"
 
 
+RAMP_STRATEGIES = ("linear", "exponential")
+
+
+@dataclass(frozen=True, slots=True)
+class Ramp:
+    """A request rate that moves from `start_rate_per_s` to `end_rate_per_s` over the rep's
+    requests, as vllm bench serve's --ramp-up-strategy: request i of n arrives at the rate of
+    progress i / (n - 1), linearly or geometrically between the two."""
+
+    strategy: str
+    start_rate_per_s: float
+    end_rate_per_s: float
+
+    def rate_at(self, i: int, n: int) -> float:
+        """The rate (requests/s) of request `i` of `n`."""
+        progress = i / max(n - 1, 1)
+        start, end = self.start_rate_per_s, self.end_rate_per_s
+        if self.strategy == "linear":
+            return start + (end - start) * progress
+        return start * (end / start) ** progress
+
+
 @dataclass(frozen=True, slots=True)
 class Poisson:
-    rate_per_s: float
+    """`rate_per_s` or a `ramp` (exactly one; rate_per_s is None under a ramp). `concurrency`
+    caps the streams in flight: an arrival waits for a free seat, and its wait is recorded."""
+
+    rate_per_s: float | None
     count: int | None = None
     duration_s: float | None = None
+    concurrency: int | None = None
+    ramp: Ramp | None = None
     kind: ClassVar[str] = "poisson"
 
 
 @dataclass(frozen=True, slots=True)
 class Gamma:
-    rate_per_s: float
+    """As Poisson, with gamma gaps of shape `burstiness`."""
+
+    rate_per_s: float | None
     burstiness: float
     count: int | None = None
     duration_s: float | None = None
+    concurrency: int | None = None
+    ramp: Ramp | None = None
     kind: ClassVar[str] = "gamma"
 
 
@@ -247,6 +336,9 @@ class SimConfig:
     # Chat answers open with this many reasoning tokens (`delta.reasoning`), as vLLM's
     # reasoning parsers stream a thinking model's output.
     reasoning_tokens: int | None = None
+    # Engine seconds the API server holds each request outside the engine's TTFT (a known
+    # added TTFT, for testing the witness).
+    api_delay_s: float | None = None
     faults: tuple[str, ...] = ()
 
     def flags(self) -> dict[str, Any]:
@@ -327,6 +419,9 @@ class Scenario:
     # Service-level objectives for goodput: any of ttft_s, tpot_ms, e2e_s.
     slo: dict[str, float] | None = None
     soak: Soak | None = None
+    # Sampling fields every request's body carries (temperature, top_p, ...; the names
+    # schema_blocks.SAMPLING_RULES allows).
+    sampling: dict[str, float] | None = None
 
     def group(self, name: str) -> Group:
         for g in self.groups:
@@ -364,6 +459,12 @@ def _jsonable(value: Any) -> Any:
         implied = None if value.implied is None else _jsonable(value.implied)
         out |= {"sharing": value.sharing, "block_tokens": value.block_tokens}
         return out | {"implied_reuse": implied, "raised_prompts": raised_prompts(value)}
+    if isinstance(value, DatasetConfig):
+        skip = {"rows"}
+        out = {
+            f.name: _jsonable(getattr(value, f.name)) for f in fields(value) if f.name not in skip
+        }
+        return out | {"rows": len(value.rows)}
     if isinstance(value, SweepArm):
         return {"name": value.name, "flags": value.flags, "settings": value.settings}
     if is_dataclass(value):

@@ -6,7 +6,8 @@ Shape of a plan: `Plan.arms` (one arm named "default" when there is no sweep), e
 `warmup` requests (sent one at a time, phase "warmup", before the arm's first rep, after every
 boot) and `reps`; each rep lists the prefixes to prime and verify (`primes`) before its measured
 `requests`. `RepPlan.concurrency` is the closed-loop limit (None: open loop, send each request
-at `offset_ns` after the rep's start); `duration_ns` stops issuing new requests at that offset.
+at `offset_ns` after the rep's start); `cap` an open loop's limit on streams in flight (an
+arrival waits for a free seat); `duration_ns` stops issuing new requests at that offset.
 
 Seeds: arrival schedules and prompt text come from the scenario's `seed`: every run sends the
 same schedule and the same text; every rep the same schedule but its own text, so a rep never
@@ -20,6 +21,9 @@ Shared prefixes are salted per (arm, rep, group): each rep's first stream pays t
 Primed prefixes per (arm, group): each rep re-verifies a prefix that is already warm.
 Trace rows with hash_ids (`sharing: hash_ids`) share one salt per (arm, rep): every block is
 new to the server at the rep's start, and rows of the rep that name the same block share it.
+A dataset group's rows are drawn with the run seed (`--seed` draws the same rows), without
+replacement while rows last; every rep sends the same rows. A salted row opens with its salt
+tag; a shared row is sent as the dataset wrote it (its own repeats may hit the cache).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from loadgen.scenario.model import (
     DURATION_REQUEST_CAP,
     MIN_PROMPT_TOKENS,
     Closed,
+    DatasetRow,
     Gamma,
     Group,
     Poisson,
@@ -79,6 +84,9 @@ class PromptSpec:
     # shape needle: the key its fact names ("<group>-<index>") and the fact's depth.
     needle_key: str | None = None
     needle_depth: float | None = None
+    # A dataset row's own text, sent as it is (after the salt tag when salted); `tokens` is
+    # then its count on loadgen's tokenizer, and the builder counts it on the target's.
+    text: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +107,8 @@ class PlannedRequest:
     # A trace row that belongs to a conversation (Qwen-Bailian): its session id and turn.
     session: str | None = None
     turn: int | None = None
+    # The scenario's `sampling:` fields, sent in every request's body.
+    sampling: dict[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +157,7 @@ class RepPlan:
     primes: tuple[PromptSpec, ...]
     duration_ns: int | None = None
     sessions: tuple[PlannedSession, ...] = ()
+    cap: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +204,7 @@ def plan(scenario: Scenario, *, run_seed: int | None = None) -> Plan:
     salts = _Salts(derive_seed(seed, "salts", scenario.name))
     sweep = scenario.sweep
     arms = sweep.arms if sweep else (SweepArm("default", {}, {}, scenario),)
-    planned = tuple(_arm(arm, salts) for arm in arms)
+    planned = tuple(_arm(arm, salts, seed) for arm in arms)
     return Plan(scenario, seed, planned, sweep.boots_per_arm if sweep else None)
 
 
@@ -201,13 +212,6 @@ def derive_seed(*parts: object) -> int:
     """A 63-bit seed from any parts: stable across processes and Python versions."""
     digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
-
-
-def salt_tags(seed: int, scope: str, count: int) -> list[str]:
-    """`count` unique salts for prompts outside a scenario (e.g. `loadgen request`), from a
-    run seed and a scope name: another seed gives other salts, the same seed the same ones."""
-    salts = _Salts(derive_seed(seed, "salts", scope))
-    return [salts.next() for _ in range(count)]
 
 
 class _Salts:
@@ -232,16 +236,40 @@ class _Salts:
 class _Prompts:
     """PromptSpecs for one arm: shared prefixes once per (rep, group), primed once per group."""
 
-    def __init__(self, scenario: Scenario, arm: str, salts: _Salts) -> None:
+    def __init__(self, scenario: Scenario, arm: str, salts: _Salts, run_seed: int) -> None:
         self.scenario, self.arm, self.salts = scenario, arm, salts
         self.prefixes: dict[tuple[Any, ...], str] = {}
+        self.run_seed = run_seed
+        self.drawn: dict[str, list[DatasetRow]] = {}
+
+    def row(self, group: Group, index: int) -> DatasetRow:
+        """The dataset row of the group's stream `index`."""
+        drawn = self.drawn.get(group.name, [])
+        if index >= len(drawn):
+            # An open or closed loop may send a group more streams than its count.
+            drawn = self.drawn[group.name] = draw_rows(
+                group, self.run_seed, max(index + 1, group.count)
+            )
+        return drawn[index]
+
+    def row_spec(self, group: Group, index: int, rep: int, text: str, cache: str) -> PromptSpec:
+        """A dataset text as it is sent: salted (its own salt tag first) or as written."""
+        row = self.row(group, index)
+        text_seed = derive_seed(self.scenario.seed, "text", group.name, index, rep)
+        salt = self.salts.next() if cache == "salted" else ""
+        return PromptSpec(row.input_tokens, "dataset", cache, salt, text_seed, text=text)
 
     def spec(self, group: Group, index: int, rep: int, tokens: int | None = None) -> PromptSpec:
         p = group.prompt
+        if p.dataset is not None:
+            return self.row_spec(group, index, rep, self.row(group, index).text, p.cache)
         wanted = tokens if tokens is not None else p.tokens
         # A group's prompt has no size only under a trace arrival, whose rows all give one.
         assert wanted is not None
-        size = max(wanted, MIN_PROMPT_TOKENS)
+        # A trace row's size is raised to the floor (and reported); a group's is sent as
+        # declared: a scenario file's are at least the floor, and one built in code may ask for
+        # less (`loadgen request --prompt-tokens 1`: the builder trims the salt tag to fit).
+        size = wanted if tokens is None else max(wanted, MIN_PROMPT_TOKENS)
         text_seed = derive_seed(self.scenario.seed, "text", group.name, index, rep)
         file = str(p.file) if p.file else None
         if p.cache == "salted":
@@ -290,9 +318,22 @@ class _Prompts:
         return self.prefixes[key]
 
 
-def _arm(arm: SweepArm, salts: _Salts) -> ArmPlan:
+def draw_rows(group: Group, run_seed: int, n: int) -> list[DatasetRow]:
+    """`n` rows of the group's dataset drawn with the run seed: a seeded permutation of the
+    rows, then another while more are wanted (so a longer draw starts with a shorter one)."""
+    d = group.prompt.dataset
+    # Only a dataset group is drawn from.
+    assert d is not None
+    rng = random.Random(derive_seed(run_seed, "dataset", group.name))
+    out: list[DatasetRow] = []
+    while len(out) < n:
+        out += rng.sample(d.rows, len(d.rows))
+    return out[:n]
+
+
+def _arm(arm: SweepArm, salts: _Salts, run_seed: int) -> ArmPlan:
     s = arm.scenario
-    prompts = _Prompts(s, arm.name, salts)
+    prompts = _Prompts(s, arm.name, salts, run_seed)
     warmup = tuple(_warmups(s, arm.name, salts))
     reps = tuple(_Rep(s, arm.name, rep, prompts).plan() for rep in range(s.repetitions))
     return ArmPlan(arm.name, dict(arm.flags), dict(arm.settings), s, warmup, reps)
@@ -306,7 +347,7 @@ def _request(
     min_tokens = None if group.min_tokens is None else min(group.min_tokens, max_tokens)
     return PlannedRequest(
         rid, arm, group.name, rep, index, phase, offset_ns, prompt, max_tokens, min_tokens,
-        group.ignore_eos, s.api, s.chat_template_kwargs,
+        group.ignore_eos, s.api, s.chat_template_kwargs, sampling=s.sampling,
     )  # fmt: skip
 
 
@@ -317,9 +358,9 @@ def _warmups(s: Scenario, arm: str, salts: _Salts) -> Iterator[PlannedRequest]:
         max_tokens = s.warmup.max_tokens or group.max_tokens or 1
         text_seed = derive_seed(s.seed, "warmup", group.name, i)
         file = str(group.prompt.file) if group.prompt.file else None
-        prompt = PromptSpec(
-            tokens, group.prompt.shape, "salted", salts.next(), text_seed, file=file
-        )
+        # A dataset's rows are the measured prompts: its warmups are prose of a set size.
+        shape = "prose" if group.prompt.dataset else group.prompt.shape
+        prompt = PromptSpec(tokens, shape, "salted", salts.next(), text_seed, file=file)
         yield _request(s, arm, group, 0, i, None, prompt, max_tokens, "warmup")
 
 
@@ -352,13 +393,16 @@ class _Rep:
         else:
             rows = [(t, None, None) for t in arrival_offsets(a, self.s.seed, count)]
         duration = None if a.duration_s is None else round(a.duration_s * NS)
-        concurrency = a.concurrency if isinstance(a, Closed) else None
-        return RepPlan(self.rep, self._mixed(rows), concurrency, primes, duration)
+        if isinstance(a, Closed):
+            return RepPlan(self.rep, self._mixed(rows), a.concurrency, primes, duration)
+        return RepPlan(self.rep, self._mixed(rows), None, primes, duration, cap=a.concurrency)
 
     def _request(self, g: Group, i: int, offset: int | None, tokens: int | None = None,
                  out: int | None = None) -> PlannedRequest:  # fmt: skip
         spec = self.prompts.spec(g, i, self.rep, tokens)
-        # A group has no max_tokens only under a trace arrival, whose rows all give `out`.
+        if g.prompt.dataset is not None:
+            out = self.prompts.row(g, i).output_tokens
+        # A group has no max_tokens only where its trace or dataset rows all give `out`.
         max_tokens = cast(int, out or g.max_tokens)
         return _request(self.s, self.arm, g, self.rep, i, offset, spec, max_tokens)
 
@@ -366,10 +410,23 @@ class _Rep:
         """Each session group's conversations, started like streams of a plain group."""
         step = a.interval_s if isinstance(a, Staggered) else 0.0
         for g in self.s.groups:
-            if g.session is None:
-                continue
-            for i in range(g.count):
-                yield self._session(g, i, round((g.start_s + i * step) * NS))
+            for i in range(g.count if g.session or g.replays_turns else 0):
+                offset = round((g.start_s + i * step) * NS)
+                yield self._replay(g, i, offset) if g.replays_turns else self._session(g, i, offset)
+
+    def _replay(self, g: Group, i: int, offset: int) -> PlannedSession:
+        """A dataset conversation: its own user turns, each answer as long as the dataset's
+        (or the group's max_tokens); the system prompt is the salt tag alone (salted) or empty
+        (shared)."""
+        row = self.prompts.row(g, i)
+        system = self.prompts.row_spec(g, i, self.rep, "", g.prompt.cache)
+        out = [row.answers[k] if row.output_tokens else g.max_tokens for k in range(len(row.turns))]
+        template = _request(self.s, self.arm, g, self.rep, i, offset, system, cast(int, out[0]))
+        turns = tuple(
+            PlannedTurn(k, self.prompts.row_spec(g, i, self.rep, text, "session"), cast(int, n), 0)
+            for k, (text, n) in enumerate(zip(row.turns, out, strict=True))
+        )
+        return PlannedSession(template.id, offset, system, turns, template)
 
     def _session(self, g: Group, i: int, offset: int) -> PlannedSession:
         cfg = g.session
@@ -426,7 +483,7 @@ class _Rep:
         reqs = [
             self._request(g, i, round((g.start_s + i * step) * NS))
             for g in self.s.groups
-            if g.session is None
+            if g.session is None and not g.replays_turns
             for i in range(g.count)
         ]
         # Every stream here got an offset above: only a closed loop's are None.
@@ -460,16 +517,21 @@ def _count(s: Scenario, a: Closed | Poisson | Gamma) -> int:
 
 def arrival_offsets(a: Poisson | Gamma, seed: int, count: int) -> list[int]:
     """Send offsets (ns from the rep's start): the first at 0, then seeded gaps with mean
-    1/rate (exponential, or gamma of shape `burstiness`). `count` < 0: until duration_s."""
+    1/rate (exponential, or gamma of shape `burstiness`); under a ramp, the gap before request
+    i has the mean 1/rate_i of the ramp's rate for i. `count` < 0: until duration_s.
+
+    Gaps are unit draws times a scale, so one seed gives one sequence of draws whatever the
+    rate: a flat ramp is the constant rate's schedule, and a ramp's gaps are that schedule's
+    stretched request by request."""
     rng = np.random.default_rng(derive_seed(seed, "arrival"))
     limit = None if a.duration_s is None else a.duration_s
     out: list[float] = [0.0]
     while count < 0 or len(out) < count:
         if isinstance(a, Gamma):
-            gaps = rng.gamma(a.burstiness, 1.0 / (a.rate_per_s * a.burstiness), _GAP_BLOCK)
+            unit = rng.gamma(a.burstiness, 1.0, _GAP_BLOCK)
         else:
-            gaps = rng.exponential(1.0 / a.rate_per_s, _GAP_BLOCK)
-        times = out[-1] + np.cumsum(gaps)
+            unit = rng.exponential(1.0, _GAP_BLOCK)
+        times = out[-1] + np.cumsum(unit * _gap_scales(a, len(out), count))
         if limit is not None and times[-1] >= limit:
             out.extend(times[: int(np.searchsorted(times, limit))].tolist())
             break
@@ -479,6 +541,18 @@ def arrival_offsets(a: Poisson | Gamma, seed: int, count: int) -> list[int]:
     if limit is not None:
         out = [t for t in out if t < limit]
     return [round(t * NS) for t in out]
+
+
+def _gap_scales(a: Poisson | Gamma, first: int, count: int) -> float | np.ndarray:
+    """The mean gap (gamma: the scale) before requests first, first + 1, ... of a block."""
+    shape = a.burstiness if isinstance(a, Gamma) else 1.0
+    if a.ramp is None:
+        assert a.rate_per_s is not None  # the schema gives one of rate_per_s and ramp
+        return 1.0 / (a.rate_per_s * shape) if isinstance(a, Gamma) else 1.0 / a.rate_per_s
+    ramp = a.ramp
+    # A ramp has a finite count (the schema asks one beside a duration); past it, no matter.
+    rates = [ramp.rate_at(min(i, count - 1), count) for i in range(first, first + _GAP_BLOCK)]
+    return 1.0 / (np.array(rates) * shape)
 
 
 def _mix(groups: tuple[Group, ...], n: int) -> list[Group]:

@@ -67,12 +67,15 @@ class WordCounter:
 @dataclass(frozen=True, slots=True)
 class BuiltPrompt:
     """`tokens` is the counter's count of `text` (equal to the spec's unless the counter's
-    granularity made that impossible); `prefix_chars` is the length of the shared prefix."""
+    granularity made that impossible); `prefix_chars` is the length of the shared prefix.
+    `asked` is what was asked for: the spec's size, or for a dataset row the counter's count
+    of the row's own text (`tokens` adds its salt tag)."""
 
     text: str
     tokens: int
     method: str
     prefix_chars: int = 0
+    asked: int | None = None
 
 
 def salt_tag(salt: str) -> str:
@@ -99,15 +102,16 @@ class PromptBuilder:
 
     async def build(self, spec: PromptSpec) -> BuiltPrompt:
         method = self.counter.method
+        if spec.text is not None:
+            return await self._row_prompt(spec, spec.text)
         if spec.blocks is not None:
             return await self._block_prompt(spec)
         if spec.needle_key is not None:
             return await self._needle_prompt(spec, spec.needle_key)
         if spec.prefix_key is None or spec.prefix_tokens is None:
             chunks = self._chunks(spec, spec.text_seed)
-            text, tokens = await self._fit(
-                salt_tag(spec.salt), None, chunks, spec.tokens, spec.shape
-            )
+            tag, tag_tokens = await self._tag_that_fits(spec.salt, spec.tokens)
+            text, tokens = await self._fit(tag, tag_tokens, chunks, spec.tokens, spec.shape)
             return BuiltPrompt(text, tokens, method)
         prefix, prefix_tokens = await self._prefix(spec, spec.prefix_key, spec.prefix_tokens)
         if spec.tokens <= spec.prefix_tokens:
@@ -115,6 +119,30 @@ class PromptBuilder:
         tail = _separated(self._chunks(spec, spec.text_seed))
         text, tokens = await self._fit(prefix, prefix_tokens, tail, spec.tokens, spec.shape)
         return BuiltPrompt(text, tokens, method, len(prefix))
+
+    async def _row_prompt(self, spec: PromptSpec, row: str) -> BuiltPrompt:
+        """A dataset row as written, after its salt tag when salted; both counted."""
+        asked = await self.count(row) if row else 0
+        if spec.cache != "salted":
+            return BuiltPrompt(row, asked, self.counter.method, asked=asked)
+        text = salt_tag(spec.salt) + row
+        return BuiltPrompt(text, await self.count(text), self.counter.method, asked=asked)
+
+    async def _tag_that_fits(self, salt: str, tokens: int) -> tuple[str, int]:
+        """The salt's tag and its count; for a prompt shorter than the whole tag (`loadgen
+        request --prompt-tokens 1`), its longest leading run of words that fits. The first word
+        alone still tells apart the first len(SALT_WORDS) = 812 prompts of a plan, a prompt
+        that short fills no cache block of a server that caches whole blocks (vLLM: 16
+        tokens), and the whole salt still goes out as cache_salt. A tag that fits costs the
+        one count _fit would make of it."""
+        words = salt.split("-")
+        for n in range(len(words), 1, -1):
+            tag = salt_tag("-".join(words[:n]))
+            count = await self.count(tag)
+            if count <= tokens:
+                return tag, count
+        tag = salt_tag(words[0])
+        return tag, await self.count(tag)
 
     async def _block_prompt(self, spec: PromptSpec) -> BuiltPrompt:
         """The trace row's blocks (one text per block id, from the salt and the id), then its

@@ -39,6 +39,8 @@ from loadgen.scenario.model import (
     Trace,
     default_prefix_tokens,
 )
+from loadgen.scenario.schema_dataset import dataset as dataset_block
+from loadgen.scenario.schema_dataset import refused_file, sizes_output
 from loadgen.scenario.schema_session import session as session_block
 from loadgen.scenario.soak_block import soak
 
@@ -60,11 +62,12 @@ TOP_KEYS = (
     "slo",
     "server",
     "soak",
+    "sampling",
 )
 GROUP_KEYS = (
     "name", "count", "prompt", "max_tokens", "min_tokens", "ignore_eos", "start", "session",
 )  # fmt: skip
-PROMPT_KEYS = ("tokens", "shape", "cache", "prefix_tokens", "depth")
+PROMPT_KEYS = ("tokens", "shape", "cache", "prefix_tokens", "depth", "dataset")
 DEPTH = number(ge=0.0, le=1.0)
 TOKENS = integer(MIN_PROMPT_TOKENS)
 MAYBE_TOKENS = integer(MIN_PROMPT_TOKENS, nullable=True)
@@ -77,6 +80,7 @@ OPTIONAL_TEXT = Rule("a string or null", lambda v: v is None or isinstance(v, st
 SHAPE_EXPECT = "prose, code, needle or {file: path}"
 FROM_TRACE = "set by each trace row (expected no value here: remove it)"
 FROM_SESSION = "set by the session block (expected no value here: remove it)"
+FROM_DATASET = "set by each dataset row (expected no value here: remove it)"
 
 
 def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenario | None:
@@ -111,6 +115,7 @@ def build_scenario(root: Any, source: Path, display: str, c: Checker) -> Scenari
         server=schema_server.server(c, root, base_dir) if root.get("server") is not None else None,
         source=source,
         soak=soak(c, root) if root.get("soak") is not None else None,
+        sampling=blocks.sampling(c, root),
     )
     if c.errors:
         return None
@@ -165,7 +170,11 @@ def _group(
     c.keys(m, path, GROUP_KEYS)
     if trace_mode and "max_tokens" in m:
         c.at_key(m, "max_tokens", path, FROM_TRACE)
-    max_tokens = None if trace_mode else c.field(m, "max_tokens", path, POSITIVE)
+    sized_out = sizes_output(m)
+    if trace_mode:
+        max_tokens = None
+    else:
+        max_tokens = c.field(m, "max_tokens", path, POSITIVE, *((None,) if sized_out else ()))
     min_tokens = c.field(m, "min_tokens", path, integer(0, nullable=True), None)
     if None not in (max_tokens, min_tokens) and min_tokens > max_tokens:
         message = f"got {min_tokens} (expected <= max_tokens, {max_tokens})"
@@ -175,10 +184,13 @@ def _group(
         why = f"got {show(m['start'])} under a {arrival.kind} arrival"
         c.at_value(m, "start", path, f"{why} (expected start only with together or staggered)")
     session = session_block(c, m, path, arrival, api)
+    prompt = _prompt(c, m, path, base_dir, "session" if "session" in m else trace_mode)
+    if prompt.dataset is not None:
+        _dataset_group(c, m, path, prompt, arrival)
     return Group(
         name=c.field(m, "name", path, NAME),
         count=c.field(m, "count", path, POSITIVE, *((1,) if trace_mode else ())),
-        prompt=_prompt(c, m, path, base_dir, "session" if "session" in m else trace_mode),
+        prompt=prompt,
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         ignore_eos=c.field(m, "ignore_eos", path, BOOL, True),
@@ -196,6 +208,8 @@ def _prompt(
     path = join(group_path, "prompt")
     c.keys(m, path, PROMPT_KEYS)
     trace_mode = sized is True
+    if "dataset" in m:
+        return _dataset_prompt(c, m, path, base_dir, sized)
     if sized and "tokens" in m:
         c.at_key(m, "tokens", path, FROM_SESSION if sized == "session" else FROM_TRACE)
     tokens = None if sized else c.field(m, "tokens", path, TOKENS)
@@ -214,6 +228,37 @@ def _prompt(
         prefix = default_prefix_tokens(tokens)
     depth = _depth(c, m, path, shape, cache, sized)
     return PromptConfig(tokens, shape or "prose", cache or "salted", prefix, file, depth)
+
+
+def _dataset_prompt(
+    c: Checker, m: MarkedMap, path: str, base_dir: Path, sized: bool | str
+) -> PromptConfig:
+    """A prompt whose rows come from a dataset file: no size, shape or prefix of its own."""
+    for key in ("tokens", "shape", "prefix_tokens", "depth"):
+        if key in m:
+            c.at_key(m, key, path, FROM_DATASET)
+    if sized:
+        what = "a session block" if sized == "session" else "a trace arrival"
+        why = f"got a dataset with {what}, which sizes the prompts itself"
+        c.at_key(m, "dataset", path, f"{why} (expected one of the two)")
+    cache = c.field(m, "cache", path, choice(CACHE_MODES), "salted")
+    if cache == "primed":
+        why = "got primed for a dataset, whose rows share no prefix to prime"
+        c.at_value(m, "cache", path, f"{why} (expected salted or shared)")
+    config = dataset_block(c, m, path, base_dir)
+    return PromptConfig(None, "dataset", cache or "salted", dataset=config)
+
+
+def _dataset_group(
+    c: Checker, m: MarkedMap, path: str, prompt: PromptConfig, arrival: Arrival | None
+) -> None:
+    """A dataset replayed as sessions starts like a session group's."""
+    d = prompt.dataset
+    if d is None or d.turns != "all":
+        return
+    if arrival is not None and arrival.kind not in OPEN_LOOP_START_KINDS:
+        why = f"got turns: all under a {arrival.kind} arrival (conversations are sessions)"
+        c.at_key(m, "prompt", path, f"{why} (expected arrival together or staggered)")
 
 
 def _depth(
@@ -245,11 +290,14 @@ def _shape(c: Checker, m: MarkedMap, path: str, base_dir: Path) -> tuple[str | N
     name = c.field(value, "file", join(path, "shape"), TEXT)
     if name is None:
         return None, None
+    refused = refused_file(name)
+    if refused:
+        c.at_value(value, "file", join(path, "shape"), refused)
+        return None, None
     file = (base_dir / name).resolve()
-    if not c.allow_files_outside and not file.is_relative_to(base_dir.resolve()):
-        why = f"got {show(name)}: {file} is outside the scenario's folder {base_dir.resolve()}"
-        fix = "expected a file inside that folder, or pass --allow-files-outside"
-        c.at_value(value, "file", join(path, "shape"), f"{why} ({fix})")
+    outside = c.outside(name, base_dir)
+    if outside:
+        c.at_value(value, "file", join(path, "shape"), outside)
         return None, None
     try:
         text = file.read_text(encoding="utf-8")

@@ -24,6 +24,7 @@ from loadgen.scenario.marked_yaml import MarkedMap
 from loadgen.scenario.model import (
     DEFAULT_TRACE_BLOCK_TOKENS,
     MIN_PROMPT_TOKENS,
+    RAMP_STRATEGIES,
     TRACE_BLOCK_TOKENS,
     TRACE_FORMATS,
     TRACE_SHARING,
@@ -31,6 +32,7 @@ from loadgen.scenario.model import (
     Closed,
     Gamma,
     Poisson,
+    Ramp,
     SimConfig,
     Staggered,
     Timeouts,
@@ -48,10 +50,11 @@ ARRIVAL_KEYS = {
     "together": (),
     "staggered": ("interval_s",),
     "closed": ("concurrency", "count", "duration_s"),
-    "poisson": ("rate_per_s", "count", "duration_s"),
-    "gamma": ("rate_per_s", "burstiness", "count", "duration_s"),
+    "poisson": ("rate_per_s", "count", "duration_s", "concurrency", "ramp"),
+    "gamma": ("rate_per_s", "burstiness", "count", "duration_s", "concurrency", "ramp"),
     "trace": ("path", "format", "limit", "time_scale", "sharing", "block_tokens"),
 }
+RAMP_KEYS = ("strategy", "start_rate_per_s", "end_rate_per_s")
 
 
 def _sim_rule(o: SimOption) -> Rule:
@@ -75,7 +78,7 @@ SIM_RULES = {
 SWEEP_RULES = {n: _sim_rule(o) for n, o in SIM_OPTION_NAMES.items() if o.sweep}
 FAULT_FORMS = (
     "the sim's --fault forms: http500=P, http429=P, drop=P, stall=P, stall_s=S, cache_dead, "
-    "drift=PCT_PER_HOUR, max_waiting=N, warm_mismatch=P"
+    "drift=PCT_PER_HOUR, max_waiting=N, warm_mismatch=P, early_eos=F"
 )
 POSITIVE = integer(1)
 MAYBE_POSITIVE = integer(1, nullable=True)
@@ -123,10 +126,35 @@ def arrival(c: Checker, root: MarkedMap, base_dir: Path) -> Arrival | None:
     duration = c.field(params, "duration_s", path, MAYBE_SECONDS, None)
     if kind == "closed":
         return Closed(c.field(params, "concurrency", path, POSITIVE), count, duration)
-    rate = c.field(params, "rate_per_s", path, RATE)
+    rate, ramp = _rate(c, params, path, count, duration)
+    cap = c.field(params, "concurrency", path, MAYBE_POSITIVE, None)
     if kind == "poisson":
-        return Poisson(rate, count, duration)
-    return Gamma(rate, c.field(params, "burstiness", path, RATE), count, duration)
+        return Poisson(rate, count, duration, cap, ramp)
+    return Gamma(rate, c.field(params, "burstiness", path, RATE), count, duration, cap, ramp)
+
+
+def _rate(
+    c: Checker, params: MarkedMap, path: str, count: int | None, duration: float | None
+) -> tuple[float | None, Ramp | None]:
+    """An open loop's `rate_per_s` or its `ramp`, exactly one of them. A ramp runs over the
+    rep's requests (vllm bench serve's), so a duration alone cannot size it."""
+    if "ramp" not in params:
+        return c.field(params, "rate_per_s", path, RATE), None
+    if "rate_per_s" in params:
+        c.at_key(params, "ramp", path, "give rate_per_s or a ramp, not both")
+        return None, None
+    if count is None and duration is not None:
+        c.at_key(params, "ramp", path, "a ramp runs over `count` requests (expected a count "
+                 "beside duration_s)")  # fmt: skip
+    at = join(path, "ramp")
+    m = c.mapping(params, "ramp", path, required=True)
+    c.keys(m, at, RAMP_KEYS)
+    strategy = c.field(m, "strategy", at, choice(RAMP_STRATEGIES))
+    start = c.field(m, "start_rate_per_s", at, RATE)
+    end = c.field(m, "end_rate_per_s", at, RATE)
+    if strategy is None or start is None or end is None:
+        return None, None
+    return None, Ramp(strategy, start, end)
 
 
 def names_trace(root: MarkedMap) -> bool:
@@ -249,3 +277,25 @@ def slo(c: Checker, root: MarkedMap) -> dict[str, float] | None:
     if not out and not c.errors:
         c.at_key(root, "slo", "", "got no objective (expected any of ttft_s, tpot_ms, e2e_s)")
     return out or None
+
+
+# Each sampling field's rule: vLLM's own bounds (a top_k of -1 or 0 turns it off).
+SAMPLING_RULES = {
+    "temperature": number(ge=0),
+    "top_p": number(gt=0, le=1),
+    "top_k": integer(-1),
+    "min_p": number(ge=0, le=1),
+    "frequency_penalty": number(ge=-2, le=2),
+    "presence_penalty": number(ge=-2, le=2),
+    "repetition_penalty": number(gt=0),
+}
+
+
+def sampling(c: Checker, root: MarkedMap) -> dict[str, float] | None:
+    """`sampling: {temperature, top_p, ...}`: fields every request's body carries."""
+    if root.get("sampling") is None:
+        return None
+    m = c.mapping(root, "sampling", "")
+    c.keys(m, "sampling", tuple(SAMPLING_RULES))
+    values = {k: c.field(m, k, "sampling", rule, None) for k, rule in SAMPLING_RULES.items()}
+    return {k: v for k, v in values.items() if v is not None} or None

@@ -4,7 +4,9 @@ HTTP-level faults (error statuses, dropped or stalled streams) are drawn here fr
 the same number of draws per request whatever the outcome, so a run with the same seed and the
 same request order fails the same requests. Engine-level faults (a cache that never hits, step
 time drift, a waiting-queue limit, warm answers that differ from cold) are handed to the
-engine through its config.
+engine through its config. `early_eos` shortens what a request under ignore_eos is generated
+(a server that ends at EOS whatever ignore_eos asks; the sim has no EOS, so its finish_reason
+stays "length").
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ MidStreamFault = Literal["drop", "stall"]
 _PROBABILITIES = ("http500", "http429", "drop", "stall")
 _USAGE = (
     "faults: http500=P, http429=P, drop=P, stall=P, warm_mismatch=P, needle_miss=P "
-    "(probabilities 0..1), "
+    "(probabilities 0..1), early_eos=F (a fraction 0..1), "
     "stall_s=SECONDS, cache_dead, drift=PERCENT_PER_HOUR, max_waiting=N"
 )
 
@@ -40,10 +42,19 @@ class FaultConfig:
     warm_mismatch: float = 0.0
     # A needle question (loadgen/sim/needle.py) answered with other text than the planted code.
     needle_miss: float = 0.0
+    # Under ignore_eos, answers end at this fraction of max_tokens (0: off, the full answer).
+    early_eos: float = 0.0
 
     @property
     def any_http(self) -> bool:
         return any(getattr(self, name) > 0 for name in _PROBABILITIES)
+
+    def generated_tokens(self, max_tokens: int, ignore_eos: bool) -> int:
+        """The tokens a request is generated: max_tokens, or under `early_eos` and ignore_eos
+        that share of it (at least one)."""
+        if not (self.early_eos and ignore_eos):
+            return max_tokens
+        return max(1, int(max_tokens * self.early_eos))
 
 
 def parse_fault_options(options: Iterable[str]) -> FaultConfig:
@@ -76,6 +87,8 @@ def _parse_value(name: str, raw: str, option: str) -> float | int:
         raise ValueError(f"fault {option!r}: {raw!r} is not a number; {_USAGE}") from None
     if name in (*_PROBABILITIES, "warm_mismatch", "needle_miss") and not 0.0 <= value <= 1.0:
         raise ValueError(f"fault {option!r}: a probability must lie in 0..1")
+    if name == "early_eos" and not 0.0 <= value <= 1.0:
+        raise ValueError(f"fault {option!r}: a fraction of max_tokens must lie in 0..1")
     if name in ("stall_s", "max_waiting") and value < 0:
         raise ValueError(f"fault {option!r}: must not be negative")
     return value

@@ -70,6 +70,10 @@ class SimServerConfig:
     # The first N tokens of each chat answer stream as reasoning deltas (a thinking model
     # behind vLLM's reasoning parser); usage reports them as reasoning_tokens.
     reasoning_tokens: int = json_field(default=0, omit="default")
+    # Engine seconds each request waits in the API server before the engine's arrival stamp,
+    # so the client sees it in every TTFT and vllm:time_to_first_token_seconds does not: a
+    # known added TTFT (analysis/added_ttft.py must find it).
+    api_delay_s: float = json_field(default=0.0, omit="default")
     # /config's JSON (the codec's form, with the engine as `effective` makes it) ends with
     # the pool the engine's blocks make.
     json_derived: ClassVar[tuple[str, ...]] = ("kv_cache_size_tokens",)
@@ -87,8 +91,8 @@ class SimServerConfig:
             )
         if self.speed <= 0:
             raise ValueError(f"speed must be > 0, got {self.speed}")
-        if self.reasoning_tokens < 0:
-            raise ValueError(f"reasoning_tokens must be >= 0, got {self.reasoning_tokens}")
+        if self.reasoning_tokens < 0 or self.api_delay_s < 0:
+            raise ValueError("reasoning_tokens and api_delay_s must be >= 0")
 
     @property
     def kv_cache_size_tokens(self) -> int:
@@ -221,6 +225,8 @@ class _Handlers:
     async def _generate(self, request: web.Request, api: Api) -> web.StreamResponse:
         s = self.s
         body = await request.read()
+        if s.config.api_delay_s:
+            await asyncio.sleep(s.config.api_delay_s / s.config.speed)
         received_s = s.runner.engine_now_s()
         try:
             parsed = parse_request(api, body, s.config.model)
@@ -229,6 +235,7 @@ class _Handlers:
             max_tokens = resolve_max_tokens(
                 parsed.max_tokens, len(prompt_ids), s.config.max_model_len
             )
+            max_tokens = s.config.faults.generated_tokens(max_tokens, parsed.ignore_eos)
         except WireError as e:
             return _error(e)
         faults = s.faults.draw()

@@ -13,8 +13,9 @@ It does what the sim server and the client together do over loopback, with the w
   one content chunk arriving when the step ends (under spec decode, one chunk with k tokens);
 - each finished request becomes the StreamRecord the client would have written: usage-true
   tokens per chunk (`usage_continuous`), t_sent = t_headers = arrival (the sim sends headers at
-  once), t_first/t_last/t_done on chunk arrivals; errors keep the client's classes and
-  messages (http_NNN, connection_closed for an injected drop, *_timeout from the same limits);
+  once; api_delay_s later where set), t_first/t_last/t_done on chunk arrivals; errors keep the
+  client's classes and messages (http_NNN, connection_closed for an injected drop, *_timeout
+  from the same limits);
 - /metrics is read from the same collector the server renders its exposition from.
 
 What the client measures over loopback that this does not: its own lateness and event-loop lag
@@ -104,6 +105,8 @@ class _Flight:
     chunk_ns: list[int] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     stall_until: int = 0
+    # When the response head leaves: the API server's delay after t_sent (api_delay_s).
+    t_headers: int = 0
     # The answer's token ids, for requests that keep their text (session turns) only.
     answer_ids: list[int] | None = None
 
@@ -155,6 +158,10 @@ class VirtualSim:
     @property
     def in_flight(self) -> int:
         return len(self._flights)
+
+    @property
+    def engine_steps(self) -> int:
+        return len(self.engine.iteration_tokens)
 
     # -- the clock -------------------------------------------------------------------------
 
@@ -210,6 +217,7 @@ class VirtualSim:
         ids = self._request_ids(req)
         try:
             max_tokens = resolve_max_tokens(req.max_tokens, len(ids), s.config.max_model_len)
+            max_tokens = s.config.faults.generated_tokens(max_tokens, req.ignore_eos)
         except WireError as e:
             self._refuse(req, on_record, e)
             return
@@ -227,7 +235,7 @@ class VirtualSim:
             min_tokens=req.min_tokens or 0,
             ignore_eos=req.ignore_eos,
             cache_salt=req.cache_salt,
-            arrival_s=t / self._ns_per_engine_s,
+            arrival_s=t / self._ns_per_engine_s + s.config.api_delay_s,
             answer_prefix=needle_answer(
                 asked_text(req.messages, req.prompt), self.tokenizer, s.faults.config.needle_miss
             ),
@@ -243,8 +251,9 @@ class VirtualSim:
             self._refuse(req, on_record, WireError(400, str(e)))
             return
         self._flights[engine_id] = _Flight(
-            req, engine_id, t, len(ids), faults, on_record, answer_ids=[] if req.keep_text else None
-        )
+            req, engine_id, t, len(ids), faults, on_record,
+            answer_ids=[] if req.keep_text else None, t_headers=t + self._ns(s.config.api_delay_s),
+        )  # fmt: skip
         self._arm_deadline(engine_id)
 
     def _refuse(self, req: StreamRequest, on_record: OnRecord, e: WireError) -> None:
@@ -306,7 +315,7 @@ class VirtualSim:
         rec = _record(
             flight.req, flight.t_sent, flight.prompt_tokens, flight.chunk_ns,
             flight.chunk_tokens, 200, t_done, error, cached, finish,
-            self.state.config.reasoning_tokens if chat else 0,
+            self.state.config.reasoning_tokens if chat else 0, flight.t_headers,
         )  # fmt: skip
         tool = tool_to_call(flight.req.extra_body) if chat else None
         if tool is not None and rec.chunks:
@@ -363,6 +372,60 @@ class VirtualSim:
         return round(engine_s * self._ns_per_engine_s)
 
 
+class VirtualFleet:
+    """Several VirtualSims on one run clock behind a router: `pick` names the replica of each
+    request as it arrives, `done` hears when its stream ends there. Each replica keeps its own
+    engine, KV cache and metrics; the fleet steps whichever replica's event comes first (ties:
+    the lowest index), so a run is as exact and repeatable as on one engine."""
+
+    def __init__(
+        self,
+        sims: list[VirtualSim],
+        pick: Callable[[StreamRequest], int],
+        done: Callable[[int], None],
+    ) -> None:
+        self.sims, self._pick, self._done = sims, pick, done
+        self.tokenizer = sims[0].tokenizer
+        self.prompt_ids = sims[0].prompt_ids
+
+    @property
+    def now_ns(self) -> int:
+        return self.sims[0].now_ns
+
+    @property
+    def in_flight(self) -> int:
+        return sum(s.in_flight for s in self.sims)
+
+    @property
+    def engine_steps(self) -> int:
+        return sum(s.engine_steps for s in self.sims)
+
+    def advance_to(self, t_ns: int) -> None:
+        for sim in self.sims:
+            sim.advance_to(t_ns)
+
+    def next_event_ns(self) -> int | None:
+        due = [t for t in (s.next_event_ns() for s in self.sims) if t is not None]
+        return min(due) if due else None
+
+    def step_next(self) -> None:
+        t = self.next_event_ns()
+        if t is None:
+            return
+        first = next(s for s in self.sims if s.next_event_ns() == t)
+        self.advance_to(t)
+        first.step_next()
+
+    def submit(self, req: StreamRequest, on_record: OnRecord) -> None:
+        replica = self._pick(req)
+
+        def ended(rec: StreamRecord) -> None:
+            self._done(replica)
+            on_record(dataclasses.replace(rec, replica=replica))
+
+        self.sims[replica].submit(req, ended)
+
+
 def _record(
     req: StreamRequest,
     t_sent: int,
@@ -375,6 +438,7 @@ def _record(
     cached: int | None = None,
     finish: str | None = None,
     reasoning_tokens: int = 0,
+    t_headers: int | None = None,
 ) -> StreamRecord:
     """The record the client writes for what it saw; usage came with every content chunk.
     With `reasoning_tokens` N, a chunk all of whose tokens lie in the first N is a reasoning
@@ -397,7 +461,7 @@ def _record(
         finish_reason=finish,
         http_status=http_status,
         t_sent_ns=t_sent,
-        t_headers_ns=t_sent if ok else t_done,
+        t_headers_ns=(t_sent if t_headers is None else t_headers) if ok else t_done,
         t_first_ns=chunk_ns[0] if chunk_ns else None,
         t_last_ns=chunk_ns[-1] if chunk_ns else None,
         session=req.session,

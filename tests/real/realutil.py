@@ -22,6 +22,7 @@ from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.server import installs
 from loadgen.server.launcher import Server, launch_sync
+from loadgen.server.spec import ServerSpec
 
 # (what, value) measured by the tests; conftest prints them at the end of the run.
 NUMBERS: list[tuple[str, str]] = []
@@ -157,3 +158,11 @@ def verdict_line(summary: dict[str, Any]) -> str:
         f"{s['group']}/{s['id'].rsplit('/', 1)[-1]} {s['verdict']} {s['ttft_s']:.3f} s"
         for s in streams
     )
+
+
+async def run_launched(spec: ServerSpec, scenario: str, out_root: Path) -> Path:
+    """`scenario` (YAML text) run on a server the run launches from `spec`; its run directory."""
+    path = out_root / "scenario.yaml"
+    path.write_text(scenario)
+    opts = RunOptions(out_root=out_root, progress=False, server=spec, telemetry=False)
+    return await run_plan(plan(load_scenario(path)), opts, warn=print)

@@ -41,9 +41,11 @@ throw-away loadgen run of the same workload: the boot's first heavy load falls o
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -136,12 +138,9 @@ def measured(
     )
 
 
-def vllm_bench_serve(server: Server, result_dir: Path, seed: int) -> dict[str, Any]:
-    """Runs `vllm bench serve` from the vLLM venv against the server; its result JSON. The
-    seed draws the random prompts: a second run on one boot needs its own, or it hits the
-    prefix cache."""
-    argv = [
-        str(installs.vllm_python()), "-c", _LAUNCH, "bench", "serve",
+def bench_flags(server: Server, result_dir: Path, seed: int) -> list[str]:
+    """The flags of one `vllm bench serve` run of the workload (the module docstring's)."""
+    return [
         "--backend", "vllm", "--base-url", server.url, "--model", server.model,
         "--tokenizer", str(installs.tiny_model_dir()),
         "--dataset-name", "random", "--random-input-len", str(INPUT_LEN),
@@ -150,6 +149,14 @@ def vllm_bench_serve(server: Server, result_dir: Path, seed: int) -> dict[str, A
         "--seed", str(seed),
         "--save-result", "--result-dir", str(result_dir), "--result-filename", "bench.json",
     ]  # fmt: skip
+
+
+def vllm_bench_serve(server: Server, result_dir: Path, seed: int) -> dict[str, Any]:
+    """Runs `vllm bench serve` from the vLLM venv against the server; its result JSON. The
+    seed draws the random prompts: a second run on one boot needs its own, or it hits the
+    prefix cache."""
+    argv = [str(installs.vllm_python()), "-c", _LAUNCH, "bench", "serve",
+            *bench_flags(server, result_dir, seed)]  # fmt: skip
     env = {**os.environ, **VllmProfile().env(installs.state_dir("vllm"))}
     proc = subprocess.run(
         argv, env=env, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, check=False
@@ -230,3 +237,126 @@ async def test_loadgen_agrees_with_vllm_bench_serve(vllm: Server, tmp_path: Path
         f"{beyond:+.2f} ms; bench's spread between rounds {bench_spread:.2f} ms",
     )
     assert beyond < bench_spread
+
+
+# --- `loadgen bench serve`: the same flags, side by side ------------------------------------
+#
+# The same `vllm bench serve` command line, run by vLLM's bench and by `loadgen bench serve`
+# in turn on this module's boot (bench, loadgen, loadgen, bench): each must send the same
+# requests by the server's own counters (requests, prompt and generation tokens), loadgen's TTFT
+# must add no more to the server's than bench's does beyond bench's own spread between rounds,
+# and a script written for bench's result file must read loadgen's.
+SIDE_ROUNDS = 4
+COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success")
+
+
+def server_counts(server: Server) -> dict[str, float]:
+    """The request, prompt and generation counters (summed over labels) and the TTFT
+    histogram's sum and count."""
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = dict.fromkeys(COUNTERS, 0.0)
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if fam.name in COUNTERS and s.name == fam.name + "_total":
+                out[fam.name] += s.value
+            elif fam.name == TTFT and s.name.endswith(("_sum", "_count")):
+                out[s.name] = s.value
+    return out
+
+
+def read_like_a_bench_script(path: Path) -> dict[str, float]:
+    """What a script written for bench's result file reads from it (the fields its summary
+    prints), typed as bench writes them."""
+    result = json.loads(path.read_text())
+    assert isinstance(result["completed"], int) and isinstance(result["total_input_tokens"], int)
+    return {
+        key: float(result[key])
+        for key in ("completed", "failed", "total_input_tokens", "total_output_tokens",
+                    "duration", "request_throughput", "output_throughput",
+                    "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+                    "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms")
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SideRun:
+    """One tool's run of the command: what its result file says, and the server's deltas."""
+
+    result: dict[str, Any]
+    read: dict[str, float]
+    server: dict[str, float]
+
+    @property
+    def ttft_added_ms(self) -> float:
+        server_ms = 1e3 * self.server[f"{TTFT}_sum"] / self.server[f"{TTFT}_count"]
+        return self.result["mean_ttft_ms"] - server_ms
+
+
+def side_run(server: Server, out: Path, seed: int, *, loadgen: bool) -> SideRun:
+    out.mkdir(parents=True)
+    before = server_counts(server)
+    if loadgen:
+        argv = [sys.executable, "-m", "loadgen", "bench", "serve",
+                *bench_flags(server, out, seed), "--out", str(out / "runs")]  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S,
+                              check=False)  # fmt: skip
+        (out / "loadgen.log").write_text(proc.stdout + proc.stderr)
+        assert proc.returncode == 0, f"loadgen bench serve failed:\n{proc.stderr[-3000:]}"
+        result = orjson.loads((out / "bench.json").read_bytes())
+    else:
+        result = vllm_bench_serve(server, out, seed)
+    after = server_counts(server)
+    deltas = {k: after[k] - before.get(k, 0.0) for k in after}
+    return SideRun(result, read_like_a_bench_script(out / "bench.json"), deltas)
+
+
+async def test_loadgen_bench_serve_runs_benchs_command_alike(vllm: Server, tmp_path: Path) -> None:
+    # The boot's first heavy load falls on neither tool's measured rounds.
+    side_run(vllm, tmp_path / "warm", WARM_SEED, loadgen=True)
+    benches: list[SideRun] = []
+    ours: list[SideRun] = []
+    for i in range(SIDE_ROUNDS):
+        # Seeds of their own: no round's prompts may hit another's in the prefix cache.
+        seed = 100 + i
+        order = (False, True) if i % 2 == 0 else (True, False)
+        for is_loadgen in order:
+            run = side_run(vllm, tmp_path / f"{'lg' if is_loadgen else 'bench'}{i}", seed,
+                           loadgen=is_loadgen)  # fmt: skip
+            (ours if is_loadgen else benches).append(run)
+    for i, (bench, our) in enumerate(zip(benches, ours, strict=True)):
+        note(
+            f"bench serve side by side, round {i} (server counters: prompt, output tokens, "
+            "requests)",
+            f"bench {[int(bench.server[c]) for c in COUNTERS]} TTFT added "
+            f"{bench.ttft_added_ms:.2f} ms; loadgen {[int(our.server[c]) for c in COUNTERS]} "
+            f"TTFT added {our.ttft_added_ms:.2f} ms",
+        )
+        # The same requests by the server's own account.
+        assert bench.server["vllm:request_success"] == our.server["vllm:request_success"]
+        assert our.server["vllm:request_success"] == PROMPTS
+        # Prompt tokens: loadgen's exactly as asked; bench's as its own result file counts
+        # them, which re-encoding its random token ids can leave a token or two off the ask
+        # (one CI round: 4097 for 16 x 256), so the two tools agree within bench's own miss.
+        assert our.server["vllm:prompt_tokens"] == PROMPTS * INPUT_LEN
+        assert bench.server["vllm:prompt_tokens"] == bench.result["total_input_tokens"]
+        assert our.server["vllm:prompt_tokens"] == our.result["total_input_tokens"]
+        bench_miss = abs(bench.result["total_input_tokens"] - PROMPTS * INPUT_LEN)
+        assert abs(bench.server["vllm:prompt_tokens"] - our.server["vllm:prompt_tokens"]) == (
+            bench_miss
+        )
+        assert bench.server["vllm:generation_tokens"] == our.server["vllm:generation_tokens"]
+        assert our.server["vllm:generation_tokens"] == PROMPTS * OUTPUT_LEN
+        # Both files read by one script, and loadgen's has every field bench's has, in order.
+        assert list(our.result) == [k for k in bench.result if k in our.result]
+        assert set(bench.result) <= set(our.result) | {"date"}
+        assert our.read["completed"] == bench.read["completed"] == PROMPTS
+        assert our.read["total_output_tokens"] == bench.read["total_output_tokens"]
+        assert our.ttft_added_ms > 0.0
+    bench_added = [b.ttft_added_ms for b in benches]
+    paired = zip(ours, benches, strict=True)
+    beyond = statistics.median(o.ttft_added_ms - b.ttft_added_ms for o, b in paired)
+    spread = max(bench_added) - min(bench_added)
+    note("bench serve side by side: TTFT loadgen adds beyond bench, median of rounds",
+         f"{beyond:+.2f} ms; bench's spread {spread:.2f} ms")  # fmt: skip
+    assert beyond < spread
