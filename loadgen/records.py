@@ -149,6 +149,9 @@ class StreamRecord:
     # full); None in records written before them.
     prompt_tokens_sent: int | None = None
     ignore_eos: bool | None = None
+    # The W3C traceparent header the request carried (--trace-context), to join a server's
+    # traces; None where none was sent.
+    traceparent: str | None = None
 
 
 class BadRecord(ValueError):

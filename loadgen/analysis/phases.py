@@ -6,8 +6,10 @@ The phases are consecutive intervals between the stamps rawhttp takes once per s
 request handed to the kernel), head (-> the response head complete), first byte (-> the first
 body byte) and first chunk (-> the first content chunk), so they sum to the TTFT by
 construction; a test holds the stamps to one clock and one order. The *send side* is connect +
-write + head: until the server answered the request at all. vLLM, SGLang and the sim send the
-head as the request is accepted, before any token work, so a late head is a request read late.
+write + head: until the server answered the request at all. The sim sends the head as it
+reads the request; vLLM 0.26 only once its API server has preprocessed it (on the H200 at 64
+in flight 421 of 512 heads came beyond tolerance), so a late head held by the server is the
+server's time, not loadgen's: only a late write counts against the run (selferror.py).
 """
 
 from __future__ import annotations

@@ -208,7 +208,7 @@ class OpenAIClient(AuxRequests):
         chat = req.messages is not None or req.api == "chat"
         path = "/v1/chat/completions" if chat else "/v1/completions"
         body = orjson.dumps(wire_body(req, continuous=continuous))
-        request = pool.request_bytes("POST", path, body, req.id)
+        request = pool.request_bytes("POST", path, body, req.id, req.traceparent)
         dec = StreamDecoder(chat=chat, keep_text=req.keep_text, max_tokens=req.max_tokens)
         task = asyncio.current_task()
         assert task is not None
@@ -297,6 +297,8 @@ class OpenAIClient(AuxRequests):
         url = self.base_url + path
         data = orjson.dumps(wire_body(req, continuous=continuous))
         headers = {"X-Request-Id": req.id}
+        if req.traceparent is not None:
+            headers["traceparent"] = req.traceparent
         dec = StreamDecoder(chat=chat, keep_text=req.keep_text, max_tokens=req.max_tokens)
         task = asyncio.current_task()
         assert task is not None

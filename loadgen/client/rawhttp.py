@@ -368,8 +368,17 @@ class RawPool:
         self.connect_s = connect_s
         self._idle: list[Conn] = []
 
-    def request_bytes(self, method: str, path: str, body: bytes, request_id: str | None) -> bytes:
+    def request_bytes(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        request_id: str | None,
+        traceparent: str | None = None,
+    ) -> bytes:
         rid = "" if request_id is None else f"X-Request-Id: {request_id}\r\n"
+        if traceparent is not None:
+            rid += f"traceparent: {traceparent}\r\n"
         head = f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._fixed}{rid}"
         return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
 

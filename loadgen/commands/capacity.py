@@ -73,7 +73,7 @@ DEFAULT_MAX_TIME_S = 3600.0
 )
 @REQUESTS_OPTION
 @UNTIL_PRECISE_OPTION
-@run_like()
+@run_like(watch=True)
 def capacity_cmd(
     scenario: str,
     slo: str,

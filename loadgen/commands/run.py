@@ -62,7 +62,7 @@ REPORT_FAILED_EXIT = 5
 
 @click.command("run")
 @click.argument("scenario")
-@run_like()
+@run_like(watch=True)
 @click.option(
     "--api",
     type=click.Choice(["completions", "chat"]),

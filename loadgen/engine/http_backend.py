@@ -16,11 +16,12 @@ from typing import Any
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
-from loadgen.client.loops import stream_at
+from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
 from loadgen.clock import ClockName, WallClock
 from loadgen.engine.arm import Record
 from loadgen.engine.counters import pick_counter
+from loadgen.engine.live_metrics import LiveMetrics
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
@@ -36,7 +37,7 @@ from loadgen.engine.target import Target, open_target
 from loadgen.engine.telemetry import open_telemetry
 from loadgen.engine.traffic import send_rep
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord
-from loadgen.request import StreamRequest
+from loadgen.request import StreamRequest, new_traceparent
 from loadgen.run_manifest import (
     BackendPart,
     ReplicaTargets,
@@ -98,6 +99,8 @@ class HttpBackend:
     targets: ReplicaTargets | None
     log_tail: ServerLogTail | None  # the server's log from the arm's start
     run_dir: Path
+    live: LiveMetrics | None  # --metrics-port's figures (None: not served)
+    traced: bool  # --trace-context: a fresh traceparent on every request
     kept_log: ServerLogInfo | None = None  # run.json's server_log, once finish() kept it
 
     @property
@@ -108,13 +111,14 @@ class HttpBackend:
         return self.clock.now_ns()
 
     async def send_now(self, req: StreamRequest) -> StreamRecord:
-        return await self.sender.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
+        sender = _Traced(self.sender) if self.traced else self.sender
+        return await sender.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
 
     async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
         await _run_rep(
             rep, (self.builder, self.session_builder), self.sender, self.model,
             self.clock, record, self.progress, self.lag, stop,
-            pool=self.pool, warn=self.warn,
+            pool=self.pool, warn=self.warn, live=self.live, traced=self.traced,
         )  # fmt: skip
 
     async def finish(self) -> list[StreamRecord]:
@@ -205,6 +209,8 @@ async def open_http_backend(
             on_sample=None if gpu is None else gpu.tick,
         )
         lag = LoopLagMonitor()
+        if opts.live is not None:
+            opts.live.lag_from(lag)
         await poller.scrape_once()  # the opening sample; also reads cache_config_info
         target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
         progress = Progress(arm, poller, enabled=opts.progress, live_counts=sender.live_counts)
@@ -217,7 +223,8 @@ async def open_http_backend(
             target, model, builder, session_builder, poller, progress, client, sender, pool, lag,
             WallClock(run_start_ns), warn, background, concurrency, opts.workers,
             TelemetryInfo(None if gpu is None else gpu.source, tuple(notes)),
-            run_start_wall_ns, utc_offset_s, targets, log_tail, rundir.path,
+            run_start_wall_ns, utc_offset_s, targets, log_tail, rundir.path, opts.live,
+            opts.trace_context,
         )  # fmt: skip
 
 
@@ -276,6 +283,8 @@ async def _run_rep(
     *,
     pool: Pool | None,
     warn: Callable[[str], None],
+    live: LiveMetrics | None,
+    traced: bool,
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.
     builder, session_builder = builders
@@ -285,16 +294,36 @@ async def _run_rep(
     await client.warm(mine + len(sessions) or 1)
     quiet_collector()
     progress.start_rep(rep)
-    send = stream_at(progress.watch(client))
+    sender: Backend = _Traced(client) if traced else client
+    sender = sender if live is None else live.watch(sender)
+    send = stream_at(progress.watch(sender))
+    if live is not None:
+        record = live.recording(record)
     with lag.measuring():
         if pool is None:
             await send_rep(rep, built, sessions, send, record, clock, model=model,
                            lead_ns=SCHEDULE_LEAD_NS, stop=stop)  # fmt: skip
             return
         # The pool's workers send the requests; the sessions' turns go from here.
+        built = [with_traceparent(r) for r in built] if traced else built
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(send_rep_in_pool(pool, rep, built, record, warn))
+            pooled = record if live is None else live.sent_elsewhere(record)
+            tg.create_task(send_rep_in_pool(pool, rep, built, pooled, warn))
             tg.create_task(send_rep(
                 dataclasses.replace(rep, requests=()), [], sessions, send, record, clock,
                 model=model, lead_ns=SCHEDULE_LEAD_NS, stop=stop,
             ))  # fmt: skip
+
+
+def with_traceparent(req: StreamRequest) -> StreamRequest:
+    return dataclasses.replace(req, traceparent=new_traceparent())
+
+
+class _Traced:
+    """A backend that sends each request with a fresh W3C traceparent (--trace-context)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    async def stream(self, req: StreamRequest) -> StreamRecord:
+        return await self._backend.stream(with_traceparent(req))

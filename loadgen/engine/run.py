@@ -8,9 +8,11 @@ with `interrupted: true`), so a partial run directory is still a readable one.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from loadgen.engine.arm import drive_arm
 from loadgen.engine.backends import clock_of
 from loadgen.engine.boots import run_boots
 from loadgen.engine.http_backend import max_in_flight
+from loadgen.engine.live_metrics import serving
 from loadgen.engine.manifest import manifest_head
 from loadgen.engine.options import RunOptions
 from loadgen.engine.precise import PreciseStop
@@ -89,6 +92,18 @@ def open_work_root(
     return WorkRoot(root, started, seed)
 
 
+@contextmanager
+def watched(opts: RunOptions) -> Iterator[RunOptions]:
+    """`opts` with loadgen's own /metrics served for the block when --metrics-port asks, unless
+    a caller already serves them (once per command: every arm, boot and probe of it counts
+    on the same registry, so no counter resets between them)."""
+    if opts.metrics_port is None or opts.live is not None:
+        yield opts
+        return
+    with serving(opts.metrics_port) as live:
+        yield dataclasses.replace(opts, live=live)
+
+
 async def run_plan(
     plan: Plan,
     opts: RunOptions,
@@ -101,6 +116,17 @@ async def run_plan(
     under --out, named `name` (request's --out names the directory itself) or by its start
     and scenario. `on_root` hears that directory's path before anything is sent (a stopped
     run's report is made from it)."""
+    with watched(opts) as watching:
+        return await _run_plan(plan, watching, warn, on_root, name)
+
+
+async def _run_plan(
+    plan: Plan,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    on_root: Callable[[Path], None] | None,
+    name: str | None,
+) -> Path:
     check_out_root(opts.out_root)
     clock = clock_of(opts)
     if clock.opens_sockets:
@@ -194,6 +220,20 @@ async def run_arm(
     boot: dict[str, Any] | None = None,
 ) -> None:
     """Runs one arm into `path`, on `target` when given (a sweep's boot), else on its own."""
+    with watched(opts) as watching:  # already served by a caller that runs several arms
+        await _run_arm(plan, arm, path, watching, warn, target=target, boot=boot)
+
+
+async def _run_arm(
+    plan: Plan,
+    arm: ArmPlan,
+    path: Path,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    *,
+    target: Target | None,
+    boot: dict[str, Any] | None,
+) -> None:
     started = dt.datetime.now(dt.UTC)
     rundir = RunDirectory(path)
     manifest = base_manifest(plan, opts, started).add(

@@ -126,7 +126,8 @@ def header(run: RunSummary) -> list[str]:
     if run.until_precise is not None:
         lines.append(precise_line(run.until_precise))
     if run.http_phases is not None:
-        lines.append(phases_line(run.http_phases))
+        late = {} if run.client_limits is None else run.client_limits.send_late
+        lines.append(phases_line(run.http_phases, late))
     if run.warm_cache is not None:
         lines.append(warm_cache_line(run.warm_cache))
     if run.short_output is not None:
@@ -139,14 +140,19 @@ def header(run: RunSummary) -> list[str]:
     return lines
 
 
-def phases_line(p: PhaseSummary) -> str:
-    """Where the TTFTs went: each HTTP phase's p50, and who held the send side."""
+def phases_line(p: PhaseSummary, late: dict[str, int]) -> str:
+    """Where the TTFTs went: each HTTP phase's p50, who held the send side, and of the send
+    sides late beyond tolerance, who held them (only loadgen's own count against the run)."""
     med = " | ".join(f"{name.replace('_', ' ')} {ms:.3g}" for name, ms in p.p50_ms.items())
     held = ", ".join(f"{who} {n}" for who, n in p.held_by.items())
-    return (
+    line = (
         f"http phases p50 ms ({p.stamped} streams, {p.reused} on kept-alive connections):"
         f" {med}; send side held by {held}"
     )
+    if late:
+        by = ", ".join(f"{who} {n}" for who, n in sorted(late.items()))
+        line += f"; late beyond tolerance: {by}"
+    return line
 
 
 def precise_line(u: UntilPrecise) -> str:

@@ -156,6 +156,7 @@ class SimState:
         self.faults = FaultInjector(config.faults, seed=config.engine.seed)
         self.http_stats = HttpStats()
         self.client_ids: dict[str, str | None] = {}
+        self.traceparents: dict[str, str] = {}
         self._ids = random.Random(config.engine.seed)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(
@@ -245,6 +246,11 @@ class _Handlers:
             )
         request_id = s.new_request_id(api)
         s.client_ids[request_id] = request.headers.get("X-Request-Id") or parsed.client_request_id
+        if (traceparent := request.headers.get("traceparent")) is not None:
+            # vLLM (--otlp-traces-endpoint) continues the caller's trace; the sim keeps the
+            # header per request and logs it, so a run's records join the sim's own.
+            s.traceparents[request_id] = traceparent
+            print(f"INFO Received request {request_id}: traceparent={traceparent}", flush=True)
         sim_request = SimRequest(
             request_id=request_id,
             prompt_token_ids=prompt_ids,
@@ -436,6 +442,7 @@ def ground_truth_rows(
             {
                 **row,
                 "client_request_id": state.client_ids.get(row["request_id"]),
+                "traceparent": state.traceparents.get(row["request_id"]),
                 "arrival_ns": ns(row["arrival_s"]),
                 "admitted_ns": [ns(t) for t in row["admitted_s"]],
                 "first_token_ns": None if first is None else ns(first),
