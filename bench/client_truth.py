@@ -61,8 +61,7 @@ sys.path.insert(0, str(REPO))
 from itertools import pairwise
 from math import nan
 
-import orjson
-
+from loadgen.analysis.inputs import read_manifest
 from loadgen.analysis.phases import phase_summary
 from loadgen.analysis.selferror import (
     CLIENT_LIMITED_EXIT,
@@ -145,7 +144,8 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
     # A run-wide flag (client processes crowding the server's cores) covers every stream.
     crowded = crowding("127.0.0.1", workers, os.cpu_count() or 1) is not None
     # Both clocks are CLOCK_MONOTONIC: the run's zero puts loadgen's stamps on firehose's.
-    zero = orjson.loads((out / "run.json").read_bytes())["run_start_perf_ns"]
+    zero = read_manifest(out).run_start_perf_ns
+    assert zero is not None, f"{out}/run.json has no run_start_perf_ns"
     errors, sends, reads, rtts, ttfts, true_ttfts, wires = [], [], [], [], [], [], []
     beyond = silent = own_beyond = own_silent = limited = 0
     for r in recs:  # every one ok (run_request)

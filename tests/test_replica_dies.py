@@ -13,6 +13,7 @@ import orjson
 import pytest
 from server_process import run_until, sim_process
 
+from loadgen.analysis.inputs import read_manifest
 from loadgen.commands.run import FAILED_STREAMS_EXIT
 from loadgen.records import read_streams
 
@@ -62,8 +63,9 @@ def test_a_killed_replica_fails_its_streams_and_the_report_says_when(tmp_path: P
     assert failed and {r.error.cls for r in failed} <= GONE
     assert sum(r.status == "ok" for r in second) >= KILL_AFTER // 2 - 1  # served before
 
-    manifest = orjson.loads((run_dir / "run.json").read_bytes())
-    assert manifest["targets"]["urls"] == urls and manifest["targets"]["route"] == "round-robin"
+    targets = read_manifest(run_dir).targets
+    assert targets is not None
+    assert list(targets.urls) == urls and targets.route == "round-robin"
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     rows = summary["replicas"]["rows"]
     down = min((r.t_done_ns, r.error.cls) for r in failed if r.t_done_ns is not None)

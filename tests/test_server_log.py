@@ -38,7 +38,7 @@ from loadgen.analysis.timeline import Timeline
 from loadgen.codec import to_json
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.enginelog import EngineLine, engine_line, parse_engine_lines, parse_request_timings
-from loadgen.records import SERVER_LOG, MetricsSample
+from loadgen.records import SERVER_LOG, read_metrics_sample
 from loadgen.report.text import header
 from loadgen.report.witness_lines import server_log_lines, server_log_table
 from loadgen.scenario.load import load_scenario
@@ -53,7 +53,7 @@ H200_START_WALL_NS = 1796369853584183040
 def h200() -> tuple[list[EngineLine], Timeline]:
     lines = parse_engine_lines((DATA / "h200_vllm_engine.log").read_text())
     rows = (DATA / "h200_vllm_metrics.jsonl").read_text().splitlines()
-    return lines, Timeline([MetricsSample.from_json(json.loads(r)) for r in rows])
+    return lines, Timeline([read_metrics_sample(json.loads(r)) for r in rows])
 
 
 def test_the_h200_log_parses_as_vllm_printed_it() -> None:

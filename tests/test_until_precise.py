@@ -7,16 +7,17 @@ import math
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pytest
 from click.testing import CliRunner
 
+from loadgen.analysis.inputs import read_manifest
 from loadgen.analysis.precision import PrecisionTarget, ci_ranks, parse_precise
 from loadgen.analysis.summary import analyze_run
 from loadgen.cli import main
 from loadgen.clock import ClockName
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import StreamRecord, read_streams
+from loadgen.run_manifest import UntilPrecise
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 
@@ -109,11 +110,11 @@ async def test_an_open_loop_stops_at_the_n_the_interval_predicts(tmp_path: Path)
     target = PrecisionTarget("ttft", 0.9, 0.05)
     run = await precise_run(tmp_path, "{poisson: {rate_per_s: 40}}", target)
     recs = [r for r in read_streams(run) if r.phase == "measure"]  # in the order seen
-    got = orjson.loads((run / "run.json").read_bytes())["until_precise"]
+    got = until_precise(run)
     n = expected_stop([ttft(r) for r in recs], 0.9, 0.05)
     assert n is not None and n < PLANNED  # it stopped early ...
-    assert got["reached"] and got["measured"] == n and got["targets"][0]["n"] == n  # ... at n
-    assert got["targets"][0]["margin"] <= 0.05 < _margin_before(recs, n)
+    assert got.reached and got.measured == n and got.targets[0].n == n  # ... at n
+    assert got.targets[0].margin <= 0.05 < _margin_before(recs, n)
     # Nothing was sent after the stop: the streams past n were in flight when it came.
     stopped_at = recs[n - 1].t_done_ns
     assert stopped_at is not None
@@ -124,6 +125,13 @@ async def test_an_open_loop_stops_at_the_n_the_interval_predicts(tmp_path: Path)
     told = summary["until_precise"]  # as run.json said, its floats cut to 9 digits
     assert (told["measured"], told["targets"][0]["n"]) == (n, n) and told["reached"]
     assert summary["records"]["missing"] is None
+
+
+def until_precise(run_dir: Path) -> UntilPrecise:
+    """run.json's `until_precise`, read through its type."""
+    got = read_manifest(run_dir).until_precise
+    assert got is not None
+    return got
 
 
 def _margin_before(recs: list[StreamRecord], n: int) -> float:
@@ -140,23 +148,23 @@ async def test_a_closed_loop_sends_exactly_n_and_several_targets_all_hold(tmp_pa
     targets = (PrecisionTarget("ttft", 0.9, 0.05), PrecisionTarget("e2e", 0.5, 0.01))
     run = await precise_run(tmp_path, "{closed: {concurrency: 1}}", *targets)
     recs = [r for r in read_streams(run) if r.phase == "measure"]
-    got = orjson.loads((run / "run.json").read_bytes())["until_precise"]
+    got = until_precise(run)
     e2e = [(r.t_done_ns - r.t_sent_ns) / 1e9 for r in recs]  # type: ignore[operator]
     need = [expected_stop([ttft(r) for r in recs], 0.9, 0.05), expected_stop(e2e, 0.5, 0.01)]
     assert None not in need
     n = max(need)  # type: ignore[type-var]
-    assert got["reached"] and got["measured"] == n == len(recs)  # one seat: none in flight
-    assert [t["n"] for t in got["targets"]] == [n, n]
+    assert got.reached and got.measured == n == len(recs)  # one seat: none in flight
+    assert [t.n for t in got.targets] == [n, n]
 
 
 async def test_a_margin_never_reached_runs_the_whole_plan_and_says_so(tmp_path: Path) -> None:
     run = await precise_run(tmp_path, "{poisson: {rate_per_s: 40}}",
                             PrecisionTarget("ttft", 0.9, 0.001))  # fmt: skip
     recs = [r for r in read_streams(run) if r.phase == "measure"]
-    got = orjson.loads((run / "run.json").read_bytes())["until_precise"]
+    got = until_precise(run)
     assert expected_stop([ttft(r) for r in recs], 0.9, 0.001) is None
-    assert len(recs) == PLANNED and not got["reached"]  # never past the plan's bound
-    assert got["measured"] == PLANNED and got["targets"][0]["margin"] > 0.001
+    assert len(recs) == PLANNED and not got.reached  # never past the plan's bound
+    assert got.measured == PLANNED and got.targets[0].margin > 0.001
 
 
 def test_the_report_states_the_margin_and_the_n_both_ways(tmp_path: Path) -> None:
@@ -181,8 +189,8 @@ def test_each_capacity_probe_stops_when_precise(tmp_path: Path) -> None:
     probes = sorted(tmp_path.glob("*/probes/*"))
     assert len(probes) == 2
     for probe in probes:
-        got = orjson.loads((probe / "run.json").read_bytes())["until_precise"]
+        got = until_precise(probe)
         recs = [r for r in read_streams(probe) if r.phase == "measure"]
         n = expected_stop([ttft(r) for r in recs], 0.9, 0.10)
-        assert got["reached"] and got["targets"][0]["n"] == n
+        assert got.reached and got.targets[0].n == n
         assert n is not None and n <= len(recs) <= n + 1 < 60  # at most one more seat in flight

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from loadgen.codec import from_json
 from loadgen.records import StreamRecord
+from loadgen.run_manifest import RunManifest
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +41,10 @@ class DatasetPrompts:
         return self.server_tokens - self.asked_tokens
 
 
-def dataset_prompts(
-    records: list[StreamRecord], manifest: Mapping[str, Any]
-) -> list[DatasetPrompts]:
-    """One row per group whose prompts came from a dataset; [] when none did."""
-    groups = (manifest.get("scenario") or {}).get("groups") or []
+def dataset_prompts(records: list[StreamRecord], manifest: RunManifest) -> list[DatasetPrompts]:
+    """One row per group whose prompts came from a dataset (the resolved scenario's
+    `prompt.dataset`, with the rows read, filtered and skipped); [] when none did."""
+    groups = (manifest.scenario or {}).get("groups") or []
     out = []
     for g in groups:
         d = (g.get("prompt") or {}).get("dataset")

@@ -19,6 +19,7 @@ from scipy.stats import binom
 
 from loadgen.analysis.registry import STREAM_METRICS
 from loadgen.records import StreamRecord
+from loadgen.run_manifest import Precision
 
 CONFIDENCE = 0.95
 METRICS = {m.stem: m for m in STREAM_METRICS}
@@ -97,24 +98,6 @@ def percentile(xs: list[float], share: float) -> float:
     return xs[i] + (pos - i) * (xs[i + 1] - xs[i])
 
 
-@dataclass(frozen=True, slots=True)
-class Precision:
-    """Where one target stands after n values: the estimate, its interval and the margin it
-    reached (None while n is too small for an interval, or the estimate is 0)."""
-
-    target: str
-    goal: float
-    n: int
-    estimate: float | None
-    low: float | None
-    high: float | None
-    margin: float | None
-
-    @property
-    def reached(self) -> bool:
-        return self.margin is not None and self.margin <= self.goal
-
-
 def precision(target: PrecisionTarget, xs: list[float]) -> Precision:
     """The target's precision over sorted values `xs`."""
     n = len(xs)
@@ -148,17 +131,3 @@ class PrecisionTracker:
     @property
     def reached(self) -> bool:
         return all(p.reached for p in self.standing)
-
-
-@dataclass(frozen=True, slots=True)
-class UntilPrecise:
-    """How `--until-precise` ended, in run.json and summary.json: whether every target came
-    within its margin, and each target's standing then (the n it took, the margin reached)
-    or, never reached, at the plan's end; `measured` the measured streams recorded by then
-    (those in flight at the stop finish and are recorded after it) of the `planned` bound
-    (None: a duration bounds the plan)."""
-
-    reached: bool
-    measured: int
-    planned: int | None
-    targets: tuple[Precision, ...]

@@ -19,7 +19,6 @@ from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.lengths import PromptDrift, ShortOutput
 from loadgen.analysis.phases import PhaseSummary
-from loadgen.analysis.precision import UntilPrecise
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
@@ -28,6 +27,7 @@ from loadgen.analysis.timeline import Plateau
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
 from loadgen.codec import from_json, reader
+from loadgen.run_manifest import UntilPrecise
 
 T = TypeVar("T")
 
@@ -50,6 +50,17 @@ class Stats:
     p50: float | None = None
     p90: float | None = None
     p99: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MinMax:
+    """A figure's min, median and max over some reps' streams, and how many it had (a sweep's
+    politeness row)."""
+
+    min: float | None
+    median: float | None
+    max: float | None
+    n: int
 
 
 def read_stats(d: Mapping[str, Any] | None) -> Stats:

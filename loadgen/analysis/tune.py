@@ -31,6 +31,7 @@ from loadgen.analysis.slo import SloItem
 from loadgen.analysis.summary import Analysis, analyze_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.codec import from_json, to_json
+from loadgen.run_manifest import RunManifest
 
 # What each objective reads from a point's load row; higher is better for every one.
 # `capacity` is the capacity search's answer (the largest load meeting the SLO), not a row's.
@@ -109,8 +110,8 @@ class TuneSummary:
         return self.ranking[0] if self.ranking else None
 
 
-def is_tune(manifest: Mapping[str, Any]) -> bool:
-    return isinstance(manifest.get("tune"), dict)
+def is_tune(manifest: RunManifest) -> bool:
+    return manifest.tune is not None
 
 
 def read_tune(summary: Mapping[str, Any]) -> TuneSummary:
@@ -182,7 +183,7 @@ def verification(root: Path, ranking: Sequence[TunePoint], objective: str) -> Ve
     if not (verify / "arms").is_dir():
         return None
     by_arm: dict[str, list[dict[str, float | None]]] = {}
-    for boot in read_manifest(verify).get("boots") or []:
+    for boot in read_manifest(verify).boots or ():
         for run in boot.get("runs") or []:
             path = verify / str(run["dir"])
             if (path / "streams.jsonl").is_file():
@@ -232,7 +233,8 @@ def server_command(
 
 def analyze_tune(root: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
     """summary.json's `tune` block and each virtual point's analysis."""
-    config = read_manifest(root)["tune"]
+    config = read_manifest(root).tune
+    assert config is not None, "is_tune chose this directory"
     slo, objective = slo_items(config), config["objective"]
     points = [(str(p["name"]), dict(p["flags"])) for p in config["points"]]
     arms: dict[str, Analysis] = {}

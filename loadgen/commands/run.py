@@ -17,7 +17,7 @@ import click
 import orjson
 import uvloop
 
-from loadgen.analysis.inputs import arm_dirs
+from loadgen.analysis.inputs import arm_dirs, read_manifest
 from loadgen.analysis.precision import PrecisionTarget
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
@@ -291,10 +291,8 @@ def failure_summary(records: list[StreamRecord]) -> str | None:
 
 def unrecorded_summary(run_dir: Path, shown: int = 5) -> str:
     """One line naming the streams a dead client worker left without a record; "" if none."""
-    manifests = [
-        orjson.loads((d / "run.json").read_bytes()) for d in arm_dirs(run_dir) or [run_dir]
-    ]
-    lost = [i for m in manifests for i in (m.get("client") or {}).get("streams_without_record", [])]
+    manifests = [read_manifest(d) for d in arm_dirs(run_dir) or [run_dir]]
+    lost = [i for m in manifests for i in (m.client or {}).get("streams_without_record", [])]
     if not lost:
         return ""
     more = f" and {len(lost) - shown} more" if len(lost) > shown else ""

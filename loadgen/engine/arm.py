@@ -13,12 +13,13 @@ both, and cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 
 from loadgen.client.errors import ClientError
 from loadgen.codec import to_json
+from loadgen.engine.cache import CacheCheck
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.precise import PreciseStop
@@ -28,6 +29,7 @@ from loadgen.engine.soak import SoakStop
 from loadgen.engine.target import Target
 from loadgen.records import RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
+from loadgen.run_manifest import BackendPart, RunManifest, TargetPart
 from loadgen.scenario.plan import ArmPlan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 
@@ -72,8 +74,8 @@ class ArmBackend(Protocol):
         streams the stop cut short."""
         ...
 
-    def describe(self) -> dict[str, Any]:
-        """The manifest entries the backend owns, as they stand at the end."""
+    def describe(self) -> tuple[TargetPart, BackendPart]:
+        """run.json's parts the backend owns, as they stand at the end."""
         ...
 
 
@@ -81,13 +83,14 @@ async def drive_arm(
     arm: ArmPlan,
     backend: ArmBackend,
     rundir: RunDirectory,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     stop: SoakStop | None,
+    keep: Callable[[RunManifest], None],
     precise: PreciseStop | None = None,
 ) -> None:
-    """Every phase of `arm` on `backend`, recorded into `rundir`; `manifest` gains the arm's
-    cache checks and, at the end, what the backend, the soak's stop and `--until-precise`
-    have to say."""
+    """Every phase of `arm` on `backend`, recorded into `rundir`; `keep` hears the manifest as
+    it gains the served model, the arm's cache checks and, at the end, what the backend, the
+    soak's stop and `--until-precise` have to say."""
     progress = backend.progress
 
     def record(rec: StreamRecord) -> None:
@@ -98,25 +101,29 @@ async def drive_arm(
         if precise is not None:
             precise.see(rec)
 
-    manifest |= {
-        "model": backend.model,
-        "token_counter": backend.builder.counter.method,
-        "prompt_shapes": {g.name: g.prompt.shape for g in arm.scenario.groups},
-    }
-    rundir.write_manifest(manifest)
+    manifest = manifest.add(
+        *backend.describe(),
+        model=backend.model,
+        token_counter=backend.builder.counter.method,
+        prompt_shapes={g.name: g.prompt.shape for g in arm.scenario.groups},
+    )
+    keep(manifest)
+    checks: list[CacheCheck] = []
     if stop is not None:
         stop.start(backend.speed, backend.now_ns)
     try:
         with progress:
-            await _phases(arm, backend, manifest, record, stop, _halt(stop, precise))
+            await _phases(arm, backend, checks, record, stop, _halt(stop, precise))
     finally:
         for rec in await backend.finish():
             record(rec)
-        manifest |= backend.describe()
-        if stop is not None:
-            manifest["soak_end"] = stop.to_json()
-        if precise is not None:
-            manifest["until_precise"] = to_json(precise.result())
+        manifest = manifest.add(
+            *backend.describe(),
+            cache_checks=tuple(map(to_json, checks)),
+            soak_end=None if stop is None else stop.end(),
+            until_precise=None if precise is None else precise.result(),
+        )
+        keep(manifest)
 
 
 def _halt(stop: SoakStop | None, precise: PreciseStop | None) -> Callable[[], bool] | None:
@@ -131,7 +138,7 @@ def _halt(stop: SoakStop | None, precise: PreciseStop | None) -> Callable[[], bo
 async def _phases(
     arm: ArmPlan,
     backend: ArmBackend,
-    manifest: dict[str, Any],
+    checks: list[CacheCheck],
     record: Record,
     stop: SoakStop | None,
     halt: Callable[[], bool] | None,
@@ -144,9 +151,8 @@ async def _phases(
         if halt is not None and halt():
             return
         try:
-            checks = await prime_rep(rep, b.builder, b.send_now, b.poller, b.model, b.target,
-                                     record)  # fmt: skip
-            manifest["cache_checks"] += [c.to_json() for c in checks]
+            checks += await prime_rep(rep, b.builder, b.send_now, b.poller, b.model, b.target,
+                                      record)  # fmt: skip
             # Samples at the rep's edges, so a counter's delta over the measured requests holds
             # no warmup's or prime's (analysis/added_ttft.py: the server's TTFT histogram).
             await b.poller.scrape_once()

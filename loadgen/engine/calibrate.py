@@ -16,7 +16,7 @@ import datetime as dt
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,6 @@ from loadgen.analysis.calibration import (
     TtftWitness,
     calibration_plan,
     counter_deltas,
-    is_calibration,
     measure,
     speculation,
     speculation_from_counters,
@@ -40,11 +39,13 @@ from loadgen.analysis.calibration import (
 )
 from loadgen.analysis.calibration_fit import Fit, fit_costs
 from loadgen.analysis.inputs import load_run, read_manifest
+from loadgen.codec import to_json
 from loadgen.engine.backends import shared_target
 from loadgen.engine.options import RunOptions
 from loadgen.engine.run import base_manifest, open_work_root, run_arm
 from loadgen.engine.target import RunError, Target
-from loadgen.records import StreamRecord, write_manifest
+from loadgen.records import StreamRecord
+from loadgen.run_manifest import RunManifest, TargetInfo, write_manifest
 from loadgen.scenario.model import Group, PromptConfig, Scenario
 from loadgen.scenario.plan import derive_seed, plan
 from loadgen.sim.profile_file import FittedProfile, load_profile_file, write_profile_file
@@ -86,17 +87,16 @@ async def calibrate(
     """Runs the plan and writes the profile; returns the calibration's directory."""
     work = open_work_root(req.base, opts, on_root)
     root, started, seed = work.path, work.started, work.seed
-    manifest = base_manifest(plan(req.base, run_seed=seed), opts, started) | {
-        "clock": opts.clock,
-        "calibrate": {"limits": dataclasses.asdict(req.limits),
-                      "max_requests": req.max_requests, "max_time_s": req.max_time_s},
-        "probes": [], "interrupted": True,
-    }  # fmt: skip
+    manifest = base_manifest(plan(req.base, run_seed=seed), opts, started).add(
+        calibrate={"limits": dataclasses.asdict(req.limits),
+                   "max_requests": req.max_requests, "max_time_s": req.max_time_s},
+        probes=(), interrupted=True,
+    )  # fmt: skip
     write_manifest(root, manifest)
     async with shared_target(req.base, opts, root, warn) as target:
         tiny = calibration_plan(_PROVISIONAL, req.limits)[0]
         first_dir = await _run_probe(req.base, tiny, 1, seed, root, opts, warn, target)
-        manifest["probes"].append({"name": tiny.name, "dir": first_dir})
+        manifest = manifest.add(probes=({"name": tiny.name, "dir": first_dir},))
         write_manifest(root, manifest)
         _check_drivable(_measured(root / first_dir), opts)
         shape, first = _server_shape(root / first_dir)
@@ -110,11 +110,12 @@ async def calibrate(
         deadline = time.monotonic() + req.max_time_s
         for order, probe in enumerate(probes[1:], start=2):
             if time.monotonic() > deadline:
-                manifest["stopped_by"] = f"--max-time {req.max_time_s:g} s"
+                manifest = manifest.add(stopped_by=f"--max-time {req.max_time_s:g} s")
                 say(f"calibrate: --max-time {req.max_time_s:g} s reached; fitting what ran")
                 break
             rel = await _run_probe(req.base, probe, order, seed, root, opts, warn, target)
-            manifest["probes"].append({"name": probe.name, "dir": rel})
+            ran_probe = {"name": probe.name, "dir": rel}
+            manifest = manifest.add(probes=(*(manifest.probes or ()), ran_probe))
             write_manifest(root, manifest)
             ran.append((probe, _measured(root / rel)))
             say(_probe_line(order, len(probes), probe, measure(probe, ran[-1][1], shape)))
@@ -132,45 +133,46 @@ def refit(root: Path, out: Path | None, name: str | None, hardware: str | None) 
     """Fits a calibration's recorded probes again (no server: analysis of the records), e.g.
     after the model gained a term; writes the profile; returns `root`."""
     manifest = read_manifest(root)
-    if not is_calibration(manifest) or not manifest.get("probes"):
+    if manifest.calibrate is None or not manifest.probes:
         raise RunError(f"{root}: not a calibration directory (run.json has no probes)")
     if (root / "profile.yaml").is_file():
         # What the first fit was told of the server stands unless this call says otherwise.
         before = load_profile_file(root / "profile.yaml")
         name = name or before.name
         hardware = hardware or before.fitted_on.get("hardware")
-    shape, first = _server_shape(root / manifest["probes"][0]["dir"])
+    shape, first = _server_shape(root / manifest.probes[0]["dir"])
     planned = {p.name: p for p in calibration_plan(shape, PlanLimits(
-        **manifest["calibrate"]["limits"]))}  # fmt: skip
-    ran = [(planned[p["name"]], _measured(root / p["dir"])) for p in manifest["probes"]]
+        **manifest.calibrate["limits"]))}  # fmt: skip
+    ran = [(planned[p["name"]], _measured(root / p["dir"])) for p in manifest.probes]
     _fit_and_write(root, manifest, ran, shape, first, out, _Naming(name, hardware))
     return root
 
 
 def _fit_and_write(
     root: Path,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     ran: list[tuple[Probe, list[StreamRecord]]],
     shape: ServerShape,
-    first: dict[str, Any],
+    first: RunManifest,
     out: Path | None,
     naming: _Naming,
 ) -> None:
     # Drafts are known only once every decode probe ran; the decode rows price them.
-    spec = _speculation(root, manifest["probes"], ran)
+    probes = manifest.probes or ()
+    spec = _speculation(root, probes, ran)
     shape = dataclasses.replace(shape, spec_tokens=spec.tokens)
     measured = [m for p, recs in ran if (m := measure(p, recs, shape)) is not None]
     fit = fit_costs(measured)
-    started = dt.datetime.fromisoformat(manifest["started_wall"])
-    profile = _profile(naming, str(manifest.get("clock")), first, shape=shape, fit=fit,
+    started = dt.datetime.fromisoformat(manifest.started_wall or "")
+    profile = _profile(naming, str(manifest.clock), first, shape=shape, fit=fit,
                        spec=spec, started=started, prefix_caching=_prefix_caching(measured),
-                       witnesses=_witnesses(root, manifest["probes"], ran))  # fmt: skip
+                       witnesses=_witnesses(root, probes, ran))  # fmt: skip
     path = out or root / "profile.yaml"
     write_profile_file(path, profile)
     if path != root / "profile.yaml":
         write_profile_file(root / "profile.yaml", profile)
-    manifest |= {"interrupted": False, "profile": str(path), "fit": fit.summary().to_json()}
-    write_manifest(root, manifest)
+    fitted = manifest.add(interrupted=False, profile=str(path), fit=to_json(fit.summary()))
+    write_manifest(root, fitted)
 
 
 # The fit is the client's timing: the virtual clock must reproduce what a client sees, HTTP
@@ -214,11 +216,11 @@ def _measured(run_dir: Path) -> list[StreamRecord]:
     return [r for r in load_run(run_dir).streams if r.phase == "measure"]
 
 
-def _server_shape(run_dir: Path) -> tuple[ServerShape, dict[str, Any]]:
+def _server_shape(run_dir: Path) -> tuple[ServerShape, RunManifest]:
     """The server's limits as the first probe's run learned them (with the run's manifest);
     RunError naming the fix for one it does not state."""
     manifest = read_manifest(run_dir)
-    server = manifest.get("server") or {}
+    server = manifest.server or {}
     missing = [k for k in NEEDED if not isinstance(server.get(k), int)]
     if missing:
         listed = ",".join(f"{k}=N" for k in missing)
@@ -235,7 +237,7 @@ def _server_shape(run_dir: Path) -> tuple[ServerShape, dict[str, Any]]:
 
 
 def _speculation(
-    root: Path, listed: list[dict[str, str]], ran: list[tuple[Probe, list[StreamRecord]]]
+    root: Path, listed: Sequence[Mapping[str, Any]], ran: list[tuple[Probe, list[StreamRecord]]]
 ) -> Speculation:
     """From the server's spec-decode counters over the decode probes where it has them, else
     from the decode chunks' token counts."""
@@ -253,7 +255,7 @@ def _speculation(
 
 def _witnesses(
     root: Path,
-    listed: list[dict[str, str]],
+    listed: Sequence[Mapping[str, Any]],
     ran: list[tuple[Probe, list[StreamRecord]]],
 ) -> list[TtftWitness]:
     """The server's own TTFT histogram over each probe's run, where it has one."""
@@ -312,7 +314,7 @@ def _prefix_caching(measured: list[Measurement]) -> bool:
 def _profile(
     naming: _Naming,
     clock: str,
-    first: dict[str, Any],
+    first: RunManifest,
     *,
     shape: ServerShape,
     fit: Fit,
@@ -323,8 +325,8 @@ def _profile(
 ) -> FittedProfile:
     """The profile file's content: fitted costs, the server's facts, what it was fitted on."""
     c = fit.costs
-    target = first.get("target") or {}
-    kind = str(target.get("kind") or "server")
+    target = first.target if isinstance(first.target, TargetInfo) else None
+    kind = target.kind if target is not None else "server"
     name = naming.name or f"{kind}-{started.strftime('%Y%m%d')}"
     step = StepProfile(
         name, fixed_s=c["fixed_s"], per_token_s=c["per_token_s"],
@@ -332,15 +334,15 @@ def _profile(
         cached_token_s=c["cached_token_s"], decode_token_s=c["decode_token_s"],
         min_step_s=fit.min_step_s,
     )  # fmt: skip
-    server = first.get("server") or {}
+    server = first.server or {}
     facts: dict[str, Any] = {k: server[k] for k in CARRIED if isinstance(server.get(k), int)}
     facts["enable_prefix_caching"] = prefix_caching
     facts["num_speculative_tokens"] = spec.tokens
     if spec.acceptance is not None:
         facts["acceptance_rate"] = spec.acceptance
     fitted_on = {
-        "server": kind, "model": first.get("model"), "flags": target.get("flags") or [],
-        "url": target.get("url") if kind == "external" else None,
+        "server": kind, "model": first.model, "flags": list(target.flags if target else ()),
+        "url": target.url if target is not None and kind == "external" else None,
         "hardware": naming.hardware or _this_host(), "clock": clock,
         "date": started.isoformat(timespec="seconds"), "loadgen": __version__,
     }  # fmt: skip
@@ -351,8 +353,8 @@ def _profile(
                  "tokens": "server usage", "facts": dict(server.get("sources") or {}),
                  "speculation": spec.source,
                  "server_counters": WITNESS_SOURCE if witnesses else WITNESS_NONE},
-        fit=fit.summary().to_json() | {"server_witness": [w.to_json() for w in witnesses]},
-        measurements=tuple(r.to_json() for r in fit.rows),
+        fit=to_json(fit.summary()) | {"server_witness": [to_json(w) for w in witnesses]},
+        measurements=tuple(to_json(r) for r in fit.rows),
     )  # fmt: skip
 
 

@@ -5,8 +5,9 @@ requests bound it (a target never reached ends with the plan, and says so)."""
 
 from __future__ import annotations
 
-from loadgen.analysis.precision import PrecisionTarget, PrecisionTracker, UntilPrecise
+from loadgen.analysis.precision import PrecisionTarget, PrecisionTracker
 from loadgen.records import StreamRecord
+from loadgen.run_manifest import UntilPrecise
 
 
 class PreciseStop:

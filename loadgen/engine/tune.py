@@ -27,8 +27,8 @@ from loadgen.codec import to_json
 from loadgen.engine.backends import clock_of
 from loadgen.engine.capacity import search_capacity
 from loadgen.engine.options import RunOptions
-from loadgen.engine.run import base_manifest, open_work_root, run_arm, run_plan
-from loadgen.records import write_manifest
+from loadgen.engine.run import arm_info, base_manifest, open_work_root, run_arm, run_plan
+from loadgen.run_manifest import RunManifest, write_manifest
 from loadgen.scenario.load_axis import LoadAxis
 from loadgen.scenario.model import Scenario, SimConfig, Sweep, SweepArm
 from loadgen.scenario.plan import ArmPlan, Plan, plan
@@ -120,8 +120,7 @@ async def run_tune(
     assert sweep is not None, "tune's scenario carries its grid as a sweep"
     method = EXHAUSTIVE if len(sweep.arms) <= ask.max_points else DESCENT
     text = ask.profile.read_bytes()
-    manifest: dict[str, Any] = {
-        "tune": {
+    config: dict[str, Any] = {
             "scenario": ask.predicted.name, "objective": ask.objective,
             "slo": [to_json(i) for i in ask.slo], "axes": [[k, list(v)] for k, v in sweep.axes],
             "method": method, "grid_points": len(sweep.arms), "max_points": ask.max_points,
@@ -131,10 +130,10 @@ async def run_tune(
                 "requests": ask.capacity.axis.requests, "search": to_json(ask.capacity.search)},
             "profile": {"path": str(ask.profile), "name": load_profile_file(ask.profile).name,
                         "sha256": hashlib.sha256(text).hexdigest()},
-        },
-        "seed": seed, "started_wall": work.started.isoformat(), "interrupted": True,
     }  # fmt: skip
-    write_manifest(root, manifest)
+    # `config` grows as points run (their list, a stop, the verified arms' command lines);
+    # run.json is written again after each change.
+    manifest = _TuneManifest(root, config, seed, work.started)
     virtual = dataclasses.replace(opts, clock=ClockName.VIRTUAL, base_url=None, server=None,
                                   model=None, run_seed=seed)  # fmt: skip
     the_plan = plan(ask.predicted, run_seed=seed)
@@ -151,9 +150,20 @@ async def run_tune(
         await points.descend(indices, deadline)
     if ask.verify:
         await _verify(ask, points.ranked(), opts, root, warn, say, seed, manifest)
-    manifest["interrupted"] = False
-    write_manifest(root, manifest)
+    manifest.save(interrupted=False)
     return root
+
+
+class _TuneManifest:
+    """TUNE's run.json: the head and the tune block, written whole after each change."""
+
+    def __init__(self, root: Path, config: dict[str, Any], seed: int, started: dt.datetime):
+        self.root, self.config = root, config
+        self.head = RunManifest(seed=seed, started_wall=started.isoformat())
+        self.save()
+
+    def save(self, *, interrupted: bool = True) -> None:
+        write_manifest(self.root, self.head.add(tune=dict(self.config), interrupted=interrupted))
 
 
 class _Evaluator:
@@ -162,21 +172,22 @@ class _Evaluator:
 
     def __init__(self, ask: TuneAsk, the_plan: Plan, opts: RunOptions, path: Path,
                  warn: Callable[[str], None], say: Callable[[str], None],
-                 manifest: dict[str, Any], root: Path, started: dt.datetime) -> None:  # fmt: skip
+                 manifest: _TuneManifest, root: Path, started: dt.datetime) -> None:  # fmt: skip
         self.ask, self.plan, self.opts, self.path = ask, the_plan, opts, path
         self.warn, self.say, self.manifest, self.root = warn, say, manifest, root
         self.scores: dict[int, float | None] = {}
-        self.parent = base_manifest(the_plan, opts, started) | {"arms": []}
         per_arm, note = clock_of(opts).unbooted
-        self.parent |= {"boots_per_arm": per_arm, "boots_note": note}
+        self.parent = base_manifest(the_plan, opts, started).add(
+            arms=(), boots_per_arm=per_arm, boots_note=note
+        )
 
     async def run(self, i: int, deadline: float) -> bool:
         """Evaluates arm `i` unless the time is up (then False)."""
         if i in self.scores:
             return True
         if time.monotonic() > deadline:
-            self.manifest["tune"]["stopped_by"] = f"--max-time {self.ask.max_time_s:g} s"
-            write_manifest(self.root, self.manifest)
+            self.manifest.config["stopped_by"] = f"--max-time {self.ask.max_time_s:g} s"
+            self.manifest.save()
             return False
         arm = self.plan.arms[i]
         if self.ask.capacity is None:
@@ -184,8 +195,8 @@ class _Evaluator:
         else:
             value, cause, row = await self._capacity(arm, self.ask.capacity, deadline)
         self.scores[i] = value
-        self.manifest["tune"]["points"].append({"name": arm.name, "flags": arm.flags})
-        write_manifest(self.root, self.manifest)
+        self.manifest.config["points"].append({"name": arm.name, "flags": arm.flags})
+        self.manifest.save()
         shown = "-" if value is None else f"{value:.4g}"
         self.say(f"point {len(self.scores)}: {arm.name}: {self.ask.objective} {shown} "
                  f"({cause}; p90 TTFT {_ms(row.ttft_p90_ms)})")  # fmt: skip
@@ -194,8 +205,7 @@ class _Evaluator:
     async def _once(self, arm: ArmPlan) -> tuple[float | None, str, LoadRow]:
         """The point at the scenario's own load: one arm of the virtual sweep."""
         await run_arm(self.plan, arm, self.path / "arms" / arm.name, self.opts, self.warn)
-        self.parent["arms"].append({"name": arm.name, "flags": arm.flags,
-                                    "settings": arm.settings})  # fmt: skip
+        self.parent = self.parent.add(arms=(*(self.parent.arms or ()), arm_info(arm)))
         write_manifest(self.path, self.parent)
         summary = analyze_run(self.path / "arms" / arm.name).summary
         cause, _ = binding(summary, self.ask.slo, arm.name)
@@ -248,7 +258,7 @@ class _Evaluator:
 async def _verify(
     ask: TuneAsk, ranked: list[str], opts: RunOptions, root: Path,
     warn: Callable[[str], None], say: Callable[[str], None], seed: int,
-    manifest: dict[str, Any],
+    manifest: _TuneManifest,
 ) -> None:  # fmt: skip
     """The top `ask.verify` points as a sweep of the server, VERIFY_BOOTS boots per arm."""
     sweep = ask.real.sweep
@@ -260,8 +270,8 @@ async def _verify(
     spec = opts.server
     assert spec is not None, "--verify names a launched server"
     commands = {a.name: [*spec.args, *flag_args(profile_for(spec, a.flags), a.flags)] for a in arms}
-    manifest["tune"]["server_args"] = {"kind": spec.kind, "arms": commands}
-    write_manifest(root, manifest)
+    manifest.config["server_args"] = {"kind": spec.kind, "arms": commands}
+    manifest.save()
     say(f"verify: {', '.join(top)} on the server, {VERIFY_BOOTS} boots each")
     out = dataclasses.replace(opts, out_root=root, run_seed=seed)
     await run_plan(plan(real, run_seed=seed), out, warn, name=VERIFY)

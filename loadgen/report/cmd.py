@@ -13,7 +13,7 @@ import orjson
 from loadgen.analysis.calibration import is_calibration
 from loadgen.analysis.capacity import analyze_capacity, is_capacity
 from loadgen.analysis.compare import Comparison
-from loadgen.analysis.fidelity import FidelityRun, fidelity_table, is_fidelity
+from loadgen.analysis.fidelity import fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.soak import analyze_soak_dir, is_soak
@@ -24,7 +24,7 @@ from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_row
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import SweepSummary, read_sweep
 from loadgen.analysis.tune import VERIFY, VIRTUAL, analyze_tune, is_tune, read_tune
-from loadgen.codec import from_json
+from loadgen.codec import to_json
 from loadgen.redact import redact, redact_text
 from loadgen.report.calibration_report import CALIBRATION_PNG, calibration_report
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
@@ -150,7 +150,9 @@ def _write_text_report(root: Path, plain: str, figures: dict[str, bytes | None])
 def write_fidelity_report(root: Path) -> str:
     """A fidelity directory's two runs reported again (real/ and virtual/), then its
     fidelity.json, report.txt and fidelity.png from their summaries; returns the report."""
-    f = from_json(FidelityRun, read_manifest(root)["fidelity"])
+    f = read_manifest(root).fidelity
+    if f is None:
+        raise click.ClickException(f"{root}: run.json has no fidelity block")
     if f.real is None or f.virtual is None:
         sides = (("real", f.real), ("virtual", f.virtual))
         unfinished = " and ".join(side for side, run in sides if run is None)
@@ -161,7 +163,7 @@ def write_fidelity_report(root: Path) -> str:
         write_report(root / run)
     real, virtual = (_arm_summaries(root / run) for run in (f.real, f.virtual))
     table = fidelity_table(real, virtual, f.tolerance)
-    (root / "fidelity.json").write_bytes(dumps_canonical(redact(table.to_json())))
+    (root / "fidelity.json").write_bytes(dumps_canonical(redact(to_json(table))))
     head = [f"fidelity of sim profile {f.profile.name} ({f.profile.path}) on {f.scenario}",
             f"real: {f.real} | predicted: {f.virtual}"]  # fmt: skip
     measured = measured_side(read_run(next(iter(real.values()))))
@@ -270,7 +272,7 @@ def compare_table(result: Comparison, a: Path, b: Path) -> Table:
 
 def _arm_note(label: str, path: Path, run: RunSummary) -> str:
     """'A = path', with what the user said about that run's server, so arms differ on paper."""
-    said = [what_ran(run, read_manifest(path).get("sim_profile")), *user_server_lines(run)]
+    said = [what_ran(run, read_manifest(path).sim_profile), *user_server_lines(run)]
     return f"{label} = {path}" + "".join(f"; {line}" for line in said)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from loadgen.analysis.datasets import read_datasets
-from loadgen.analysis.energy import Energy, read_energy
+from loadgen.analysis.energy import Energy, EnergyNote, read_energy
 from loadgen.analysis.goodput import GroupGoodput, read_goodput
 from loadgen.analysis.needles import read_needles
 from loadgen.analysis.replicas import ReplicaRow, ReplicasBlock
@@ -205,7 +205,7 @@ def energy_table(summary: dict[str, Any]) -> Table | None:
     if e is None:
         return Table("GPU energy", ("source",), (("none",),), why) if why else None
     source = e.source or DASH
-    if not e.available:
+    if isinstance(e, EnergyNote):
         return Table("GPU energy", ("source",), ((source,),), (e.note, *why))
     row = (
         source, str(e.gpus), num(e.energy_j, 1), prompt_count(e), str(e.output_tokens),

@@ -16,7 +16,6 @@ from loadgen.analysis.evidence import (
     WaitEvidence,
 )
 from loadgen.analysis.phases import PhaseSummary
-from loadgen.analysis.precision import UntilPrecise
 from loadgen.analysis.summary_types import (
     Cohort,
     HistBlock,
@@ -65,6 +64,7 @@ from loadgen.report.tables import (
 )
 from loadgen.report.trace_lines import raised_lines, reuse_lines
 from loadgen.report.witness_lines import added_ttft_lines, server_log_lines, server_log_table
+from loadgen.run_manifest import ProfileRef, UntilPrecise
 
 MAX_LISTED_STREAMS = 20
 _NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seqs=N"
@@ -185,11 +185,11 @@ def _unmeasured(streams: StreamTally) -> str:
     return " + " + ", ".join(f"{n} {p}" for p, n in other.items()) + " (not measured)"
 
 
-def what_ran(run: RunSummary, sim_profile: Any) -> str:
+def what_ran(run: RunSummary, sim_profile: ProfileRef | None) -> str:
     """The clock and the server a run measured: "virtual clock, sim profile P" or "wall clock,
     vllm", so a real and a predicted run are never mistaken for each other."""
-    if isinstance(sim_profile, dict) and sim_profile.get("name"):
-        return f"{run.clock} clock, sim profile {sim_profile['name']} ({sim_profile.get('path')})"
+    if sim_profile is not None and sim_profile.name:
+        return f"{run.clock} clock, sim profile {sim_profile.name} ({sim_profile.path})"
     return f"{run.clock} clock, {run.target.kind or 'server unknown'}"
 
 
