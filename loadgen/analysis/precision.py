@@ -15,8 +15,6 @@ from __future__ import annotations
 from bisect import insort
 from dataclasses import dataclass
 
-from scipy.stats import binom
-
 from loadgen.analysis.registry import STREAM_METRICS
 from loadgen.records import StreamRecord
 from loadgen.run_manifest import Precision
@@ -77,6 +75,10 @@ def parse_precise(text: str) -> PrecisionTarget:
 def ci_ranks(n: int, share: float, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
     """The 1-based ranks (r, s) of the interval's ends among n sorted values (module doc);
     None where n is too small for either end to exist."""
+    # Imported here: commands/options.py reads this module for --until-precise's parser, and a
+    # command's --help must not load scipy (tests/test_startup.py).
+    from scipy.stats import binom
+
     if n < 1:
         return None
     half = (1 - confidence) / 2
