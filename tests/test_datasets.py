@@ -333,6 +333,8 @@ async def test_server_prompt_token_counter_equals_the_reports(tmp_path: Path, ca
     (block,) = read_datasets(run.summary)
     asked = sum(r.requested_prompt_tokens or 0 for r in records)
     assert (block.asked_tokens, block.server_tokens) == (asked, counted)
+    # On the sim loadgen counts with the server's own tokenizer: what it sent is what it counted.
+    assert block.sent_tokens == counted
     assert (block.rows_read, block.streams, block.cache) == (60, 12, cache)
     assert (block.salt_tokens > 0) == (cache == "salted") and block.salt_tokens >= 0
     report = render_plain(run.summary)
