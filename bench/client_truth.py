@@ -68,6 +68,7 @@ from loadgen.analysis.selferror import (
     client_error_evidence,
     crowding,
     send_late_by_holder,
+    send_late_holder,
     tolerance_s,
 )
 from loadgen.records import StreamRecord, read_streams
@@ -163,7 +164,10 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
         if r.t_written_ns is not None:  # firehose's read - loadgen's write: kernel and server
             wires.append((arrival - zero - r.t_written_ns) / MS)
         reads.append((r.t_first_ns + zero - first) / MS)  # firehose's send -> loadgen's stamp
-        tol, flagged = tolerance_s(r), crowded or own_flag
+        # A send side late beyond tolerance is flagged too (the report's SEND SIDE LATE line, or
+        # CLIENT LIMITED where loadgen's write held it).
+        tol = tolerance_s(r)
+        flagged = crowded or own_flag or send_late_holder(r) is not None
         if err_s > tol:
             beyond += 1
             silent += not flagged

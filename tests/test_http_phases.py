@@ -12,7 +12,7 @@ from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
 from run_fixtures import manifest, stream, write_run
 from sim_support import sim_config, stream_request
 
-from loadgen.analysis.phases import PHASES, http_phases, phase_summary
+from loadgen.analysis.phases import PHASES, http_phases
 from loadgen.analysis.selferror import (
     ClientLimits,
     send_late_by_holder,
@@ -24,7 +24,7 @@ from loadgen.client.openai import OpenAIClient
 from loadgen.records import StreamRecord, read_streams
 from loadgen.report.banners import client_banner
 from loadgen.report.cmd import render_report
-from loadgen.report.text import phases_line
+from loadgen.report.text import send_late_line
 from loadgen.request import StreamRequest
 from loadgen.sim.server import start_sim_server
 
@@ -162,9 +162,11 @@ async def test_a_request_read_late_by_the_server_is_the_servers_time_not_loadgen
     judged = ClientLimits(4, send_late=send_late_by_holder(late))
     assert judged.send_late == {"server": 4} and not judged.limits_run
     assert client_banner(judged) is None
-    summary = phase_summary(late)
-    assert summary is not None
-    assert phases_line(summary, judged.send_late).endswith("late beyond tolerance: server 4")
+    line = send_late_line(judged)
+    assert line is not None and line.startswith("!! SEND SIDE LATE: 4 of 4 requests")
+    assert "(held by: server 4)" in line
+    assert send_late_line(ClientLimits(4, send_late={"client": 4})) is None
+    assert send_late_line(ClientLimits(4)) is None
 
 
 def test_request_strict_says_who_held_a_late_send_side_and_passes_when_it_was_the_server(
@@ -180,6 +182,6 @@ def test_request_strict_says_who_held_a_late_send_side_and_passes_when_it_was_th
     assert res.exit_code == 0, res.output
     assert not any(line.startswith("!! CLIENT LIMITED") for line in res.output.splitlines())
     report = " ".join(render_report(tmp_path / "run").split())  # the terminal's width wraps it
-    assert "late beyond tolerance: server 3" in report
+    assert "!! SEND SIDE LATE: 3 of 3 requests" in report and "held by: server 3" in report
     recs = read_streams(tmp_path / "run")
     assert len(recs) == 3 and all(http_phases(r) is not None for r in recs)
