@@ -111,8 +111,8 @@ class HttpBackend:
         return self.clock.now_ns()
 
     async def send_now(self, req: StreamRequest) -> StreamRecord:
-        sender = _Traced(self.sender) if self.traced else self.sender
-        return await sender.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
+        req = dataclasses.replace(req, t_intended_ns=self.now_ns())
+        return await self.sender.stream(with_traceparent(req) if self.traced else req)
 
     async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
         await _run_rep(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,14 +54,15 @@ def fresh_dir(out_root: Path, name: str) -> Path:
     second holds it: records append, so two runs sharing a directory would mix their streams
     (two `bench serve --seed 2` runs of 4 streams each read back as one of 8)."""
     out_root.mkdir(parents=True, exist_ok=True)
-    for n in itertools.count(1):
+    n = 1
+    while True:
         root = out_root / (name if n == 1 else f"{name}-{n}")
         try:
             root.mkdir()
         except FileExistsError:
-            continue
-        return root
-    raise AssertionError("unreachable: itertools.count never ends")
+            n += 1
+        else:
+            return root
 
 
 @dataclass(frozen=True, slots=True)
