@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from run_fixtures import manifest, sample, stream, ticks
 
-from loadgen.analysis.aggregate import joint_decode, server_window
+from loadgen.analysis.aggregate import joint_decode, reps_wall_s, server_window
 from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.summary import analyze
 from loadgen.analysis.timeline import Timeline
@@ -26,6 +26,18 @@ def cohort(last1: float = 3.0):
 # Polls every 0.25 s, off the window edges; the counter grows 30 tok/s.
 GEN_POLLS = [sample(0.3 + k / 4, gen=30 * (0.3 + k / 4)) for k in range(21)]
 COARSE_POLLS = [sample(0.0, gen=0), sample(1.5, gen=10), sample(2.5, gen=40), sample(3.5, gen=70)]
+
+
+def test_the_reps_wall_leaves_out_the_gap_between_reps():
+    # Rep 0 spans 0.0 .. 2.0 s, rep 1 spans 2.5 .. 3.5 s (two streams, one late): the 0.5 s
+    # between them is loadgen's own (scrapes at the rep's edges), so 3.0 s, not the run's 3.5.
+    recs = [
+        stream("a", chunks=ticks(0.5, 16, 0.1), done=2.0),
+        stream("b", rep=1, sent=2.5, chunks=ticks(2.7, 4, 0.1), done=3.0),
+        stream("c", rep=1, sent=2.6, chunks=ticks(2.8, 7, 0.1), done=3.5),
+    ]
+    assert reps_wall_s(recs) == pytest.approx(3.0)
+    assert reps_wall_s([]) is None
 
 
 def test_joint_decode_window_server_counter_and_client_cross_check():

@@ -22,7 +22,7 @@ ROOT = Path(__file__).parents[1]
 SCENARIOS = ("whale_c4", "ladder", "politeness")
 # The seats and pool every one of the three scenarios fits (ladder reaches 8 streams).
 SIM_SETS = ("sim.max_num_seqs=8", "sim.num_gpu_blocks=8527", "sim.max_model_len=131072")
-JUDGED = ("ttft_median_s", "decode_median_tok_s", "wall_s")
+JUDGED = ("ttft_median_s", "decode_median_tok_s", "reps_wall_s")
 WITHIN = 0.05
 
 

@@ -89,16 +89,16 @@ def test_the_fidelity_table_is_exact() -> None:
     real = {"-": {"groups": {"g": {"ttft_s": {"median": 2.0, "p90": 4.0},
                                    "decode_tok_s": {"median": 100.0},
                                    "verdicts": {"admitted": 2}}},
-                  "run": {"wall_s": 10.0}}}  # fmt: skip
+                  "run": {"reps_wall_s": 10.0}}}  # fmt: skip
     virtual = {"-": {"groups": {"g": {"ttft_s": {"median": 2.2, "p90": 4.0},
                                       "decode_tok_s": {"median": 50.0},
                                       "verdicts": {"admitted": 2}}},
-                     "run": {"wall_s": 9.0}}}  # fmt: skip
+                     "run": {"reps_wall_s": 9.0}}}  # fmt: skip
     t = fidelity_table(real, virtual, 0.15)
     errors = {r.metric: (r.error, r.within) for r in t.rows}
     assert errors == {
         "ttft_median_s": (0.1, True), "ttft_p90_s": (0.0, True),
-        "decode_median_tok_s": (-0.5, False), "wall_s": (-0.1, True),
+        "decode_median_tok_s": (-0.5, False), "reps_wall_s": (-0.1, True),
     }  # fmt: skip
     assert (t.figures, t.within, t.verdicts_agree) == (4, 3, 1)
     assert t.unmatched == ()
@@ -113,7 +113,7 @@ def test_the_fidelity_table_is_exact() -> None:
 
 def test_each_boot_of_an_arm_meets_the_arms_one_prediction() -> None:
     def summary(wall: float) -> dict:
-        return {"groups": {}, "run": {"wall_s": wall}}
+        return {"groups": {}, "run": {"reps_wall_s": wall}}
 
     real = {"n=1.boot1": summary(10.0), "n=1.boot2": summary(12.0), "n=9.boot1": summary(1.0)}
     t = fidelity_table(real, {"n=1": summary(11.0)}, 0.05)

@@ -68,6 +68,14 @@ def span_ns(records: list[StreamRecord]) -> tuple[int, int] | None:
     return min(r.t_intended_ns for r in records), max(ends)
 
 
+def reps_wall_s(records: list[StreamRecord]) -> float | None:
+    """The reps' spans summed (s): the run's wall less loadgen's own time between reps (the
+    /metrics scrapes and primes at a rep's edges), which no model of the server predicts."""
+    spans = [span_ns([r for r in records if r.rep == rep]) for rep in {r.rep for r in records}]
+    walls = [(s[1] - s[0]) / NS for s in spans if s is not None]
+    return sum(walls) if walls else None
+
+
 def joint_decode(
     cohort: list[StreamRecord], everyone: list[StreamRecord], timeline: Timeline
 ) -> dict[str, Any] | None:
