@@ -11,6 +11,10 @@ residuals, so a what-if on the virtual clock carries its own error bar.
     sources: {...}          # where each figure came from (server counters or client timing)
     fit: {...}              # method, error summary
     measurements: [...]     # one row per probe: measured, predicted, error
+    fitted_boots: [...]     # each boot the probes ran on: {flags, max_num_batched_tokens,
+                            # max_num_seqs, mode (eager | graph | null), costs it measured}
+    unseparated: [...]      # costs the probes could not tell apart (by URL, one boot:
+                            # fixed_s and per_token_s); a flag that moves one is not predicted
 
 `facts` are sim settings under loadgen/simoptions.py's names; `costs` are StepProfile's fields
 (sim/profiles.py) plus the engine's request_overhead_s. Anywhere a sim profile is named (`loadgen
@@ -55,6 +59,8 @@ class FittedProfile:
     sources: Mapping[str, Any] = field(default_factory=dict)
     fit: Mapping[str, Any] = field(default_factory=dict)
     measurements: tuple[Mapping[str, Any], ...] = ()
+    fitted_boots: tuple[Mapping[str, Any], ...] = ()
+    unseparated: tuple[str, ...] = ()
 
     def costs(self) -> dict[str, float | None]:
         step = {name: getattr(self.step, name) for name in STEP_COSTS}
@@ -85,6 +91,8 @@ def profile_document(p: FittedProfile) -> dict[str, Any]:
         "sources": dict(p.sources),
         "fit": dict(p.fit),
         "measurements": [dict(m) for m in p.measurements],
+        "fitted_boots": [dict(b) for b in p.fitted_boots],
+        "unseparated": list(p.unseparated),
     }
 
 
@@ -135,7 +143,18 @@ def load_profile_file(path: Path) -> FittedProfile:
         sources=_mapping(path, doc, "sources"),
         fit=_mapping(path, doc, "fit"),
         measurements=tuple(doc.get("measurements") or ()),
+        fitted_boots=tuple(doc.get("fitted_boots") or ()),
+        unseparated=_unseparated(path, doc.get("unseparated") or []),
     )
+
+
+def _unseparated(path: Path, raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list) or any(c not in COSTS for c in raw):
+        raise ProfileFileError(
+            f"{path}: unseparated: expected a list of cost names ({', '.join(COSTS)}); "
+            "refit the calibration with `loadgen calibrate --refit DIR`"
+        )
+    return tuple(raw)
 
 
 def _mapping(path: Path, doc: Mapping[str, Any], key: str) -> dict[str, Any]:
