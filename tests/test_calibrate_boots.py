@@ -10,10 +10,12 @@ from pathlib import Path
 import orjson
 import pytest
 from cli_support import loadgen
+from server_process import sim_process
 
 from loadgen.analysis.calibration import Measurement, ServerShape, decode_row, prefill_row
 from loadgen.analysis.calibration import prefill_steps as steps_of
 from loadgen.analysis.calibration_fit import unseparated
+from loadgen.engine.calibrate import step_mode
 from loadgen.sim.profile_file import load_profile_file
 
 HIDDEN = """loadgen_sim_profile: 1
@@ -108,6 +110,22 @@ def test_one_boot_names_the_costs_it_could_not_separate(tmp_path: Path) -> None:
     assert not {"fixed_s", "per_token_s"} & set(two.unseparated), two.unseparated
 
 
+def test_by_url_the_profile_names_what_one_boot_left_confounded(
+    hidden: Path, two_boots: Path, tmp_path: Path
+) -> None:
+    sim_args = ("--profile", str(hidden), "--max-num-batched-tokens", "1024",
+                "--max-num-seqs", "8", "--max-model-len", "8192")  # fmt: skip
+    with sim_process(tmp_path / "sim.log", *sim_args) as (_, url):
+        proc = loadgen("calibrate", "--base-url", url, "--out", tmp_path / "runs",
+                       "--profile-out", tmp_path / "url.yaml", *BOUNDS, timeout_s=170)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    by_url = load_profile_file(tmp_path / "url.yaml")
+    assert len(by_url.fitted_boots) == 1
+    assert {"fixed_s", "per_token_s"} <= set(by_url.unseparated), by_url.unseparated
+    # The same server launched, two boots: those two come apart.
+    assert not {"fixed_s", "per_token_s"} & set(load_profile_file(two_boots).unseparated)
+
+
 def test_budgets_refuse_a_server_loadgen_did_not_launch(tmp_path: Path) -> None:
     proc = loadgen("calibrate", "--out", tmp_path, "--base-url", "http://127.0.0.1:9",
                    "--budgets", "512", timeout_s=60)  # fmt: skip
@@ -138,3 +156,9 @@ def test_unseparated_reads_what_the_rows_vary() -> None:
     assert unseparated(two, None) == ("cached_token_s",)
     # Every decode step at a floor of 10 ms: none of them prices batch or depth.
     assert unseparated(two, 0.010) == ("decode_token_s", "decode_ctx_s", "cached_token_s")
+
+
+def test_a_boots_step_mode_is_what_its_flags_asked() -> None:
+    assert step_mode("vllm", ["--enforce-eager", "--max-num-seqs", "8"]) == "eager"
+    assert step_mode("vllm", ["--max-num-seqs", "8"]) == "graph"
+    assert step_mode("sim", ["--enforce-eager"]) is None

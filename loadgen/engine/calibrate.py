@@ -7,6 +7,13 @@ streams, it reports usage) and which limits it states (budget, seats, block size
 boot log, flags, /metrics or --server-facts); the rest of the plan is sized from those. The
 plan is bounded before anything is sent (requests) and while it runs (wall time); run.json
 lists each probe as it ends, so a stopped calibration keeps what it measured.
+
+A server loadgen boots (--server KIND, or the virtual clock's engine) is booted again at each
+of --budgets (default: a quarter of the first boot's budget) for the cold prefills alone: at
+one budget a prefill's steps grow with its tokens, so a prefill step's cost and a prefill
+token's are one slope; at two they come apart. Each probe is fitted with its own boot's shape.
+The profile lists the boots (fitted_boots: flags, limits, eager or graph steps, the costs each
+measured) and the costs the probes could not separate (unseparated; by URL, one boot).
 """
 
 from __future__ import annotations
@@ -213,12 +220,12 @@ def _boot_record(first: dict[str, Any], first_dir: str) -> dict[str, Any]:
         "flags": flags,
         "max_num_batched_tokens": server.get("max_num_batched_tokens"),
         "max_num_seqs": server.get("max_num_seqs"),
-        "mode": _step_mode(str(target.get("kind") or ""), flags),
+        "mode": step_mode(str(target.get("kind") or ""), flags),
         "first": first_dir,
     }
 
 
-def _step_mode(kind: str, flags: list[str]) -> str | None:
+def step_mode(kind: str, flags: list[str]) -> str | None:
     """vLLM steps eagerly with --enforce-eager, else replays CUDA graphs (a decode floor of
     kernel launches only the eager mode has); None where the server has no such mode."""
     if kind != "vllm":
