@@ -117,7 +117,9 @@ def test_by_url_the_profile_names_what_one_boot_left_confounded(
                 "--max-num-seqs", "8", "--max-model-len", "8192")  # fmt: skip
     with sim_process(tmp_path / "sim.log", *sim_args) as (_, url):
         proc = loadgen("calibrate", "--base-url", url, "--out", tmp_path / "runs",
-                       "--profile-out", tmp_path / "url.yaml", *BOUNDS, timeout_s=170)  # fmt: skip
+                       "--profile-out", tmp_path / "url.yaml", *BOUNDS, "--server-facts",
+                       "max_num_batched_tokens=1024,max_num_seqs=8,max_model_len=8192",
+                       timeout_s=170)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     by_url = load_profile_file(tmp_path / "url.yaml")
     assert len(by_url.fitted_boots) == 1
