@@ -46,6 +46,12 @@ setup-real: $(STAMP)
 test-real: setup-real
 	$(BIN)/pytest -m real tests/real -v
 
+# `loadgen tune` against a wall-clock sim with a hidden cost card: calibrate, tune a 3 x 3 grid,
+# verify all 9 points with 2 boots each (~2 minutes on two cores; run alone).
+.PHONY: test-truth
+test-truth: $(STAMP)
+	$(BIN)/pytest -q -m truth -p no:cacheprovider tests/test_tune_truth.py
+
 # Workers as Ray actors (`--ray ADDRESS`): the optional ray extra goes into the venv, then the
 # tests that start a local Ray cluster (one head, 2 CPUs, loopback) and stop it again.
 .PHONY: test-ray

@@ -18,6 +18,16 @@ still runs, against tests/pacedserver.py: every stream must come back ok.
 (At 4096 streams on 2 cores firehose itself no longer keeps the pace: the chunks it sent were
 0.00 ms apart at p50, so the truth is a burst; `--streams 4096` still shows it.)
 
+Every row is followed by loadgen's own split of its TTFTs (analysis/phases.py): the median of
+each HTTP phase (connect, write, head, first byte, first chunk), the kernel's word (RTT, the
+most request bytes not yet sent or acknowledged at the first byte), who held each stream's
+send side (loadgen's process, the TCP connect, the kernel's round trip or the server) and the
+streams whose send side was late beyond tolerance, as the run's CLIENT LIMITED check counts
+them. Against firehose the send side's truth stands beside it: loadgen's send stamp -> its
+write (loadgen's own) and its write -> firehose's read (the kernel and the server's read).
+`--read-delay-ms` runs tests/pacedserver.py instead, waiting that long before reading each
+request: the send side then goes to the server, and every stream is counted late.
+
 With --ingest it first prints bench/client_ingest.py's table, so one run shows events/s at
 C = 1 / 64 / 256 (loadgen, its aiohttp reader, the bare loop, ratios) and the TTFT errors:
 `client_truth.py --ingest --streams 256 1024` is issue #14's must-show.
@@ -51,12 +61,13 @@ sys.path.insert(0, str(REPO))
 from itertools import pairwise
 from math import nan
 
-import orjson
-
+from loadgen.analysis.inputs import read_manifest
+from loadgen.analysis.phases import phase_summary
 from loadgen.analysis.selferror import (
     CLIENT_LIMITED_EXIT,
     client_error_evidence,
     crowding,
+    send_late_by_holder,
     tolerance_s,
 )
 from loadgen.records import StreamRecord, read_streams
@@ -133,8 +144,9 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
     # A run-wide flag (client processes crowding the server's cores) covers every stream.
     crowded = crowding("127.0.0.1", workers, os.cpu_count() or 1) is not None
     # Both clocks are CLOCK_MONOTONIC: the run's zero puts loadgen's stamps on firehose's.
-    zero = orjson.loads((out / "run.json").read_bytes())["run_start_perf_ns"]
-    errors, sends, reads, rtts, ttfts, true_ttfts = [], [], [], [], [], []
+    zero = read_manifest(out).run_start_perf_ns
+    assert zero is not None, f"{out}/run.json has no run_start_perf_ns"
+    errors, sends, reads, rtts, ttfts, true_ttfts, wires = [], [], [], [], [], [], []
     beyond = silent = own_beyond = own_silent = limited = 0
     for r in recs:  # every one ok (run_request)
         own_flag = client_error_evidence(r) is not None
@@ -148,6 +160,8 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
         ttfts.append((r.t_first_ns - r.t_sent_ns) / MS)
         true_ttfts.append((first - arrival) / MS)
         sends.append((arrival - zero - r.t_sent_ns) / MS)  # loadgen's send -> firehose's read
+        if r.t_written_ns is not None:  # firehose's read - loadgen's write: kernel and server
+            wires.append((arrival - zero - r.t_written_ns) / MS)
         reads.append((r.t_first_ns + zero - first) / MS)  # firehose's send -> loadgen's stamp
         tol, flagged = tolerance_s(r), crowded or own_flag
         if err_s > tol:
@@ -177,7 +191,37 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
         "own_beyond": own_beyond, "own_silent": own_silent,
         "banner": any(line.startswith("!! CLIENT LIMITED") for line in res.stdout.splitlines()),
         "exit": res.returncode,
+        "wire50": statistics.median(wires) if wires else nan,
+        "side": send_side(recs),
     }  # fmt: skip
+
+
+def send_side(recs: list[StreamRecord]) -> dict:
+    """loadgen's own split of the streams' TTFTs (analysis/phases.py's phase_summary), the
+    kernel's RTT and the most request bytes it still held at the first byte, and the send
+    sides late beyond tolerance by holder."""
+    told = [r.tcp_first_byte for r in recs if r.tcp_first_byte is not None]
+    return {
+        "phases": phase_summary(recs),
+        "rtt50_us": statistics.median(t[0] for t in told) if told else nan,
+        "held_max": max((t[1] + t[2] for t in told), default=0),
+        "late": send_late_by_holder(recs),
+    }
+
+
+def send_side_line(label: str, side: dict, n: int) -> str:
+    """One row's send side, for the lines under its table."""
+    phases = side["phases"]
+    if phases is None:
+        return f"{label}: no stream carried phase stamps (aiohttp's reader)"
+    med = " ".join(f"{name} {ms:.3f}" for name, ms in phases.p50_ms.items())
+    held = ", ".join(f"{who} {k}" for who, k in phases.held_by.items())
+    late = ", ".join(f"{who} {k}" for who, k in sorted(side["late"].items())) or "none"
+    return (
+        f"{label}: phases p50 ms: {med}; kernel RTT p50 {side['rtt50_us']:.0f} us, request"
+        f" bytes unsent or unacked at the first byte max {side['held_max']}; send side held by:"
+        f" {held} ({phases.stamped} of {n} stamped); late beyond tolerance: {late}"
+    )
 
 
 def truth_rows(
@@ -204,16 +248,20 @@ def truth_ratios(rows: list[dict]) -> list[Ratio]:
     return out
 
 
-def loadgen_side(n: int, tokens: int, workers: int, reader: str) -> list[Ratio]:
+def loadgen_side(
+    n: int, tokens: int, workers: int, reader: str, read_delay_ms: float
+) -> list[Ratio]:
     """Without firehose: loadgen's side alone against tests/pacedserver.py (same pace), every
-    stream ok, and the truth rows said unavailable."""
+    stream ok, its send side split by phase, and the truth rows said unavailable."""
     server = [sys.executable, str(REPO / "tests/pacedserver.py"), "--ttft-ms", "50",
-              "--itl-ms", "20"]  # fmt: skip
+              "--itl-ms", "20", "--read-delay-ms", str(read_delay_ms)]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        recs, _ = run_request(server, n, tokens, workers, reader, Path(tmp) / "run")
+        recs, res = run_request(server, n, tokens, workers, reader, Path(tmp) / "run")
     if len(recs) != n:
         raise SystemExit(f"against tests/pacedserver.py: {len(recs)} of {n} streams ok")
-    print(f"loadgen request: {n} of {n} streams ok against tests/pacedserver.py")
+    print(f"loadgen request: {n} of {n} streams ok against tests/pacedserver.py"
+          f" (read delay {read_delay_ms:g} ms), exit {res.returncode}")  # fmt: skip
+    print(send_side_line(f"N={n} W={workers} {reader}", send_side(recs), n))
     return [unavailable("loadgen TTFT p50 / firehose's own", "firehose unavailable")]
 
 
@@ -245,6 +293,12 @@ def truth_table(rows: list[dict], tokens: int) -> str:
         " streams whose own stamp (read) error alone > tolerance;"
         f" exit {CLIENT_LIMITED_EXIT} = --strict saw client_limited)"
     )
+    for r in rows:
+        label = f"N={r['n']} W={r['workers']} {r['reader']}"
+        lines.append(send_side_line(label, r["side"], r["ok"]))
+        lines.append(f"{label}: truth send p50 {r['send50']:.3f} ms = loadgen's write"
+                     f" {r['send50'] - r['wire50']:.3f} + its write -> firehose's read"
+                     f" {r['wire50']:.3f} (kernel and server)")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -264,6 +318,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=sorted({1, os.cpu_count() or 1}))
     ap.add_argument("--out", type=Path, help="also write the table to this file")
     ap.add_argument(
+        "--read-delay-ms",
+        type=float,
+        default=0.0,
+        help="run against tests/pacedserver.py waiting this long before each read",
+    )
+    ap.add_argument(
         "--readers",
         nargs="+",
         default=["raw"],
@@ -279,10 +339,11 @@ def main() -> None:
     if args.ingest:
         print_ingest(ingest(2000, PLAN))
         print()
-    binary = firehose_binary()
+    # firehose reads at once: a read delay is pacedserver's alone.
+    binary = None if args.read_delay_ms else firehose_binary()
     if binary is None:
-        report(loadgen_side(args.streams[0], args.tokens, args.workers[0], args.readers[0]),
-               args.ratios)  # fmt: skip
+        report(loadgen_side(args.streams[0], args.tokens, args.workers[0], args.readers[0],
+                            args.read_delay_ms), args.ratios)  # fmt: skip
         return
     rows = truth_rows(binary, args.streams, args.tokens, args.workers, args.readers)
     table = truth_table(rows, args.tokens)

@@ -25,6 +25,7 @@ COMMANDS = {
     "probe-cache": ("probe_cache", "probe_cache_cmd"),
     "soak": ("soak", "soak_cmd"),
     "servers": ("servers", "servers_cmd"),
+    "tune": ("tune", "tune_cmd"),
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,6 +50,24 @@ class StreamRequest:
     tool_result: bool = False
     # Pass-through body fields (temperature, seed, ...); they override nothing above.
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # The W3C `traceparent` header to send (--trace-context), None: none sent.
+    traceparent: str | None = None
+
+
+# W3C Trace Context, version 00: version-traceid-parentid-flags, lower-case hex, neither id
+# all zeros (https://www.w3.org/TR/trace-context/#traceparent-header).
+TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def new_traceparent() -> str:
+    """A fresh traceparent: a random 16-byte trace id and 8-byte span id, sampled. Random, not
+    derived from the run seed: a --seed or --replay run repeats its salts, and trace ids it
+    repeated would merge two runs' requests into one trace in the server's tracing backend;
+    the record keeps the header, so a run's joins are still reproducible from its files."""
+    while True:
+        trace, span = os.urandom(16).hex(), os.urandom(8).hex()
+        if int(trace, 16) and int(span, 16):
+            return f"00-{trace}-{span}-01"
 
 
 def record_fields(req: StreamRequest) -> dict[str, Any]:
@@ -59,6 +79,7 @@ def record_fields(req: StreamRequest) -> dict[str, Any]:
         "t_intended_ns": req.t_intended_ns, "max_tokens": req.max_tokens, "cold": req.cold,
         "needle_expected": req.needle, "tool_result": req.tool_result,
         "prompt_tokens_sent": req.prompt_tokens_sent, "ignore_eos": req.ignore_eos,
+        "traceparent": req.traceparent,
     }  # fmt: skip
 
 

@@ -57,6 +57,9 @@ class PacedConfig:
     # After each first token the server's thread holds the GIL this long (ThreadedPacedServer:
     # a client sharing the process is frozen, as one short of a core is).
     hold_gil_s: float = 0.0
+    # How long a completion's handler waits before it reads the request (a server whose
+    # request reads are late: its accept queue, a busy loop, a core it waits for).
+    read_delay_s: float = 0.0
 
 
 @dataclass
@@ -144,6 +147,8 @@ class PacedServer:
         return web.json_response({"count": n, "max_model_len": 8192, "tokens": list(range(n))})
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
+        if self.config.read_delay_s:
+            await asyncio.sleep(self.config.read_delay_s)
         arrival = perf_counter_ns()
         body = await request.json(loads=orjson.loads)
         cfg = self.config
@@ -326,6 +331,7 @@ def main() -> None:
     ap.add_argument("--itl-ms", type=float, default=20)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--model", default="paced")
+    ap.add_argument("--read-delay-ms", type=float, default=0, help="wait before each read")
     args = ap.parse_args()
     cfg = PacedConfig(
         ttft_s=args.ttft_ms / 1e3,
@@ -333,6 +339,7 @@ def main() -> None:
         tokens_per_chunk=args.tokens_per_chunk,
         model=args.model,
         events_per_write=1 if args.itl_ms else 256,
+        read_delay_s=args.read_delay_ms / 1e3,
     )
 
     async def serve() -> None:

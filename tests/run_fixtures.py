@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
+from loadgen.codec import from_json
 from loadgen.records import MetricsSample, RunDirectory, StreamError, StreamRecord
+from loadgen.run_manifest import RunManifest, write_manifest
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -124,7 +126,9 @@ def sample(t: float, **values: float) -> MetricsSample:
     return MetricsSample(t_ns=ns(t), values={METRIC_NAMES[k]: float(v) for k, v in values.items()})
 
 
-def manifest(**overrides: Any) -> dict[str, Any]:
+def manifest(**overrides: Any) -> RunManifest:
+    """A run's manifest as analysis reads it; `overrides` in run.json's JSON form (read through
+    the codec strictly: a field the type does not take fails the test)."""
     base: dict[str, Any] = {
         "tool_version": "0.1.0",
         "scenario": {"name": "test", "groups": {}},
@@ -148,7 +152,7 @@ def manifest(**overrides: Any) -> dict[str, Any]:
         "arms": [],
     }
     base.update(overrides)
-    return base
+    return from_json(RunManifest, base)
 
 
 def sweep_arm(**overrides: Any) -> dict[str, Any]:
@@ -172,11 +176,11 @@ def write_run(
     path: Path,
     streams: list[StreamRecord],
     metrics: list[MetricsSample] | None = None,
-    run: dict[str, Any] | None = None,
+    run: RunManifest | None = None,
 ) -> Path:
     """A run directory as the engine writes it: run.json, streams.jsonl, metrics.jsonl."""
     rd = RunDirectory(path)
-    rd.write_manifest(manifest() if run is None else run)
+    write_manifest(path, manifest() if run is None else run)
     for s in streams:
         rd.append_stream(s)
     for m in metrics or []:

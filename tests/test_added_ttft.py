@@ -119,6 +119,18 @@ def test_count_mismatch_is_said_and_a_match_is_not() -> None:
     assert line.startswith("!! ") and "counted 3 requests, loadgen timed 2" in line
 
 
+def test_a_ttft_the_server_observes_late_still_falls_inside_the_window() -> None:
+    # Two streams: first tokens at 1.01 and 1.02 s, ends at 1.05 s. The server observed the
+    # second TTFT only after a poll at 1.025 s (a busy API server records it after sending the
+    # token): the window runs to the first poll after the streams' last end, not first token.
+    recs = [stream(f"s{i}", chunks=[1.01 + i / 100, 1.04], sent=1.0, done=1.05) for i in range(2)]
+    polls = [_hist(0.9, 0.0, 0), _hist(1.025, 0.01, 1), _hist(1.06, 0.03, 2)]
+    block = added_ttft(recs, recs, Timeline(polls), 1.0)
+    assert block is not None and block.run is not None
+    assert block.run.matched and block.run.server_requests == 2
+    assert block.run.added_ms == pytest.approx(0.0, abs=1e-9)
+
+
 def test_a_server_without_a_histogram_is_said() -> None:
     recs = [stream("s0", chunks=[1.5, 1.6], sent=1.0)]
     block = added_ttft(recs, recs, Timeline([sample(0.9, running=0)]), 1.0)

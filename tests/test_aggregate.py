@@ -10,6 +10,7 @@ from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.summary import analyze
 from loadgen.analysis.timeline import Timeline
 from loadgen.report.text import render_plain
+from loadgen.run_manifest import RunManifest
 
 S = 1_000_000_000
 
@@ -199,7 +200,7 @@ def test_server_window_facts():
 
 
 def test_no_server_metrics_everything_still_works():
-    summary = analyze(RunInputs({}, cohort(), [])).summary
+    summary = analyze(RunInputs(RunManifest(), cohort(), [])).summary
     assert summary["run"]["server"] == {"available": False, "note": "no server metrics"}
     assert "no server metrics" in render_plain(summary)
     assert summary["reps"][0]["joint_decode"]["token_source"] == "usage_continuous"

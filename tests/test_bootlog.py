@@ -7,6 +7,7 @@ from pathlib import Path
 
 from install_support import fake_python
 
+from loadgen.codec import to_json
 from loadgen.engine.target import Target
 from loadgen.server.bootlog import parse_boot_log, parse_boot_notes, parse_cache_config_info
 from loadgen.server.installs import PythonInstall
@@ -168,7 +169,7 @@ def test_merge_facts_first_source_wins_and_is_named():
             "max_num_seqs": "flags",
         },
     )
-    assert facts.to_json()["max_num_batched_tokens"] is None
+    assert to_json(facts)["max_num_batched_tokens"] is None
 
 
 def test_merge_flags_user_replaces_a_default_under_any_spelling():
@@ -388,7 +389,7 @@ def test_a_default_vllm_boot_at_debug_states_its_seats(tmp_path):
 
 def test_the_run_names_a_launched_servers_unknown_limits_until_one_is_learnt():
     target = Target(url="u", kind="vllm", model="m", unknown={"max_num_seqs": "why"})
-    assert target.manifest()["server"]["unknown"] == {"max_num_seqs": "why"}
+    assert target.part().server["unknown"] == {"max_num_seqs": "why"}
     target.learn({"max_num_seqs": 8}, "user")
-    assert "unknown" not in target.manifest()["server"]
-    assert "unknown" not in Target(url="u", kind="external", model="m").manifest()["server"]
+    assert "unknown" not in target.part().server
+    assert "unknown" not in Target(url="u", kind="external", model="m").part().server

@@ -5,6 +5,7 @@ separate, and --budgets refuses a server loadgen cannot restart."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import orjson
@@ -16,7 +17,7 @@ from loadgen.analysis.calibration import Measurement, ServerShape, decode_row, p
 from loadgen.analysis.calibration import prefill_steps as steps_of
 from loadgen.analysis.calibration_fit import unseparated
 from loadgen.engine.calibrate import step_mode
-from loadgen.sim.profile_file import load_profile_file
+from loadgen.sim.profile_file import FittedProfile, load_profile_file, unpredictable
 
 HIDDEN = """loadgen_sim_profile: 1
 name: hidden
@@ -108,6 +109,15 @@ def test_one_boot_names_the_costs_it_could_not_separate(tmp_path: Path) -> None:
     two = load_profile_file(_calibrate(tmp_path / "two", "--clock", "virtual"))
     assert [b["max_num_batched_tokens"] for b in two.fitted_boots] == [1024, 256]
     assert not {"fixed_s", "per_token_s"} & set(two.unseparated), two.unseparated
+
+    # tune reads these records: as if fitted on a server other than loadgen's own sim (whose
+    # costs hold at every budget), one boot cannot rank the budget and two can.
+    def on_vllm(p: FittedProfile) -> FittedProfile:
+        return dataclasses.replace(p, fitted_on={**p.fitted_on, "server": "vllm"})
+
+    refused = unpredictable(on_vllm(fitted), "max_num_batched_tokens")
+    assert refused is not None and "fixed_s, per_token_s" in refused, refused
+    assert unpredictable(on_vllm(two), "max_num_batched_tokens") is None
 
 
 def test_by_url_the_profile_names_what_one_boot_left_confounded(

@@ -23,7 +23,7 @@ from loadgen.analysis.calibration import (
     ttft_witness,
 )
 from loadgen.analysis.calibration_fit import FitRow, FitSummary, fit_costs
-from loadgen.codec import from_json
+from loadgen.codec import from_json, to_json
 from loadgen.records import StreamRecord
 from loadgen.report.calibration_report import witness_line
 
@@ -166,8 +166,10 @@ def test_the_servers_ttft_histogram_stands_beside_the_clients_timing() -> None:
     assert ttft_witness(probe, recs, {**hist, "time_to_first_token_seconds_count": 4.0}) is None
     assert ttft_witness(probe, recs, {}) is None
     # As the profile file holds it (six figures), and read back to the same figures.
-    assert TtftWitness.from_json(w.to_json()).to_json() == w.to_json()
-    (back,) = read_witnesses({"server_witness": [w.to_json()]})
+    written = {"probe": "prefill-1024", "requests": 3, "server_ttft_mean_s": 0.018,
+               "client_ttft_mean_s": 0.02}  # fmt: skip
+    assert to_json(w) == written and from_json(TtftWitness, written) == w
+    (back,) = read_witnesses({"server_witness": [to_json(w)]})
     assert witness_line([back], 0.0025, "vllm") == (
         "fit on client timing; vllm's TTFT histogram over the same requests: the client sees "
         "2.000 ms more (median over 1 probes), the fitted request overhead is 2.500 ms"
@@ -214,8 +216,13 @@ def test_the_fit_names_the_probes_a_model_cannot_fit() -> None:
     # The prefill probes, which the model does fit, stay within 1%.
     assert all(abs(r.error) < 0.01 for r in fit.rows if r.kind != "decode")
     # As the profile file holds them, and read back.
-    assert from_json(FitSummary, summary.to_json()) == summary
-    assert tuple(FitRow.from_json(r.to_json()) for r in fit.rows) == fit.rows
+    assert from_json(FitSummary, to_json(summary)) == summary
+    assert tuple(from_json(FitRow, to_json(r)) for r in fit.rows) == fit.rows
+    # A row's basis is written flat beside its own fields, and read back into the basis.
+    row = FitRow("prefill-1024", "ttft", 3, 0.1, 0.11, 0.1, {"prompt_tokens": 1024})
+    flat = {"probe": "prefill-1024", "kind": "ttft", "samples": 3, "measured_s": 0.1,
+            "predicted_s": 0.11, "error": 0.1, "prompt_tokens": 1024}  # fmt: skip
+    assert to_json(row) == flat and from_json(FitRow, flat) == row
 
 
 def test_a_cost_no_probe_measures_is_said_to_be_unmeasured() -> None:

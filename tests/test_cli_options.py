@@ -104,7 +104,7 @@ def test_several_base_urls_are_replicas_behind_the_route(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("command", "flags", "said"),
     [
-        ("request", ["--base-url", URL, "--base-url", URL], "several replicas are for run"),
+        ("request", ["--base-url", URL, "--base-url", URL, "--workers", "2"], "from one process"),
         ("run", ["--sim-replicas", "2", "--base-url", URL], "--sim-replicas boots the built-in"),
         ("run", ["--sim-replicas", "2", "--workers", "2"], "routed from one process"),
         ("run", ["--base-url", URL, "--base-url", URL, "--ray", "x:1"], "routed from one process"),

@@ -266,3 +266,30 @@ def test_reading_rows_costs_little_more_than_calling_the_constructor() -> None:
 
     assert [read(d) for d in rows] == by_hand()
     assert best(lambda: [read(d) for d in rows]) < 3 * best(by_hand)
+
+
+@dataclass(frozen=True, slots=True)
+class FitLike:
+    """A row whose columns beyond its own are open-ended, with a field kept in memory only."""
+
+    probe: str
+    error: float
+    scratch: list[int] = json_field(default_factory=list, omit="always")
+    basis: Mapping[str, Any] = json_field(rest=True, default_factory=dict)
+
+
+def test_a_rest_field_is_written_flat_and_gathers_the_undeclared_keys() -> None:
+    row = FitLike("p", 0.5, [1], {"prompt_tokens": 1024, "cached": True})
+    flat = {"probe": "p", "error": 0.5, "prompt_tokens": 1024, "cached": True}
+    assert to_json(row) == flat
+    assert from_json(FitLike, flat) == replace(row, scratch=[])
+    assert from_json(FitLike, {"probe": "p", "error": 1}).basis == {}
+    with pytest.raises(CodecError, match=r"^error: expected float, got str$"):
+        from_json(FitLike, {"probe": "p", "error": "x", "other": 1})
+
+
+def test_a_field_kept_in_memory_is_never_written_and_reads_where_a_file_has_it() -> None:
+    assert "scratch" not in to_json(FitLike("p", 0.5, [1, 2]))
+    assert from_json(FitLike, {"probe": "p", "error": 0.5, "scratch": [3]}).scratch == [3]
+    with pytest.raises(TypeError, match="needs a default"):
+        json_field(omit="default")

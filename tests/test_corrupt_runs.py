@@ -12,7 +12,15 @@ import pytest
 from cli_support import assert_one_line_error, loadgen
 
 from loadgen.analysis.inputs import load_run, read_manifest
-from loadgen.records import UNSTORED, MetricsSample, StreamError, StreamRecord, read_records
+from loadgen.codec import to_json
+from loadgen.records import (
+    MetricsSample,
+    StreamError,
+    StreamRecord,
+    read_metrics_sample,
+    read_records,
+    read_stream,
+)
 
 
 @pytest.fixture(scope="module")
@@ -91,14 +99,14 @@ def test_a_wrongly_typed_run_json_field_is_dropped_with_a_note(run_copy: Path) -
     manifest |= {"planned_streams": "many", "scenario": 5, "seed": True, "client": [1]}
     (run_copy / "run.json").write_bytes(orjson.dumps(manifest))
     kept = read_manifest(run_copy)
-    assert not {"planned_streams", "scenario", "seed", "client"} & set(kept)
-    assert kept["clock"] == "virtual"  # the well-typed fields stay
+    assert (kept.planned_streams, kept.scenario, kept.seed, kept.client) == (None,) * 4
+    assert kept.clock == "virtual" and kept.model == "loadgen-sim"  # the well-typed fields stay
     out = _report(run_copy)
     assert "records: 4 measured of - planned" in out
     assert (
-        "!! run.json: ignored field(s) of the wrong type: client (a list, expected dict), "
-        "planned_streams (a str, expected int), scenario (a int, expected dict), seed (a bool, "
-        "expected int)"
+        "!! run.json: ignored field(s) of the wrong type: client (expected object, got list), "
+        "planned_streams (expected int, got str), scenario (expected object, got int), seed "
+        "(expected int, got bool)"
     ) in " ".join(out.split())
 
 
@@ -107,14 +115,23 @@ def test_a_clock_loadgen_does_not_know_is_dropped_with_a_note(run_copy: Path) ->
     type, not carried into the report as a ValueError."""
     manifest = orjson.loads((run_copy / "run.json").read_bytes())
     (run_copy / "run.json").write_bytes(orjson.dumps(manifest | {"clock": "sundial"}))
-    assert "clock" not in read_manifest(run_copy)
+    assert read_manifest(run_copy).clock == "wall"  # as a run.json without one reads
     out = " ".join(_report(run_copy).split())
-    assert "ignored field(s) of the wrong type: clock (a str, expected wall or virtual)" in out
+    assert "ignored field(s) of the wrong type: clock (expected a ClockName, got 'sundial')" in out
+
+
+def test_a_wrong_value_inside_a_typed_field_drops_that_field(run_copy: Path) -> None:
+    manifest = orjson.loads((run_copy / "run.json").read_bytes())
+    (run_copy / "run.json").write_bytes(orjson.dumps(manifest | {"cache_checks": [5]}))
+    assert read_manifest(run_copy).cache_checks is None
+    out = " ".join(_report(run_copy).split())
+    assert "ignored field(s) of the wrong type: cache_checks ([0]: expected object, got int)" in out
 
 
 def test_a_deeper_wrong_shape_in_run_json_is_one_line(run_copy: Path) -> None:
     manifest = orjson.loads((run_copy / "run.json").read_bytes())
-    (run_copy / "run.json").write_bytes(orjson.dumps(manifest | {"cache_checks": [5]}))
+    scenario = manifest["scenario"] | {"groups": 5}  # a JSON object the scenario's reader walks
+    (run_copy / "run.json").write_bytes(orjson.dumps(manifest | {"scenario": scenario}))
     line = assert_one_line_error(loadgen("report", run_copy, timeout_s=60))
     assert line.startswith(f"Error: {run_copy}: a field of run.json has an unexpected shape (")
 
@@ -149,10 +166,10 @@ def test_the_reader_counts_every_kind_of_bad_line(tmp_path: Path) -> None:
     path = tmp_path / "m.jsonl"
     good = orjson.dumps({"t_ns": 1, "values": {"x": 1.0}})
     path.write_bytes(b"\n".join([good, b"[1]", b"", b"null", b'{"t_ns": 2.5}', good, b'{"t_']))
-    samples, bad = read_records(path, MetricsSample.from_json)
+    samples, bad = read_records(path, read_metrics_sample)
     assert samples == [MetricsSample(1, {"x": 1.0}), MetricsSample(1, {"x": 1.0})]
     assert bad == 4  # [1], null, a float t_ns, the torn last line; the blank line is no record
-    assert read_records(tmp_path / "absent.jsonl", StreamRecord.from_json) == ([], 0)
+    assert read_records(tmp_path / "absent.jsonl", read_stream) == ([], 0)
 
 
 def test_every_stored_field_of_a_record_is_read_back() -> None:
@@ -162,9 +179,11 @@ def test_every_stored_field_of_a_record_is_read_back() -> None:
                "TokenSource": "usage_final"}  # fmt: skip
     values: dict[str, object] = {}
     for f in dataclasses.fields(StreamRecord):
-        if f.name == "error" or f.name in UNSTORED:
+        if f.name == "error" or f.name in ("answer", "calls"):  # calls, answer: never written
             continue
         first = next(p.strip() for p in f.type.split("|") if p.strip() != "None")
         values[f.name] = samples[first]
     record = StreamRecord(**values, error=StreamError("reset", "peer"))
-    assert StreamRecord.from_json(orjson.loads(orjson.dumps(record.to_json()))) == record
+    assert read_stream(orjson.loads(orjson.dumps(to_json(record)))) == record
+    kept = dataclasses.replace(record, answer="text", calls=(("c1", "f", "{}"),))
+    assert to_json(kept) == to_json(record)  # kept in memory for the next turn, never written

@@ -16,6 +16,7 @@ from sim_support import sim_config
 from virtual_support import run_virtual
 
 from loadgen.analysis.datasets import read_datasets
+from loadgen.analysis.inputs import read_manifest
 from loadgen.analysis.summary import analyze_run
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.sessions import conversation
@@ -332,6 +333,8 @@ async def test_server_prompt_token_counter_equals_the_reports(tmp_path: Path, ca
     (block,) = read_datasets(run.summary)
     asked = sum(r.requested_prompt_tokens or 0 for r in records)
     assert (block.asked_tokens, block.server_tokens) == (asked, counted)
+    # On the sim loadgen counts with the server's own tokenizer: what it sent is what it counted.
+    assert block.sent_tokens == counted
     assert (block.rows_read, block.streams, block.cache) == (60, 12, cache)
     assert (block.salt_tokens > 0) == (cache == "salted") and block.salt_tokens >= 0
     report = render_plain(run.summary)
@@ -398,19 +401,24 @@ async def test_multi_turn_rows_replay_as_sessions_with_the_servers_answers(tmp_p
         assert prompts[0].endswith(sess.turns[0].user.text or "")
 
 
+def dataset_block(run_dir: Path) -> dict:
+    """The first group's dataset block of run.json's resolved scenario, read through its type."""
+    scenario = read_manifest(run_dir).scenario
+    assert scenario is not None
+    return scenario["groups"][0]["prompt"]["dataset"]
+
+
 async def test_a_row_longer_than_the_window_is_skipped_and_counted(tmp_path: Path):
     warned: list[str] = []
     path = scenario(tmp_path, sharegpt(too_long="skip"), count=60, window=2048)
     run = await run_virtual(path, [], tmp_path / "runs", seed=1, warn=warned.append)
-    run_json = json.loads((run.run_dir / "run.json").read_text())
-    block = run_json["scenario"]["groups"][0]["prompt"]["dataset"]
+    block = dataset_block(run.run_dir)
     assert block["skipped"] > 0 and block["rows"] == 60 - block["skipped"]
     assert any(f"{block['skipped']} of 60 rows" in w and "skipped" in w for w in warned)
     assert all((r.prompt_tokens or 0) + r.max_tokens <= 2048 for r in run.records.values())
     roomy = scenario(tmp_path, sharegpt(too_long="skip"), count=60, window=8192)
     run = await run_virtual(roomy, [], tmp_path / "roomy", seed=1, warn=warned.append)
-    assert json.loads((run.run_dir / "run.json").read_text())["scenario"]["groups"][0][
-        "prompt"]["dataset"]["skipped"] == 0  # fmt: skip
+    assert dataset_block(run.run_dir)["skipped"] == 0
 
 
 async def test_a_row_longer_than_the_window_refuses_the_run_before_sending(tmp_path: Path):

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from run_fixtures import manifest, stream, ticks
 
 from loadgen.analysis.hist import merge_hlogs
-from loadgen.analysis.inputs import RunInputs
+from loadgen.analysis.inputs import RunInputs, read_manifest
 from loadgen.analysis.summary import analyze
 from loadgen.cli import main
 
@@ -63,7 +63,7 @@ def test_a_run_reports_the_percentiles_asked_from_its_own_hlogs(tmp_path: Path) 
     assert res.exit_code == 0, res.output
     (run_dir,) = tmp_path.iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert json.loads((run_dir / "run.json").read_text())["metric_percentiles"] == ASKED
+    assert read_manifest(run_dir).metric_percentiles == tuple(ASKED)
     for group in ("long", "short"):
         got = summary["groups"][group]["percentiles"]
         for figure, hist in (("ttft_ms", "ttft_uncorrected"), ("e2e_ms", "e2e_uncorrected"),

@@ -31,6 +31,9 @@ class FakeTransport(asyncio.Transport):
     def abort(self) -> None:
         self.aborted = True
 
+    def is_closing(self) -> bool:
+        return self.aborted
+
 
 def chunked(*parts: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"

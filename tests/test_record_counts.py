@@ -11,6 +11,7 @@ from virtual_support import run_virtual
 
 from loadgen.analysis.summary import RecordCounts, analyze_run, record_counts
 from loadgen.report.cmd import render_report
+from loadgen.run_manifest import RunManifest
 
 COUNT_KEYS = ("planned", "measured", "missing", "not_measured", "limited", "beyond_tolerance")
 
@@ -59,7 +60,7 @@ def test_the_banner_counts_what_the_verdict_table_counts(tmp_path: Path) -> None
     assert summary["run"]["client_limited_streams"] == table
     assert summary["run"]["client_limits"] == {
         "measured": 2, "limited": table, "beyond_tolerance": 0, "loop_lag_max_ms": None,
-        "crowding": None, "loop_lag_limit_ms": 50.0,
+        "crowding": None, "loop_lag_limit_ms": 50.0, "send_late": {},
     }  # fmt: skip
     assert render_report(run).startswith(f"!! CLIENT LIMITED: {table} of 2 streams")
 
@@ -81,7 +82,7 @@ def test_a_timing_error_under_a_server_verdict_is_named_beside_not_added() -> No
         "b": {"verdict": "prefill_hol", "evidence": {"client_error": {}}},
         "c": {"verdict": "admitted", "evidence": {}},
     }
-    assert record_counts({"planned_streams": 4}, recs, rows) == RecordCounts(
+    assert record_counts(RunManifest(planned_streams=4), recs, rows) == RecordCounts(
         planned=4, measured=3, not_measured=1, limited=1, beyond_tolerance=1
     )
     assert RecordCounts(4, 3, 1, 1, 1).missing == 1

@@ -5,12 +5,15 @@ says which replica failed when. The same run with both alive names no failure.""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
 import pytest
 from server_process import run_until, sim_process
 
+from loadgen.analysis.inputs import read_manifest
 from loadgen.commands.run import FAILED_STREAMS_EXIT
 from loadgen.records import read_streams
 
@@ -60,8 +63,9 @@ def test_a_killed_replica_fails_its_streams_and_the_report_says_when(tmp_path: P
     assert failed and {r.error.cls for r in failed} <= GONE
     assert sum(r.status == "ok" for r in second) >= KILL_AFTER // 2 - 1  # served before
 
-    manifest = orjson.loads((run_dir / "run.json").read_bytes())
-    assert manifest["targets"]["urls"] == urls and manifest["targets"]["route"] == "round-robin"
+    targets = read_manifest(run_dir).targets
+    assert targets is not None
+    assert list(targets.urls) == urls and targets.route == "round-robin"
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     rows = summary["replicas"]["rows"]
     down = min((r.t_done_ns, r.error.cls) for r in failed if r.t_done_ns is not None)
@@ -111,3 +115,20 @@ def test_a_replica_dead_from_the_start_fails_only_its_own_streams(tmp_path: Path
     assert [r.status for r in recs if r.replica == 0] == ["ok"] * 20
     assert {r.error.cls for r in recs if r.replica == 1 and r.error} == {"connect_error"}
     assert f"!! replica 1 ({dead}) failed at" in (run_dir / "report.txt").read_text()
+
+
+def test_request_routes_its_streams_round_robin_over_two_replicas(tmp_path: Path) -> None:
+    # bench/ceiling.py spreads the server side over firehose processes this way.
+    out = tmp_path / "out"
+    with (
+        sim_process(tmp_path / "r0.log", "--profile", "tiny") as (_, url0),
+        sim_process(tmp_path / "r1.log", "--profile", "tiny") as (_, url1),
+    ):
+        args = ["request", "--base-url", url0, "--base-url", url1, "-n", "8", "-c", "2",
+                "--max-tokens", "4", "--prompt-tokens", "8", "--out", str(out)]  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    recs = read_streams(out)
+    assert sorted(r.replica for r in recs) == [0] * 4 + [1] * 4
+    assert all(r.status == "ok" for r in recs)

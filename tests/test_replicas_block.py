@@ -9,9 +9,9 @@ from run_fixtures import failed, stream
 
 from loadgen.analysis.replicas import replicas_block
 from loadgen.records import StreamRecord
+from loadgen.run_manifest import ReplicaTargets
 
-TARGETS = {"urls": ["http://a", "http://b"], "route": "round-robin", "prefix_blocks": 4,
-           "block_chars": 256}  # fmt: skip
+TARGETS = ReplicaTargets(("http://a", "http://b"), "round-robin", 4, 256)
 
 
 def on(replica: int, rec: StreamRecord) -> StreamRecord:

@@ -5,15 +5,16 @@ and beside that bound split by the replica each row went to. Exact and repeatabl
 
 from pathlib import Path
 
-import orjson
 import pytest
 
+from loadgen.analysis.inputs import read_manifest
 from loadgen.analysis.summary import analyze_run
 from loadgen.clock import ClockName
 from loadgen.engine.routing import RoutePolicy, RouteSpec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import read_streams
 from loadgen.report.cmd import write_report
+from loadgen.run_manifest import ReplicaTargets
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.model import TraceReuse
 from loadgen.scenario.plan import plan
@@ -131,9 +132,8 @@ async def test_the_same_seed_replays_the_same_routing_and_hits(tmp_path: Path) -
     b = await replay(tmp_path / "b", PREFIX)
     for name in ("streams.jsonl", "summary.json", "replica_metrics.jsonl"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
-    targets = orjson.loads((a / "run.json").read_bytes())["targets"]
-    assert targets == {"urls": [f"virtual://loadgen-sim/{i}" for i in range(4)],
-                       "route": "prefix-hash", "prefix_blocks": 2, "block_chars": 1024}  # fmt: skip
+    urls = tuple(f"virtual://loadgen-sim/{i}" for i in range(4))
+    assert read_manifest(a).targets == ReplicaTargets(urls, "prefix-hash", 2, 1024)
 
 
 async def sessions_on_two(folder: Path, policy: RoutePolicy) -> tuple[dict[str, set], int]:

@@ -84,6 +84,8 @@ async def test_token_counts_and_ttft_agree_with_ground_truth(tmp_path: Path):
         truth = measured_truth(sim)
     records = read_streams(run_dir)
     assert len(records) == 4
+    # The wall clock is written like the virtual one, not left for readers to guess.
+    assert orjson.loads((run_dir / "run.json").read_bytes())["clock"] == "wall"
     for rec in records:
         row = truth[rec.id]
         assert rec.status == "ok"

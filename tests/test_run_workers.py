@@ -20,6 +20,7 @@ from run_fixtures import manifest, stream, write_run
 from loadgen.analysis.hist import merge_hlogs
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.pool import Job, ProcessPool, split_jobs
+from loadgen.codec import to_json
 from loadgen.commands.options import workers_value
 from loadgen.commands.run import FAILED_STREAMS_EXIT, report_run, unrecorded_summary
 from loadgen.records import StreamRecord
@@ -114,7 +115,7 @@ async def test_a_killed_worker_loses_no_completed_record(tmp_path: Path) -> None
             if len(mine) == 2 and not killed.is_set():
                 cut_off = dataclasses.replace(rec, id="r98")
                 with open(tmp_path / "w0.jsonl", "ab") as fh:
-                    fh.write(orjson.dumps(cut_off.to_json()) + b"\n")
+                    fh.write(orjson.dumps(to_json(cut_off)) + b"\n")
                 os.kill(pool.manifest()[0]["pid"], signal.SIGKILL)
                 killed.set()
 
@@ -148,7 +149,7 @@ def test_streams_a_dead_worker_left_unsent_fail_the_run_in_one_line(tmp_path: Pa
     lost = [f"r{i:02d}" for i in range(0, 14, 2)]
     quiet = write_run(tmp_path / "quiet", [stream("r01", chunks=[0.1, 0.2])])
     assert unrecorded_summary(quiet) == ""
-    run = manifest() | {"client": {"streams_without_record": lost}}
+    run = manifest().add(client={"streams_without_record": lost})
     loud = write_run(tmp_path / "loud", [stream("r01", chunks=[0.1, 0.2])], run=run)
     assert unrecorded_summary(loud) == (
         "7 stream(s) have no record: a client worker died before sending them (r00, r02, r04, "

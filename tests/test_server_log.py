@@ -38,7 +38,7 @@ from loadgen.analysis.timeline import Timeline
 from loadgen.codec import to_json
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.enginelog import EngineLine, engine_line, parse_engine_lines, parse_request_timings
-from loadgen.records import SERVER_LOG, MetricsSample
+from loadgen.records import SERVER_LOG, read_metrics_sample
 from loadgen.report.text import header
 from loadgen.report.witness_lines import server_log_lines, server_log_table
 from loadgen.scenario.load import load_scenario
@@ -53,7 +53,7 @@ H200_START_WALL_NS = 1796369853584183040
 def h200() -> tuple[list[EngineLine], Timeline]:
     lines = parse_engine_lines((DATA / "h200_vllm_engine.log").read_text())
     rows = (DATA / "h200_vllm_metrics.jsonl").read_text().splitlines()
-    return lines, Timeline([MetricsSample.from_json(json.loads(r)) for r in rows])
+    return lines, Timeline([read_metrics_sample(json.loads(r)) for r in rows])
 
 
 def test_the_h200_log_parses_as_vllm_printed_it() -> None:
@@ -83,21 +83,37 @@ def test_the_h200_engine_lines_agree_with_metrics_within_5_percent() -> None:
 
 
 @pytest.mark.parametrize(
-    "change",
-    [{"gen_tok_s": 287.6 * 1.25}, {"running": 5}, {"waiting": 1}],
+    ("index", "change"),
+    [(3, {"gen_tok_s": 287.6 * 1.25}), (2, {"running": 5}), (3, {"waiting": 1})],
     ids=["generation", "running", "waiting"],
 )
-def test_a_line_that_disagrees_with_metrics_is_flagged(change: dict[str, float]) -> None:
+def test_a_line_that_disagrees_with_metrics_is_flagged(
+    index: int, change: dict[str, float]
+) -> None:
     lines, timeline = h200()
-    # 07:38:13's line: 287.6 tok/s with 4 running, 0 waiting, where the polls allow 281.5-295.6
-    # tok/s, 0-4 running and none waiting.
-    lines[3] = dataclasses.replace(lines[3], **change)  # type: ignore[arg-type]
+    # 07:38:13's line (index 3): 287.6 tok/s with 4 running, 0 waiting, where the polls allow
+    # 281.5-295.6 tok/s, 0-4 running and none waiting; 07:38:03's (index 2): 4 running, and the
+    # polls around it held 4.
+    lines[index] = dataclasses.replace(lines[index], **change)  # type: ignore[arg-type]
     witness = log_witness(lines, timeline, H200_START_WALL_NS, 0)
-    assert [p.t_s for p in witness.disagreeing] == [pytest.approx(39.8, abs=0.02)]
+    at = 29.8 if index == 2 else 39.8
+    assert [p.t_s for p in witness.disagreeing] == [pytest.approx(at, abs=0.02)]
     flagged = [line for line in server_log_lines(witness) if line.startswith("!!")]
-    assert len(flagged) == 1 and "at 40 s" in flagged[0]
+    assert len(flagged) == 1 and f"at {at:.0f} s" in flagged[0]
     table = server_log_table({"run": {"server_log": to_json(witness)}})
     assert table is not None and [row[-1] for row in table.rows].count("!! no") == 1
+
+
+def test_a_count_outside_polls_that_moved_is_beyond_their_resolution() -> None:
+    # Index 3's polls went 0 -> 4 running: a batch can end and refill between two polls, so a
+    # count outside them is not judged; its throughput still is, and agrees.
+    lines, timeline = h200()
+    lines[3] = dataclasses.replace(lines[3], running=5)
+    witness = log_witness(lines, timeline, H200_START_WALL_NS, 0)
+    point = witness.points[3]
+    assert point.metrics_running == Bounds(0.0, 4.0) and point.agrees is True
+    assert witness.disagreeing == []
+    assert not any(line.startswith("!!") for line in server_log_lines(witness))
 
 
 def test_too_few_lines_to_fit_leave_the_whole_second() -> None:

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from loadgen.analysis.fidelity import fidelity_table
 from loadgen.cli import main
+from loadgen.codec import to_json
 from loadgen.report.fidelity_report import fidelity_line
 from loadgen.sim.profile_file import FittedProfile, load_profile_file, write_profile_file
 from loadgen.sim.profiles import sim_profile
@@ -102,7 +103,7 @@ def test_the_fidelity_table_is_exact() -> None:
     assert (t.figures, t.within, t.verdicts_agree) == (4, 3, 1)
     assert t.unmatched == ()
     # fidelity.json holds the derived error, judgement and counts beside the figures.
-    j = t.to_json()
+    j = to_json(t)
     assert (j["figures"], j["within"], j["verdicts_agree"]) == (4, 3, 1)
     assert j["rows"][0] == {
         "arm": "-", "group": "g", "metric": "ttft_median_s", "label": "TTFT median",

@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 from cli_support import loadgen
 
+from loadgen.analysis.inputs import read_manifest
 from loadgen.records import read_streams
 
 
@@ -16,10 +17,11 @@ def test_sim_replicas_boot_one_server_each_and_share_the_streams(tmp_path: Path)
     result = loadgen(*args, "--no-progress", "--out", tmp_path)
     assert result.returncode == 0, result.stderr
     (run_dir,) = list(tmp_path.iterdir())
-    targets = orjson.loads((run_dir / "run.json").read_bytes())["targets"]
-    urls = targets["urls"]
+    targets = read_manifest(run_dir).targets
+    assert targets is not None
+    urls = targets.urls
     assert len(set(urls)) == 3 and all(u.startswith("http://127.0.0.1:") for u in urls)
-    assert targets["route"] == "least-outstanding"
+    assert targets.route == "least-outstanding"
     assert sorted(p.name for p in (run_dir / "replicas").iterdir()) == ["0", "1", "2"]
     # smoke's four streams start together: the fewest-in-flight rule gives each replica one
     # before any gets a second (0, 1, 2, then whichever has fewest by then: 0 unless a stream

@@ -14,8 +14,9 @@ from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.summary import analyze
 from loadgen.analysis.sweep_types import MixedRow
 from loadgen.cli import main
-from loadgen.codec import from_json
+from loadgen.codec import from_json, to_json
 from loadgen.report.cmd import render_report, write_report
+from loadgen.run_manifest import write_manifest
 
 
 def ttft_streams():
@@ -131,7 +132,7 @@ def test_sweep_directory_reports_every_arm_and_the_politeness_table(tmp_path: Pa
     politeness_arm(root, "b512", 5.0, 512)
     arms = [{"name": "b2048", "flags": {"max_num_batched_tokens": 2048}, "settings": {}}]
     arms.append({"name": "b512", "flags": {"max_num_batched_tokens": 512}, "settings": {}})
-    (root / "run.json").write_bytes(orjson.dumps(manifest(arms=arms)))
+    write_manifest(root, manifest(arms=arms))
     result = CliRunner().invoke(main, ["report", str(root)])
     assert result.exit_code == 0, result.output
     text = (root / "report.txt").read_text()
@@ -148,7 +149,7 @@ def test_sweep_directory_reports_every_arm_and_the_politeness_table(tmp_path: Pa
     parent = orjson.loads((root / "summary.json").read_bytes())
     assert parent["arms"]["b512"]["row"]["minnow_decode_during_tok_s"]["median"] == 10.0
     row = from_json(MixedRow, parent["arms"]["b512"]["row"])
-    assert row.to_json() == parent["arms"]["b512"]["row"] and row.minnow_ttft_s.n == 3
+    assert to_json(row) == parent["arms"]["b512"]["row"] and row.minnow_ttft_s.n == 3
     assert "== arm b512: max_num_batched_tokens=512 ==" in text
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 from run_fixtures import sweep_arm
 from virtual_support import run_virtual
 
-from loadgen.analysis.summary_types import Stats
+from loadgen.analysis.summary_types import MinMax
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import MixedRow, SweepSummary, read_sweep
+from loadgen.codec import to_json
 from loadgen.report.cmd import write_report
 from loadgen.report.html import render_sweep_html
 from loadgen.report.sweep_plot import (
@@ -27,9 +28,9 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def row(during: tuple[float, float, float] | None, whale: float) -> dict:
     lo, mid, hi = during or (None, None, None)
-    none = Stats(0, None, None, None, None, None, None, None)
-    minnows = Stats(3, lo, mid, hi, None, None, None, None)
-    return MixedRow(whale, none, minnows, none, 0, None).to_json()
+    none = MinMax(None, None, None, 0)
+    minnows = MinMax(lo, mid, hi, 3)
+    return to_json(MixedRow(whale, none, minnows, none, 0, None))
 
 
 def sweep(arms: dict) -> SweepSummary:

@@ -17,10 +17,10 @@ from run_fixtures import ns, stream, sweep_arm, write_run
 from test_run_integration import SMALL, run_against, sim_config
 from virtual_support import run_virtual
 
-from loadgen.analysis.energy import Energy, energy_section
+from loadgen.analysis.energy import Energy, EnergyNote, energy_section, read_energy
 from loadgen.analysis.summary import analyze_run
 from loadgen.cli import main
-from loadgen.codec import from_json
+from loadgen.codec import from_json, to_json
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.engine.telemetry import (
     is_loopback,
@@ -106,8 +106,8 @@ def test_energy_counter_is_read_at_the_window_edges_exactly():
     assert e.peak_sm_clock_mhz == 1503  # the 4 s sample lies outside the window
     assert e.throttle_reasons == ["gpu_idle"]
     # summary.json holds the derived figures beside the measured ones, and reads back the same.
-    assert e.to_json()["j_per_output_token"] == pytest.approx(15.0, abs=1e-12)
-    assert from_json(Energy, e.to_json()) == e
+    assert to_json(e)["j_per_output_token"] == pytest.approx(15.0, abs=1e-12)
+    assert "note" not in to_json(e) and read_energy(to_json(e)) == e
 
 
 def test_joules_per_prompt_and_per_total_token_stand_beside_per_output_token():
@@ -124,7 +124,7 @@ def test_joules_per_prompt_and_per_total_token_stand_beside_per_output_token():
     assert e.j_per_output_token == pytest.approx(15.0, abs=1e-12)
     assert e.j_per_prompt_token == pytest.approx(0.625, abs=1e-12)
     assert e.j_per_total_token == pytest.approx(0.6, abs=1e-12)
-    block = e.to_json()
+    block = to_json(e)
     assert (block["prompt_tokens"], block["prompt_tokens_missing"]) == (1200, 0)
     assert block["j_per_prompt_token"] == pytest.approx(0.625, abs=1e-12)
     assert block["j_per_total_token"] == pytest.approx(0.6, abs=1e-12)
@@ -160,7 +160,7 @@ def test_a_stream_without_usage_prompt_tokens_leaves_joules_per_prompt_token_unk
     assert e.j_per_prompt_token is None and e.j_per_total_token is None
     from loadgen.report.sections import energy_table
 
-    table = energy_table({"energy": e.to_json()})
+    table = energy_table({"energy": to_json(e)})
     assert table is not None
     assert table.rows[0][3:8] == ("-", "40", "-", "15.0000", "-")
     assert table.notes[0].endswith(
@@ -190,12 +190,12 @@ def test_telemetry_without_a_window_or_a_counter_says_why_and_reads_back():
     lines = [line(t, sm_clock_mhz=1500) for t in (0, 1)]
     streams = [stream("a", chunks=[1.0])]
     unmeasured = energy_section(lines, streams, None)
-    assert unmeasured == Energy(lines[0]["source"], False, "no measured streams")
+    assert unmeasured == EnergyNote(lines[0]["source"], False, "no measured streams")
     blind = energy_section(lines, streams, (0, ns(1)))
     assert blind is not None and blind.note == "no energy counter or power"
-    assert blind.to_json() == {"source": lines[0]["source"], "available": False,
-                               "note": "no energy counter or power"}  # fmt: skip
-    assert from_json(Energy, blind.to_json()) == blind
+    assert to_json(blind) == {"source": lines[0]["source"], "available": False,
+                              "note": "no energy counter or power"}  # fmt: skip
+    assert read_energy(to_json(blind)) == blind
 
 
 def test_report_table_only_when_telemetry_exists(tmp_path: Path):
@@ -407,10 +407,11 @@ def test_the_sweep_report_sets_joules_per_token_of_its_arms_side_by_side() -> No
     from loadgen.report.sweep_text import arms_energy_table
 
     def energy(joules: float, window_s: float, throttle: int) -> dict:
-        return Energy("nvml", True, gpus=1, energy_method="energy_counter", window_s=window_s,
-                      energy_j=joules, output_tokens=2000, prompt_tokens=170_000,
-                      token_sources=("usage",),
-                      peak_sm_clock_mhz=1980, throttle_mask=throttle).to_json()  # fmt: skip
+        e = Energy("nvml", True, gpus=1, energy_method="energy_counter", window_s=window_s,
+                   energy_j=joules, output_tokens=2000, prompt_tokens=170_000,
+                   token_sources=("usage",), peak_sm_clock_mhz=1980,
+                   throttle_mask=throttle)  # fmt: skip
+        return to_json(e)
 
     arms = {
         "max_num_batched_tokens=512": sweep_arm(energy=energy(9434.0, 15.0, 0)),

@@ -144,7 +144,7 @@ def test_the_decoder_joins_tool_call_deltas_into_calls() -> None:
         1, 2, "tool_calls", ""
     )  # fmt: skip
     assert rec.t_first_ns == 1001  # the first tool-call delta is the first token
-    assert "calls" not in rec.to_json() and rec.to_json()["tool_calls"] == 1
+    assert "calls" not in to_json(rec) and to_json(rec)["tool_calls"] == 1
 
 
 def test_tools_need_the_chat_api_and_both_fields(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from loadgen.analysis.summary import analyze_run
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import read_streams
 from loadgen.report.cmd import write_report
+from loadgen.run_manifest import RunManifest
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.scenario.prompts import PromptBuilder, WordCounter
@@ -154,7 +155,7 @@ async def test_sim_measures_the_implied_reuse_and_salted_gets_none(tmp_path: Pat
 
 
 def test_trace_reuse_is_none_without_hash_ids() -> None:
-    manifest = {"scenario": {"arrival": {"kind": "trace", "implied_reuse": None}}}
+    manifest = RunManifest(scenario={"arrival": {"kind": "trace", "implied_reuse": None}})
     assert trace_reuse(manifest, {"available": True, "prefix_hit_rate": 0.5}) is None
 
 

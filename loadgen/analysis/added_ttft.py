@@ -3,12 +3,15 @@ requests, i.e. what loadgen, the network and the API server add to each request'
 
 The histogram (vLLM's and SGLang's time_to_first_token_seconds) has no label per group, so its
 _sum and _count are read as deltas between two polls: the last at or before the first send of
-a set of streams and the first at or after its last first token (the engine scrapes at every
-rep's edges, so a rep's window holds no warmup or prime). A window is the set's only when no
-other request that could reach the histogram (any stream not refused with an HTTP status) was
-in flight inside it; the run's figure sums its reps' windows, a group's is given only where its
-windows are its own. The server's count over the windows must equal the streams timed, or the
-figure says so: it then compares different sets of requests.
+a set of streams and the first at or after its last end (the engine scrapes at every rep's
+edges, so a rep's window holds no warmup or prime). Not its last first token: the server
+observes a TTFT after it sent the token, and on a busy API server later still (a CPU vLLM's
+histogram had counted 26 of 32 first tokens at the first poll after the client's last one).
+A window is the set's only when no other request that could reach the histogram (any stream
+not refused with an HTTP status) was in flight inside it; the run's figure sums its reps'
+windows, a group's is given only where its windows are its own. The server's count over the
+windows must equal the streams timed, or the figure says so: it then compares different sets
+of requests.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ def _scope(
     for rep in reps:
         recs = [r for r in timed if r.rep == rep]
         t0 = min(_sent(r) for r in recs)
-        t1 = max(r.t_first_ns or 0 for r in recs)
+        t1 = max(_end(r) for r in recs)
         s, c = timeline.outer_delta(SUM, t0, t1), timeline.outer_delta(COUNT, t0, t1)
         if s is None or c is None:
             crowded.append(f"rep {rep}: no polls around its window")
@@ -133,7 +136,16 @@ def _may_reach_histogram(r: StreamRecord) -> bool:
     return r.http_status is None or r.http_status < 400
 
 
+def _end(r: StreamRecord) -> int:
+    """The stream's last instant: its end, else its first token, else its send."""
+    for t in (r.t_done_ns, r.t_first_ns):
+        if t is not None:
+            return t
+    return _sent(r)
+
+
 def _overlaps(r: StreamRecord, t0: int, t1: int) -> bool:
-    """Whether `r`'s life (send to its first token, or to its end without one) meets [t0, t1]."""
-    end = r.t_first_ns if r.t_first_ns is not None else r.t_done_ns
-    return _sent(r) <= t1 and (end is None or end >= t0)
+    """Whether `r`'s life, send to end, falls partly inside the polls at t0 and t1: its TTFT
+    may be observed anywhere in it. One that ended at the opening poll's instant (a warmup
+    whose end the arm's rep-edge scrape follows) or was sent at the closing one's is outside."""
+    return _sent(r) < t1 and _end(r) > t0

@@ -287,7 +287,7 @@ def interference(
             and p1 is not None
         ):
             w = window_rate(m, max(m.t_first_ns, p0), min(p1, m.t_last_ns))
-            during = None if w is None else w.to_json()
+            during = None if w is None else to_json(w)
         after = rate_after(m, p1) if p1 is not None else None
         first_during = m.t_first_ns is not None and p1 is not None and m.t_first_ns < p1
         rows.append(
@@ -297,7 +297,7 @@ def interference(
                 "ttft_s": rates.ttft_s(m),
                 "first_token": "during" if first_during else "after",
                 "decode_during": during,
-                "decode_after": None if after is None else after.to_json(),
+                "decode_after": None if after is None else to_json(after),
             }
         )
     return {

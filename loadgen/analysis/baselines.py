@@ -29,13 +29,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from loadgen.analysis import rates
 from loadgen.analysis.occupancy import end_ns
 from loadgen.analysis.stats import median
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import MetricsSample, StreamRecord
+from loadgen.run_manifest import RunManifest
 
 # KV usage at or above this fraction counts as a full pool (vLLM preempts just past it).
 POOL_FULL = 0.98
@@ -69,9 +69,9 @@ class PrefillBaseline:
         return self.by_group.get(group, self.tok_s)
 
 
-def resolve_cap(manifest: dict[str, Any], timeline: Timeline) -> Cap:
+def resolve_cap(manifest: RunManifest, timeline: Timeline) -> Cap:
     """The seat cap from run.json server facts, else inferred from the metrics (docstring)."""
-    server = manifest.get("server") or {}
+    server = manifest.server or {}
     value = server.get("max_num_seqs")
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return Cap(value, server.get("source") or "manifest")

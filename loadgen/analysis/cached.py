@@ -19,11 +19,11 @@ the counter and without usage nothing is known, and the prompt counts as prefill
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from loadgen.analysis.baselines import alone_ids, prompt_size
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import StreamRecord
+from loadgen.run_manifest import RunManifest
 
 HITS = "prefix_cache_hits_total"
 
@@ -36,7 +36,7 @@ class CacheEstimates:
 
 
 def estimate_cached(
-    records: list[StreamRecord], timeline: Timeline, manifest: dict[str, Any]
+    records: list[StreamRecord], timeline: Timeline, manifest: RunManifest
 ) -> CacheEstimates:
     """Cached prompt tokens per stream id, with their source (module docstring)."""
     warm = _warm_prefixes(manifest)
@@ -64,10 +64,10 @@ def estimate_cached(
     return CacheEstimates(tokens, source, frozenset(suspect))
 
 
-def _warm_prefixes(manifest: dict[str, Any]) -> dict[tuple[str, int], int]:
+def _warm_prefixes(manifest: RunManifest) -> dict[tuple[str, int], int]:
     """(group, rep) -> tokens of its verified-warm primed prefix, in whole blocks."""
     out = {}
-    for c in manifest.get("cache_checks") or []:
+    for c in manifest.cache_checks or ():
         if c.get("warm") and isinstance(c.get("probe_tokens"), int):
             block = c.get("block_size") or 1
             out[(c["group"], c["rep"])] = c["probe_tokens"] // block * block

@@ -35,7 +35,9 @@ from typing import Any, Literal
 
 from loadgen.analysis import rates
 from loadgen.analysis.stats import median
+from loadgen.codec import from_json, json_field
 from loadgen.records import MetricsSample, StreamRecord
+from loadgen.run_manifest import RunManifest
 
 COSTS = ("request_overhead_s", "fixed_s", "per_token_s", "decode_token_s", "decode_ctx_s",
          "prefill_ctx_s", "cached_token_s")  # fmt: skip
@@ -90,9 +92,9 @@ class PlanLimits:
     tiny_tokens: int = 32
 
 
-def is_calibration(manifest: Mapping[str, Any]) -> bool:
+def is_calibration(manifest: RunManifest) -> bool:
     """run.json of a `loadgen calibrate` directory."""
-    return isinstance(manifest.get("calibrate"), dict)
+    return manifest.calibrate is not None
 
 
 def calibration_plan(shape: ServerShape, limits: PlanLimits = PlanLimits()) -> tuple[Probe, ...]:
@@ -332,31 +334,23 @@ WITNESS_COUNTERS = ("time_to_first_token_seconds_sum", "time_to_first_token_seco
 class TtftWitness:
     """The server's mean TTFT over one probe's run (warmups and primes included: its histogram
     rises for them) against the client's mean over the same requests; the gap is the HTTP path
-    and the client, which the fitted request overhead holds."""
+    and the client, which the fitted request overhead holds. The means are kept to six
+    figures (as the profile file holds them)."""
 
     probe: str
     requests: int
-    server_ttft_s: float
-    client_ttft_s: float
+    server_ttft_s: float = json_field(key="server_ttft_mean_s")
+    client_ttft_s: float = json_field(key="client_ttft_mean_s")
 
     @property
     def gap_s(self) -> float:
         """What the client sees beyond the server's own TTFT."""
         return self.client_ttft_s - self.server_ttft_s
 
-    def to_json(self) -> dict[str, Any]:
-        return {"probe": self.probe, "requests": self.requests,
-                "server_ttft_mean_s": six_figures(self.server_ttft_s),
-                "client_ttft_mean_s": six_figures(self.client_ttft_s)}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> TtftWitness:
-        return cls(d["probe"], d["requests"], d["server_ttft_mean_s"], d["client_ttft_mean_s"])
-
 
 def read_witnesses(fit: Mapping[str, Any]) -> list[TtftWitness]:
     """A profile's `fit` block's server witnesses (none: the server had no TTFT histogram)."""
-    return [TtftWitness.from_json(w) for w in fit.get("server_witness") or ()]
+    return [from_json(TtftWitness, w) for w in fit.get("server_witness") or ()]
 
 
 def ttft_witness(
@@ -369,7 +363,8 @@ def ttft_witness(
     if not timed or count is None or round(count) != len(timed):
         return None
     server = deltas["time_to_first_token_seconds_sum"] / len(timed)
-    return TtftWitness(probe.name, len(timed), server, sum(timed) / len(timed))
+    client = sum(timed) / len(timed)
+    return TtftWitness(probe.name, len(timed), six_figures(server), six_figures(client))
 
 
 def speculation_from_counters(deltas: Mapping[str, float]) -> Speculation | None:

@@ -14,19 +14,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from loadgen import codec
 from loadgen.analysis.calibration import COSTS, Measurement, six_figures
+from loadgen.codec import json_field
 
 # A probe whose prediction misses its measurement by more than this is named in the fit.
 MISS = 0.10
-
-
-# A fit row's own fields; the rest of a profile's measurement row is the probe's basis.
-FIT_ROW_FIELDS = ("probe", "kind", "samples", "measured_s", "predicted_s", "error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +37,7 @@ class FitRow:
     measured_s: float
     predicted_s: float
     error: float
-    basis: Mapping[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"probe": self.probe, "kind": self.kind, "samples": self.samples,
-                "measured_s": self.measured_s, "predicted_s": self.predicted_s,
-                "error": self.error, **self.basis}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> FitRow:
-        basis = {k: v for k, v in d.items() if k not in FIT_ROW_FIELDS}
-        return cls(d["probe"], d["kind"], d["samples"], d["measured_s"], d["predicted_s"],
-                   d["error"], basis)  # fmt: skip
+    basis: Mapping[str, Any] = json_field(rest=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +54,6 @@ class FitSummary:
     # A hand-written profile may leave out what no table needs; the error summary it must have.
     unmeasured: tuple[str, ...] = ()
     min_step_s: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        # The codec's form; kept as a method only while engine/calibrate.py (being restructured
-        # elsewhere) calls it.
-        return cast(dict[str, Any], codec.to_json(self))
 
 
 @dataclass(frozen=True, slots=True)

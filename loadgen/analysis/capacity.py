@@ -35,6 +35,7 @@ from loadgen.analysis.slo import METRICS, SloItem
 from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import MEASURE, SCHEMA, Analysis, analyze_run
 from loadgen.codec import from_json, json_field, to_json
+from loadgen.run_manifest import RunManifest
 from loadgen.scenario.load_axis import format_load
 
 DEFAULT_REPEATS = 2
@@ -272,11 +273,11 @@ def _prefilling_prompts(summary: dict[str, Any], ids: list[str]) -> list[dict[st
     return [{"group": g, "streams": groups[g], "prompt_tokens": tokens[g]} for g in order]
 
 
-def _stopped(manifest: Mapping[str, Any]) -> Stop | None:
+def _stopped(manifest: RunManifest) -> Stop | None:
     """What run.json says stopped the search before it ran out of probes to run."""
-    if manifest.get("interrupted"):
+    if manifest.interrupted:
         return "interrupted"
-    return "max_time" if manifest.get("stopped_by") else None
+    return "max_time" if manifest.stopped_by else None
 
 
 def _first_target(analyses: dict[str, Analysis]) -> Any:
@@ -285,8 +286,8 @@ def _first_target(analyses: dict[str, Analysis]) -> Any:
     return None if first is None else first.summary["run"]["target"]
 
 
-def is_capacity(manifest: dict[str, Any]) -> bool:
-    return isinstance(manifest.get("capacity"), dict)
+def is_capacity(manifest: RunManifest) -> bool:
+    return manifest.capacity is not None
 
 
 def slo_items(config: Mapping[str, Any]) -> tuple[SloItem, ...]:
@@ -302,11 +303,11 @@ def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
     """The summary of a capacity directory, recomputed from every probe's records (so the
     search history is redrawn offline), and each probe's own analysis by directory name."""
     manifest = read_manifest(path)
-    config = manifest["capacity"]
+    config = manifest.capacity or {}
     slo, search = slo_items(config), search_of(config)
     analyses: dict[str, Analysis] = {}
     probes = []
-    for i, probe in enumerate(manifest.get("probes") or [], 1):
+    for i, probe in enumerate(manifest.probes or (), 1):
         run_dir = path / probe["dir"]
         if not (run_dir / "streams.jsonl").exists():
             continue
@@ -333,9 +334,9 @@ def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
     summary = {
         "schema": SCHEMA,
         "capacity": {
-            "scenario": (manifest.get("scenario") or {}).get("name"),
-            "target": manifest.get("target") or _first_target(analyses),
-            "clock": manifest.get("clock"),
+            "scenario": manifest.scenario_name,
+            "target": to_json(manifest.target) if manifest.target else _first_target(analyses),
+            "clock": manifest.clock,
             "over": search.over,
             "group": config.get("group"),
             "slo": [to_json(i) for i in slo],
@@ -343,7 +344,7 @@ def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
             "max_time_s": config.get("max_time_s"),
             "requests_per_probe": config.get("requests"),
             "probes": probes,
-            "interrupted": bool(manifest.get("interrupted")),
+            "interrupted": bool(manifest.interrupted),
             **result,
             "boundary": cause,
         },

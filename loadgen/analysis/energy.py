@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal, cast
 
 from loadgen.codec import from_json
 from loadgen.records import StreamRecord
@@ -40,12 +40,11 @@ Points = list[tuple[int, float]]
 
 @dataclass(frozen=True, slots=True)
 class Energy:
-    """summary.json's `energy`: the GPUs' joules over the measured window, or (available
-    False) the note that says why there are none."""
+    """summary.json's `energy`: the GPUs' joules over the measured window (EnergyNote where
+    there are none), with the figures made of them."""
 
     source: str | None
-    available: bool
-    note: str = ""
+    available: Literal[True] = True
     gpus: int = 0
     energy_method: str = ""  # "energy_counter" | "power_integrated"
     window_s: float = 0.0
@@ -57,6 +56,10 @@ class Energy:
     prompt_tokens: int = 0  # usage prompt_tokens of the measured streams that reported it
     prompt_tokens_missing: int = 0  # measured streams without it: per prompt token is unknown
     streams: int = 0
+    json_derived: ClassVar[tuple[str, ...]] = (
+        "j_per_output_token", "mean_power_w", "throttle_reasons", "j_per_prompt_token",
+        "j_per_total_token",
+    )  # fmt: skip
 
     @property
     def j_per_output_token(self) -> float | None:
@@ -83,38 +86,32 @@ class Energy:
     def throttle_reasons(self) -> list[str]:
         return throttle_names(self.throttle_mask)
 
-    def to_json(self) -> dict[str, Any]:
-        if not self.available:
-            return {"source": self.source, "available": False, "note": self.note}
-        return {
-            "source": self.source, "available": True, "gpus": self.gpus,
-            "energy_method": self.energy_method, "window_s": self.window_s,
-            "energy_j": self.energy_j, "output_tokens": self.output_tokens,
-            "token_sources": list(self.token_sources),
-            "j_per_output_token": self.j_per_output_token, "mean_power_w": self.mean_power_w,
-            "peak_sm_clock_mhz": self.peak_sm_clock_mhz, "throttle_mask": self.throttle_mask,
-            "throttle_reasons": self.throttle_reasons, "prompt_tokens": self.prompt_tokens,
-            "prompt_tokens_missing": self.prompt_tokens_missing, "streams": self.streams,
-            "j_per_prompt_token": self.j_per_prompt_token,
-            "j_per_total_token": self.j_per_total_token,
-        }  # fmt: skip
+
+@dataclass(frozen=True, slots=True)
+class EnergyNote:
+    """summary.json's `energy` where the run sampled its GPUs but has no joules to show: why."""
+
+    source: str | None
+    available: Literal[False]
+    note: str
 
 
-def read_energy(block: Mapping[str, Any] | None) -> Energy | None:
+def read_energy(block: Mapping[str, Any] | None) -> Energy | EnergyNote | None:
     """A run's (or a sweep arm's) `energy` block; None where it had no telemetry."""
-    return None if block is None else from_json(Energy, block)
+    either: Any = Energy | EnergyNote  # the codec tells them apart by `available`
+    return None if block is None else cast(Energy | EnergyNote, from_json(either, block))
 
 
 def energy_section(
     telemetry: Iterable[dict[str, Any]], measure: list[StreamRecord], span: tuple[int, int] | None
-) -> Energy | None:
+) -> Energy | EnergyNote | None:
     """The measured window's energy: None when the run has no telemetry samples."""
     lines = sorted((t for t in telemetry if t.get("gpus")), key=lambda t: t["t_ns"])
     if not lines:
         return None
     source = lines[0].get("source")
     if span is None:
-        return Energy(source, False, "no measured streams")
+        return EnergyNote(source, False, "no measured streams")
     a, b = span
     per_gpu = _series(lines)
     counter = {i: s["energy_j"] for i, s in per_gpu.items() if len(s.get("energy_j", [])) >= 2}
@@ -126,7 +123,7 @@ def energy_section(
         method = "power_integrated"
         joules = sum(_integral(p, a, b) for p in power.values())
     else:
-        return Energy(source, False, "no energy counter or power")
+        return EnergyNote(source, False, "no energy counter or power")
     inside = [ln for ln in lines if a <= ln["t_ns"] <= b]
     sm = [g["sm_clock_mhz"] for ln in inside for g in ln["gpus"] if "sm_clock_mhz" in g]
     mask = 0

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from loadgen.analysis.registry import metric
-from loadgen.codec import to_json
+from loadgen.codec import json_field
+from loadgen.run_manifest import RunManifest
 
 DEFAULT_TOLERANCE = 0.15
 
@@ -28,28 +29,8 @@ GROUP_METRICS = (
 )
 
 
-def is_fidelity(manifest: Mapping[str, Any]) -> bool:
-    return isinstance(manifest.get("fidelity"), dict)
-
-
-@dataclass(frozen=True, slots=True)
-class JudgedProfile:
-    """The sim profile a fidelity run judged: its name, and the file it was read from."""
-
-    name: str
-    path: str
-
-
-@dataclass(frozen=True, slots=True)
-class FidelityRun:
-    """A fidelity directory's run.json block: the scenario, the tolerance, the two runs' dirs
-    (relative to the fidelity directory; None until that run ended) and the profile judged."""
-
-    scenario: str
-    tolerance: float
-    real: str | None
-    virtual: str | None
-    profile: JudgedProfile
+def is_fidelity(manifest: RunManifest) -> bool:
+    return manifest.fidelity is not None
 
 
 def error_of(measured: float | None, predicted: float | None) -> float | None:
@@ -70,7 +51,8 @@ class FigureRow:
     unit: str
     measured: float | None
     predicted: float | None
-    tolerance: float
+    tolerance: float = json_field(omit="always")  # the table's, written once beside the rows
+    json_derived: ClassVar[tuple[str, ...]] = ("error", "within")
 
     @property
     def error(self) -> float | None:
@@ -81,13 +63,6 @@ class FigureRow:
     def within(self) -> bool | None:
         err = error_of(self.measured, self.predicted)
         return None if err is None else abs(err) <= self.tolerance
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "arm": self.arm, "group": self.group, "metric": self.metric, "label": self.label,
-            "unit": self.unit, "measured": self.measured, "predicted": self.predicted,
-            "error": self.error, "within": self.within,
-        }  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +86,7 @@ class Fidelity:
     verdicts: tuple[VerdictPair, ...]
     # Arms the real side ran and the virtual side did not predict: named, never dropped.
     unmatched: tuple[str, ...]
+    json_derived: ClassVar[tuple[str, ...]] = ("figures", "within", "verdicts_agree")
 
     @property
     def figures(self) -> int:
@@ -124,14 +100,6 @@ class Fidelity:
     @property
     def verdicts_agree(self) -> int:
         return sum(1 for v in self.verdicts if v.same)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "tolerance": self.tolerance, "rows": [r.to_json() for r in self.rows],
-            "verdicts": [to_json(v) for v in self.verdicts], "figures": self.figures,
-            "within": self.within, "verdicts_agree": self.verdicts_agree,
-            "unmatched": list(self.unmatched),
-        }  # fmt: skip
 
 
 def fidelity_table(

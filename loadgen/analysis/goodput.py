@@ -87,7 +87,7 @@ class Goodput:
 def goodput(
     records: list[StreamRecord],
     rows: dict[str, dict[str, Any]],
-    slo: dict[str, float] | None,
+    slo: Mapping[str, float] | None,
     shares: Mapping[str, float] | None = None,
 ) -> Goodput | None:
     """Per group: SLO attainment, goodput and throughput in requests/s, and the streams within

@@ -13,33 +13,17 @@ from typing import Any
 
 import orjson
 
-from loadgen.clock import ClockName
 from loadgen.records import (
     REPLICA_METRICS,
     SERVER_LOG,
     MetricsSample,
     StreamRecord,
     read_jsonl,
+    read_metrics_sample,
     read_records,
+    read_stream,
 )
-
-# What each top-level run.json field must be where analysis reads it: a field of another type
-# (hand-edited, or written by a foreign tool) is dropped with a note instead of crashing the
-# report (`scenario: 5` raised AttributeError). Fields not listed are kept as they are.
-_DICT, _LIST, _STR, _INT = (dict,), (list,), (str,), (int,)
-MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "arm": _DICT, "arms": _LIST, "boots": _LIST, "boots_note": _STR, "boots_per_arm": _INT,
-    "cache_checks": _LIST, "client": _DICT, "clock": _STR, "interrupted": (bool,),
-    "model": _STR, "planned_streams": _INT, "prompt_shapes": _DICT, "scenario": _DICT,
-    "seed": _INT, "seed_source": _STR, "server": _DICT, "settings": _DICT, "flags": _DICT,
-    "slo": (dict, type(None)), "slo_shares": _DICT, "soak_end": _DICT, "speed": (int, float),
-    "target": (dict, str), "token_counter": _STR, "tool_version": _STR, "measured": _INT,
-    "targets": _DICT,
-    "metric_percentiles": _LIST,
-}  # fmt: skip
-# Fields that name one of a few things: another word is dropped like a wrong type (a clock
-# loadgen does not know would otherwise reach the report as a ValueError).
-MANIFEST_WORDS: dict[str, tuple[str, ...]] = {"clock": tuple(ClockName)}
+from loadgen.run_manifest import RunManifest, read_run_manifest
 
 
 class NotARunDirectory(ValueError):
@@ -50,13 +34,13 @@ class NotARunDirectory(ValueError):
 class RunInputs:
     """Everything analysis reads from one run directory."""
 
-    manifest: dict[str, Any]
+    manifest: RunManifest
     streams: list[StreamRecord]
     metrics: list[MetricsSample]
     # streams.jsonl lines that could not be read (torn by a crash, or corrupt)
     unreadable_streams: int = 0
     unreadable_metrics: int = 0
-    # run.json fields dropped for their type, as "field (a str, expected dict)"
+    # run.json fields dropped for their type, as "field (expected object, got str)"
     dropped_fields: tuple[str, ...] = ()
     # telemetry.jsonl lines (GPU power, energy, clocks; engine/telemetry.py), when sampled
     telemetry: tuple[dict[str, Any], ...] = ()
@@ -84,45 +68,25 @@ def is_sweep_dir(path: Path) -> bool:
     return bool(arm_dirs(path))
 
 
-def read_manifest(path: Path) -> dict[str, Any]:
-    """run.json as a dict ({} when absent); a corrupt file is a NotARunDirectory error."""
+def read_manifest(path: Path) -> RunManifest:
+    """run.json (an empty manifest when absent); a corrupt file is a NotARunDirectory error."""
+    return _manifest_and_dropped(path)[0]
+
+
+def _manifest_and_dropped(path: Path) -> tuple[RunManifest, tuple[str, ...]]:
+    """run.json, and the fields of it dropped for a wrong type or word (`field (why)`): a
+    field hand-edited or written by a foreign tool costs a note, not the report (`scenario: 5`
+    once raised AttributeError)."""
     f = path / "run.json"
     if not f.is_file():
-        return {}
+        return RunManifest(), ()
     try:
         data = orjson.loads(f.read_bytes())
     except orjson.JSONDecodeError as e:
         raise NotARunDirectory(f"{f}: not valid JSON ({e}); restore it or delete it") from e
     if not isinstance(data, dict):
         raise NotARunDirectory(f"{f}: expected a JSON object; restore it or delete it")
-    return {k: v for k, v in data.items() if _typed(k, v)}
-
-
-def _typed(key: str, value: Any) -> bool:
-    want = MANIFEST_TYPES.get(key)
-    typed = want is None or (isinstance(value, want) and (bool in want) == (type(value) is bool))
-    return typed and (key not in MANIFEST_WORDS or value in MANIFEST_WORDS[key])
-
-
-def _expected(key: str) -> str:
-    words = MANIFEST_WORDS.get(key)
-    return " or ".join(words or (t.__name__ for t in MANIFEST_TYPES[key]))
-
-
-def dropped_fields(path: Path) -> tuple[str, ...]:
-    """run.json fields read_manifest drops for their type (or word), each as `field (a T,
-    expected U)`."""
-    try:
-        data = orjson.loads((path / "run.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return ()
-    if not isinstance(data, dict):
-        return ()
-    return tuple(
-        f"{k} (a {type(v).__name__}, expected {_expected(k)})"
-        for k, v in data.items()
-        if not _typed(k, v)
-    )
+    return read_run_manifest(data)
 
 
 def load_run(path: Path) -> RunInputs:
@@ -133,18 +97,19 @@ def load_run(path: Path) -> RunInputs:
         raise NotARunDirectory(f"{path}: a sweep directory, not one run; pass arms/<arm>")
     if not is_run_dir(path):
         raise NotARunDirectory(f"{path}: not a run directory, no streams.jsonl")
-    streams, unreadable = read_records(path / "streams.jsonl", StreamRecord.from_json)
-    metrics, bad_metrics = read_records(path / "metrics.jsonl", MetricsSample.from_json)
+    streams, unreadable = read_records(path / "streams.jsonl", read_stream)
+    metrics, bad_metrics = read_records(path / "metrics.jsonl", read_metrics_sample)
     telemetry = tuple(read_jsonl(path / "telemetry.jsonl"))
-    replica_metrics, _ = read_records(path / REPLICA_METRICS, MetricsSample.from_json)
+    manifest, dropped = _manifest_and_dropped(path)
+    replica_metrics, _ = read_records(path / REPLICA_METRICS, read_metrics_sample)
     log = path / SERVER_LOG
     return RunInputs(
-        read_manifest(path),
+        manifest,
         streams,
         metrics,
         unreadable,
         bad_metrics,
-        dropped_fields(path),
+        dropped,
         telemetry,
         tuple(replica_metrics),
         log.read_text(errors="replace") if log.is_file() else None,

@@ -155,7 +155,7 @@ def load_axis(arms: dict[str, dict[str, Any]]) -> str | None:
 
 
 def load_block(
-    arms: dict[str, dict[str, Any]], order: list[str], slo: dict[str, float] | None
+    arms: dict[str, dict[str, Any]], order: list[str], slo: Mapping[str, float] | None
 ) -> LoadBlock | None:
     """The sweep's `load` block (None unless it is a load sweep)."""
     axis = load_axis(arms)
@@ -169,6 +169,6 @@ def load_block(
         values=tuple(arms[n]["settings"][axis] for n in order),
         pareto=tuple(pareto_front(points)),
         pareto_axes=PARETO_AXES,
-        slo=slo,
+        slo=None if slo is None else dict(slo),
         pareto_min_gain=PARETO_MIN_GAIN,
     )

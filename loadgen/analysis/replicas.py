@@ -20,6 +20,7 @@ import numpy as np
 from loadgen.analysis.aggregate import server_window, span_ns
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import MetricsSample, StreamRecord
+from loadgen.run_manifest import ReplicaTargets
 
 NS = 1_000_000_000
 DOWN_CLASSES = ("connect_error", "connect_timeout", "connection_closed")
@@ -58,7 +59,7 @@ class ReplicasBlock:
 
 
 def replicas_block(
-    targets: Any,
+    targets: ReplicaTargets | None,
     measure: Sequence[StreamRecord],
     rows: dict[str, dict[str, Any]],
     replica_metrics: Sequence[MetricsSample],
@@ -67,9 +68,9 @@ def replicas_block(
     """The per-replica table of a run with run.json `targets`, else None; `rows` are the
     measured streams' summary rows (their TTFT and verdict), `total_server` the run's
     server window (its prefix hit rate is the total's)."""
-    if not isinstance(targets, dict) or not isinstance(targets.get("urls"), list):
+    if targets is None:
         return None
-    urls = [str(u) for u in targets["urls"]]
+    urls = targets.urls
     span = span_ns(list(measure))
     per = [
         _row(i, url, [r for r in measure if r.replica == i], rows, span,
@@ -79,9 +80,9 @@ def replicas_block(
     hit = total_server.get("prefix_hit_rate") if total_server.get("available") else None
     total = _row(None, "total", list(measure), rows, span, hit)
     return ReplicasBlock(
-        route=str(targets.get("route")),
-        prefix_blocks=int(targets.get("prefix_blocks") or 0),
-        block_chars=int(targets.get("block_chars") or 0),
+        route=targets.route,
+        prefix_blocks=targets.prefix_blocks,
+        block_chars=targets.block_chars,
         rows=tuple(per),
         total=total,
     )

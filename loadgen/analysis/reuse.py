@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from loadgen.run_manifest import RunManifest
+
 # The measured rate may fall this far below the implied one before the report says so.
 REUSE_TOLERANCE = 0.02
 
@@ -44,18 +46,16 @@ class MeasuredReuse:
     tolerance_pp: float
 
 
-def trace_prompts_raised(manifest: dict[str, Any]) -> dict[str, Any] | None:
+def trace_prompts_raised(manifest: RunManifest) -> dict[str, Any] | None:
     """The trace rows sent with more prompt tokens than they asked for (loadgen's minimum)."""
-    scenario = manifest.get("scenario")
-    arrival = scenario.get("arrival") if isinstance(scenario, dict) else None
+    arrival = (manifest.scenario or {}).get("arrival")
     raised = arrival.get("raised_prompts") if isinstance(arrival, dict) else None
     return raised if isinstance(raised, dict) else None
 
 
-def trace_reuse(manifest: dict[str, Any], server: dict[str, Any]) -> MeasuredReuse | None:
+def trace_reuse(manifest: RunManifest, server: dict[str, Any]) -> MeasuredReuse | None:
     """Implied vs measured reuse for a trace arrival with hash_ids, else None."""
-    scenario = manifest.get("scenario")
-    arrival = scenario.get("arrival") if isinstance(scenario, dict) else None
+    arrival = (manifest.scenario or {}).get("arrival")
     if not isinstance(arrival, dict) or arrival.get("kind") != "trace":
         return None
     implied = arrival.get("implied_reuse")

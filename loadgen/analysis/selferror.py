@@ -1,9 +1,11 @@
 """Whether loadgen's own timing error makes a stream's figures untrustworthy.
 
-A stream's *error bound* is the larger of how late loadgen sent it (t_sent - t_intended) and
-the event-loop lag that touched its TTFT stamps (client/selftime.py: the lag of the loop pass
+A stream's *error bound* is the largest of how late loadgen sent it (t_sent - t_intended), the
+event-loop lag that touched its TTFT stamps (client/selftime.py: the lag of the loop pass
 in which the first content chunk was stamped, and the send's where a wait sits between stamp
-and write), never a stall elsewhere in the window that no stamp waited for. The bound is
+and write) and, where rawhttp stamped it, the time loadgen's own process held the request
+before the kernel had it (analysis/phases.py's write phase), never a stall elsewhere in the
+window that no stamp waited for. The bound is
 judged against one tolerance: CLIENT_ERROR_FRACTION of the stream's TTFT, or
 CLIENT_ERROR_FLOOR_S, whichever is larger: a TTFT cannot be quoted to better than the client's
 own error, and no timer is finer than ~1 ms.
@@ -11,15 +13,21 @@ The lag that touched any of its stamps and the reads that brought several conten
 once are given alongside: those chunks share a timestamp, so the gaps between them are void
 as server evidence, and a gap is uncertain by that lag. What no client stamp can see, client
 processes taking every core of a local server's host, is judged for the whole run
-(crowding), as is an event loop late beyond LOOP_LAG_LIMIT_MS; ClientLimits holds all of it
-for the banner the report composes.
+(crowding), as is an event loop late beyond LOOP_LAG_LIMIT_MS. The send side is judged too:
+a stream whose request waited beyond the same tolerance before the server's response head
+(connect + write + head, analysis/phases.py) is counted by who held it, so a TTFT that is
+partly a late request read is flagged, not silent. ClientLimits holds all of it for the
+banner the report composes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
+from loadgen.analysis.phases import http_phases
 from loadgen.records import StreamRecord
 
 CLIENT_ERROR_FRACTION = 0.05
@@ -38,7 +46,9 @@ def error_bound_s(rec: StreamRecord) -> float | None:
     if rec.loop_lag_ttft_ns is None or rec.t_sent_ns is None:
         return None
     late = max(0, rec.t_sent_ns - rec.t_intended_ns)
-    return max(late, rec.loop_lag_ttft_ns) / NS
+    phases = http_phases(rec)
+    own_send = 0 if phases is None else phases.write_ns
+    return max(late, rec.loop_lag_ttft_ns, own_send) / NS
 
 
 def tolerance_s(rec: StreamRecord) -> float:
@@ -73,6 +83,23 @@ def client_error_evidence(rec: StreamRecord) -> dict[str, Any] | None:
     }
 
 
+def send_late_holder(rec: StreamRecord) -> str | None:
+    """Who held the send side of a stream whose request waited beyond its tolerance before
+    the server's response head (analysis/phases.py's SEND_HOLDERS), else None."""
+    phases = http_phases(rec)
+    if phases is None or phases.send_ns / NS <= tolerance_s(rec):
+        return None
+    return phases.send_holder()
+
+
+def send_late_by_holder(records: Iterable[StreamRecord]) -> dict[str, int]:
+    """How many of `records` had a send side late beyond tolerance, by who held it."""
+    return dict(Counter(h for h in map(send_late_holder, records) if h is not None))
+
+
+# Who of analysis/phases.py's SEND_HOLDERS is loadgen's own process.
+LOADGEN_HOLDERS = ("client",)
+
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -102,7 +129,8 @@ class ClientLimits:
     """Why loadgen's own timing may sit in a run's figures: `limited` measured streams whose
     own error exceeded tolerance (their verdict is client_limited), `beyond_tolerance` more that
     kept a server verdict which outweighed that error, the event loop's worst lag where it
-    exceeded LOOP_LAG_LIMIT_MS (else None), and a crowded host."""
+    exceeded LOOP_LAG_LIMIT_MS (else None), a crowded host, and the streams whose send side
+    was late beyond tolerance by who held it (`send_late`: send_late_by_holder)."""
 
     measured: int
     limited: int = 0
@@ -110,10 +138,20 @@ class ClientLimits:
     loop_lag_max_ms: float | None = None
     crowding: Crowding | None = None
     loop_lag_limit_ms: float = LOOP_LAG_LIMIT_MS
+    send_late: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def send_late_loadgen(self) -> int:
+        """Late send sides that loadgen's own process held (its write of the request). Those
+        the server held are not loadgen's error: vLLM 0.26 sends its response head only after
+        its API server has preprocessed the request, so on the H200 at 64 in flight 421 of 512
+        heads came beyond tolerance, held by the server; that time is the API server's (in
+        added TTFT), and the report's phases line says so."""
+        return sum(self.send_late.get(who, 0) for who in LOADGEN_HOLDERS)
 
     @property
     def limits_run(self) -> bool:
         return bool(
             self.limited or self.beyond_tolerance or self.loop_lag_max_ms is not None
-            or self.crowding
+            or self.crowding or self.send_late_loadgen
         )  # fmt: skip

@@ -43,9 +43,9 @@ from loadgen.analysis.drift import DriftPoint, DriftVerdict, change, drift_verdi
 from loadgen.analysis.energy import throttle_names
 from loadgen.analysis.inputs import load_run
 from loadgen.analysis.timeline import Timeline
-from loadgen.clock import ClockName
 from loadgen.codec import to_json
 from loadgen.records import StreamRecord, read_jsonl
+from loadgen.run_manifest import RunManifest, TargetInfo
 from loadgen.scenario.soak_block import parse_window
 
 NS = rates.NS
@@ -395,28 +395,28 @@ def _verdict(kept: list[SoakPoint], rows: list[dict[str, Any]], speed: float) ->
     return drift_verdict(drift_points, acceptance_change=acc, context_change=ctx)
 
 
-def is_soak(manifest: dict[str, Any]) -> bool:
+def is_soak(manifest: RunManifest) -> bool:
     """A run whose scenario is a soak (a `soak:` block)."""
-    return bool((manifest.get("scenario") or {}).get("soak"))
+    return bool((manifest.scenario or {}).get("soak"))
 
 
 def analyze_soak_dir(path: Path) -> dict[str, Any]:
     """soak analysis of a run directory, with how it ended (from run.json)."""
     inputs = load_run(path)
     m = inputs.manifest
-    block = (m.get("scenario") or {}).get("soak") or {}
+    block = (m.scenario or {}).get("soak") or {}
     client = list(read_jsonl(path / "client.jsonl"))
-    target = m.get("target") or {}
-    speed = float(m.get("speed") or 1.0) if target.get("kind") == "sim" else 1.0
+    on_sim = isinstance(m.target, TargetInfo) and m.target.kind == "sim"
+    speed = float(m.speed or 1.0) if on_sim else 1.0
     out = analyze_soak(inputs.streams, Timeline(inputs.metrics), client,
                        window=str(block.get("window", "thirds")), speed=speed,
                        telemetry=inputs.telemetry)  # fmt: skip
     failed = [r for r in inputs.streams if r.phase == "measure" and r.status != "ok"]
     return out | {
-        "scenario": (m.get("scenario") or {}).get("name"),
-        "target": m.get("target"),
-        "speed": m.get("speed"),
-        "clock": ClockName.read(m.get("clock")),
+        "scenario": m.scenario_name,
+        "target": None if m.target is None else to_json(m.target),
+        "speed": m.speed,
+        "clock": m.clock,
         "duration_s": block.get("duration_s"),
         "end": _end(m),
         "failed_streams": len(failed),
@@ -424,9 +424,9 @@ def analyze_soak_dir(path: Path) -> dict[str, Any]:
     }
 
 
-def _end(m: dict[str, Any]) -> dict[str, Any]:
-    end = dict(m.get("soak_end") or {})
-    if m.get("interrupted", True) and not end.get("reason"):
+def _end(m: RunManifest) -> dict[str, Any]:
+    end = {} if m.soak_end is None else to_json(m.soak_end)
+    if (m.interrupted is None or m.interrupted) and not end.get("reason"):
         end["reason"] = "interrupted"
         end["detail"] = "the run did not finish (Ctrl-C, kill or crash): this is the recorded part"
     return end

@@ -9,11 +9,12 @@ the window's length: every WindowRate names its window and token source. A windo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from loadgen.analysis import rates
 from loadgen.analysis.registry import GAP_METRICS, STREAM_METRICS
 from loadgen.analysis.stats import describe
+from loadgen.codec import json_field, to_json
 from loadgen.records import StreamRecord
 
 NS = rates.NS
@@ -25,12 +26,16 @@ class WindowRate:
     """Tokens and chunks that arrived in (from_ns, to_ns] outside its holes, over the length of
     the window minus the holes (excluded_ns)."""
 
-    from_ns: int
-    to_ns: int
-    tokens: float
-    chunks: int
-    token_source: str
-    excluded_ns: int = 0
+    from_ns: int = json_field(omit="always")
+    to_ns: int = json_field(omit="always")
+    tokens: float = json_field()
+    chunks: int = json_field()
+    token_source: str = json_field()
+    excluded_ns: int = json_field(default=0, omit="always")
+    # summary.json's window: in seconds, with its rates (the ns fields are the arithmetic's).
+    json_derived: ClassVar[tuple[str, ...]] = (
+        "from_s", "to_s", "tok_s", "chunks_per_s", "excluded_s"
+    )  # fmt: skip
 
     @property
     def tok_s(self) -> float:
@@ -40,17 +45,17 @@ class WindowRate:
     def chunks_per_s(self) -> float:
         return self.chunks * NS / (self.to_ns - self.from_ns - self.excluded_ns)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "from_s": self.from_ns / NS,
-            "to_s": self.to_ns / NS,
-            "tokens": self.tokens,
-            "chunks": self.chunks,
-            "tok_s": self.tok_s,
-            "chunks_per_s": self.chunks_per_s,
-            "token_source": self.token_source,
-            "excluded_s": self.excluded_ns / NS,
-        }
+    @property
+    def from_s(self) -> float:
+        return self.from_ns / NS
+
+    @property
+    def to_s(self) -> float:
+        return self.to_ns / NS
+
+    @property
+    def excluded_s(self) -> float:
+        return self.excluded_ns / NS
 
 
 def window_rate(rec: StreamRecord, from_ns: int, to_ns: int) -> WindowRate | None:
@@ -105,7 +110,7 @@ def stream_metrics(rec: StreamRecord) -> dict[str, Any]:
         "session": rec.session,
         "turn": rec.turn,
         "status": rec.status,
-        "error": rec.error.to_json() if rec.error else None,
+        "error": None if rec.error is None else to_json(rec.error),
         "http_status": rec.http_status,
         "token_source": rec.token_source,
         # The server does not report a per-request queue time in the record contract.

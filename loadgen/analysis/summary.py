@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from loadgen import __version__
 from loadgen.analysis import rates
@@ -46,10 +46,11 @@ from loadgen.analysis.hist import (
 from loadgen.analysis.inputs import RunInputs, load_run
 from loadgen.analysis.lengths import prompt_drift, short_output
 from loadgen.analysis.needles import needle_recall
+from loadgen.analysis.phases import phase_summary
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.replicas import replicas_block
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
-from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits
+from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits, send_late_by_holder
 from loadgen.analysis.server_log import ServerLogWitness, server_log_witness
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, dumps_canonical, median, spread
@@ -68,10 +69,10 @@ from loadgen.analysis.verdicts import (
     classify_streams,
 )
 from loadgen.analysis.warmth import warm_cache
-from loadgen.clock import ClockName
 from loadgen.codec import to_json
 from loadgen.records import MetricsSample, StreamRecord
 from loadgen.redact import redact
+from loadgen.run_manifest import RunManifest, TargetInfo
 
 NS = rates.NS
 SCHEMA = 1
@@ -119,7 +120,7 @@ def analyze(inputs: RunInputs) -> Analysis:
     asked = asked_percentiles(manifest)
     reps = _reps(measure, records, rows, timeline)
     counts = record_counts(manifest, records, rows)
-    good = goodput(measure, rows, manifest.get("slo"), manifest.get("slo_shares"))
+    good = goodput(measure, rows, manifest.slo, manifest.slo_shares)
     energy = energy_section(inputs.telemetry, measure, span_ns(measure))
     witness = _server_log(inputs, timeline)
     summary = {
@@ -142,9 +143,9 @@ def analyze(inputs: RunInputs) -> Analysis:
         "goodput": None if good is None else to_json(good),
         "needles": [to_json(n) for n in needle_recall(measure)],
         "datasets": [to_json(d) for d in dataset_prompts(measure, manifest)],
-        "energy": None if energy is None else energy.to_json(),
+        "energy": None if energy is None else to_json(energy),
         "benchmark": to_json(benchmark_block(measure)),
-        "telemetry_notes": (manifest.get("telemetry") or {}).get("notes") or [],
+        "telemetry_notes": [] if manifest.telemetry is None else list(manifest.telemetry.notes),
         "thresholds": {
             "admitted_factor": ADMITTED_FACTOR,
             "admitted_slack_s": ADMITTED_SLACK_S,
@@ -165,14 +166,10 @@ def analyze(inputs: RunInputs) -> Analysis:
     return Analysis(canonical(summary), histograms, timeline)
 
 
-def asked_percentiles(manifest: dict[str, Any]) -> tuple[float, ...]:
+def asked_percentiles(manifest: RunManifest) -> tuple[float, ...]:
     """The percentiles `--metric-percentiles` asked for (run.json), none when not asked; an
-    entry that is not a number in (0, 100] is left out."""
-    asked = manifest.get("metric_percentiles") or []
-    return tuple(
-        float(p) for p in asked
-        if isinstance(p, int | float) and not isinstance(p, bool) and 0 < p <= 100
-    )  # fmt: skip
+    entry outside (0, 100] is left out (one that is not a number drops the field on reading)."""
+    return tuple(p for p in manifest.metric_percentiles or () if 0 < p <= 100)
 
 
 def _group_percentiles(
@@ -199,15 +196,15 @@ def _total_percentiles(
 def _server_log(inputs: RunInputs, timeline: Timeline) -> ServerLogWitness | None:
     """The server's engine lines beside the polls; None without a kept log or the wall-clock
     anchor that places its lines (runs before run_start_wall_ns)."""
-    start = inputs.manifest.get("run_start_wall_ns")
-    if inputs.server_log is None or not isinstance(start, int):
+    start = inputs.manifest.run_start_wall_ns
+    if inputs.server_log is None or start is None:
         return None
-    offset = int(inputs.manifest.get("utc_offset_s") or 0)
+    offset = inputs.manifest.utc_offset_s or 0
     return server_log_witness(inputs.server_log, inputs.streams, timeline, start, offset)
 
 
 def _run_section(
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     records: list[StreamRecord],
     measure: list[StreamRecord],
     rows: dict[str, dict[str, Any]],
@@ -215,8 +212,7 @@ def _run_section(
     ctx: VerdictContext,
     counts: RecordCounts,
 ) -> dict[str, Any]:
-    scenario = manifest.get("scenario") or {}
-    client = manifest.get("client") or {}
+    client = dict(manifest.client or {})
     lag = client.get("loop_lag_max_ms")
     span = span_ns(measure)
     verdict_counts = _count(rows[r.id]["verdict"] for r in measure)
@@ -226,6 +222,7 @@ def _run_section(
     limits = ClientLimits(
         counts.measured, counts.limited, counts.beyond_tolerance,
         lag if lag is not None and lag > LOOP_LAG_LIMIT_MS else None,
+        send_late=send_late_by_holder(measure),
     )  # fmt: skip
     phases = _count(r.phase for r in records)
     server = (
@@ -234,16 +231,16 @@ def _run_section(
         else {"available": False, "note": "no measured streams"}
     )
     reuse = trace_reuse(manifest, server)
-    added = added_ttft(measure, records, timeline, float(manifest.get("speed") or 1.0))
+    added = added_ttft(measure, records, timeline, float(manifest.speed or 1.0))
     return {
-        "scenario": scenario.get("name") if isinstance(scenario, dict) else scenario,
-        "target": _target(manifest.get("target")),
-        "model": manifest.get("model"),
-        "seed": manifest.get("seed"),
-        "seed_source": manifest.get("seed_source"),
-        "tool_version": manifest.get("tool_version"),
+        "scenario": manifest.scenario_name,
+        "target": _target(manifest.target),
+        "model": manifest.model,
+        "seed": manifest.seed,
+        "seed_source": manifest.seed_source,
+        "tool_version": manifest.tool_version,
         "analysis_version": __version__,
-        "interrupted": bool(manifest.get("interrupted", False)),
+        "interrupted": bool(manifest.interrupted),
         "client_limited": limits.limits_run,
         "client_limited_streams": counts.limited,
         "client_limits": to_json(limits),
@@ -251,14 +248,19 @@ def _run_section(
         "short_output": _json_or_none(short_output(measure)),
         "prompt_drift": _json_or_none(prompt_drift(measure)),
         "client": client,
-        "speed": manifest.get("speed", 1.0),
-        "clock": ClockName.read(manifest.get("clock")),
-        "token_counter": manifest.get("token_counter"),
+        "speed": 1.0 if manifest.speed is None else manifest.speed,
+        "clock": manifest.clock,
+        "token_counter": manifest.token_counter,
         "token_sources": sorted({r.token_source for r in measure}),
-        "prompt_shapes": manifest.get("prompt_shapes") or {},
-        "server_facts": manifest.get("server") or {},
-        "cache_checks": manifest.get("cache_checks") or [],
-        "arm": manifest.get("arm"),
+        "prompt_shapes": dict(manifest.prompt_shapes or {}),
+        "server_facts": dict(manifest.server or {}),
+        "cache_checks": list(manifest.cache_checks or ()),
+        # Where the measured TTFTs went, phase by phase (analysis/phases.py); None where no
+        # stream carries the stamps (aiohttp's reader, the virtual clock).
+        "http_phases": to_json(phase_summary(measure)),
+        # `--until-precise`'s end as the engine recorded it (analysis/precision.py).
+        "until_precise": _json_or_none(manifest.until_precise),
+        "arm": _json_or_none(manifest.arm),
         "cap": to_json(ctx.cap),
         "prefill_baseline": to_json(ctx.baseline),
         "streams": {
@@ -279,7 +281,7 @@ def _run_section(
 
 
 def replica_contexts(
-    records: list[StreamRecord], samples: Sequence[MetricsSample], manifest: dict[str, Any]
+    records: list[StreamRecord], samples: Sequence[MetricsSample], manifest: RunManifest
 ) -> list[VerdictContext]:
     """Each replica's streams judged against its own /metrics (its seats, its cache, its
     queue), where the run routed over several: the fleet's summed gauges would hold one
@@ -293,13 +295,13 @@ def replica_contexts(
 
 
 def _replicas(
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     measure: list[StreamRecord],
     rows: dict[str, dict[str, Any]],
     inputs: RunInputs,
     server: dict[str, Any],
 ) -> dict[str, Any] | None:
-    block = replicas_block(manifest.get("targets"), measure, rows, inputs.replica_metrics, server)
+    block = replicas_block(manifest.targets, measure, rows, inputs.replica_metrics, server)
     return None if block is None else to_json(block)
 
 
@@ -307,11 +309,11 @@ def _json_or_none(value: Any) -> Any:
     return None if value is None else to_json(value)
 
 
-def _target(target: Any) -> dict[str, Any] | None:
+def _target(target: TargetInfo | str | None) -> dict[str, Any] | None:
     """The manifest's target; early `loadgen request` manifests held the bare URL."""
     if isinstance(target, str):
         return {"url": target, "kind": "external"}
-    return target
+    return None if target is None else cast(dict[str, Any], to_json(target))
 
 
 @dataclass(frozen=True)
@@ -339,7 +341,7 @@ class RecordCounts:
 
 
 def record_counts(
-    manifest: dict[str, Any], records: list[StreamRecord], rows: dict[str, dict[str, Any]]
+    manifest: RunManifest, records: list[StreamRecord], rows: dict[str, dict[str, Any]]
 ) -> RecordCounts:
     """Counts of `records` against the plan; `rows` are the measured streams' summary rows."""
     measure = [r for r in records if r.phase == MEASURE]
@@ -350,7 +352,9 @@ def record_counts(
         v == "client_limited" and "client_error" in rows[r.id]["evidence"]
         for r, v in zip(measure, verdicts, strict=True)
     )
-    return RecordCounts(manifest.get("planned_streams"), len(measure),
+    # A plan that --until-precise cut short was a bound, not a promise: no stream is missing.
+    cut = manifest.until_precise is not None and manifest.until_precise.reached
+    return RecordCounts(None if cut else manifest.planned_streams, len(measure),
                         len(records) - len(measure), limited, beyond)  # fmt: skip
 
 
@@ -381,11 +385,11 @@ def _groups(
     measure: list[StreamRecord],
     rows: dict[str, dict[str, Any]],
     timeline: Timeline,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     reps_out: list[dict[str, Any]],
     percentiles: tuple[dict[str, GroupHistograms], tuple[float, ...]],
 ) -> dict[str, Any]:
-    shapes = manifest.get("prompt_shapes") or {}
+    shapes = manifest.prompt_shapes or {}
     histograms, asked = percentiles
     out: dict[str, Any] = {}
     for group in sorted({r.group for r in measure}):

@@ -18,6 +18,7 @@ from loadgen.analysis.added_ttft import AddedTtftBlock
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.lengths import PromptDrift, ShortOutput
+from loadgen.analysis.phases import PhaseSummary
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
@@ -26,6 +27,7 @@ from loadgen.analysis.timeline import Plateau
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
 from loadgen.codec import from_json, reader
+from loadgen.run_manifest import UntilPrecise
 
 T = TypeVar("T")
 
@@ -48,6 +50,17 @@ class Stats:
     p50: float | None = None
     p90: float | None = None
     p99: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MinMax:
+    """A figure's min, median and max over some reps' streams, and how many it had (a sweep's
+    politeness row)."""
+
+    min: float | None
+    median: float | None
+    max: float | None
+    n: int
 
 
 def read_stats(d: Mapping[str, Any] | None) -> Stats:
@@ -279,6 +292,8 @@ class RunSummary:
     trace_prompts_raised: PromptsRaised | None
     added_ttft: AddedTtftBlock | None = None
     server_log: ServerLogWitness | None = None
+    until_precise: UntilPrecise | None = None
+    http_phases: PhaseSummary | None = None
 
     @classmethod
     def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
@@ -317,6 +332,8 @@ class RunSummary:
             trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
             added_ttft=block(run, "added_ttft", reader(AddedTtftBlock)),
             server_log=block(run, "server_log", reader(ServerLogWitness)),
+            until_precise=block(run, "until_precise", reader(UntilPrecise)),
+            http_phases=block(run, "http_phases", reader(PhaseSummary)),
         )
 
 

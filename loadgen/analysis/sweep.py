@@ -6,22 +6,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from loadgen.analysis.inputs import arm_dirs, read_manifest
 from loadgen.analysis.load_sweep import load_block, load_row
 from loadgen.analysis.stats import canonical, median
 from loadgen.analysis.summary import SCHEMA, Analysis, analyze_run
-from loadgen.analysis.summary_types import Stats
+from loadgen.analysis.summary_types import MinMax
 from loadgen.analysis.sweep_boots import boot_points, floor_rows
 from loadgen.analysis.sweep_types import MixedRow, arm_sort_key
 from loadgen.clock import ClockName
 from loadgen.codec import to_json
+from loadgen.run_manifest import ArmInfo
 
 
-def _minmax(values: list[float]) -> Stats:
-    return Stats(len(values), min(values) if values else None, median(values),
-                 max(values) if values else None, None, None, None, None)  # fmt: skip
+def _minmax(values: list[float]) -> MinMax:
+    return MinMax(min(values) if values else None, median(values),
+                  max(values) if values else None, len(values))  # fmt: skip
 
 
 def mixed_row(reps: list[dict[str, Any]]) -> MixedRow:
@@ -78,7 +79,7 @@ def arm_entry(summary: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
     return {
         "flags": arm.get("flags") or {},
         "settings": arm.get("settings") or {},
-        "row": mixed_row(mixed["reps"]).to_json() if mixed else None,
+        "row": to_json(mixed_row(mixed["reps"])) if mixed else None,
         "load_row": to_json(load_row(summary)),
         "interrupted": summary["run"]["interrupted"],
         "wall_s": summary["run"]["wall_s"],
@@ -98,27 +99,31 @@ def arm_entry(summary: dict[str, Any], arm: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _declared_arm(declared: Mapping[str, ArmInfo], name: str) -> dict[str, Any] | None:
+    arm = declared.get(name)
+    return None if arm is None else cast(dict[str, Any], to_json(arm))
+
+
 def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
     """The parent summary of a sweep directory and each arm's own analysis, by arm name, in the
     order the parent's run.json declares the arms (then any others by name)."""
     manifest = read_manifest(path)
-    declared = {a.get("name"): a for a in manifest.get("arms") or [] if isinstance(a, dict)}
+    declared = {a.name: a for a in manifest.arms or ()}
     found = {d.name: d for d in arm_dirs(path)}
     order = [n for n in declared if n in found] + sorted(
         (n for n in found if n not in declared), key=arm_sort_key
     )
     arms = {name: analyze_run(found[name]) for name in order}
     first = next(iter(arms.values())).summary["run"]
-    scenario = manifest.get("scenario") or {}
     summary: dict[str, Any] = {
         "schema": SCHEMA,
         "sweep": True,
         "run": {
-            "scenario": scenario.get("name") if isinstance(scenario, dict) else scenario,
-            "target": manifest.get("target") or first["target"],
-            "model": manifest.get("model") or first["model"],
-            "seed": manifest.get("seed", first["seed"]),
-            "interrupted": bool(manifest.get("interrupted", False))
+            "scenario": manifest.scenario_name,
+            "target": to_json(manifest.target) if manifest.target else first["target"],
+            "model": manifest.model or first["model"],
+            "seed": first["seed"] if manifest.seed is None else manifest.seed,
+            "interrupted": bool(manifest.interrupted)
             or any(a.summary["run"]["interrupted"] for a in arms.values()),
             "client_limited": any(a.summary["run"]["client_limited"] for a in arms.values()),
             "arm_client_limits": {
@@ -128,25 +133,26 @@ def analyze_sweep(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
             },
             "speed": first["speed"],
             "clock": ClockName.read(first.get("clock")),
-            "boots_per_arm": manifest.get("boots_per_arm"),
-            "boots_note": manifest.get("boots_note"),
+            "boots_per_arm": manifest.boots_per_arm,
+            "boots_note": manifest.boots_note,
         },
         "streams": [],
         "groups": {},
         "reps": [],
         "arm_order": order,
         "arms": {
-            name: arm_entry(a.summary, declared.get(name) or a.summary["run"].get("arm") or {})
+            name: arm_entry(
+                a.summary, _declared_arm(declared, name) or a.summary["run"].get("arm") or {}
+            )
             for name, a in arms.items()
         },
     }
-    load = load_block(summary["arms"], order, manifest.get("slo"))
+    load = load_block(summary["arms"], order, manifest.slo)
     if load is not None:
         summary["load"] = to_json(load)
-    boots = manifest.get("boots")
-    if isinstance(boots, list):
-        declared_order = [n for n in declared if isinstance(n, str)]
-        points = boot_points(boots, summary["arms"])
+    if manifest.boots is not None:
+        declared_order = list(declared)
+        points = boot_points(list(manifest.boots), summary["arms"])
         summary["boots"] = points
         summary["boot_floor"] = floor_rows(points, declared_order)
     return canonical(summary), arms

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.bootfloor import ArmEffect
-from loadgen.analysis.energy import Energy
+from loadgen.analysis.energy import Energy, EnergyNote
 from loadgen.analysis.load_sweep import LoadBlock, LoadRow, read_load
-from loadgen.analysis.summary_types import Cohort, RunSummary, Stats, read_run
+from loadgen.analysis.summary_types import Cohort, MinMax, RunSummary, Stats, read_run
 from loadgen.codec import from_json
 
 
@@ -23,10 +23,6 @@ def arm_sort_key(name: str) -> list[tuple[int, float, str]]:
     return [(1, float(p), "") if i % 2 else (0, 0.0, p) for i, p in enumerate(parts) if p]
 
 
-def _minmax_json(st: Stats) -> dict[str, float | None]:
-    return {"min": st.min, "median": st.median, "max": st.max, "n": st.n}
-
-
 @dataclass(frozen=True, slots=True)
 class MixedRow:
     """Whale/minnow figures over some mixed reps: the whale's TTFT median, the minnows' TTFT and
@@ -34,21 +30,11 @@ class MixedRow:
     first token only after the prefill, and the median wall time."""
 
     whale_ttft_s: float | None
-    minnow_ttft_s: Stats
-    minnow_decode_during_tok_s: Stats
-    minnow_decode_after_tok_s: Stats
+    minnow_ttft_s: MinMax
+    minnow_decode_during_tok_s: MinMax
+    minnow_decode_after_tok_s: MinMax
     minnows_first_token_after_prefill: int
     wall_s: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "whale_ttft_s": self.whale_ttft_s,
-            "minnow_ttft_s": _minmax_json(self.minnow_ttft_s),
-            "minnow_decode_during_tok_s": _minmax_json(self.minnow_decode_during_tok_s),
-            "minnow_decode_after_tok_s": _minmax_json(self.minnow_decode_after_tok_s),
-            "minnows_first_token_after_prefill": self.minnows_first_token_after_prefill,
-            "wall_s": self.wall_s,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +63,7 @@ class Arm:
     load_row: LoadRow
     interrupted: bool
     wall_s: float | None
-    energy: Energy | None
+    energy: Energy | EnergyNote | None
     groups: Mapping[str, ArmGroup]
 
     @property

@@ -75,7 +75,9 @@ from loadgen.analysis.stats import median
 from loadgen.analysis.streams import pieces_rate, window_rate
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.warmth import cache_warmth, meant_cold, salted_groups
+from loadgen.codec import to_json
 from loadgen.records import MetricsSample, StreamRecord
+from loadgen.run_manifest import RunManifest
 
 NS = rates.NS
 VERDICTS = (
@@ -137,11 +139,11 @@ def _all_cold(measured: list[StreamRecord], salted: frozenset[str]) -> bool:
 
 
 def build_context(
-    records: list[StreamRecord], timeline: Timeline, manifest: dict[str, Any]
+    records: list[StreamRecord], timeline: Timeline, manifest: RunManifest
 ) -> VerdictContext:
     """Resolve the cap and baseline and model every stream's seat."""
     cap = resolve_cap(manifest, timeline)
-    client = manifest.get("client") or {}
+    client = manifest.client or {}
     salted = salted_groups(manifest)
     est = estimate_cached(records, timeline, manifest)
     baseline = prefill_baseline(records, est.tokens, est.suspect)
@@ -156,7 +158,7 @@ def build_context(
         seats=modelled,
         prefill_ahead=prefill_ahead(modelled),
         seats_by_id=sorted(modelled.values(), key=lambda s: s.id),
-        pool=PoolEvidence(timeline, modelled, cap.value, manifest.get("server") or {}),
+        pool=PoolEvidence(timeline, modelled, cap.value, dict(manifest.server or {})),
         group_min_ttft=fastest,
         loop_lag_max_ms=client.get("loop_lag_max_ms"),
         salted=salted,
@@ -486,8 +488,8 @@ def _judge_stretch(
             f"decode {during.tok_s:.3g} tok/s while others prefilled vs {steady.tok_s:.3g} "
             f"tok/s after ({fraction:.2f} of steady; threshold {RATION_FRACTION})"
         ),
-        "during": during.to_json(),
-        "steady": steady.to_json(),
+        "during": to_json(during),
+        "steady": to_json(steady),
         "fraction": fraction,
         "threshold": RATION_FRACTION,
         "prefilling": sorted(ids)[:MAX_EVIDENCE_STREAMS],

@@ -29,6 +29,7 @@ from typing import Any
 from loadgen.analysis.baselines import prompt_size
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import StreamRecord
+from loadgen.run_manifest import RunManifest
 
 # A salted prompt may share a block or two of chat-template header with others on a server
 # without cache_salt; a tenth of the prompt is far beyond that and far below a warm rerun's ~1.
@@ -36,9 +37,9 @@ WARM_SHARE = 0.1
 HITS = "prefix_cache_hits_total"
 
 
-def salted_groups(manifest: dict[str, Any]) -> frozenset[str]:
+def salted_groups(manifest: RunManifest) -> frozenset[str]:
     """Names of the scenario's groups whose prompts are salted (run.json's resolved scenario)."""
-    groups = (manifest.get("scenario") or {}).get("groups") or []
+    groups = (manifest.scenario or {}).get("groups") or []
     if isinstance(groups, dict):
         groups = [{"name": k} | v for k, v in groups.items() if isinstance(v, dict)]
     return frozenset(

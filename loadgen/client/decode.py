@@ -287,8 +287,10 @@ class StreamDecoder:
         loop_lag_ttft_ns: int | None = None,
         rtt_us: int | None = None,
         response_id: str | None = None,
+        phases: dict[str, Any] | None = None,
     ) -> StreamRecord:
-        """The finished record; absolute perf_counter times become run-clock ns here."""
+        """The finished record; absolute perf_counter times become run-clock ns here, except
+        `phases` (the HTTP phase fields, records.py), which come on the run clock."""
 
         def rel(t: int | None) -> int | None:
             return None if t is None else t - run_start_ns
@@ -338,6 +340,7 @@ class StreamDecoder:
             tool_calls=len(self.calls or ()),
             calls=None if self.calls is None else tuple((c[0], c[1], c[2]) for c in self.calls),
             **reasoning_fields(ns, per_chunk, self.reasoning_at, self.out_at, reported),
+            **(phases or {}),
         )
 
 

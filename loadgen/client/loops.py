@@ -88,15 +88,21 @@ def record_end(rec: StreamRecord, clock: Clock) -> int:
 
 
 async def run_open_loop(
-    arrivals: Iterable[tuple[int, T]], start: Start[T], clock: LoopClock
+    arrivals: Iterable[tuple[int, T]],
+    start: Start[T],
+    clock: LoopClock,
+    *,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     """Starts each item at its instant (run clock), never waiting for earlier ones to end, so
     a slow server cannot slow the arrival process (no coordinated omission). An item that
     starts late keeps its intended instant; the client records the actual one. Items of one
-    instant start in the order given."""
+    instant start in the order given. None starts once `stop` says so; those started finish."""
     async with clock.crew() as crew:
         for t_ns, item in sorted(arrivals, key=lambda a: a[0]):
             await clock.sleep_until(t_ns)
+            if stop is not None and stop():
+                break
             crew.create_task(start(item, t_ns))
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 from time import perf_counter_ns
+from typing import Any
 
 import aiohttp
 import orjson
@@ -39,7 +40,14 @@ from loadgen.client.errors import (
     wrong_content,
     wrong_content_text,
 )
-from loadgen.client.rawhttp import Conn, ProtocolError, RawPool, response_id, tcp_rtt_us
+from loadgen.client.rawhttp import (
+    Conn,
+    ProtocolError,
+    RawPool,
+    response_id,
+    tcp_rtt_us,
+    tcp_state,
+)
 from loadgen.client.selftime import LoopLagTicker
 from loadgen.records import StreamError, StreamRecord
 from loadgen.redact import redact_url
@@ -59,7 +67,8 @@ class _Live:
     content (0 until the first): comments, role-only and empty events do not reset the idle
     timeout, or a server sending endless `: keep-alive` lines held a stream forever."""
 
-    __slots__ = ("last_ns", "response_id", "rtt_us", "t_sent", "task", "timeout")
+    __slots__ = ("conn", "first_byte_ns", "last_ns", "response_id", "rtt_us", "t_sent", "task",
+                 "tcp_first_byte", "timeout")  # fmt: skip
 
     def __init__(self, task: asyncio.Task, t_sent: int) -> None:
         self.task = task
@@ -68,6 +77,11 @@ class _Live:
         self.timeout: StreamError | None = None
         self.response_id: str | None = None  # the server's id, from the first body read
         self.rtt_us: int | None = None
+        # rawhttp only: the connection of the (last) attempt, with its phase stamps, and the
+        # first body byte's arrival with what the kernel said then (0 and None until it came).
+        self.conn: Conn | None = None
+        self.first_byte_ns = 0
+        self.tcp_first_byte: list[int] | None = None
 
 
 class OpenAIClient(AuxRequests):
@@ -194,7 +208,7 @@ class OpenAIClient(AuxRequests):
         chat = req.messages is not None or req.api == "chat"
         path = "/v1/chat/completions" if chat else "/v1/completions"
         body = orjson.dumps(wire_body(req, continuous=continuous))
-        request = pool.request_bytes("POST", path, body, req.id)
+        request = pool.request_bytes("POST", path, body, req.id, req.traceparent)
         dec = StreamDecoder(chat=chat, keep_text=req.keep_text, max_tokens=req.max_tokens)
         task = asyncio.current_task()
         assert task is not None
@@ -205,7 +219,12 @@ class OpenAIClient(AuxRequests):
         chunk_ns = dec.chunk_ns
 
         def sink(chunk: bytes, now: int) -> bool:
+            # Taken until the first content chunk or the response id: the per-event path
+            # after it pays nothing for the first byte's stamps.
             if not live.last_ns and live.response_id is None:
+                if not live.first_byte_ns:
+                    live.first_byte_ns = now
+                    live.tcp_first_byte = tcp_state(live.conn.transport if live.conn else None)
                 live.response_id = response_id(chunk)
             done = feed(chunk, now)
             if chunk_ns and chunk_ns[-1] == now:  # this read brought content
@@ -220,9 +239,9 @@ class OpenAIClient(AuxRequests):
         self._live.add(live)
         try:
             for retry in (False, True):
-                conn = None
+                conn = live.conn = None
                 try:
-                    conn = await pool.acquire()
+                    conn = live.conn = await pool.acquire()
                 except (OSError, TimeoutError) as exc:
                     cls = "connect_timeout" if isinstance(exc, TimeoutError) else "connect_error"
                     error = StreamError(cls, f"{self.shown_url}: {connect_reason(exc)}")
@@ -278,6 +297,8 @@ class OpenAIClient(AuxRequests):
         url = self.base_url + path
         data = orjson.dumps(wire_body(req, continuous=continuous))
         headers = {"X-Request-Id": req.id}
+        if req.traceparent is not None:
+            headers["traceparent"] = req.traceparent
         dec = StreamDecoder(chat=chat, keep_text=req.keep_text, max_tokens=req.max_tokens)
         task = asyncio.current_task()
         assert task is not None
@@ -364,6 +385,7 @@ class OpenAIClient(AuxRequests):
             loop_lag_ttft_ns=ttft_lag,
             rtt_us=live.rtt_us,
             response_id=live.response_id,
+            phases=_phase_fields(live, self.run_start_ns),
         )
 
     # ------------------------------------------------------------------ watchdog
@@ -465,6 +487,26 @@ class OpenAIClient(AuxRequests):
         for r in results:
             if isinstance(r, BaseException):
                 raise r
+
+
+def _phase_fields(live: _Live, run_start_ns: int) -> dict[str, Any]:
+    """The record's HTTP phase fields (records.py) from a rawhttp stream's stamps; empty for
+    aiohttp's reader, which has none (the record's defaults, None, stand)."""
+    conn = live.conn
+    if conn is None:
+        return {}
+
+    def rel(t: int) -> int | None:
+        return t - run_start_ns if t else None
+
+    return {
+        "conn_reused": conn.reused,
+        # A kept-alive connection was made for an earlier stream: no connect phase in this one.
+        "t_connected_ns": None if conn.reused else rel(conn.connected_ns),
+        "t_written_ns": rel(conn.written_ns),
+        "t_first_byte_ns": rel(live.first_byte_ns),
+        "tcp_first_byte": live.tcp_first_byte,
+    }
 
 
 def _ns(seconds: float | None) -> int | None:

@@ -47,8 +47,15 @@ from loadgen.client.loops import (
 )
 from loadgen.client.openai import OpenAIClient
 from loadgen.clock import WallClock
+from loadgen.codec import to_json
 from loadgen.lifeline import die_with
-from loadgen.records import JsonlAppender, StreamRecord, install_stop_signals, read_jsonl
+from loadgen.records import (
+    JsonlAppender,
+    StreamRecord,
+    install_stop_signals,
+    read_jsonl,
+    read_stream,
+)
 from loadgen.request import StreamRequest
 
 OnRecord = Callable[[StreamRecord], None]
@@ -156,7 +163,7 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
     spill = JsonlAppender(Path(args.spill))
 
     def emit(rec: StreamRecord) -> None:
-        line = rec.to_json()
+        line = to_json(rec)
         spill.append(line)
         out.put(("rec", args.index, line))
 
@@ -352,7 +359,7 @@ class ProcessPool:
     def _hand_on(self, index: int, line: dict[str, Any]) -> None:
         self._seen[index].add(_key(line))
         if self._on_record is not None:
-            self._on_record(StreamRecord.from_json(line))
+            self._on_record(read_stream(line))
 
     def _drain_until_exit(self, deadline: float) -> None:
         while len(self._exited) < self.size and self._next(deadline) is not None:

@@ -28,17 +28,22 @@ _SIZE_LINE_CAP = 1 << 10
 _CHUNKED, _LENGTH, _UNTIL_CLOSE = 0, 1, 2
 
 Sink = Callable[[bytes, int], bool]
-# struct tcp_info (linux/tcp.h): 8 bytes of u8 fields, then u32 rto, ato, snd_mss, rcv_mss,
-# unacked, sacked, lost, retrans, fackets, 4 x last_*, pmtu, rcv_ssthresh, then rtt (us).
+# struct tcp_info (linux/tcp.h) at the offsets its fields have held since Linux 4.19 (8 bytes of
+# u8 fields, then u32s from rto on): rtt (us) at 68, bytes_acked (u64, the SYN's byte
+# included) at 120, notsent_bytes at 144, bytes_sent and bytes_retrans (u64) at 200 and 208.
 _TCPI_RTT = struct.Struct("<I")
-_TCPI_RTT_OFFSET = 8 + 15 * 4
+_TCPI_RTT_OFFSET = 68
+_TCPI_ACKED, _TCPI_NOTSENT, _TCPI_SENT = (struct.Struct(f) for f in ("<Q", "<I", "<QQ"))
+_TCPI_LEN = 216
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
 _ID_KEY = b'"id":'
 
 
-def tcp_rtt_us(transport: asyncio.BaseTransport | None) -> int | None:
-    """The kernel's smoothed round-trip time of the connection (TCP_INFO tcpi_rtt, us): the
-    network's share of a TTFT; None where the platform or the transport does not say."""
+def tcp_state(transport: asyncio.Transport | None) -> list[int] | None:
+    """What the kernel says of the connection now: [smoothed RTT (us), request bytes sent but
+    not yet acknowledged, bytes not yet sent (the kernel's tcpi_notsent_bytes plus what the
+    transport still buffers)]; None where the platform or the transport does not say. A kernel
+    older than 4.19 gives the RTT only: then both byte counts are -1."""
     if transport is None or _TCP_INFO is None or transport.is_closing():
         # A closed uvloop transport's socket has fd -1: getsockopt raised ValueError out of
         # the stream whose server had just been killed (issue 32).
@@ -47,12 +52,26 @@ def tcp_rtt_us(transport: asyncio.BaseTransport | None) -> int | None:
     if sock is None:
         return None
     try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCPI_RTT_OFFSET + 4)
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCPI_LEN)
     except OSError:
         return None
     if len(info) < _TCPI_RTT_OFFSET + 4:
         return None
-    return _TCPI_RTT.unpack_from(info, _TCPI_RTT_OFFSET)[0]
+    rtt = _TCPI_RTT.unpack_from(info, _TCPI_RTT_OFFSET)[0]
+    if len(info) < _TCPI_LEN:
+        return [rtt, -1, -1]
+    sent, retrans = _TCPI_SENT.unpack_from(info, 200)
+    acked = _TCPI_ACKED.unpack_from(info, 120)[0] - 1  # less the SYN
+    buffered = transport.get_write_buffer_size()
+    notsent = _TCPI_NOTSENT.unpack_from(info, 144)[0] + buffered
+    return [rtt, max(0, sent - retrans - acked), notsent]
+
+
+def tcp_rtt_us(transport: asyncio.Transport | None) -> int | None:
+    """The kernel's smoothed round-trip time of the connection (TCP_INFO tcpi_rtt, us): the
+    network's share of a TTFT; None where the platform or the transport does not say."""
+    state = tcp_state(transport)
+    return None if state is None else state[0]
 
 
 def response_id(body: bytes) -> str | None:
@@ -97,6 +116,10 @@ class Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
+        # Phase edges, once per connection and once per exchange (perf_counter ns): when the
+        # connection was made and when `begin` handed the request to the kernel.
+        self.connected_ns = 0
+        self.written_ns = 0
         self.received = 0  # bytes of the current exchange
         self.head: asyncio.Future[Head] | None = None
         self.done: asyncio.Future[bool] | None = None
@@ -114,6 +137,7 @@ class Conn(asyncio.Protocol):
     # -------------------------------------------------------------- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.connected_ns = perf_counter_ns()
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -156,6 +180,7 @@ class Conn(asyncio.Protocol):
         self.collected = bytearray()
         self.reusable = False
         self.received = 0
+        self.written_ns = 0
         self._buf = b""
         self._in_body = self._trailer = False
         self._rem = self._skip = 0
@@ -166,6 +191,7 @@ class Conn(asyncio.Protocol):
             return
         assert self.transport is not None
         self.transport.write(request)
+        self.written_ns = perf_counter_ns()
 
     def abort(self) -> None:
         self.closed = True
@@ -342,8 +368,17 @@ class RawPool:
         self.connect_s = connect_s
         self._idle: list[Conn] = []
 
-    def request_bytes(self, method: str, path: str, body: bytes, request_id: str | None) -> bytes:
+    def request_bytes(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        request_id: str | None,
+        traceparent: str | None = None,
+    ) -> bytes:
         rid = "" if request_id is None else f"X-Request-Id: {request_id}\r\n"
+        if traceparent is not None:
+            rid += f"traceparent: {traceparent}\r\n"
         head = f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._fixed}{rid}"
         return f"{head}Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body
 

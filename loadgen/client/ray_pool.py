@@ -37,8 +37,9 @@ from loadgen.client.endpoint import Timeouts
 from loadgen.client.lag import quiet_collector
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.pool import STREAMS_PER_PROCESS, Job, OnRecord, serve_job
+from loadgen.codec import to_json
 from loadgen.messages import one_line
-from loadgen.records import StreamRecord
+from loadgen.records import StreamRecord, read_stream
 
 INSTALL_HINT = "pip install 'loadgen[ray]'"
 SYNC_ROUND_TRIPS = 8
@@ -131,7 +132,7 @@ class StreamActor:
         out: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         def emit(rec: StreamRecord) -> None:
-            out.put(dataclasses.replace(rec, worker=self.name).to_json())
+            out.put(to_json(dataclasses.replace(rec, worker=self.name)))
 
         async def serve() -> None:
             try:
@@ -412,7 +413,7 @@ class RayPool:
         try:
             async for ref in gen:
                 for d in await ref:
-                    on_record(StreamRecord.from_json(d))
+                    on_record(read_stream(d))
         except self.ray.exceptions.RayError as exc:
             self._fail(i, exc, problems)
 

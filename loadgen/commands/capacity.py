@@ -9,9 +9,11 @@ from functools import partial
 import click
 
 from loadgen.analysis.capacity import DEFAULT_MAX_PROBES, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
+from loadgen.analysis.precision import PrecisionTarget
 from loadgen.analysis.slo import DEFAULT_ATTAIN
 from loadgen.commands.options import (
     REQUESTS_OPTION,
+    UNTIL_PRECISE_OPTION,
     RunArgs,
     parsed_slo,
     run_like,
@@ -70,7 +72,8 @@ DEFAULT_MAX_TIME_S = 3600.0
     help="Wall seconds after which no new probe starts.",
 )
 @REQUESTS_OPTION
-@run_like()
+@UNTIL_PRECISE_OPTION
+@run_like(watch=True)
 def capacity_cmd(
     scenario: str,
     slo: str,
@@ -84,14 +87,16 @@ def capacity_cmd(
     max_probes: int,
     max_time_s: float,
     requests: int | None,
+    until_precise: tuple[PrecisionTarget, ...],
     args: RunArgs,
 ) -> None:
     """Search the largest load of SCENARIO that meets --slo, and name what binds beyond it."""
     from loadgen.report.cmd import write_capacity_report
 
     items = parsed_slo(slo, attain)
-    lo, hi = _range(over, lo, hi)
-    opts = usable_options(args, routed=True)
+    lo, hi = load_range(over, lo, hi)
+    # each probe stops when precise
+    opts = usable_options(args, routed=True, until_precise=until_precise)
     try:
         loaded = load_scenario(scenario, args.sets())
     except ScenarioError as exc:
@@ -115,7 +120,7 @@ def capacity_cmd(
     click.echo(f"run directory: {root}")
 
 
-def _range(over: str, lo: float | None, hi: float | None) -> tuple[float, float]:
+def load_range(over: str, lo: float | None, hi: float | None) -> tuple[float, float]:
     d_lo, d_hi = DEFAULT_RANGE[over]
     lo, hi = d_lo if lo is None else lo, d_hi if hi is None else hi
     whole = over == "concurrency"

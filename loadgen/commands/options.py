@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from loadgen.analysis.precision import PRECISE_HELP, PrecisionTarget, parse_precise
 from loadgen.analysis.slo import DEFAULT_ATTAIN, SLO_HELP, SloItem, parse_slo
 from loadgen.client.endpoint import resolve_target
 from loadgen.clock import ClockName
@@ -461,6 +462,49 @@ LAUNCH_OPTIONS = option_group(
 )
 
 
+# --- Watching a run from outside (README "Watching a long run"): loadgen's own /metrics and a
+# W3C traceparent header per request.
+@dataclass(frozen=True, slots=True)
+class WatchArgs:
+    metrics_port: int | None = None
+    trace_context: bool = False
+
+
+WATCH_OPTIONS = option_group(
+    "watch",
+    WatchArgs,
+    click.option(
+        "--metrics-port",
+        type=click.IntRange(1, 65535),
+        default=None,
+        metavar="N",
+        help="Serve loadgen's own Prometheus /metrics (loadgen_* : streams in flight, sent, "
+        "ok/failed by class, TTFT/ITL histograms per group, loop lag, dispatch lateness) on "
+        "127.0.0.1:N while the command runs (wall clock).",
+    ),
+    click.option(
+        "--trace-context",
+        is_flag=True,
+        help="Send a W3C traceparent header (a fresh random trace id per request) and record "
+        "it per stream, so a server's traces join loadgen's records.",
+    ),
+)
+
+
+def watch_problems(watch: WatchArgs, clock: ClockName) -> list[str]:
+    """--metrics-port watches real time: the virtual clock runs faster than any scrape."""
+    if watch.metrics_port is not None and clock == ClockName.VIRTUAL:
+        return ["--metrics-port serves a wall-clock run (virtual time outruns any scrape): "
+                "add --clock wall or drop --metrics-port"]  # fmt: skip
+    if watch.trace_context and clock == ClockName.VIRTUAL:
+        return ["--trace-context adds an HTTP header: the virtual clock sends none; add "
+                "--clock wall or drop --trace-context"]  # fmt: skip
+    return []
+
+
+# --- end of the watch block
+
+
 @dataclass(frozen=True, slots=True)
 class RunArgs:
     """Every group a run-like command takes, as one value. `clock`: --clock (None: not given,
@@ -472,6 +516,7 @@ class RunArgs:
     facts: FactsArgs = FactsArgs()
     launch: LaunchArgs = LaunchArgs()
     telemetry: TelemetryArgs = TelemetryArgs()
+    watch: WatchArgs = WatchArgs()
     overrides: tuple[str, ...] = ()
     clock: ClockName | None = None
     sim_profile: Path | None = None
@@ -483,19 +528,22 @@ class RunArgs:
 
 
 def run_like(
-    *, progress: bool = True, clock: bool = True, sim_profile: bool = True
+    *, progress: bool = True, clock: bool = True, sim_profile: bool = True, watch: bool = False
 ) -> Callable[[F], F]:
     """The groups of a run-like command as one decorator whose values reach the command as
     `args: RunArgs`; `progress`: the live view's default (output_options); `clock` and
-    `sim_profile`: whether the command offers --clock and --sim-profile."""
+    `sim_profile`: whether the command offers --clock and --sim-profile; `watch`: whether it
+    offers --metrics-port and --trace-context (commands whose runs go through
+    engine/run.py's `watched`)."""
     groups = [TARGET_OPTIONS, TELEMETRY_OPTIONS, output_options(progress), SET_OPTION,
               METRIC_PERCENTILES_OPTION]  # fmt: skip
     groups += [CLOCK_OPTION] if clock else []
     groups += [SEED_OPTIONS, FACTS_OPTIONS, LAUNCH_OPTIONS]
     groups += [SIM_PROFILE_OPTION] if sim_profile else []
+    groups += [WATCH_OPTIONS] if watch else []
     # A group not offered stays at its default, and its name free for the command's own
     # option (fidelity's required --sim-profile).
-    offered = {"clock": clock, "sim_profile": sim_profile}
+    offered = {"clock": clock, "sim_profile": sim_profile, "watch": watch}
     names = [f.name for f in dataclasses.fields(RunArgs) if offered.get(f.name, True)]
 
     def apply(command: F) -> F:
@@ -537,6 +585,13 @@ def run_options(
         )
     problems += _client_problems(clock, fields.get("workers"), fields.get("ray_address"))
     problems += replica_problems(target, server, routed, fields)
+    if fields.get("until_precise") and (fields.get("workers") not in (None, 1)
+                                        or fields.get("ray_address")):  # fmt: skip
+        problems.append(
+            "--until-precise decides when to stop from every record as it is written, in this "
+            "process: drop --workers N / --ray"
+        )
+    problems += watch_problems(args.watch, clock)
     api_key = target.api_key
     urls: list[str] = []
     for url in target.base_urls or ([None] if needs_url and server is None else []):
@@ -563,7 +618,8 @@ def run_options(
         telemetry_url=telemetry.telemetry_url,
         telemetry=not telemetry.no_telemetry, replica_urls=tuple(urls) if len(urls) > 1 else (),
         sim_replicas=target.sim_replicas, route=target.route_spec,
-        metric_percentiles=args.metric_percentiles, **fields,
+        metric_percentiles=args.metric_percentiles, metrics_port=args.watch.metrics_port,
+        trace_context=args.watch.trace_context, **fields,
     )  # fmt: skip
 
 
@@ -762,3 +818,27 @@ def parsed_slo(text: str, attain: float = DEFAULT_ATTAIN) -> tuple[SloItem, ...]
         return parse_slo(text, attain)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def _precise_targets(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[PrecisionTarget, ...]:
+    targets = []
+    for text in values:
+        try:
+            targets.append(parse_precise(text))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    if len({t.name for t in targets}) < len(targets):
+        raise click.BadParameter("a target is given twice (expected each metric_pNN once)")
+    return tuple(targets)
+
+
+UNTIL_PRECISE_OPTION = click.option(
+    "--until-precise",
+    "until_precise",
+    multiple=True,
+    metavar="METRIC_pNN=MARGIN",
+    callback=_precise_targets,
+    help=f"Stop sending once precise: {PRECISE_HELP}.",
+)

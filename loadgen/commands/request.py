@@ -26,11 +26,13 @@ from loadgen.commands.options import (
     SEED_OPTIONS,
     STRICT_OPTION,
     TARGET_OPTIONS,
+    WATCH_OPTIONS,
     OutputArgs,
     RunArgs,
     SeedArgs,
     TargetArgs,
     TelemetryArgs,
+    WatchArgs,
     usable_options,
 )
 from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS
@@ -82,13 +84,14 @@ GROUP = "request"
     is_flag=True,
     help="Print a row per stream (default: the summary, and rows only for failed streams).",
 )
-def request_cmd(target: TargetArgs, seed: SeedArgs, **opts: Any) -> None:
+@WATCH_OPTIONS
+def request_cmd(target: TargetArgs, seed: SeedArgs, watch: WatchArgs, **opts: Any) -> None:
     """Fire COUNT streams at CONCURRENCY and print TTFT, decode-only tok/s, tokens and chunks."""
     # A launched server or the built-in sim is `loadgen run`'s: request loads a server by URL.
     # No live view and no GPU sampling: a quick look prints its tables at the end.
     args = RunArgs(target, output=OutputArgs(progress=False), seed=seed,
-                   telemetry=TelemetryArgs(no_telemetry=True))  # fmt: skip
-    run = usable_options(args, needs_url=True, workers=opts["workers"],
+                   telemetry=TelemetryArgs(no_telemetry=True), watch=watch)  # fmt: skip
+    run = usable_options(args, needs_url=True, routed=True, workers=opts["workers"],
                          ray_address=opts["ray_address"])  # fmt: skip
     assert run.base_url is not None and run.run_seed is not None
     # Imported here, past every usage error: the run's modules are most of the command's start.

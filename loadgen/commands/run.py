@@ -17,7 +17,8 @@ import click
 import orjson
 import uvloop
 
-from loadgen.analysis.inputs import arm_dirs
+from loadgen.analysis.inputs import arm_dirs, read_manifest
+from loadgen.analysis.precision import PrecisionTarget
 from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
 from loadgen.analysis.summary import MEASURE
 from loadgen.analysis.summary_types import read_run
@@ -26,6 +27,7 @@ from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.commands.options import (
     LOAD_SWEEP_OPTIONS,
     STRICT_OPTION,
+    UNTIL_PRECISE_OPTION,
     RunArgs,
     parsed_slo,
     run_like,
@@ -60,7 +62,7 @@ REPORT_FAILED_EXIT = 5
 
 @click.command("run")
 @click.argument("scenario")
-@run_like()
+@run_like(watch=True)
 @click.option(
     "--api",
     type=click.Choice(["completions", "chat"]),
@@ -99,6 +101,7 @@ REPORT_FAILED_EXIT = 5
     "needs pip install 'loadgen[ray]'.",
 )
 @STRICT_OPTION
+@UNTIL_PRECISE_OPTION
 @ARM_TABLES_OPTION
 @ALLOW_FILES_OUTSIDE
 def run_cmd(
@@ -115,13 +118,14 @@ def run_cmd(
     workers: int | None = None,
     ray_address: str | None = None,
     strict: bool = False,
+    until_precise: tuple[PrecisionTarget, ...] = (),
     arm_tables: bool = False,
     allow_files_outside: bool = False,
 ) -> None:
     """Run a scenario (a file, or a name in scenarios/) and print its report."""
     opts = usable_options(args, routed=True, block_size=block_size,
                           boot_order_seed=boot_order_seed, workers=workers,
-                          ray_address=ray_address)  # fmt: skip
+                          ray_address=ray_address, until_precise=until_precise)  # fmt: skip
     ensure_ray(ray_address)
     sets = list(args.sets())
     sets += [f"api={api}"] if api else []
@@ -287,10 +291,8 @@ def failure_summary(records: list[StreamRecord]) -> str | None:
 
 def unrecorded_summary(run_dir: Path, shown: int = 5) -> str:
     """One line naming the streams a dead client worker left without a record; "" if none."""
-    manifests = [
-        orjson.loads((d / "run.json").read_bytes()) for d in arm_dirs(run_dir) or [run_dir]
-    ]
-    lost = [i for m in manifests for i in (m.get("client") or {}).get("streams_without_record", [])]
+    manifests = [read_manifest(d) for d in arm_dirs(run_dir) or [run_dir]]
+    lost = [i for m in manifests for i in (m.client or {}).get("streams_without_record", [])]
     if not lost:
         return ""
     more = f" and {len(lost) - shown} more" if len(lost) > shown else ""

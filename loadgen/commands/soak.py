@@ -42,7 +42,7 @@ from loadgen.scenario.soak_block import parse_duration, parse_window
     metavar="FAULT",
     help="A sim fault for this soak, e.g. drift=30 (percent per hour). Repeatable.",
 )
-@run_like()
+@run_like(watch=True)
 def soak_cmd(
     scenario: str,
     duration: str | None,

@@ -2,8 +2,9 @@
 
 Warmups one at a time; then per rep: prime and verify the cached prefixes, send the measured
 requests on the rep's schedule; stop where a soak says so (its deadline, the server gone, the
-plan exhausted); at the end, the closing scrape, the records of streams cut short and the
-manifest. What a clock changes sits behind `ArmBackend`: the HTTP backend
+plan exhausted) or `--until-precise` does (engine/precise.py); at the end, the closing scrape,
+the records of streams cut short and the manifest. What a clock changes sits behind
+`ArmBackend`: the HTTP backend
 (engine/http_backend.py: the client, its pools, the poller on wall time) and the virtual one
 (engine/virtual_run.py: the sim's engine on its event clock). A phase added here runs on
 both, and cannot drift apart.
@@ -12,19 +13,23 @@ both, and cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 
 from loadgen.client.errors import ClientError
+from loadgen.codec import to_json
+from loadgen.engine.cache import CacheCheck
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
+from loadgen.engine.precise import PreciseStop
 from loadgen.engine.primes import prime_rep
 from loadgen.engine.progress import ArmProgress
 from loadgen.engine.soak import SoakStop
 from loadgen.engine.target import Target
 from loadgen.records import RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
+from loadgen.run_manifest import BackendPart, RunManifest, TargetPart
 from loadgen.scenario.plan import ArmPlan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 
@@ -69,8 +74,8 @@ class ArmBackend(Protocol):
         streams the stop cut short."""
         ...
 
-    def describe(self) -> dict[str, Any]:
-        """The manifest entries the backend owns, as they stand at the end."""
+    def describe(self) -> tuple[TargetPart, BackendPart]:
+        """run.json's parts the backend owns, as they stand at the end."""
         ...
 
 
@@ -78,11 +83,14 @@ async def drive_arm(
     arm: ArmPlan,
     backend: ArmBackend,
     rundir: RunDirectory,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     stop: SoakStop | None,
+    keep: Callable[[RunManifest], None],
+    precise: PreciseStop | None = None,
 ) -> None:
-    """Every phase of `arm` on `backend`, recorded into `rundir`; `manifest` gains the arm's
-    cache checks and, at the end, what the backend and the soak's stop have to say."""
+    """Every phase of `arm` on `backend`, recorded into `rundir`; `keep` hears the manifest as
+    it gains the served model, the arm's cache checks and, at the end, what the backend, the
+    soak's stop and `--until-precise` have to say."""
     progress = backend.progress
 
     def record(rec: StreamRecord) -> None:
@@ -90,48 +98,65 @@ async def drive_arm(
         progress.done(rec)
         if stop is not None:
             stop.see(rec)
+        if precise is not None:
+            precise.see(rec)
 
-    manifest |= {
-        "model": backend.model,
-        "token_counter": backend.builder.counter.method,
-        "prompt_shapes": {g.name: g.prompt.shape for g in arm.scenario.groups},
-    }
-    rundir.write_manifest(manifest)
+    manifest = manifest.add(
+        *backend.describe(),
+        model=backend.model,
+        token_counter=backend.builder.counter.method,
+        prompt_shapes={g.name: g.prompt.shape for g in arm.scenario.groups},
+    )
+    keep(manifest)
+    checks: list[CacheCheck] = []
     if stop is not None:
         stop.start(backend.speed, backend.now_ns)
     try:
         with progress:
-            await _phases(arm, backend, manifest, record, stop)
+            await _phases(arm, backend, checks, record, stop, _halt(stop, precise))
     finally:
         for rec in await backend.finish():
             record(rec)
-        manifest |= backend.describe()
-        if stop is not None:
-            manifest["soak_end"] = stop.to_json()
+        manifest = manifest.add(
+            *backend.describe(),
+            cache_checks=tuple(map(to_json, checks)),
+            soak_end=None if stop is None else stop.end(),
+            until_precise=None if precise is None else precise.result(),
+        )
+        keep(manifest)
+
+
+def _halt(stop: SoakStop | None, precise: PreciseStop | None) -> Callable[[], bool] | None:
+    """Whether to send no more: the soak's stop or `--until-precise` says so (None: neither
+    is asked)."""
+    stops = [s.stopped for s in (stop, precise) if s is not None]
+    if not stops:
+        return None
+    return lambda: any(stopped() for stopped in stops)
 
 
 async def _phases(
     arm: ArmPlan,
     backend: ArmBackend,
-    manifest: dict[str, Any],
+    checks: list[CacheCheck],
     record: Record,
     stop: SoakStop | None,
+    halt: Callable[[], bool] | None,
 ) -> None:
     b = backend
     for warm in arm.warmup:
         req = await materialize(warm, b.builder, model=b.model, t_intended_ns=b.now_ns())
         record(await b.send_now(req))
     for rep in arm.reps:
-        if stop is not None and stop.stopped():
+        if halt is not None and halt():
             return
         try:
-            checks = await prime_rep(rep, b.builder, b.send_now, b.poller, b.model, b.target,
-                                     record)  # fmt: skip
-            manifest["cache_checks"] += [c.to_json() for c in checks]
+            checks += await prime_rep(rep, b.builder, b.send_now, b.poller, b.model, b.target,
+                                      record)  # fmt: skip
             # Samples at the rep's edges, so a counter's delta over the measured requests holds
             # no warmup's or prime's (analysis/added_ttft.py: the server's TTFT histogram).
             await b.poller.scrape_once()
-            await b.run_rep(rep, record, None if stop is None else stop.stopped)
+            await b.run_rep(rep, record, halt)
             await b.poller.scrape_once()
         except SERVER_GONE as exc:
             if stop is None:

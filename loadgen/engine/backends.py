@@ -16,15 +16,17 @@ from loadgen.engine.http_backend import open_wall_backend
 from loadgen.engine.options import RunOptions
 from loadgen.engine.target import Target, launch_target
 from loadgen.records import RunDirectory
+from loadgen.run_manifest import TargetPart
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan, plan
 
-# How a clock's backend opens for an arm: (arm, its run directory, its manifest, the options,
-# warn, the sweep boot's target or None).
+# How a clock's backend opens for an arm: (arm, its run directory, the options, warn, the sweep
+# boot's target or None, what hears the target's part of run.json before anything is sent).
 OpenBackend = Callable[
-    [ArmPlan, RunDirectory, dict[str, Any], RunOptions, Callable[[str], None], Target | None],
+    [ArmPlan, RunDirectory, RunOptions, Callable[[str], None], Target | None,
+     Callable[[TargetPart], None]],
     AbstractAsyncContextManager[ArmBackend],
-]
+]  # fmt: skip
 
 
 def _open_virtual_backend(*args: Any) -> AbstractAsyncContextManager[ArmBackend]:

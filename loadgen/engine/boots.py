@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.client.openai import OpenAIClient
+from loadgen.codec import to_json
 from loadgen.engine.cache import CacheCheck
 from loadgen.engine.probe_cache import ProbeRefused, probe_cache, probe_size
 from loadgen.engine.target import Target, launch_target, server_spec_for
@@ -124,7 +125,7 @@ async def run_boots(
                     check, sent = await _cache_probe(
                         target, f"boot{order}a{attempt}-{plan.seed}", warn
                     )
-                    tried["probe"] = check and check.to_json()
+                    tried["probe"] = check and to_json(check)
                     tried["served_before_measure"] += sent
                     if check and check.verdict in ("mismatch", "inconclusive"):
                         # Measured all the same: the cache reuses (mismatch) or may (unknown).

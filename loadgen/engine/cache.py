@@ -16,8 +16,8 @@ A third send repeats the cold prompt under greedy decoding: its answer must equa
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from loadgen.analysis.rates import ttft_s
 from loadgen.records import StreamRecord
@@ -53,9 +53,6 @@ class CacheCheck:
     decided_by: str = "ttft"
     floor_ttft_s: float | None = None
     answers_match: bool | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import datetime as dt
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,6 @@ from loadgen.analysis.calibration import (
     TtftWitness,
     calibration_plan,
     counter_deltas,
-    is_calibration,
     measure,
     speculation,
     speculation_from_counters,
@@ -48,11 +47,13 @@ from loadgen.analysis.calibration import (
 from loadgen.analysis.calibration_fit import Fit, costs_measured, fit_costs, unseparated
 from loadgen.analysis.inputs import load_run, read_manifest
 from loadgen.clock import ClockName
+from loadgen.codec import to_json
 from loadgen.engine.backends import shared_target
 from loadgen.engine.options import RunOptions
 from loadgen.engine.run import base_manifest, open_work_root, run_arm
 from loadgen.engine.target import RunError, Target
-from loadgen.records import StreamRecord, write_manifest
+from loadgen.records import StreamRecord
+from loadgen.run_manifest import RunManifest, TargetInfo, write_manifest
 from loadgen.scenario.model import Group, PromptConfig, Scenario
 from loadgen.scenario.plan import derive_seed, plan
 from loadgen.sim.profile_file import FittedProfile, load_profile_file, write_profile_file
@@ -101,12 +102,11 @@ async def calibrate(
         )
     work = open_work_root(req.base, opts, on_root)
     root, started, seed = work.path, work.started, work.seed
-    manifest = base_manifest(plan(req.base, run_seed=seed), opts, started) | {
-        "clock": opts.clock,
-        "calibrate": {"limits": dataclasses.asdict(req.limits),
-                      "max_requests": req.max_requests, "max_time_s": req.max_time_s},
-        "probes": [], "boots": [], "interrupted": True,
-    }  # fmt: skip
+    manifest = base_manifest(plan(req.base, run_seed=seed), opts, started).add(
+        calibrate={"limits": dataclasses.asdict(req.limits),
+                   "max_requests": req.max_requests, "max_time_s": req.max_time_s},
+        probes=(), boots=(), interrupted=True,
+    )  # fmt: skip
     write_manifest(root, manifest)
     run = _BootRun(req, opts, warn, say, root, seed, manifest, time.monotonic() + req.max_time_s)
     async with shared_target(req.base, opts, root, warn) as target:
@@ -116,7 +116,7 @@ async def calibrate(
         async with shared_target(req.base, opts, root, warn, flags=flags,
                                  log_name=f"boot-{i + 1}") as target:  # fmt: skip
             await run.boot(target, flags, _prefills_only)
-    _fit_and_write(root, manifest, run.ran, first, req.out, _Naming(req.name, req.hardware))
+    _fit_and_write(root, run.manifest, run.ran, first, req.out, _Naming(req.name, req.hardware))
     return root
 
 
@@ -157,7 +157,7 @@ class _BootRun:
     say: Callable[[str], None]
     root: Path
     seed: int
-    manifest: dict[str, Any]
+    manifest: RunManifest
     deadline: float
     ran: list[tuple[Probe, list[StreamRecord], int]] = dataclasses.field(default_factory=list)
 
@@ -166,16 +166,17 @@ class _BootRun:
         target: Target | None,
         flags: dict[str, Any],
         choose: Callable[[tuple[Probe, ...]], tuple[Probe, ...]],
-    ) -> tuple[ServerShape, dict[str, Any]]:
+    ) -> tuple[ServerShape, RunManifest]:
         """One boot's probes (the TTFT floor first: it learns the boot's limits); returns the
         boot's shape and its first probe's manifest."""
-        index = len(self.manifest["boots"])
+        index = len(self.manifest.boots or ())
         tag = "" if index == 0 else f"@boot{index + 1}"
         tiny = calibration_plan(_PROVISIONAL, self.req.limits)[0]
         first_dir = await self._probe(tiny, tag, flags, target, index)
         _check_drivable(_measured(self.root / first_dir), self.opts)
         shape, first = _server_shape(self.root / first_dir)
-        self.manifest["boots"].append(_boot_record(first, first_dir))
+        boot = _boot_record(first, first_dir)
+        self.manifest = self.manifest.add(boots=(*(self.manifest.boots or ()), boot))
         write_manifest(self.root, self.manifest)
         probes = choose(calibration_plan(shape, self.req.limits))
         _check_bounds(probes, self.req.max_requests)
@@ -187,7 +188,8 @@ class _BootRun:
         self.say(_probe_line(1, len(probes), tiny, measure(tiny, self.ran[-1][1], shape)))
         for order, probe in enumerate(probes[1:], start=2):
             if time.monotonic() > self.deadline:
-                self.manifest["stopped_by"] = f"--max-time {self.req.max_time_s:g} s"
+                stopped = f"--max-time {self.req.max_time_s:g} s"
+                self.manifest = self.manifest.add(stopped_by=stopped)
                 self.say(
                     f"calibrate: --max-time {self.req.max_time_s:g} s reached; fitting what ran"
                 )
@@ -200,32 +202,33 @@ class _BootRun:
     async def _probe(
         self, probe: Probe, tag: str, flags: dict[str, Any], target: Target | None, boot: int
     ) -> str:
-        order = len(self.manifest["probes"]) + 1
+        order = len(self.manifest.probes or ()) + 1
         named = dataclasses.replace(probe, name=probe.name + tag)
         rel = await _run_probe(self.req.base, named, order, self.seed, self.root, self.opts,
                                self.warn, target, flags)  # fmt: skip
-        self.manifest["probes"].append({"name": named.name, "dir": rel, "boot": boot})
+        listed = {"name": named.name, "dir": rel, "boot": boot}
+        self.manifest = self.manifest.add(probes=(*(self.manifest.probes or ()), listed))
         write_manifest(self.root, self.manifest)
         self.ran.append((named, _measured(self.root / rel), boot))
         return rel
 
 
-def _boot_record(first: dict[str, Any], first_dir: str) -> dict[str, Any]:
+def _boot_record(first: RunManifest, first_dir: str) -> dict[str, Any]:
     """A boot as run.json and the profile's fitted_boots list it: its flags, the limits it
     stated, whether its steps ran eager or as CUDA graphs (vLLM), its first probe."""
-    target = first.get("target") or {}
-    server = first.get("server") or {}
-    flags = list(target.get("flags") or [])
+    target = first.target if isinstance(first.target, TargetInfo) else None
+    server = first.server or {}
+    flags = list(target.flags) if target is not None else []
     return {
         "flags": flags,
         "max_num_batched_tokens": server.get("max_num_batched_tokens"),
         "max_num_seqs": server.get("max_num_seqs"),
-        "mode": step_mode(str(target.get("kind") or ""), flags),
+        "mode": step_mode(target.kind if target is not None else "", flags),
         "first": first_dir,
     }
 
 
-def step_mode(kind: str, flags: list[str]) -> str | None:
+def step_mode(kind: str, flags: Sequence[str | int | float | bool]) -> str | None:
     """vLLM steps eagerly with --enforce-eager, else replays CUDA graphs (a decode floor of
     kernel launches only the eager mode has); None where the server has no such mode."""
     if kind != "vllm":
@@ -243,59 +246,64 @@ def refit(root: Path, out: Path | None, name: str | None, hardware: str | None) 
     """Fits a calibration's recorded probes again (no server: analysis of the records), e.g.
     after the model gained a term; writes the profile; returns `root`."""
     manifest = read_manifest(root)
-    if not is_calibration(manifest) or not manifest.get("probes"):
+    if manifest.calibrate is None or not manifest.probes:
         raise RunError(f"{root}: not a calibration directory (run.json has no probes)")
     if (root / "profile.yaml").is_file():
         # What the first fit was told of the server stands unless this call says otherwise.
         before = load_profile_file(root / "profile.yaml")
         name = name or before.name
         hardware = hardware or before.fitted_on.get("hardware")
-    limits = PlanLimits(**manifest["calibrate"]["limits"])
+    limits = PlanLimits(**(manifest.calibrate or {})["limits"])
+    probes = manifest.probes
     # A calibration from before multi-boot runs had one boot, its first probe the first.
-    manifest.setdefault("boots", [_boot_record(read_manifest(root / d), d)
-                                  for d in (manifest["probes"][0]["dir"],)])  # fmt: skip
+    boots = manifest.boots or (_boot_record(read_manifest(root / probes[0]["dir"]),
+                                            probes[0]["dir"]),)  # fmt: skip
     planned: dict[str, Probe] = {}
-    for i, boot in enumerate(manifest["boots"]):
+    for i, boot in enumerate(boots):
         tag = "" if i == 0 else f"@boot{i + 1}"
         shape, _ = _server_shape(root / boot["first"])
         planned |= {p.name + tag: dataclasses.replace(p, name=p.name + tag)
                     for p in calibration_plan(shape, limits)}  # fmt: skip
     ran = [(planned[p["name"]], _measured(root / p["dir"]), p.get("boot", 0))
-           for p in manifest["probes"]]  # fmt: skip
-    first = read_manifest(root / manifest["boots"][0]["first"])
-    _fit_and_write(root, manifest, ran, first, out, _Naming(name, hardware))
+           for p in probes]  # fmt: skip
+    first = read_manifest(root / boots[0]["first"])
+    _fit_and_write(root, manifest.add(boots=boots), ran, first, out, _Naming(name, hardware))
     return root
 
 
 def _fit_and_write(
     root: Path,
-    manifest: dict[str, Any],
+    manifest: RunManifest,
     ran: list[tuple[Probe, list[StreamRecord], int]],
-    first: dict[str, Any],
+    first: RunManifest,
     out: Path | None,
     naming: _Naming,
 ) -> None:
     # Drafts are known only once every decode probe ran; the decode rows price them.
-    spec = _speculation(root, manifest["probes"], [(p, r) for p, r, _ in ran])
+    probes = manifest.probes or ()
+    boots = manifest.boots or ()
+    spec = _speculation(root, probes, [(p, r) for p, r, _ in ran])
     shapes = [dataclasses.replace(_server_shape(root / b["first"])[0], spec_tokens=spec.tokens)
-              for b in manifest["boots"]]  # fmt: skip
+              for b in boots]  # fmt: skip
     measured = [m for p, recs, boot in ran if (m := measure(p, recs, shapes[boot])) is not None]
     boot_of = {p.name: boot for p, _, boot in ran}
     fit = fit_costs(measured)
-    started = dt.datetime.fromisoformat(manifest["started_wall"])
-    boots = [{k: v for k, v in b.items() if k != "first"}
-             | {"costs": list(costs_measured([m for m in measured if boot_of[m.probe] == i]))}
-             for i, b in enumerate(manifest["boots"])]  # fmt: skip
-    profile = _profile(naming, str(manifest.get("clock")), first, shape=shapes[0], fit=fit,
+    started = dt.datetime.fromisoformat(manifest.started_wall or "")
+    fitted_boots = [{k: v for k, v in b.items() if k != "first"}
+                    | {"costs": list(costs_measured([m for m in measured
+                                                     if boot_of[m.probe] == i]))}
+                    for i, b in enumerate(boots)]  # fmt: skip
+    profile = _profile(naming, str(manifest.clock), first, shape=shapes[0], fit=fit,
                        spec=spec, started=started, prefix_caching=_prefix_caching(measured),
-                       witnesses=_witnesses(root, manifest["probes"], [(p, r) for p, r, _ in ran]),
-                       boots=boots, unseparated=unseparated(measured, fit.min_step_s))  # fmt: skip
+                       witnesses=_witnesses(root, probes, [(p, r) for p, r, _ in ran]),
+                       boots=fitted_boots,
+                       unseparated=unseparated(measured, fit.min_step_s))  # fmt: skip
     path = out or root / "profile.yaml"
     write_profile_file(path, profile)
     if path != root / "profile.yaml":
         write_profile_file(root / "profile.yaml", profile)
-    manifest |= {"interrupted": False, "profile": str(path), "fit": fit.summary().to_json()}
-    write_manifest(root, manifest)
+    fitted = manifest.add(interrupted=False, profile=str(path), fit=to_json(fit.summary()))
+    write_manifest(root, fitted)
 
 
 # The fit is the client's timing: the virtual clock must reproduce what a client sees, HTTP
@@ -341,11 +349,11 @@ def _measured(run_dir: Path) -> list[StreamRecord]:
     return [r for r in load_run(run_dir).streams if r.phase == "measure"]
 
 
-def _server_shape(run_dir: Path) -> tuple[ServerShape, dict[str, Any]]:
+def _server_shape(run_dir: Path) -> tuple[ServerShape, RunManifest]:
     """The server's limits as the first probe's run learned them (with the run's manifest);
     RunError naming the fix for one it does not state."""
     manifest = read_manifest(run_dir)
-    server = manifest.get("server") or {}
+    server = manifest.server or {}
     missing = [k for k in NEEDED if not isinstance(server.get(k), int)]
     if missing:
         listed = ",".join(f"{k}=N" for k in missing)
@@ -362,7 +370,7 @@ def _server_shape(run_dir: Path) -> tuple[ServerShape, dict[str, Any]]:
 
 
 def _speculation(
-    root: Path, listed: list[dict[str, str]], ran: list[tuple[Probe, list[StreamRecord]]]
+    root: Path, listed: Sequence[Mapping[str, Any]], ran: list[tuple[Probe, list[StreamRecord]]]
 ) -> Speculation:
     """From the server's spec-decode counters over the decode probes where it has them, else
     from the decode chunks' token counts."""
@@ -380,7 +388,7 @@ def _speculation(
 
 def _witnesses(
     root: Path,
-    listed: list[dict[str, str]],
+    listed: Sequence[Mapping[str, Any]],
     ran: list[tuple[Probe, list[StreamRecord]]],
 ) -> list[TtftWitness]:
     """The server's own TTFT histogram over each probe's run, where it has one."""
@@ -439,7 +447,7 @@ def _prefix_caching(measured: list[Measurement]) -> bool:
 def _profile(
     naming: _Naming,
     clock: str,
-    first: dict[str, Any],
+    first: RunManifest,
     *,
     shape: ServerShape,
     fit: Fit,
@@ -452,8 +460,8 @@ def _profile(
 ) -> FittedProfile:
     """The profile file's content: fitted costs, the server's facts, what it was fitted on."""
     c = fit.costs
-    target = first.get("target") or {}
-    kind = str(target.get("kind") or "server")
+    target = first.target if isinstance(first.target, TargetInfo) else None
+    kind = target.kind if target is not None else "server"
     name = naming.name or f"{kind}-{started.strftime('%Y%m%d')}"
     step = StepProfile(
         name, fixed_s=c["fixed_s"], per_token_s=c["per_token_s"],
@@ -461,15 +469,15 @@ def _profile(
         cached_token_s=c["cached_token_s"], decode_token_s=c["decode_token_s"],
         min_step_s=fit.min_step_s,
     )  # fmt: skip
-    server = first.get("server") or {}
+    server = first.server or {}
     facts: dict[str, Any] = {k: server[k] for k in CARRIED if isinstance(server.get(k), int)}
     facts["enable_prefix_caching"] = prefix_caching
     facts["num_speculative_tokens"] = spec.tokens
     if spec.acceptance is not None:
         facts["acceptance_rate"] = spec.acceptance
     fitted_on = {
-        "server": kind, "model": first.get("model"), "flags": target.get("flags") or [],
-        "url": target.get("url") if kind == "external" else None,
+        "server": kind, "model": first.model, "flags": list(target.flags if target else ()),
+        "url": target.url if target is not None and kind == "external" else None,
         "hardware": naming.hardware or _this_host(), "clock": clock,
         "date": started.isoformat(timespec="seconds"), "loadgen": __version__,
     }  # fmt: skip
@@ -480,8 +488,8 @@ def _profile(
                  "tokens": "server usage", "facts": dict(server.get("sources") or {}),
                  "speculation": spec.source,
                  "server_counters": WITNESS_SOURCE if witnesses else WITNESS_NONE},
-        fit=fit.summary().to_json() | {"server_witness": [w.to_json() for w in witnesses]},
-        measurements=tuple(r.to_json() for r in fit.rows),
+        fit=to_json(fit.summary()) | {"server_witness": [to_json(w) for w in witnesses]},
+        measurements=tuple(to_json(r) for r in fit.rows),
         fitted_boots=tuple(boots), unseparated=unseparated,
     )  # fmt: skip
 

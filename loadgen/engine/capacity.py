@@ -31,9 +31,9 @@ from loadgen.analysis.summary import analyze_run
 from loadgen.codec import to_json
 from loadgen.engine.backends import clock_of, shared_target
 from loadgen.engine.options import RunOptions
-from loadgen.engine.run import base_manifest, open_work_root, run_arm
+from loadgen.engine.run import base_manifest, open_work_root, run_arm, watched
 from loadgen.engine.target import Target
-from loadgen.records import write_manifest
+from loadgen.run_manifest import write_manifest
 from loadgen.scenario.load_axis import LoadAxis, format_load, with_load
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import derive_seed, plan
@@ -52,34 +52,38 @@ async def search_capacity(
     say: Callable[[str], None] = lambda _line: None,
 ) -> Path:
     """Runs the search; returns its directory. `say` hears one line per probe."""
-    work = open_work_root(scenario, opts, on_root)
-    root, started, seed = work.path, work.started, work.seed
-    manifest = base_manifest(plan(scenario, run_seed=seed), opts, started) | {
-        "clock": opts.clock,
-        "capacity": {
-            "over": axis.over, "group": axis.group, "requests": axis.requests,
-            "slo": [to_json(i) for i in slo], "search": to_json(search),
-            "max_time_s": max_time_s,
-        },
-        "probes": [], "interrupted": True,
-    }  # fmt: skip
-    write_manifest(root, manifest)
-    probes: list[dict[str, Any]] = []
-    deadline = None if max_time_s is None else time.monotonic() + max_time_s
-    async with shared_target(scenario, opts, root, warn) as target:
-        while (value := next_probe(probes, search, slo)) is not None:
-            if deadline is not None and time.monotonic() > deadline:
-                manifest["stopped_by"] = f"--max-time {max_time_s:g} s"
-                break
-            probe = await _run_probe(scenario, axis, value, probes, seed, root, opts, warn, target)
-            probe |= judge(judged_rows(analyze_run(root / probe["dir"]).summary, axis.group), slo)
-            probes.append(probe)
-            manifest["probes"].append({k: probe[k] for k in ("value", "label", "repeat", "dir")})
-            write_manifest(root, manifest)
-            say(_probe_line(len(probes), probe, slo))
-    manifest["interrupted"] = False
-    write_manifest(root, manifest)
-    return root
+    with watched(opts) as opts:  # one server for every probe
+        work = open_work_root(scenario, opts, on_root)
+        root, started, seed = work.path, work.started, work.seed
+        manifest = base_manifest(plan(scenario, run_seed=seed), opts, started).add(
+            capacity={
+                "over": axis.over, "group": axis.group, "requests": axis.requests,
+                "slo": [to_json(i) for i in slo], "search": to_json(search),
+                "max_time_s": max_time_s,
+            },
+            probes=(), interrupted=True,
+        )  # fmt: skip
+        write_manifest(root, manifest)
+        probes: list[dict[str, Any]] = []
+        deadline = None if max_time_s is None else time.monotonic() + max_time_s
+        async with shared_target(scenario, opts, root, warn) as target:
+            while (value := next_probe(probes, search, slo)) is not None:
+                if deadline is not None and time.monotonic() > deadline:
+                    manifest = manifest.add(stopped_by=f"--max-time {max_time_s:g} s")
+                    break
+                probe = await _run_probe(
+                    scenario, axis, value, probes, seed, root, opts, warn, target
+                )
+                probe |= judge(
+                    judged_rows(analyze_run(root / probe["dir"]).summary, axis.group), slo
+                )
+                probes.append(probe)
+                ran = {k: probe[k] for k in ("value", "label", "repeat", "dir")}
+                manifest = manifest.add(probes=(*(manifest.probes or ()), ran))
+                write_manifest(root, manifest)
+                say(_probe_line(len(probes), probe, slo))
+        write_manifest(root, manifest.add(interrupted=False))
+        return root
 
 
 async def _run_probe(

@@ -6,18 +6,16 @@ both and the profile as each side ends, so a stopped comparison keeps what ran."
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from loadgen.clock import ClockName
+from loadgen.engine.manifest import profile_ref
 from loadgen.engine.options import RunOptions
 from loadgen.engine.run import open_work_root, run_plan
-from loadgen.records import write_manifest
+from loadgen.run_manifest import FidelityRun, RunManifest, write_manifest
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import plan
-from loadgen.sim.profile_file import load_profile_file
 
 
 async def run_fidelity(
@@ -34,14 +32,11 @@ async def run_fidelity(
     """Both runs, with one run seed (the same prompts, salts and arrivals); returns RUN."""
     work = open_work_root(real, opts, on_root, "-fidelity")
     root, started, seed = work.path, work.started, work.seed
-    manifest: dict[str, Any] = {
-        "fidelity": {
-            "scenario": real.name, "tolerance": tolerance, "real": None, "virtual": None,
-            "profile": {"path": str(profile), "name": load_profile_file(profile).name,
-                        "sha256": hashlib.sha256(profile.read_bytes()).hexdigest()},
-        },
-        "seed": seed, "started_wall": started.isoformat(), "interrupted": True,
-    }  # fmt: skip
+    runs = FidelityRun(real.name, tolerance, None, None, profile_ref(str(profile)))
+    manifest = RunManifest(
+        fidelity=runs, seed=seed, started_wall=started.isoformat(), interrupted=True,
+        clock=opts.clock,
+    )  # fmt: skip
     write_manifest(root, manifest)
     # The sim serves its own model name: the real server's --model is not its.
     virtual = dataclasses.replace(
@@ -52,8 +47,13 @@ async def run_fidelity(
         say(f"fidelity: {side} run of {scenario.name}")
         out = dataclasses.replace(side_opts, out_root=root / side, run_seed=seed)
         run_dir = await run_plan(plan(scenario, run_seed=seed), out, warn)
-        manifest["fidelity"][side] = str(run_dir.relative_to(root))
+        ran = str(run_dir.relative_to(root))
+        runs = (
+            dataclasses.replace(runs, real=ran)
+            if side == "real"
+            else dataclasses.replace(runs, virtual=ran)
+        )
+        manifest = manifest.add(fidelity=runs)
         write_manifest(root, manifest)
-    manifest["interrupted"] = False
-    write_manifest(root, manifest)
+    write_manifest(root, manifest.add(interrupted=False))
     return root

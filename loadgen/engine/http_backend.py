@@ -16,17 +16,18 @@ from typing import Any
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
-from loadgen.client.loops import stream_at
+from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
-from loadgen.clock import WallClock
+from loadgen.clock import ClockName, WallClock
 from loadgen.engine.arm import Record
 from loadgen.engine.counters import pick_counter
+from loadgen.engine.live_metrics import LiveMetrics
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.preflight import checked_model
 from loadgen.engine.progress import Progress
-from loadgen.engine.replicas import FleetScrape, RoutedClient, targets_manifest
+from loadgen.engine.replicas import FleetScrape, RoutedClient, targets_part
 from loadgen.engine.routing import Router
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.server_log import ServerLogTail
@@ -36,7 +37,14 @@ from loadgen.engine.target import Target, open_target
 from loadgen.engine.telemetry import open_telemetry
 from loadgen.engine.traffic import send_rep
 from loadgen.records import JsonlAppender, RunDirectory, StreamRecord
-from loadgen.request import StreamRequest
+from loadgen.request import StreamRequest, new_traceparent
+from loadgen.run_manifest import (
+    BackendPart,
+    ReplicaTargets,
+    ServerLogInfo,
+    TargetPart,
+    TelemetryInfo,
+)
 from loadgen.scenario.plan import ArmPlan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
@@ -50,18 +58,17 @@ SCHEDULE_LEAD_NS = 20_000_000
 async def open_wall_backend(
     arm: ArmPlan,
     rundir: RunDirectory,
-    manifest: dict[str, Any],
     opts: RunOptions,
     warn: Callable[[str], None],
     target: Target | None,
+    reached: Callable[[TargetPart], None],
 ) -> AsyncIterator[HttpBackend]:
     """HTTP to `target` (a sweep's boot) or to the target the options name, started for this
-    arm; the target is recorded in the manifest before anything is sent."""
+    arm; `reached` hears the target before anything is sent."""
     given = nullcontext(target) if target is not None else None
-    async with given or open_target(arm, opts, log_dir=rundir.path, warn=warn) as reached:
-        manifest |= reached.manifest()
-        rundir.write_manifest(manifest)
-        async with open_http_backend(arm, reached, rundir, manifest, opts, warn) as http:
+    async with given or open_target(arm, opts, log_dir=rundir.path, warn=warn) as up:
+        reached(up.part())
+        async with open_http_backend(arm, up, rundir, opts, warn) as http:
             yield http
 
 
@@ -85,9 +92,16 @@ class HttpBackend:
     background: list[asyncio.Task[None]]
     concurrency: int
     workers: int | None  # as asked (None: auto)
+    telemetry: TelemetryInfo
+    # The run clock's zero on the wall and the host's zone; the replicas, where several.
+    run_start_wall_ns: int
+    utc_offset_s: int
+    targets: ReplicaTargets | None
     log_tail: ServerLogTail | None  # the server's log from the arm's start
     run_dir: Path
-    kept_log: dict[str, Any] | None = None  # run.json's server_log, once finish() kept it
+    live: LiveMetrics | None  # --metrics-port's figures (None: not served)
+    traced: bool  # --trace-context: a fresh traceparent on every request
+    kept_log: ServerLogInfo | None = None  # run.json's server_log, once finish() kept it
 
     @property
     def speed(self) -> float:
@@ -97,13 +111,14 @@ class HttpBackend:
         return self.clock.now_ns()
 
     async def send_now(self, req: StreamRequest) -> StreamRecord:
-        return await self.sender.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
+        sender = _Traced(self.sender) if self.traced else self.sender
+        return await sender.stream(dataclasses.replace(req, t_intended_ns=self.now_ns()))
 
     async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
         await _run_rep(
             rep, (self.builder, self.session_builder), self.sender, self.model,
             self.clock, record, self.progress, self.lag, stop,
-            pool=self.pool, warn=self.warn,
+            pool=self.pool, warn=self.warn, live=self.live, traced=self.traced,
         )  # fmt: skip
 
     async def finish(self) -> list[StreamRecord]:
@@ -118,13 +133,16 @@ class HttpBackend:
             self.kept_log = self.log_tail.keep(self.run_dir)
         return self.sender.take_cancelled()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> tuple[TargetPart, BackendPart]:
         client = self.lag.summary_ms() | {
             "dispatch_late_max_ms": self.progress.max_late_ms,
             "concurrency_pool": self.concurrency,
         } | pool_manifest(self.pool, self.workers)  # fmt: skip
-        kept = {"server_log": self.kept_log} if self.kept_log is not None else {}
-        return {"client": client, "server_info": self.poller.info} | self.target.manifest() | kept
+        return self.target.part(), BackendPart(
+            ClockName.WALL, client, self.poller.info, self.clock.origin_ns, self.telemetry,
+            run_start_wall_ns=self.run_start_wall_ns, utc_offset_s=self.utc_offset_s,
+            targets=self.targets, server_log=self.kept_log,
+        )  # fmt: skip
 
 
 @asynccontextmanager
@@ -132,7 +150,6 @@ async def open_http_backend(
     arm: ArmPlan,
     target: Target,
     rundir: RunDirectory,
-    manifest: dict[str, Any],
     opts: RunOptions,
     warn: Callable[[str], None],
 ) -> AsyncIterator[HttpBackend]:
@@ -144,18 +161,18 @@ async def open_http_backend(
     run_start_ns = time.perf_counter_ns()
     # The run clock's zero on the wall, to the microsecond, and the zone the host's logs are
     # stamped in: a server's log lines (second stamps in local time) land on the run clock.
-    manifest["run_start_wall_ns"] = time.time_ns()
-    manifest["utc_offset_s"] = time.localtime().tm_gmtoff
-    manifest["run_start_perf_ns"] = run_start_ns
+    run_start_wall_ns = time.time_ns()
+    utc_offset_s = time.localtime().tm_gmtoff
     log_tail = ServerLogTail.start(target.log_path)
-    ray = None if opts.stop else opts.ray_address
+    # A soak's stop and --until-precise see every record as it is written, here.
+    stops_here = opts.stop is not None or bool(opts.until_precise)
+    ray = None if stops_here else opts.ray_address
     # Several replicas are routed from this process: the router holds every stream's replica.
     workers = 1 if target.replicas else worker_count(
         opts.workers, concurrency, server_on_host=target.kind != "external", ray=bool(ray),
-        soak=opts.stop is not None,
+        soak=stops_here,
     )  # fmt: skip
-    if target.replicas:
-        manifest |= targets_manifest(target.replicas, opts.route)
+    targets = targets_part(target.replicas, opts.route) if target.replicas else None
     async with OpenAIClient(
         target.url, api_key=opts.api_key, concurrency=concurrency, timeouts=timeouts,
         run_start_ns=run_start_ns,
@@ -183,7 +200,6 @@ async def open_http_backend(
         gpu = await stack.enter_async_context(open_telemetry(
             rundir.path, opts.telemetry_url, target.url, opts.telemetry, notes
         ))  # fmt: skip
-        manifest["telemetry"] = {"source": None if gpu is None else gpu.source, "notes": notes}
         poller = MetricsPoller(
             _metrics_fetch(sender, run_start_ns, rundir),
             rundir.append_metrics,
@@ -193,6 +209,8 @@ async def open_http_backend(
             on_sample=None if gpu is None else gpu.tick,
         )
         lag = LoopLagMonitor()
+        if opts.live is not None:
+            opts.live.lag_from(lag)
         await poller.scrape_once()  # the opening sample; also reads cache_config_info
         target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
         progress = Progress(arm, poller, enabled=opts.progress, live_counts=sender.live_counts)
@@ -204,7 +222,9 @@ async def open_http_backend(
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, sender, pool, lag,
             WallClock(run_start_ns), warn, background, concurrency, opts.workers,
-            log_tail, rundir.path,
+            TelemetryInfo(None if gpu is None else gpu.source, tuple(notes)),
+            run_start_wall_ns, utc_offset_s, targets, log_tail, rundir.path, opts.live,
+            opts.trace_context,
         )  # fmt: skip
 
 
@@ -263,6 +283,8 @@ async def _run_rep(
     *,
     pool: Pool | None,
     warn: Callable[[str], None],
+    live: LiveMetrics | None,
+    traced: bool,
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.
     builder, session_builder = builders
@@ -272,16 +294,36 @@ async def _run_rep(
     await client.warm(mine + len(sessions) or 1)
     quiet_collector()
     progress.start_rep(rep)
-    send = stream_at(progress.watch(client))
+    sender: Backend = _Traced(client) if traced else client
+    sender = sender if live is None else live.watch(sender)
+    send = stream_at(progress.watch(sender))
+    if live is not None:
+        record = live.recording(record)
     with lag.measuring():
         if pool is None:
             await send_rep(rep, built, sessions, send, record, clock, model=model,
                            lead_ns=SCHEDULE_LEAD_NS, stop=stop)  # fmt: skip
             return
         # The pool's workers send the requests; the sessions' turns go from here.
+        built = [with_traceparent(r) for r in built] if traced else built
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(send_rep_in_pool(pool, rep, built, record, warn))
+            pooled = record if live is None else live.sent_elsewhere(record)
+            tg.create_task(send_rep_in_pool(pool, rep, built, pooled, warn))
             tg.create_task(send_rep(
                 dataclasses.replace(rep, requests=()), [], sessions, send, record, clock,
                 model=model, lead_ns=SCHEDULE_LEAD_NS, stop=stop,
             ))  # fmt: skip
+
+
+def with_traceparent(req: StreamRequest) -> StreamRequest:
+    return dataclasses.replace(req, traceparent=new_traceparent())
+
+
+class _Traced:
+    """A backend that sends each request with a fresh W3C traceparent (--trace-context)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    async def stream(self, req: StreamRequest) -> StreamRecord:
+        return await self._backend.stream(with_traceparent(req))

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.analysis.precision import PrecisionTarget
 from loadgen.clock import ClockName
+from loadgen.engine.live_metrics import LiveMetrics
 from loadgen.engine.routing import RouteSpec
 from loadgen.engine.soak import SoakStop
 from loadgen.server.spec import ServerSpec
@@ -64,6 +66,15 @@ class RunOptions:
     # `--metric-percentiles`: TTFT/TPOT/ITL/E2E at these percentiles in every summary (run.json
     # keeps them, so a re-report gives the same); None: not asked.
     metric_percentiles: tuple[float, ...] | None = None
+    # `--until-precise`: send until each target percentile's confidence interval is within its
+    # margin (engine/precise.py), the plan's requests at most; () sends the whole plan.
+    until_precise: tuple[PrecisionTarget, ...] = ()
+    # Watching a run from outside: loadgen's own /metrics on 127.0.0.1:metrics_port while it
+    # runs (`live`: its figures, set by the engine while serving them), and a W3C traceparent
+    # header on every request (recorded per stream).
+    metrics_port: int | None = None
+    live: LiveMetrics | None = None
+    trace_context: bool = False
 
     @property
     def replicas(self) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, cast
+from typing import cast
 
 from prometheus_client.metrics_core import Metric
 
@@ -24,6 +24,7 @@ from loadgen.exposition import ParsedMetrics
 from loadgen.records import MetricsSample, StreamRecord
 from loadgen.redact import redact_url
 from loadgen.request import StreamRequest
+from loadgen.run_manifest import ReplicaTargets
 
 Fetch = Callable[[], Awaitable[str | Iterable[Metric]]]
 # Shares (0..1) of one server each: the fleet's is their mean over the replicas answering.
@@ -32,9 +33,10 @@ SHARE_GAUGES = ("kv_cache_usage_perc", "cache_hit_rate")
 LEVEL_GAUGES = ("num_requests_running", "num_requests_waiting", "gen_throughput")
 
 
-def targets_manifest(urls: Sequence[str], spec: RouteSpec) -> dict[str, Any]:
+def targets_part(urls: Sequence[str], spec: RouteSpec) -> ReplicaTargets:
     """run.json's `targets`: the replicas (a record's `replica` indexes `urls`) and the route."""
-    return {"targets": {"urls": [redact_url(u) for u in urls]} | spec.to_json()}
+    return ReplicaTargets(tuple(redact_url(u) for u in urls), str(spec.policy),
+                          spec.prefix_blocks, spec.block_chars)  # fmt: skip
 
 
 def fleet_values(latest: Sequence[dict[str, float] | None], kept: Sequence[dict[str, float]]

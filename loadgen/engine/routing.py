@@ -49,13 +49,6 @@ class RouteSpec:
     prefix_blocks: int = DEFAULT_PREFIX_BLOCKS
     block_chars: int = DEFAULT_BLOCK_CHARS
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "route": str(self.policy),
-            "prefix_blocks": self.prefix_blocks,
-            "block_chars": self.block_chars,
-        }
-
 
 def prefix_text(req: StreamRequest, limit: int) -> str:
     """The first `limit` characters a prefix router hashes: the prompt, or a chat request's

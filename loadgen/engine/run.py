@@ -8,9 +8,11 @@ with `interrupted: true`), so a partial run directory is still a readable one.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,10 @@ from loadgen.engine.arm import drive_arm
 from loadgen.engine.backends import clock_of
 from loadgen.engine.boots import run_boots
 from loadgen.engine.http_backend import max_in_flight
+from loadgen.engine.live_metrics import serving
 from loadgen.engine.manifest import manifest_head
 from loadgen.engine.options import RunOptions
+from loadgen.engine.precise import PreciseStop
 from loadgen.engine.preflight import (
     check_out_root,
     check_sim_windows,
@@ -33,8 +37,9 @@ from loadgen.engine.preflight import (
 )
 from loadgen.engine.seeds import RunSeed
 from loadgen.engine.target import Target, server_spec_for
-from loadgen.records import RunDirectory, write_manifest
+from loadgen.records import RunDirectory
 from loadgen.redact import redact_url
+from loadgen.run_manifest import ArmInfo, RunManifest, TargetPart, write_manifest
 from loadgen.scenario.limits import sim_window
 from loadgen.scenario.model import Scenario, scenario_to_json
 from loadgen.scenario.plan import ArmPlan, Plan
@@ -87,6 +92,18 @@ def open_work_root(
     return WorkRoot(root, started, seed)
 
 
+@contextmanager
+def watched(opts: RunOptions) -> Iterator[RunOptions]:
+    """`opts` with loadgen's own /metrics served for the block when --metrics-port asks, unless
+    a caller already serves them (once per command: every arm, boot and probe of it counts
+    on the same registry, so no counter resets between them)."""
+    if opts.metrics_port is None or opts.live is not None:
+        yield opts
+        return
+    with serving(opts.metrics_port) as live:
+        yield dataclasses.replace(opts, live=live)
+
+
 async def run_plan(
     plan: Plan,
     opts: RunOptions,
@@ -99,6 +116,17 @@ async def run_plan(
     under --out, named `name` (request's --out names the directory itself) or by its start
     and scenario. `on_root` hears that directory's path before anything is sent (a stopped
     run's report is made from it)."""
+    with watched(opts) as watching:
+        return await _run_plan(plan, watching, warn, on_root, name)
+
+
+async def _run_plan(
+    plan: Plan,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    on_root: Callable[[Path], None] | None,
+    name: str | None,
+) -> Path:
     check_out_root(opts.out_root)
     clock = clock_of(opts)
     if clock.opens_sockets:
@@ -126,38 +154,39 @@ async def run_plan(
     if single:
         await run_arm(plan, plan.arms[0], root, opts, warn)
         return root
-    parent = base_manifest(plan, opts, started) | {
-        "arms": [{"name": a.name, "flags": a.flags, "settings": a.settings} for a in plan.arms]
-    }
+    parent = base_manifest(plan, opts, started).add(arms=tuple(arm_info(a) for a in plan.arms))
     # The parent of a sweep holds only the manifest: its records live in arms/<arm>/.
     # Replicas are booted (or reached) by each arm's own target, as a URL is.
     if opts.base_url or clock.engine_per_arm or opts.replicas > 1:
         for arm in plan.arms:
             await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
         per_arm, note = clock.unbooted
-        write_manifest(root, parent | {"boots_per_arm": per_arm, "boots_note": note})
+        write_manifest(root, parent.add(boots_per_arm=per_arm, boots_note=note))
         return root
 
     spec = server_spec_for(plan.scenario, opts)
     deterministic = profile_for(spec).deterministic
-    latest: dict[str, Any] = {"interrupted": True}  # until every boot is done
+    latest = parent.add(interrupted=True)  # until every boot is done
 
     def on_boot(boots: list[dict[str, Any]], per_arm: int) -> None:
-        latest.update(_launched_boots(spec.kind, deterministic, per_arm) | {"boots": boots})
-        write_manifest(root, parent | latest)
+        nonlocal latest
+        note = _launched_boots(spec.kind, deterministic, per_arm)
+        latest = latest.add(boots_per_arm=per_arm, boots_note=note, server_kind=spec.kind,
+                            boots=tuple(boots))  # fmt: skip
+        write_manifest(root, latest)
 
     async def arm_on_boot(arm: ArmPlan, path: Path, target: Target, boot: dict[str, Any]) -> None:
         await run_arm(plan, arm, path, opts, warn, target=target, boot=boot)
 
     try:
         await run_boots(plan, root, opts, warn, arm_on_boot, on_boot)
-        latest["interrupted"] = False
+        latest = latest.add(interrupted=False)
     finally:
-        write_manifest(root, parent | latest)
+        write_manifest(root, latest)
     return root
 
 
-def _launched_boots(kind: str, deterministic: bool, per_arm: int) -> dict[str, Any]:
+def _launched_boots(kind: str, deterministic: bool, per_arm: int) -> str:
     """Boots per arm, said out loud: a cross-boot comparison is only as good as its floor."""
     if per_arm == 1:
         note = f"one {kind} boot per arm: no boot-to-boot floor, every effect is unresolved"
@@ -165,14 +194,19 @@ def _launched_boots(kind: str, deterministic: bool, per_arm: int) -> dict[str, A
             note += f" (the {kind} is deterministic, so its boots would agree)"
     else:
         note = f"{per_arm} {kind} boots per arm, interleaved; effects are read against the floor"
-    return {"boots_per_arm": per_arm, "boots_note": note, "server_kind": kind}
+    return note
 
 
-def base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> dict[str, Any]:
+def base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> RunManifest:
     source = opts.seed_source or ("user" if opts.run_seed is not None else "scenario")
     slo = {**(plan.scenario.slo or {}), **(opts.slo or {})}
-    return manifest_head(plan.scenario, RunSeed(plan.seed, source), started, slo, opts.slo_shares,
+    seed = RunSeed(plan.seed, source)
+    return manifest_head(plan.scenario, seed, started, slo, opts.clock, opts.slo_shares,
                          opts.metric_percentiles)  # fmt: skip
+
+
+def arm_info(arm: ArmPlan) -> ArmInfo:
+    return ArmInfo(arm.name, arm.flags, arm.settings)
 
 
 async def run_arm(
@@ -186,26 +220,54 @@ async def run_arm(
     boot: dict[str, Any] | None = None,
 ) -> None:
     """Runs one arm into `path`, on `target` when given (a sweep's boot), else on its own."""
+    with watched(opts) as watching:  # already served by a caller that runs several arms
+        await _run_arm(plan, arm, path, watching, warn, target=target, boot=boot)
+
+
+async def _run_arm(
+    plan: Plan,
+    arm: ArmPlan,
+    path: Path,
+    opts: RunOptions,
+    warn: Callable[[str], None],
+    *,
+    target: Target | None,
+    boot: dict[str, Any] | None,
+) -> None:
     started = dt.datetime.now(dt.UTC)
     rundir = RunDirectory(path)
-    manifest = base_manifest(plan, opts, started) | {
+    manifest = base_manifest(plan, opts, started).add(
         # What this arm ran: a client-side sweep arm's own settings applied (a load sweep's
         # arrival), not the sweep's base scenario.
-        "scenario": scenario_to_json(arm.scenario),
-        "arm": {"name": arm.name, "flags": arm.flags, "settings": arm.settings},
-        "interrupted": True,  # until the arm completes
-        "planned_streams": None if arm.open_ended else arm.planned_streams,
-        "cache_checks": [],
-    } | ({"boot": boot} if boot else {})  # fmt: skip
+        scenario=scenario_to_json(arm.scenario),
+        arm=arm_info(arm),
+        interrupted=True,  # until the arm completes
+        planned_streams=None if arm.open_ended else arm.planned_streams,
+        cache_checks=(),
+        boot=boot or None,
+    )
+
+    def keep(grown: RunManifest) -> None:
+        """The manifest as it grows, written at once (a crash leaves what was known)."""
+        nonlocal manifest
+        manifest = grown
+        write_manifest(rundir.path, manifest)
+
+    def reached(part: TargetPart) -> None:
+        keep(manifest.add(part))  # before anything is sent
+
     try:
-        opened = clock_of(opts).open_backend(arm, rundir, manifest, opts, warn, target)
+        opened = clock_of(opts).open_backend(arm, rundir, opts, warn, target, reached)
         async with opened as backend:
-            await drive_arm(arm, backend, rundir, manifest, opts.stop)
-        manifest["interrupted"] = False
+            planned = None if arm.open_ended else arm.planned_streams
+            precise = PreciseStop(opts.until_precise, planned) if opts.until_precise else None
+            await drive_arm(arm, backend, rundir, manifest, opts.stop, keep, precise)
+        manifest = manifest.add(interrupted=False)
     except Exception as exc:
-        manifest["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        manifest = manifest.add(error=error)
         raise
     finally:
-        manifest["finished_wall"] = dt.datetime.now(dt.UTC).isoformat()
-        rundir.write_manifest(manifest)
+        manifest = manifest.add(finished_wall=dt.datetime.now(dt.UTC).isoformat())
+        write_manifest(rundir.path, manifest)
         rundir.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 import orjson
 
+from loadgen.run_manifest import read_run_manifest
 from loadgen.scenario.limits import SEED_MAX
 
 SEED_BITS = 63
@@ -50,11 +51,11 @@ def recorded_seed(run_dir: Path) -> int:
     """The seed a run recorded in RUN_DIR/run.json."""
     path = run_dir / "run.json"
     try:
-        manifest = orjson.loads(path.read_bytes())
+        data = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else "not valid JSON"
         raise ValueError(f"--replay {run_dir}: cannot read {path}: {why}") from None
-    seed = manifest.get("seed") if isinstance(manifest, dict) else None
-    if not isinstance(seed, int) or isinstance(seed, bool) or abs(seed) > SEED_MAX:
+    seed = read_run_manifest(data)[0].seed if isinstance(data, dict) else None
+    if seed is None or abs(seed) > SEED_MAX:
         raise ValueError(f"--replay {run_dir}: {path} records no integer 'seed' within 2^63")
     return seed

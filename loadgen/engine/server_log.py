@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from loadgen.records import SERVER_LOG
+from loadgen.run_manifest import ServerLogInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +28,14 @@ class ServerLogTail:
         except OSError:
             return None
 
-    def keep(self, run_dir: Path) -> dict[str, Any]:
+    def keep(self, run_dir: Path) -> ServerLogInfo:
         """Copies what was written since the start into run_dir/server.log; run.json's entry."""
-        entry: dict[str, Any] = {"file": SERVER_LOG, "source": str(self.path),
-                                 "from_byte": self.from_byte}  # fmt: skip
         try:
             with open(self.path, "rb") as log:
                 log.seek(self.from_byte)
                 written = log.read()
         except OSError as exc:
-            return entry | {"file": None, "error": f"{type(exc).__name__}: {exc}"}
+            error = f"{type(exc).__name__}: {exc}"
+            return ServerLogInfo(None, str(self.path), self.from_byte, error=error)
         (run_dir / SERVER_LOG).write_bytes(written)
-        return entry | {"bytes": len(written)}
+        return ServerLogInfo(SERVER_LOG, str(self.path), self.from_byte, bytes=len(written))

@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
 
 from loadgen.analysis.soak_types import SERVER_STOPS
 from loadgen.records import StreamRecord
+from loadgen.run_manifest import SoakEndInfo
 from loadgen.scenario.model import DURATION_REQUEST_CAP, Closed, Scenario, Soak
 
 # Consecutive failed streams that end a soak: refused connections say the server is gone;
@@ -99,10 +99,6 @@ class SoakStop:
             self.reason, self.detail = reason, detail
             self.at_s = self._clock() / 1e9
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "reason": self.reason,
-            "detail": self.detail,
-            "at_s": self.at_s,
-            "duration_s": self.duration_s,
-        }
+    def end(self) -> SoakEndInfo:
+        """run.json's soak_end: how the soak stopped, as it stands."""
+        return SoakEndInfo(self.reason, self.detail, self.at_s, self.duration_s)

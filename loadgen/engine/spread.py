@@ -40,7 +40,8 @@ def worker_count(
 ) -> int | None:
     """The workers a run uses: as asked, or `auto` (None) by the streams it holds at once;
     under Ray, `auto` stays None (the cluster's nodes decide, client/ray_pool.py). A soak's
-    stop (deadline, server gone) is decided in the parent, so its streams stay there (1)."""
+    stop (deadline, server gone) and --until-precise's are decided in the parent, so their
+    streams stay there (1)."""
     if soak:
         return 1
     if requested is not None or ray:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadgen.codec import to_json
+from loadgen.run_manifest import TargetInfo, TargetPart
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan
 from loadgen.server.boot import Boot, boot_server
@@ -50,7 +52,8 @@ class Target:
                 self.facts[name] = value
                 self.fact_sources[name] = source
 
-    def manifest(self) -> dict[str, Any]:
+    def part(self) -> TargetPart:
+        """run.json's account of the target, as far as it is known now."""
         server: dict[str, Any] = dict(self.facts)
         server["sources"] = dict(self.fact_sources)
         # One `source` for readers that want a single word: where the cap came from.
@@ -58,13 +61,8 @@ class Target:
         unknown = {k: why for k, why in self.unknown.items() if k not in self.facts}
         if unknown:
             server["unknown"] = unknown
-        return {
-            "target": {
-                "url": self.url, "kind": self.kind, "flags": self.flags, "boot_log": self.boot_log
-            },
-            "server": server,
-            "speed": self.speed,
-        } | ({"launch": self.boot} if self.boot else {})  # fmt: skip
+        target = TargetInfo(self.url, self.kind, tuple(self.flags), self.boot_log)
+        return TargetPart(target, server, self.speed, self.boot or None)
 
 
 @asynccontextmanager
@@ -159,7 +157,7 @@ def _launched(
         boot_log=_relative(server.log_path, log_dir), boot=booted.record(),
         unknown=dict(server.facts.unknown), log_path=server.log_path,
     )  # fmt: skip
-    facts = {k: v for k, v in server.facts.to_json().items() if isinstance(v, int)}
+    facts = {k: v for k, v in to_json(server.facts).items() if isinstance(v, int)}
     for name, value in facts.items():
         source = profile.name if profile.configured_by_sim_block else server.facts.sources[name]
         target.learn({name: value}, source)

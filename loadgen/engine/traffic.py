@@ -42,7 +42,7 @@ async def send_rep(
     stop: Callable[[], bool] | None,
 ) -> None:
     """`requests` (rep.requests as the backend sends them, in plan order) and `sessions`' turns
-    from now, each recorded. An open loop's offsets
+    from now, each recorded, none started once `stop` says so. An open loop's offsets
     count from `lead_ns` ahead of now, so its first send is not late by the time it takes to
     start. Sessions come only with open loops (the plan starts them together or staggered),
     never with a capped one (poisson or gamma arrivals)."""
@@ -69,4 +69,4 @@ async def send_rep(
             await send_one(item, t_ns)
 
     arrivals: list[tuple[int, T | Conversation]] = [*plain, *((c.start_ns, c) for c in talks)]
-    await run_open_loop(arrivals, begin, clock)
+    await run_open_loop(arrivals, begin, clock, stop=stop)

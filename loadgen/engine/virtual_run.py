@@ -35,7 +35,7 @@ from loadgen.engine.arm import Record
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
-from loadgen.engine.replicas import FleetScrape, targets_manifest
+from loadgen.engine.replicas import FleetScrape, targets_part
 from loadgen.engine.routing import Router
 from loadgen.engine.sessions import build_sessions
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
@@ -43,6 +43,7 @@ from loadgen.engine.traffic import send_rep
 from loadgen.engine.virtual_progress import VirtualProgress
 from loadgen.records import RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
+from loadgen.run_manifest import BackendPart, ReplicaTargets, TargetPart, VirtualEnd
 from loadgen.scenario.plan import ArmPlan, PlannedRequest, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
@@ -211,6 +212,7 @@ class VirtualBackend:
     progress: VirtualProgress
     driver: VirtualArm
     speed: float
+    targets: ReplicaTargets | None  # `--sim-replicas` engines behind the run's router
 
     def now_ns(self) -> int:
         return self.driver.sim.now_ns
@@ -229,20 +231,23 @@ class VirtualBackend:
         await self.poller.scrape_once()  # the closing sample bounds every counter delta
         return []  # no stream outlives the run of the clock
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> tuple[TargetPart, BackendPart]:
         sim = self.driver.sim
-        virtual = {"end_ns": sim.now_ns, "engine_steps": sim.engine_steps}
-        return {"server_info": self.poller.info, "virtual": virtual}
+        virtual = VirtualEnd(sim.now_ns, sim.engine_steps)
+        client = {"in_loop": False, "note": CLIENT_NOTE}
+        return self.target.part(), BackendPart(
+            ClockName.VIRTUAL, client, self.poller.info, virtual=virtual, targets=self.targets
+        )
 
 
 @asynccontextmanager
 async def open_virtual_backend(
     arm: ArmPlan,
     rundir: RunDirectory,
-    manifest: dict[str, Any],
     opts: RunOptions,
     warn: Callable[[str], None],
-    target: Target | None = None,
+    target: Target | None,
+    reached: Callable[[TargetPart], None],
 ) -> AsyncIterator[VirtualBackend]:
     """A fresh VirtualSim for the arm, its prompt sizing on the sim's tokenizer, the poller on
     its clock with the opening sample taken. `target` is the opener's shape (ClockKind): the
@@ -253,7 +258,7 @@ async def open_virtual_backend(
         config = config_from_settings(settings)
     except SettingsError as e:
         raise RunError(f"arm {arm.name!r}: {e}") from None
-    sim = _virtual_server(config, scenario.timeouts, opts, manifest)
+    sim = _virtual_server(config, scenario.timeouts, opts)
     target = Target(
         url=VIRTUAL_URL, kind="sim", model=SIM_MODEL, flags=sim_flags(settings),
         speed=config.speed,
@@ -279,31 +284,43 @@ async def open_virtual_backend(
     )
     await poller.scrape_once()  # the opening sample; also reads cache_config_info
     target.learn(cache_config_facts(poller.info.get("cache_config_info", {})), "metrics")
-    manifest |= target.manifest() | {
-        "clock": ClockName.VIRTUAL,
-        "client": {"in_loop": False, "note": CLIENT_NOTE},
-    }
+    reached(target.part())
     progress = VirtualProgress(
         arm, lambda: sim.now_ns, lambda: sim.in_flight, enabled=opts.progress
     )
     driver = VirtualArm(sim, poller, round(scenario.metrics.poll_interval_s * NS), builder, model)
     yield VirtualBackend(
-        target, model, builder, session_builder, poller, progress, driver, config.speed
+        target,
+        model,
+        builder,
+        session_builder,
+        poller,
+        progress,
+        driver,
+        config.speed,
+        _replica_targets(opts),
     )
 
 
 def _virtual_server(
-    config: SimServerConfig, timeouts: Timeouts, opts: RunOptions, manifest: dict[str, Any]
+    config: SimServerConfig, timeouts: Timeouts, opts: RunOptions
 ) -> VirtualSim | VirtualFleet:
     """One engine, or `--sim-replicas` engines behind the run's router (each its own cache and
-    metrics; run.json's `targets` names them `virtual://loadgen-sim/<i>`)."""
+    metrics)."""
     n = opts.sim_replicas
     if n == 1:
         return VirtualSim(config, timeouts, model=SIM_MODEL)
     router = Router(opts.route, n)
-    manifest |= targets_manifest([f"{VIRTUAL_URL}/{i}" for i in range(n)], opts.route)
     sims = [VirtualSim(config, timeouts, model=SIM_MODEL) for _ in range(n)]
     return VirtualFleet(sims, router.pick, router.done)
+
+
+def _replica_targets(opts: RunOptions) -> ReplicaTargets | None:
+    """run.json's `targets` for `--sim-replicas` engines: `virtual://loadgen-sim/<i>`."""
+    n = opts.sim_replicas
+    if n == 1:
+        return None
+    return targets_part([f"{VIRTUAL_URL}/{i}" for i in range(n)], opts.route)
 
 
 def metrics_fetch(sim: VirtualSim) -> Callable[[], Any]:

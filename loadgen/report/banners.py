@@ -33,6 +33,11 @@ def client_reasons(c: ClientLimits) -> list[str]:
         reasons.append(f"event-loop lag max {lag:.1f} ms > {limit:g} ms")
     if c.crowding is not None:
         reasons.append(crowding_text(c.crowding))
+    if c.send_late_loadgen:
+        reasons.append(
+            f"{c.send_late_loadgen} of {c.measured} requests' send side was late beyond "
+            "tolerance in loadgen's own write of the request"
+        )
     return reasons
 
 

@@ -81,7 +81,7 @@ def witness_line(witnesses: Sequence[TtftWitness], overhead_s: float, server: st
 def calibration_report(root: Path) -> tuple[str, bytes | None]:
     """A calibration's report.txt and calibration.png, from the fit its profile.yaml holds."""
     profile = load_profile_file(root / "profile.yaml")
-    rows = [FitRow.from_json(m) for m in profile.measurements]
+    rows = [from_json(FitRow, m) for m in profile.measurements]
     witnesses = read_witnesses(profile.fit)
     head = [
         f"profile {profile.name}: {root / 'profile.yaml'}",

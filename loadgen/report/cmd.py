@@ -13,7 +13,7 @@ import orjson
 from loadgen.analysis.calibration import is_calibration
 from loadgen.analysis.capacity import analyze_capacity, is_capacity
 from loadgen.analysis.compare import Comparison
-from loadgen.analysis.fidelity import FidelityRun, fidelity_table, is_fidelity
+from loadgen.analysis.fidelity import fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.soak import analyze_soak_dir, is_soak
@@ -23,7 +23,8 @@ from loadgen.analysis.summary import Analysis, analyze_run, write_summary
 from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import SweepSummary, read_sweep
-from loadgen.codec import from_json
+from loadgen.analysis.tune import VERIFY, VIRTUAL, analyze_tune, is_tune, read_tune
+from loadgen.codec import to_json
 from loadgen.redact import redact, redact_text
 from loadgen.report.calibration_report import CALIBRATION_PNG, calibration_report
 from loadgen.report.capacity_report import CAPACITY_PNG, capacity_figure, capacity_plain
@@ -55,6 +56,7 @@ from loadgen.report.text import (
     user_server_lines,
     what_ran,
 )
+from loadgen.report.tune_report import TUNE_PNG, tune_figure, tune_plain
 
 
 def _write_run(path: Path, analysis: Analysis) -> str:
@@ -97,6 +99,8 @@ def write_report(run_dir: Path, arm_tables: bool = False) -> str:
         return write_fidelity_report(run_dir)
     if is_calibration(manifest):
         return write_calibration_report(run_dir)
+    if is_tune(manifest):
+        return write_tune_report(run_dir)
     if not is_sweep_dir(run_dir):
         analysis = analyze_run(run_dir)
         shown = _run_rich(analysis.summary)
@@ -146,7 +150,9 @@ def _write_text_report(root: Path, plain: str, figures: dict[str, bytes | None])
 def write_fidelity_report(root: Path) -> str:
     """A fidelity directory's two runs reported again (real/ and virtual/), then its
     fidelity.json, report.txt and fidelity.png from their summaries; returns the report."""
-    f = from_json(FidelityRun, read_manifest(root)["fidelity"])
+    f = read_manifest(root).fidelity
+    if f is None:
+        raise click.ClickException(f"{root}: run.json has no fidelity block")
     if f.real is None or f.virtual is None:
         sides = (("real", f.real), ("virtual", f.virtual))
         unfinished = " and ".join(side for side, run in sides if run is None)
@@ -157,13 +163,27 @@ def write_fidelity_report(root: Path) -> str:
         write_report(root / run)
     real, virtual = (_arm_summaries(root / run) for run in (f.real, f.virtual))
     table = fidelity_table(real, virtual, f.tolerance)
-    (root / "fidelity.json").write_bytes(dumps_canonical(redact(table.to_json())))
+    (root / "fidelity.json").write_bytes(dumps_canonical(redact(to_json(table))))
     head = [f"fidelity of sim profile {f.profile.name} ({f.profile.path}) on {f.scenario}",
             f"real: {f.real} | predicted: {f.virtual}"]  # fmt: skip
     measured = measured_side(read_run(next(iter(real.values()))))
     plain = fidelity_text(table, head, measured)
     figure = fidelity_figure(table, f"{f.scenario}: profile {f.profile.name}")
     _write_text_report(root, plain, {FIDELITY_PNG: figure})
+    return plain
+
+
+def write_tune_report(root: Path) -> str:
+    """A tune directory's points (and verified boots) reported again, then its summary.json,
+    report.txt and tune.png; returns the report."""
+    for side in (VIRTUAL, VERIFY):
+        if (root / side / "arms").is_dir():
+            write_report(root / side)
+    summary, _ = analyze_tune(root)
+    write_summary(root, summary)
+    t = read_tune(summary)
+    plain = tune_plain(t)
+    _write_text_report(root, plain, {TUNE_PNG: tune_figure(t)})
     return plain
 
 
@@ -252,7 +272,7 @@ def compare_table(result: Comparison, a: Path, b: Path) -> Table:
 
 def _arm_note(label: str, path: Path, run: RunSummary) -> str:
     """'A = path', with what the user said about that run's server, so arms differ on paper."""
-    said = [what_ran(run, read_manifest(path).get("sim_profile")), *user_server_lines(run)]
+    said = [what_ran(run, read_manifest(path).sim_profile), *user_server_lines(run)]
     return f"{label} = {path}" + "".join(f"; {line}" for line in said)
 
 

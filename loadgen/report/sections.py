@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from loadgen.analysis.datasets import read_datasets
-from loadgen.analysis.energy import Energy, read_energy
+from loadgen.analysis.energy import Energy, EnergyNote, read_energy
 from loadgen.analysis.goodput import GroupGoodput, read_goodput
 from loadgen.analysis.needles import read_needles
 from loadgen.analysis.replicas import ReplicaRow, ReplicasBlock
@@ -164,18 +164,19 @@ def dataset_table(summary: dict[str, Any]) -> Table | None:
         (
             d.group, f"{d.path.rsplit('/', 1)[-1]} ({d.format})",
             f"{d.rows_read}/{d.rows_filtered}/{d.rows_skipped}", d.cache, str(d.streams),
-            text_or_dash(d.asked_tokens), text_or_dash(d.server_tokens),
-            text_or_dash(d.salt_tokens),
+            text_or_dash(d.asked_tokens), text_or_dash(d.sent_tokens),
+            text_or_dash(d.server_tokens), text_or_dash(d.salt_tokens),
         )
         for d in datasets
     )  # fmt: skip
     return Table(
-        "Dataset prompts (prompt tokens asked vs counted by the server)",
+        "Dataset prompts (prompt tokens asked, sent and counted by the server)",
         ("group", "file", "rows read/filtered/too long", "cache", "ok streams", "asked",
-         "server", "salt tags"),
+         "sent", "server", "salt tags"),
         rows,
         ("asked: each row counted alone on the run's counter (the server's /tokenize where it "
-         "has one); server: usage prompt_tokens; salt tags: their difference (0 when shared)",
+         "has one); sent: what loadgen sent, salt tag included, on that counter; server: usage "
+         "prompt_tokens; salt tags: server minus asked (0 when shared)",
          "filtered: outside the length limits; too long: past the target's max_model_len, "
          "skipped (too_long: skip)"),
     )  # fmt: skip
@@ -205,7 +206,7 @@ def energy_table(summary: dict[str, Any]) -> Table | None:
     if e is None:
         return Table("GPU energy", ("source",), (("none",),), why) if why else None
     source = e.source or DASH
-    if not e.available:
+    if isinstance(e, EnergyNote):
         return Table("GPU energy", ("source",), ((source,),), (e.note, *why))
     row = (
         source, str(e.gpus), num(e.energy_j, 1), prompt_count(e), str(e.output_tokens),

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadgen.analysis.energy import Energy
 from loadgen.analysis.load_sweep import LoadBlock
 from loadgen.analysis.summary_types import carried_other_than_one, read_run
 from loadgen.analysis.sweep_types import Arm, SweepSummary
@@ -166,7 +167,7 @@ def arms_energy_table(s: SweepSummary) -> Table | None:
          num(e.mean_power_w, 0), num(e.peak_sm_clock_mhz, 0),
          ", ".join(e.throttle_reasons) or "none")
         for name, arm in s.ordered()
-        if (e := arm.energy) and e.available
+        if isinstance(e := arm.energy, Energy)
     ]  # fmt: skip
     if not rows:
         return None

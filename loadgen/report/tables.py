@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.analysis.summary_types import Stats, read_stats
+from loadgen.analysis.summary_types import MinMax, Stats, read_stats
 
 DASH = "-"
 # Past this a single word (a stream id, a path) may fold: the table must still fit the terminal.
@@ -135,9 +135,9 @@ def _two(x: float | None) -> str:
     return num(x, 2)
 
 
-def triple(d: Stats | Mapping[str, Any] | None, fmt: Any = rate) -> str:
+def triple(d: Stats | MinMax | Mapping[str, Any] | None, fmt: Any = rate) -> str:
     """min/median/max of a metric's statistics (one value for one stream)."""
-    st = d if isinstance(d, Stats) else read_stats(d)
+    st = d if isinstance(d, Stats | MinMax) else read_stats(d)
     if st.n == 0:
         return DASH
     if st.n == 1:
@@ -145,7 +145,7 @@ def triple(d: Stats | Mapping[str, Any] | None, fmt: Any = rate) -> str:
     return f"{fmt(st.min)}/{fmt(st.median)}/{fmt(st.max)}"
 
 
-def span(st: Stats, fmt: Any = rate) -> str:
+def span(st: Stats | MinMax, fmt: Any = rate) -> str:
     """min-max of a metric's statistics (one value when they agree)."""
     if not st.n:
         return DASH

@@ -15,6 +15,7 @@ from loadgen.analysis.evidence import (
     RationEvidence,
     WaitEvidence,
 )
+from loadgen.analysis.phases import PhaseSummary
 from loadgen.analysis.summary_types import (
     Cohort,
     HistBlock,
@@ -63,6 +64,7 @@ from loadgen.report.tables import (
 )
 from loadgen.report.trace_lines import raised_lines, reuse_lines
 from loadgen.report.witness_lines import added_ttft_lines, server_log_lines, server_log_table
+from loadgen.run_manifest import ProfileRef, UntilPrecise
 
 MAX_LISTED_STREAMS = 20
 _NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seqs=N"
@@ -121,6 +123,11 @@ def header(run: RunSummary) -> list[str]:
         lines.append(f"boots per arm: {run.boots_per_arm} ({run.boots_note or ''})")
     if run.interrupted:
         lines.append("!! INTERRUPTED: a partial run; every figure covers what finished")
+    if run.until_precise is not None:
+        lines.append(precise_line(run.until_precise))
+    if run.http_phases is not None:
+        late = {} if run.client_limits is None else run.client_limits.send_late
+        lines.append(phases_line(run.http_phases, late))
     if run.warm_cache is not None:
         lines.append(warm_cache_line(run.warm_cache))
     if run.short_output is not None:
@@ -133,6 +140,42 @@ def header(run: RunSummary) -> list[str]:
     return lines
 
 
+def phases_line(p: PhaseSummary, late: dict[str, int]) -> str:
+    """Where the TTFTs went: each HTTP phase's p50, who held the send side, and of the send
+    sides late beyond tolerance, who held them (only loadgen's own count against the run)."""
+    med = " | ".join(f"{name.replace('_', ' ')} {ms:.3g}" for name, ms in p.p50_ms.items())
+    held = ", ".join(f"{who} {n}" for who, n in p.held_by.items())
+    line = (
+        f"http phases p50 ms ({p.stamped} streams, {p.reused} on kept-alive connections):"
+        f" {med}; send side held by {held}"
+    )
+    if late:
+        by = ", ".join(f"{who} {n}" for who, n in sorted(late.items()))
+        line += f"; late beyond tolerance: {by}"
+    return line
+
+
+def precise_line(u: UntilPrecise) -> str:
+    """How `--until-precise` ended: each target's estimate, its 95% interval, the margin it
+    reached against its goal and the n it took; a goal never reached is a `!!` line."""
+    parts = []
+    for p in u.targets:
+        if p.margin is None:
+            parts.append(f"{p.target} no interval yet with n={p.n} (goal {p.goal:.1%})")
+            continue
+        parts.append(
+            f"{p.target} {p.estimate:.4g} (95% CI {p.low:.4g}-{p.high:.4g}) within"
+            f" {p.margin:.1%} (goal {p.goal:.1%}) at n={p.n}"
+        )
+    bound = f"{u.planned} planned" if u.planned is not None else "the plan's duration"
+    if u.reached:
+        return (
+            f"until precise: {'; '.join(parts)}; stopped sending after {u.measured} measured"
+            f" streams of {bound}"
+        )
+    return f"!! NOT PRECISE: {bound} ended first: {'; '.join(parts)}"
+
+
 def _unmeasured(streams: StreamTally) -> str:
     """The records beside the measured ones, by phase: "3 measured ... of 12" once read as 12
     planned beside "3 of 3 planned" (deep_decode's 9 were warmup)."""
@@ -142,11 +185,11 @@ def _unmeasured(streams: StreamTally) -> str:
     return " + " + ", ".join(f"{n} {p}" for p, n in other.items()) + " (not measured)"
 
 
-def what_ran(run: RunSummary, sim_profile: Any) -> str:
+def what_ran(run: RunSummary, sim_profile: ProfileRef | None) -> str:
     """The clock and the server a run measured: "virtual clock, sim profile P" or "wall clock,
     vllm", so a real and a predicted run are never mistaken for each other."""
-    if isinstance(sim_profile, dict) and sim_profile.get("name"):
-        return f"{run.clock} clock, sim profile {sim_profile['name']} ({sim_profile.get('path')})"
+    if sim_profile is not None and sim_profile.name:
+        return f"{run.clock} clock, sim profile {sim_profile.name} ({sim_profile.path})"
     return f"{run.clock} clock, {run.target.kind or 'server unknown'}"
 
 

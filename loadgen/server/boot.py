@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.codec import to_json
 from loadgen.server import installs
 from loadgen.server.launcher import Server, ServerBootError, launch
 from loadgen.server.readback import environment_record, first_token, server_version
@@ -32,7 +33,7 @@ class Boot:
         return {
             "kind": s.profile, "pid": s.pid, "url": s.url, "argv": list(s.argv),
             "flags": list(s.flags), "boot_s": s.boot_ns / 1e9, "boot_log": str(s.log_path),
-            "facts": s.facts.to_json(), "environment": self.environment, "version": self.version,
+            "facts": to_json(s.facts), "environment": self.environment, "version": self.version,
         }  # fmt: skip
 
 

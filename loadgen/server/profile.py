@@ -7,9 +7,9 @@ state the server's limits. The launcher (launcher.py) owns processes; profiles o
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from loadgen.server import installs
 from loadgen.server.bootlog import parse_cache_config_info
@@ -46,13 +46,6 @@ class ServerFacts:
     sources: Mapping[str, FactSource] = field(default_factory=dict)
     notes: Mapping[str, str | int | float] = field(default_factory=dict)
     unknown: Mapping[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["sources"] = dict(self.sources)
-        d["notes"] = dict(self.notes)
-        d["unknown"] = dict(self.unknown)
-        return d
 
 
 def merge_facts(

@@ -220,3 +220,80 @@ def resolve_step_profile(ref: str, base: Path | None = None) -> tuple[StepProfil
         path = base / path
     fitted = load_profile_file(path)
     return fitted.step, fitted.request_overhead_s
+
+
+# The costs a flag's effect rests on: moving the flag moves the work the sim schedules onto these
+# terms, so the profile predicts it only where they were measured apart. The budget sets how a
+# prompt is chunked (steps vs tokens); the seats set the decode batch; the cache sets what a hit
+# restores. A flag absent here changes scheduling alone (pool, block size), which the sim models
+# as vLLM does, whatever the costs.
+FLAG_COSTS = {
+    "max_num_batched_tokens": ("fixed_s", "per_token_s"),
+    "long_prefill_token_threshold": ("fixed_s", "per_token_s"),
+    "max_num_seqs": ("decode_token_s", "decode_ctx_s"),
+    "enable_prefix_caching": ("cached_token_s",),
+}
+# Flags whose effect is the server's own behaviour, not a cost: the profile records the
+# acceptance it saw at the server's setting and nothing about another.
+UNMODELLED = ("num_speculative_tokens", "acceptance_rate")
+
+
+def unpredictable(profile: FittedProfile | StepProfile, flag: str) -> str | None:
+    """None when `profile` can predict the sim at other values of `flag`; else one line naming
+    the flag and how to calibrate for it. A built-in profile (not fitted) is the sim itself and
+    predicts every sim flag."""
+    option = SIM_OPTION_NAMES.get(flag)
+    if option is None or not option.sweep:
+        return f"{flag}: not a sim flag a profile can predict (sweepable sim flags only)"
+    if isinstance(profile, StepProfile):
+        return None
+    how = f"calibrate with the server launched (--server KIND) across {flag} values"
+    if flag in UNMODELLED:
+        return f"{flag}: the profile holds what the server did at its own setting; {how}"
+    costs = FLAG_COSTS.get(flag)
+    if costs is None or _model_is_the_servers(profile):
+        return None
+    # A calibration lists at least the boot it ran on: none listed is a profile from before
+    # calibration recorded its boots (and what they left unseparated).
+    if not profile.fitted_boots:
+        return _without_record(profile, flag, costs, how)
+    mixed = [c for c in costs if c in profile.unseparated]
+    if mixed:
+        return f"{flag}: the profile could not separate {', '.join(mixed)}; {how}"
+    # Both flags move how a prompt is chunked, which the costs price only where the boots ran
+    # at two budgets (each boot records the budget it stated, beside its command-line flags).
+    budgets = {str(b.get("max_num_batched_tokens")) for b in profile.fitted_boots}
+    if flag in ("max_num_batched_tokens", "long_prefill_token_threshold") and len(budgets) < 2:
+        return (
+            f"{flag}: the profile was fitted at one max_num_batched_tokens "
+            f"({', '.join(sorted(budgets))}); {how}"
+        )
+    return None
+
+
+def _model_is_the_servers(profile: FittedProfile) -> bool:
+    """Fitted on loadgen's own sim: its step time is this very linear model, so costs fitted
+    at one setting hold at every other (over HTTP the fit's residuals are the HTTP path's, 11%
+    on the 32-token probe, and do not move with a flag)."""
+    return profile.fitted_on.get("server") == "sim"
+
+
+def _without_record(
+    profile: FittedProfile, flag: str, costs: tuple[str, ...], how: str
+) -> str | None:
+    """A profile that does not say which boots its costs came from: read conservatively. A
+    calibration by URL or one launch measures one budget, where per-step and per-token costs
+    move together; decode batches and cached prefixes are measured on any one boot, so the
+    probes they came from are what the profile must show."""
+    if flag in ("max_num_batched_tokens", "long_prefill_token_threshold"):
+        at = profile.facts.get("max_num_batched_tokens")
+        return (
+            f"{flag}: the profile does not record which boots it was fitted on (read as one "
+            f"boot at max_num_batched_tokens={at}: per-step and per-token costs not separated); "
+            f"{how}"
+        )
+    probes = [str(m.get("probe", "")) for m in profile.measurements]
+    prefix = "decode-b" if "decode_token_s" in costs else "cached-"
+    if sum(p.startswith(prefix) for p in probes) >= (2 if prefix == "decode-b" else 1):
+        return None
+    return f"{flag}: the profile has no {prefix}* probes to price {', '.join(costs)}; {how}"

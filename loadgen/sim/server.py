@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from aiohttp import web
@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from loadgen import __version__
 from loadgen.clock import Clock
+from loadgen.codec import json_field, to_json
 from loadgen.sim.engine import AdmissionRejected, Engine, EngineConfig, SimRequest, TokenOutput
 from loadgen.sim.faults import FaultConfig, FaultInjector, RequestFaults
 from loadgen.sim.metrics import CONTENT_TYPE, HttpStats, SimCollector, cache_config_labels
@@ -68,11 +69,14 @@ class SimServerConfig:
     faults: FaultConfig = field(default_factory=FaultConfig)
     # The first N tokens of each chat answer stream as reasoning deltas (a thinking model
     # behind vLLM's reasoning parser); usage reports them as reasoning_tokens.
-    reasoning_tokens: int = 0
+    reasoning_tokens: int = json_field(default=0, omit="default")
     # Engine seconds each request waits in the API server before the engine's arrival stamp,
     # so the client sees it in every TTFT and vllm:time_to_first_token_seconds does not: a
     # known added TTFT (analysis/added_ttft.py must find it).
-    api_delay_s: float = 0.0
+    api_delay_s: float = json_field(default=0.0, omit="default")
+    # /config's JSON (the codec's form, with the engine as `effective` makes it) ends with
+    # the pool the engine's blocks make.
+    json_derived: ClassVar[tuple[str, ...]] = ("kv_cache_size_tokens",)
 
     def __post_init__(self) -> None:
         pool = self.kv_cache_size_tokens
@@ -105,15 +109,9 @@ class SimServerConfig:
             warm_mismatch=f.warm_mismatch or self.engine.warm_mismatch,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": dataclasses.asdict(self.effective_engine_config()),
-            "model": self.model,
-            "max_model_len": self.max_model_len,
-            "speed": self.speed,
-            "faults": dataclasses.asdict(self.faults),
-            "kv_cache_size_tokens": self.kv_cache_size_tokens,
-        }
+    def effective(self) -> SimServerConfig:
+        """This config with the faults folded into its engine (what /config reports)."""
+        return dataclasses.replace(self, engine=self.effective_engine_config())
 
 
 def boot_lines(config: SimServerConfig) -> list[str]:
@@ -158,6 +156,7 @@ class SimState:
         self.faults = FaultInjector(config.faults, seed=config.engine.seed)
         self.http_stats = HttpStats()
         self.client_ids: dict[str, str | None] = {}
+        self.traceparents: dict[str, str] = {}
         self._ids = random.Random(config.engine.seed)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(
@@ -247,6 +246,11 @@ class _Handlers:
             )
         request_id = s.new_request_id(api)
         s.client_ids[request_id] = request.headers.get("X-Request-Id") or parsed.client_request_id
+        if (traceparent := request.headers.get("traceparent")) is not None:
+            # vLLM (--otlp-traces-endpoint) continues the caller's trace; the sim keeps the
+            # header per request and logs it, so a run's records join the sim's own.
+            s.traceparents[request_id] = traceparent
+            print(f"INFO Received request {request_id}: traceparent={traceparent}", flush=True)
         sim_request = SimRequest(
             request_id=request_id,
             prompt_token_ids=prompt_ids,
@@ -415,7 +419,7 @@ class _Handlers:
         return _json(ground_truth_rows(self.s))
 
     async def sim_config(self, request: web.Request) -> web.Response:
-        return _json(self.s.config.to_json())
+        return _json(to_json(self.s.config.effective()))
 
 
 @dataclass(slots=True)
@@ -438,6 +442,7 @@ def ground_truth_rows(
             {
                 **row,
                 "client_request_id": state.client_ids.get(row["request_id"]),
+                "traceparent": state.traceparents.get(row["request_id"]),
                 "arrival_ns": ns(row["arrival_s"]),
                 "admitted_ns": [ns(t) for t in row["admitted_s"]],
                 "first_token_ns": None if first is None else ns(first),

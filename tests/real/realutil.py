@@ -12,6 +12,7 @@ from typing import Any
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.client.openai import OpenAIClient
+from loadgen.codec import to_json
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.exposition import parse_exposition
@@ -30,7 +31,7 @@ NUMBERS: list[tuple[str, str]] = []
 def run_options(server: Server, out_root: Path, run_seed: int | None = None) -> RunOptions:
     """Options for a run against a server the launcher started: its URL and model, and the
     limits it read back (each with its source), so verdicts judge against the real cap."""
-    facts = {k: v for k, v in server.facts.to_json().items() if isinstance(v, int)}
+    facts = {k: v for k, v in to_json(server.facts).items() if isinstance(v, int)}
     return RunOptions(
         base_url=server.url, model=server.model, out_root=out_root, run_seed=run_seed,
         progress=False, server_facts=facts, server_facts_sources=dict(server.facts.sources),

@@ -1,0 +1,382 @@
+"""The most requests per second and streams in flight loadgen sustains on this host, by client
+workers and answer length, with its timing error and its own flags at each point.
+
+Several firehose processes (../shared/tools/firehose, built into build/; TTFT 0, no gaps: the
+server adds nothing) serve behind loadgen's repeatable --base-url (round-robin), so one server
+thread is not the bound. Per point `loadgen request -n N -c C --workers W --max-tokens T` runs
+against them; a ladder of C per (W, T) finds the ceiling. Each point's row: requests/s (ok
+streams over the span from the first send to the last end), streams in flight (C asked, and
+the mean by Little's law: the streams' summed time over the span), loadgen's TTFT p50 error
+against firehose's own (its log, joined per replica on the response id), the share of streams
+loadgen flagged client_limited (or a crowded host), and what bound the point: `servers` when a
+firehose process used >= 85% of a core over the run, `loadgen` when the client's processes
+did (per worker), else `host` when the two together filled the cores, else `-`.
+
+The ratio (for bench/harness.py): loadgen's ceiling over a bare aiohttp + orjson loop's
+requests/s (bench/client_ingest.py's) at the same C and answer length, against one firehose,
+measured in the same run. `--profile FILE` runs the best 1-worker point once more under
+cProfile and prints where the client's time went.
+
+    .venv/bin/python bench/ceiling.py [--smoke | --full] [--workers 1 8 15] [--tokens 1 16 256]
+        [--concurrency 64 256 1024 4096] [--servers K] [--seconds S] [--max-seconds S]
+        [--out DIR] [--profile F]
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import pstats
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import orjson
+import uvloop
+from client_ingest import REPO, bare_rate, firehose_binary, free_port, wait_listening
+from client_truth import request_number, server_times
+from harness import Ratio, parser, ratio, report
+
+sys.path.insert(0, str(REPO))
+
+from loadgen.analysis.selferror import client_error_evidence, crowding
+from loadgen.records import StreamRecord, read_streams
+
+CORES = os.cpu_count() or 1
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+BUSY = 0.85  # a process at this share of a core or more is the bound
+ERR_TOLERANCE_MS = 1.0  # the issue's goal: TTFT p50 error under 1 ms
+SMOKE = {"workers": [1], "tokens": [1, 16], "concurrency": [8, 32], "seconds": 0.5, "first_n": 200}
+FULL = {
+    "workers": sorted({1, max(1, CORES // 2), max(1, CORES - 1)}),
+    "tokens": [1, 16, 256],
+    "concurrency": [64, 256, 1024, 4096],
+    "seconds": 4.0,
+    "first_n": 2000,
+}  # fmt: skip  (first_n: requests at a ladder's first C, no rate yet)
+# Requests per point at most: `loadgen request`'s verdicts after the run grow with the square of
+# its streams (20,000 1-token streams: an 8 s run, then 41 s of analysis on 2 cores).
+MAX_N = 16_384
+
+
+@dataclass(frozen=True)
+class Point:
+    workers: int
+    servers: int
+    tokens: int
+    concurrency: int
+    ok: int
+    req_s: float
+    in_flight: float
+    err_p50_ms: float
+    err_p99_ms: float
+    flagged: float
+    server_cpu: float  # the busiest firehose process, cores
+    client_cpu: float  # the client's processes together, cores
+    host_cpu: float  # every process on the host, neighbours' too, cores
+    bound: str
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of a process, clock ticks (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def host_busy_s() -> float:
+    """CPU seconds every core spent busy since boot (/proc/stat's first line, not idle or
+    iowait)."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(f[:8]) - f[3] - f[4]) * TICK_S
+
+
+def children_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def start_servers(binary: Path, k: int, logs: Path) -> list[tuple[subprocess.Popen, int, Path]]:
+    """k firehose processes, TTFT 0 and no gaps, each logging what it sent."""
+    out = []
+    for i in range(k):
+        port, log = free_port(), logs / f"fh{i}.csv"
+        cmd = [str(binary), "--port", str(port), "--ttft-ms", "0", "--itl-ms", "0", "--log",
+               str(log), "--exit-after", "900", "--quiet"]  # fmt: skip
+        out.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL), port, log))
+    for _, port, _ in out:
+        wait_listening(port)
+    return out
+
+
+def stop_servers(servers: list[tuple[subprocess.Popen, int, Path]]) -> None:
+    for proc, _, _ in servers:
+        proc.send_signal(signal.SIGINT)  # flushes its log
+    for proc, _, _ in servers:
+        proc.wait(10)
+
+
+def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, tmp: Path) -> Point:
+    """One point: fresh servers, `loadgen request`, its records joined with the servers'
+    logs."""
+    tag = tmp / f"w{workers}t{tokens}c{c}"
+    tag.mkdir()
+    servers = start_servers(binary, k, tag)
+    urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
+    cmd = [sys.executable, "-m", "loadgen", "request", *urls, "-n", str(n), "-c", str(c),
+           "--max-tokens", str(tokens), "--prompt-tokens", "8", "--out", str(tag / "run"),
+           "--workers", str(workers)]  # fmt: skip
+    try:
+        before = [cpu_ticks(p.pid) for p, _, _ in servers]
+        cpu0, host0, t0 = children_cpu_s(), host_busy_s(), time.perf_counter()
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        wall = time.perf_counter() - t0
+        server_cpu = max((cpu_ticks(p.pid) - b) * TICK_S / wall
+                         for (p, _, _), b in zip(servers, before, strict=True))  # fmt: skip
+        cpu = (server_cpu, (children_cpu_s() - cpu0) / wall, (host_busy_s() - host0) / wall)
+    finally:
+        stop_servers(servers)
+    recs = [r for r in read_streams(tag / "run") if r.status == "ok"] if res.returncode < 2 else []
+    if not recs:
+        tail = " | ".join(res.stderr.strip().splitlines()[-3:])
+        raise SystemExit(f"W={workers} T={tokens} C={c}: no ok stream ({res.returncode}): {tail}")
+    truths = [server_times(log) for _, _, log in servers]
+    return point(recs, truths, workers, tokens, c, cpu)
+
+
+def point(
+    recs: list[StreamRecord],
+    truths: list[dict[int, tuple[int, int]]],
+    workers: int,
+    tokens: int,
+    c: int,
+    cpu: tuple[float, float, float],
+) -> Point:
+    """A point's row from its ok records, the servers' logs and the CPU (cores) used by the
+    busiest server, the client and the whole host."""
+    errors = []
+    for r in recs:
+        truth = truths[r.replica or 0].get(request_number(r.response_id) or -1)
+        if truth is None or r.t_first_ns is None or r.t_sent_ns is None:
+            continue
+        errors.append((r.t_first_ns - r.t_sent_ns - (truth[1] - truth[0])) / 1e6)
+    if not errors:
+        raise SystemExit(f"W={workers} T={tokens} C={c}: no stream joined firehose's logs")
+    start = min(r.t_sent_ns or r.t_intended_ns for r in recs)
+    end = max(r.t_done_ns or r.t_last_ns or 0 for r in recs)
+    span_s = (end - start) / 1e9
+    busy_s = sum(((r.t_done_ns or r.t_last_ns or 0) - (r.t_sent_ns or 0)) / 1e9 for r in recs)
+    crowded = crowding("127.0.0.1", workers, CORES) is not None
+    flagged = sum(crowded or client_error_evidence(r) is not None for r in recs)
+    return Point(workers, len(truths), tokens, c, len(recs), len(recs) / span_s, busy_s / span_s,
+                 statistics.median(errors), statistics.quantiles(errors, n=100)[98],
+                 flagged / len(recs), *cpu, bound_by(*cpu, workers))  # fmt: skip
+
+
+def bound_by(server_cpu: float, client_cpu: float, host_cpu: float, workers: int) -> str:
+    """`servers`: a firehose process near a whole core; `loadgen`: the client's processes near
+    a core each; `host`: neither, but the host's cores near full (neighbours' processes too);
+    `-`: none of these (the closed loop waits on the wire)."""
+    if server_cpu >= BUSY:
+        return "servers"
+    if client_cpu >= BUSY * min(workers, CORES):
+        return "loadgen"
+    if host_cpu >= BUSY * CORES:
+        return "host"
+    return "-"
+
+
+def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], seconds: float,
+           first_n: int, deadline: float, tmp: Path) -> list[Point]:  # fmt: skip
+    """The points of one (W, T): each C sized to run about `seconds` at the rate before, none
+    started past `deadline` (time.monotonic). Several workers get one server: loadgen routes
+    replicas from one process only (it refuses --workers with several --base-url), so there
+    the `servers` bound is the likelier."""
+    out, n = [], first_n
+    k = k if workers == 1 else 1
+    for c in cs:
+        if time.monotonic() > deadline:
+            print(f"skipped W={workers} T={tokens} C={c}: past --max-seconds", flush=True)
+            continue
+        n = min(MAX_N, max(4 * c, n))
+        p = run_point(binary, k, workers, tokens, c, n, tmp)
+        out.append(p)
+        print(row(p), flush=True)
+        n = int(p.req_s * seconds)
+    return out
+
+
+HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight':>9}"
+        f" {'err p50':>8} {'p99':>7} {'flagged':>7} {'srv cpu':>7} {'cli cpu':>7} {'host':>5}"
+        " bound")  # fmt: skip
+
+
+def row(p: Point) -> str:
+    return (f"{p.workers:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
+            f" {p.req_s:>8,.0f} {p.in_flight:>9,.0f} {p.err_p50_ms:>+8.2f} {p.err_p99_ms:>+7.2f}"
+            f" {p.flagged:>7.0%} {p.server_cpu:>7.2f} {p.client_cpu:>7.2f} {p.host_cpu:>5.2f}"
+            f" {p.bound}")  # fmt: skip
+
+
+def ceiling_table(points: list[Point], k: int) -> str:
+    """Every point, then per (W, T) the ceiling: the most req/s, the most streams in flight
+    with the TTFT p50 error within ERR_TOLERANCE_MS, and the first C with any stream flagged."""
+    lines = [f"loadgen request against S firehose processes (TTFT 0, no gaps; {k} behind the"
+             f" round-robin at W=1, 1 at W>1), {CORES} CPUs,"
+             f" load average {os.getloadavg()[0]:.2f} at the end", HEAD]  # fmt: skip
+    lines += [row(p) for p in points]
+    lines.append("ceiling per (W, T): most req/s; most streams in flight with err p50 < "
+                 f"{ERR_TOLERANCE_MS:g} ms; first C flagged")  # fmt: skip
+    for w, t in dict.fromkeys((p.workers, p.tokens) for p in points):
+        ps = [p for p in points if (p.workers, p.tokens) == (w, t)]
+        top = max(ps, key=lambda p: p.req_s)
+        within = [p for p in ps if p.err_p50_ms < ERR_TOLERANCE_MS]
+        held = f"{max(p.in_flight for p in within):,.0f}" if within else "none"
+        first_flag = next((str(p.concurrency) for p in ps if p.flagged > 0), "none")
+        lines.append(f"  W={w} T={t}: {top.req_s:,.0f} req/s at C={top.concurrency}"
+                     f" ({top.bound}); in flight within error: {held}; flags from C="
+                     f"{first_flag}")  # fmt: skip
+    lines.append("(W = client workers, S = firehose processes, T = answer tokens, C = streams"
+                 " asked; err = loadgen TTFT - firehose's own per stream, ms; flagged ="
+                 " client_limited or crowded host; cpu in cores: the busiest firehose process,"
+                 " the client's processes together, the host;"
+                 f" bound at >= {BUSY:.0%} of a core)")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(points: list[Point], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax_err) = plt.subplots(1, 2, figsize=(11, 4))
+    for w, t in dict.fromkeys((p.workers, p.tokens) for p in points):
+        ps = [p for p in points if (p.workers, p.tokens) == (w, t)]
+        xs = [p.concurrency for p in ps]
+        ax.plot(xs, [p.req_s for p in ps], marker="o", label=f"W={w} T={t}")
+        ax_err.plot(xs, [p.err_p50_ms for p in ps], marker="o", label=f"W={w} T={t}")
+    for a, label in ((ax, "requests/s"), (ax_err, "TTFT p50 error, ms")):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("streams asked (C)")
+        a.set_ylabel(label)
+        a.grid(alpha=0.3)
+    ax_err.axhline(ERR_TOLERANCE_MS, color="grey", linestyle="--")
+    ax.legend(fontsize=7)
+    fig.suptitle(f"loadgen ceiling, {CORES} CPUs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def bare_ratios(binary: Path, points: list[Point]) -> list[Ratio]:
+    """Per answer length, loadgen's best 1-worker point against the bare loop at its C."""
+    out = []
+    for t in dict.fromkeys(p.tokens for p in points):
+        ones = [p for p in points if p.tokens == t and p.workers == 1]
+        if not ones:
+            continue
+        top = max(ones, key=lambda p: p.req_s)
+        port = free_port()
+        proc = subprocess.Popen([str(binary), "--port", str(port), "--ttft-ms", "0", "--itl-ms",
+                                 "0", "--exit-after", "600", "--quiet"],
+                                stdout=subprocess.DEVNULL)  # fmt: skip
+        try:
+            wait_listening(port)
+            n = max(top.ok, 4 * top.concurrency)
+            rate = uvloop.run(bare_rate(f"http://127.0.0.1:{port}", top.concurrency, n, t))
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(10)
+        out.append(ratio(f"loadgen req/s / bare loop's, T={t} C={top.concurrency} W=1",
+                         top.req_s, n / (rate.ns / 1e9), "req/s"))  # fmt: skip
+    return out
+
+
+def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:
+    """The best 1-worker point again, the client under cProfile: its top functions by own
+    time, then those of the client and engine alone (the workers=1 client runs in the
+    command's process)."""
+    servers = start_servers(binary, k, tmp)
+    urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
+    n = max(top.ok, 4 * top.concurrency)
+    cmd = [sys.executable, "-m", "cProfile", "-o", str(path), "-m", "loadgen", "request", *urls,
+           "-n", str(n), "-c", str(top.concurrency), "--max-tokens", str(top.tokens),
+           "--prompt-tokens", "8", "--out", str(tmp / "run")]  # fmt: skip
+    try:
+        subprocess.run(cmd, capture_output=True, cwd=REPO, check=True)
+    finally:
+        stop_servers(servers)
+    text = io.StringIO()
+    stats = pstats.Stats(str(path), stream=text).sort_stats("tottime")
+    stats.print_stats(20)
+    # The whole command holds its start and its analysis after the run: the client's own
+    # modules apart show what bounds the traffic.
+    stats.print_stats(r"loadgen/(client|engine)/|records\.py", 15)
+    return text.getvalue()
+
+
+def main() -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--full", action="store_true", help="the full size (the default)")
+    ap.add_argument("--workers", type=int, nargs="+")
+    ap.add_argument("--tokens", type=int, nargs="+")
+    ap.add_argument("--concurrency", type=int, nargs="+")
+    ap.add_argument("--seconds", type=float, help="about how long each point runs")
+    ap.add_argument(
+        "--servers",
+        type=int,
+        default=max(2, CORES // 4),
+        help="firehose processes behind the round-robin (default: CPUs/4, >= 2)",
+    )
+    ap.add_argument("--out", type=Path, default=REPO / "runs" / "ceiling",
+                    help="folder for ceiling.txt, ceiling.png and points.jsonl")  # fmt: skip
+    ap.add_argument("--profile", type=Path, help="cProfile the best 1-worker point into FILE")
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=math.inf,
+        help="start no point after this many seconds (the table has those done)",
+    )
+    args = ap.parse_args()
+    size = SMOKE if args.smoke else FULL
+    workers = args.workers or size["workers"]
+    tokens = args.tokens or size["tokens"]
+    cs = args.concurrency or size["concurrency"]
+    seconds = args.seconds or size["seconds"]
+    binary = firehose_binary()
+    if binary is None:
+        raise SystemExit("ceiling: needs firehose (a C compiler and ../shared/tools/firehose)")
+    with tempfile.TemporaryDirectory() as tmp:
+        print(HEAD, flush=True)
+        deadline = time.monotonic() + args.max_seconds
+        points = [p for w in workers for t in tokens
+                  for p in ladder(binary, args.servers, w, t, cs, seconds,
+                                  int(size["first_n"]), deadline, Path(tmp))]  # fmt: skip
+        if not points:
+            raise SystemExit("ceiling: no point started within --max-seconds")
+        table = ceiling_table(points, args.servers)
+        print(table)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "ceiling.txt").write_text(table + "\n")
+        (args.out / "points.jsonl").write_bytes(b"".join(orjson.dumps(asdict(p)) + b"\n"
+                                                         for p in points))  # fmt: skip
+        plot(points, args.out / "ceiling.png")
+        print(f"wrote {args.out}/ceiling.txt, ceiling.png, points.jsonl")
+        if args.profile:
+            ones = [p for p in points if p.workers == 1]
+            top = max(ones or points, key=lambda p: p.req_s)
+            prof_dir = Path(tmp) / "profile"
+            prof_dir.mkdir()
+            print(profile(binary, args.servers, top, args.profile, prof_dir))
+        report(bare_ratios(binary, points), args.ratios)
+
+
+if __name__ == "__main__":
+    main()
