@@ -4,6 +4,7 @@ the coordinate descent past --max-points, and `loadgen report` redrawing a tune 
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -140,14 +141,22 @@ def test_a_fit_across_budgets_predicts_the_budget_unless_it_could_not_separate(
     tmp_path: Path,
 ) -> None:
     def fit(boots: list[int], unseparated: list[str]) -> FittedProfile:
-        boots_fitted = [{"flags": {"max_num_batched_tokens": b}} for b in boots]
-        path = _fitted(tmp_path / "p.yaml", server="vllm", unseparated=unseparated,
-                       fitted_boots=boots_fitted)  # fmt: skip
+        # The shape calibrate writes (engine/calibrate.py _boot_record): flags as words.
+        fitted_boots = tuple(
+            {"flags": ["--max-num-batched-tokens", str(b)], "max_num_batched_tokens": b,
+             "max_num_seqs": 4, "mode": "graph", "costs": ["fixed_s", "per_token_s"]}
+            for b in boots
+        )  # fmt: skip
+        path = tmp_path / "p.yaml"
+        write_profile_file(path, dataclasses.replace(
+            load_profile_file(_fitted(path, server="vllm")), fitted_boots=fitted_boots,
+            unseparated=tuple(unseparated)))  # fmt: skip
         return load_profile_file(path)
 
     assert unpredictable(fit([512, 2048], []), "max_num_batched_tokens") is None
+    assert unpredictable(fit([512, 2048], []), "long_prefill_token_threshold") is None
     one = unpredictable(fit([512], []), "max_num_batched_tokens")
-    assert one is not None and "one value (512)" in one
+    assert one is not None and "one max_num_batched_tokens (512)" in one
     mixed = unpredictable(fit([512, 2048], ["per_token_s"]), "max_num_batched_tokens")
     assert mixed is not None and "per_token_s" in mixed
     assert unpredictable(fit([512, 2048], ["per_token_s"]), "max_num_seqs") is None

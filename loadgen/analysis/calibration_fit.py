@@ -102,6 +102,8 @@ def fit_costs(measurements: Sequence[Measurement]) -> Fit:
 # A floor is kept only where it cuts the rms error to this share of the linear model's or less.
 FLOOR_GAIN = 0.8
 FLOOR_ROUNDS = 4
+# A decode step within this share of a candidate floor is taken as held by it, at first.
+FLOOR_HELD = 1.05
 
 
 def _floor_candidates(measurements: Sequence[Measurement]) -> list[float]:
@@ -140,11 +142,16 @@ def _solve(
     y = np.array([m.value_s for m in measurements], dtype=float)
     theta = np.zeros(len(COSTS))
     for round_ in range(FLOOR_ROUNDS if floor is not None else 1):
-        # The first split is the floor's hypothesis, that it holds the decode steps and no
-        # prefill step; later rounds split by what the costs fitted so far predict.
+        # The first split is the floor's hypothesis, that it holds the decode steps at or
+        # below it and no other step; later rounds split by what the costs fitted so far
+        # predict. (Holding every decode step left the batch slope at 0 for good: a sim whose
+        # decode step was max(8 ms, 3 ms + 1.5 ms x batch) fitted 0 and missed batch 8 by 50%.)
         split = [
             (_split(m, theta, None)[0] * [1, *[0] * (len(COSTS) - 1)], 1)
-            if floor is not None and round_ == 0 and m.kind == "decode"
+            if floor is not None
+            and round_ == 0
+            and m.kind == "decode"
+            and m.value_s <= floor * FLOOR_HELD
             else _split(m, theta, floor if round_ else None)
             for m in measurements
         ]
@@ -184,3 +191,45 @@ def _fit(measurements: Sequence[Measurement], theta: np.ndarray, floor: float | 
     costs = {c: six_figures(float(v)) for c, v in zip(COSTS, theta, strict=True)}
     unmeasured = tuple(c for c in COSTS if not any(m.row[c] for m in measurements))
     return Fit(costs, rows, unmeasured, None if floor is None else six_figures(floor))
+
+
+def costs_measured(measurements: Sequence[Measurement]) -> tuple[str, ...]:
+    """The costs some of `measurements` have a coefficient for (one boot's share of a fit)."""
+    return tuple(c for c in COSTS if any(m.row[c] for m in measurements))
+
+
+# Two measured values of a knob only separate the costs it moves when they differ this much.
+SPREAD = 1.5
+
+
+def unseparated(measurements: Sequence[Measurement], floor: float | None) -> tuple[str, ...]:
+    """The costs these measurements cannot tell apart from another (or did not measure): a
+    fit puts a number on each, but a flag that moves one of them alone is not predicted.
+
+    - fixed_s, per_token_s: prefills at one budget take steps in proportion to their tokens,
+      so a prefill step's own cost and a prefill token's are one slope; a second budget (a
+      second boot) prices the same tokens in other step counts.
+    - decode_token_s: decode steps at one batch size cannot split the step from its tokens.
+    - decode_ctx_s: decode steps at one context depth cannot price the depth.
+    - prefill_ctx_s: prefills of one length cannot split attention work from tokens.
+    Decode steps the fitted `floor` holds price none of their terms.
+    """
+    prefills = [m for m in measurements if m.kind != "decode"]
+    decodes = [m for m in measurements if m.kind == "decode"
+               and (floor is None or m.value_s > floor * FLOOR_HELD)]  # fmt: skip
+    budgets = {max(s["per_token_s"] for s in m.steps) for m in prefills if len(m.steps) > 1}
+    out = set(COSTS) - set(costs_measured(measurements))
+    if len(budgets) < 2:
+        out |= {"fixed_s", "per_token_s"}
+    if not _spread([m.row["decode_token_s"] for m in decodes]):
+        out.add("decode_token_s")
+    if not _spread([m.basis.get("context_tokens", 0.0) for m in decodes]):
+        out.add("decode_ctx_s")
+    if not _spread([m.row["per_token_s"] for m in prefills]):
+        out.add("prefill_ctx_s")
+    return tuple(c for c in COSTS if c in out)
+
+
+def _spread(values: Sequence[float]) -> bool:
+    positive = [v for v in values if v > 0]
+    return bool(positive) and max(positive) >= SPREAD * min(positive)

@@ -46,6 +46,11 @@ DEFAULTS = PlanLimits()
               help="Refuse a plan that would send more.")  # fmt: skip
 @click.option("--max-time", "max_time_s", type=click.FloatRange(min=1), default=900.0,
               show_default=True, help="Wall seconds after which no new probe starts.")  # fmt: skip
+@click.option("--budgets", default=None, metavar="N,N|off",
+              help="max_num_batched_tokens of the boots after the first, each a fresh boot "
+              "that measures the cold prefills again, so a prefill step's cost and a prefill "
+              "token's come apart (a server loadgen launches; default: a quarter of the first "
+              "boot's; off: one boot).")  # fmt: skip
 @run_like(progress=False, sim_profile=False)
 def calibrate_cmd(
     profile_out: Path | None,
@@ -58,6 +63,7 @@ def calibrate_cmd(
     decode_tokens: int,
     max_requests: int,
     max_time_s: float,
+    budgets: str | None,
     args: RunArgs,
 ) -> None:
     """Measure a server's step costs with a short, bounded plan and fit the sim to them."""
@@ -86,7 +92,7 @@ def calibrate_cmd(
         scenario = dataclasses.replace(scenario, sim=None)
     req = CalibrateRequest(
         scenario, PlanLimits(reps, max_prompt, decode_tokens), max_requests, max_time_s,
-        out=profile_out, name=name, hardware=hardware,
+        out=profile_out, name=name, hardware=hardware, budgets=_budgets(budgets),
     )  # fmt: skip
 
     def say(line: str) -> None:
@@ -96,6 +102,21 @@ def calibrate_cmd(
     click.echo(write_calibration_report(root), nl=False)
     _say_profile_out(profile_out)
     click.echo(f"run directory: {root}")
+
+
+def _budgets(raw: str | None) -> tuple[int, ...] | None:
+    if raw is None:
+        return None
+    if raw.strip() == "off":
+        return ()
+    try:
+        values = tuple(int(v) for v in raw.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"{raw!r}: expected budgets like 512,256, or off",
+                                 param_hint="--budgets")  # fmt: skip
+    return values
 
 
 def _say_profile_out(path: Path | None) -> None:

@@ -3,6 +3,7 @@ opened. Everything else asks the chosen ClockKind, never the clock's name."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -67,14 +68,22 @@ def clock_of(opts: RunOptions) -> ClockKind:
 
 @asynccontextmanager
 async def shared_target(
-    scenario: Scenario, opts: RunOptions, root: Path, warn: Callable[[str], None]
+    scenario: Scenario,
+    opts: RunOptions,
+    root: Path,
+    warn: Callable[[str], None],
+    *,
+    flags: dict[str, Any] | None = None,
+    log_name: str = "boot",
 ) -> AsyncIterator[Target | None]:
     """One server for a series of runs into `root` (a capacity search's probes, a
     calibration's): None where each run reaches its own (the URL, an engine per arm), else one
-    boot of the launched server, its log under root/boot."""
+    boot of the launched server with `flags` over the scenario's, its log under root/log_name."""
     if opts.base_url or clock_of(opts).engine_per_arm or opts.replicas > 1:
         yield None
         return
     first = plan(scenario, run_seed=0).arms[0]
-    async with launch_target(first, opts, log_dir=root / "boot", warn=warn) as target:
+    if flags:
+        first = dataclasses.replace(first, flags={**first.flags, **flags})
+    async with launch_target(first, opts, log_dir=root / log_name, warn=warn) as target:
         yield target

@@ -7,6 +7,13 @@ streams, it reports usage) and which limits it states (budget, seats, block size
 boot log, flags, /metrics or --server-facts); the rest of the plan is sized from those. The
 plan is bounded before anything is sent (requests) and while it runs (wall time); run.json
 lists each probe as it ends, so a stopped calibration keeps what it measured.
+
+A server loadgen boots (--server KIND, or the virtual clock's engine) is booted again at each
+of --budgets (default: a quarter of the first boot's budget) for the cold prefills alone: at
+one budget a prefill's steps grow with its tokens, so a prefill step's cost and a prefill
+token's are one slope; at two they come apart. Each probe is fitted with its own boot's shape.
+The profile lists the boots (fitted_boots: flags, limits, eager or graph steps, the costs each
+measured) and the costs the probes could not separate (unseparated; by URL, one boot).
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ from loadgen.analysis.calibration import (
     speculation_from_counters,
     ttft_witness,
 )
-from loadgen.analysis.calibration_fit import Fit, fit_costs
+from loadgen.analysis.calibration_fit import Fit, costs_measured, fit_costs, unseparated
 from loadgen.analysis.inputs import load_run, read_manifest
+from loadgen.clock import ClockName
 from loadgen.codec import to_json
 from loadgen.engine.backends import shared_target
 from loadgen.engine.options import RunOptions
@@ -74,6 +82,8 @@ class CalibrateRequest:
     out: Path | None = None
     name: str | None = None
     hardware: str | None = None
+    # Budgets of the boots after the first (None: calibrate's own choice, _extra_budgets).
+    budgets: tuple[int, ...] | None = None
 
 
 async def calibrate(
@@ -85,42 +95,145 @@ async def calibrate(
     say: Callable[[str], None] = lambda _line: None,
 ) -> Path:
     """Runs the plan and writes the profile; returns the calibration's directory."""
+    if req.budgets and not restartable(opts):
+        raise RunError(
+            f"--budgets needs a server loadgen launches (--server KIND): it cannot restart "
+            f"{opts.base_url}; by URL the profile lists the costs one boot leaves unseparated"
+        )
     work = open_work_root(req.base, opts, on_root)
     root, started, seed = work.path, work.started, work.seed
     manifest = base_manifest(plan(req.base, run_seed=seed), opts, started).add(
         calibrate={"limits": dataclasses.asdict(req.limits),
                    "max_requests": req.max_requests, "max_time_s": req.max_time_s},
-        probes=(), interrupted=True,
+        probes=(), boots=(), interrupted=True,
     )  # fmt: skip
     write_manifest(root, manifest)
+    run = _BootRun(req, opts, warn, say, root, seed, manifest, time.monotonic() + req.max_time_s)
     async with shared_target(req.base, opts, root, warn) as target:
-        tiny = calibration_plan(_PROVISIONAL, req.limits)[0]
-        first_dir = await _run_probe(req.base, tiny, 1, seed, root, opts, warn, target)
-        manifest = manifest.add(probes=({"name": tiny.name, "dir": first_dir},))
-        write_manifest(root, manifest)
-        _check_drivable(_measured(root / first_dir), opts)
-        shape, first = _server_shape(root / first_dir)
-        probes = calibration_plan(shape, req.limits)
-        _check_bounds(probes, req.max_requests)
-        say(f"calibrate: {len(probes)} probes, {sum(p.requests for p in probes)} requests, at "
-            f"most {req.max_time_s:g} s; the server: budget {shape.budget}, seats "
-            f"{shape.seats}, block {shape.block_size}, window {shape.max_model_len}")  # fmt: skip
-        ran = [(tiny, _measured(root / first_dir))]
-        say(_probe_line(1, len(probes), tiny, measure(tiny, ran[0][1], shape)))
-        deadline = time.monotonic() + req.max_time_s
-        for order, probe in enumerate(probes[1:], start=2):
-            if time.monotonic() > deadline:
-                manifest = manifest.add(stopped_by=f"--max-time {req.max_time_s:g} s")
-                say(f"calibrate: --max-time {req.max_time_s:g} s reached; fitting what ran")
-                break
-            rel = await _run_probe(req.base, probe, order, seed, root, opts, warn, target)
-            ran_probe = {"name": probe.name, "dir": rel}
-            manifest = manifest.add(probes=(*(manifest.probes or ()), ran_probe))
-            write_manifest(root, manifest)
-            ran.append((probe, _measured(root / rel)))
-            say(_probe_line(order, len(probes), probe, measure(probe, ran[-1][1], shape)))
-    _fit_and_write(root, manifest, ran, shape, first, req.out, _Naming(req.name, req.hardware))
+        shape, first = await run.boot(target, {}, lambda shape: shape)
+    for i, budget in enumerate(_extra_budgets(req, opts, shape), start=1):
+        flags = {"max_num_batched_tokens": budget}
+        async with shared_target(req.base, opts, root, warn, flags=flags,
+                                 log_name=f"boot-{i + 1}") as target:  # fmt: skip
+            await run.boot(target, flags, _prefills_only)
+    _fit_and_write(root, run.manifest, run.ran, first, req.out, _Naming(req.name, req.hardware))
     return root
+
+
+def restartable(opts: RunOptions) -> bool:
+    """loadgen boots the server (or the virtual clock its engine), so it can boot it again at
+    other flags; a URL's server it cannot."""
+    return opts.base_url is None and (opts.server is not None or opts.clock != ClockName.WALL)
+
+
+def _extra_budgets(req: CalibrateRequest, opts: RunOptions, shape: ServerShape) -> tuple[int, ...]:
+    """The budgets of the boots after the first: --budgets, else a quarter of the first
+    boot's, which prices the same prefills in four times the steps (per-step apart from
+    per-token); none by URL."""
+    if req.budgets is not None:
+        return tuple(b for b in req.budgets if b != shape.budget)
+    if not restartable(opts):
+        return ()
+    return (max(shape.budget // 4, MIN_BUDGET),)
+
+
+# The smallest budget an extra boot asks for: below a block or two of tokens the server
+# refuses to boot or the prefill probes run out of --max-requests.
+MIN_BUDGET = 128
+
+
+def _prefills_only(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
+    """A boot after the first measures what its budget changes: the cold prefills' steps."""
+    return tuple(p for p in probes if p.kind == "ttft")
+
+
+@dataclass
+class _BootRun:
+    """The probes of every boot, run one after another under one deadline."""
+
+    req: CalibrateRequest
+    opts: RunOptions
+    warn: Callable[[str], None]
+    say: Callable[[str], None]
+    root: Path
+    seed: int
+    manifest: RunManifest
+    deadline: float
+    ran: list[tuple[Probe, list[StreamRecord], int]] = dataclasses.field(default_factory=list)
+
+    async def boot(
+        self,
+        target: Target | None,
+        flags: dict[str, Any],
+        choose: Callable[[tuple[Probe, ...]], tuple[Probe, ...]],
+    ) -> tuple[ServerShape, RunManifest]:
+        """One boot's probes (the TTFT floor first: it learns the boot's limits); returns the
+        boot's shape and its first probe's manifest."""
+        index = len(self.manifest.boots or ())
+        tag = "" if index == 0 else f"@boot{index + 1}"
+        tiny = calibration_plan(_PROVISIONAL, self.req.limits)[0]
+        first_dir = await self._probe(tiny, tag, flags, target, index)
+        _check_drivable(_measured(self.root / first_dir), self.opts)
+        shape, first = _server_shape(self.root / first_dir)
+        boot = _boot_record(first, first_dir)
+        self.manifest = self.manifest.add(boots=(*(self.manifest.boots or ()), boot))
+        write_manifest(self.root, self.manifest)
+        probes = choose(calibration_plan(shape, self.req.limits))
+        _check_bounds(probes, self.req.max_requests)
+        self.say(f"calibrate boot {index + 1}: {len(probes)} probes, "
+                 f"{sum(p.requests for p in probes)} requests, at most "
+                 f"{self.req.max_time_s:g} s in all; the server: budget {shape.budget}, "
+                 f"seats {shape.seats}, block {shape.block_size}, "
+                 f"window {shape.max_model_len}")  # fmt: skip
+        self.say(_probe_line(1, len(probes), tiny, measure(tiny, self.ran[-1][1], shape)))
+        for order, probe in enumerate(probes[1:], start=2):
+            if time.monotonic() > self.deadline:
+                stopped = f"--max-time {self.req.max_time_s:g} s"
+                self.manifest = self.manifest.add(stopped_by=stopped)
+                self.say(
+                    f"calibrate: --max-time {self.req.max_time_s:g} s reached; fitting what ran"
+                )
+                break
+            await self._probe(probe, tag, flags, target, index)
+            self.say(_probe_line(order, len(probes), probe,
+                                 measure(probe, self.ran[-1][1], shape)))  # fmt: skip
+        return shape, first
+
+    async def _probe(
+        self, probe: Probe, tag: str, flags: dict[str, Any], target: Target | None, boot: int
+    ) -> str:
+        order = len(self.manifest.probes or ()) + 1
+        named = dataclasses.replace(probe, name=probe.name + tag)
+        rel = await _run_probe(self.req.base, named, order, self.seed, self.root, self.opts,
+                               self.warn, target, flags)  # fmt: skip
+        listed = {"name": named.name, "dir": rel, "boot": boot}
+        self.manifest = self.manifest.add(probes=(*(self.manifest.probes or ()), listed))
+        write_manifest(self.root, self.manifest)
+        self.ran.append((named, _measured(self.root / rel), boot))
+        return rel
+
+
+def _boot_record(first: RunManifest, first_dir: str) -> dict[str, Any]:
+    """A boot as run.json and the profile's fitted_boots list it: its flags, the limits it
+    stated, whether its steps ran eager or as CUDA graphs (vLLM), its first probe."""
+    target = first.target if isinstance(first.target, TargetInfo) else None
+    server = first.server or {}
+    flags = list(target.flags) if target is not None else []
+    return {
+        "flags": flags,
+        "max_num_batched_tokens": server.get("max_num_batched_tokens"),
+        "max_num_seqs": server.get("max_num_seqs"),
+        "mode": step_mode(target.kind if target is not None else "", flags),
+        "first": first_dir,
+    }
+
+
+def step_mode(kind: str, flags: Sequence[str | int | float | bool]) -> str | None:
+    """vLLM steps eagerly with --enforce-eager, else replays CUDA graphs (a decode floor of
+    kernel launches only the eager mode has); None where the server has no such mode."""
+    if kind != "vllm":
+        return None
+    return "eager" if "--enforce-eager" in flags else "graph"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,33 +253,51 @@ def refit(root: Path, out: Path | None, name: str | None, hardware: str | None) 
         before = load_profile_file(root / "profile.yaml")
         name = name or before.name
         hardware = hardware or before.fitted_on.get("hardware")
-    shape, first = _server_shape(root / manifest.probes[0]["dir"])
-    planned = {p.name: p for p in calibration_plan(shape, PlanLimits(
-        **manifest.calibrate["limits"]))}  # fmt: skip
-    ran = [(planned[p["name"]], _measured(root / p["dir"])) for p in manifest.probes]
-    _fit_and_write(root, manifest, ran, shape, first, out, _Naming(name, hardware))
+    limits = PlanLimits(**(manifest.calibrate or {})["limits"])
+    probes = manifest.probes
+    # A calibration from before multi-boot runs had one boot, its first probe the first.
+    boots = manifest.boots or (_boot_record(read_manifest(root / probes[0]["dir"]),
+                                            probes[0]["dir"]),)  # fmt: skip
+    planned: dict[str, Probe] = {}
+    for i, boot in enumerate(boots):
+        tag = "" if i == 0 else f"@boot{i + 1}"
+        shape, _ = _server_shape(root / boot["first"])
+        planned |= {p.name + tag: dataclasses.replace(p, name=p.name + tag)
+                    for p in calibration_plan(shape, limits)}  # fmt: skip
+    ran = [(planned[p["name"]], _measured(root / p["dir"]), p.get("boot", 0))
+           for p in probes]  # fmt: skip
+    first = read_manifest(root / boots[0]["first"])
+    _fit_and_write(root, manifest.add(boots=boots), ran, first, out, _Naming(name, hardware))
     return root
 
 
 def _fit_and_write(
     root: Path,
     manifest: RunManifest,
-    ran: list[tuple[Probe, list[StreamRecord]]],
-    shape: ServerShape,
+    ran: list[tuple[Probe, list[StreamRecord], int]],
     first: RunManifest,
     out: Path | None,
     naming: _Naming,
 ) -> None:
     # Drafts are known only once every decode probe ran; the decode rows price them.
     probes = manifest.probes or ()
-    spec = _speculation(root, probes, ran)
-    shape = dataclasses.replace(shape, spec_tokens=spec.tokens)
-    measured = [m for p, recs in ran if (m := measure(p, recs, shape)) is not None]
+    boots = manifest.boots or ()
+    spec = _speculation(root, probes, [(p, r) for p, r, _ in ran])
+    shapes = [dataclasses.replace(_server_shape(root / b["first"])[0], spec_tokens=spec.tokens)
+              for b in boots]  # fmt: skip
+    measured = [m for p, recs, boot in ran if (m := measure(p, recs, shapes[boot])) is not None]
+    boot_of = {p.name: boot for p, _, boot in ran}
     fit = fit_costs(measured)
     started = dt.datetime.fromisoformat(manifest.started_wall or "")
-    profile = _profile(naming, str(manifest.clock), first, shape=shape, fit=fit,
+    fitted_boots = [{k: v for k, v in b.items() if k != "first"}
+                    | {"costs": list(costs_measured([m for m in measured
+                                                     if boot_of[m.probe] == i]))}
+                    for i, b in enumerate(boots)]  # fmt: skip
+    profile = _profile(naming, str(manifest.clock), first, shape=shapes[0], fit=fit,
                        spec=spec, started=started, prefix_caching=_prefix_caching(measured),
-                       witnesses=_witnesses(root, probes, ran))  # fmt: skip
+                       witnesses=_witnesses(root, probes, [(p, r) for p, r, _ in ran]),
+                       boots=fitted_boots,
+                       unseparated=unseparated(measured, fit.min_step_s))  # fmt: skip
     path = out or root / "profile.yaml"
     write_profile_file(path, profile)
     if path != root / "profile.yaml":
@@ -194,10 +325,12 @@ async def _run_probe(
     opts: RunOptions,
     warn: Callable[[str], None],
     target: Target | None,
+    flags: dict[str, Any],
 ) -> str:
     scenario = probe_scenario(base, probe)
     the_plan = plan(scenario, run_seed=derive_seed(seed, "calibrate", order))
-    arm = dataclasses.replace(the_plan.arms[0], name=probe.name)
+    first = the_plan.arms[0]
+    arm = dataclasses.replace(first, name=probe.name, flags={**first.flags, **flags})
     rel = f"probes/{order:02d}-{probe.name}"
     await run_arm(the_plan, arm, root / rel, opts, warn, target=target)
     return rel
@@ -322,6 +455,8 @@ def _profile(
     started: dt.datetime,
     prefix_caching: bool,
     witnesses: list[TtftWitness],
+    boots: list[dict[str, Any]],
+    unseparated: tuple[str, ...],
 ) -> FittedProfile:
     """The profile file's content: fitted costs, the server's facts, what it was fitted on."""
     c = fit.costs
@@ -355,6 +490,7 @@ def _profile(
                  "server_counters": WITNESS_SOURCE if witnesses else WITNESS_NONE},
         fit=to_json(fit.summary()) | {"server_witness": [to_json(w) for w in witnesses]},
         measurements=tuple(to_json(r) for r in fit.rows),
+        fitted_boots=tuple(boots), unseparated=unseparated,
     )  # fmt: skip
 
 

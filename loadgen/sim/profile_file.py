@@ -11,6 +11,10 @@ residuals, so a what-if on the virtual clock carries its own error bar.
     sources: {...}          # where each figure came from (server counters or client timing)
     fit: {...}              # method, error summary
     measurements: [...]     # one row per probe: measured, predicted, error
+    fitted_boots: [...]     # each boot the probes ran on: {flags, max_num_batched_tokens,
+                            # max_num_seqs, mode (eager | graph | null), costs it measured}
+    unseparated: [...]      # costs the probes could not tell apart (by URL, one boot:
+                            # fixed_s and per_token_s); a flag that moves one is not predicted
 
 `facts` are sim settings under loadgen/simoptions.py's names; `costs` are StepProfile's fields
 (sim/profiles.py) plus the engine's request_overhead_s. Anywhere a sim profile is named (`loadgen
@@ -55,6 +59,8 @@ class FittedProfile:
     sources: Mapping[str, Any] = field(default_factory=dict)
     fit: Mapping[str, Any] = field(default_factory=dict)
     measurements: tuple[Mapping[str, Any], ...] = ()
+    fitted_boots: tuple[Mapping[str, Any], ...] = ()
+    unseparated: tuple[str, ...] = ()
 
     def costs(self) -> dict[str, float | None]:
         step = {name: getattr(self.step, name) for name in STEP_COSTS}
@@ -85,6 +91,8 @@ def profile_document(p: FittedProfile) -> dict[str, Any]:
         "sources": dict(p.sources),
         "fit": dict(p.fit),
         "measurements": [dict(m) for m in p.measurements],
+        "fitted_boots": [dict(b) for b in p.fitted_boots],
+        "unseparated": list(p.unseparated),
     }
 
 
@@ -135,7 +143,18 @@ def load_profile_file(path: Path) -> FittedProfile:
         sources=_mapping(path, doc, "sources"),
         fit=_mapping(path, doc, "fit"),
         measurements=tuple(doc.get("measurements") or ()),
+        fitted_boots=tuple(doc.get("fitted_boots") or ()),
+        unseparated=_unseparated(path, doc.get("unseparated") or []),
     )
+
+
+def _unseparated(path: Path, raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list) or any(c not in COSTS for c in raw):
+        raise ProfileFileError(
+            f"{path}: unseparated: expected a list of cost names ({', '.join(COSTS)}); "
+            "refit the calibration with `loadgen calibrate --refit DIR`"
+        )
+    return tuple(raw)
 
 
 def _mapping(path: Path, doc: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -234,16 +253,21 @@ def unpredictable(profile: FittedProfile | StepProfile, flag: str) -> str | None
     costs = FLAG_COSTS.get(flag)
     if costs is None or _model_is_the_servers(profile):
         return None
-    unseparated = _recorded(profile, "unseparated")
-    boots = _recorded(profile, "fitted_boots")
-    if unseparated is None or boots is None:
+    # A calibration lists at least the boot it ran on: none listed is a profile from before
+    # calibration recorded its boots (and what they left unseparated).
+    if not profile.fitted_boots:
         return _without_record(profile, flag, costs, how)
-    mixed = [c for c in costs if c in unseparated]
+    mixed = [c for c in costs if c in profile.unseparated]
     if mixed:
         return f"{flag}: the profile could not separate {', '.join(mixed)}; {how}"
-    seen = {str((b.get("flags") or {}).get(flag)) for b in boots if isinstance(b, Mapping)}
-    if flag in ("max_num_batched_tokens", "long_prefill_token_threshold") and len(seen) < 2:
-        return f"{flag}: the profile was fitted at one value ({', '.join(sorted(seen))}); {how}"
+    # Both flags move how a prompt is chunked, which the costs price only where the boots ran
+    # at two budgets (each boot records the budget it stated, beside its command-line flags).
+    budgets = {str(b.get("max_num_batched_tokens")) for b in profile.fitted_boots}
+    if flag in ("max_num_batched_tokens", "long_prefill_token_threshold") and len(budgets) < 2:
+        return (
+            f"{flag}: the profile was fitted at one max_num_batched_tokens "
+            f"({', '.join(sorted(budgets))}); {how}"
+        )
     return None
 
 
@@ -252,15 +276,6 @@ def _model_is_the_servers(profile: FittedProfile) -> bool:
     at one setting hold at every other (over HTTP the fit's residuals are the HTTP path's, 11%
     on the 32-token probe, and do not move with a flag)."""
     return profile.fitted_on.get("server") == "sim"
-
-
-def _recorded(profile: FittedProfile, key: str) -> list[Any] | None:
-    """A list the calibration records per profile (`fitted_boots`, `unseparated`), in the fit
-    block or on the profile itself; None for a profile written before calibration recorded it."""
-    value = getattr(profile, key, None)
-    if value is None:
-        value = profile.fit.get(key)
-    return list(value) if isinstance(value, list | tuple) else None
 
 
 def _without_record(
