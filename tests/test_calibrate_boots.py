@@ -11,12 +11,15 @@ from pathlib import Path
 import orjson
 import pytest
 from cli_support import loadgen
+from click.testing import CliRunner
 from server_process import sim_process
 
 from loadgen.analysis.calibration import Measurement, ServerShape, decode_row, prefill_row
 from loadgen.analysis.calibration import prefill_steps as steps_of
 from loadgen.analysis.calibration_fit import unseparated
-from loadgen.engine.calibrate import step_mode
+from loadgen.cli import main
+from loadgen.engine import calibrate as engine_calibrate
+from loadgen.engine.calibrate import boot_allowances, step_mode
 from loadgen.sim.profile_file import FittedProfile, load_profile_file, unpredictable
 
 HIDDEN = """loadgen_sim_profile: 1
@@ -188,3 +191,44 @@ def test_refit_reads_a_calibration_from_before_boots_as_one_boot(tmp_path: Path)
     again = load_profile_file(root / "profile.yaml")
     assert [b["max_num_batched_tokens"] for b in again.fitted_boots] == [1024]
     assert again.costs() == fitted.costs() and again.unseparated == fitted.unseparated
+
+
+def test_max_time_is_split_among_the_boots_by_their_planned_requests() -> None:
+    assert boot_allowances([60, 18], 200.0) == [pytest.approx(200 * 60 / 78), 200.0]
+    assert boot_allowances([5, 0, 5], 10.0) == [5.0, 5.0, 10.0]
+    assert boot_allowances([0], 10.0) == [10.0]
+
+
+def _probes_per_boot(root: Path) -> list[int]:
+    probes = orjson.loads((root / "run.json").read_bytes())["probes"]
+    return [sum(p["boot"] == b for p in probes) for b in range(1 + max(p["boot"] for p in probes))]
+
+
+@pytest.mark.parametrize(
+    ("max_time", "ran", "stopped"), [(14, [11, 4], "boot 2"), (900, [12, 7], None)]
+)
+def test_the_first_boot_leaves_the_second_its_share_of_max_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_time: int, ran: list[int],
+    stopped: str | None,
+) -> None:  # fmt: skip
+    # Every probe takes one second of this clock: the virtual clock's plan (boot 1: 12 probes,
+    # 54 requests; boot 2, budget 512: 7 probes, 21) under --max-time 14 gives boot 1
+    # 14 x 54 / 75 = 10.1 s, so its probes 1-11 start (a probe starts while the seconds spent
+    # are within the share), and boot 2 the rest: its probes start at 11, 12, 13 and 14 s.
+    # On the H200 one deadline over both let boot 2 run one probe of seven.
+    ticks = iter(range(10_000))
+    monkeypatch.setattr(engine_calibrate, "_now", lambda: float(next(ticks)))
+    res = CliRunner().invoke(main, ["calibrate", "--clock", "virtual", "--out", str(tmp_path),
+                                    "--max-time", str(max_time)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "calibrate boot 1: 12 probes, 54 requests" in res.output
+    assert "calibrate boot 2: 7 probes, 21 requests" in res.output
+    [root] = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert _probes_per_boot(root) == ran
+    manifest = orjson.loads((root / "run.json").read_bytes())
+    if stopped is None:
+        assert "stopped_by" not in manifest or manifest["stopped_by"] is None
+        assert "share of --max-time" not in res.output
+    else:
+        assert manifest["stopped_by"] == f"--max-time {max_time:g} s ({stopped})"
+        assert f"calibrate: {stopped}'s share of --max-time {max_time:g} s reached" in res.output

@@ -45,7 +45,9 @@ DEFAULTS = PlanLimits()
 @click.option("--max-requests", type=click.IntRange(min=1), default=400, show_default=True,
               help="Refuse a plan that would send more.")  # fmt: skip
 @click.option("--max-time", "max_time_s", type=click.FloatRange(min=1), default=900.0,
-              show_default=True, help="Wall seconds after which no new probe starts.")  # fmt: skip
+              show_default=True,
+              help="Probe seconds (a server's boot not counted) after which no new probe "
+              "starts, split among the boots by their planned requests.")  # fmt: skip
 @click.option("--budgets", default=None, metavar="N,N|off",
               help="max_num_batched_tokens of the boots after the first, each a fresh boot "
               "that measures the cold prefills again, so a prefill step's cost and a prefill "

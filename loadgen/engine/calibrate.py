@@ -5,8 +5,9 @@ server, or the virtual clock's fresh engine per probe), then the fit and the pro
 The first probe (the TTFT floor) also shows whether the server can be driven at all (it
 streams, it reports usage) and which limits it states (budget, seats, block size, window:
 boot log, flags, /metrics or --server-facts); the rest of the plan is sized from those. The
-plan is bounded before anything is sent (requests) and while it runs (wall time); run.json
-lists each probe as it ends, so a stopped calibration keeps what it measured.
+plan is bounded before anything is sent (requests) and while it runs (the probes' wall
+seconds, each boot its share: boot_allowances); run.json lists each probe as it ends, so a
+stopped calibration keeps what it measured.
 
 A server loadgen boots (--server KIND, or the virtual clock's engine) is booted again at each
 of --budgets (default: a quarter of the first boot's budget) for the cold prefills alone: at
@@ -108,7 +109,7 @@ async def calibrate(
         probes=(), boots=(), interrupted=True,
     )  # fmt: skip
     write_manifest(root, manifest)
-    run = _BootRun(req, opts, warn, say, root, seed, manifest, time.monotonic() + req.max_time_s)
+    run = _BootRun(req, opts, warn, say, root, seed, manifest)
     async with shared_target(req.base, opts, root, warn) as target:
         shape, first = await run.boot(target, {}, lambda shape: shape)
     for i, budget in enumerate(_extra_budgets(req, opts, shape), start=1):
@@ -147,9 +148,29 @@ def _prefills_only(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
     return tuple(p for p in probes if p.kind == "ttft")
 
 
+def boot_allowances(requests: Sequence[int], max_time_s: float) -> list[float]:
+    """The probe seconds each boot may have used by its end: --max-time split by the boots'
+    planned requests, cumulatively (what a boot leaves, the next may use). On the H200 one
+    deadline over all boots let the first boot's decode probes spend it, and the second boot,
+    booted for the cold prefills at a quarter budget, ran one probe of seven."""
+    total = sum(requests)
+    if total <= 0:
+        return [max_time_s for _ in requests]
+    shares, done = [], 0
+    for n in requests:
+        done += n
+        shares.append(max_time_s * done / total)
+    return shares
+
+
+# Probe seconds are read off this clock (a seam the tests replace).
+_now = time.monotonic
+
+
 @dataclass
 class _BootRun:
-    """The probes of every boot, run one after another under one deadline."""
+    """The probes of every boot, run one after another; --max-time counts the probes' own
+    seconds (a server's boot is not a probe), split among the boots by boot_allowances."""
 
     req: CalibrateRequest
     opts: RunOptions
@@ -158,7 +179,8 @@ class _BootRun:
     root: Path
     seed: int
     manifest: RunManifest
-    deadline: float
+    spent_s: float = 0.0
+    allowances: list[float] = dataclasses.field(default_factory=list)
     ran: list[tuple[Probe, list[StreamRecord], int]] = dataclasses.field(default_factory=list)
 
     async def boot(
@@ -180,32 +202,44 @@ class _BootRun:
         write_manifest(self.root, self.manifest)
         probes = choose(calibration_plan(shape, self.req.limits))
         _check_bounds(probes, self.req.max_requests)
+        if index == 0:
+            self.allowances = self._allowances(shape, probes)
+        allowance = self.allowances[min(index, len(self.allowances) - 1)]
         self.say(f"calibrate boot {index + 1}: {len(probes)} probes, "
-                 f"{sum(p.requests for p in probes)} requests, at most "
-                 f"{self.req.max_time_s:g} s in all; the server: budget {shape.budget}, "
+                 f"{sum(p.requests for p in probes)} requests, until {allowance:.0f} of "
+                 f"{self.req.max_time_s:g} probe seconds; the server: budget {shape.budget}, "
                  f"seats {shape.seats}, block {shape.block_size}, "
                  f"window {shape.max_model_len}")  # fmt: skip
         self.say(_probe_line(1, len(probes), tiny, measure(tiny, self.ran[-1][1], shape)))
         for order, probe in enumerate(probes[1:], start=2):
-            if time.monotonic() > self.deadline:
-                stopped = f"--max-time {self.req.max_time_s:g} s"
+            if self.spent_s > allowance:
+                stopped = f"--max-time {self.req.max_time_s:g} s (boot {index + 1})"
                 self.manifest = self.manifest.add(stopped_by=stopped)
-                self.say(
-                    f"calibrate: --max-time {self.req.max_time_s:g} s reached; fitting what ran"
-                )
+                self.say(f"calibrate: boot {index + 1}'s share of --max-time "
+                         f"{self.req.max_time_s:g} s reached ({allowance:.0f} s); "
+                         "fitting what ran")  # fmt: skip
                 break
             await self._probe(probe, tag, flags, target, index)
             self.say(_probe_line(order, len(probes), probe,
                                  measure(probe, self.ran[-1][1], shape)))  # fmt: skip
         return shape, first
 
+    def _allowances(self, shape: ServerShape, probes: tuple[Probe, ...]) -> list[float]:
+        """Each boot's allowance, the later boots' requests planned at the first's shape."""
+        later = sum(p.requests for p in _prefills_only(calibration_plan(shape, self.req.limits)))
+        extra = _extra_budgets(self.req, self.opts, shape)
+        requests = [sum(p.requests for p in probes), *(later for _ in extra)]
+        return boot_allowances(requests, self.req.max_time_s)
+
     async def _probe(
         self, probe: Probe, tag: str, flags: dict[str, Any], target: Target | None, boot: int
     ) -> str:
         order = len(self.manifest.probes or ()) + 1
         named = dataclasses.replace(probe, name=probe.name + tag)
+        started = _now()
         rel = await _run_probe(self.req.base, named, order, self.seed, self.root, self.opts,
                                self.warn, target, flags)  # fmt: skip
+        self.spent_s += _now() - started
         listed = {"name": named.name, "dir": rel, "boot": boot}
         self.manifest = self.manifest.add(probes=(*(self.manifest.probes or ()), listed))
         write_manifest(self.root, self.manifest)
