@@ -160,6 +160,8 @@ ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 DATASETS = ("random", "sharegpt", "custom", "burstgpt")
 # bench's flags that take several values after one flag (argparse nargs="+" / "*").
 MANY_VALUES = ("--goodput", "--metadata")
+# bench's --metric-percentiles default.
+BENCH_PERCENTILES = (99.0,)
 
 
 def flag_table() -> str:
@@ -499,7 +501,6 @@ def result_path(req: BenchRequest, setup: BenchSetup) -> Path:
 
 
 RESULT_NAME = "bench_result.json"
-BENCH_PERCENTILES = (99.0,)
 
 
 def run_bench(req: BenchRequest) -> None:
