@@ -47,9 +47,8 @@ from loadgen.analysis.calibration import (
 )
 from loadgen.analysis.calibration_fit import Fit, costs_measured, fit_costs, unseparated
 from loadgen.analysis.inputs import load_run, read_manifest
-from loadgen.clock import ClockName
 from loadgen.codec import to_json
-from loadgen.engine.backends import shared_target
+from loadgen.engine.backends import clock_of, shared_target
 from loadgen.engine.options import RunOptions
 from loadgen.engine.run import base_manifest, open_work_root, run_arm
 from loadgen.engine.target import RunError, Target
@@ -124,7 +123,7 @@ async def calibrate(
 def restartable(opts: RunOptions) -> bool:
     """loadgen boots the server (or the virtual clock its engine), so it can boot it again at
     other flags; a URL's server it cannot."""
-    return opts.base_url is None and (opts.server is not None or opts.clock != ClockName.WALL)
+    return opts.base_url is None and (opts.server is not None or clock_of(opts).engine_per_arm)
 
 
 def _extra_budgets(req: CalibrateRequest, opts: RunOptions, shape: ServerShape) -> tuple[int, ...]:
