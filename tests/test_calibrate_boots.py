@@ -176,15 +176,22 @@ def test_a_boots_step_mode_is_what_its_flags_asked() -> None:
     assert step_mode("sim", ["--enforce-eager"]) is None
 
 
-def test_refit_reads_a_calibration_from_before_boots_as_one_boot(tmp_path: Path) -> None:
+def test_refit_reads_a_calibration_from_before_boots_and_points_as_one_boot(tmp_path: Path) -> None:
     fitted = load_profile_file(_calibrate(tmp_path, "--clock", "virtual", "--budgets", "off"))
     [root] = list((tmp_path / "runs").iterdir())
     manifest = orjson.loads((root / "run.json").read_bytes())
     del manifest["boots"]
-    manifest["probes"] = [{k: v for k, v in p.items() if k != "boot"} for p in manifest["probes"]]
+    # Laid out as then too: its points were `probes`, in run.json and on disk.
+    (root / "points").rename(root / "probes")
+    manifest["probes"] = [{k: v.replace("points/", "probes/") if k == "dir" else v
+                           for k, v in p.items() if k != "boot"}
+                          for p in manifest.pop("runs")]  # fmt: skip
     (root / "run.json").write_bytes(orjson.dumps(manifest))
     proc = loadgen("calibrate", "--refit", root, timeout_s=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     again = load_profile_file(root / "profile.yaml")
     assert [b["max_num_batched_tokens"] for b in again.fitted_boots] == [1024]
     assert again.costs() == fitted.costs() and again.unseparated == fitted.unseparated
+    assert again.measurements == fitted.measurements
+    rewritten = orjson.loads((root / "run.json").read_bytes())
+    assert "probes" not in rewritten and rewritten["runs"][0]["dir"] == "probes/01-tiny"
