@@ -75,6 +75,12 @@ def json_field(
                              metadata={_META: spec})  # fmt: skip
 
 
+def json_meta(*, key: str | None = None, legacy: Sequence[str] = ()) -> dict[str, Any]:
+    """json_field's spelling alone, as `dataclasses.field(metadata=json_meta(...))`, for a field
+    without a default that fields without one follow: mypy reads any other call as a default."""
+    return {_META: _Spec(key, tuple(legacy), None)}
+
+
 def to_json(value: Any) -> Any:
     """The JSON-ready form of `value` (a dataclass, or any value its fields hold)."""
     return _encoder(type(value))(value)

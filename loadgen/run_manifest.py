@@ -246,7 +246,9 @@ class RunManifest:
     # A capacity search's or a calibration's parent.
     capacity: Json | None = json_field(omit="none", default=None)
     calibrate: Json | None = json_field(omit="none", default=None)
-    probes: tuple[Json, ...] | None = json_field(omit="none", default=None)
+    # Its runs in the order they ran, one directory each: a search's steps (one load each), a
+    # calibration's points; `probes` in a directory written before either had its own name.
+    runs: tuple[Json, ...] | None = json_field(omit="none", default=None, legacy=("probes",))
     stopped_by: str | None = json_field(omit="none", default=None)
     fit: Json | None = json_field(omit="none", default=None)
     profile: str | None = json_field(omit="none", default=None)

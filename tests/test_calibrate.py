@@ -51,7 +51,7 @@ def test_virtual_calibration_recovers_the_sims_own_profile(tmp_path: Path) -> No
     assert (tmp_path / "profile.yaml").is_file()
     [root] = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert (root / "calibration.png").stat().st_size > 0
-    assert (root / "probes" / "01-tiny" / "streams.jsonl").is_file()
+    assert (root / "points" / "01-tiny" / "streams.jsonl").is_file()
 
 
 def test_speculation_is_found_from_the_chunks(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_report_redraws_a_calibration_directory(tmp_path: Path) -> None:
     text = (root / "report.txt").read_text()
     assert text.startswith(f"profile {load_profile_file(out).name}: {root / 'profile.yaml'}")
     assert text in printed  # the report printed is the one written
-    assert "The fit, probe by probe" in (root / "report.html").read_text()
+    assert "The fit, point by point" in (root / "report.html").read_text()
     assert rewrites_identically(root, "report.txt", "report.html", "calibration.png")
     # Stopped before its fit, the directory is one line that says how to fit it.
     (root / "profile.yaml").unlink()
@@ -82,7 +82,7 @@ def test_report_redraws_a_calibration_directory(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr == (
         f"Error: {root}: the calibration has no profile.yaml (it stopped before the fit); "
-        f"`loadgen calibrate --refit {root}` fits the probes it recorded\n"
+        f"`loadgen calibrate --refit {root}` fits the points it recorded\n"
     )
 
 

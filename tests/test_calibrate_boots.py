@@ -179,18 +179,25 @@ def test_a_boots_step_mode_is_what_its_flags_asked() -> None:
     assert step_mode("sim", ["--enforce-eager"]) is None
 
 
-def test_refit_reads_a_calibration_from_before_boots_as_one_boot(tmp_path: Path) -> None:
+def test_refit_reads_a_calibration_from_before_boots_and_points_as_one_boot(tmp_path: Path) -> None:
     fitted = load_profile_file(_calibrate(tmp_path, "--clock", "virtual", "--budgets", "off"))
     [root] = list((tmp_path / "runs").iterdir())
     manifest = orjson.loads((root / "run.json").read_bytes())
     del manifest["boots"]
-    manifest["probes"] = [{k: v for k, v in p.items() if k != "boot"} for p in manifest["probes"]]
+    # Laid out as then too: its points were `probes`, in run.json and on disk.
+    (root / "points").rename(root / "probes")
+    manifest["probes"] = [{k: v.replace("points/", "probes/") if k == "dir" else v
+                           for k, v in p.items() if k != "boot"}
+                          for p in manifest.pop("runs")]  # fmt: skip
     (root / "run.json").write_bytes(orjson.dumps(manifest))
     proc = loadgen("calibrate", "--refit", root, timeout_s=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     again = load_profile_file(root / "profile.yaml")
     assert [b["max_num_batched_tokens"] for b in again.fitted_boots] == [1024]
     assert again.costs() == fitted.costs() and again.unseparated == fitted.unseparated
+    assert again.measurements == fitted.measurements
+    rewritten = orjson.loads((root / "run.json").read_bytes())
+    assert "probes" not in rewritten and rewritten["runs"][0]["dir"] == "probes/01-tiny"
 
 
 def test_max_time_is_split_among_the_boots_by_their_planned_requests() -> None:
@@ -199,9 +206,9 @@ def test_max_time_is_split_among_the_boots_by_their_planned_requests() -> None:
     assert boot_allowances([0], 10.0) == [10.0]
 
 
-def _probes_per_boot(root: Path) -> list[int]:
-    probes = orjson.loads((root / "run.json").read_bytes())["probes"]
-    return [sum(p["boot"] == b for p in probes) for b in range(1 + max(p["boot"] for p in probes))]
+def _points_per_boot(root: Path) -> list[int]:
+    runs = orjson.loads((root / "run.json").read_bytes())["runs"]
+    return [sum(p["boot"] == b for p in runs) for b in range(1 + max(p["boot"] for p in runs))]
 
 
 @pytest.mark.parametrize(
@@ -211,20 +218,20 @@ def test_the_first_boot_leaves_the_second_its_share_of_max_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_time: int, ran: list[int],
     stopped: str | None,
 ) -> None:  # fmt: skip
-    # Every probe takes one second of this clock: the virtual clock's plan (boot 1: 12 probes,
-    # 54 requests; boot 2, budget 512: 7 probes, 21) under --max-time 14 gives boot 1
-    # 14 x 54 / 75 = 10.1 s, so its probes 1-11 start (a probe starts while the seconds spent
-    # are within the share), and boot 2 the rest: its probes start at 11, 12, 13 and 14 s.
-    # On the H200 one deadline over both let boot 2 run one probe of seven.
+    # Every point takes one second of this clock: the virtual clock's plan (boot 1: 12 points,
+    # 54 requests; boot 2, budget 512: 7 points, 21) under --max-time 14 gives boot 1
+    # 14 x 54 / 75 = 10.1 s, so its points 1-11 start (a point starts while the seconds spent
+    # are within the share), and boot 2 the rest: its points start at 11, 12, 13 and 14 s.
+    # On the H200 one deadline over both let boot 2 run one point of seven.
     ticks = iter(range(10_000))
     monkeypatch.setattr(engine_calibrate, "_now", lambda: float(next(ticks)))
     res = CliRunner().invoke(main, ["calibrate", "--clock", "virtual", "--out", str(tmp_path),
                                     "--max-time", str(max_time)])  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "calibrate boot 1: 12 probes, 54 requests" in res.output
-    assert "calibrate boot 2: 7 probes, 21 requests" in res.output
+    assert "calibrate boot 1: 12 points, 54 requests" in res.output
+    assert "calibrate boot 2: 7 points, 21 requests" in res.output
     [root] = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert _probes_per_boot(root) == ran
+    assert _points_per_boot(root) == ran
     manifest = orjson.loads((root / "run.json").read_bytes())
     if stopped is None:
         assert "stopped_by" not in manifest or manifest["stopped_by"] is None

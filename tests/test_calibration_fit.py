@@ -1,6 +1,6 @@
 """The calibration's pure half (analysis/calibration.py and calibration_fit.py): exact design
 rows, measurements from hand-built records, the speculation estimate, and a fit that recovers
-known costs and names the probes a wrong model misses."""
+known costs and names the points a wrong model misses."""
 
 import dataclasses
 
@@ -9,7 +9,7 @@ import pytest
 from loadgen.analysis.calibration import (
     COSTS,
     Measurement,
-    Probe,
+    Point,
     ServerShape,
     TtftWitness,
     calibration_plan,
@@ -81,37 +81,37 @@ def test_the_plan_spans_budget_window_and_seats() -> None:
         "cached-32768", "cached-65504", "decode-b1", "decode-b2", "decode-b4",
         "decode-ctx32768", "decode-ctx65472",
     ]  # fmt: skip
-    # A small window caps every prompt; no prefix cache: no cached probe.
+    # A small window caps every prompt; no prefix cache: no cached point.
     small = calibration_plan(ServerShape(512, 2, 32, 2048, prefix_caching=False))
     assert max(p.prompt_tokens for p in small) <= 2048 - 64 - 1
     assert not [p for p in small if p.kind == "cached"]
     assert [p.streams for p in small if p.name.startswith("decode-b")] == [1, 2]
 
 
-def test_a_ttft_probe_measures_the_median_and_the_reported_cache_hit() -> None:
-    probe = Probe("cached-4096", "cached", 4128, 1, prefix_tokens=4096)
+def test_a_ttft_point_measures_the_median_and_the_reported_cache_hit() -> None:
+    point = Point("cached-4096", "cached", 4128, 1, prefix_tokens=4096)
     recs = [
         record(id=f"s{i}", t_first_ns=t * MS, prompt_tokens=4128, cached_tokens=4096)
         for i, t in enumerate((30, 10, 20))
     ]
-    m = measure(probe, recs, SHAPE)
+    m = measure(point, recs, SHAPE)
     assert m is not None
     assert m.value_s == pytest.approx(0.020)
     assert m.basis == {"prompt_tokens": 4128, "cached_tokens": 4096}
     assert m.row["per_token_s"] == 32 and m.row["cached_token_s"] == 4096
     # Unreported, the hit is the prefix's whole blocks.
-    unreported = measure(probe, [record(prompt_tokens=4128, cached_tokens=None)], SHAPE)
+    unreported = measure(point, [record(prompt_tokens=4128, cached_tokens=None)], SHAPE)
     assert unreported is not None and unreported.basis["cached_tokens"] == 4096
 
 
-def test_a_decode_probe_keeps_the_gaps_while_every_stream_decoded() -> None:
+def test_a_decode_point_keeps_the_gaps_while_every_stream_decoded() -> None:
     # Stream b starts 2 ms late; the window is [12, 14] ms: gaps 13-12 and 14-13 of a and b.
     a = record(id="a", chunk_ns=[10 * MS, 11 * MS, 12 * MS, 13 * MS, 14 * MS, 20 * MS],
                chunk_tokens=[1] * 6, completion_tokens=6)  # fmt: skip
     b = record(id="b", chunk_ns=[12 * MS, 13 * MS, 14 * MS, 15 * MS], chunk_tokens=[1] * 4,
                completion_tokens=4)  # fmt: skip
-    probe = Probe("decode-b2", "decode", 100, 6, streams=2)
-    m = measure(probe, [a, b], ServerShape(2048, 2, 16, 4096))
+    point = Point("decode-b2", "decode", 100, 6, streams=2)
+    m = measure(point, [a, b], ServerShape(2048, 2, 16, 4096))
     assert m is not None
     # Too few window gaps (4 < 4 x 2): every gap after the last first token (12 ms) counts:
     # a: 1, 1, 6 ms; b: 1, 1, 1 ms; their mean (11 / 6 ms) is the step.
@@ -121,10 +121,10 @@ def test_a_decode_probe_keeps_the_gaps_while_every_stream_decoded() -> None:
 
 
 def test_a_failed_stream_leaves_its_rep_out_of_a_decode_probe() -> None:
-    probe = Probe("decode-b2", "decode", 100, 5, streams=2)
+    point = Point("decode-b2", "decode", 100, 5, streams=2)
     ok = record(id="a")
     bad = record(id="b", status="error", t_first_ns=None, chunk_ns=[], chunk_tokens=None)
-    assert measure(probe, [ok, bad], SHAPE) is None
+    assert measure(point, [ok, bad], SHAPE) is None
 
 
 def test_speculation_is_read_from_tokens_per_chunk() -> None:
@@ -156,23 +156,26 @@ def test_the_servers_spec_counters_outrank_the_chunks() -> None:
 
 
 def test_the_servers_ttft_histogram_stands_beside_the_clients_timing() -> None:
-    probe = Probe("prefill-1024", "ttft", 1024, 1)
+    point = Point("prefill-1024", "ttft", 1024, 1)
     recs = [record(id=f"s{i}", t_first_ns=t * MS) for i, t in enumerate((10, 20, 30))]
     hist = {"time_to_first_token_seconds_sum": 0.054, "time_to_first_token_seconds_count": 3.0}
-    w = ttft_witness(probe, recs, hist)
+    w = ttft_witness(point, recs, hist)
     assert w is not None
     assert (w.requests, w.server_ttft_s, w.client_ttft_s) == (3, pytest.approx(0.018), 0.02)
     # A histogram that counted other requests than the run's, or none at all: no witness.
-    assert ttft_witness(probe, recs, {**hist, "time_to_first_token_seconds_count": 4.0}) is None
-    assert ttft_witness(probe, recs, {}) is None
+    assert ttft_witness(point, recs, {**hist, "time_to_first_token_seconds_count": 4.0}) is None
+    assert ttft_witness(point, recs, {}) is None
     # As the profile file holds it (six figures), and read back to the same figures.
-    written = {"probe": "prefill-1024", "requests": 3, "server_ttft_mean_s": 0.018,
+    written = {"point": "prefill-1024", "requests": 3, "server_ttft_mean_s": 0.018,
                "client_ttft_mean_s": 0.02}  # fmt: skip
     assert to_json(w) == written and from_json(TtftWitness, written) == w
+    # A profile written before points had their name keys the row `probe`: read the same.
+    legacy = {("probe" if k == "point" else k): v for k, v in written.items()}
+    assert from_json(TtftWitness, legacy) == w
     (back,) = read_witnesses({"server_witness": [to_json(w)]})
     assert witness_line([back], 0.0025, "vllm") == (
         "fit on client timing; vllm's TTFT histogram over the same requests: the client sees "
-        "2.000 ms more (median over 1 probes), the fitted request overhead is 2.500 ms"
+        "2.000 ms more (median over 1 points), the fitted request overhead is 2.500 ms"
     )
     assert witness_line(read_witnesses({"server_witness": []}), 0.0, "llama.cpp") == (
         "llama.cpp has no TTFT histogram on /metrics: the fit rests on client timing alone"
@@ -213,19 +216,21 @@ def test_the_fit_names_the_probes_a_model_cannot_fit() -> None:
     summary = fit.summary()
     assert summary.max_error > 0.10
     assert summary.misses == ("decode-b2-300", "decode-b4-300", "decode-b8-300")
-    # The prefill probes, which the model does fit, stay within 1%.
+    # The prefill points, which the model does fit, stay within 1%.
     assert all(abs(r.error) < 0.01 for r in fit.rows if r.kind != "decode")
     # As the profile file holds them, and read back.
     assert from_json(FitSummary, to_json(summary)) == summary
     assert tuple(from_json(FitRow, to_json(r)) for r in fit.rows) == fit.rows
     # A row's basis is written flat beside its own fields, and read back into the basis.
     row = FitRow("prefill-1024", "ttft", 3, 0.1, 0.11, 0.1, {"prompt_tokens": 1024})
-    flat = {"probe": "prefill-1024", "kind": "ttft", "samples": 3, "measured_s": 0.1,
+    flat = {"point": "prefill-1024", "kind": "ttft", "samples": 3, "measured_s": 0.1,
             "predicted_s": 0.11, "error": 0.1, "prompt_tokens": 1024}  # fmt: skip
     assert to_json(row) == flat and from_json(FitRow, flat) == row
+    legacy = {("probe" if k == "point" else k): v for k, v in flat.items()}
+    assert from_json(FitRow, legacy) == row and "probe" not in to_json(row)
 
 
-def test_a_cost_no_probe_measures_is_said_to_be_unmeasured() -> None:
+def test_a_cost_no_point_measures_is_said_to_be_unmeasured() -> None:
     ms = [m for m in _measurements(KNOWN) if m.kind != "cached"]
     fit = fit_costs(ms)
     assert fit.unmeasured == ("cached_token_s",)

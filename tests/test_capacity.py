@@ -11,15 +11,17 @@ import pytest
 from cli_support import assert_one_line_error, loadgen, rewrites_identically
 
 from loadgen.analysis.capacity import (
+    DEFAULT_MAX_STEPS,
     Search,
     SloItem,
     answer,
     binding_cause,
     judge,
     nearest_rank,
-    next_probe,
+    next_step,
 )
 from loadgen.analysis.slo import parse_slo
+from loadgen.commands.capacity import capacity_cmd
 
 VIRTUAL = ("--clock", "virtual", "--seed", "7", "--no-progress")
 
@@ -59,15 +61,15 @@ def test_judge_counts_failed_and_missing_streams_as_misses() -> None:
 
 
 def _search(search: Search, capacity: float) -> tuple[list[float], dict[str, Any]]:
-    """Runs next_probe against a server whose SLO holds up to `capacity` loads."""
+    """Runs next_step against a server whose SLO holds up to `capacity` loads."""
     slo = (SloItem("ttft", 1.0, 0.9),)
-    probes: list[dict[str, Any]] = []
-    while (v := next_probe(probes, search, slo)) is not None:
+    steps: list[dict[str, Any]] = []
+    while (v := next_step(steps, search, slo)) is not None:
         ok = v <= capacity
-        probes.append(
+        steps.append(
             {"value": v, "n": 10, "items": {"ttft_p90": {"attainment": 1.0 if ok else 0.5}}}
         )
-    return [p["value"] for p in probes], answer(probes, search, slo)
+    return [p["value"] for p in steps], answer(steps, search, slo)
 
 
 def test_the_search_brackets_bisects_then_repeats_the_boundary() -> None:
@@ -83,20 +85,20 @@ def test_the_search_ends_at_either_bound_and_at_its_probe_limit() -> None:
     assert got["ended"] == "holds_at_max"
     order, got = _search(Search("concurrency", 2, 8), capacity=1)
     assert order == [2, 2] and got["capacity"] is None and got["ended"] == "fails_at_min"
-    order, got = _search(Search("concurrency", 1, 256, max_probes=5), capacity=13)
-    assert len(order) == 5 and got["ended"] == "max_probes"
-    # Out of probes while every load so far passed is not "holds at --max" (256 never ran).
-    order, got = _search(Search("concurrency", 1, 256, max_probes=3), capacity=100)
-    assert order == [1, 2, 4] and got["first_fail"] is None and got["ended"] == "max_probes"
+    order, got = _search(Search("concurrency", 1, 256, max_steps=5), capacity=13)
+    assert len(order) == 5 and got["ended"] == "max_steps"
+    # Out of steps while every load so far passed is not "holds at --max" (256 never ran).
+    order, got = _search(Search("concurrency", 1, 256, max_steps=3), capacity=100)
+    assert order == [1, 2, 4] and got["first_fail"] is None and got["ended"] == "max_steps"
 
 
 def _probes(search: Search, capacity: float, count: int) -> list[dict[str, Any]]:
-    """The first `count` probes of a search against a server that holds up to `capacity`."""
-    probes: list[dict[str, Any]] = []
-    while len(probes) < count and (v := next_probe(probes, search, SLO)) is not None:
+    """The first `count` steps of a search against a server that holds up to `capacity`."""
+    steps: list[dict[str, Any]] = []
+    while len(steps) < count and (v := next_step(steps, search, SLO)) is not None:
         share = 1.0 if v <= capacity else 0.5
-        probes.append({"value": v, "n": 10, "items": {"ttft_p90": {"attainment": share}}})
-    return probes
+        steps.append({"value": v, "n": 10, "items": {"ttft_p90": {"attainment": share}}})
+    return steps
 
 
 SLO = (SloItem("ttft", 1.0, 0.9),)
@@ -123,13 +125,13 @@ def test_a_failing_repeat_moves_the_boundary_down() -> None:
     slo = (SloItem("ttft", 1.0, 0.9),)
     search = Search("concurrency", 1, 4)
 
-    def probe(v: float, share: float) -> dict[str, Any]:
+    def step(v: float, share: float) -> dict[str, Any]:
         return {"value": v, "n": 10, "items": {"ttft_p90": {"attainment": share}}}
 
-    probes = [probe(1, 1.0), probe(2, 1.0), probe(4, 0.0), probe(3, 0.9), probe(3, 0.8)]
+    steps = [step(1, 1.0), step(2, 1.0), step(4, 0.0), step(3, 0.9), step(3, 0.8)]
     # 3's runs pooled: 0.85 < 0.9, so 3 fails and the boundary is now [2, 3).
-    assert answer(probes, search, slo)["interval"] == [2, 3]
-    assert next_probe(probes, search, slo) == 2  # 2 is repeated before the search ends
+    assert answer(steps, search, slo)["interval"] == [2, 3]
+    assert next_step(steps, search, slo) == 2  # 2 is repeated before the search ends
 
 
 def _missed(verdict: str, **evidence: Any) -> dict[str, Any]:
@@ -164,9 +166,9 @@ def test_capacity_finds_the_seats_and_names_the_cap(tmp_path: Path) -> None:
     b = c["boundary"]
     assert b["cause"] == "admission_cap"
     assert (b["evidence"]["cap"], b["evidence"]["cap_source"]) == (4, "sim")
-    assert [p["value"] for p in c["probes"]] == [1, 2, 4, 8, 6, 5, 4, 5]
+    assert [p["value"] for p in c["steps"]] == [1, 2, 4, 8, 6, 5, 4, 5]
     assert (c["root"] / "capacity.png").stat().st_size > 0
-    # The report redraws the search from the probes' records alone.
+    # The report redraws the search from the steps' records alone.
     before = (c["root"] / "summary.json").read_bytes()
     again = loadgen("report", c["root"])
     assert again.returncode == 0 and (c["root"] / "summary.json").read_bytes() == before
@@ -176,14 +178,38 @@ def test_capacity_finds_the_seats_and_names_the_cap(tmp_path: Path) -> None:
         "<pre class='report'>loadgen capacity: scenario capacity_seats"
         in (c["root"] / "report.html").read_text()
     )
-    # Cut short by --max-time after three probes (run.json's record of it), the report says so.
+    # Laid out as before steps had their name (run.json's `probes` and `max_probes`, probes/ on
+    # disk), the directory redraws the same search.
     manifest = orjson.loads((c["root"] / "run.json").read_bytes())
-    manifest |= {"probes": manifest["probes"][:3], "stopped_by": "--max-time 3600 s"}
+    (c["root"] / "steps").rename(c["root"] / "probes")
+    runs = manifest.pop("runs")
+    old = {
+        **manifest,
+        "probes": [{**r, "dir": r["dir"].replace("steps/", "probes/")} for r in runs],
+    }
+    search = old["capacity"]["search"]
+    search["max_probes"] = search.pop("max_steps")
+    (c["root"] / "run.json").write_bytes(orjson.dumps(old))
+    assert loadgen("report", c["root"]).returncode == 0
+    assert (c["root"] / "summary.json").read_bytes() == before.replace(b'"steps/', b'"probes/')
+    (c["root"] / "probes").rename(c["root"] / "steps")
+    # Cut short by --max-time after three steps (run.json's record of it), the report says so.
+    manifest |= {"runs": runs[:3], "stopped_by": "--max-time 3600 s"}
     (c["root"] / "run.json").write_bytes(orjson.dumps(manifest))
     cut = loadgen("report", c["root"])
     assert cut.returncode == 0, cut.stderr
     assert ("capacity: at least 4 (stopped by --max-time 3600 s before the boundary was "
             "resolved)") in cut.stdout  # fmt: skip
+
+
+def test_max_steps_is_still_taken_as_max_probes_and_help_names_only_the_new() -> None:
+    args = ["smoke", "--slo", "ttft=1", "--over", "rate"]
+    for spelling in ("--max-steps", "--max-probes"):
+        ctx = capacity_cmd.make_context("capacity", [*args, spelling, "5"])
+        assert ctx.params["max_steps"] == 5, spelling
+    assert capacity_cmd.make_context("capacity", [*args]).params["max_steps"] == DEFAULT_MAX_STEPS
+    shown = capacity_cmd.get_help(capacity_cmd.make_context("capacity", [*args]))
+    assert "--max-steps" in shown and "--max-probes" not in shown
 
 
 def test_a_whale_in_the_mix_binds_on_its_prefill(tmp_path: Path) -> None:
@@ -214,9 +240,9 @@ def test_capacity_refuses_what_it_cannot_search_in_one_line(tmp_path: Path) -> N
     assert rng.returncode == 2 and "--min 1.5: expected a whole number" in rng.stderr
 
 
-def _draws(probe: Path) -> list[tuple[int, int]]:
+def _draws(step: Path) -> list[tuple[int, int]]:
     """Each stream's content chunks and last instant: what the engine's draws decide."""
-    rows = [orjson.loads(line) for line in (probe / "streams.jsonl").read_bytes().splitlines()]
+    rows = [orjson.loads(line) for line in (step / "streams.jsonl").read_bytes().splitlines()]
     return [(r["chunks"], r["t_done_ns"]) for r in rows]
 
 
@@ -226,16 +252,16 @@ def test_each_repeat_draws_its_own_and_the_same_seed_gives_the_same_search(tmp_p
     spec = ("--set", "sim.num_speculative_tokens=3", "--set", "sim.acceptance_rate=0.6")
     args = ("--over", "concurrency", "--slo", "ttft_p90=0.1", "--max", "4", *spec)
     a = _capacity(tmp_path / "a", "capacity_seats", *args)
-    probes = {p.name: p for p in sorted((a["root"] / "probes").iterdir())}
-    repeats = {n: p for n, p in probes.items() if ".r" in n}
+    steps = {p.name: p for p in sorted((a["root"] / "steps").iterdir())}
+    repeats = {n: p for n, p in steps.items() if ".r" in n}
     assert len(repeats) >= 2  # the boundary loads, once more each (a failing repeat moves it)
-    for name, probe in repeats.items():
+    for name, step in repeats.items():
         load = name.split("-", 1)[1].split(".r")[0]
-        (first,) = [p for n, p in probes.items() if n.endswith(f"-{load}")]
-        assert _draws(probe) != _draws(first)
-    # The whole search again with the same --seed: the same probes, the same records.
+        (first,) = [p for n, p in steps.items() if n.endswith(f"-{load}")]
+        assert _draws(step) != _draws(first)
+    # The whole search again with the same --seed: the same steps, the same records.
     b = _capacity(tmp_path / "b", "capacity_seats", *args)
-    again = sorted((b["root"] / "probes").iterdir())
-    assert [p.name for p in again] == list(probes)
+    again = sorted((b["root"] / "steps").iterdir())
+    assert [p.name for p in again] == list(steps)
     for p in again:
-        assert (p / "streams.jsonl").read_bytes() == (probes[p.name] / "streams.jsonl").read_bytes()
+        assert (p / "streams.jsonl").read_bytes() == (steps[p.name] / "streams.jsonl").read_bytes()

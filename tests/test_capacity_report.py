@@ -15,7 +15,7 @@ from loadgen.report.capacity_report import capacity_head, ended_text, move_text
 SLO = (SloItem("ttft", 1.0, 0.9),)
 
 
-SEARCH = Search("concurrency", 1, 256, max_probes=7)
+SEARCH = Search("concurrency", 1, 256, max_steps=7)
 
 
 def _summary(
@@ -23,7 +23,7 @@ def _summary(
 ) -> CapacitySummary:
     c = {
         "scenario": "s", "target": None, "clock": "virtual", "over": "concurrency", "group": None,
-        "slo": [to_json(i) for i in SLO], "search": to_json(search), "probes": [],
+        "slo": [to_json(i) for i in SLO], "search": to_json(search), "steps": [],
         "max_time_s": max_time_s, "capacity": None, "first_fail": None, "runs_at": {},
         "ended": ended, "boundary": None,
     } | result  # fmt: skip
@@ -36,7 +36,7 @@ def _summary(
         ("resolved", "resolved"),
         ("holds_at_max", "holds at --max: the SLO is met at every load tried"),
         ("fails_at_min", "fails at --min: no load tried meets the SLO"),
-        ("max_probes", "stopped by --max-probes 7 before the boundary was resolved"),
+        ("max_steps", "stopped by --max-steps 7 before the boundary was resolved"),
         ("max_time", "stopped by --max-time 90 s before the boundary was resolved"),
         ("interrupted", "interrupted before the boundary was resolved"),
     ],
@@ -46,11 +46,11 @@ def test_each_end_of_a_search_is_said_as_itself(ended: str, says: str) -> None:
 
 
 def test_a_search_out_of_probes_below_max_does_not_claim_the_slo_holds_at_max() -> None:
-    search = Search("concurrency", 1, 256, max_probes=2)
+    search = Search("concurrency", 1, 256, max_steps=2)
     probes = [{"value": v, "n": 4, "items": {"ttft_p90": {"attainment": 1.0}}} for v in (1, 2)]
     got = answer(probes, search, SLO)
     head = capacity_head(_summary(got["ended"], search=search, capacity=got["capacity"]))
-    assert "capacity: at least 2 (stopped by --max-probes 2" in head[2]
+    assert "capacity: at least 2 (stopped by --max-steps 2" in head[2]
     assert "holds at --max" not in head[2]
 
 

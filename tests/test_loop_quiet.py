@@ -86,8 +86,8 @@ async def test_a_capacity_search_does_no_heavy_work_while_streams_are_in_flight(
         )  # fmt: skip
     finally:
         _WATCH.remove(watch.audit)
-    # The check saw the streams it watches: both probes' warm-ups and measured streams.
-    assert sorted(p.name for p in (root / "probes").iterdir()) == [
+    # The check saw the streams it watches: both steps' warm-ups and measured streams.
+    assert sorted(p.name for p in (root / "steps").iterdir()) == [
         "01-concurrency=1", "02-concurrency=2"
     ]  # fmt: skip
     assert watch.streamed >= 12 and watch.streams == 0

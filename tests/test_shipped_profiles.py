@@ -4,13 +4,15 @@ table's predicted column (a sim change that moves a prediction must redraw the t
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import orjson
 import pytest
 from cli_support import loadgen
 
-from loadgen.sim.profile_file import load_profile_file
+from loadgen.analysis.calibration import read_witnesses
+from loadgen.sim.profile_file import load_profile_file, unpredictable, write_profile_file
 
 PROFILES = Path(__file__).parents[1] / "profiles"
 SHIPPED = sorted(PROFILES.glob("*.yaml"))
@@ -30,6 +32,29 @@ def test_a_shipped_profile_names_its_server_and_its_error(path: Path) -> None:
     readme = (PROFILES / "README.md").read_text()
     assert f"`{path.name}`" in readme
     assert f"rms {p.fit['rms_error']:.1%}" in readme
+
+
+def test_a_profile_from_before_points_had_their_name_reads_as_one_written_now(
+    tmp_path: Path,
+) -> None:
+    # Shipped as calibrate wrote it then: its measurement and witness rows key the point `probe`.
+    path = PROFILES / "h200-vllm-llama8b.yaml"
+    assert "\n- probe: tiny\n" in path.read_text() and "point:" not in path.read_text()
+    old = load_profile_file(path)
+    assert [m.point for m in old.measurements][:2] == ["tiny", "prefill-1024"]
+    witnesses = read_witnesses(old.fit)
+    assert (witnesses[0].point, witnesses[-1].point) == ("tiny", "decode-ctx98240")
+    # The same rows written now key it `point`, and read back equal.
+    write_profile_file(tmp_path / "now.yaml", old)
+    text = (tmp_path / "now.yaml").read_text()
+    assert "\n- point: tiny\n" in text and "\n- probe:" not in text
+    assert load_profile_file(tmp_path / "now.yaml").measurements == old.measurements
+    # What the rows' names decide reads them under either key: without a boots record, two
+    # decode-b* points price a change of seats (h200 has four), a missing pair does not.
+    bare = dataclasses.replace(old, fitted_boots=())
+    assert unpredictable(bare, "max_num_seqs") is None
+    none = dataclasses.replace(bare, measurements=old.measurements[:1])
+    assert "no decode-b* points" in str(unpredictable(none, "max_num_seqs"))
 
 
 def test_the_h200_tables_prediction_is_what_the_profile_predicts(tmp_path: Path) -> None:

@@ -179,18 +179,18 @@ def test_the_report_states_the_margin_and_the_n_both_ways(tmp_path: Path) -> Non
         assert f"(goal {float(margin[:-1]):.1f}%)" in head and "at n=" in head
 
 
-def test_each_capacity_probe_stops_when_precise(tmp_path: Path) -> None:
+def test_each_capacity_step_stops_when_precise(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["capacity", "capacity_seats", "--over", "concurrency",
                                     "--slo", "ttft_p90=1", "--clock", "virtual", "--requests",
-                                    "60", "--min", "1", "--max", "2", "--max-probes", "2",
+                                    "60", "--min", "1", "--max", "2", "--max-steps", "2",
                                     "--repeats", "1", "--until-precise", "ttft_p90=10%",
                                     "--no-progress", "--out", str(tmp_path)])  # fmt: skip
     assert res.exit_code == 0, res.output
-    probes = sorted(tmp_path.glob("*/probes/*"))
-    assert len(probes) == 2
-    for probe in probes:
-        got = until_precise(probe)
-        recs = [r for r in read_streams(probe) if r.phase == "measure"]
+    steps = sorted(tmp_path.glob("*/steps/*"))
+    assert len(steps) == 2
+    for step in steps:
+        got = until_precise(step)
+        recs = [r for r in read_streams(step) if r.phase == "measure"]
         n = expected_stop([ttft(r) for r in recs], 0.9, 0.10)
         assert got.reached and got.targets[0].n == n
         assert n is not None and n <= len(recs) <= n + 1 < 60  # at most one more seat in flight

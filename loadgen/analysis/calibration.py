@@ -1,4 +1,4 @@
-"""Measuring one server for the sim's step-cost model: the probe plan, what each probe
+"""Measuring one server for the sim's step-cost model: the plan of points, what each
 measures, and the design row the sim's model gives it (calibration_fit.py fits the costs).
 
 The sim's engine prices a step as (sim/profiles.py)
@@ -7,7 +7,7 @@ The sim's engine prices a step as (sim/profiles.py)
             + decode_ctx_s x sum of decoding contexts + prefill_ctx_s x prefill attention work
             + cached_token_s x prefix-cache tokens restored
 
-and every request waits request_overhead_s before it is scheduled. Every probe below measures
+and every request waits request_overhead_s before it is scheduled. Every point below measures
 a time that is a sum of such steps with a known schedule, so it is linear in the seven costs:
 its design row holds each cost's coefficient.
 
@@ -35,14 +35,14 @@ from typing import Any, Literal
 
 from loadgen.analysis import rates
 from loadgen.analysis.stats import median
-from loadgen.codec import from_json, json_field
+from loadgen.codec import from_json, json_field, json_meta
 from loadgen.records import MetricsSample, StreamRecord
 from loadgen.run_manifest import RunManifest
 
 COSTS = ("request_overhead_s", "fixed_s", "per_token_s", "decode_token_s", "decode_ctx_s",
          "prefill_ctx_s", "cached_token_s")  # fmt: skip
-ProbeKind = Literal["ttft", "cached", "decode"]
-# Below this many decode gaps in the all-decoding window a decode probe falls back to every
+PointKind = Literal["ttft", "cached", "decode"]
+# Below this many decode gaps in the all-decoding window a decode point falls back to every
 # gap after the last first token.
 MIN_WINDOW_GAPS = 4
 # A server that now and then sends two tokens in one chunk (a late detokenizer, coalesced
@@ -65,12 +65,12 @@ class ServerShape:
 
 
 @dataclass(frozen=True, slots=True)
-class Probe:
+class Point:
     """One measured shape: `streams` streams of `prompt_tokens` (the last `prompt_tokens -
     prefix_tokens` of them uncached) and `max_tokens` each, `reps` times."""
 
     name: str
-    kind: ProbeKind
+    kind: PointKind
     prompt_tokens: int
     max_tokens: int
     streams: int = 1
@@ -97,25 +97,25 @@ def is_calibration(manifest: RunManifest) -> bool:
     return manifest.calibrate is not None
 
 
-def calibration_plan(shape: ServerShape, limits: PlanLimits = PlanLimits()) -> tuple[Probe, ...]:
-    """The probes, cheapest first: the TTFT floor, prefills from half a budget up to the
+def calibration_plan(shape: ServerShape, limits: PlanLimits = PlanLimits()) -> tuple[Point, ...]:
+    """The points, cheapest first: the TTFT floor, prefills from half a budget up to the
     largest prompt the window allows (doubling), cached prefixes, decode by batch up to the
     seats, decode by context."""
     reps, out = limits.reps, limits.decode_tokens
     longest = min(limits.max_prompt_tokens, shape.max_model_len - out - 1)
-    probes = [Probe("tiny", "ttft", limits.tiny_tokens, 1, reps=reps)]
-    probes += [Probe(f"prefill-{n}", "ttft", n, 1, reps=reps) for n in _doubling(
+    points = [Point("tiny", "ttft", limits.tiny_tokens, 1, reps=reps)]
+    points += [Point(f"prefill-{n}", "ttft", n, 1, reps=reps) for n in _doubling(
         max(shape.budget // 2, limits.tiny_tokens * 2), longest)]  # fmt: skip
     if shape.prefix_caching:
         tail = max(shape.block_size, 32)
         for prefix in _doubling(max(shape.budget, 4 * shape.block_size), longest - tail, 4):
-            probes.append(Probe(f"cached-{prefix}", "cached", prefix + tail, 1, 1, prefix, reps))
+            points.append(Point(f"cached-{prefix}", "cached", prefix + tail, 1, 1, prefix, reps))
     short = max(limits.tiny_tokens, min(256, shape.budget // max(shape.seats, 1)))
     for batch in _doubling(1, shape.seats):
-        probes.append(Probe(f"decode-b{batch}", "decode", short, out, batch, reps=reps))
+        points.append(Point(f"decode-b{batch}", "decode", short, out, batch, reps=reps))
     for context in _doubling(max(shape.budget, 1024), longest - out, 4)[-2:]:
-        probes.append(Probe(f"decode-ctx{context}", "decode", context, out, 1, reps=reps))
-    return tuple(probes)
+        points.append(Point(f"decode-ctx{context}", "decode", context, out, 1, reps=reps))
+    return tuple(points)
 
 
 def _doubling(lo: int, hi: int, factor: int = 2) -> list[int]:
@@ -132,10 +132,10 @@ def _doubling(lo: int, hi: int, factor: int = 2) -> list[int]:
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """One probe's measured time, its sample count and the model's coefficients for it."""
+    """One point's measured time, its sample count and the model's coefficients for it."""
 
-    probe: str
-    kind: ProbeKind
+    point: str
+    kind: PointKind
     value_s: float
     samples: int
     row: Mapping[str, float]
@@ -185,27 +185,27 @@ def decode_row(shape: ServerShape, batch: int, context: float) -> dict[str, floa
 
 
 def measure(
-    probe: Probe, records: Sequence[StreamRecord], shape: ServerShape
+    point: Point, records: Sequence[StreamRecord], shape: ServerShape
 ) -> Measurement | None:
-    """The probe's measurement from its measured streams; None when none of them finished."""
+    """The point's measurement from its measured streams; None when none of them finished."""
     done = [r for r in records if r.status == "ok" and r.t_first_ns is not None]
     if not done:
         return None
-    if probe.kind == "decode":
-        return _decode_measurement(probe, done, shape)
+    if point.kind == "decode":
+        return _decode_measurement(point, done, shape)
     ttfts = [rates.ttft_s(r) for r in done]
     value = median(ttfts)
     if value is None:
         return None
-    prompt = median(r.prompt_tokens or probe.prompt_tokens for r in done) or probe.prompt_tokens
+    prompt = median(r.prompt_tokens or point.prompt_tokens for r in done) or point.prompt_tokens
     cached: float | None = 0.0
-    if probe.kind == "cached":
+    if point.kind == "cached":
         reported = [r.cached_tokens for r in done if r.cached_tokens is not None]
-        cached = median(reported) if reported else _block_floor(probe.prefix_tokens, shape)
+        cached = median(reported) if reported else _block_floor(point.prefix_tokens, shape)
     prompt_n, cached_n = round(prompt), round(cached or 0)
     row = prefill_row(shape, prompt_n - cached_n, cached_n)
     return Measurement(
-        probe.name, probe.kind, value, len(done), row,
+        point.name, point.kind, value, len(done), row,
         {"prompt_tokens": prompt_n, "cached_tokens": cached_n},
         tuple(prefill_steps(shape, prompt_n - cached_n, cached_n)),
     )  # fmt: skip
@@ -216,13 +216,13 @@ def _block_floor(tokens: int, shape: ServerShape) -> float:
 
 
 def _decode_measurement(
-    probe: Probe, done: Sequence[StreamRecord], shape: ServerShape
+    point: Point, done: Sequence[StreamRecord], shape: ServerShape
 ) -> Measurement | None:
     gaps: list[float] = []
     contexts: list[float] = []
     for rep in sorted({r.rep for r in done}):
         cohort = [r for r in done if r.rep == rep and len(r.chunk_ns) > 1]
-        if len(cohort) < probe.streams:
+        if len(cohort) < point.streams:
             continue  # a stream failed: the steps were not all of batch B
         g, c = _window_gaps(cohort, shape)
         gaps += g
@@ -235,9 +235,9 @@ def _decode_measurement(
     value = sum(gaps) / len(gaps)
     context = sum(contexts) / len(contexts)
     return Measurement(
-        probe.name, probe.kind, value, len(gaps), decode_row(shape, probe.streams, context),
-        {"prompt_tokens": probe.prompt_tokens, "context_tokens": round(context, 1),
-         "batch": probe.streams},
+        point.name, point.kind, value, len(gaps), decode_row(shape, point.streams, context),
+        {"prompt_tokens": point.prompt_tokens, "context_tokens": round(context, 1),
+         "batch": point.streams},
     )  # fmt: skip
 
 
@@ -332,12 +332,13 @@ WITNESS_COUNTERS = ("time_to_first_token_seconds_sum", "time_to_first_token_seco
 
 @dataclass(frozen=True, slots=True)
 class TtftWitness:
-    """The server's mean TTFT over one probe's run (warmups and primes included: its histogram
+    """The server's mean TTFT over one point's run (warmups and primes included: its histogram
     rises for them) against the client's mean over the same requests; the gap is the HTTP path
     and the client, which the fitted request overhead holds. The means are kept to six
     figures (as the profile file holds them)."""
 
-    probe: str
+    # `probe` in a profile written before calibration's points had their own name
+    point: str = field(metadata=json_meta(legacy=("probe",)))
     requests: int
     server_ttft_s: float = json_field(key="server_ttft_mean_s")
     client_ttft_s: float = json_field(key="client_ttft_mean_s")
@@ -354,9 +355,9 @@ def read_witnesses(fit: Mapping[str, Any]) -> list[TtftWitness]:
 
 
 def ttft_witness(
-    probe: Probe, records: Sequence[StreamRecord], deltas: Mapping[str, float]
+    point: Point, records: Sequence[StreamRecord], deltas: Mapping[str, float]
 ) -> TtftWitness | None:
-    """The witness from all of a probe run's records and its counters' rises; None where the
+    """The witness from all of a point's run's records and its counters' rises; None where the
     server has no TTFT histogram, or its count is not the run's requests (other traffic)."""
     timed = [t for r in records if r.status == "ok" and (t := rates.ttft_s(r)) is not None]
     count = deltas.get("time_to_first_token_seconds_count")
@@ -364,7 +365,7 @@ def ttft_witness(
         return None
     server = deltas["time_to_first_token_seconds_sum"] / len(timed)
     client = sum(timed) / len(timed)
-    return TtftWitness(probe.name, len(timed), six_figures(server), six_figures(client))
+    return TtftWitness(point.name, len(timed), six_figures(server), six_figures(client))
 
 
 def speculation_from_counters(deltas: Mapping[str, float]) -> Speculation | None:

@@ -14,36 +14,20 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
 
 import numpy as np
 
 from loadgen.analysis.calibration import COSTS, Measurement, six_figures
-from loadgen.codec import json_field
+from loadgen.sim.profile_file import FitRow
 
-# A probe whose prediction misses its measurement by more than this is named in the fit.
+# A point whose prediction misses its measurement by more than this is named in the fit.
 MISS = 0.10
 
 
 @dataclass(frozen=True, slots=True)
-class FitRow:
-    """One probe's measurement beside the fitted sim's prediction (s) and the signed relative
-    error (predicted / measured - 1); `basis` is what the probe sent and the server reported
-    (analysis/calibration.py's Measurement.basis), written beside them."""
-
-    probe: str
-    kind: str
-    samples: int
-    measured_s: float
-    predicted_s: float
-    error: float
-    basis: Mapping[str, Any] = json_field(rest=True)
-
-
-@dataclass(frozen=True, slots=True)
 class FitSummary:
-    """A profile's `fit` block: the method, the error over every probe, the probes it missed
-    by more than `miss_threshold`, the costs no probe measured and the step floor."""
+    """A profile's `fit` block: the method, the error over every point, the points it missed
+    by more than `miss_threshold`, the costs no point measured and the step floor."""
 
     method: str | None
     measurements: int | None
@@ -62,7 +46,7 @@ class Fit:
 
     costs: Mapping[str, float]
     rows: tuple[FitRow, ...]
-    # Costs no probe measured (their column is all zeros): fitted as 0.
+    # Costs no point measured (their column is all zeros): fitted as 0.
     unmeasured: tuple[str, ...]
     # The floor under every step, where the data asked for one (None: the linear model).
     min_step_s: float | None = None
@@ -74,7 +58,7 @@ class Fit:
             measurements=len(self.rows),
             rms_error=round(math.sqrt(sum(e * e for e in errors) / len(errors)), 4),
             max_error=round(max(errors), 4),
-            misses=tuple(r.probe for r in self.rows if abs(r.error) > MISS),
+            misses=tuple(r.point for r in self.rows if abs(r.error) > MISS),
             miss_threshold=MISS,
             unmeasured=self.unmeasured,
             min_step_s=self.min_step_s,
@@ -86,7 +70,7 @@ def fit_costs(measurements: Sequence[Measurement]) -> Fit:
     model, or, where it fits materially better, the model with a floor under every step
     (min_step_s; module docstring)."""
     if not measurements:
-        raise ValueError("no probe produced a measurement")
+        raise ValueError("no point produced a measurement")
     linear = _solve(measurements, None)
     best, best_rms = linear, _rms(measurements, *linear)
     for floor in _floor_candidates(measurements):
@@ -183,7 +167,7 @@ def _rms(measurements: Sequence[Measurement], theta: np.ndarray, floor: float | 
 
 def _fit(measurements: Sequence[Measurement], theta: np.ndarray, floor: float | None) -> Fit:
     rows = tuple(
-        FitRow(m.probe, m.kind, m.samples, six_figures(m.value_s), six_figures(p),
+        FitRow(m.point, m.kind, m.samples, six_figures(m.value_s), six_figures(p),
                round(p / m.value_s - 1, 4), dict(m.basis))
         for m in measurements
         for p in (_predict(m, theta, floor),)

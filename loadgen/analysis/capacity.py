@@ -6,7 +6,7 @@ NN% of the judged streams must have the metric within the limit; a bare `metric=
 answer), misses every item. With nearest-rank percentiles, "attainment >= NN%" is exactly
 "pNN <= limit".
 
-The search (next_probe, pure, from the history of probes) brackets upwards from `lo` by
+The search (next_step, pure, from the history of steps) brackets upwards from `lo` by
 doubling, bisects between the largest passing and the smallest failing load to the axis'
 resolution (1 for concurrency, `rel_tol` of the value for a rate), then repeats the two
 boundary loads until each has `repeats` runs. A load passes when its runs pooled meet every
@@ -40,13 +40,13 @@ from loadgen.scenario.load_axis import format_load
 
 DEFAULT_REPEATS = 2
 DEFAULT_REL_TOL = 0.1
-DEFAULT_MAX_PROBES = 24
+DEFAULT_MAX_STEPS = 24
 # Verdicts that name a cause, in the order a tie is broken (a wait before a crawl).
 CAUSES = ("admission_cap", "prefill_hol", "pool_pressure", "rationed_decode", "client_limited")
 
 
 def judged_rows(summary: dict[str, Any], group: str | None) -> list[dict[str, Any]]:
-    """The measured stream rows a probe is judged on: `group`'s, or every group's."""
+    """The measured stream rows a step is judged on: `group`'s, or every group's."""
     return [
         s for s in summary["streams"]
         if s["phase"] == MEASURE and (group is None or s["group"] == group)
@@ -107,16 +107,17 @@ class Search:
     hi: float = json_field(key="max")
     repeats: int = DEFAULT_REPEATS
     rel_tol: float = DEFAULT_REL_TOL
-    max_probes: int = DEFAULT_MAX_PROBES
+    # `max_probes` in run.json of a search written before steps had their name
+    max_steps: int = json_field(default=DEFAULT_MAX_STEPS, legacy=("max_probes",))
 
 
-def pooled(probes: Sequence[dict[str, Any]], value: float) -> list[dict[str, Any]]:
-    return [p for p in probes if p["value"] == value]
+def pooled(steps: Sequence[dict[str, Any]], value: float) -> list[dict[str, Any]]:
+    return [p for p in steps if p["value"] == value]
 
 
-def load_passes(probes: Sequence[dict[str, Any]], value: float, slo: Sequence[SloItem]) -> bool:
+def load_passes(steps: Sequence[dict[str, Any]], value: float, slo: Sequence[SloItem]) -> bool:
     """Whether the runs at `value`, their streams pooled, meet every item."""
-    runs = pooled(probes, value)
+    runs = pooled(steps, value)
     n = sum(p["n"] for p in runs)
     for item in slo:
         within_n = sum(p["items"][item.name]["attainment"] * p["n"] for p in runs)
@@ -126,42 +127,42 @@ def load_passes(probes: Sequence[dict[str, Any]], value: float, slo: Sequence[Sl
 
 
 def boundary(
-    probes: Sequence[dict[str, Any]], slo: Sequence[SloItem]
+    steps: Sequence[dict[str, Any]], slo: Sequence[SloItem]
 ) -> tuple[float | None, float | None]:
     """(largest passing load below the smallest failing one, that smallest failing load)."""
-    values = sorted({p["value"] for p in probes})
-    fails = [v for v in values if not load_passes(probes, v, slo)]
+    values = sorted({p["value"] for p in steps})
+    fails = [v for v in values if not load_passes(steps, v, slo)]
     first_fail = fails[0] if fails else None
     passing = [
         v for v in values
-        if load_passes(probes, v, slo) and (first_fail is None or v < first_fail)
+        if load_passes(steps, v, slo) and (first_fail is None or v < first_fail)
     ]  # fmt: skip
     return (passing[-1] if passing else None), first_fail
 
 
-def next_probe(
-    probes: Sequence[dict[str, Any]], search: Search, slo: Sequence[SloItem]
+def next_step(
+    steps: Sequence[dict[str, Any]], search: Search, slo: Sequence[SloItem]
 ) -> float | None:
-    """The next load to run, or None when the search is done or out of probes (module
+    """The next load to run, or None when the search is done or out of steps (module
     docstring)."""
-    return None if len(probes) >= search.max_probes else _wanted_load(probes, search, slo)
+    return None if len(steps) >= search.max_steps else _wanted_load(steps, search, slo)
 
 
 def _wanted_load(
-    probes: Sequence[dict[str, Any]], search: Search, slo: Sequence[SloItem]
+    steps: Sequence[dict[str, Any]], search: Search, slo: Sequence[SloItem]
 ) -> float | None:
-    """The load the search would run next with probes to spare; None once it has its answer."""
-    if not probes:
+    """The load the search would run next with steps to spare; None once it has its answer."""
+    if not steps:
         return search.lo
-    lo, hi = boundary(probes, slo)
+    lo, hi = boundary(steps, slo)
     if hi is None:  # everything so far passes: go up
         assert lo is not None
         return None if lo >= search.hi else min(search.hi, _up(lo, search))
     if lo is None:  # the smallest load, search.lo, fails: confirm it, then stop
-        return _repeat(probes, (hi,), search)
+        return _repeat(steps, (hi,), search)
     if _gap_open(lo, hi, search):
         return _mid(lo, hi, search)
-    return _repeat(probes, (lo, hi), search)
+    return _repeat(steps, (lo, hi), search)
 
 
 def _up(value: float, search: Search) -> float:
@@ -181,37 +182,37 @@ def _mid(lo: float, hi: float, search: Search) -> float:
 
 
 def _repeat(
-    probes: Sequence[dict[str, Any]], values: Sequence[float], search: Search
+    steps: Sequence[dict[str, Any]], values: Sequence[float], search: Search
 ) -> float | None:
     for v in values:
-        if len(pooled(probes, v)) < search.repeats:
+        if len(pooled(steps, v)) < search.repeats:
             return v
     return None
 
 
 # How a search ended: it found its answer (`resolved`; `holds_at_max` where --max itself meets
-# the SLO; `fails_at_min` where --min misses it), or something stopped it first (its probes ran
+# the SLO; `fails_at_min` where --min misses it), or something stopped it first (its steps ran
 # out, or a Stop that run.json records).
 Stop = Literal["max_time", "interrupted"]
-Ended = Literal["resolved", "holds_at_max", "fails_at_min", "max_probes"] | Stop
+Ended = Literal["resolved", "holds_at_max", "fails_at_min", "max_steps"] | Stop
 
 
 def answer(
-    probes: Sequence[dict[str, Any]],
+    steps: Sequence[dict[str, Any]],
     search: Search,
     slo: Sequence[SloItem],
     stopped: Stop | None = None,
 ) -> dict[str, Any]:
     """The capacity, its interval and how the search ended; `stopped` is what stopped the run
-    before next_probe ran out (run.json's record of it), if anything did."""
-    lo, hi = boundary(probes, slo)
+    before next_step ran out (run.json's record of it), if anything did."""
+    lo, hi = boundary(steps, slo)
     ended: Ended
-    if probes and _wanted_load(probes, search, slo) is None:
+    if steps and _wanted_load(steps, search, slo) is None:
         ended = "holds_at_max" if hi is None else "fails_at_min" if lo is None else "resolved"
     elif stopped is not None:
         ended = stopped
-    elif len(probes) >= search.max_probes:
-        ended = "max_probes"
+    elif len(steps) >= search.max_steps:
+        ended = "max_steps"
     else:
         ended = "interrupted"
     return {
@@ -219,7 +220,7 @@ def answer(
         "interval": [lo, hi],
         "first_fail": hi,
         "ended": ended,
-        "runs_at": {format_load(v): len(pooled(probes, v)) for v in (lo, hi) if v is not None},
+        "runs_at": {format_load(v): len(pooled(steps, v)) for v in (lo, hi) if v is not None},
     }
 
 
@@ -274,14 +275,14 @@ def _prefilling_prompts(summary: dict[str, Any], ids: list[str]) -> list[dict[st
 
 
 def _stopped(manifest: RunManifest) -> Stop | None:
-    """What run.json says stopped the search before it ran out of probes to run."""
+    """What run.json says stopped the search before it ran out of steps to run."""
     if manifest.interrupted:
         return "interrupted"
     return "max_time" if manifest.stopped_by else None
 
 
 def _first_target(analyses: dict[str, Analysis]) -> Any:
-    """Where each probe found its own target (the virtual clock, a URL), the first's."""
+    """Where each step found its own target (the virtual clock, a URL), the first's."""
     first = next(iter(analyses.values()), None)
     return None if first is None else first.summary["run"]["target"]
 
@@ -300,36 +301,37 @@ def search_of(config: Mapping[str, Any]) -> Search:
 
 
 def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
-    """The summary of a capacity directory, recomputed from every probe's records (so the
-    search history is redrawn offline), and each probe's own analysis by directory name."""
+    """The summary of a capacity directory, recomputed from every step's records (so the
+    search history is redrawn offline), and each step's own analysis by its directory (as
+    run.json lists it, relative to `path`)."""
     manifest = read_manifest(path)
     config = manifest.capacity or {}
     slo, search = slo_items(config), search_of(config)
     analyses: dict[str, Analysis] = {}
-    probes = []
-    for i, probe in enumerate(manifest.probes or (), 1):
-        run_dir = path / probe["dir"]
+    steps = []
+    for i, step in enumerate(manifest.runs or (), 1):
+        run_dir = path / step["dir"]
         if not (run_dir / "streams.jsonl").exists():
             continue
         analysis = analyze_run(run_dir)
-        analyses[run_dir.name] = analysis
+        analyses[step["dir"]] = analysis
         rows = judged_rows(analysis.summary, config.get("group"))
         counts = Counter(r["verdict"] for r in rows)
-        probes.append({"order": i, "value": probe["value"], "label": probe["label"],
-                       "repeat": probe["repeat"], "dir": probe["dir"],
+        steps.append({"order": i, "value": step["value"], "label": step["label"],
+                       "repeat": step["repeat"], "dir": step["dir"],
                        "verdicts": dict(sorted(counts.items())),
                        "wall_s": analysis.summary["run"]["wall_s"],
                        **judge(rows, slo)})  # fmt: skip
-    result = answer(probes, search, slo, _stopped(manifest))
+    result = answer(steps, search, slo, _stopped(manifest))
     cause = None
     if result["first_fail"] is not None:
-        at = [p for p in probes if p["value"] == result["first_fail"]]
+        at = [p for p in steps if p["value"] == result["first_fail"]]
         missed = [
             r for p in at
-            for r in missed_rows(judged_rows(analyses[Path(p["dir"]).name].summary,
+            for r in missed_rows(judged_rows(analyses[p["dir"]].summary,
                                              config.get("group")), slo)
         ]  # fmt: skip
-        first = analyses[Path(at[0]["dir"]).name].summary
+        first = analyses[at[0]["dir"]].summary
         cause = binding_cause(missed, first, at[0]["label"])
     summary = {
         "schema": SCHEMA,
@@ -342,8 +344,8 @@ def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
             "slo": [to_json(i) for i in slo],
             "search": to_json(search),
             "max_time_s": config.get("max_time_s"),
-            "requests_per_probe": config.get("requests"),
-            "probes": probes,
+            "requests_per_step": config.get("requests"),
+            "steps": steps,
             "interrupted": bool(manifest.interrupted),
             **result,
             "boundary": cause,

@@ -14,8 +14,8 @@ from loadgen.codec import from_json, json_field
 
 
 @dataclass(frozen=True, slots=True)
-class ProbeItem:
-    """One SLO item at one probe: the share of streams within it, the measured pNN (None where
+class StepItem:
+    """One SLO item at one step: the share of streams within it, the measured pNN (None where
     it falls on a miss) and whether the share reaches the item's."""
 
     attainment: float
@@ -24,14 +24,14 @@ class ProbeItem:
 
 
 @dataclass(frozen=True, slots=True)
-class ProbeRow:
+class StepRow:
     order: int
     value: float
     repeat: int
     n: int
     good: int
     passes: bool
-    items: Mapping[str, ProbeItem]
+    items: Mapping[str, StepItem]
     verdicts: Mapping[str, int]
 
 
@@ -76,12 +76,12 @@ class CapacitySummary:
     group: str | None
     slo: tuple[SloItem, ...]
     search: Search
-    probes: tuple[ProbeRow, ...]
+    steps: tuple[StepRow, ...]
     capacity: float | None
     first_fail: float | None
     ended: Ended
     max_time_s: float | None
-    # Probes run at the answer and at the first failing load, by load as printed.
+    # Steps run at the answer and at the first failing load, by load as printed.
     runs_at: Mapping[str, int]
     boundary: Boundary | None
     clock: ClockName = ClockName.WALL  # none written is the wall's

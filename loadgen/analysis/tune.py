@@ -147,13 +147,13 @@ def sweep_point(
 
 def capacity_point(name: str, flags: dict[str, Any], path: Path) -> TunePoint:
     """A point scored by its capacity search: the largest load meeting the SLO, the figures of
-    the probe run at it (else the first probe's), and what binds at the first failing load
+    the step run at it (else the first step's), and what binds at the first failing load
     (`meets` where the SLO held at --max)."""
-    summary, probes = analyze_capacity(path)
+    summary, steps = analyze_capacity(path)
     c = read_capacity(summary)
-    rows = {Path(p["dir"]).name: p["value"] for p in summary["capacity"]["probes"]}
+    rows = {p["dir"]: p["value"] for p in summary["capacity"]["steps"]}
     at = [n for n, v in rows.items() if v == c.capacity] or list(rows)
-    row = load_row(probes[at[0]].summary)
+    row = load_row(steps[at[0]].summary)
     if c.boundary is None:
         cause, verdicts = (MEETS if c.ended == "holds_at_max" else c.ended), {}
     else:

@@ -37,7 +37,7 @@ class HTTPStatusError(ClientError):
 
 
 class BodyTooLarge(ClientError, OSError):
-    """An OSError too, so the launcher's urllib probes treat it as the failed read it is."""
+    """An OSError too, so the launcher's urllib reads treat it as the failed read it is."""
 
 
 async def read_capped(resp: aiohttp.ClientResponse, what: str, cap: int = BODY_CAP) -> bytes:
@@ -52,7 +52,7 @@ async def read_capped(resp: aiohttp.ClientResponse, what: str, cap: int = BODY_C
 
 
 def read_capped_sync(resp: Any, what: str, cap: int = BODY_CAP) -> bytes:
-    """read_capped for a urllib response (the launcher's readiness and read-back probes)."""
+    """read_capped for a urllib response (the launcher's readiness and read-back requests)."""
     raw = resp.read(cap + 1)
     if len(raw) > cap:
         raise BodyTooLarge(f"{what}: body over {cap} bytes; not read further")

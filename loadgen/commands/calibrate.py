@@ -29,24 +29,24 @@ DEFAULTS = PlanLimits()
               default=None, help="The profile file (default: RUN/profile.yaml).")  # fmt: skip
 @click.option("--name", default=None, help="The profile's name (default: KIND-DATE).")
 @click.option("--refit", "refit_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=None, help="Fit a calibration directory's recorded probes again; "
+              default=None, help="Fit a calibration directory's recorded points again; "
               "sends nothing.")  # fmt: skip
 @click.option("--hardware", default=None,
               help="What the server runs on, for the profile (default: this host).")  # fmt: skip
 @click.option("--scenario", "base", default="calibrate", show_default=True,
-              help="The probes' base scenario (api, model, timeouts, sim block).")  # fmt: skip
+              help="The points' base scenario (api, model, timeouts, sim block).")  # fmt: skip
 @click.option("--reps", type=click.IntRange(1, 20), default=DEFAULTS.reps, show_default=True,
-              help="Runs of each probe (the median is kept).")  # fmt: skip
+              help="Runs of each point (the median is kept).")  # fmt: skip
 @click.option("--max-prompt", "max_prompt", type=click.IntRange(min=64),
               default=DEFAULTS.max_prompt_tokens, show_default=True,
-              help="Longest prompt a probe sends (the window caps it too).")  # fmt: skip
+              help="Longest prompt a point sends (the window caps it too).")  # fmt: skip
 @click.option("--decode-tokens", type=click.IntRange(8, 4096), default=DEFAULTS.decode_tokens,
-              show_default=True, help="max_tokens of the decode probes.")  # fmt: skip
+              show_default=True, help="max_tokens of the decode points.")  # fmt: skip
 @click.option("--max-requests", type=click.IntRange(min=1), default=400, show_default=True,
               help="Refuse a plan that would send more.")  # fmt: skip
 @click.option("--max-time", "max_time_s", type=click.FloatRange(min=1), default=900.0,
               show_default=True,
-              help="Probe seconds (a server's boot not counted) after which no new probe "
+              help="Seconds of points (a server's boot not counted) after which no new point "
               "starts, split among the boots by their planned requests.")  # fmt: skip
 @click.option("--budgets", default=None, metavar="N,N|off",
               help="max_num_batched_tokens of the boots after the first, each a fresh boot "

@@ -8,7 +8,7 @@ from functools import partial
 
 import click
 
-from loadgen.analysis.capacity import DEFAULT_MAX_PROBES, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
+from loadgen.analysis.capacity import DEFAULT_MAX_STEPS, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
 from loadgen.analysis.precision import PrecisionTarget
 from loadgen.analysis.slo import DEFAULT_ATTAIN
 from loadgen.commands.options import (
@@ -16,6 +16,7 @@ from loadgen.commands.options import (
     UNTIL_PRECISE_OPTION,
     RunArgs,
     parsed_slo,
+    renamed_option,
     run_like,
     slo_option,
     usable_options,
@@ -60,16 +61,16 @@ DEFAULT_MAX_TIME_S = 3600.0
 )
 @click.option("--rel-tol", type=click.FloatRange(min=0.001), default=DEFAULT_REL_TOL,
               show_default=True, help="A rate's resolution, relative to it.")  # fmt: skip
-@click.option(
-    "--max-probes", type=click.IntRange(min=1), default=DEFAULT_MAX_PROBES, show_default=True
-)
+@renamed_option("--max-steps", "--max-probes", type=click.IntRange(min=1),
+                default=DEFAULT_MAX_STEPS, show_default=True,
+                help="Most runs the search makes (one load each) before it stops.")  # fmt: skip
 @click.option(
     "--max-time",
     "max_time_s",
     type=click.FloatRange(min=1),
     default=DEFAULT_MAX_TIME_S,
     show_default=True,
-    help="Wall seconds after which no new probe starts.",
+    help="Wall seconds after which no new step starts.",
 )
 @REQUESTS_OPTION
 @UNTIL_PRECISE_OPTION
@@ -84,7 +85,7 @@ def capacity_cmd(
     attain: float,
     repeats: int,
     rel_tol: float,
-    max_probes: int,
+    max_steps: int,
     max_time_s: float,
     requests: int | None,
     until_precise: tuple[PrecisionTarget, ...],
@@ -95,7 +96,7 @@ def capacity_cmd(
 
     items = parsed_slo(slo, attain)
     lo, hi = load_range(over, lo, hi)
-    # each probe stops when precise
+    # each step stops when precise
     opts = usable_options(args, routed=True, until_precise=until_precise)
     try:
         loaded = load_scenario(scenario, args.sets())
@@ -105,10 +106,10 @@ def capacity_cmd(
     problem = load_problem(loaded, axis)
     if problem:
         raise click.ClickException(problem)
-    per_probe = size_problems([with_load(loaded, axis, hi)] * max_probes)
-    if per_probe:
-        raise click.ClickException(f"{loaded.source}: at --max {hi:g}: {per_probe[0]}")
-    search = Search(over, lo, hi, repeats, rel_tol, max_probes)
+    per_step = size_problems([with_load(loaded, axis, hi)] * max_steps)
+    if per_step:
+        raise click.ClickException(f"{loaded.source}: at --max {hi:g}: {per_step[0]}")
+    search = Search(over, lo, hi, repeats, rel_tol, max_steps)
 
     def say(line: str) -> None:
         click.echo(line, err=True)

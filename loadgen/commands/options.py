@@ -6,6 +6,7 @@ before anything is loaded or sent, and every one found is said at once (exit 2).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -51,6 +52,22 @@ def _options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
         return f
 
     return apply
+
+
+class _OldSpellingsHidden(click.Option):
+    """A renamed option: every spelling parses (scripts keep the old one) and --help shows
+    only the first, the name to use."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        shown = copy.copy(self)
+        shown.opts = self.opts[:1]
+        return click.Option.get_help_record(shown, ctx)
+
+
+def renamed_option(name: str, *old: str, **kwargs: Any) -> Callable[[F], F]:
+    """click.option(name, ...) that still takes each `old` spelling, unlisted in --help."""
+    dest = name.lstrip("-").replace("-", "_")
+    return click.option(name, *old, dest, cls=_OldSpellingsHidden, **kwargs)
 
 
 def option_group(
@@ -337,7 +354,7 @@ STRICT_OPTION = click.option(
     is_flag=True,
     help="Exit 3 when any stream was client_limited (loadgen's own error above tolerance).",
 )
-# Requests per load value, for a load sweep's arms and a capacity search's probes alike.
+# Requests per load value, for a load sweep's arms and a capacity search's steps alike.
 REQUESTS_OPTION = click.option(
     "--requests",
     type=click.IntRange(min=1),

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 import yaml
 
-from loadgen.analysis.capacity import DEFAULT_MAX_PROBES, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
+from loadgen.analysis.capacity import DEFAULT_MAX_STEPS, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
 from loadgen.analysis.tune import OBJECTIVES
 from loadgen.clock import ClockName
 from loadgen.commands.capacity import load_range
@@ -132,7 +132,7 @@ def capacity_ask(
                                "--objective capacity it is not offered: verify a point with "
                                "`loadgen capacity --server KIND`")  # fmt: skip
     lo, hi = load_range(over, lo, hi)
-    search = Search(over, lo, hi, DEFAULT_REPEATS, DEFAULT_REL_TOL, DEFAULT_MAX_PROBES)
+    search = Search(over, lo, hi, DEFAULT_REPEATS, DEFAULT_REL_TOL, DEFAULT_MAX_STEPS)
     return CapacityAsk(LoadAxis(over), search)
 
 

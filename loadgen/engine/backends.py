@@ -76,9 +76,9 @@ async def shared_target(
     flags: dict[str, Any] | None = None,
     log_name: str = "boot",
 ) -> AsyncIterator[Target | None]:
-    """One server for a series of runs into `root` (a capacity search's probes, a
-    calibration's): None where each run reaches its own (the URL, an engine per arm), else one
-    boot of the launched server with `flags` over the scenario's, its log under root/log_name."""
+    """One server for a series of runs into `root` (a capacity search's steps, a calibration's
+    points): None where each run reaches its own (the URL, an engine per arm), else one boot of
+    the launched server with `flags` over the scenario's, its log under root/log_name."""
     if opts.base_url or clock_of(opts).engine_per_arm or opts.replicas > 1:
         yield None
         return

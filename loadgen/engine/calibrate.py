@@ -1,20 +1,20 @@
-"""`loadgen calibrate` on a target: analysis/calibration.py's probes, one after another, each an
-ordinary run into RUN/probes/<order>-<probe>/, on one server (the URL, one boot of the launched
-server, or the virtual clock's fresh engine per probe), then the fit and the profile file.
+"""`loadgen calibrate` on a target: analysis/calibration.py's points, one after another, each an
+ordinary run into RUN/points/<order>-<point>/, on one server (the URL, one boot of the launched
+server, or the virtual clock's fresh engine per point), then the fit and the profile file.
 
-The first probe (the TTFT floor) also shows whether the server can be driven at all (it
+The first point (the TTFT floor) also shows whether the server can be driven at all (it
 streams, it reports usage) and which limits it states (budget, seats, block size, window:
 boot log, flags, /metrics or --server-facts); the rest of the plan is sized from those. The
-plan is bounded before anything is sent (requests) and while it runs (the probes' wall
-seconds, each boot its share: boot_allowances); run.json lists each probe as it ends, so a
+plan is bounded before anything is sent (requests) and while it runs (the points' wall
+seconds, each boot its share: boot_allowances); run.json lists each point as it ends, so a
 stopped calibration keeps what it measured.
 
 A server loadgen boots (--server KIND, or the virtual clock's engine) is booted again at each
 of --budgets (default: a quarter of the first boot's budget) for the cold prefills alone: at
 one budget a prefill's steps grow with its tokens, so a prefill step's cost and a prefill
-token's are one slope; at two they come apart. Each probe is fitted with its own boot's shape.
+token's are one slope; at two they come apart. Each point is fitted with its own boot's shape.
 The profile lists the boots (fitted_boots: flags, limits, eager or graph steps, the costs each
-measured) and the costs the probes could not separate (unseparated; by URL, one boot).
+measured) and the costs the points could not separate (unseparated; by URL, one boot).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from loadgen.analysis.calibration import (
     WITNESS_COUNTERS,
     Measurement,
     PlanLimits,
-    Probe,
+    Point,
     ServerShape,
     Speculation,
     TtftWitness,
@@ -105,7 +105,7 @@ async def calibrate(
     manifest = base_manifest(plan(req.base, run_seed=seed), opts, started).add(
         calibrate={"limits": dataclasses.asdict(req.limits),
                    "max_requests": req.max_requests, "max_time_s": req.max_time_s},
-        probes=(), boots=(), interrupted=True,
+        runs=(), boots=(), interrupted=True,
     )  # fmt: skip
     write_manifest(root, manifest)
     run = _BootRun(req, opts, warn, say, root, seed, manifest)
@@ -138,20 +138,20 @@ def _extra_budgets(req: CalibrateRequest, opts: RunOptions, shape: ServerShape) 
 
 
 # The smallest budget an extra boot asks for: below a block or two of tokens the server
-# refuses to boot or the prefill probes run out of --max-requests.
+# refuses to boot or the prefill points run out of --max-requests.
 MIN_BUDGET = 128
 
 
-def _prefills_only(probes: tuple[Probe, ...]) -> tuple[Probe, ...]:
+def _prefills_only(points: tuple[Point, ...]) -> tuple[Point, ...]:
     """A boot after the first measures what its budget changes: the cold prefills' steps."""
-    return tuple(p for p in probes if p.kind == "ttft")
+    return tuple(p for p in points if p.kind == "ttft")
 
 
 def boot_allowances(requests: Sequence[int], max_time_s: float) -> list[float]:
-    """The probe seconds each boot may have used by its end: --max-time split by the boots'
+    """The point seconds each boot may have used by its end: --max-time split by the boots'
     planned requests, cumulatively (what a boot leaves, the next may use). On the H200 one
-    deadline over all boots let the first boot's decode probes spend it, and the second boot,
-    booted for the cold prefills at a quarter budget, ran one probe of seven."""
+    deadline over all boots let the first boot's decode points spend it, and the second boot,
+    booted for the cold prefills at a quarter budget, ran one point of seven."""
     total = sum(requests)
     if total <= 0:
         return [max_time_s for _ in requests]
@@ -162,14 +162,14 @@ def boot_allowances(requests: Sequence[int], max_time_s: float) -> list[float]:
     return shares
 
 
-# Probe seconds are read off this clock (a seam the tests replace).
+# Point seconds are read off this clock (a seam the tests replace).
 _now = time.monotonic
 
 
 @dataclass
 class _BootRun:
-    """The probes of every boot, run one after another; --max-time counts the probes' own
-    seconds (a server's boot is not a probe), split among the boots by boot_allowances."""
+    """The points of every boot, run one after another; --max-time counts the points' own
+    seconds (a server's boot is not a point), split among the boots by boot_allowances."""
 
     req: CalibrateRequest
     opts: RunOptions
@@ -180,37 +180,37 @@ class _BootRun:
     manifest: RunManifest
     spent_s: float = 0.0
     allowances: list[float] = dataclasses.field(default_factory=list)
-    ran: list[tuple[Probe, list[StreamRecord], int]] = dataclasses.field(default_factory=list)
+    ran: list[tuple[Point, list[StreamRecord], int]] = dataclasses.field(default_factory=list)
 
     async def boot(
         self,
         target: Target | None,
         flags: dict[str, Any],
-        choose: Callable[[tuple[Probe, ...]], tuple[Probe, ...]],
+        choose: Callable[[tuple[Point, ...]], tuple[Point, ...]],
     ) -> tuple[ServerShape, RunManifest]:
-        """One boot's probes (the TTFT floor first: it learns the boot's limits); returns the
-        boot's shape and its first probe's manifest."""
+        """One boot's points (the TTFT floor first: it learns the boot's limits); returns the
+        boot's shape and its first point's manifest."""
         index = len(self.manifest.boots or ())
         tag = "" if index == 0 else f"@boot{index + 1}"
         tiny = calibration_plan(_PROVISIONAL, self.req.limits)[0]
-        first_dir = await self._probe(tiny, tag, flags, target, index)
+        first_dir = await self._point(tiny, tag, flags, target, index)
         _check_drivable(_measured(self.root / first_dir), self.opts)
         shape, first = _server_shape(self.root / first_dir)
         boot = _boot_record(first, first_dir)
         self.manifest = self.manifest.add(boots=(*(self.manifest.boots or ()), boot))
         write_manifest(self.root, self.manifest)
-        probes = choose(calibration_plan(shape, self.req.limits))
-        _check_bounds(probes, self.req.max_requests)
+        points = choose(calibration_plan(shape, self.req.limits))
+        _check_bounds(points, self.req.max_requests)
         if index == 0:
-            self.allowances = self._allowances(shape, probes)
+            self.allowances = self._allowances(shape, points)
         allowance = self.allowances[min(index, len(self.allowances) - 1)]
-        self.say(f"calibrate boot {index + 1}: {len(probes)} probes, "
-                 f"{sum(p.requests for p in probes)} requests, until {allowance:.0f} of "
-                 f"{self.req.max_time_s:g} probe seconds; the server: budget {shape.budget}, "
+        self.say(f"calibrate boot {index + 1}: {len(points)} points, "
+                 f"{sum(p.requests for p in points)} requests, until {allowance:.0f} of "
+                 f"{self.req.max_time_s:g} point seconds; the server: budget {shape.budget}, "
                  f"seats {shape.seats}, block {shape.block_size}, "
                  f"window {shape.max_model_len}")  # fmt: skip
-        self.say(_probe_line(1, len(probes), tiny, measure(tiny, self.ran[-1][1], shape)))
-        for order, probe in enumerate(probes[1:], start=2):
+        self.say(_point_line(1, len(points), tiny, measure(tiny, self.ran[-1][1], shape)))
+        for order, point in enumerate(points[1:], start=2):
             if self.spent_s > allowance:
                 stopped = f"--max-time {self.req.max_time_s:g} s (boot {index + 1})"
                 self.manifest = self.manifest.add(stopped_by=stopped)
@@ -218,29 +218,29 @@ class _BootRun:
                          f"{self.req.max_time_s:g} s reached ({allowance:.0f} s); "
                          "fitting what ran")  # fmt: skip
                 break
-            await self._probe(probe, tag, flags, target, index)
-            self.say(_probe_line(order, len(probes), probe,
-                                 measure(probe, self.ran[-1][1], shape)))  # fmt: skip
+            await self._point(point, tag, flags, target, index)
+            self.say(_point_line(order, len(points), point,
+                                 measure(point, self.ran[-1][1], shape)))  # fmt: skip
         return shape, first
 
-    def _allowances(self, shape: ServerShape, probes: tuple[Probe, ...]) -> list[float]:
+    def _allowances(self, shape: ServerShape, points: tuple[Point, ...]) -> list[float]:
         """Each boot's allowance, the later boots' requests planned at the first's shape."""
         later = sum(p.requests for p in _prefills_only(calibration_plan(shape, self.req.limits)))
         extra = _extra_budgets(self.req, self.opts, shape)
-        requests = [sum(p.requests for p in probes), *(later for _ in extra)]
+        requests = [sum(p.requests for p in points), *(later for _ in extra)]
         return boot_allowances(requests, self.req.max_time_s)
 
-    async def _probe(
-        self, probe: Probe, tag: str, flags: dict[str, Any], target: Target | None, boot: int
+    async def _point(
+        self, point: Point, tag: str, flags: dict[str, Any], target: Target | None, boot: int
     ) -> str:
-        order = len(self.manifest.probes or ()) + 1
-        named = dataclasses.replace(probe, name=probe.name + tag)
+        order = len(self.manifest.runs or ()) + 1
+        named = dataclasses.replace(point, name=point.name + tag)
         started = _now()
-        rel = await _run_probe(self.req.base, named, order, self.seed, self.root, self.opts,
+        rel = await _run_point(self.req.base, named, order, self.seed, self.root, self.opts,
                                self.warn, target, flags)  # fmt: skip
         self.spent_s += _now() - started
         listed = {"name": named.name, "dir": rel, "boot": boot}
-        self.manifest = self.manifest.add(probes=(*(self.manifest.probes or ()), listed))
+        self.manifest = self.manifest.add(runs=(*(self.manifest.runs or ()), listed))
         write_manifest(self.root, self.manifest)
         self.ran.append((named, _measured(self.root / rel), boot))
         return rel
@@ -248,7 +248,7 @@ class _BootRun:
 
 def _boot_record(first: RunManifest, first_dir: str) -> dict[str, Any]:
     """A boot as run.json and the profile's fitted_boots list it: its flags, the limits it
-    stated, whether its steps ran eager or as CUDA graphs (vLLM), its first probe."""
+    stated, whether its steps ran eager or as CUDA graphs (vLLM), its first point."""
     target = first.target if isinstance(first.target, TargetInfo) else None
     server = first.server or {}
     flags = list(target.flags) if target is not None else []
@@ -276,29 +276,29 @@ class _Naming:
 
 
 def refit(root: Path, out: Path | None, name: str | None, hardware: str | None) -> Path:
-    """Fits a calibration's recorded probes again (no server: analysis of the records), e.g.
+    """Fits a calibration's recorded points again (no server: analysis of the records), e.g.
     after the model gained a term; writes the profile; returns `root`."""
     manifest = read_manifest(root)
-    if manifest.calibrate is None or not manifest.probes:
-        raise RunError(f"{root}: not a calibration directory (run.json has no probes)")
+    if manifest.calibrate is None or not manifest.runs:
+        raise RunError(f"{root}: not a calibration directory (run.json lists no runs)")
     if (root / "profile.yaml").is_file():
         # What the first fit was told of the server stands unless this call says otherwise.
         before = load_profile_file(root / "profile.yaml")
         name = name or before.name
         hardware = hardware or before.fitted_on.get("hardware")
     limits = PlanLimits(**(manifest.calibrate or {})["limits"])
-    probes = manifest.probes
-    # A calibration from before multi-boot runs had one boot, its first probe the first.
-    boots = manifest.boots or (_boot_record(read_manifest(root / probes[0]["dir"]),
-                                            probes[0]["dir"]),)  # fmt: skip
-    planned: dict[str, Probe] = {}
+    points = manifest.runs
+    # A calibration from before multi-boot runs had one boot, its first point the first.
+    boots = manifest.boots or (_boot_record(read_manifest(root / points[0]["dir"]),
+                                            points[0]["dir"]),)  # fmt: skip
+    planned: dict[str, Point] = {}
     for i, boot in enumerate(boots):
         tag = "" if i == 0 else f"@boot{i + 1}"
         shape, _ = _server_shape(root / boot["first"])
         planned |= {p.name + tag: dataclasses.replace(p, name=p.name + tag)
                     for p in calibration_plan(shape, limits)}  # fmt: skip
     ran = [(planned[p["name"]], _measured(root / p["dir"]), p.get("boot", 0))
-           for p in probes]  # fmt: skip
+           for p in points]  # fmt: skip
     first = read_manifest(root / boots[0]["first"])
     _fit_and_write(root, manifest.add(boots=boots), ran, first, out, _Naming(name, hardware))
     return root
@@ -307,15 +307,15 @@ def refit(root: Path, out: Path | None, name: str | None, hardware: str | None) 
 def _fit_and_write(
     root: Path,
     manifest: RunManifest,
-    ran: list[tuple[Probe, list[StreamRecord], int]],
+    ran: list[tuple[Point, list[StreamRecord], int]],
     first: RunManifest,
     out: Path | None,
     naming: _Naming,
 ) -> None:
-    # Drafts are known only once every decode probe ran; the decode rows price them.
-    probes = manifest.probes or ()
+    # Drafts are known only once every decode point ran; the decode rows price them.
+    points = manifest.runs or ()
     boots = manifest.boots or ()
-    spec = _speculation(root, probes, [(p, r) for p, r, _ in ran])
+    spec = _speculation(root, points, [(p, r) for p, r, _ in ran])
     shapes = [dataclasses.replace(_server_shape(root / b["first"])[0], spec_tokens=spec.tokens)
               for b in boots]  # fmt: skip
     measured = [m for p, recs, boot in ran if (m := measure(p, recs, shapes[boot])) is not None]
@@ -324,11 +324,11 @@ def _fit_and_write(
     started = dt.datetime.fromisoformat(manifest.started_wall or "")
     fitted_boots = [{k: v for k, v in b.items() if k != "first"}
                     | {"costs": list(costs_measured([m for m in measured
-                                                     if boot_of[m.probe] == i]))}
+                                                     if boot_of[m.point] == i]))}
                     for i, b in enumerate(boots)]  # fmt: skip
     profile = _profile(naming, str(manifest.clock), first, shape=shapes[0], fit=fit,
                        spec=spec, started=started, prefix_caching=_prefix_caching(measured),
-                       witnesses=_witnesses(root, probes, [(p, r) for p, r, _ in ran]),
+                       witnesses=_witnesses(root, points, [(p, r) for p, r, _ in ran]),
                        boots=fitted_boots,
                        unseparated=unseparated(measured, fit.min_step_s))  # fmt: skip
     path = out or root / "profile.yaml"
@@ -342,16 +342,16 @@ def _fit_and_write(
 # The fit is the client's timing: the virtual clock must reproduce what a client sees, HTTP
 # path included. The server's counters stand beside it as a witness of the model's schedule.
 WITNESS_SOURCE = ("server counters beside the fit: vllm:time_to_first_token_seconds over each "
-                  "probe's run against the client's TTFTs of the same requests")  # fmt: skip
+                  "point's run against the client's TTFTs of the same requests")  # fmt: skip
 WITNESS_NONE = "none: /metrics has no TTFT histogram; client timing only"
 
-# Sizes only the first probe (the TTFT floor), which does not depend on the server.
+# Sizes only the first point (the TTFT floor), which does not depend on the server.
 _PROVISIONAL = ServerShape(budget=2048, seats=1, block_size=16, max_model_len=4096)
 
 
-async def _run_probe(
+async def _run_point(
     base: Scenario,
-    probe: Probe,
+    point: Point,
     order: int,
     seed: int,
     root: Path,
@@ -360,22 +360,22 @@ async def _run_probe(
     target: Target | None,
     flags: dict[str, Any],
 ) -> str:
-    scenario = probe_scenario(base, probe)
+    scenario = point_scenario(base, point)
     the_plan = plan(scenario, run_seed=derive_seed(seed, "calibrate", order))
     first = the_plan.arms[0]
-    arm = dataclasses.replace(first, name=probe.name, flags={**first.flags, **flags})
-    rel = f"probes/{order:02d}-{probe.name}"
+    arm = dataclasses.replace(first, name=point.name, flags={**first.flags, **flags})
+    rel = f"points/{order:02d}-{point.name}"
     await run_arm(the_plan, arm, root / rel, opts, warn, target=target)
     return rel
 
 
-def probe_scenario(base: Scenario, probe: Probe) -> Scenario:
-    """`base` with its groups replaced by the probe's one group, `reps` repetitions."""
-    cache = "primed" if probe.kind == "cached" else "salted"
-    prompt = PromptConfig(probe.prompt_tokens, "prose", cache,
-                          prefix_tokens=probe.prefix_tokens or None)  # fmt: skip
-    group = Group("probe", probe.streams, prompt, probe.max_tokens)
-    return dataclasses.replace(base, groups=(group,), repetitions=probe.reps, sweep=None)
+def point_scenario(base: Scenario, point: Point) -> Scenario:
+    """`base` with its groups replaced by the point's one group, `reps` repetitions."""
+    cache = "primed" if point.kind == "cached" else "salted"
+    prompt = PromptConfig(point.prompt_tokens, "prose", cache,
+                          prefix_tokens=point.prefix_tokens or None)  # fmt: skip
+    group = Group("point", point.streams, prompt, point.max_tokens)
+    return dataclasses.replace(base, groups=(group,), repetitions=point.reps, sweep=None)
 
 
 def _measured(run_dir: Path) -> list[StreamRecord]:
@@ -383,7 +383,7 @@ def _measured(run_dir: Path) -> list[StreamRecord]:
 
 
 def _server_shape(run_dir: Path) -> tuple[ServerShape, RunManifest]:
-    """The server's limits as the first probe's run learned them (with the run's manifest);
+    """The server's limits as the first point's run learned them (with the run's manifest);
     RunError naming the fix for one it does not state."""
     manifest = read_manifest(run_dir)
     server = manifest.server or {}
@@ -403,12 +403,12 @@ def _server_shape(run_dir: Path) -> tuple[ServerShape, RunManifest]:
 
 
 def _speculation(
-    root: Path, listed: Sequence[Mapping[str, Any]], ran: list[tuple[Probe, list[StreamRecord]]]
+    root: Path, listed: Sequence[Mapping[str, Any]], ran: list[tuple[Point, list[StreamRecord]]]
 ) -> Speculation:
-    """From the server's spec-decode counters over the decode probes where it has them, else
+    """From the server's spec-decode counters over the decode points where it has them, else
     from the decode chunks' token counts."""
-    decode_dirs = [root / p["dir"] for p, (probe, _) in zip(listed, ran, strict=True)
-                   if probe.kind == "decode"]  # fmt: skip
+    decode_dirs = [root / p["dir"] for p, (point, _) in zip(listed, ran, strict=True)
+                   if point.kind == "decode"]  # fmt: skip
     totals: dict[str, float] = {}
     for run_dir in decode_dirs:
         for name, rise in counter_deltas(load_run(run_dir).metrics).items():
@@ -416,26 +416,26 @@ def _speculation(
     counted = speculation_from_counters(totals)
     if counted is not None:
         return counted
-    return speculation(r for probe, recs in ran if probe.kind == "decode" for r in recs)
+    return speculation(r for point, recs in ran if point.kind == "decode" for r in recs)
 
 
 def _witnesses(
     root: Path,
     listed: Sequence[Mapping[str, Any]],
-    ran: list[tuple[Probe, list[StreamRecord]]],
+    ran: list[tuple[Point, list[StreamRecord]]],
 ) -> list[TtftWitness]:
-    """The server's own TTFT histogram over each probe's run, where it has one."""
+    """The server's own TTFT histogram over each point's run, where it has one."""
     out = []
-    for p, (probe, _) in zip(listed, ran, strict=True):
+    for p, (point, _) in zip(listed, ran, strict=True):
         run = load_run(root / p["dir"])
         deltas = counter_deltas(run.metrics, WITNESS_COUNTERS)
-        if (w := ttft_witness(probe, run.streams, deltas)) is not None:
+        if (w := ttft_witness(point, run.streams, deltas)) is not None:
             out.append(w)
     return out
 
 
-def _check_bounds(probes: tuple[Probe, ...], max_requests: int) -> None:
-    total = sum(p.requests for p in probes)
+def _check_bounds(points: tuple[Point, ...], max_requests: int) -> None:
+    total = sum(p.requests for p in points)
     if total > max_requests:
         raise RunError(
             f"the calibration plan sends {total} requests, above --max-requests {max_requests};"
@@ -444,7 +444,7 @@ def _check_bounds(probes: tuple[Probe, ...], max_requests: int) -> None:
 
 
 def _check_drivable(records: list[StreamRecord], opts: RunOptions) -> None:
-    """One line on why the server cannot be calibrated, from the first probe's streams."""
+    """One line on why the server cannot be calibrated, from the first point's streams."""
     where = opts.base_url or "the launched server"
     failed = [r for r in records if r.status != "ok"]
     if not records or len(failed) == len(records):
@@ -460,18 +460,18 @@ def _check_drivable(records: list[StreamRecord], opts: RunOptions) -> None:
         )
 
 
-def _probe_line(order: int, total: int, probe: Probe, m: Measurement | None) -> str:
+def _point_line(order: int, total: int, point: Point, m: Measurement | None) -> str:
     if m is None:
-        return f"calibrate {order}/{total} {probe.name}: no stream finished"
-    what = "decode step (mean gap)" if probe.kind == "decode" else "TTFT (median)"
+        return f"calibrate {order}/{total} {point.name}: no stream finished"
+    what = "decode step (mean gap)" if point.kind == "decode" else "TTFT (median)"
     return (
-        f"calibrate {order}/{total} {probe.name}: {what} {m.value_s * 1e3:.2f} ms "
+        f"calibrate {order}/{total} {point.name}: {what} {m.value_s * 1e3:.2f} ms "
         f"({m.samples} samples)"
     )
 
 
 def _prefix_caching(measured: list[Measurement]) -> bool:
-    """False only where the server reported its cached tokens and every cached probe got none
+    """False only where the server reported its cached tokens and every cached point got none
     (an unreported count is taken as the full block-aligned prefix)."""
     cached = [m.basis["cached_tokens"] for m in measured if m.kind == "cached"]
     return not cached or any(n > 0 for n in cached)
@@ -522,7 +522,7 @@ def _profile(
                  "speculation": spec.source,
                  "server_counters": WITNESS_SOURCE if witnesses else WITNESS_NONE},
         fit=to_json(fit.summary()) | {"server_witness": [to_json(w) for w in witnesses]},
-        measurements=tuple(to_json(r) for r in fit.rows),
+        measurements=tuple(fit.rows),
         fitted_boots=tuple(boots), unseparated=unseparated,
     )  # fmt: skip
 

@@ -1,6 +1,6 @@
 """loadgen's own /metrics (`--metrics-port`): what a wall-clock run is doing now, in Prometheus
 exposition under `loadgen_` names, served on 127.0.0.1 from a thread of its own for as long as
-the command runs (every arm, boot and probe of it on one registry, so counters never reset).
+the command runs (every arm, boot and search step of it on one registry, so counters never reset).
 
 Nothing here runs per SSE event: a stream is counted when it is sent and when its record
 comes back (its TTFT, inter-token gaps, lateness and outcome read off the record then), so the

@@ -95,7 +95,7 @@ def open_work_root(
 @contextmanager
 def watched(opts: RunOptions) -> Iterator[RunOptions]:
     """`opts` with loadgen's own /metrics served for the block when --metrics-port asks, unless
-    a caller already serves them (once per command: every arm, boot and probe of it counts
+    a caller already serves them (once per command: every arm, boot and search step of it counts
     on the same registry, so no counter resets between them)."""
     if opts.metrics_port is None or opts.live is not None:
         yield opts

@@ -1,5 +1,5 @@
-"""The calibration's report: the fitted costs, each probe's measured and predicted time with
-the error, and calibration.png (predicted against measured, one point per probe)."""
+"""The calibration's report: the fitted costs, each point's measured and predicted time with
+the error, and calibration.png (predicted against measured, one marker per point)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.analysis.calibration import TtftWitness, read_witnesses
-from loadgen.analysis.calibration_fit import FitRow, FitSummary
+from loadgen.analysis.calibration_fit import FitSummary
 from loadgen.analysis.stats import median
 from loadgen.codec import from_json
 from loadgen.report.tables import Table, to_plain
-from loadgen.sim.profile_file import load_profile_file
+from loadgen.sim.profile_file import FitRow, load_profile_file
 
 CALIBRATION_PNG = "calibration.png"
 COST_UNITS = {
@@ -38,30 +38,30 @@ def costs_table(costs: dict[str, Any]) -> Table:
 
 def fit_table(rows: Sequence[FitRow], fit: FitSummary) -> Table:
     cells = tuple(
-        (r.probe, r.kind, str(r.samples), f"{r.measured_s * 1e3:.3f}",
+        (r.point, r.kind, str(r.samples), f"{r.measured_s * 1e3:.3f}",
          f"{r.predicted_s * 1e3:.3f}", f"{r.error:+.1%}")
         for r in rows
     )  # fmt: skip
     notes: tuple[str, ...] = (
-        "ttft/cached: median TTFT of the probe's streams (client: send to first content chunk); "
-        "decode: mean gap between content chunks while all of the probe's streams decoded",
+        "ttft/cached: median TTFT of the point's streams (client: send to first content chunk); "
+        "decode: mean gap between content chunks while all of the point's streams decoded",
         f"error: predicted / measured - 1; rms {fit.rms_error:.1%}, max {fit.max_error:.1%}"
         + (f"; beyond {fit.miss_threshold:.0%}: {', '.join(fit.misses)}" if fit.misses else ""),
     )  # fmt: skip
     if fit.unmeasured:
         notes += (f"not measured (fitted as 0): {', '.join(fit.unmeasured)}",)
-    cols = ("probe", "kind", "samples", "measured ms", "predicted ms", "error")
-    return Table("The fit, probe by probe", cols, cells, notes, frozenset({0, 1}))
+    cols = ("point", "kind", "samples", "measured ms", "predicted ms", "error")
+    return Table("The fit, point by point", cols, cells, notes, frozenset({0, 1}))
 
 
 def witness_table(witnesses: Sequence[TtftWitness]) -> Table:
     rows = tuple(
-        (w.probe, str(w.requests), f"{w.client_ttft_s * 1e3:.3f}",
+        (w.point, str(w.requests), f"{w.client_ttft_s * 1e3:.3f}",
          f"{w.server_ttft_s * 1e3:.3f}", f"{w.gap_s * 1e3:+.3f}")
         for w in witnesses
     )  # fmt: skip
-    cols = ("probe", "requests", "client ms", "server ms", "client - server ms")
-    notes = ("mean TTFT over each probe's run, warmup and primes included; server: the rise of "
+    cols = ("point", "requests", "client ms", "server ms", "client - server ms")
+    notes = ("mean TTFT over each point's run, warmup and primes included; server: the rise of "
              "vllm:time_to_first_token_seconds; client - server: the HTTP path and the client, "
              "which the fitted request overhead holds",)  # fmt: skip
     return Table("The server's TTFT histogram beside the client", cols, rows, notes,
@@ -74,14 +74,14 @@ def witness_line(witnesses: Sequence[TtftWitness], overhead_s: float, server: st
         return f"{server} has no TTFT histogram on /metrics: the fit rests on client timing alone"
     gap = median([w.gap_s for w in witnesses]) or 0.0
     return (f"fit on client timing; {server}'s TTFT histogram over the same requests: the client "
-            f"sees {gap * 1e3:.3f} ms more (median over {len(witnesses)} probes), the fitted "
+            f"sees {gap * 1e3:.3f} ms more (median over {len(witnesses)} points), the fitted "
             f"request overhead is {overhead_s * 1e3:.3f} ms")  # fmt: skip
 
 
 def calibration_report(root: Path) -> tuple[str, bytes | None]:
     """A calibration's report.txt and calibration.png, from the fit its profile.yaml holds."""
     profile = load_profile_file(root / "profile.yaml")
-    rows = [from_json(FitRow, m) for m in profile.measurements]
+    rows = profile.measurements
     witnesses = read_witnesses(profile.fit)
     head = [
         f"profile {profile.name}: {root / 'profile.yaml'}",
@@ -101,7 +101,7 @@ def calibration_report(root: Path) -> tuple[str, bytes | None]:
 
 
 def calibration_figure(rows: Sequence[FitRow], name: str) -> bytes | None:
-    """Predicted against measured, log-log, one point per probe, coloured by kind."""
+    """Predicted against measured, log-log, one marker per point, coloured by kind."""
     if not rows:
         return None
     from matplotlib.figure import Figure
@@ -121,6 +121,6 @@ def calibration_figure(rows: Sequence[FitRow], name: str) -> bytes | None:
     ax.set_yscale("log")
     ax.set_xlabel("measured (s)")
     ax.set_ylabel("predicted by the fitted sim (s)")
-    ax.set_title(f"{name}: the fit, probe by probe")
+    ax.set_title(f"{name}: the fit, point by point")
     ax.legend(fontsize="small")
     return png_bytes(fig)

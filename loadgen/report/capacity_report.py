@@ -1,5 +1,5 @@
 """A capacity search's report: the answer and its interval, what binds at the first failing
-load and what would move it, every probe in search order, and capacity.png (each SLO item's
+load and what would move it, every step in search order, and capacity.png (each SLO item's
 attainment against the load, its target share dashed, the answer marked)."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def _load(value: float | None, over: str) -> str:
 def ended_text(c: CapacitySummary) -> str:
     """How the search ended, as the head line says it."""
     unresolved = "before the boundary was resolved"
-    if c.ended == "max_probes":
-        return f"stopped by --max-probes {c.search.max_probes} {unresolved}"
+    if c.ended == "max_steps":
+        return f"stopped by --max-steps {c.search.max_steps} {unresolved}"
     if c.ended == "max_time":
         return f"stopped by --max-time {c.max_time_s:g} s {unresolved}"
     if c.ended == "interrupted":
@@ -57,7 +57,7 @@ def move_text(b: Boundary) -> str:
     if b.cause == "client_limited":
         return "the client itself: loadgen's own timing error exceeded its tolerance; add --workers"
     if b.cause == "error":
-        return "requests failed at this load: see the probe's report for the errors"
+        return "requests failed at this load: see the step's report for the errors"
     if b.cause == "decode_batch":
         return ("every missed stream was admitted without a wait the verdicts can blame: the "
                 "batch's own step time (TPOT grows with the batch); a faster server or a looser "
@@ -102,11 +102,11 @@ def capacity_head(c: CapacitySummary) -> list[str]:
     return lines
 
 
-def probes_table(c: CapacitySummary) -> Table:
+def steps_table(c: CapacitySummary) -> Table:
     per_item = [f"{i.name} ({i.unit}) / within" for i in c.slo]
     cols = ("#", c.over, "repeat", "streams", "good", *per_item, "meets", "verdicts")
     rows = []
-    for p in c.probes:
+    for p in c.steps:
         cells = [str(p.order), _load(p.value, c.over), str(p.repeat), str(p.n), str(p.good)]
         for i in c.slo:
             got = p.items[i.name]
@@ -118,24 +118,24 @@ def probes_table(c: CapacitySummary) -> Table:
     notes = (
         "within: the share of judged streams inside the item's limit (failed streams never "
         "are); a load meets the SLO when every share reaches its pNN, its runs pooled",
-        "a value is the nearest-rank pNN of the probe's streams (- when it falls on a miss)",
-        "probe directories: probes/<#>-<load>[.r<repeat>]/ (each a run directory)",
+        "a value is the nearest-rank pNN of the step's streams (- when it falls on a miss)",
+        "step directories: steps/<#>-<load>[.r<repeat>]/ (each a run directory)",
     )
     left = frozenset({0, len(cols) - 1})
-    return Table("Capacity probes (search order)", cols, tuple(rows), notes, left)
+    return Table("Capacity steps (search order)", cols, tuple(rows), notes, left)
 
 
 def capacity_plain(summary: dict[str, Any]) -> str:
     from loadgen.report.tables import to_plain
 
     c = read_capacity(summary)
-    return "\n".join(capacity_head(c)) + "\n\n" + to_plain(probes_table(c)) + "\n"
+    return "\n".join(capacity_head(c)) + "\n\n" + to_plain(steps_table(c)) + "\n"
 
 
 def capacity_figure(summary: dict[str, Any]) -> bytes | None:
-    """capacity.png: attainment per SLO item against the load; None with no probe."""
+    """capacity.png: attainment per SLO item against the load; None with no step."""
     c = read_capacity(summary)
-    if not c.probes:
+    if not c.steps:
         return None
     from matplotlib.figure import Figure
 
@@ -144,7 +144,7 @@ def capacity_figure(summary: dict[str, Any]) -> bytes | None:
     fig = Figure(figsize=(7, 4))
     ax = fig.add_subplot()
     for k, item in enumerate(c.slo):
-        points = sorted((p.value, p.items[item.name].attainment) for p in c.probes)
+        points = sorted((p.value, p.items[item.name].attainment) for p in c.steps)
         ax.plot([x for x, _ in points], [y * 100 for _, y in points], "o-", color=f"C{k}",
                 label=f"{item.name} <= {item.limit:g} {item.unit}")  # fmt: skip
         ax.axhline(item.share * 100, color=f"C{k}", linestyle="--", linewidth=0.8)

@@ -125,11 +125,11 @@ def write_report(run_dir: Path, arm_tables: bool = False) -> str:
 
 
 def write_capacity_report(root: Path) -> str:
-    """A capacity directory's summary.json, report.txt and capacity.png (every probe's own
-    report too), recomputed from the probes' records; returns the report text."""
-    summary, probes = analyze_capacity(root)
-    for name, analysis in probes.items():
-        _write_run(root / "probes" / name, analysis)
+    """A capacity directory's summary.json, report.txt and capacity.png (every step's own
+    report too), recomputed from the steps' records; returns the report text."""
+    summary, steps = analyze_capacity(root)
+    for rel, analysis in steps.items():
+        _write_run(root / rel, analysis)
     write_summary(root, summary)
     plain = capacity_plain(summary)
     _write_text_report(root, plain, {CAPACITY_PNG: capacity_figure(summary)})
@@ -189,12 +189,12 @@ def write_tune_report(root: Path) -> str:
 
 def write_calibration_report(root: Path) -> str:
     """A calibration directory's report.txt, calibration.png and report.html, from the fit its
-    profile.yaml holds (`loadgen calibrate --refit` fits the probes again); returns the
+    profile.yaml holds (`loadgen calibrate --refit` fits the points again); returns the
     report."""
     if not (root / "profile.yaml").is_file():
         raise click.ClickException(
             f"{root}: the calibration has no profile.yaml (it stopped before the fit); "
-            f"`loadgen calibrate --refit {root}` fits the probes it recorded"
+            f"`loadgen calibrate --refit {root}` fits the points it recorded"
         )
     plain, figure = calibration_report(root)
     _write_text_report(root, plain, {CALIBRATION_PNG: figure})

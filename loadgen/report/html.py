@@ -134,7 +134,7 @@ def _page(title: str, body: str) -> str:
 def render_text_html(text: str, figures: Mapping[str, bytes | None]) -> str:
     """report.html of a directory whose report is its text and figures (a capacity search, a
     fidelity check, a calibration): report.txt as it reads, each figure (by file name) under
-    it; each probe or run inside keeps its own report.html."""
+    it; each step, point or run inside keeps its own report.html."""
     lines = text.splitlines()
     imgs = [_img(png, name.removesuffix(".png"), "") for name, png in figures.items() if png]
     return _page(_title(lines), f"<pre class='report'>{html.escape(text)}</pre>" + "".join(imgs))

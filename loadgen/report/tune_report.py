@@ -15,7 +15,7 @@ BINDS = (
     "binds: `meets` when every stream met the SLO, else the verdict most streams that missed "
     "carry (why the point loses)",
     "binds: the verdict most streams that missed carry at the first load that failed the SLO "
-    "(the capacity search's boundary); `meets`: the SLO held at --max; figures: the probe at "
+    "(the capacity search's boundary); `meets`: the SLO held at --max; figures: the step at "
     "the capacity",
 )
 

@@ -12,8 +12,8 @@ from typing import Protocol
 class TokenCounter(Protocol):
     """Counts the tokens of a prompt as the server will see it.
 
-    `method`: "tokenize" (the server's /tokenize), "usage_probe" (prompt_tokens of a 1-token
-    request), "estimate" (no tokenizer: a rule of thumb) or "local" (a tokenizer in-process).
+    `method`: "tokenize" (the server's /tokenize), "estimate" (no tokenizer: a rule of thumb)
+    or "local" (a tokenizer in-process).
     """
 
     method: str

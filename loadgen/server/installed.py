@@ -1,5 +1,5 @@
 """`loadgen servers`: which server kinds are installed here, their versions and builds, and
-the command line each would be started with. One small probe per kind, run side by side
+the command line each would be started with. One small check per kind, run side by side
 (no server package is imported), so it answers in well under a second."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _llama_kind() -> Installed:
 
 
 def installed_servers() -> list[Installed]:
-    """Every launchable kind, probed side by side."""
+    """Every launchable kind, inspected side by side."""
     jobs: list[Callable[[], Installed]] = [
         lambda: _python_kind("vllm", installs.find_vllm),
         lambda: _python_kind("sglang", installs.find_sglang),

@@ -67,7 +67,7 @@ def state_dir(profile: str) -> Path:
 
 # Run under the server's Python: which distribution provides the package, its version, and the
 # CUDA / HIP version torch was built for (from torch/version.py, not `import torch`: ~2 s).
-_PROBE = """\
+_INSPECT = """\
 import importlib.metadata as md, importlib.util as iu, json, os, sys
 out = {"python": sys.executable}
 for dist in sys.argv[1:]:
@@ -90,7 +90,7 @@ except Exception:
     pass
 print(json.dumps(out))
 """
-PROBE_TIMEOUT_S = 20.0
+INSPECT_TIMEOUT_S = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,12 +121,12 @@ def build_of(dist: str, version: str, cuda: str | None, hip: str | None) -> str:
     return "cuda" if cuda else "cpu"
 
 
-def probe_python(python: Path, dists: tuple[str, ...]) -> PythonInstall | None:
+def inspect_python(python: Path, dists: tuple[str, ...]) -> PythonInstall | None:
     """The first of `dists` installed under `python`, with its build; None if none is."""
     try:
         done = subprocess.run(
-            [str(python), "-c", _PROBE, *dists], capture_output=True, text=True,
-            timeout=PROBE_TIMEOUT_S, check=False,
+            [str(python), "-c", _INSPECT, *dists], capture_output=True, text=True,
+            timeout=INSPECT_TIMEOUT_S, check=False,
         )  # fmt: skip
         found = json.loads(done.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
@@ -190,7 +190,7 @@ def find_python_install(
     """The first candidate interpreter that has one of `dists`, and where it came from."""
     candidates = candidate_pythons(executable, module, python, bin, test_python)
     for path, origin in candidates:
-        found = probe_python(path, dists)
+        found = inspect_python(path, dists)
         if found is not None:
             return found, origin
     looked = "; ".join(f"{p} ({o})" for p, o in candidates) or "no candidate"

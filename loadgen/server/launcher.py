@@ -286,7 +286,8 @@ def start_server(
         except ServerBootError:
             _RUNNING.discard(proc)
             stop_process_group(proc)
-            # Another process took the port between our probe and the server's bind.
+            # Another process took the port between our check that it was free and the server's
+            # bind.
             if attempt < _PORT_ATTEMPTS and _lost_port_race(log_path):
                 continue
             raise

@@ -10,10 +10,10 @@ residuals, so a what-if on the virtual clock carries its own error bar.
             prefill_ctx_s: ..., cached_token_s: ..., request_overhead_s: ...}
     sources: {...}          # where each figure came from (server counters or client timing)
     fit: {...}              # method, error summary
-    measurements: [...]     # one row per probe: measured, predicted, error
-    fitted_boots: [...]     # each boot the probes ran on: {flags, max_num_batched_tokens,
+    measurements: [...]     # one row per point: measured, predicted, error
+    fitted_boots: [...]     # each boot the points ran on: {flags, max_num_batched_tokens,
                             # max_num_seqs, mode (eager | graph | null), costs it measured}
-    unseparated: [...]      # costs the probes could not tell apart (by URL, one boot:
+    unseparated: [...]      # costs the points could not tell apart (by URL, one boot:
                             # fixed_s and per_token_s); a flag that moves one is not predicted
 
 `facts` are sim settings under loadgen/simoptions.py's names; `costs` are StepProfile's fields
@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from loadgen.codec import CodecError, from_json, json_field, json_meta, to_json
 from loadgen.sim.profiles import SIM_PROFILES, StepProfile, sim_profile
 from loadgen.simoptions import SIM_OPTION_NAMES
 
@@ -48,6 +49,22 @@ class ProfileFileError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class FitRow:
+    """One row of `measurements`: a calibration point's measured time beside the fitted sim's
+    prediction (s) and the signed relative error (predicted / measured - 1); `basis` is what
+    the point sent and the server reported (analysis/calibration.py's Measurement.basis)."""
+
+    # `probe` in a profile written before calibration's points had their own name
+    point: str = field(metadata=json_meta(legacy=("probe",)))
+    kind: str
+    samples: int
+    measured_s: float
+    predicted_s: float
+    error: float
+    basis: Mapping[str, Any] = json_field(rest=True)
+
+
+@dataclass(frozen=True, slots=True)
 class FittedProfile:
     """One profile file's content."""
 
@@ -58,7 +75,7 @@ class FittedProfile:
     fitted_on: Mapping[str, Any] = field(default_factory=dict)
     sources: Mapping[str, Any] = field(default_factory=dict)
     fit: Mapping[str, Any] = field(default_factory=dict)
-    measurements: tuple[Mapping[str, Any], ...] = ()
+    measurements: tuple[FitRow, ...] = ()
     fitted_boots: tuple[Mapping[str, Any], ...] = ()
     unseparated: tuple[str, ...] = ()
 
@@ -90,7 +107,7 @@ def profile_document(p: FittedProfile) -> dict[str, Any]:
         "costs": p.costs(),
         "sources": dict(p.sources),
         "fit": dict(p.fit),
-        "measurements": [dict(m) for m in p.measurements],
+        "measurements": [to_json(m) for m in p.measurements],
         "fitted_boots": [dict(b) for b in p.fitted_boots],
         "unseparated": list(p.unseparated),
     }
@@ -142,10 +159,20 @@ def load_profile_file(path: Path) -> FittedProfile:
         fitted_on=_mapping(path, doc, "fitted_on"),
         sources=_mapping(path, doc, "sources"),
         fit=_mapping(path, doc, "fit"),
-        measurements=tuple(doc.get("measurements") or ()),
+        measurements=_measurements(path, doc.get("measurements") or []),
         fitted_boots=tuple(doc.get("fitted_boots") or ()),
         unseparated=_unseparated(path, doc.get("unseparated") or []),
     )
+
+
+def _measurements(path: Path, raw: Any) -> tuple[FitRow, ...]:
+    try:
+        return from_json(tuple[FitRow, ...], raw)
+    except CodecError as exc:
+        raise ProfileFileError(
+            f"{path}: measurements{'.' if exc.path else ''}{'.'.join(exc.path)}: {exc.what}; "
+            "refit the calibration with `loadgen calibrate --refit DIR`"
+        ) from None
 
 
 def _unseparated(path: Path, raw: Any) -> tuple[str, ...]:
@@ -274,7 +301,7 @@ def unpredictable(profile: FittedProfile | StepProfile, flag: str) -> str | None
 def _model_is_the_servers(profile: FittedProfile) -> bool:
     """Fitted on loadgen's own sim: its step time is this very linear model, so costs fitted
     at one setting hold at every other (over HTTP the fit's residuals are the HTTP path's, 11%
-    on the 32-token probe, and do not move with a flag)."""
+    on the 32-token point, and do not move with a flag)."""
     return profile.fitted_on.get("server") == "sim"
 
 
@@ -284,7 +311,7 @@ def _without_record(
     """A profile that does not say which boots its costs came from: read conservatively. A
     calibration by URL or one launch measures one budget, where per-step and per-token costs
     move together; decode batches and cached prefixes are measured on any one boot, so the
-    probes they came from are what the profile must show."""
+    points they came from are what the profile must show."""
     if flag in ("max_num_batched_tokens", "long_prefill_token_threshold"):
         at = profile.facts.get("max_num_batched_tokens")
         return (
@@ -292,8 +319,8 @@ def _without_record(
             f"boot at max_num_batched_tokens={at}: per-step and per-token costs not separated); "
             f"{how}"
         )
-    probes = [str(m.get("probe", "")) for m in profile.measurements]
+    points = [m.point for m in profile.measurements]
     prefix = "decode-b" if "decode_token_s" in costs else "cached-"
-    if sum(p.startswith(prefix) for p in probes) >= (2 if prefix == "decode-b" else 1):
+    if sum(p.startswith(prefix) for p in points) >= (2 if prefix == "decode-b" else 1):
         return None
-    return f"{flag}: the profile has no {prefix}* probes to price {', '.join(costs)}; {how}"
+    return f"{flag}: the profile has no {prefix}* points to price {', '.join(costs)}; {how}"

@@ -54,7 +54,7 @@ def _calibrate(tmp_path: Path, kind: str, flags: tuple[str, ...]) -> Path:
     costs = ", ".join(f"{k} {v:.3g}" for k, v in fitted.costs().items() if v is not None)
     fit = fitted.fit
     note(f"{kind} calibration", f"rms {fit['rms_error']:.1%}, max {fit['max_error']:.1%} over "
-         f"{fit['measurements']} probes; {costs}")  # fmt: skip
+         f"{fit['measurements']} points; {costs}")  # fmt: skip
     return profile
 
 

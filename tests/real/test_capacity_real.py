@@ -45,16 +45,16 @@ async def _search(tmp_path: Path, slo: tuple[SloItem, ...], hi: int) -> dict:
 async def test_vllm_capacity_names_its_seats(tmp_path: Path) -> None:
     timing = (SloItem("ttft", 600.0, 1.0), SloItem("e2e", 600.0, 0.5))
     lone = await _search(tmp_path / "lone", timing, hi=1)
-    ttft = lone["probes"][0]["items"]["ttft_p100"]["value"]
-    e2e = lone["probes"][0]["items"]["e2e_p50"]["value"]
+    ttft = lone["steps"][0]["items"]["ttft_p100"]["value"]
+    e2e = lone["steps"][0]["items"]["e2e_p50"]["value"]
     assert lone["capacity"] == 1 and ttft is not None and e2e is not None
     assert 2 * ttft < e2e, f"TTFT {ttft:.3f} s is too near E2E {e2e:.3f} s to tell a queue"
     limit = (2 * ttft + e2e) / 2
     c = await _search(tmp_path / "search", (SloItem("ttft", limit, 0.99),), hi=4)
     note("vllm capacity: lone", f"TTFT max {ttft:.3f} s, E2E p50 {e2e:.3f} s; SLO ttft_p99 <= "
          f"{limit:.3f} s")  # fmt: skip
-    note("vllm capacity: probes", ", ".join(
-        f"{p['label']} {p['items']['ttft_p99']['attainment']:.0%}" for p in c["probes"]
+    note("vllm capacity: steps", ", ".join(
+        f"{p['label']} {p['items']['ttft_p99']['attainment']:.0%}" for p in c["steps"]
     ))  # fmt: skip
     note("vllm capacity", f"{c['capacity']} ({c['ended']}); binds: {c['boundary']}")
     # Two seats: two users are admitted at once, a third waits a whole answer for a seat.
