@@ -233,6 +233,8 @@ class RunManifest:
     # --server-log: the server's log lines kept as server.log
     server_log: ServerLogInfo | None = json_field(omit="none", default=None)
     soak_end: SoakEndInfo | None = json_field(omit="none", default=None)
+    # a soak's --until-precise targets (metric_pNN=margin), which close each of its windows
+    soak_precise: tuple[str, ...] | None = json_field(omit="none", default=None)
     # --until-precise: whether every target came within its margin, and where each stood
     until_precise: UntilPrecise | None = json_field(omit="none", default=None)
     error: str | None = json_field(omit="none", default=None)

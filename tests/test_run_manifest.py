@@ -42,9 +42,10 @@ WALL = BackendPart(
     run_start_perf_ns=123_456_789,
     telemetry=TelemetryInfo(None, ("no GPU telemetry",)),
 )
-# The keys main's replicas, server log, --metric-percentiles and --until-precise added.
+# The keys main's replicas, server log, --metric-percentiles and --until-precise (a run's stop,
+# a soak's targets) added.
 NEW_KEYS = ("run_start_wall_ns", "utc_offset_s", "targets", "server_log", "metric_percentiles",
-            "until_precise")  # fmt: skip
+            "until_precise", "soak_precise")  # fmt: skip
 
 
 def arm_manifest() -> RunManifest:
@@ -152,7 +153,8 @@ def test_replicas_a_kept_server_log_and_a_precise_stop_write_these_keys_and_read
     wall = dataclasses.replace(WALL, run_start_wall_ns=1_796_369_853_584_183_040,
                                utc_offset_s=3600, targets=targets, server_log=log)  # fmt: skip
     precise = UntilPrecise(True, 41, 100, (Precision("ttft_p90", 0.05, 41, 0.2, 0.19, 0.21, 0.05),))
-    m = arm_manifest().add(TARGET, wall, metric_percentiles=(50.0, 99.9), until_precise=precise)
+    m = arm_manifest().add(TARGET, wall, metric_percentiles=(50.0, 99.9), until_precise=precise,
+                           soak_precise=("ttft_p90=0.05",))  # fmt: skip
     data = to_json(m)
     assert {k: data[k] for k in NEW_KEYS} == {
         "run_start_wall_ns": 1_796_369_853_584_183_040, "utc_offset_s": 3600,
@@ -164,6 +166,7 @@ def test_replicas_a_kept_server_log_and_a_precise_stop_write_these_keys_and_read
         "until_precise": {"reached": True, "measured": 41, "planned": 100, "targets": [
             {"target": "ttft_p90", "goal": 0.05, "n": 41, "estimate": 0.2, "low": 0.19,
              "high": 0.21, "margin": 0.05}]},
+        "soak_precise": ["ttft_p90=0.05"],
     }  # fmt: skip
     assert read_run_manifest(orjson.loads(orjson.dumps(data))) == (m, ())
     # A log that could not be read says why and names no file; an arm without them has none.

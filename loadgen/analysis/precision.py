@@ -41,6 +41,11 @@ class PrecisionTarget:
     def name(self) -> str:
         return f"{self.metric}_p{self.share * 100:g}"
 
+    @property
+    def spec(self) -> str:
+        """The target as parse_precise reads it back (run.json keeps a soak's this way)."""
+        return f"{self.name}={self.margin!r}"
+
     def value(self, rec: StreamRecord) -> float | None:
         """The stream's value of the metric (None: it has none, e.g. a failed stream)."""
         return METRICS[self.metric].of(rec)

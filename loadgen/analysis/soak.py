@@ -7,6 +7,12 @@ Windows:
   request's end), so the windows tile the soak and server counters are never counted twice.
 - fixed time windows (`5m`, `300s`, `1h`): [k*w, (k+1)*w) on the run clock; a request belongs
   to the window it was sent in.
+- `--until-precise` (precise_windows): a window closes as soon as every target percentile's
+  order-statistic interval over its measured streams is within its margin (precision.py, the
+  tracker that stops a run) and the next opens at once, so the windows still tile the soak under
+  its unbroken load; a window lasts at most the `--window` length (thirds: a third of the
+  duration), and the soak's end cuts the last. Streams are taken in the order they were
+  written, each in the window it ended in, as a live stop would have seen them.
 Per window, from the client's records: token-true decode rate (median, p10 of requests), TTFT,
 prefill rate (prefilled prompt tokens / TTFT), mean decode context (prompt + completion / 2:
 the KV length halfway through its decode), the size mix (mean prompt and completion tokens).
@@ -42,6 +48,8 @@ from loadgen.analysis.baselines import prefill_tokens
 from loadgen.analysis.drift import DriftPoint, DriftVerdict, change, drift_verdict
 from loadgen.analysis.energy import throttle_names
 from loadgen.analysis.inputs import load_run
+from loadgen.analysis.precision import PrecisionTarget, PrecisionTracker, parse_precise
+from loadgen.analysis.soak_types import SoakPrecise, WindowPrecision
 from loadgen.analysis.timeline import Timeline
 from loadgen.codec import to_json
 from loadgen.records import StreamRecord, read_jsonl
@@ -165,6 +173,47 @@ def time_windows(points: Sequence[SoakPoint], width_s: float) -> list[Window]:
         lo, hi = k * width, min((k + 1) * width, end)
         inside = tuple(p for p in points if lo <= p.t_sent_ns < hi)
         out.append(Window(k, f"{lo / NS / 60:g}-{hi / NS / 60:.3g} min", lo, hi, inside))
+    return out
+
+
+# What closed a window of a soak under --until-precise before its targets were reached.
+WINDOW_LENGTH = "window length"
+SOAK_END = "soak end"
+
+
+def precise_windows(
+    records: Sequence[StreamRecord],
+    points: Sequence[SoakPoint],
+    targets: tuple[PrecisionTarget, ...],
+    limit_ns: int | None,
+) -> list[tuple[Window, WindowPrecision]]:
+    """The soak cut where each window became precise (module docstring), each window with how
+    precisely it pinned the targets; `limit_ns`: the longest a window lasts (run clock)."""
+    by_id = {p.id: p for p in points}
+    out: list[tuple[Window, WindowPrecision]] = []
+    opened, members, tracker = 0, list[str](), PrecisionTracker(targets)
+
+    def close(at_ns: int, cut_by: str | None) -> None:
+        nonlocal opened, members, tracker
+        inside = sorted((by_id[i] for i in members if i in by_id), key=lambda p: p.order)
+        out.append((Window(len(out), f"w{len(out) + 1}", opened, at_ns, tuple(inside)),
+                    WindowPrecision(tracker.reached, len(members), None,
+                                    tuple(tracker.standing), cut_by)))  # fmt: skip
+        opened, members, tracker = at_ns, [], PrecisionTracker(targets)
+
+    seen = 0
+    for rec in records:
+        if rec.phase != "measure":
+            continue
+        seen = max(opened, rec.t_done_ns if rec.t_done_ns is not None else rec.t_intended_ns)
+        while limit_ns is not None and seen >= opened + limit_ns:
+            close(opened + limit_ns, WINDOW_LENGTH)
+        members.append(rec.id)
+        tracker.see(rec)
+        if tracker.reached:
+            close(seen, None)
+    if members:
+        close(seen, SOAK_END)
     return out
 
 
@@ -329,15 +378,22 @@ def analyze_soak(
     window: str = "thirds",
     speed: float = 1.0,
     telemetry: Sequence[dict[str, Any]] = (),
+    precise: tuple[PrecisionTarget, ...] = (),
+    duration_s: float | None = None,
 ) -> dict[str, Any]:
-    """The soak's windows (`thirds` or a length like `5m` of the server's clock: client,
-    server and self-watch stats side by side), the context-bin table per window, the client
-    memory check and the drift verdict. Records and metrics are on the run's wall clock; a sim
-    at `speed` runs that many engine seconds per wall second, and every time and rate out of
-    here is on the server's clock."""
+    """The soak's windows (`thirds` or a length like `5m` of the server's clock, or cut where
+    each became `precise`: client, server and self-watch stats side by side), the context-bin
+    table per window, the client memory check and the drift verdict. Records and metrics are
+    on the run's wall clock; a sim at `speed` runs that many engine seconds per wall second,
+    and every time and rate out of here is on the server's clock; `duration_s`: the soak's,
+    whose third bounds a precise window under `thirds`."""
     window_s = parse_window(window)
     points = soak_points(records)
     windows = thirds(points) if window_s is None else time_windows(points, window_s / speed)
+    limit_s = window_s if window_s is not None else duration_s and duration_s / 3
+    limit_ns = round(limit_s / speed * NS) if limit_s else None
+    cut = precise_windows(records, points, precise, limit_ns) if precise else []
+    windows = [w for w, _ in cut] if precise else windows
     tele = sorted((t for t in telemetry if t.get("gpus")), key=lambda t: t["t_ns"])
     tele_ns = [t["t_ns"] for t in tele]
     rows = []
@@ -352,13 +408,18 @@ def analyze_soak(
                 "context_bins": context_bins(w, speed),
             }
         )
+    if precise:
+        for row, (_, standing) in zip(rows, cut, strict=True):
+            row["precision"] = to_json(standing)
     kept = [p for w, r in zip(windows, rows, strict=True) if not r["client"]["behind"]
             for p in w.points]  # fmt: skip
     verdict = _verdict(kept, rows, speed)
     excluded = [r["label"] for r in rows if r["client"]["behind"]]
     rates_first_last = [r["decode_tok_s_median"] for r in rows if r["n"]]
+    asked = SoakPrecise(tuple(t.spec for t in precise), limit_s or None) if precise else None
     return {
         "window": window,
+        **({} if asked is None else {"precise": to_json(asked)}),
         "requests": len(points),
         "windows": rows,
         "first_to_last": (
@@ -408,9 +469,11 @@ def analyze_soak_dir(path: Path) -> dict[str, Any]:
     client = list(read_jsonl(path / "client.jsonl"))
     on_sim = isinstance(m.target, TargetInfo) and m.target.kind == "sim"
     speed = float(m.speed or 1.0) if on_sim else 1.0
+    precise = tuple(parse_precise(spec) for spec in m.soak_precise or ())
     out = analyze_soak(inputs.streams, Timeline(inputs.metrics), client,
                        window=str(block.get("window", "thirds")), speed=speed,
-                       telemetry=inputs.telemetry)  # fmt: skip
+                       telemetry=inputs.telemetry, precise=precise,
+                       duration_s=block.get("duration_s"))  # fmt: skip
     failed = [r for r in inputs.streams if r.phase == "measure" and r.status != "ok"]
     return out | {
         "scenario": m.scenario_name,

@@ -14,6 +14,7 @@ from loadgen.analysis.drift import DriftVerdict
 from loadgen.analysis.summary_types import RunTarget, ServerWindow, target_json
 from loadgen.clock import ClockName
 from loadgen.codec import from_json
+from loadgen.run_manifest import UntilPrecise
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,24 @@ class ContextBin:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowPrecision(UntilPrecise):
+    """How `--until-precise` ended for one window of a soak, as for a run (`planned` None: a
+    length bounds a window, not a count) and, where not every target came within its margin,
+    what closed the window first: its own length (`window length`) or the soak's end."""
+
+    cut_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SoakPrecise:
+    """A soak's `--until-precise`: the targets (metric_pNN=margin) that close its windows and
+    the longest a window may last (s of the server's clock; None: only the soak's end)."""
+
+    targets: tuple[str, ...]
+    limit_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class SoakWindow:
     label: str
     n: int
@@ -71,6 +90,7 @@ class SoakWindow:
     client: WindowClient
     gpu: WindowGpu
     context_bins: tuple[ContextBin, ...]  # bins with no request left out
+    precision: WindowPrecision | None = None  # a soak without --until-precise has none
 
     def context_bin(self, label: str) -> ContextBin | None:
         return next((b for b in self.context_bins if b.bin == label), None)
@@ -140,6 +160,7 @@ class SoakSummary:
     end: SoakEnd
     points: tuple[SoakPointRow, ...]
     clocks: ClocksControl = ClocksControl()  # an older soak.json has none
+    precise: SoakPrecise | None = None  # a soak without --until-precise has none
 
 
 def read_soak(s: Mapping[str, Any]) -> SoakSummary:

@@ -851,11 +851,19 @@ def _precise_targets(
     return tuple(targets)
 
 
-UNTIL_PRECISE_OPTION = click.option(
-    "--until-precise",
-    "until_precise",
-    multiple=True,
-    metavar="METRIC_pNN=MARGIN",
-    callback=_precise_targets,
-    help=f"Stop sending once precise: {PRECISE_HELP}.",
+def until_precise_option(purpose: str) -> Any:
+    """`--until-precise` in the one grammar every command takes (analysis/precision.py)."""
+    return click.option("--until-precise", "until_precise", multiple=True,
+                        metavar="METRIC_pNN=MARGIN", callback=_precise_targets,
+                        help=purpose)  # fmt: skip
+
+
+UNTIL_PRECISE_OPTION = until_precise_option(f"Stop sending once precise: {PRECISE_HELP}.")
+# A soak keeps sending for its duration: precision closes its windows instead.
+SOAK_PRECISE_OPTION = until_precise_option(
+    "Close each soak window once precise: metric_pNN=margin (e.g. ttft_p90=5%): a window ends "
+    "as soon as the 95% order-statistic confidence interval of that percentile of the "
+    "measured ok streams it holds is within the margin (relative) of it, and the next begins "
+    "at once; a window is at most --window long (thirds: a third of --duration), and the last "
+    "is cut by the soak's end; repeat the option for several."
 )

@@ -7,8 +7,10 @@ import sys
 
 import click
 
+from loadgen.analysis.precision import PrecisionTarget
 from loadgen.clock import ClockName
 from loadgen.commands.options import (
+    SOAK_PRECISE_OPTION,
     RunArgs,
     run_like,
     usable_options,
@@ -42,6 +44,7 @@ from loadgen.scenario.soak_block import parse_duration, parse_window
     metavar="FAULT",
     help="A sim fault for this soak, e.g. drift=30 (percent per hour). Repeatable.",
 )
+@SOAK_PRECISE_OPTION
 @run_like(watch=True)
 def soak_cmd(
     scenario: str,
@@ -49,11 +52,13 @@ def soak_cmd(
     window: str | None,
     concurrency: int | None,
     faults: tuple[str, ...],
+    until_precise: tuple[PrecisionTarget, ...],
     args: RunArgs,
 ) -> None:
     """Soak a server (or the sim) with SCENARIO's groups back to back; report drift."""
     # A soak on a long-lived server must start cold like any run: a fresh seed unless given.
-    opts = usable_options(args, sim_clock=ClockName.VIRTUAL, routed=True)
+    opts = usable_options(args, sim_clock=ClockName.VIRTUAL, routed=True,
+                          soak_precise=until_precise)  # fmt: skip
     try:
         loaded = load_scenario(scenario, list(args.sets()))
     except ScenarioError as exc:

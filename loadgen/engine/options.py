@@ -69,6 +69,9 @@ class RunOptions:
     # `--until-precise`: send until each target percentile's confidence interval is within its
     # margin (engine/precise.py), the plan's requests at most; () sends the whole plan.
     until_precise: tuple[PrecisionTarget, ...] = ()
+    # A soak's `--until-precise`: each of its windows closes once these are within their
+    # margins (analysis/soak.py cuts them from the records); kept in run.json, never a stop.
+    soak_precise: tuple[PrecisionTarget, ...] = ()
     # Watching a run from outside: loadgen's own /metrics on 127.0.0.1:metrics_port while it
     # runs (`live`: its figures, set by the engine while serving them), and a W3C traceparent
     # header on every request (recorded per stream).

@@ -201,8 +201,9 @@ def base_manifest(plan: Plan, opts: RunOptions, started: dt.datetime) -> RunMani
     source = opts.seed_source or ("user" if opts.run_seed is not None else "scenario")
     slo = {**(plan.scenario.slo or {}), **(opts.slo or {})}
     seed = RunSeed(plan.seed, source)
-    return manifest_head(plan.scenario, seed, started, slo, opts.clock, opts.slo_shares,
+    head = manifest_head(plan.scenario, seed, started, slo, opts.clock, opts.slo_shares,
                          opts.metric_percentiles)  # fmt: skip
+    return head.add(soak_precise=tuple(t.spec for t in opts.soak_precise) or None)
 
 
 def arm_info(arm: ArmPlan) -> ArmInfo:

@@ -15,6 +15,7 @@ from loadgen.analysis.soak import CONTEXT_BINS, analyze_soak_dir
 from loadgen.analysis.soak_types import (
     SERVER_STOPS,
     ClocksControl,
+    SoakPrecise,
     SoakSummary,
     WindowClient,
     WindowGpu,
@@ -25,6 +26,7 @@ from loadgen.clock import ClockName
 from loadgen.report.html import _img, _page
 from loadgen.report.plots import png_bytes
 from loadgen.report.tables import DASH, Table, num, rate, secs, to_html, to_plain
+from loadgen.report.text import standing_text
 
 SHADES = ("#e8eef7", "#f7efe4")
 
@@ -78,6 +80,50 @@ def _client_cell(c: WindowClient) -> str:
         return DASH
     flag = " BEHIND" if c.behind else ""
     return f"{c.lag_max_ms:.0f} / {c.cpu_share * 100:.0f}% / {c.rss_mib_mean:.0f}{flag}"
+
+
+def precision_table(s: SoakSummary) -> Table | None:
+    """Per window of a soak under `--until-precise`: what closed it, the measured streams it
+    took, and where each target stood then (None: a soak without it)."""
+    if s.precise is None:
+        return None
+    rows = []
+    for w in s.windows:
+        p = w.precision
+        if p is None:
+            continue
+        closed = "precise" if p.reached else f"not reached ({p.cut_by})"
+        rows.append((w.label, closed, str(p.measured), *map(standing_text, p.targets)))
+    return Table(
+        "Window precision (--until-precise)",
+        ("window", "closed by", "measured", *s.precise.targets),
+        tuple(rows),
+        notes=(
+            "each target: its percentile over the window's measured ok streams, the 95% "
+            "distribution-free (order-statistic) interval, the margin reached and the n it took",
+            f"a window closes once every target is within its goal, {_limit(s.precise)}; "
+            "not reached: its length or the soak's end came first",
+        ),
+    )
+
+
+def _limit(p: SoakPrecise) -> str:
+    return "with no length of its own" if p.limit_s is None else f"at most {p.limit_s:g} s long"
+
+
+def precise_lines(s: SoakSummary) -> list[str]:
+    """How many windows came within the `--until-precise` goals, and a `!!` line naming each
+    window whose length or the soak's end came first (nothing for a soak without it)."""
+    if s.precise is None:
+        return []
+    done = [w for w in s.windows if w.precision is not None and w.precision.reached]
+    short = [f"{w.label} ({w.precision.cut_by})" for w in s.windows
+             if w.precision is not None and not w.precision.reached]  # fmt: skip
+    lines = [f"until precise: {', '.join(s.precise.targets)}; each window closed once precise, "
+             f"{_limit(s.precise)}: {len(done)} of {len(s.windows)} windows precise"]  # fmt: skip
+    if short:
+        lines.append(f"!! NOT PRECISE: not reached in {', '.join(short)}")
+    return lines
 
 
 def bins_table(s: SoakSummary) -> Table:
@@ -173,6 +219,7 @@ def head_lines(s: SoakSummary) -> list[str]:
     if end.reason in SERVER_STOPS:
         lines.append(f"!! the server stopped serving mid-soak: {end.detail}")
     lines.append(_client_line(s))
+    lines += precise_lines(s)
     lines += _clocks_lines(s.clocks)
     if s.excluded_windows:
         lines.append("!! left out of the verdict (client fell behind): "
@@ -233,9 +280,12 @@ def rate_png(s: SoakSummary) -> bytes | None:
     return png_bytes(fig)
 
 
+def _tables(s: SoakSummary) -> list[Table]:
+    return [t for t in (windows_table(s), precision_table(s), bins_table(s)) if t is not None]
+
+
 def render_plain(s: SoakSummary) -> str:
-    return "\n\n".join(["\n".join(head_lines(s)), to_plain(windows_table(s)),
-                        to_plain(bins_table(s))]) + "\n"  # fmt: skip
+    return "\n\n".join(["\n".join(head_lines(s)), *map(to_plain, _tables(s))]) + "\n"
 
 
 def write_soak_report(path: Path) -> str:
@@ -252,6 +302,6 @@ def write_soak_report(path: Path) -> str:
                     for x in head_lines(s)[1:])  # fmt: skip
     body = (lines + "<h2>Decode rate over the soak</h2>"
             + _img(png, "decode rate over time", "no request decoded")
-            + to_html(windows_table(s)) + to_html(bins_table(s)))  # fmt: skip
+            + "".join(map(to_html, _tables(s))))  # fmt: skip
     (path / "report.html").write_text(_page(head_lines(s)[0], body), encoding="utf-8")
     return text

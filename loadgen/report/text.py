@@ -65,7 +65,7 @@ from loadgen.report.tables import (
 )
 from loadgen.report.trace_lines import raised_lines, reuse_lines
 from loadgen.report.witness_lines import added_ttft_lines, server_log_lines, server_log_table
-from loadgen.run_manifest import ProfileRef, UntilPrecise
+from loadgen.run_manifest import Precision, ProfileRef, UntilPrecise
 
 MAX_LISTED_STREAMS = 20
 _NO_CAP = "no server facts, no plateau; state it with --server-facts max_num_seqs=N"
@@ -168,18 +168,21 @@ def send_late_line(c: ClientLimits) -> str | None:
     )
 
 
+def standing_text(p: Precision) -> str:
+    """Where one `--until-precise` target stood: its estimate, its 95% interval and the margin
+    reached against its goal, at its n."""
+    if p.margin is None:
+        return f"{p.target} no interval yet with n={p.n} (goal {p.goal:.1%})"
+    return (
+        f"{p.target} {p.estimate:.4g} (95% CI {p.low:.4g}-{p.high:.4g}) within"
+        f" {p.margin:.1%} (goal {p.goal:.1%}) at n={p.n}"
+    )
+
+
 def precise_line(u: UntilPrecise) -> str:
     """How `--until-precise` ended: each target's estimate, its 95% interval, the margin it
     reached against its goal and the n it took; a goal never reached is a `!!` line."""
-    parts = []
-    for p in u.targets:
-        if p.margin is None:
-            parts.append(f"{p.target} no interval yet with n={p.n} (goal {p.goal:.1%})")
-            continue
-        parts.append(
-            f"{p.target} {p.estimate:.4g} (95% CI {p.low:.4g}-{p.high:.4g}) within"
-            f" {p.margin:.1%} (goal {p.goal:.1%}) at n={p.n}"
-        )
+    parts = [standing_text(p) for p in u.targets]
     bound = f"{u.planned} planned" if u.planned is not None else "the plan's duration"
     if u.reached:
         return (
