@@ -99,6 +99,11 @@ def test_fixed_time_windows_hold_the_requests_sent_inside() -> None:
     assert [[p.id for p in w.points] for w in ws] == [
         ["r0", "r1", "r2", "r3"], ["r4", "r5", "r6", "r7"], ["r8"]
     ]  # fmt: skip
+    assert [w.label for w in ws] == ["0-0.667 min", "0.666667-1.33 min", "1.33333-1.35 min"]
+    # A sim 20 times faster than the wall: a 2 min window of its clock is 6 s of the run's,
+    # and is labelled in the server's minutes, as its rates are given.
+    fast = time_windows(soak_points(recs), 6.0, speed=20)
+    assert [w.label for w in fast][:2] == ["0-2 min", "2-4 min"]
     assert parse_window("5m") == 300.0 and parse_window("thirds") is None
     with pytest.raises(ValueError, match="use `thirds` or a length"):
         parse_window("fortnight")

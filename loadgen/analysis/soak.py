@@ -161,8 +161,9 @@ def thirds(points: Sequence[SoakPoint]) -> list[Window]:
     ]
 
 
-def time_windows(points: Sequence[SoakPoint], width_s: float) -> list[Window]:
-    """Fixed windows of `width_s` from the run's start, up to the last request's end."""
+def time_windows(points: Sequence[SoakPoint], width_s: float, speed: float = 1.0) -> list[Window]:
+    """Fixed windows of `width_s` (run clock) from the run's start, up to the last request's
+    end, labelled in the server's minutes (a sim at `speed` runs that many per wall minute)."""
     if not points:
         return []
     width = round(width_s * NS)
@@ -172,7 +173,8 @@ def time_windows(points: Sequence[SoakPoint], width_s: float) -> list[Window]:
     for k in range(count):
         lo, hi = k * width, min((k + 1) * width, end)
         inside = tuple(p for p in points if lo <= p.t_sent_ns < hi)
-        out.append(Window(k, f"{lo / NS / 60:g}-{hi / NS / 60:.3g} min", lo, hi, inside))
+        label = f"{lo * speed / NS / 60:g}-{hi * speed / NS / 60:.3g} min"
+        out.append(Window(k, label, lo, hi, inside))
     return out
 
 
@@ -389,7 +391,7 @@ def analyze_soak(
     whose third bounds a precise window under `thirds`."""
     window_s = parse_window(window)
     points = soak_points(records)
-    windows = thirds(points) if window_s is None else time_windows(points, window_s / speed)
+    windows = thirds(points) if window_s is None else time_windows(points, window_s / speed, speed)
     limit_s = window_s if window_s is not None else duration_s and duration_s / 3
     limit_ns = round(limit_s / speed * NS) if limit_s else None
     cut = precise_windows(records, points, precise, limit_ns) if precise else []
