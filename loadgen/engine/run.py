@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.engine.arm import drive_arm
+from loadgen.engine.arm import ArmOpening, drive_arm
 from loadgen.engine.backends import clock_of
 from loadgen.engine.boots import run_boots
 from loadgen.engine.http_backend import max_in_flight
@@ -257,7 +257,7 @@ async def _run_arm(
         keep(manifest.add(part))  # before anything is sent
 
     try:
-        opened = clock_of(opts).open_backend(arm, rundir, opts, warn, target, reached)
+        opened = clock_of(opts).open_backend(ArmOpening(arm, rundir, opts, warn, target, reached))
         async with opened as backend:
             planned = None if arm.open_ended else arm.planned_streams
             precise = PreciseStop(opts.until_precise, planned) if opts.until_precise else None
