@@ -20,6 +20,7 @@ from loadgen.analysis.slo import parse_slo
 from loadgen.client.openai import OpenAIClient
 from loadgen.engine.capacity import search_capacity
 from loadgen.engine.options import RunOptions
+from loadgen.engine.run import Hooks
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.load_axis import LoadAxis
 
@@ -82,7 +83,7 @@ async def test_a_capacity_search_does_no_heavy_work_while_streams_are_in_flight(
     try:
         root = await search_capacity(
             scenario, axis, Search("concurrency", 1, 2, 1, 0.05, 2),
-            parse_slo("ttft_p90=5"), opts, warn=lambda _m: None,
+            parse_slo("ttft_p90=5"), opts, Hooks(warn=lambda _m: None),
         )  # fmt: skip
     finally:
         _WATCH.remove(watch.audit)

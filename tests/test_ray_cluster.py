@@ -25,7 +25,7 @@ from ray_cluster import free_port, local_ray_cluster, ray_processes
 from test_run_workers import EXPECTED, _hist_counts, _run, _server_verdicts, _streams
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.pool import Job
+from loadgen.client.pool import Job, WorkerClient
 from loadgen.client.ray_pool import RayPool
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
@@ -117,10 +117,8 @@ async def test_killed_actor_loses_no_completed_record(ray_address: str) -> None:
     ]
     got: list = []
     with ThreadedPacedServer(cfg) as srv:
-        async with RayPool(
-            ray_address, 2, base_url=srv.url, api_key=None, seats=1, timeouts=Timeouts(),
-            run_start_ns=time.perf_counter_ns(),
-        ) as pool:  # fmt: skip
+        client = WorkerClient(srv.url, None, Timeouts(), time.perf_counter_ns())
+        async with RayPool(ray_address, 2, client, seats=1) as pool:
             victim = pool.manifest()[0]
             run = asyncio.create_task(pool.run(jobs, got.append))
             while not any(s.request_id == "a3" and len(s.send_ns) >= 2 for s in srv.served):

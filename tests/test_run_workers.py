@@ -19,7 +19,7 @@ from run_fixtures import manifest, stream, write_run
 
 from loadgen.analysis.hist import merge_hlogs
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.pool import Job, ProcessPool, split_jobs
+from loadgen.client.pool import Job, ProcessPool, WorkerClient, split_jobs
 from loadgen.codec import to_json
 from loadgen.commands.options import workers_value
 from loadgen.commands.run import FAILED_STREAMS_EXIT, report_run, unrecorded_summary
@@ -105,8 +105,8 @@ async def test_a_killed_worker_loses_no_completed_record(tmp_path: Path) -> None
         got: list[StreamRecord] = []
         killed = threading.Event()
         pool = ProcessPool(
-            2, base_url=srv.url, api_key=None, seats=1, timeouts=Timeouts(),
-            run_start_ns=time.perf_counter_ns(), spill_dir=tmp_path,
+            2, WorkerClient(srv.url, None, Timeouts(), time.perf_counter_ns()), seats=1,
+            spill_dir=tmp_path,
         )  # fmt: skip
 
         def on_record(rec: StreamRecord) -> None:
@@ -137,8 +137,8 @@ async def test_a_killed_worker_loses_no_completed_record(tmp_path: Path) -> None
 async def test_a_pool_whose_workers_all_finish_names_no_stream(tmp_path: Path) -> None:
     async with PacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
         pool = ProcessPool(
-            2, base_url=srv.url, api_key=None, seats=1, timeouts=Timeouts(),
-            run_start_ns=time.perf_counter_ns(), spill_dir=tmp_path,
+            2, WorkerClient(srv.url, None, Timeouts(), time.perf_counter_ns()), seats=1,
+            spill_dir=tmp_path,
         )  # fmt: skip
         async with pool:
             problems = await pool.run(split_jobs(_requests(4), 2, 2), lambda rec: None)
@@ -173,8 +173,8 @@ async def test_an_open_loop_job_keeps_its_schedule_from_the_pools_start(tmp_path
     ]
     start = time.perf_counter_ns()
     async with PacedServer(PacedConfig(ttft_s=0.01, gap_s=0.005)) as srv, ProcessPool(
-        1, base_url=srv.url, api_key=None, seats=3, timeouts=Timeouts(),
-        run_start_ns=start, spill_dir=tmp_path,
+        1, WorkerClient(srv.url, None, Timeouts(), start), seats=3,
+        spill_dir=tmp_path,
     ) as pool:  # fmt: skip
         got: list[StreamRecord] = []
         before = time.perf_counter_ns() - start

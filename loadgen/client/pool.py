@@ -145,13 +145,22 @@ async def serve_job(
 
 
 @dataclass(frozen=True, slots=True)
-class _WorkerArgs:
-    index: int
+class WorkerClient:
+    """What every worker of a pool (a process here, a Ray actor in ray_pool.py) streams to and
+    with: the server and its key, the timeouts, and the run clock's zero its records are
+    stamped against (perf_counter_ns)."""
+
     base_url: str
     api_key: str | None
-    seats: int
     timeouts: Timeouts
     run_start_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkerArgs:
+    index: int
+    client: WorkerClient
+    seats: int
     spill: str
 
 
@@ -174,9 +183,10 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
         main_task = asyncio.current_task()
         assert main_task is not None
         install_stop_signals(lambda _sig: main_task.cancelling() or main_task.cancel())
+        to = args.client
         async with OpenAIClient(
-            args.base_url, api_key=args.api_key, concurrency=args.seats,
-            timeouts=args.timeouts, run_start_ns=args.run_start_ns,
+            to.base_url, api_key=to.api_key, concurrency=args.seats, timeouts=to.timeouts,
+            run_start_ns=to.run_start_ns,
         ) as client:  # fmt: skip
             await client.warm(args.seats)
             lag = LoopLagMonitor()
@@ -188,7 +198,7 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
                 if (start_ns := await asyncio.to_thread(jobs.get)) is None:
                     break
                 with lag.measuring():
-                    await serve_job(client, job, start_ns, args.run_start_ns, emit)
+                    await serve_job(client, job, start_ns, to.run_start_ns, emit)
                 out.put(("done", args.index, lag.summary_ms()))
             ticker.cancel()
 
@@ -202,24 +212,14 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
 
 
 class ProcessPool:
-    """`size` worker processes streaming to `base_url`; an async context manager (workers are
-    started and warmed on enter, stopped on exit). `seats` is the most streams any one
+    """`size` worker processes streaming as `client` says; an async context manager (workers
+    are started and warmed on enter, stopped on exit). `seats` is the most streams any one
     worker will hold at once (its connection pool)."""
 
-    def __init__(
-        self,
-        size: int,
-        *,
-        base_url: str,
-        api_key: str | None,
-        seats: int,
-        timeouts: Timeouts,
-        run_start_ns: int,
-        spill_dir: Path,
-    ) -> None:
+    def __init__(self, size: int, client: WorkerClient, *, seats: int, spill_dir: Path) -> None:
         self.size = size
         self._spill_dir = spill_dir
-        self._run_start_ns = run_start_ns
+        self._run_start_ns = client.run_start_ns
         ctx = mp.get_context("spawn")  # no fork of a process with a running event loop
         self._out = ctx.Queue()
         self._jobs = [ctx.Queue() for _ in range(size)]
@@ -228,8 +228,7 @@ class ProcessPool:
             ctx.Process(target=_worker_main, args=(args, self._jobs[args.index], self._out),
                         daemon=True)
             for args in (
-                _WorkerArgs(i, base_url, api_key, seats, timeouts, run_start_ns,
-                            str(spill_dir / f"w{i}.jsonl"))
+                _WorkerArgs(i, client, seats, str(spill_dir / f"w{i}.jsonl"))
                 for i in range(size)
             )
         ]  # fmt: skip

@@ -36,7 +36,7 @@ from loadgen import __version__
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.lag import quiet_collector
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.pool import STREAMS_PER_PROCESS, Job, OnRecord, serve_job
+from loadgen.client.pool import STREAMS_PER_PROCESS, Job, OnRecord, WorkerClient, serve_job
 from loadgen.codec import to_json
 from loadgen.messages import one_line
 from loadgen.records import StreamRecord, read_stream
@@ -192,12 +192,9 @@ def cluster_workers(nodes: int, cpus: float, peak_in_flight: int) -> int:
 async def ray_pool(
     address: str,
     requested: int | None,
+    client: WorkerClient,
     *,
-    base_url: str,
-    api_key: str | None,
     peak_in_flight: int,
-    timeouts: Timeouts,
-    run_start_ns: int,
 ) -> AsyncIterator[RayPool]:
     """A RayPool of `requested` workers, or (None: auto) as many as cluster_workers says for
     the cluster at `address`; each holds its share of `peak_in_flight` seats."""
@@ -208,10 +205,7 @@ async def ray_pool(
         ray.cluster_resources().get("CPU", 1),
         peak_in_flight,
     )
-    async with RayPool(
-        address, size, base_url=base_url, api_key=api_key,
-        seats=math.ceil(peak_in_flight / size), timeouts=timeouts, run_start_ns=run_start_ns,
-    ) as pool:  # fmt: skip
+    async with RayPool(address, size, client, seats=math.ceil(peak_in_flight / size)) as pool:
         yield pool
 
 
@@ -248,23 +242,13 @@ class RayPool:
     the same interface as client/pool.py's ProcessPool. Async context manager: actors started,
     clock-synced, warmed (`seats` connections each) and timed on enter, killed on exit."""
 
-    def __init__(
-        self,
-        address: str,
-        size: int,
-        *,
-        base_url: str,
-        api_key: str | None,
-        seats: int,
-        timeouts: Timeouts,
-        run_start_ns: int,
-    ) -> None:
+    def __init__(self, address: str, size: int, client: WorkerClient, *, seats: int) -> None:
         self.ray = import_ray()
         self.address = address
         self.size = size
-        self.run_start_ns = run_start_ns
+        self.run_start_ns = client.run_start_ns
         self._seats = seats
-        self._args = (base_url, api_key, timeouts, seats)
+        self._args = (client.base_url, client.api_key, client.timeouts, seats)
         self._placed: list[_Placed] = []
         self._dead: dict[int, str] = {}  # worker index -> why, once it failed
         self.timing_s: dict[str, float] = {}

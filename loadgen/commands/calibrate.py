@@ -97,10 +97,7 @@ def calibrate_cmd(
         out=profile_out, name=name, hardware=hardware, budgets=_budgets(budgets),
     )  # fmt: skip
 
-    def say(line: str) -> None:
-        click.echo(line, err=True)
-
-    root = execute_work(partial(calibrate, req, opts, say=say))
+    root = execute_work(partial(calibrate, req, opts))
     click.echo(write_calibration_report(root), nl=False)
     _say_profile_out(profile_out)
     click.echo(f"run directory: {root}")

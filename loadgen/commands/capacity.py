@@ -111,11 +111,7 @@ def capacity_cmd(
         raise click.ClickException(f"{loaded.source}: at --max {hi:g}: {per_step[0]}")
     search = Search(over, lo, hi, repeats, rel_tol, max_steps)
 
-    def say(line: str) -> None:
-        click.echo(line, err=True)
-
-    work = partial(search_capacity, loaded, axis, search, items, opts, max_time_s=max_time_s,
-                   say=say)  # fmt: skip
+    work = partial(search_capacity, loaded, axis, search, items, opts, max_time_s=max_time_s)
     root = execute_work(work)
     click.echo(write_capacity_report(root))
     click.echo(f"run directory: {root}")

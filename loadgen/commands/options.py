@@ -479,6 +479,41 @@ LAUNCH_OPTIONS = option_group(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ProfiledArgs:
+    """A scenario and the fitted profile that predicts it on the virtual clock: what fidelity
+    and tune run on the server and on the sim."""
+
+    scenario: str
+    sim_profile: Path
+
+    def scenarios(
+        self, overrides: tuple[str, ...], extra: tuple[str, ...] = ()
+    ) -> tuple[Scenario, Scenario]:
+        """The scenario as the server runs it (--set, then `extra`) and as the sim predicts it
+        (the profile's settings, under --set, then `extra`)."""
+        from loadgen.scenario.load import ScenarioError, load_scenario
+
+        predicted = with_sim_profile(self.sim_profile, overrides)
+        try:
+            return (load_scenario(self.scenario, (*overrides, *extra)),
+                    load_scenario(self.scenario, (*predicted, *extra)))  # fmt: skip
+        except ScenarioError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+def profiled_options(profile_help: str) -> Callable[[F], F]:
+    """SCENARIO and a required --sim-profile (`profile_help`: what the command does with it),
+    reaching the command as `profiled: ProfiledArgs`."""
+    return option_group(
+        "profiled",
+        ProfiledArgs,
+        click.argument("scenario"),
+        click.option("--sim-profile", "sim_profile", required=True,
+                     type=click.Path(dir_okay=False, path_type=Path), help=profile_help),
+    )  # fmt: skip
+
+
 # --- Watching a run from outside (README "Watching a long run"): loadgen's own /metrics and a
 # W3C traceparent header per request.
 @dataclass(frozen=True, slots=True)

@@ -98,8 +98,7 @@ def request_cmd(target: TargetArgs, seed: SeedArgs, watch: WatchArgs, **opts: An
     from yarl import URL
 
     from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT, crowding
-    from loadgen.commands.run import ensure_ray, execute_work, exit_if_failed
-    from loadgen.engine.run import run_plan
+    from loadgen.commands.run import ensure_ray, execute_work, exit_if_failed, plan_work
     from loadgen.report.request_tables import request_report
     from loadgen.scenario.plan import plan
 
@@ -111,7 +110,7 @@ def request_cmd(target: TargetArgs, seed: SeedArgs, watch: WatchArgs, **opts: An
     show = partial(request_report, api=opts["api"], prompt_tokens=opts["prompt_tokens"],
                    crowded=crowded, per_stream=opts["per_stream"], width=width)  # fmt: skip
     with _run_root(opts["out"]) as (root, name):
-        work = partial(run_plan, the_plan, dataclasses.replace(run, out_root=root), name=name)
+        work = plan_work(the_plan, dataclasses.replace(run, out_root=root), name=name)
         path = execute_work(work, on_stop=partial(_stopped, show, opts["count"]))
         shown = show(path)
         _print(shown)

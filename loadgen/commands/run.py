@@ -37,7 +37,7 @@ from loadgen.commands.options import (
     workers_value,
 )
 from loadgen.commands.validate import ALLOW_FILES_OUTSIDE
-from loadgen.engine.run import RunOptions, run_plan
+from loadgen.engine.run import Hooks, RunOptions, run_plan
 from loadgen.engine.seeds import SEED_TYPE
 from loadgen.engine.target import RunError
 from loadgen.messages import one_line
@@ -166,12 +166,17 @@ class Stopped(KeyboardInterrupt):
 
 def execute(the_plan: Plan, opts: RunOptions, interrupted: str = "") -> Path:
     """Runs the plan and returns its run directory (execute_work says how it ends)."""
-    return execute_work(partial(run_plan, the_plan, opts), interrupted)
+    return execute_work(plan_work(the_plan, opts), interrupted)
 
 
-# Work that writes one run directory: called with the warning sink and a callback that hears
-# the directory's path before anything is sent.
-Work = Callable[..., Coroutine[Any, Any, Path]]
+# Work that writes one run directory, told where to warn, whom to tell the directory's path
+# before anything is sent, and where its progress lines go.
+Work = Callable[[Hooks], Coroutine[Any, Any, Path]]
+
+
+def plan_work(the_plan: Plan, opts: RunOptions, name: str | None = None) -> Work:
+    """run_plan as work (its `name`: see run_plan)."""
+    return lambda hooks: run_plan(the_plan, opts, hooks.warn, hooks.on_root, name=name)
 
 
 # What a stopped run shows of its directory (None: none was made yet), and its last line.
@@ -179,7 +184,7 @@ OnStop = Callable[[Path | None], str]
 
 
 def execute_work(work: Work, interrupted: str = "", on_stop: OnStop | None = None) -> Path:
-    """Runs `work(warn, on_root=...)` and returns its directory; work that cannot start is a
+    """Runs `work(hooks)` and returns its directory; work that cannot start is a
     one-line error. Ctrl-C or SIGTERM, on either clock, keeps every record written, prints the
     report of what was recorded (`on_stop`: the command's own) and exits 130 / 143
     (`interrupted` adds a hint to the default's last line)."""
@@ -187,9 +192,12 @@ def execute_work(work: Work, interrupted: str = "", on_stop: OnStop | None = Non
     def warn(msg: str) -> None:
         click.echo(f"warning: {msg}", err=True)
 
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
     roots: list[Path] = []
     try:
-        return uvloop.run(until_stopped(work(warn, on_root=roots.append)))
+        return uvloop.run(until_stopped(work(Hooks(warn, roots.append, say))))
     except ServerBootError as exc:
         # The first line says what failed; the server log's last lines below it say why.
         raise click.ClickException(str(exc).rstrip()) from None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from functools import partial
-from pathlib import Path
 
 import click
 import yaml
@@ -17,16 +16,16 @@ from loadgen.analysis.tune import OBJECTIVES
 from loadgen.clock import ClockName
 from loadgen.commands.capacity import load_range
 from loadgen.commands.options import (
+    ProfiledArgs,
     RunArgs,
     parsed_slo,
+    profiled_options,
     run_like,
     slo_option,
     usable_options,
-    with_sim_profile,
 )
 from loadgen.commands.run import execute_work
 from loadgen.engine.tune import CapacityAsk, TuneAsk, run_tune
-from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.load_axis import LoadAxis, load_problem
 from loadgen.sim.profile_file import ProfileFileError, load_profile_file, unpredictable
 
@@ -36,10 +35,7 @@ DEFAULT_MAX_TIME_S = 1800.0
 
 
 @click.command("tune")
-@click.argument("scenario")
-@click.option("--sim-profile", "sim_profile", required=True,
-              type=click.Path(dir_okay=False, path_type=Path),
-              help="The fitted profile that predicts each point (calibrate's file).")  # fmt: skip
+@profiled_options("The fitted profile that predicts each point (calibrate's file).")
 @click.option("--search", required=True, metavar="'flag=v1,v2;flag2=v1,v2'",
               help="The grid: sim flags under vLLM's names (dashes as underscores).")  # fmt: skip
 @slo_option("What a stream must meet to count as good", required=True)
@@ -62,8 +58,7 @@ DEFAULT_MAX_TIME_S = 1800.0
               help="Run the top N on the server (--server KIND ...), 2 boots each.")  # fmt: skip
 @run_like(progress=False, clock=False, sim_profile=False)
 def tune_cmd(
-    scenario: str,
-    sim_profile: Path,
+    profiled: ProfiledArgs,
     search: str,
     slo: str,
     objective: str,
@@ -82,37 +77,29 @@ def tune_cmd(
     items = parsed_slo(slo)
     axes = parsed_search(search)
     try:
-        profile = load_profile_file(sim_profile)
+        profile = load_profile_file(profiled.sim_profile)
     except ProfileFileError as exc:
         raise click.ClickException(str(exc)) from None
     for flag in axes:
         reason = unpredictable(profile, flag)
         if reason is not None:
-            raise click.ClickException(f"{sim_profile}: cannot rank {reason}")
+            raise click.ClickException(f"{profiled.sim_profile}: cannot rank {reason}")
     opts = usable_options(dataclasses.replace(args, clock=ClockName.WALL))
     if verify and opts.server is None:
         raise click.UsageError("--verify runs the top points on a launched server: add "
                                "--server KIND (--server sim: the built-in sim)")  # fmt: skip
-    grid = (f"sweep={json.dumps(axes)}",)
-    try:
-        real = load_scenario(scenario, (*args.overrides, *grid))
-        predicted = load_scenario(scenario, (*with_sim_profile(sim_profile, args.overrides), *grid))
-    except ScenarioError as exc:
-        raise click.ClickException(str(exc)) from None
+    real, predicted = profiled.scenarios(args.overrides, (f"sweep={json.dumps(axes)}",))
     capacity = capacity_ask(objective, over, lo, hi, verify)
     problem = capacity and load_problem(dataclasses.replace(predicted, sweep=None), capacity.axis)
     if problem:
         raise click.ClickException(problem)
-    ask = TuneAsk(predicted, real, sim_profile.resolve(), objective, items, max_points,
+    ask = TuneAsk(predicted, real, profiled.sim_profile.resolve(), objective, items, max_points,
                   max_time_s, verify, capacity)  # fmt: skip
-
-    def say(line: str) -> None:
-        click.echo(line, err=True)
 
     slo_opts = dataclasses.replace(
         opts, slo={i.key: i.limit for i in items}, slo_shares={i.key: i.share for i in items}
     )
-    root = execute_work(partial(run_tune, ask, slo_opts, say=say))
+    root = execute_work(partial(run_tune, ask, slo_opts))
     click.echo(write_tune_report(root))
     click.echo(f"run directory: {root}")
 

@@ -13,6 +13,7 @@ both, and cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
@@ -21,6 +22,7 @@ from loadgen.client.errors import ClientError
 from loadgen.codec import to_json
 from loadgen.engine.cache import CacheCheck
 from loadgen.engine.materialize import materialize
+from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.precise import PreciseStop
 from loadgen.engine.primes import prime_rep
@@ -37,6 +39,21 @@ Record = Callable[[StreamRecord], None]
 # What a server gone away raises on the wall clock: a soak ends on it (its report follows), a
 # run raises it.
 SERVER_GONE = (ClientError, OSError, aiohttp.ClientError)
+
+
+@dataclass(frozen=True, slots=True)
+class ArmOpening:
+    """What a clock's backend opens for an arm with (engine/backends.py's OpenBackend): the
+    arm, its run directory, the options, warn, the sweep boot's target (None: the backend
+    reaches its own) and `reached`, which hears the target's part of run.json before anything
+    is sent."""
+
+    arm: ArmPlan
+    rundir: RunDirectory
+    opts: RunOptions
+    warn: Callable[[str], None]
+    target: Target | None
+    reached: Callable[[TargetPart], None]
 
 
 class ArmBackend(Protocol):

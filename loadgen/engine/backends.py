@@ -11,31 +11,23 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.clock import ClockName
-from loadgen.engine.arm import ArmBackend
+from loadgen.engine.arm import ArmBackend, ArmOpening
 from loadgen.engine.http_backend import open_wall_backend
 from loadgen.engine.options import RunOptions
 from loadgen.engine.target import Target, launch_target
-from loadgen.records import RunDirectory
-from loadgen.run_manifest import TargetPart
 from loadgen.scenario.model import Scenario
-from loadgen.scenario.plan import ArmPlan, plan
+from loadgen.scenario.plan import plan
 
-# How a clock's backend opens for an arm: (arm, its run directory, the options, warn, the sweep
-# boot's target or None, what hears the target's part of run.json before anything is sent).
-OpenBackend = Callable[
-    [ArmPlan, RunDirectory, RunOptions, Callable[[str], None], Target | None,
-     Callable[[TargetPart], None]],
-    AbstractAsyncContextManager[ArmBackend],
-]  # fmt: skip
+# How a clock's backend opens for an arm.
+OpenBackend = Callable[[ArmOpening], AbstractAsyncContextManager[ArmBackend]]
 
 
-def _open_virtual_backend(*args: Any) -> AbstractAsyncContextManager[ArmBackend]:
-    """open_virtual_backend (OpenBackend's arguments), imported when the virtual clock runs:
-    the sim's engine is no part of a wall run, and `loadgen request` loads none of it
-    (tests/test_startup.py)."""
+def _open_virtual_backend(opening: ArmOpening) -> AbstractAsyncContextManager[ArmBackend]:
+    """open_virtual_backend, imported when the virtual clock runs: the sim's engine is no part
+    of a wall run, and `loadgen request` loads none of it (tests/test_startup.py)."""
     from loadgen.engine.virtual_run import open_virtual_backend
 
-    return open_virtual_backend(*args)
+    return open_virtual_backend(opening)
 
 
 @dataclass(frozen=True, slots=True)

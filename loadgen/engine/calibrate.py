@@ -50,7 +50,7 @@ from loadgen.analysis.inputs import load_run, read_manifest
 from loadgen.codec import to_json
 from loadgen.engine.backends import clock_of, shared_target
 from loadgen.engine.options import RunOptions
-from loadgen.engine.run import base_manifest, open_work_root, run_arm
+from loadgen.engine.run import Hooks, base_manifest, open_work_root, run_arm
 from loadgen.engine.target import RunError, Target
 from loadgen.records import StreamRecord
 from loadgen.run_manifest import RunManifest, TargetInfo, write_manifest
@@ -86,21 +86,15 @@ class CalibrateRequest:
     budgets: tuple[int, ...] | None = None
 
 
-async def calibrate(
-    req: CalibrateRequest,
-    opts: RunOptions,
-    warn: Callable[[str], None],
-    on_root: Callable[[Path], None] | None = None,
-    *,
-    say: Callable[[str], None] = lambda _line: None,
-) -> Path:
+async def calibrate(req: CalibrateRequest, opts: RunOptions, hooks: Hooks) -> Path:
     """Runs the plan and writes the profile; returns the calibration's directory."""
     if req.budgets and not restartable(opts):
         raise RunError(
             f"--budgets needs a server loadgen launches (--server KIND): it cannot restart "
             f"{opts.base_url}; by URL the profile lists the costs one boot leaves unseparated"
         )
-    work = open_work_root(req.base, opts, on_root)
+    work = open_work_root(req.base, opts, hooks.on_root)
+    warn, say = hooks.warn, hooks.say
     root, started, seed = work.path, work.started, work.seed
     manifest = base_manifest(plan(req.base, run_seed=seed), opts, started).add(
         calibrate={"limits": dataclasses.asdict(req.limits),

@@ -31,7 +31,7 @@ from loadgen.analysis.summary import analyze_run
 from loadgen.codec import to_json
 from loadgen.engine.backends import clock_of, shared_target
 from loadgen.engine.options import RunOptions
-from loadgen.engine.run import base_manifest, open_work_root, run_arm, watched
+from loadgen.engine.run import Hooks, base_manifest, open_work_root, run_arm, watched
 from loadgen.engine.target import Target
 from loadgen.run_manifest import write_manifest
 from loadgen.scenario.load_axis import LoadAxis, format_load, with_load
@@ -45,15 +45,14 @@ async def search_capacity(
     search: Search,
     slo: tuple[SloItem, ...],
     opts: RunOptions,
-    warn: Callable[[str], None],
-    on_root: Callable[[Path], None] | None = None,
+    hooks: Hooks,
     *,
     max_time_s: float | None = None,
-    say: Callable[[str], None] = lambda _line: None,
 ) -> Path:
     """Runs the search; returns its directory. `say` hears one line per step."""
     with watched(opts) as opts:  # one server for every step
-        work = open_work_root(scenario, opts, on_root)
+        work = open_work_root(scenario, opts, hooks.on_root)
+        warn, say = hooks.warn, hooks.say
         root, started, seed = work.path, work.started, work.seed
         manifest = base_manifest(plan(scenario, run_seed=seed), opts, started).add(
             capacity={

@@ -6,13 +6,11 @@ both and the profile as each side ends, so a stopped comparison keeps what ran."
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 
-from loadgen.clock import ClockName
 from loadgen.engine.manifest import profile_ref
 from loadgen.engine.options import RunOptions
-from loadgen.engine.run import open_work_root, run_plan
+from loadgen.engine.run import Hooks, open_work_root, run_plan
 from loadgen.run_manifest import FidelityRun, RunManifest, write_manifest
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import plan
@@ -24,13 +22,10 @@ async def run_fidelity(
     profile: Path,
     tolerance: float,
     opts: RunOptions,
-    warn: Callable[[str], None],
-    on_root: Callable[[Path], None] | None = None,
-    *,
-    say: Callable[[str], None] = lambda _line: None,
+    hooks: Hooks,
 ) -> Path:
     """Both runs, with one run seed (the same prompts, salts and arrivals); returns RUN."""
-    work = open_work_root(real, opts, on_root, "-fidelity")
+    work = open_work_root(real, opts, hooks.on_root, "-fidelity")
     root, started, seed = work.path, work.started, work.seed
     runs = FidelityRun(real.name, tolerance, None, None, profile_ref(str(profile)))
     manifest = RunManifest(
@@ -38,15 +33,11 @@ async def run_fidelity(
         clock=opts.clock,
     )  # fmt: skip
     write_manifest(root, manifest)
-    # The sim serves its own model name: the real server's --model is not its.
-    virtual = dataclasses.replace(
-        opts, clock=ClockName.VIRTUAL, base_url=None, server=None, model=None
-    )
-    sides = (("real", real, opts), ("virtual", predicted, virtual))
+    sides = (("real", real, opts), ("virtual", predicted, opts.on_virtual_sim()))
     for side, scenario, side_opts in sides:
-        say(f"fidelity: {side} run of {scenario.name}")
+        hooks.say(f"fidelity: {side} run of {scenario.name}")
         out = dataclasses.replace(side_opts, out_root=root / side, run_seed=seed)
-        run_dir = await run_plan(plan(scenario, run_seed=seed), out, warn)
+        run_dir = await run_plan(plan(scenario, run_seed=seed), out, hooks.warn)
         ran = str(run_dir.relative_to(root))
         runs = (
             dataclasses.replace(runs, real=ran)

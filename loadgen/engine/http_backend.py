@@ -19,7 +19,7 @@ from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
 from loadgen.clock import ClockName, WallClock
-from loadgen.engine.arm import Record
+from loadgen.engine.arm import ArmOpening, Record
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.live_metrics import LiveMetrics
 from loadgen.engine.materialize import materialize
@@ -55,20 +55,13 @@ SCHEDULE_LEAD_NS = 20_000_000
 
 
 @asynccontextmanager
-async def open_wall_backend(
-    arm: ArmPlan,
-    rundir: RunDirectory,
-    opts: RunOptions,
-    warn: Callable[[str], None],
-    target: Target | None,
-    reached: Callable[[TargetPart], None],
-) -> AsyncIterator[HttpBackend]:
-    """HTTP to `target` (a sweep's boot) or to the target the options name, started for this
-    arm; `reached` hears the target before anything is sent."""
-    given = nullcontext(target) if target is not None else None
-    async with given or open_target(arm, opts, log_dir=rundir.path, warn=warn) as up:
-        reached(up.part())
-        async with open_http_backend(arm, up, rundir, opts, warn) as http:
+async def open_wall_backend(o: ArmOpening) -> AsyncIterator[HttpBackend]:
+    """HTTP to `o.target` (a sweep's boot) or to the target the options name, started for this
+    arm; `o.reached` hears the target before anything is sent."""
+    given = nullcontext(o.target) if o.target is not None else None
+    async with given or open_target(o.arm, o.opts, log_dir=o.rundir.path, warn=o.warn) as up:
+        o.reached(up.part())
+        async with open_http_backend(o.arm, up, o.rundir, o.opts, o.warn) as http:
             yield http
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from loadgen.analysis.precision import PrecisionTarget
@@ -78,6 +78,11 @@ class RunOptions:
     metrics_port: int | None = None
     live: LiveMetrics | None = None
     trace_context: bool = False
+
+    def on_virtual_sim(self) -> RunOptions:
+        """These options on the virtual clock's built-in sim: no URL and no launched server, and
+        the sim's own model name (the real server's --model is not its)."""
+        return replace(self, clock=ClockName.VIRTUAL, base_url=None, server=None, model=None)
 
     @property
     def replicas(self) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.engine.arm import drive_arm
+from loadgen.engine.arm import ArmOpening, drive_arm
 from loadgen.engine.backends import clock_of
 from loadgen.engine.boots import run_boots
 from loadgen.engine.http_backend import max_in_flight
@@ -66,6 +66,17 @@ def fresh_dir(out_root: Path, name: str) -> Path:
 
 
 @dataclass(frozen=True, slots=True)
+class Hooks:
+    """What a command's work tells as it goes (commands/run.py's execute_work makes them):
+    `warn` a problem it goes on past, `on_root` its directory the moment it exists (a stopped
+    run's report is made from it), `say` a progress line (a boot's, a point's, a step's)."""
+
+    warn: Callable[[str], None]
+    on_root: Callable[[Path], None] | None = None
+    say: Callable[[str], None] = lambda _line: None
+
+
+@dataclass(frozen=True, slots=True)
 class WorkRoot:
     """The directory of a command that runs many runs (capacity, calibrate, fidelity), its start
     and its run seed (--seed, else the scenario's)."""
@@ -76,10 +87,7 @@ class WorkRoot:
 
 
 def open_work_root(
-    scenario: Scenario,
-    opts: RunOptions,
-    on_root: Callable[[Path], None] | None,
-    suffix: str = "",
+    scenario: Scenario, opts: RunOptions, on_root: Callable[[Path], None] | None, suffix: str = ""
 ) -> WorkRoot:
     """Creates the directory under --out; `on_root` hears its path first, so an interrupt
     can name it."""
@@ -258,7 +266,7 @@ async def _run_arm(
         keep(manifest.add(part))  # before anything is sent
 
     try:
-        opened = clock_of(opts).open_backend(arm, rundir, opts, warn, target, reached)
+        opened = clock_of(opts).open_backend(ArmOpening(arm, rundir, opts, warn, target, reached))
         async with opened as backend:
             planned = None if arm.open_ended else arm.planned_streams
             precise = PreciseStop(opts.until_precise, planned) if opts.until_precise else None

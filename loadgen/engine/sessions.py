@@ -17,6 +17,7 @@ from typing import Any
 
 from loadgen.client.loops import OnRecord, Send, record_end
 from loadgen.clock import Clock
+from loadgen.engine.materialize import as_planned
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PlannedSession
@@ -172,21 +173,14 @@ def turn_request(
     max_tokens = p.turns[turn].max_tokens
     messages, prompt = conversation(t.api, s.system, s.users[: turn + 1], answers, tools)
     offers = p.turns[turn].tool is not None and not tool_result
-    return StreamRequest(
-        id=f"{p.id}/t{turn}" + ("r" if tool_result else ""),
+    return as_planned(
+        t,
         model=model,
+        t_intended_ns=intended,
+        id=f"{p.id}/t{turn}" + ("r" if tool_result else ""),
         prompt=prompt,
         max_tokens=max_tokens,
-        api=t.api,  # type: ignore[arg-type]  # validated by the scenario loader
-        group=t.group,
-        rep=t.rep,
-        t_intended_ns=intended,
-        min_tokens=t.min_tokens,
-        ignore_eos=t.ignore_eos,
         cache_salt=p.system.salt or None,
-        chat_template_kwargs=t.chat_template_kwargs,
-        phase=t.phase,
-        arm=t.arm,
         messages=messages,
         session=p.id,
         turn=turn,

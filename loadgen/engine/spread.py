@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.pool import ProcessPool, auto_workers, split_jobs
+from loadgen.client.pool import ProcessPool, WorkerClient, auto_workers, split_jobs
 from loadgen.client.ray_pool import RayPool, ray_pool
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
@@ -64,11 +64,9 @@ async def client_pool(
     """A pool of `workers` client processes on the run clock, or None for one process (the
     parent's own client sends everything); with `ray_address`, Ray actors on that cluster
     (`workers` None: as many as the cluster's nodes and the streams in flight call for)."""
+    client = WorkerClient(url, api_key, timeouts, run_start_ns)
     if ray_address:
-        async with ray_pool(
-            ray_address, workers, base_url=url, api_key=api_key, peak_in_flight=peak_in_flight,
-            timeouts=timeouts, run_start_ns=run_start_ns,
-        ) as pool:  # fmt: skip
+        async with ray_pool(ray_address, workers, client, peak_in_flight=peak_in_flight) as pool:
             yield pool
         return
     assert workers is not None
@@ -76,9 +74,8 @@ async def client_pool(
         yield None
         return
     async with ProcessPool(
-        workers, base_url=url, api_key=api_key, seats=math.ceil(peak_in_flight / workers),
-        timeouts=timeouts, run_start_ns=run_start_ns, spill_dir=run_path / "workers",
-    ) as pool:  # fmt: skip
+        workers, client, seats=math.ceil(peak_in_flight / workers), spill_dir=run_path / "workers"
+    ) as pool:
         yield pool
 
 

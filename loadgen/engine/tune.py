@@ -22,12 +22,11 @@ from loadgen.analysis.load_sweep import LoadRow, load_row
 from loadgen.analysis.slo import SloItem
 from loadgen.analysis.summary import analyze_run
 from loadgen.analysis.tune import CAPACITY, VERIFY, VIRTUAL, binding, capacity_point, score
-from loadgen.clock import ClockName
 from loadgen.codec import to_json
 from loadgen.engine.backends import clock_of
 from loadgen.engine.capacity import search_capacity
 from loadgen.engine.options import RunOptions
-from loadgen.engine.run import arm_info, base_manifest, open_work_root, run_arm, run_plan
+from loadgen.engine.run import Hooks, arm_info, base_manifest, open_work_root, run_arm, run_plan
 from loadgen.run_manifest import RunManifest, write_manifest
 from loadgen.scenario.load_axis import LoadAxis
 from loadgen.scenario.model import Scenario, SimConfig, Sweep, SweepArm
@@ -105,16 +104,9 @@ def descent_order(
                 at, moved = best, True
 
 
-async def run_tune(
-    ask: TuneAsk,
-    opts: RunOptions,
-    warn: Callable[[str], None],
-    on_root: Callable[[Path], None] | None = None,
-    *,
-    say: Callable[[str], None] = lambda _line: None,
-) -> Path:
+async def run_tune(ask: TuneAsk, opts: RunOptions, hooks: Hooks) -> Path:
     """Runs the search (and the verification); returns TUNE."""
-    work = open_work_root(ask.predicted, opts, on_root, "-tune")
+    work = open_work_root(ask.predicted, opts, hooks.on_root, "-tune")
     root, seed = work.path, work.seed
     sweep = ask.predicted.sweep
     assert sweep is not None, "tune's scenario carries its grid as a sweep"
@@ -134,12 +126,9 @@ async def run_tune(
     # `config` grows as points run (their list, a stop, the verified arms' command lines);
     # run.json is written again after each change.
     manifest = _TuneManifest(root, config, seed, work.started)
-    virtual = dataclasses.replace(opts, clock=ClockName.VIRTUAL, base_url=None, server=None,
-                                  model=None, run_seed=seed)  # fmt: skip
+    virtual = dataclasses.replace(opts.on_virtual_sim(), run_seed=seed)
     the_plan = plan(ask.predicted, run_seed=seed)
-    points = _Evaluator(
-        ask, the_plan, virtual, root / VIRTUAL, warn, say, manifest, root, work.started
-    )
+    points = _Evaluator(ask, the_plan, virtual, root / VIRTUAL, hooks, manifest, root, work.started)
     deadline = time.monotonic() + ask.max_time_s
     indices = grid(sweep)
     if method == EXHAUSTIVE:
@@ -149,7 +138,7 @@ async def run_tune(
     else:
         await points.descend(indices, deadline)
     if ask.verify:
-        await _verify(ask, points.ranked(), opts, root, warn, say, seed, manifest)
+        await _verify(ask, points.ranked(), opts, root, hooks, seed, manifest)
     manifest.save(interrupted=False)
     return root
 
@@ -171,10 +160,10 @@ class _Evaluator:
     (the arms so far) and TUNE's list of points current after each."""
 
     def __init__(self, ask: TuneAsk, the_plan: Plan, opts: RunOptions, path: Path,
-                 warn: Callable[[str], None], say: Callable[[str], None],
-                 manifest: _TuneManifest, root: Path, started: dt.datetime) -> None:  # fmt: skip
+                 hooks: Hooks, manifest: _TuneManifest, root: Path,
+                 started: dt.datetime) -> None:  # fmt: skip
         self.ask, self.plan, self.opts, self.path = ask, the_plan, opts, path
-        self.warn, self.say, self.manifest, self.root = warn, say, manifest, root
+        self.warn, self.say, self.manifest, self.root = hooks.warn, hooks.say, manifest, root
         self.scores: dict[int, float | None] = {}
         per_arm, note = clock_of(opts).unbooted
         self.parent = base_manifest(the_plan, opts, started).add(
@@ -222,7 +211,7 @@ class _Evaluator:
         out = dataclasses.replace(self.opts, out_root=self.root / CAPACITY / arm.name)
         left = max(1.0, deadline - time.monotonic())
         path = await search_capacity(scenario, ask.axis, ask.search, self.ask.slo, out,
-                                     self.warn, max_time_s=left)  # fmt: skip
+                                     Hooks(self.warn), max_time_s=left)  # fmt: skip
         point = capacity_point(arm.name, arm.flags, path)
         return point.objective, point.binding, point.row
 
@@ -257,8 +246,7 @@ class _Evaluator:
 
 async def _verify(
     ask: TuneAsk, ranked: list[str], opts: RunOptions, root: Path,
-    warn: Callable[[str], None], say: Callable[[str], None], seed: int,
-    manifest: _TuneManifest,
+    hooks: Hooks, seed: int, manifest: _TuneManifest,
 ) -> None:  # fmt: skip
     """The top `ask.verify` points as a sweep of the server, VERIFY_BOOTS boots per arm."""
     sweep = ask.real.sweep
@@ -272,9 +260,9 @@ async def _verify(
     commands = {a.name: [*spec.args, *flag_args(profile_for(spec, a.flags), a.flags)] for a in arms}
     manifest.config["server_args"] = {"kind": spec.kind, "arms": commands}
     manifest.save()
-    say(f"verify: {', '.join(top)} on the server, {VERIFY_BOOTS} boots each")
+    hooks.say(f"verify: {', '.join(top)} on the server, {VERIFY_BOOTS} boots each")
     out = dataclasses.replace(opts, out_root=root, run_seed=seed)
-    await run_plan(plan(real, run_seed=seed), out, warn, name=VERIFY)
+    await run_plan(plan(real, run_seed=seed), out, hooks.warn, name=VERIFY)
 
 
 def _ms(value: float | None) -> str:

@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import Metric
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.clock import ClockName, Pending, VirtualTime
-from loadgen.engine.arm import Record
+from loadgen.engine.arm import ArmOpening, Record
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
@@ -41,10 +41,10 @@ from loadgen.engine.sessions import build_sessions
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.engine.traffic import send_rep
 from loadgen.engine.virtual_progress import VirtualProgress
-from loadgen.records import RunDirectory, StreamRecord
+from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 from loadgen.run_manifest import BackendPart, ReplicaTargets, TargetPart, VirtualEnd
-from loadgen.scenario.plan import ArmPlan, PlannedRequest, RepPlan
+from loadgen.scenario.plan import PlannedRequest, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import cache_config_facts
 from loadgen.server.sim import sim_flags
@@ -241,17 +241,11 @@ class VirtualBackend:
 
 
 @asynccontextmanager
-async def open_virtual_backend(
-    arm: ArmPlan,
-    rundir: RunDirectory,
-    opts: RunOptions,
-    warn: Callable[[str], None],
-    target: Target | None,
-    reached: Callable[[TargetPart], None],
-) -> AsyncIterator[VirtualBackend]:
+async def open_virtual_backend(o: ArmOpening) -> AsyncIterator[VirtualBackend]:
     """A fresh VirtualSim for the arm, its prompt sizing on the sim's tokenizer, the poller on
-    its clock with the opening sample taken. `target` is the opener's shape (ClockKind): the
+    its clock with the opening sample taken. `o.target` is the opener's shape (ClockKind): the
     virtual clock runs its own engine, so no boot ever hands it one."""
+    arm, rundir, opts, warn, reached = o.arm, o.rundir, o.opts, o.warn, o.reached
     scenario = arm.scenario
     settings = sim_settings(arm)
     try:

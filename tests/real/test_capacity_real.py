@@ -17,7 +17,7 @@ from realutil import note, tiny_model
 
 from loadgen.analysis.capacity import Search, SloItem
 from loadgen.engine.capacity import search_capacity
-from loadgen.engine.run import RunOptions
+from loadgen.engine.run import Hooks, RunOptions
 from loadgen.report.cmd import write_capacity_report
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.load_axis import LoadAxis
@@ -35,7 +35,7 @@ async def _search(tmp_path: Path, slo: tuple[SloItem, ...], hi: int) -> dict:
     axis = LoadAxis("concurrency", requests=8)
     root = await search_capacity(
         load_scenario(SCENARIO), axis, Search("concurrency", 1, hi, repeats=1), slo, opts,
-        warn=print,
+        Hooks(warn=print),
     )  # fmt: skip
     write_capacity_report(root)
     assert (root / "capacity.png").stat().st_size > 0
