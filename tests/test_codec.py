@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import timeit
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
@@ -251,21 +250,13 @@ def test_the_straight_line_reader_refuses_what_the_checking_reader_names(
         from_json(Row, {**ROW_JSON, **change})
 
 
-def test_reading_rows_costs_little_more_than_calling_the_constructor() -> None:
-    """20,004 summary.json stream rows took 0.33 s through a per-field loop against 0.05 s by
-    hand; the made reader is within 1.5x of the hand call on an idle machine. The bound is 3x so
-    a busy 2-core build box does not fail it (the loop measured 6-9x here)."""
-    rows = [{**ROW_JSON, "rep": i, "evidence": {"i": i}} for i in range(2000)]
+def test_the_made_reader_reads_rows_as_the_constructor_does() -> None:
+    """Its speed against the hand call is bench/codec_read.py's ratio, not a test's."""
+    rows = [{**ROW_JSON, "rep": i, "evidence": {"i": i}} for i in range(200)]
     read = reader(Row)
-
-    def by_hand() -> list[Row]:
-        return [Row(d["id"], d["rep"], d["ok"], d["ttft_s"], d["evidence"]) for d in rows]
-
-    def best(f: Any) -> float:
-        return min(timeit.repeat(f, number=1, repeat=7))
-
-    assert [read(d) for d in rows] == by_hand()
-    assert best(lambda: [read(d) for d in rows]) < 3 * best(by_hand)
+    assert [read(d) for d in rows] == [
+        Row(d["id"], d["rep"], d["ok"], d["ttft_s"], d["evidence"]) for d in rows
+    ]
 
 
 @dataclass(frozen=True, slots=True)

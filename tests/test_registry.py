@@ -88,13 +88,13 @@ def test_report_columns_and_fidelity_labels_are_the_registry_s():
     fmt = {field: f for field, _, f in STREAM_COLUMNS}
     assert fmt["ttft_s"](0.2) == "0.200" and fmt["decode_tok_s"](17.5) == "17.5"
     group = {"ttft_s": {"median": 1.0, "p90": 2.0}, "decode_tok_s": {"median": 10.0}}
-    real = {"groups": {"g": group}, "run": {"wall_s": 5.0}}
+    real = {"groups": {"g": group}, "run": {"reps_wall_s": 5.0}}
     labels = {(r.metric, r.label, r.unit) for r in fidelity_table({"-": real}, {"-": real}).rows}
     assert labels == {
         ("ttft_median_s", "TTFT median", "s"),
         ("ttft_p90_s", "TTFT p90", "s"),
         ("decode_median_tok_s", "decode-only rate median", "tok/s"),
-        ("wall_s", "wall", "s"),
+        ("reps_wall_s", "wall (reps summed)", "s"),
     }
 
 
