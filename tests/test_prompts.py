@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -106,14 +105,13 @@ async def test_primed_prefix_text_is_the_prefix_of_every_stream() -> None:
     assert primed.prefix_chars == len(primed.text)
 
 
-async def test_whale_is_built_quickly_in_few_counts() -> None:
+async def test_whale_is_built_in_few_counts() -> None:
+    # The search, not the clock, is what a test can hold: a 72.6k whale in at most 12
+    # tokenizer counts (about 0.2 s on an idle core).
     builder = PromptBuilder(WordCounter())
-    started = time.perf_counter()
     built = await builder.build(spec(72_600))
-    elapsed = time.perf_counter() - started
     assert built.tokens == 72_600
     assert builder.count_calls <= 12
-    assert elapsed < 10.0  # ~0.2 s on an idle core: generation and search are linear
 
 
 @pytest.mark.parametrize("tokens", [500, 4096, 20_000])
