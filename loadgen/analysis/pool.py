@@ -24,6 +24,7 @@ import math
 from typing import Any
 
 from loadgen.analysis.baselines import KV, POOL_FULL, RUNNING, WAITING, preemption_rose
+from loadgen.analysis.maxtree import ABSENT, MaxTree
 from loadgen.analysis.occupancy import TIE_WINDOW_NS, Seat
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import MetricsSample
@@ -59,6 +60,17 @@ class PoolEvidence:
             flag and (cap is None or s.values.get(RUNNING) is None or s.values[RUNNING] < cap)
             for flag, s in zip(flags, timeline.samples, strict=True)
         ]
+        # Intervals where the run-wide evidence (full, unresolved) differs from the one before.
+        self._turns = [
+            i
+            for i in range(1, len(self._full))
+            if (self._full[i], self._unresolved_ok[i])
+            != (self._full[i - 1], self._unresolved_ok[i - 1])
+        ]
+        # Per interval, the highest kv of the polls bracketing it: where no room can be seen.
+        kv = [s.values.get(KV, 0.0) for s in timeline.samples]
+        self._kv_top = MaxTree([max(kv[max(i - 1, 0) : i + 1], default=ABSENT)
+                                for i in range(len(kv) + 1)])  # fmt: skip
 
     def interval(self, t: float) -> int:
         """Index of the poll interval holding t: the polls bracketing t are number i-1 and i
@@ -73,14 +85,34 @@ class PoolEvidence:
 
     def no_room_in(self, i: int, seat: Seat, tokens: int | None) -> bool:
         """The *no room* evidence in poll interval i for a stream needing `tokens` of prefill."""
-        if self._pool is None or tokens is None:
+        need = self._need(tokens)
+        if need is None:
             return False
-        blocks, block_size = self._pool
-        need = math.ceil(tokens / block_size) / blocks
         return any(
             s.values.get(KV, 0.0) + need >= POOL_FULL and self._queued(seat, s)
             for s in self.timeline.samples[max(i - 1, 0) : i + 1]
         )
+
+    def cuts_between(self, t0: int, t1: int, tokens: int | None) -> list[int]:
+        """Poll times in [t0, t1] where the evidence for a stream needing `tokens` of prefill
+        may change: where the run-wide evidence turns, and around each interval whose polls
+        leave too little room for it (the evidence is constant between them)."""
+        k0, k1 = self.interval(t0), self.interval(t1)
+        ts = self._ts
+        out = [ts[k - 1] for k in self._turns[bisect.bisect_right(self._turns, k0) :
+                                              bisect.bisect_right(self._turns, k1)]]  # fmt: skip
+        need = self._need(tokens)
+        if need is not None:
+            for k in self._kv_top.where(k0, k1 + 1, lambda kv: kv + need >= POOL_FULL):
+                out.extend(ts[j] for j in (k - 1, k) if 0 <= j < len(ts))
+        return [t for t in out if t0 <= t <= t1]
+
+    def _need(self, tokens: int | None) -> float | None:
+        """The share of the pool a prompt of `tokens` needs (None: unknown)."""
+        if self._pool is None or tokens is None:
+            return None
+        blocks, block_size = self._pool
+        return math.ceil(tokens / block_size) / blocks
 
     def unresolved_in(self, i: int) -> bool:
         """The *unresolved preemption* evidence in poll interval i (its last poll's flag)."""
