@@ -11,9 +11,10 @@ import pytest
 from run_fixtures import manifest, sample, stream, ticks
 
 from loadgen.analysis import verdicts
+from loadgen.analysis.baselines import WAITING
 from loadgen.analysis.inputs import RunInputs
-from loadgen.analysis.maxtree import ABSENT, MaxTree
-from loadgen.analysis.occupancy import Prefills, Seat, seats
+from loadgen.analysis.maxtree import ABSENT, Counts, MaxTree
+from loadgen.analysis.occupancy import TIE_WINDOW_NS, Prefills, Seat, seats
 from loadgen.analysis.pool import PoolEvidence
 from loadgen.analysis.summary import analyze
 from loadgen.analysis.timeline import Timeline
@@ -29,6 +30,8 @@ def random_run(rng: random.Random) -> tuple[list[StreamRecord], list[MetricsSamp
     for i in range(rng.randint(2, 40)):
         sent = round(rng.uniform(0, 6) if rng.random() < 0.8 else rng.choice([0.0, 1.0]), 3)
         first = sent + rng.expovariate(1 / 2) + 0.01
+        if rng.random() < 0.3:  # on a poll: the evidence's edges are half-open
+            sent, first = round(sent * 2) / 2, round(first * 2) / 2 + 0.5
         n = rng.randint(0, 12)
         gaps = [rng.choice([0.02, 0.05, 0.4, 1.5]) for _ in range(n)]
         chunks = [first + sum(gaps[:k]) for k in range(n)]
@@ -67,6 +70,20 @@ def overlapping_by_scan(modelled: dict[str, Seat], t0: int, t1: int) -> list[Sea
          and s.prefill_end_ns > t0),
         key=lambda s: (s.admit_ns, s.id),
     )  # fmt: skip
+
+
+def queued_by_scan(pool: PoolEvidence, seat: Seat, j: int) -> bool:
+    """The count it replaced: the streams after this one in admission order, one by one."""
+    poll = pool.timeline.samples[j]
+    t = poll.t_ns
+    if not seat.sent_ns <= t < seat.prefill_end_ns:
+        return False
+    later = 0
+    for s in pool.scanned[seat.rank + 1 :]:  # type: ignore[attr-defined]
+        if s.sent_ns > t + TIE_WINDOW_NS:
+            break
+        later += int(s.sent_ns <= t < s.prefill_end_ns)
+    return later < poll.values.get(WAITING, 0)
 
 
 def every_poll(pool: PoolEvidence, t0: int, t1: int, tokens: int | None) -> list[int]:
@@ -117,6 +134,14 @@ def test_every_verdict_and_its_evidence_match_the_scans(seed: int, monkeypatch) 
     monkeypatch.setattr(Prefills, "overlapping", lambda self, *a: overlapping_by_scan(
         self.scanned, *a))  # fmt: skip
     monkeypatch.setattr(PoolEvidence, "cuts_between", every_poll)
+    judged = PoolEvidence.__init__
+
+    def keeping_order(self: Any, timeline: Timeline, modelled: dict[str, Seat], *a: Any) -> None:
+        judged(self, timeline, modelled, *a)
+        self.scanned = sorted(modelled.values(), key=lambda s: s.rank)
+
+    monkeypatch.setattr(PoolEvidence, "__init__", keeping_order)
+    monkeypatch.setattr(PoolEvidence, "_queued", queued_by_scan)
     assert summary() == fast
 
 
@@ -132,6 +157,21 @@ def test_a_max_tree_finds_exactly_the_values_that_pass_in_order() -> None:
         floor = rng.randint(-1, 10)
         want = [j for j in range(lo, hi) if values[j] > floor]
         assert list(tree.where(lo, hi, lambda v, f=floor: v > f)) == want
+
+
+def test_a_count_tree_counts_as_a_sum_does() -> None:
+    rng = random.Random(8)
+    held = [rng.randint(0, 1) for _ in range(29)]
+    counts = Counts(len(held), 1)
+    for i in range(len(held)):
+        counts.add(i, held[i] - 1)
+    for _ in range(200):
+        i = rng.randrange(len(held))
+        step = rng.choice([-1, 1])
+        held[i] += step
+        counts.add(i, step)
+        place = rng.randrange(len(held) + 1)
+        assert counts.below(place) == sum(held[:place])
 
 
 def queue(n: int) -> tuple[list[StreamRecord], list[MetricsSample]]:
