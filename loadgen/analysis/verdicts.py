@@ -170,7 +170,7 @@ def build_context(
 def classify_streams(ctx: VerdictContext) -> dict[str, Verdict]:
     """A verdict for every record of the run, by stream id; a stream meant to be cold that was
     served from cache says so in its evidence (`cache_warm`, warmth.py). Judged in admission
-    order, so ctx.prefills' index of the streams ahead only grows."""
+    order, so the indexes of the streams ahead (ctx.prefills, ctx.pool) each move one way."""
     out = {}
     for r in sorted(ctx.records, key=lambda r: _rank(r, ctx)):
         verdict = classify(r, ctx)
