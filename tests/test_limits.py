@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from cli_support import assert_one_line_error, loadgen
 
+from loadgen.scenario import limits
 from loadgen.scenario.limits import (
     MAX_PROMPT_TOKENS,
     MAX_STREAMS,
@@ -105,3 +106,26 @@ def test_the_bound_checked_before_planning_holds_every_request_the_plan_sends(na
     arms = scenario.sweep.arms if scenario.sweep else ()
     for arm, s in zip(built.arms, [a.scenario for a in arms] or [scenario], strict=True):
         assert requests_bound(s) == len(arm.warmup) + arm.planned_streams
+
+
+def million(monkeypatch: pytest.MonkeyPatch, available_gib: float) -> list[str]:
+    """size_problems of smoke.yaml at a million requests on a host with this memory free."""
+    monkeypatch.setattr(limits, "available_memory", lambda: None)
+    arm = load_scenario(SMOKE, ["groups.short.count=999999", "groups.long.count=1"])
+    assert requests_bound(arm) == 1_000_000
+    monkeypatch.setattr(limits, "available_memory", lambda: int(available_gib * (1 << 30)))
+    return limits.size_problems([arm])
+
+
+def test_a_million_request_plan_runs_where_memory_holds_it(monkeypatch) -> None:
+    # 100,000 requests was the limit whatever the host; 24 KiB each is 22.9 GiB.
+    monkeypatch.delenv("LOADGEN_MAX_STREAMS", raising=False)
+    assert million(monkeypatch, 32) == []
+    (line,) = million(monkeypatch, 16)
+    assert line == (
+        "plan: 1000000 requests need about 22.9 GiB to run and analyse (24 KiB each), more "
+        "than the 16.0 GiB this host has available (expected at most 699050; set "
+        "LOADGEN_MAX_STREAMS=1000000 to run it anyway)"
+    )
+    monkeypatch.setenv("LOADGEN_MAX_STREAMS", "1000000")  # the user's own limit rules
+    assert million(monkeypatch, 16) == []

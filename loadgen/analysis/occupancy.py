@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from loadgen.analysis.maxtree import ABSENT, MaxTree
 from loadgen.analysis.rates import NS
 from loadgen.records import StreamRecord
 
@@ -154,3 +156,44 @@ def prefill_ahead(modelled: dict[str, Seat]) -> dict[str, list[tuple[int, int]]]
                 a, b = min(a, starts[first]), max(b, ends[last - 1])
             starts[first:last], ends[first:last] = [a], [b]
     return out
+
+
+class Prefills:
+    """The streams' non-empty prefill intervals [admit, prefill end), indexed for the two
+    questions the verdicts ask of every stream: which overlap a window (in time order), and the
+    first few by id of those ahead of a stream in admission order."""
+
+    def __init__(self, modelled: dict[str, Seat]) -> None:
+        held = [s for s in modelled.values() if s.admit_ns < s.prefill_end_ns]
+        self._by_admit = sorted(held, key=lambda s: (s.admit_ns, s.id))
+        self._admits = [s.admit_ns for s in self._by_admit]
+        self._ends = MaxTree([s.prefill_end_ns for s in self._by_admit])
+        self._by_id = sorted(held, key=lambda s: s.id)
+        place = {s.id: i for i, s in enumerate(self._by_id)}
+        self._by_rank = [(s, place[s.id]) for s in sorted(held, key=lambda s: s.rank)]
+        # Prefill ends by id order of the streams ranked below `_ahead`, the others ABSENT.
+        self._ahead_ends = MaxTree([ABSENT] * len(held))
+        self._ahead = 0
+
+    def overlapping(self, t0: int, t1: int) -> list[Seat]:
+        """Streams prefilling at some instant of (t0, t1): admitted before t1, prefill ending
+        after t0; by admission time, then id."""
+        stop = bisect.bisect_left(self._admits, t1)
+        return [self._by_admit[i] for i in self._ends.where(0, stop, lambda end: end > t0)]
+
+    def first_ahead(self, rank: int, t0: int, t1: int, limit: int) -> list[str]:
+        """Up to `limit` ids, in id order, of streams ranked before `rank` whose prefill
+        overlaps (t0, t1). Asked in rank order (as the verdicts do), each stream enters the
+        index once; asked out of order it is still exact, the index moving back."""
+        while self._ahead < len(self._by_rank) and self._by_rank[self._ahead][0].rank < rank:
+            seat, i = self._by_rank[self._ahead]
+            self._ahead_ends.set(i, seat.prefill_end_ns)
+            self._ahead += 1
+        while self._ahead > 0 and self._by_rank[self._ahead - 1][0].rank >= rank:
+            self._ahead -= 1
+            self._ahead_ends.set(self._by_rank[self._ahead][1], ABSENT)
+        found = (
+            self._by_id[i]
+            for i in self._ahead_ends.where(0, len(self._by_id), lambda end: end > t0)
+        )
+        return [s.id for s in itertools.islice((s for s in found if s.admit_ns < t1), limit)]

@@ -100,11 +100,9 @@ class Timeline:
             return None
         return vs[j] - vs[i], ts[i], ts[j]
 
-    def samples_between(self, t0_ns: int, t1_ns: int) -> list[MetricsSample]:
-        """Samples with t0 <= t_ns <= t1."""
-        return self.samples[
-            bisect.bisect_left(self._ts, t0_ns) : bisect.bisect_right(self._ts, t1_ns)
-        ]
+    def span_between(self, t0_ns: int, t1_ns: int) -> tuple[int, int]:
+        """[from, to) indices of the samples with t0 <= t_ns <= t1."""
+        return bisect.bisect_left(self._ts, t0_ns), bisect.bisect_right(self._ts, t1_ns)
 
     def times_between(self, t0_ns: int, t1_ns: int) -> list[int]:
         """Poll times t0 <= t <= t1."""

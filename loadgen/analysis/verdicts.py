@@ -52,7 +52,7 @@ Rules, in order (DESIGN.md's vocabulary; thresholds are the named constants belo
 from __future__ import annotations
 
 import bisect
-import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -68,7 +68,7 @@ from loadgen.analysis.baselines import (
     resolve_cap,
 )
 from loadgen.analysis.cached import CacheEstimates, estimate_cached
-from loadgen.analysis.occupancy import Seat, prefill_ahead, seats
+from loadgen.analysis.occupancy import Prefills, Seat, prefill_ahead, seats
 from loadgen.analysis.pool import PoolEvidence
 from loadgen.analysis.selferror import client_error_evidence
 from loadgen.analysis.stats import median
@@ -124,7 +124,7 @@ class VerdictContext:
     pool: PoolEvidence
     # Per stream, when a stream ahead of it was prefilling (occupancy.prefill_ahead).
     prefill_ahead: dict[str, list[tuple[int, int]]]
-    seats_by_id: list[Seat]
+    prefills: Prefills
     group_min_ttft: dict[str, float] = field(default_factory=dict)
     loop_lag_max_ms: float | None = None
     # Groups whose prompts were meant to be cold (warmth.py), and whether they are all groups.
@@ -157,7 +157,7 @@ def build_context(
         baseline=baseline,
         seats=modelled,
         prefill_ahead=prefill_ahead(modelled),
-        seats_by_id=sorted(modelled.values(), key=lambda s: s.id),
+        prefills=Prefills(modelled),
         pool=PoolEvidence(timeline, modelled, cap.value, dict(manifest.server or {})),
         group_min_ttft=fastest,
         loop_lag_max_ms=client.get("loop_lag_max_ms"),
@@ -169,15 +169,21 @@ def build_context(
 
 def classify_streams(ctx: VerdictContext) -> dict[str, Verdict]:
     """A verdict for every record of the run, by stream id; a stream meant to be cold that was
-    served from cache says so in its evidence (`cache_warm`, warmth.py)."""
+    served from cache says so in its evidence (`cache_warm`, warmth.py). Judged in admission
+    order, so the indexes of the streams ahead (ctx.prefills, ctx.pool) each move one way."""
     out = {}
-    for r in ctx.records:
+    for r in sorted(ctx.records, key=lambda r: _rank(r, ctx)):
         verdict = classify(r, ctx)
         warm = cache_warmth(r, ctx.timeline, ctx.salted, counter_usable=ctx.all_salted)
         if warm is not None:
             verdict = Verdict(verdict.name, verdict.evidence | {"cache_warm": warm})
         out[r.id] = verdict
-    return out
+    return {r.id: out[r.id] for r in ctx.records}
+
+
+def _rank(rec: StreamRecord, ctx: VerdictContext) -> int:
+    seat = ctx.seats.get(rec.id)
+    return -1 if seat is None else seat.rank
 
 
 def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
@@ -296,19 +302,10 @@ def _wait(
     best = max(_WAIT_ORDER, key=lambda v: (held.get(v, 0.0), -_WAIT_ORDER.index(v)))
     if held.get(best, 0.0) <= 0 or held[best] < held.get("unexplained", 0.0):
         return out
-    # The first few by id of the streams ahead that were prefilling in its wait: walked in id
-    # order and stopped when enough are found (a scan of all of them per stream was n^2).
-    blocking = list(
-        itertools.islice(
-            (s.id for s in ctx.seats_by_id
-             if s.rank < seat.rank and s.admit_ns < t1 and s.prefill_end_ns > max(t0, s.admit_ns)),
-            MAX_EVIDENCE_STREAMS,
-        )
-    )  # fmt: skip
     out.update(
         verdict=best,
         reason=_wait_reason(best, held, ttft, exp),
-        prefilling=blocking,
+        prefilling=ctx.prefills.first_ahead(seat.rank, t0, t1, MAX_EVIDENCE_STREAMS),
         samples=_samples(ctx.timeline, seat.sent_ns, rec.t_first_ns),
     )
     return out
@@ -327,12 +324,14 @@ def _phases(
     cuts = {t0, t1, seat.admit_ns}
     for a, b in ahead:
         cuts.update((a, b))
-    cuts.update(ctx.timeline.times_between(t0, t1))
+    pool = ctx.pool
+    # Only the polls where the pool evidence can change: cutting at every poll of the wait
+    # made a queue that grows over the run quadratic (a 20,000-stream run waited ~300 polls a
+    # stream, bench/trace_scale.yaml).
+    cuts.update(pool.cuts_between(t0, t1, tokens))
     edges = sorted(c for c in cuts if t0 <= c <= t1)
     starts = [a for a, _ in ahead]
-    pool = ctx.pool
-    # Pool evidence per poll interval, not per piece: pieces are ~347 a stream at 20,000
-    # streams, polls in a wait far fewer (bench/trace_scale.yaml).
+    # Pool evidence per poll interval, not per piece.
     pressed: dict[int, bool] = {}
     merged: list[tuple[str, int, int]] = []
     for a, b in pairwise(edges):
@@ -397,11 +396,13 @@ def sample_json(s: MetricsSample) -> dict[str, Any]:
 
 def _samples(timeline: Timeline, t0: int, t1: int) -> list[dict[str, Any]]:
     """Up to MAX_EVIDENCE_SAMPLES polls spread evenly over [t0, t1] (first and last kept)."""
-    inside = timeline.samples_between(t0, t1)
-    if len(inside) > MAX_EVIDENCE_SAMPLES:
-        step = (len(inside) - 1) / (MAX_EVIDENCE_SAMPLES - 1)
-        inside = [inside[round(i * step)] for i in range(MAX_EVIDENCE_SAMPLES)]
-    return [sample_json(s) for s in inside]
+    lo, hi = timeline.span_between(t0, t1)
+    picked: Sequence[int] = range(lo, hi)
+    if len(picked) > MAX_EVIDENCE_SAMPLES:
+        # Picked by index: a copy of every poll of the wait cost ~300 a stream on a long queue.
+        step = (len(picked) - 1) / (MAX_EVIDENCE_SAMPLES - 1)
+        picked = [lo + round(i * step) for i in range(MAX_EVIDENCE_SAMPLES)]
+    return [sample_json(timeline.samples[i]) for i in picked]
 
 
 def _preemption_stall(rec: StreamRecord, timeline: Timeline) -> dict[str, Any] | None:
@@ -445,16 +446,7 @@ def _prefill_stretches(rec: StreamRecord, ctx: VerdictContext) -> list[tuple[int
     window: (from_ns, to_ns, stream ids), in time order."""
     first, last = rec.t_first_ns, rec.t_last_ns
     assert first is not None and last is not None
-    others = sorted(
-        (
-            s
-            for s in ctx.seats.values()
-            if s.id != rec.id
-            and s.admit_ns < min(s.prefill_end_ns, last)
-            and s.prefill_end_ns > first
-        ),
-        key=lambda s: (s.admit_ns, s.id),
-    )
+    others = [s for s in ctx.prefills.overlapping(first, last) if s.id != rec.id]
     merged: list[tuple[int, int, list[str]]] = []
     for s in others:
         if merged and s.admit_ns <= merged[-1][1]:

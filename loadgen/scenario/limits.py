@@ -3,8 +3,9 @@
 A plan too large to finish, a prompt longer than the target's window, or a YAML file whose
 aliases expand without end would otherwise pass `validate` and then hang while memory grows.
 
-- MAX_STREAMS: requests of a whole run (every arm, rep and warmup). Override with the
-  environment variable LOADGEN_MAX_STREAMS.
+- MAX_STREAMS: requests of a whole run (every arm, rep and warmup), and below it what this
+  host's available memory holds at BYTES_PER_REQUEST each. Override both with the environment
+  variable LOADGEN_MAX_STREAMS.
 - MAX_PROMPT_TOKENS: the longest prompt any scenario may ask for, whatever the target. Override
   with LOADGEN_MAX_PROMPT_TOKENS.
 - MAX_YAML_NODES: values of a scenario file after alias expansion (no override: no scenario
@@ -61,7 +62,12 @@ def _env_limit(name: str, default: int) -> int:
     return default
 
 
-MAX_STREAMS = _env_limit("LOADGEN_MAX_STREAMS", 100_000)
+MAX_STREAMS = _env_limit("LOADGEN_MAX_STREAMS", 10_000_000)
+# Memory a request takes at its stage's peak, measured on bench/analysis_scale.yaml (1k-token
+# prompts, 32-token answers): 0.6 KiB planned, 13 KiB in a virtual-clock run (1.36 GB at
+# 100,000), 22 KiB analysed (its record 3.1, the summary 6.5, redacted and canonical copies
+# of it while summary.json is written). Longer answers take more: a record holds each chunk.
+BYTES_PER_REQUEST = 24 * 1024
 MAX_PROMPT_TOKENS = _env_limit("LOADGEN_MAX_PROMPT_TOKENS", 1 << 20)
 MAX_YAML_NODES = 100_000
 MAX_ARMS = 1000
@@ -208,6 +214,8 @@ def size_problems(arms: list[Scenario]) -> list[str]:
             f"plan: {total} requests (count x repetitions x arms, warmup included) exceed the "
             f"limit of {MAX_STREAMS} (expected fewer; set LOADGEN_MAX_STREAMS to allow more)"
         )
+    else:
+        problems.extend(filter(None, [memory_problem(total, available_memory())]))
     for what, prompt, _ in largest_requests(arms[0]) if arms else []:
         if prompt > MAX_PROMPT_TOKENS:
             problems.append(
@@ -223,3 +231,33 @@ def size_problems(arms: list[Scenario]) -> list[str]:
             "a faster rate)"
         )
     return problems
+
+
+def available_memory() -> int | None:
+    """Bytes this host can still give a process (MemAvailable), None where it does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_problem(total: int, available: int | None) -> str | None:
+    """Why `total` requests would not fit in `available` bytes at BYTES_PER_REQUEST each, or
+    None (also when the memory is unknown, or LOADGEN_MAX_STREAMS states the user's own
+    limit)."""
+    if available is None or "LOADGEN_MAX_STREAMS" in os.environ:
+        return None
+    need = total * BYTES_PER_REQUEST
+    if need <= available:
+        return None
+    gib = 1 << 30
+    return (
+        f"plan: {total} requests need about {need / gib:.1f} GiB to run and analyse "
+        f"({BYTES_PER_REQUEST // 1024} KiB each), more than the {available / gib:.1f} GiB this "
+        f"host has available (expected at most {available // BYTES_PER_REQUEST}; set "
+        f"LOADGEN_MAX_STREAMS={total} to run it anyway)"
+    )
