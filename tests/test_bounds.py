@@ -71,9 +71,9 @@ def test_fields_within_their_bounds_pass() -> None:
 
 
 def test_a_sessions_turns_count_as_requests_of_the_plan() -> None:
-    # 4 sessions x 30,000 turns = 120,000 requests: each turn is one request.
-    (line,) = _refused(SESSIONS, f"{S}.turns=30000")
-    assert f"plan: 120000 requests (count x repetitions x arms, warmup included) exceed the " \
+    # 4 sessions x 3,000,000 turns = 12,000,000 requests: each turn is one request.
+    (line,) = _refused(SESSIONS, f"{S}.turns=3000000", f"{S}.think_s=0.0001", f"{S}.think=fixed")
+    assert f"plan: 12000000 requests (count x repetitions x arms, warmup included) exceed the " \
         f"limit of {MAX_STREAMS}" in line  # fmt: skip
 
 
