@@ -4,12 +4,15 @@ size, and a plan beyond its request bound."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from cli_support import loadgen, rewrites_identically
 from pacedserver import PacedConfig, ThreadedPacedServer
 
+from loadgen.engine.calibrate import launched_without_drafts
+from loadgen.run_manifest import TargetInfo
 from loadgen.sim.profile_file import load_profile_file
 from loadgen.sim.profiles import sim_profile
 
@@ -111,3 +114,19 @@ def test_calibrate_refuses_what_it_cannot_drive_in_one_line(tmp_path: Path) -> N
                         "5", "--server-facts", "max_num_seqs=2,max_num_batched_tokens=512,"
                         "block_size=16,max_model_len=2048")  # fmt: skip
         assert "--max-requests 5" in line
+
+
+def test_a_launched_server_without_a_speculative_flag_drafts_nothing() -> None:
+    # Under load vLLM's CPU build coalesced enough two-token chunks that the chunks read as
+    # k = 1; the launch says no drafts, and outranks them.
+    plain = TargetInfo("http://127.0.0.1:8000", "vllm", ("--max-num-seqs=4",), "boot/server.log")
+    said = launched_without_drafts(plain)
+    assert said is not None and (said.tokens, said.acceptance) == (0, None)
+    assert said.source == "launched vllm without a --speculative flag"
+    # Where the launch asks for drafts, or loadgen did not launch it, or the kind has no such
+    # flag, the counters or the chunks decide.
+    drafting = dataclasses.replace(plain, flags=("--speculative-config", '{"method": "ngram"}'))
+    external = dataclasses.replace(plain, boot_log=None)
+    llama = dataclasses.replace(plain, kind="llamacpp")
+    for target in (drafting, external, llama, "http://127.0.0.1:8000", None):
+        assert launched_without_drafts(target) is None, target

@@ -309,7 +309,7 @@ def _fit_and_write(
     # Drafts are known only once every decode point ran; the decode rows price them.
     points = manifest.runs or ()
     boots = manifest.boots or ()
-    spec = _speculation(root, points, [(p, r) for p, r, _ in ran])
+    spec = _speculation(root, points, [(p, r) for p, r, _ in ran], first.target)
     shapes = [dataclasses.replace(_server_shape(root / b["first"])[0], spec_tokens=spec.tokens)
               for b in boots]  # fmt: skip
     measured = [m for p, recs, boot in ran if (m := measure(p, recs, shapes[boot])) is not None]
@@ -397,10 +397,13 @@ def _server_shape(run_dir: Path) -> tuple[ServerShape, RunManifest]:
 
 
 def _speculation(
-    root: Path, listed: Sequence[Mapping[str, Any]], ran: list[tuple[Point, list[StreamRecord]]]
+    root: Path,
+    listed: Sequence[Mapping[str, Any]],
+    ran: list[tuple[Point, list[StreamRecord]]],
+    target: TargetInfo | str | None,
 ) -> Speculation:
     """From the server's spec-decode counters over the decode points where it has them, else
-    from the decode chunks' token counts."""
+    from the flags loadgen launched it with, else from the decode chunks' token counts."""
     decode_dirs = [root / p["dir"] for p, (point, _) in zip(listed, ran, strict=True)
                    if point.kind == "decode"]  # fmt: skip
     totals: dict[str, float] = {}
@@ -410,7 +413,28 @@ def _speculation(
     counted = speculation_from_counters(totals)
     if counted is not None:
         return counted
+    launched = launched_without_drafts(target)
+    if launched is not None:
+        return launched
     return speculation(r for point, recs in ran if point.kind == "decode" for r in recs)
+
+
+# Servers whose speculation is asked for by a flag starting --speculative (vLLM's
+# --speculative-config, SGLang's --speculative-algorithm and the rest).
+DRAFT_FLAG_KINDS = ("vllm", "sglang")
+
+
+def launched_without_drafts(target: TargetInfo | str | None) -> Speculation | None:
+    """No drafts where loadgen launched a vLLM or SGLang without a --speculative flag: the
+    launch outranks the chunks, which a loaded server coalesces (vLLM's CPU build on a busy
+    2-core box sent enough two-token chunks to read as k = 1). None where it cannot say."""
+    if not isinstance(target, TargetInfo) or target.boot_log is None:
+        return None
+    if target.kind not in DRAFT_FLAG_KINDS:
+        return None
+    if any(str(f).startswith("--speculative") for f in target.flags):
+        return None
+    return Speculation(0, None, None, f"launched {target.kind} without a --speculative flag")
 
 
 def _witnesses(
