@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from loadgen.analysis.summary import analyze_run
 from loadgen.client.openai import OpenAIClient
 from loadgen.codec import to_json
@@ -73,6 +75,41 @@ def running(profile: str, flags: list[str], log_dir: Path) -> Iterator[Server]:
             f"{profile} {' '.join(flags)} boot", f"{server.boot_ns / 1e9:.1f} s ({server.log_path})"
         )
         yield server
+
+
+# The (profile, flags) of boots that several modules share (their `SHARED_BOOT`).
+PREFIX_CACHING_BOOT = ("vllm", ("--enable-prefix-caching",))
+PLAIN_BOOT: tuple[str, tuple[str, ...]] = ("vllm", ())
+
+
+class SharedBoots:
+    """The boots that test modules asking for the same profile and flags share: a vLLM CPU boot
+    costs 15-20 s, and five modules asked for two flag sets (the replicas module for two
+    servers of one set). One set is up at a time: conftest orders the modules so that those
+    sharing a set run in a row, and asking for another set stops the one up. A module on a
+    shared boot finds the cache of those before it: each sends prompts of its own (salted or
+    seeded apart) and reads the server's counters as deltas over its own requests."""
+
+    def __init__(self, tmp: pytest.TempPathFactory) -> None:
+        self._tmp = tmp
+        self._stack = contextlib.ExitStack()
+        self._key: tuple[str, tuple[str, ...]] | None = None
+        self._servers: list[Server] = []
+
+    def servers(self, profile: str, flags: Sequence[str], count: int = 1) -> list[Server]:
+        """`count` running servers of the profile and flags (the first ones already up)."""
+        key = (profile, tuple(flags))
+        if key != self._key:
+            self.close()
+            self._key = key
+        while len(self._servers) < count:
+            log_dir = self._tmp.mktemp(profile)
+            self._servers.append(self._stack.enter_context(running(profile, [*flags], log_dir)))
+        return self._servers[:count]
+
+    def close(self) -> None:
+        self._stack.close()
+        self._key, self._servers = None, []
 
 
 def client(server: Server, concurrency: int = 8) -> OpenAIClient:

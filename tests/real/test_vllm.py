@@ -5,10 +5,9 @@ and the prefix-cache probe sees a warm cache that a salted repeat cannot hit."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
-from realutil import client, counter_reaching, note, running, scrape
+from realutil import PREFIX_CACHING_BOOT, client, counter_reaching, note, scrape
 
 from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.engine.cache import MIN_PROBE_BLOCKS, prime_and_verify
@@ -20,14 +19,9 @@ from loadgen.scenario.prompts import PromptBuilder, salt_tag
 from loadgen.server.launcher import Server
 
 pytestmark = pytest.mark.real
+SHARED_BOOT = PREFIX_CACHING_BOOT
 
 PROBE_BLOCKS = 128  # far past MIN_PROBE_BLOCKS: cold prefill dwarfs scheduling jitter
-
-
-@pytest.fixture(scope="module")
-def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running("vllm", ["--enable-prefix-caching"], tmp_path_factory.mktemp("vllm")) as server:
-        yield server
 
 
 def assert_ok(rec: StreamRecord) -> None:

@@ -1,7 +1,9 @@
 """loadgen against vLLM's own benchmark client, `vllm bench serve`, on one vLLM boot: the same
 uniform closed loop (16 requests of 256 prompt and 128 output tokens, ignore_eos, at most 4 in
 flight), measured by each tool in turn, six rounds each in the order bench, loadgen, loadgen,
-bench, bench, ...: a drift of the server over the test falls on both tools alike.
+bench, bench, ...: a drift of the server over the test falls on both tools alike. The same
+rounds' bench runs also stand beside `loadgen bench serve` (the second test, below): one
+bench run is ~35 s of vLLM's import on two cores, and one sequence serves both tests.
 
 Like for like: vllm bench's output_throughput is total output tokens / its benchmark duration
 (from just before its first request to the end of its last); loadgen's is the measured streams'
@@ -41,13 +43,13 @@ throw-away loadgen run of the same workload: the boot's first heavy load falls o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import statistics
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,7 @@ from typing import Any
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from realutil import note, run_on, running
+from realutil import PLAIN_BOOT, note, run_on
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.records import read_streams
@@ -64,12 +66,16 @@ from loadgen.server.launcher import Server
 from loadgen.server.vllm import _LAUNCH, VllmProfile
 
 pytestmark = pytest.mark.real
+SHARED_BOOT = PLAIN_BOOT
 
 SCENARIO = Path(__file__).parents[1] / "data" / "scenarios" / "real_bench.yaml"
 PROMPTS, CONCURRENCY, INPUT_LEN, OUTPUT_LEN = 16, 4, 256, 128
 AGREEMENT = 0.05
 BENCH_TIMEOUT_S = 300
 ROUNDS = 6
+# The first SIDE_ROUNDS rounds also run `loadgen bench serve` (the second test).
+SIDE_ROUNDS = 4
+COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success")
 # The throw-away run's seed: its salts must match no measured round's.
 WARM_SEED = 99
 TTFT, E2E = "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"
@@ -103,38 +109,35 @@ class Measured:
         )
 
 
-@pytest.fixture(scope="module")
-def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running("vllm", [], tmp_path_factory.mktemp("vllm-bench")) as server:
-        yield server
-
-
-def histogram_totals(server: Server) -> dict[str, float]:
-    """`<name>_sum` and `<name>_count` of the TTFT and e2e histograms."""
+def server_counts(server: Server) -> dict[str, float]:
+    """The request, prompt and generation counters (summed over labels) and the TTFT and e2e
+    histograms' sum and count."""
     with urllib.request.urlopen(server.url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    return {
-        s.name: s.value
-        for fam in text_string_to_metric_families(text)
-        if fam.name in (TTFT, E2E)
-        for s in fam.samples
-        if s.name.endswith(("_sum", "_count"))
-    }
+    out: dict[str, float] = dict.fromkeys(COUNTERS, 0.0)
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if fam.name in COUNTERS and s.name == fam.name + "_total":
+                out[fam.name] += s.value
+            elif fam.name in (TTFT, E2E) and s.name.endswith(("_sum", "_count")):
+                out[s.name] = s.value
+    return out
 
 
-def measured(
-    ttft_ms: float, tok_s: float, before: dict[str, float], after: dict[str, float]
-) -> Measured:
-    def delta(name: str) -> float:
-        return after[name] - before[name]
+def deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in after}
 
-    n = int(delta(f"{TTFT}_count"))
+
+def measured(ttft_ms: float, tok_s: float, server: dict[str, float]) -> Measured:
+    """A tool's figures beside the server's for the same requests (`server`: the deltas of
+    server_counts over the tool's run)."""
+    n = int(server[f"{TTFT}_count"])
     return Measured(
         ttft_ms=ttft_ms,
         tok_s=tok_s,
         server_requests=n,
-        server_ttft_ms=1e3 * delta(f"{TTFT}_sum") / n,
-        server_tok_s=CONCURRENCY * PROMPTS * OUTPUT_LEN / delta(f"{E2E}_sum"),
+        server_ttft_ms=1e3 * server[f"{TTFT}_sum"] / n,
+        server_tok_s=CONCURRENCY * PROMPTS * OUTPUT_LEN / server[f"{E2E}_sum"],
     )
 
 
@@ -166,20 +169,50 @@ def vllm_bench_serve(server: Server, result_dir: Path, seed: int) -> dict[str, A
     return orjson.loads((result_dir / "bench.json").read_bytes())
 
 
-async def run_vllm_bench(server: Server, result_dir: Path, seed: int) -> Measured:
+def read_like_a_bench_script(path: Path) -> dict[str, float]:
+    """What a script written for bench's result file reads from it (the fields its summary
+    prints), typed as bench writes them."""
+    result = json.loads(path.read_text())
+    assert isinstance(result["completed"], int) and isinstance(result["total_input_tokens"], int)
+    return {
+        key: float(result[key])
+        for key in ("completed", "failed", "total_input_tokens", "total_output_tokens",
+                    "duration", "request_throughput", "output_throughput",
+                    "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+                    "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms")
+    }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SideRun:
+    """One tool's run of the command: what its result file says, and the server's deltas."""
+
+    result: dict[str, Any]
+    read: dict[str, float]
+    server: dict[str, float]
+
+    @property
+    def ttft_added_ms(self) -> float:
+        server_ms = 1e3 * self.server[f"{TTFT}_sum"] / self.server[f"{TTFT}_count"]
+        return self.result["mean_ttft_ms"] - server_ms
+
+
+def run_vllm_bench(server: Server, result_dir: Path, seed: int) -> SideRun:
     result_dir.mkdir(parents=True)
-    before = histogram_totals(server)
+    before = server_counts(server)
     bench = vllm_bench_serve(server, result_dir, seed)
-    after = histogram_totals(server)
+    after = server_counts(server)
     assert bench["completed"] == PROMPTS
     assert bench["total_output_tokens"] == PROMPTS * OUTPUT_LEN
-    return measured(bench["mean_ttft_ms"], bench["output_throughput"], before, after)
+    return SideRun(
+        bench, read_like_a_bench_script(result_dir / "bench.json"), deltas(before, after)
+    )
 
 
 async def run_loadgen(server: Server, out: Path, seed: int) -> Measured:
-    before = histogram_totals(server)
+    before = server_counts(server)
     run_dir = await run_on(server, SCENARIO, out, run_seed=seed)
-    after = histogram_totals(server)
+    after = server_counts(server)
     records = [r for r in read_streams(run_dir) if r.phase == "measure"]
     assert len(records) == PROMPTS
     assert all(r.status == "ok" and r.completion_tokens == OUTPUT_LEN for r in records)
@@ -187,31 +220,58 @@ async def run_loadgen(server: Server, out: Path, seed: int) -> Measured:
     summary = analyze_run(run_dir).summary
     ttfts = [s["ttft_s"] for s in summary["streams"] if s["phase"] == "measure"]
     tok_s = sum(r.completion_tokens for r in records) / summary["run"]["wall_s"]
-    return measured(1e3 * sum(ttfts) / len(ttfts), tok_s, before, after)
+    return measured(1e3 * sum(ttfts) / len(ttfts), tok_s, deltas(before, after))
 
 
 def relative_difference(a: float, b: float) -> float:
     return abs(a - b) / b
 
 
-async def measure_in_abba_order(server: Server, out: Path) -> tuple[list[Measured], list[Measured]]:
-    """Each tool's runs, ordered bench, loadgen, loadgen, bench, ...: a drift of the server over
-    the test (a warming cache, a busier machine) falls on both tools alike."""
-    benches: list[Measured] = []
+def bench_measured(run: SideRun) -> Measured:
+    """Bench's own figures for its run beside the server's."""
+    return measured(run.result["mean_ttft_ms"], run.result["output_throughput"], run.server)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """Each tool's runs of the workload on the module's boot, one a round."""
+
+    benches: list[SideRun]  # vllm bench serve
+    ours: list[Measured]  # loadgen's run_plan
+    sides: list[SideRun]  # `loadgen bench serve`, the first SIDE_ROUNDS rounds
+
+
+@pytest.fixture(scope="module")
+def rounds(vllm: Server, tmp_path_factory: pytest.TempPathFactory) -> Rounds:
+    """After one throw-away loadgen run (the boot's first heavy load falls on no measured
+    round), round i runs `loadgen bench serve`, bench, loadgen, and odd rounds the other way
+    round: bench sits next to each of loadgen's two tools, and each pair runs bench, loadgen,
+    loadgen, bench, ...: a drift of the server over the test (a warming cache, a busier
+    machine) falls on both tools of a pair alike. Seeds of their own: no run's prompts may hit
+    another's in the prefix cache."""
+    out = tmp_path_factory.mktemp("rounds")
+    asyncio.run(run_loadgen(vllm, out / "warm", seed=WARM_SEED))
+    benches: list[SideRun] = []
     ours: list[Measured] = []
+    sides: list[SideRun] = []
     for i in range(ROUNDS):
-        bench_first = i % 2 == 0
-        if bench_first:
-            benches.append(await run_vllm_bench(server, out / f"bench{i}", seed=i))
-        ours.append(await run_loadgen(server, out / f"loadgen{i}", seed=i))
-        if not bench_first:
-            benches.append(await run_vllm_bench(server, out / f"bench{i}", seed=i))
-    return benches, ours
+        side = i < SIDE_ROUNDS
+        if i % 2 == 0:
+            if side:
+                sides.append(loadgen_bench_serve(vllm, out / f"lg{i}", seed=100 + i))
+            benches.append(run_vllm_bench(vllm, out / f"bench{i}", seed=i))
+            ours.append(asyncio.run(run_loadgen(vllm, out / f"loadgen{i}", seed=i)))
+        else:
+            ours.append(asyncio.run(run_loadgen(vllm, out / f"loadgen{i}", seed=i)))
+            benches.append(run_vllm_bench(vllm, out / f"bench{i}", seed=i))
+            if side:
+                sides.append(loadgen_bench_serve(vllm, out / f"lg{i}", seed=100 + i))
+    return Rounds(benches, ours, sides)
 
 
-async def test_loadgen_agrees_with_vllm_bench_serve(vllm: Server, tmp_path: Path) -> None:
-    await run_loadgen(vllm, tmp_path / "warm", seed=WARM_SEED)
-    benches, ours = await measure_in_abba_order(vllm, tmp_path)
+def test_loadgen_agrees_with_vllm_bench_serve(rounds: Rounds) -> None:
+    benches = [bench_measured(b) for b in rounds.benches]
+    ours = rounds.ours
     for i, (bench, our) in enumerate(zip(benches, ours, strict=True)):
         note(f"vllm bench serve (16 x 256/128, 4 in flight), round {i}", bench.line())
         note(f"loadgen, the same closed loop, round {i}", our.line())
@@ -242,88 +302,28 @@ async def test_loadgen_agrees_with_vllm_bench_serve(vllm: Server, tmp_path: Path
 # --- `loadgen bench serve`: the same flags, side by side ------------------------------------
 #
 # The same `vllm bench serve` command line, run by vLLM's bench and by `loadgen bench serve`
-# in turn on this module's boot (bench, loadgen, loadgen, bench): each must send the same
-# requests by the server's own counters (requests, prompt and generation tokens), loadgen's TTFT
-# must add no more to the server's than bench's does beyond bench's own spread between rounds,
-# and a script written for bench's result file must read loadgen's.
-SIDE_ROUNDS = 4
-COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success")
-
-
-def server_counts(server: Server) -> dict[str, float]:
-    """The request, prompt and generation counters (summed over labels) and the TTFT
-    histogram's sum and count."""
-    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    out: dict[str, float] = dict.fromkeys(COUNTERS, 0.0)
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if fam.name in COUNTERS and s.name == fam.name + "_total":
-                out[fam.name] += s.value
-            elif fam.name == TTFT and s.name.endswith(("_sum", "_count")):
-                out[s.name] = s.value
-    return out
-
-
-def read_like_a_bench_script(path: Path) -> dict[str, float]:
-    """What a script written for bench's result file reads from it (the fields its summary
-    prints), typed as bench writes them."""
-    result = json.loads(path.read_text())
-    assert isinstance(result["completed"], int) and isinstance(result["total_input_tokens"], int)
-    return {
-        key: float(result[key])
-        for key in ("completed", "failed", "total_input_tokens", "total_output_tokens",
-                    "duration", "request_throughput", "output_throughput",
-                    "total_token_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
-                    "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms")
-    }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class SideRun:
-    """One tool's run of the command: what its result file says, and the server's deltas."""
-
-    result: dict[str, Any]
-    read: dict[str, float]
-    server: dict[str, float]
-
-    @property
-    def ttft_added_ms(self) -> float:
-        server_ms = 1e3 * self.server[f"{TTFT}_sum"] / self.server[f"{TTFT}_count"]
-        return self.result["mean_ttft_ms"] - server_ms
-
-
-def side_run(server: Server, out: Path, seed: int, *, loadgen: bool) -> SideRun:
+# in turn on this module's boot (the rounds above: loadgen, bench, bench, loadgen): each must
+# send the same requests by the server's own counters (requests, prompt and generation tokens),
+# loadgen's TTFT must add no more to the server's than bench's does beyond bench's own spread
+# between rounds, and a script written for bench's result file must read loadgen's.
+def loadgen_bench_serve(server: Server, out: Path, seed: int) -> SideRun:
+    """`loadgen bench serve` with bench's flags, as a user would type it."""
     out.mkdir(parents=True)
     before = server_counts(server)
-    if loadgen:
-        argv = [sys.executable, "-m", "loadgen", "bench", "serve",
-                *bench_flags(server, out, seed), "--out", str(out / "runs")]  # fmt: skip
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S,
-                              check=False)  # fmt: skip
-        (out / "loadgen.log").write_text(proc.stdout + proc.stderr)
-        assert proc.returncode == 0, f"loadgen bench serve failed:\n{proc.stderr[-3000:]}"
-        result = orjson.loads((out / "bench.json").read_bytes())
-    else:
-        result = vllm_bench_serve(server, out, seed)
+    argv = [sys.executable, "-m", "loadgen", "bench", "serve",
+            *bench_flags(server, out, seed), "--out", str(out / "runs")]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S,
+                          check=False)  # fmt: skip
+    (out / "loadgen.log").write_text(proc.stdout + proc.stderr)
+    assert proc.returncode == 0, f"loadgen bench serve failed:\n{proc.stderr[-3000:]}"
     after = server_counts(server)
-    deltas = {k: after[k] - before.get(k, 0.0) for k in after}
-    return SideRun(result, read_like_a_bench_script(out / "bench.json"), deltas)
+    result = orjson.loads((out / "bench.json").read_bytes())
+    return SideRun(result, read_like_a_bench_script(out / "bench.json"), deltas(before, after))
 
 
-async def test_loadgen_bench_serve_runs_benchs_command_alike(vllm: Server, tmp_path: Path) -> None:
-    # The boot's first heavy load falls on neither tool's measured rounds.
-    side_run(vllm, tmp_path / "warm", WARM_SEED, loadgen=True)
-    benches: list[SideRun] = []
-    ours: list[SideRun] = []
-    for i in range(SIDE_ROUNDS):
-        # Seeds of their own: no round's prompts may hit another's in the prefix cache.
-        seed = 100 + i
-        order = (False, True) if i % 2 == 0 else (True, False)
-        for is_loadgen in order:
-            run = side_run(vllm, tmp_path / f"{'lg' if is_loadgen else 'bench'}{i}", seed,
-                           loadgen=is_loadgen)  # fmt: skip
-            (ours if is_loadgen else benches).append(run)
+def test_loadgen_bench_serve_runs_benchs_command_alike(rounds: Rounds) -> None:
+    benches = rounds.benches[:SIDE_ROUNDS]
+    ours = rounds.sides
     for i, (bench, our) in enumerate(zip(benches, ours, strict=True)):
         note(
             f"bench serve side by side, round {i} (server counters: prompt, output tokens, "

@@ -6,13 +6,12 @@ routed bound (each replica's rows alone, unbounded cache)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
-from realutil import note, run_options, running
+from realutil import PLAIN_BOOT, SharedBoots, note, run_options
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.engine.routing import RoutePolicy, RouteSpec
@@ -25,6 +24,7 @@ from loadgen.scenario.traces import implied_reuse
 from loadgen.server.launcher import Server
 
 pytestmark = pytest.mark.real
+SHARED_BOOT = PLAIN_BOOT
 
 BLOCK = 128  # trace tokens per hash id; vLLM's CPU block (32) divides it
 CONVERSATIONS, TURNS = 3, 4
@@ -63,12 +63,9 @@ metrics: {{poll_interval_s: 0.25}}
 
 
 @pytest.fixture(scope="module")
-def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Server]]:
-    with (
-        running("vllm", [], tmp_path_factory.mktemp("vllm-r0")) as a,
-        running("vllm", [], tmp_path_factory.mktemp("vllm-r1")) as b,
-    ):
-        yield a, b
+def replicas(boots: SharedBoots) -> tuple[Server, Server]:
+    a, b = boots.servers(*SHARED_BOOT, count=2)
+    return a, b
 
 
 async def replay(servers: tuple[Server, Server], folder: Path, route: RouteSpec, seed: int):

@@ -4,13 +4,12 @@ what the client counted."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 from click.testing import CliRunner
-from realutil import note, running
+from realutil import PREFIX_CACHING_BOOT, note
 
 from loadgen.analysis.soak_types import read_soak
 from loadgen.cli import main
@@ -19,14 +18,9 @@ from loadgen.report.soak_report import soak_reason
 from loadgen.server.launcher import Server
 
 pytestmark = pytest.mark.real
+SHARED_BOOT = PREFIX_CACHING_BOOT
 
 VERDICTS = ("drift", "no drift", "mix changed", "unresolved")
-
-
-@pytest.fixture(scope="module")
-def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running("vllm", ["--enable-prefix-caching"], tmp_path_factory.mktemp("vllm")) as server:
-        yield server
 
 
 def test_a_three_minute_soak_ends_with_a_verdict_and_server_counters(

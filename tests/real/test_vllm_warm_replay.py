@@ -4,25 +4,19 @@ from the prefix-hit counter; a fresh seed on the same boot is cold."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realutil import UNIFORM, UNIFORM_SET, note, run_on, running
+from realutil import PLAIN_BOOT, UNIFORM, UNIFORM_SET, note, run_on
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.engine.seeds import fresh_seed
 from loadgen.server.launcher import Server
 
 pytestmark = pytest.mark.real
+SHARED_BOOT = PLAIN_BOOT
 
 SMALL = (*UNIFORM_SET, "groups.streams.max_tokens=16")
-
-
-@pytest.fixture(scope="module")
-def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running("vllm", [], tmp_path_factory.mktemp("vllm-warm")) as server:
-        yield server
 
 
 def _warm(summary: dict) -> list[dict]:
