@@ -27,13 +27,6 @@ test: lint
 	tools/ensure_chromium.sh
 	$(BIN)/pytest -q
 
-# make test less the wall-clock sim tests, which .ci/run runs next in test-busy, beside the hog:
-# every test still runs in CI, once, and those the harder way.
-.PHONY: test-ci
-test-ci: lint
-	tools/ensure_chromium.sh
-	$(BIN)/pytest -q $(addprefix --ignore=,$(WALL_SIM_TESTS))
-
 # The wall-clock tests of the sim's HTTP path (sim over loopback, client, SSE, poller) with one
 # core kept busy by a bounded busy loop, so timing fragility shows in CI and not on a user's
 # laptop. Verdicts and rates against the sim's truth run on the virtual clock and need no guard.
