@@ -188,7 +188,7 @@ class _BootRun:
         tag = "" if index == 0 else f"@boot{index + 1}"
         tiny = calibration_plan(_PROVISIONAL, self.req.limits)[0]
         first_dir = await self._point(tiny, tag, flags, target, index)
-        _check_drivable(_measured(self.root / first_dir), self.opts)
+        _check_drivable(self.ran[-1][1], self.opts)
         shape, first = _server_shape(self.root / first_dir)
         boot = _boot_record(first, first_dir)
         self.manifest = self.manifest.add(boots=(*(self.manifest.boots or ()), boot))

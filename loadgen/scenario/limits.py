@@ -214,8 +214,8 @@ def size_problems(arms: list[Scenario]) -> list[str]:
             f"plan: {total} requests (count x repetitions x arms, warmup included) exceed the "
             f"limit of {MAX_STREAMS} (expected fewer; set LOADGEN_MAX_STREAMS to allow more)"
         )
-    else:
-        problems.extend(filter(None, [memory_problem(total, available_memory())]))
+    elif (short := memory_problem(total, available_memory())) is not None:
+        problems.append(short)
     for what, prompt, _ in largest_requests(arms[0]) if arms else []:
         if prompt > MAX_PROMPT_TOKENS:
             problems.append(
