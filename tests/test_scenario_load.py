@@ -478,8 +478,8 @@ def test_shipped_set_is_complete() -> None:
         "agent_sessions", "agent_tools", "azure_code", "calibrate", "capacity_seats",
         "capacity_whale", "deep_decode", "ladder", "needle",
         "politeness", "politeness_fine",
-        "prose_vs_code", "sharegpt", "smoke", "soak_agent", "soak_steady", "whale_c2", "whale_c4",
-        "whale_c4_cached", "whale_c8",
+        "prose_vs_code", "sharegpt", "smoke", "soak_agent", "soak_steady", "tune_mixed", "whale_c2",
+        "whale_c4", "whale_c4_cached", "whale_c8",
     ]  # fmt: skip
 
 
