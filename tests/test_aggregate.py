@@ -251,3 +251,25 @@ def test_whale_interference_during_and_after_its_prefill():
         "20.0-40.0",
         "65.0",
     ]
+
+
+def test_a_whale_lists_only_the_minnows_in_flight_during_its_prefill():
+    # Two whales, prefills [0, 10) and [20, 30): each lists the minnows sent before its prefill
+    # ended and not done before it began. Every minnow of the rep was once listed under every
+    # whale, so a minnow done at 5 s counted as "queued" behind the whale that began at 20 s.
+    w1 = stream("w1", group="whale", prompt=60000, chunks=[10.0, 10.5])
+    w2 = stream("w2", group="whale", prompt=60000, sent=20.0, chunks=[30.0, 30.5])
+    early = stream("a", group="minnows", prompt=400, sent=0.5, chunks=[1.0, 2.0, 5.0])
+    queued = stream("b", group="minnows", prompt=400, sent=9.0, chunks=[12.0, 13.0])
+    between = stream("c", group="minnows", prompt=400, sent=14.0, chunks=[15.0, 16.0])
+    spans = stream("d", group="minnows", prompt=400, sent=8.0, chunks=[9.0, 25.0, 31.0])
+    late = stream("e", group="minnows", prompt=400, sent=30.0, chunks=[31.0, 32.0])
+    summary = analyze(
+        RunInputs(manifest(), [w1, w2, early, queued, between, spans, late], [])
+    ).summary
+    inter = summary["mixed"]["reps"][0]["interference"]
+    listed = {i["whale"]: [(m["id"], m["first_token"]) for m in i["minnows"]] for i in inter}
+    assert listed == {
+        "w1": [("a", "during"), ("d", "during"), ("b", "after")],
+        "w2": [("d", "during")],
+    }
