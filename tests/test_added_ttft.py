@@ -7,8 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from run_fixtures import ns, sample, stream
-from virtual_support import run_virtual
 
 from loadgen.analysis.added_ttft import COUNT, SUM, AddedTtft, AddedTtftBlock, added_ttft
 from loadgen.analysis.summary import analyze_run
@@ -24,6 +22,9 @@ from loadgen.scenario.plan import plan
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, start_sim_server
+
+from support.run_fixtures import ns, sample, stream
+from support.virtual import run_virtual
 
 ONE_GROUP = """
 name: one_group

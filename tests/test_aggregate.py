@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from run_fixtures import manifest, sample, stream, ticks
 
 from loadgen.analysis.aggregate import joint_decode, reps_wall_s, server_window
 from loadgen.analysis.inputs import RunInputs
@@ -11,6 +10,8 @@ from loadgen.analysis.summary import analyze
 from loadgen.analysis.timeline import Timeline
 from loadgen.report.text import render_plain
 from loadgen.run_manifest import RunManifest
+
+from support.run_fixtures import manifest, sample, stream, ticks
 
 S = 1_000_000_000
 

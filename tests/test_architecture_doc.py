@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).parents[1]
+from support.paths import REPO
+
 PATH = re.compile(r"\b(?:loadgen|tests)/[\w./]*")
 # "loadgen/x.py's `a`", "...'s `a` and `b`", "...'s `a`, `b` and `c`" (lines may break between)
 NAMED = re.compile(r"(loadgen/[\w/]+\.py)'s\s+(`[\w.]+`(?:(?:,\s+|\s+and\s+|,\s+and\s+)`[\w.]+`)*)")

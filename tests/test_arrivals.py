@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from virtual_support import run_virtual
 
 from loadgen.cli import main
 from loadgen.records import StreamRecord, read_streams
@@ -20,7 +19,9 @@ from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.model import Gamma, Poisson, Ramp
 from loadgen.scenario.plan import arrival_offsets, plan
 
-DATA = Path(__file__).parent / "data"
+from support.paths import DATA
+from support.virtual import run_virtual
+
 UNIFORM = DATA / "scenarios" / "verdict_uniform.yaml"
 SEED = 5  # verdict_uniform's own seed: the plan's schedule comes from it
 

@@ -4,7 +4,6 @@ ClockKind says what its backend needs, and nothing past the options asks for the
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import click
 import pytest
@@ -16,7 +15,9 @@ from loadgen.engine.backends import CLOCKS, clock_of, shared_target
 from loadgen.engine.run import RunOptions
 from loadgen.scenario.load import load_scenario
 
-PACKAGE = Path(__file__).resolve().parents[1] / "loadgen"
+from support.paths import REPO
+
+PACKAGE = REPO / "loadgen"
 ENGINE = PACKAGE / "engine"
 # Where options are resolved: the commands (loadgen/commands/, outside engine) check a clock's
 # name against the other options they got; backends.py keys the kinds by it.

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-HARNESS = Path(__file__).resolve().parent.parent / "bench" / "harness.py"
+from support.paths import REPO
+
+HARNESS = REPO / "bench" / "harness.py"
 
 
 def _harness():

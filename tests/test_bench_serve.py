@@ -16,9 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from cli_support import loadgen
 from click.testing import CliRunner
-from run_fixtures import failed, stream
 
 from loadgen.analysis.bench_result import BenchSetup, bench_result
 from loadgen.commands.bench_serve import MAPPED, REFUSED, bench_group, flag_table
@@ -36,9 +34,13 @@ from loadgen.scenario.model import Closed, Gamma, Group, Poisson, PromptConfig, 
 from loadgen.scenario.plan import plan
 from loadgen.server import installs
 
-DATA = Path(__file__).parent / "data" / "vllm_bench"
-README = Path(__file__).parents[1] / "README.md"
-VLLM_RESULT = orjson.loads((DATA / "result.json").read_bytes())
+from support.cli import loadgen
+from support.paths import DATA, REPO
+from support.run_fixtures import failed, stream
+
+BENCH_RUN = DATA / "vllm_bench"
+README = REPO / "README.md"
+VLLM_RESULT = orjson.loads((BENCH_RUN / "result.json").read_bytes())
 # The flags vLLM's own run of the fixture was given (tests/data/vllm_bench/README.md).
 FIXTURE_FLAGS = (
     *("--dataset-name", "random", "--random-input-len", "128", "--random-output-len", "32"),
@@ -71,7 +73,7 @@ def help_flags(text: str) -> set[str]:
 
 
 def test_every_flag_of_the_help_is_mapped_or_refused_and_none_other() -> None:
-    flags = help_flags((DATA / "help_all.txt").read_text())
+    flags = help_flags((BENCH_RUN / "help_all.txt").read_text())
     flags -= {"--help"}
     assert len(flags) > 90
     assert flags == set(MAPPED) | set(REFUSED)
@@ -93,7 +95,7 @@ def test_the_committed_help_is_the_installed_vllms() -> None:
         env={**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert help_flags(proc.stdout) == help_flags((DATA / "help_all.txt").read_text())
+    assert help_flags(proc.stdout) == help_flags((BENCH_RUN / "help_all.txt").read_text())
 
 
 # --- flags -> scenario ----------------------------------------------------------------------
@@ -152,7 +154,7 @@ def test_datasets_map_to_the_dataset_source() -> None:
 
 
 def test_burstgpt_replays_the_trace_rows(tmp_path: Path) -> None:
-    (tmp_path / "b.csv").write_bytes((DATA.parent / "burstgpt_small.csv").read_bytes())
+    (tmp_path / "b.csv").write_bytes((DATA / "burstgpt_small.csv").read_bytes())
     w = BenchWorkload(dataset_name="burstgpt", dataset_path=Path("b.csv"), num_prompts=2)
     s = bench_scenario(w, tmp_path)
     assert s.groups == (Group("burstgpt", 1, PromptConfig(None, "prose", "salted"), None,
@@ -303,7 +305,7 @@ def test_the_block_is_benchs_line_for_line() -> None:
     from loadgen.report.bench_layout import bench_block
 
     block = bench_block(VLLM_RESULT, ("ttft", "tpot", "itl", "e2el"), (50.0, 99.9))
-    assert block == (DATA / "block.txt").read_text().rstrip("\n")
+    assert block == (BENCH_RUN / "block.txt").read_text().rstrip("\n")
 
 
 def setup(**kw: Any) -> BenchSetup:
@@ -363,7 +365,7 @@ def test_loadgen_writes_benchs_field_names_against_the_sim(tmp_path: Path) -> No
     assert ours["total_output_tokens"] == 12 * 32
     assert ours["total_input_tokens"] == 12 * 128
     assert (ours["a"], ours["b"], ours["max_concurrency"]) == ("1", "2", 4)
-    assert labels(proc.stdout) == labels((DATA / "block.txt").read_text())
+    assert labels(proc.stdout) == labels((BENCH_RUN / "block.txt").read_text())
     assert "Verdicts per group" in proc.stdout
 
 

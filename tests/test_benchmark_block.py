@@ -8,11 +8,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from run_fixtures import failed, stream, write_run
 
 from loadgen.analysis.benchmark import Benchmark, BenchStats, benchmark_block
 from loadgen.codec import from_json, to_json
 from loadgen.report.cmd import write_report
+
+from support.run_fixtures import failed, stream, write_run
 
 
 def records() -> list:

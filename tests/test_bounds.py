@@ -7,7 +7,6 @@ import resource
 from pathlib import Path
 
 import pytest
-from cli_support import assert_one_line_error, loadgen
 
 from loadgen.analysis.slo import SloItem, parse_slo
 from loadgen.scenario.limits import (
@@ -23,10 +22,12 @@ from loadgen.scenario.limits import (
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.simoptions import MAX_SIM_BLOCKS
 
-SCENARIOS = Path(__file__).parents[1] / "scenarios"
+from support.cli import assert_one_line_error, loadgen
+from support.paths import DATA, REPO
+
+SCENARIOS = REPO / "scenarios"
 SESSIONS = SCENARIOS / "agent_sessions.yaml"
 SMOKE = SCENARIOS / "smoke.yaml"
-DATA = Path(__file__).parent / "data"
 MEMORY_CAP = 1 << 30
 S = "groups.agents.session"
 

@@ -5,12 +5,13 @@ counts in a stream's normal prefill time nor sets the prefill baseline (306k tok
 from __future__ import annotations
 
 import pytest
-from run_fixtures import manifest, sample, stream, ticks
 
 from loadgen.analysis.baselines import expected_prefill_s, group_min_ttft, prefill_baseline
 from loadgen.analysis.cached import estimate_cached
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.verdicts import build_context
+
+from support.run_fixtures import manifest, sample, stream, ticks
 
 
 def _cold_then_warm():

@@ -8,13 +8,14 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from cli_support import loadgen, rewrites_identically
-from pacedserver import PacedConfig, ThreadedPacedServer
 
 from loadgen.engine.calibrate import launched_without_drafts
 from loadgen.run_manifest import TargetInfo
 from loadgen.sim.profile_file import load_profile_file
 from loadgen.sim.profiles import sim_profile
+
+from support.cli import loadgen, rewrites_identically
+from support.pacedserver import PacedConfig, ThreadedPacedServer
 
 STEP_COSTS = ("fixed_s", "per_token_s", "decode_ctx_s", "prefill_ctx_s", "cached_token_s")
 

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
 from click.testing import CliRunner
-from server_process import sim_process
 
 from loadgen.analysis.calibration import Measurement, ServerShape, decode_row, prefill_row
 from loadgen.analysis.calibration import prefill_steps as steps_of
@@ -21,6 +19,10 @@ from loadgen.cli import main
 from loadgen.engine import calibrate as engine_calibrate
 from loadgen.engine.calibrate import boot_allowances, step_mode
 from loadgen.sim.profile_file import FittedProfile, load_profile_file, unpredictable
+
+from support.cli import loadgen
+from support.paths import DATA
+from support.server_process import sim_process
 
 HIDDEN = """loadgen_sim_profile: 1
 name: hidden
@@ -36,7 +38,7 @@ RECOVERED = {"fixed_s": 0.35, "per_token_s": 0.15, "decode_token_s": 0.15,
              "prefill_ctx_s": 0.35, "min_step_s": 0.10}  # fmt: skip
 SIM = ("--set", "sim.max_num_batched_tokens=1024", "--set", "sim.max_num_seqs=8",
        "--set", "sim.max_model_len=8192")  # fmt: skip
-DATA = Path(__file__).parent / "data" / "scenarios"
+SCENARIOS = DATA / "scenarios"
 BOUNDS = ("--max-prompt", "4096", "--reps", "2", "--decode-tokens", "32")
 
 
@@ -95,7 +97,7 @@ def test_the_two_boot_profile_predicts_the_hidden_sim_at_other_budgets(
     scenario: str, hidden: Path, two_boots: Path, tmp_path: Path
 ) -> None:
     least, extra = FIDELITY[scenario]
-    proc = loadgen("fidelity", DATA / f"{scenario}.yaml", "--sim-profile", two_boots,
+    proc = loadgen("fidelity", SCENARIOS / f"{scenario}.yaml", "--sim-profile", two_boots,
                    "--server", "sim", "--set", f"sim.profile={hidden}", *SIM[2:], *extra,
                    "--seed", "7", "--out", tmp_path, timeout_s=170)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
 
 from loadgen.sim.profile_file import load_profile_file
 from loadgen.sim.profiles import sim_profile
 
-ROOT = Path(__file__).parents[1]
+from support.cli import loadgen
+from support.paths import REPO
+
+ROOT = REPO
 SCENARIOS = ("whale_c4", "ladder", "politeness")
 # The seats and pool every one of the three scenarios fits (ladder reaches 8 streams).
 SIM_SETS = ("sim.max_num_seqs=8", "sim.num_gpu_blocks=8527", "sim.max_model_len=131072")

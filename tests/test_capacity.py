@@ -8,7 +8,6 @@ from typing import Any
 
 import orjson
 import pytest
-from cli_support import assert_one_line_error, loadgen, rewrites_identically
 
 from loadgen.analysis.capacity import (
     DEFAULT_MAX_STEPS,
@@ -22,6 +21,8 @@ from loadgen.analysis.capacity import (
 )
 from loadgen.analysis.slo import parse_slo
 from loadgen.commands.capacity import capacity_cmd
+
+from support.cli import assert_one_line_error, loadgen, rewrites_identically
 
 VIRTUAL = ("--clock", "virtual", "--seed", "7", "--no-progress")
 

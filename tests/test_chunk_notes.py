@@ -3,11 +3,11 @@ named only when the server says it runs it."""
 
 from __future__ import annotations
 
-from run_fixtures import manifest, sample, stream, ticks
-
 from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.summary import analyze
 from loadgen.report.text import decode_table
+
+from support.run_fixtures import manifest, sample, stream, ticks
 
 
 def _streams():

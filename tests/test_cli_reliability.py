@@ -9,13 +9,15 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import assert_one_line_error, loadgen
 from click.testing import CliRunner
-from pacedserver import PacedConfig, ThreadedPacedServer
-from run_fixtures import stream, write_run
 
 import loadgen.report.cmd as report_cmd
 from loadgen.cli import main
+
+from support.cli import assert_one_line_error, loadgen
+from support.pacedserver import PacedConfig, ThreadedPacedServer
+from support.paths import REPO
+from support.run_fixtures import stream, write_run
 
 
 def _refusing_port() -> socket.socket:
@@ -181,7 +183,7 @@ def test_a_prompt_file_outside_the_scenario_folder_is_refused_unless_allowed(
     folder.mkdir()
     scenario = folder / "s.yaml"
     scenario.write_text(
-        (Path(__file__).parents[1] / "scenarios" / "smoke.yaml")
+        (REPO / "scenarios" / "smoke.yaml")
         .read_text()
         .replace("shape: code", f"shape: {{file: {secret}}}")
     )

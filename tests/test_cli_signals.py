@@ -10,10 +10,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import spawn_loadgen
 
 from loadgen.server.launcher import launch_sync
 from loadgen.server.sim import SimProfile
+
+from support.cli import spawn_loadgen
 
 WAIT_S = 60.0
 

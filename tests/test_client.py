@@ -10,7 +10,6 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer, count_tokens
 
 from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.cli import main
@@ -18,6 +17,8 @@ from loadgen.client.endpoint import resolve_target
 from loadgen.client.openai import OpenAIClient
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
+
+from support.pacedserver import PacedConfig, PacedServer, ThreadedPacedServer, count_tokens
 
 MS = 1_000_000
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
 
 from loadgen.cli import main
 from loadgen.client.decode import StreamDecoder
@@ -25,8 +24,10 @@ from loadgen.commands.run import failure_summary
 from loadgen.records import StreamError, StreamRecord, read_streams
 from loadgen.request import StreamRequest
 
+from support.pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
+from support.paths import REPO
+
 FAST = PacedConfig(ttft_s=0.01, gap_s=0.005)
-REPO = Path(__file__).resolve().parent.parent
 
 
 def req(i: int, fault: str | None = None, max_tokens: int = 8) -> StreamRequest:

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
-from run_fixtures import ns, stream, write_run
 
 from loadgen.analysis.selferror import (
     ADVICE,
@@ -28,6 +26,9 @@ from loadgen.client.openai import OpenAIClient
 from loadgen.client.selftime import LoopLagTicker
 from loadgen.report.cmd import write_report
 from loadgen.request import StreamRequest
+
+from support.pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
+from support.run_fixtures import ns, stream, write_run
 
 MS = 1_000_000
 

@@ -6,12 +6,13 @@ from collections import Counter
 from pathlib import Path
 
 from click.testing import CliRunner
-from pacedserver import PacedConfig, ThreadedPacedServer
 
 from loadgen.cli import main
 from loadgen.client.pool import auto_workers, seat_share, split_jobs
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
+
+from support.pacedserver import PacedConfig, ThreadedPacedServer
 
 
 def _reqs(offsets_ms: list[int]) -> list[StreamRequest]:

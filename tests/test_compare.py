@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from run_fixtures import manifest, stream, ticks, write_run
 
 from loadgen.analysis.compare import CompareRow, compare_summaries
 from loadgen.analysis.summary import analyze_run
 from loadgen.cli import main
+
+from support.run_fixtures import manifest, stream, ticks, write_run
 
 
 def run_with_ttfts(path: Path, ttfts_by_rep: list[list[float]], clock: str = "wall") -> Path:

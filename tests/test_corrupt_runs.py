@@ -9,7 +9,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import assert_one_line_error, loadgen
 
 from loadgen.analysis.inputs import load_run, read_manifest
 from loadgen.codec import to_json
@@ -21,6 +20,8 @@ from loadgen.records import (
     read_records,
     read_stream,
 )
+
+from support.cli import assert_one_line_error, loadgen
 
 
 @pytest.fixture(scope="module")

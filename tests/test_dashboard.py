@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -17,7 +16,9 @@ import pytest
 from loadgen.engine.live_metrics import LiveMetrics
 from loadgen.records import StreamError, StreamRecord
 
-ROOT = Path(__file__).resolve().parent.parent / "dashboards"
+from support.paths import REPO
+
+ROOT = REPO / "dashboards"
 SCHEMA = json.loads((ROOT / "grafana-dashboard.schema.json").read_text())
 DASHBOARD = json.loads((ROOT / "loadgen-soak.json").read_text())
 METRIC = re.compile(r"\bloadgen_[a-z_]+")

@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from sim_support import sim_config
-from virtual_support import run_virtual
 
 from loadgen.analysis.datasets import read_datasets
 from loadgen.analysis.inputs import read_manifest
@@ -33,9 +31,13 @@ from loadgen.scenario.prompts import salt_tag
 from loadgen.sim.server import start_sim_server
 from loadgen.sim.tokenizer import SimTokenizer
 
-ROOT = Path(__file__).parent.parent
+from support.paths import DATA, REPO
+from support.sim import sim_config
+from support.virtual import run_virtual
+
+ROOT = REPO
 FIXTURE = ROOT / "scenarios" / "data" / "sharegpt_small.json"
-GENERATOR = Path(__file__).parent / "data" / "make_sharegpt.py"
+GENERATOR = DATA / "make_sharegpt.py"
 TOK = SimTokenizer()
 
 SCENARIO = """

@@ -7,10 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-from server_process import run_until, sim_process
 
 from loadgen.commands.run import FAILED_STREAMS_EXIT
 from loadgen.records import read_streams
+
+from support.server_process import run_until, sim_process
 
 # soak_steady's 1,000-token prompts on the sim at 20x, four streams a rep: killed after 22
 # records, streams are in flight on connections an earlier stream used. Before the fix 6 of 6

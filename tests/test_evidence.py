@@ -5,15 +5,6 @@ the types, never the keys."""
 from __future__ import annotations
 
 import pytest
-from run_fixtures import failed, sample, stream, ticks
-from test_verdicts import (
-    by_id,
-    cap_metrics,
-    capped_streams,
-    rationing_pair,
-    summarize,
-    whale_and_minnows,
-)
 
 from loadgen.analysis.evidence import (
     AdmittedEvidence,
@@ -32,6 +23,16 @@ from loadgen.analysis.summary_types import StreamRow
 from loadgen.codec import from_json
 from loadgen.report.plots import queued_until_s
 from loadgen.report.text import waits_table
+
+from support.run_fixtures import failed, sample, stream, ticks
+from support.verdict_cases import (
+    by_id,
+    cap_metrics,
+    capped_streams,
+    rationing_pair,
+    summarize,
+    whale_and_minnows,
+)
 
 
 def typed(row):

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import orjson
-from test_run_integration import SMALL, run_against, sim_config
 
 from loadgen.report.cmd import write_report
 from loadgen.sim.server import start_sim_server
+
+from support.sim import SMALL, run_against, small_sim_config
 
 
 def _summary(run_dir: Path) -> tuple[dict, str]:
@@ -29,7 +30,7 @@ def _warm_streams(summary: dict) -> list[str]:
 
 
 async def test_same_seed_twice_on_one_server_is_warned_warm(tmp_path: Path):
-    async with start_sim_server(sim_config()) as sim:
+    async with start_sim_server(small_sim_config()) as sim:
         first = await run_against(sim, "whale_c4", tmp_path / "a", seed=7)
         second = await run_against(sim, "whale_c4", tmp_path / "b", seed=7)
     cold, cold_text = _summary(first)
@@ -56,7 +57,7 @@ async def _cli_run(url: str, out: Path, *extra: str) -> Path:
 
 
 async def test_default_runs_are_cold_every_time_and_replay_reuses_the_seed(tmp_path: Path):
-    async with start_sim_server(sim_config()) as sim:
+    async with start_sim_server(small_sim_config()) as sim:
         runs = [await _cli_run(sim.url, tmp_path / name) for name in ("a", "b")]
         replay = await _cli_run(sim.url, tmp_path / "c", "--replay", str(runs[0]))
     manifests = [orjson.loads((d / "run.json").read_bytes()) for d in [*runs, replay]]

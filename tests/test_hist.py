@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from run_fixtures import stream, ticks
-
 from loadgen.analysis.hist import (
     HIST_METRICS,
     build_histograms,
@@ -15,6 +13,8 @@ from loadgen.analysis.hist import (
     read_hlog,
     write_hlogs,
 )
+
+from support.run_fixtures import stream, ticks
 
 
 def two_reps():

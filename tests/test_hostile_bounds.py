@@ -12,11 +12,12 @@ import zlib
 import orjson
 import pytest
 from aiohttp import web
-from test_client_hostile import SSE, Hostile, event, one_stream, req, token
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import BODY_CAP
 from loadgen.client.openai import OpenAIClient
+
+from support.hostile import SSE, Hostile, event, one_stream, req, token
 
 # Python, aiohttp and uvloop map ~0.5 GB of address space; the bodies below are endless (they
 # reached 3.5 GB and 3.4 GB before the cap).

@@ -8,9 +8,6 @@ import dataclasses
 from pathlib import Path
 
 from click.testing import CliRunner
-from pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
-from run_fixtures import manifest, stream, write_run
-from sim_support import sim_config, stream_request
 
 from loadgen.analysis.phases import PHASES, http_phases
 from loadgen.analysis.selferror import (
@@ -27,6 +24,10 @@ from loadgen.report.cmd import render_report
 from loadgen.report.text import send_late_line
 from loadgen.request import StreamRequest
 from loadgen.sim.server import start_sim_server
+
+from support.pacedserver import PacedConfig, PacedServer, ThreadedPacedServer
+from support.run_fixtures import manifest, stream, write_run
+from support.sim import sim_config, stream_request
 
 MS = 1_000_000
 

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from run_fixtures import stream, ticks
-from virtual_support import run_virtual
 
 from loadgen.analysis.lengths import prompt_drift, short_output
 from loadgen.cli import main
@@ -17,7 +15,10 @@ from loadgen.records import StreamRecord, read_streams
 from loadgen.report.cmd import render_report
 from loadgen.sim.faults import parse_fault_options
 
-DATA = Path(__file__).parent / "data"
+from support.paths import DATA
+from support.run_fixtures import stream, ticks
+from support.virtual import run_virtual
+
 UNIFORM = DATA / "scenarios" / "verdict_uniform.yaml"
 
 

@@ -6,7 +6,6 @@ import resource
 from pathlib import Path
 
 import pytest
-from cli_support import assert_one_line_error, loadgen
 
 from loadgen.scenario import limits
 from loadgen.scenario.limits import (
@@ -20,7 +19,10 @@ from loadgen.scenario.plan import plan
 from loadgen.server.launcher import launch_sync
 from loadgen.server.sim import SimProfile
 
-SMOKE = Path(__file__).parents[1] / "scenarios" / "smoke.yaml"
+from support.cli import assert_one_line_error, loadgen
+from support.paths import REPO
+
+SMOKE = REPO / "scenarios" / "smoke.yaml"
 # validate must answer within this memory, whatever the file asks for (address-space cap).
 MEMORY_CAP = 1 << 30
 

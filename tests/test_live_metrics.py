@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_support import assert_one_line_error, loadgen, spawn_loadgen
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,6 +20,8 @@ from loadgen.analysis.rates import token_gaps_ns
 from loadgen.engine.live_metrics import LiveMetrics, MetricsPortInUse, serving
 from loadgen.engine.run import RunOptions, watched
 from loadgen.records import StreamError, StreamRecord, read_streams
+
+from support.cli import assert_one_line_error, loadgen, spawn_loadgen
 
 MS = 1_000_000
 NAMES = {

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import assert_one_line_error, loadgen
 
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.load_axis import (
@@ -18,6 +17,8 @@ from loadgen.scenario.load_axis import (
     with_load,
 )
 from loadgen.scenario.model import Closed, Gamma, Poisson
+
+from support.cli import assert_one_line_error, loadgen
 
 
 def test_load_values_parse_and_refuse_with_the_flag_named() -> None:

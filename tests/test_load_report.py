@@ -10,10 +10,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import assert_one_line_error, loadgen
 
 from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
 from loadgen.report.export import STREAM_COLUMNS
+
+from support.cli import assert_one_line_error, loadgen
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ARMS = ["concurrency=1", "concurrency=2", "concurrency=4"]

@@ -7,7 +7,6 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from run_fixtures import failed, manifest, stream, write_run
 
 from loadgen.analysis import rates
 from loadgen.analysis.goodput import Goodput, GroupGoodput
@@ -26,6 +25,8 @@ from loadgen.analysis.streams import stream_metrics
 from loadgen.analysis.summary import analyze_run
 from loadgen.codec import to_json
 from loadgen.records import StreamError
+
+from support.run_fixtures import failed, manifest, stream, write_run
 
 
 def test_the_frontier_keeps_the_arms_no_other_beats_on_both() -> None:

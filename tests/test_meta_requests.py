@@ -9,11 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_support import assert_one_line_error, loadgen
-from server_process import silent_server, sim_process
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.records import read_streams
+
+from support.cli import assert_one_line_error, loadgen
+from support.server_process import silent_server, sim_process
 
 
 def test_probe_cache_against_a_silent_server_fails_on_the_metadata_timeout() -> None:

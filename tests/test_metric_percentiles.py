@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from run_fixtures import manifest, stream, ticks
 
 from loadgen.analysis.hist import merge_hlogs
 from loadgen.analysis.inputs import RunInputs, read_manifest
 from loadgen.analysis.summary import analyze
 from loadgen.cli import main
+
+from support.run_fixtures import manifest, stream, ticks
 
 ASKED = [50.0, 95.0, 99.9]
 

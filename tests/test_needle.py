@@ -4,7 +4,6 @@ stream; the sim answers with the planted code unless the needle_miss fault says 
 from pathlib import Path
 
 import pytest
-from virtual_support import run_virtual
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.engine.run import RunOptions, run_plan
@@ -20,7 +19,10 @@ from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, start_sim_server
 from loadgen.sim.tokenizer import SimTokenizer
 
-SCENARIO = Path(__file__).parent.parent / "scenarios" / "needle.yaml"
+from support.paths import REPO
+from support.virtual import run_virtual
+
+SCENARIO = REPO / "scenarios" / "needle.yaml"
 TOK = SimTokenizer()
 
 

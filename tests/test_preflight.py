@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli_support import assert_one_line_error, loadgen
-
 from loadgen.client.openai import AUX_CONNECTIONS
 from loadgen.engine.preflight import FD_MARGIN
+
+from support.cli import assert_one_line_error, loadgen
 
 
 def _limit(soft: int, hard: int):

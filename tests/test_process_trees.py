@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from cli_support import spawn_loadgen
-from pacedserver import PacedConfig, ThreadedPacedServer
+from support.cli import spawn_loadgen
+from support.pacedserver import PacedConfig, ThreadedPacedServer
 
 MARK_ENV = "LOADGEN_TEST_MARK"
 WAIT_S = 20.0  # bound on a poll below, far above the ~1 s a worker pool takes to start

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +20,8 @@ from loadgen.scenario.prompts import (
 from loadgen.scenario.textgen import text_chunks
 from loadgen.scenario.token_counter import PromptSizeError
 
-DATA = Path(__file__).parent / "data"
+from support.paths import DATA
+
 _WORD = re.compile(r"\w+|[^\w\s]")
 
 

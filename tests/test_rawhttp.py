@@ -8,13 +8,14 @@ import asyncio
 
 import pytest
 import uvloop
-from pacedserver import PacedConfig, PacedServer
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.rawhttp import Conn, ProtocolError, RawPool, tcp_rtt_us
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
+
+from support.pacedserver import PacedConfig, PacedServer
 
 EVENTS = b'data: {"choices":[{"text":"a"}]}\n\ndata: [DONE]\n\n'
 

@@ -19,16 +19,17 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import assert_one_line_error, loadgen, spawn_loadgen
-from pacedserver import PacedConfig, ThreadedPacedServer
-from ray_cluster import free_port, local_ray_cluster, ray_processes
-from test_run_workers import EXPECTED, _hist_counts, _run, _server_verdicts, _streams
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.pool import Job, WorkerClient
 from loadgen.client.ray_pool import RayPool
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
+
+from support.cli import assert_one_line_error, loadgen, spawn_loadgen
+from support.pacedserver import PacedConfig, ThreadedPacedServer
+from support.ray_cluster import free_port, local_ray_cluster, ray_processes
+from support.workers import EXPECTED, hist_counts, run_spread, server_verdicts, stream_rows
 
 pytestmark = [
     pytest.mark.ray,
@@ -167,9 +168,9 @@ def test_an_address_no_head_answers_fails_in_one_line() -> None:
 def test_run_on_two_ray_workers_writes_the_run_directory_one_process_would(
     ray_address: str, tmp_path: Path
 ) -> None:
-    one = _run(tmp_path / "w1", "--workers", "1")
-    two = _run(tmp_path / "ray2", "--ray", ray_address, "--workers", "2")
-    s1, s2 = _streams(one), _streams(two)
+    one = run_spread(tmp_path / "w1", "--workers", "1")
+    two = run_spread(tmp_path / "ray2", "--ray", ray_address, "--workers", "2")
+    s1, s2 = stream_rows(one), stream_rows(two)
     key = lambda r: (r["id"], r["phase"], r["status"], r["completion_tokens"], r["chunks"])  # noqa: E731
     assert len(s2) == 8 and sorted(map(key, s1)) == sorted(map(key, s2))
     # On the run clock: sent at the intended time, within uvloop's timers' 1 ms granularity
@@ -177,8 +178,8 @@ def test_run_on_two_ray_workers_writes_the_run_directory_one_process_would(
     # t_sent seconds off.
     assert all(0 < r["t_intended_ns"] - 1_000_000 <= r["t_sent_ns"] < r["t_first_ns"] for r in s2)
     sum1, sum2 = (orjson.loads((d / "summary.json").read_bytes()) for d in (one, two))
-    assert _server_verdicts(sum1) == _server_verdicts(sum2) == EXPECTED["open_loop"]
-    assert _hist_counts(one) == _hist_counts(two) != {}
+    assert server_verdicts(sum1) == server_verdicts(sum2) == EXPECTED["open_loop"]
+    assert hist_counts(one) == hist_counts(two) != {}
     client = orjson.loads((two / "run.json").read_bytes())["client"]
     names = {w["worker"] for w in client["ray"]["workers"]}
     assert client["workers"] == 2 and len(names) == 2

@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from cli_support import assert_one_line_error
-
 from loadgen.client.ray_pool import _host_port, cluster_workers, min_rtt_offset
+
+from support.cli import assert_one_line_error
 
 
 def test_offset_comes_from_the_least_rtt_round_trip() -> None:

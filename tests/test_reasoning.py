@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-from virtual_support import run_virtual
 
 from loadgen.analysis import rates
 from loadgen.client.decode import StreamDecoder
@@ -19,6 +18,8 @@ from loadgen.scenario.plan import plan
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, start_sim_server
+
+from support.virtual import run_virtual
 
 MS = 1_000_000
 CHAT = ["api=chat"]

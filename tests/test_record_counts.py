@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from run_fixtures import manifest, ns, stream, write_run
-from virtual_support import run_virtual
-
 from loadgen.analysis.summary import RecordCounts, analyze_run, record_counts
 from loadgen.report.cmd import render_report
 from loadgen.run_manifest import RunManifest
+
+from support.run_fixtures import manifest, ns, stream, write_run
+from support.virtual import run_virtual
 
 COUNT_KEYS = ("planned", "measured", "missing", "not_measured", "limited", "beyond_tolerance")
 

@@ -7,12 +7,13 @@ import socket
 from pathlib import Path
 
 import pytest
-from cli_support import assert_one_line_error, loadgen
-from pacedserver import PacedConfig, ThreadedPacedServer
-from server_process import run_until, sim_process
 
 from loadgen.records import read_streams
 from loadgen.redact import REDACTED, is_secret_name, redact, redact_argv, redact_env, redact_url
+
+from support.cli import assert_one_line_error, loadgen
+from support.pacedserver import PacedConfig, ThreadedPacedServer
+from support.server_process import run_until, sim_process
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ stream columns; a new entry reaches every place it is flagged for."""
 from __future__ import annotations
 
 import pytest
-from run_fixtures import manifest, stream, ticks
 
 from loadgen.analysis import registry, streams
 from loadgen.analysis.fidelity import fidelity_table
@@ -19,6 +18,8 @@ from loadgen.analysis.streams import stream_metrics
 from loadgen.analysis.summary import analyze
 from loadgen.report.html import STREAM_COLUMNS
 from loadgen.scenario import schema_blocks
+
+from support.run_fixtures import manifest, stream, ticks
 
 
 def one_stream():

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from server_process import run_until, sim_process
 
 from loadgen.analysis.inputs import read_manifest
 from loadgen.commands.run import FAILED_STREAMS_EXIT
 from loadgen.records import read_streams
+
+from support.server_process import run_until, sim_process
 
 # 40 salted 200-token prompts, one every 50 ms round-robin over two tiny sims: each stream
 # takes ~130 ms (measured), so the kill after 10 records lands with the rep half sent.

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from run_fixtures import failed, stream
-
 from loadgen.analysis.replicas import replicas_block
 from loadgen.records import StreamRecord
 from loadgen.run_manifest import ReplicaTargets
+
+from support.run_fixtures import failed, stream
 
 TARGETS = ReplicaTargets(("http://a", "http://b"), "round-robin", 4, 256)
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from run_fixtures import sample, stream, ticks, write_run
 
 from loadgen.report.cmd import write_report
+
+from support.run_fixtures import sample, stream, ticks, write_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DATA_PNG = re.compile(

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from click.testing import CliRunner
-from pacedserver import PacedConfig, ThreadedPacedServer
 
 from loadgen.cli import main
+
+from support.pacedserver import PacedConfig, ThreadedPacedServer
 
 
 def banner(output: str) -> str | None:

@@ -8,34 +8,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
 
-from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import read_metrics, read_streams
-from loadgen.scenario.load import load_scenario
-from loadgen.scenario.plan import plan
-from loadgen.sim.engine import EngineConfig
 from loadgen.sim.faults import FaultConfig
-from loadgen.sim.profiles import sim_profile
-from loadgen.sim.server import SimServerConfig, ground_truth_rows, start_sim_server
+from loadgen.sim.server import ground_truth_rows, start_sim_server
 
-# whale_c4 shrunk so a test takes seconds: same shape (one whale, three minnows, together).
-SMALL = ["groups.whale.prompt.tokens=6000", "groups.minnows.prompt.tokens=600",
-         "groups.whale.max_tokens=32", "groups.minnows.max_tokens=32"]  # fmt: skip
-
-
-def sim_config() -> SimServerConfig:
-    engine = EngineConfig(
-        max_num_seqs=4, max_num_batched_tokens=512, block_size=16, num_gpu_blocks=4096,
-        enable_prefix_caching=True, profile=sim_profile("default"),
-    )  # fmt: skip
-    return SimServerConfig(engine=engine, max_model_len=16384)
-
-
-async def run_against(sim, scenario_name: str, out: Path, overrides=(), seed=None) -> Path:
-    scenario = load_scenario(scenario_name, [*SMALL, *overrides])
-    opts = RunOptions(base_url=sim.url, out_root=out, progress=False, run_seed=seed)
-    return await run_plan(plan(scenario, run_seed=seed), opts, warn=lambda m: None)
+from support.cli import loadgen
+from support.sim import run_against, small_sim_config
 
 
 def measured_truth(sim) -> dict[str, dict]:
@@ -45,10 +24,10 @@ def measured_truth(sim) -> dict[str, dict]:
 
 
 async def test_salted_whale_misses_and_primed_whale_hits_the_cache(tmp_path: Path):
-    async with start_sim_server(sim_config()) as sim:
+    async with start_sim_server(small_sim_config()) as sim:
         cold_dir = await run_against(sim, "whale_c4", tmp_path / "cold")
         cold = measured_truth(sim)
-    async with start_sim_server(sim_config()) as sim:
+    async with start_sim_server(small_sim_config()) as sim:
         warm_dir = await run_against(sim, "whale_c4_cached", tmp_path / "warm")
         warm = measured_truth(sim)
     cold_whale = next(r for r in read_streams(cold_dir) if r.group == "whale")
@@ -70,7 +49,7 @@ async def test_salted_whale_misses_and_primed_whale_hits_the_cache(tmp_path: Pat
 async def test_a_primed_group_whose_warm_answer_differs_is_a_cache_correctness_failure(
     tmp_path: Path,
 ):
-    wrong = dataclasses.replace(sim_config(), faults=FaultConfig(warm_mismatch=1.0))
+    wrong = dataclasses.replace(small_sim_config(), faults=FaultConfig(warm_mismatch=1.0))
     async with start_sim_server(wrong) as sim:
         run_dir = await run_against(sim, "whale_c4_cached", tmp_path)
     check = orjson.loads((run_dir / "run.json").read_bytes())["cache_checks"][0]
@@ -79,7 +58,7 @@ async def test_a_primed_group_whose_warm_answer_differs_is_a_cache_correctness_f
 
 
 async def test_token_counts_and_ttft_agree_with_ground_truth(tmp_path: Path):
-    async with start_sim_server(sim_config()) as sim:
+    async with start_sim_server(small_sim_config()) as sim:
         run_dir = await run_against(sim, "whale_c4", tmp_path)
         truth = measured_truth(sim)
     records = read_streams(run_dir)
@@ -117,7 +96,7 @@ async def test_same_seed_sends_byte_identical_prompts(tmp_path: Path, monkeypatc
     monkeypatch.setattr(OpenAIClient, "stream", recording)
     for i in range(2):
         which["run"] = i
-        async with start_sim_server(sim_config()) as sim:
+        async with start_sim_server(small_sim_config()) as sim:
             await run_against(sim, "whale_c4", tmp_path / str(i), seed=7)
     assert sorted(sent[0]) == sorted(sent[1])
     assert len(sent[0]) == 4

@@ -8,8 +8,6 @@ from unittest import mock
 import orjson
 import pytest
 from click.testing import CliRunner
-from pacedserver import PacedConfig, ThreadedPacedServer
-from virtual_support import run_virtual
 
 from loadgen.cli import main
 from loadgen.engine import run as engine_run
@@ -17,6 +15,9 @@ from loadgen.engine.seeds import recorded_seed, resolve_run_seed
 from loadgen.records import read_streams
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
+
+from support.pacedserver import PacedConfig, ThreadedPacedServer
+from support.virtual import run_virtual
 
 
 def _salts(name: str, group: str, seed: int) -> list[str]:

@@ -8,16 +8,11 @@ import os
 import signal
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
-from pacedserver import PacedConfig, PacedServer
-from run_fixtures import manifest, stream, write_run
 
-from loadgen.analysis.hist import merge_hlogs
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.pool import Job, ProcessPool, WorkerClient, split_jobs
 from loadgen.codec import to_json
@@ -26,48 +21,26 @@ from loadgen.commands.run import FAILED_STREAMS_EXIT, report_run, unrecorded_sum
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 
-SPREAD = Path(__file__).parent / "data" / "scenarios" / "spread.yaml"
+from support.cli import loadgen
+from support.pacedserver import PacedConfig, PacedServer
+from support.run_fixtures import manifest, stream, write_run
+from support.workers import EXPECTED, hist_counts, run_spread, server_verdicts, stream_rows
+
 CLOSED = "--set=arrival={closed: {concurrency: 3}}"
-EXPECTED = {
-    "open_loop": {"admitted": 4, "admission_cap": 4},
-    "closed_loop": {"admitted": 8},
-}
-
-
-def _run(tmp: Path, *extra: str) -> Path:
-    res = loadgen("run", SPREAD, "--out", tmp, "--no-progress", "--seed", "5", *extra)
-    assert res.returncode == 0, res.stderr
-    (run_dir,) = tmp.iterdir()
-    return run_dir
-
-
-def _streams(run_dir: Path) -> list[dict]:
-    return [orjson.loads(line) for line in (run_dir / "streams.jsonl").read_bytes().splitlines()]
-
-
-def _server_verdicts(summary: dict) -> Counter[str]:
-    """Verdict counts, a client_limited stream counted by the server verdict under it: how busy
-    the test machine is decides whether the client's error crossed its tolerance, not which
-    process sent the stream."""
-    return Counter(s["evidence"].get("server_verdict", s["verdict"]) for s in summary["streams"])
-
-
-def _hist_counts(run_dir: Path) -> dict[str, int]:
-    return {p.name: merge_hlogs([p]).get_total_count() for p in (run_dir / "hist").glob("*.hlog")}
 
 
 @pytest.mark.parametrize("loop", ["open_loop", "closed_loop"])
 def test_two_workers_write_the_run_directory_one_would(loop: str, tmp_path: Path) -> None:
     arrival = [CLOSED] if loop == "closed_loop" else []
-    one = _run(tmp_path / "w1", "--workers", "1", *arrival)
-    two = _run(tmp_path / "w2", "--workers", "2", *arrival)
-    s1, s2 = _streams(one), _streams(two)
+    one = run_spread(tmp_path / "w1", "--workers", "1", *arrival)
+    two = run_spread(tmp_path / "w2", "--workers", "2", *arrival)
+    s1, s2 = stream_rows(one), stream_rows(two)
     assert len(s1) == len(s2) == 8
     key = lambda r: (r["id"], r["phase"], r["status"], r["completion_tokens"], r["chunks"])  # noqa: E731
     assert sorted(map(key, s1)) == sorted(map(key, s2))
     sum1, sum2 = (orjson.loads((d / "summary.json").read_bytes()) for d in (one, two))
-    assert _server_verdicts(sum1) == _server_verdicts(sum2) == EXPECTED[loop]
-    assert _hist_counts(one) == _hist_counts(two) != {}
+    assert server_verdicts(sum1) == server_verdicts(sum2) == EXPECTED[loop]
+    assert hist_counts(one) == hist_counts(two) != {}
     client = orjson.loads((two / "run.json").read_bytes())["client"]
     assert client["workers"] == 2 and client["workers_source"] == "user"
     assert {w["pid"] for w in client["worker_processes"]}.isdisjoint({os.getpid()})
@@ -76,7 +49,7 @@ def test_two_workers_write_the_run_directory_one_would(loop: str, tmp_path: Path
 
 
 def test_auto_workers_is_one_process_for_a_small_run(tmp_path: Path) -> None:
-    run_dir = _run(tmp_path)
+    run_dir = run_spread(tmp_path)
     client = orjson.loads((run_dir / "run.json").read_bytes())["client"]
     assert (client["workers"], client["workers_source"]) == (1, "auto")
 

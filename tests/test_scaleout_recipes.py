@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import yaml
 from click.testing import CliRunner
 
 from loadgen.cli import main
 
-REPO = Path(__file__).resolve().parent.parent
+from support.paths import REPO
 
 
 def unknown_options(argv: list[str]) -> list[str]:

@@ -22,7 +22,8 @@ from loadgen.scenario.model import (
 from loadgen.scenario.schema_blocks import FAULT_FORMS
 from loadgen.sim.profiles import SIM_PROFILES
 
-DATA = Path(__file__).parent / "data"
+from support.paths import DATA
+
 SHIPPED = sorted(p.stem for p in REPO_SCENARIOS.glob("*.yaml"))
 
 # Line numbers in the cases below count from this text's first line.

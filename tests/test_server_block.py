@@ -7,7 +7,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import assert_one_line_error, loadgen
 
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.scenario.load import load_scenario
@@ -15,6 +14,9 @@ from loadgen.scenario.marked_yaml import ScenarioError
 from loadgen.scenario.model import ServerConfig
 from loadgen.scenario.plan import plan
 from loadgen.server.spec import CommandProfile, ServerSpec, flag_args, profile_for
+
+from support.cli import assert_one_line_error, loadgen
+from support.paths import REPO
 
 BASE = """\
 name: block
@@ -100,7 +102,7 @@ def test_the_block_names_the_install_and_the_boot_timeout(tmp_path: Path) -> Non
 def test_a_missing_command_executable_is_named_in_one_line(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text(
-        (Path(__file__).parent.parent / "scenarios" / "smoke.yaml").read_text()
+        (REPO / "scenarios" / "smoke.yaml").read_text()
         + "server:\n  kind: command\n  command: [no-such-server-xyz, --port, '{port}']\n"
     )
     proc = loadgen("run", scenario, "--out", tmp_path / "runs", "--no-progress")

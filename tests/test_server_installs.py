@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from install_support import fake_python
 
 from loadgen.server import installs
 from loadgen.server.sglang import SglangProfile
 from loadgen.server.spec import ServerSpec, flag_args, profile_for
 from loadgen.server.vllm import VllmProfile
+
+from support.installs import fake_python
 
 
 @pytest.mark.parametrize(

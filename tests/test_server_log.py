@@ -22,8 +22,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_support import assert_one_line_error, loadgen
-from run_fixtures import ns, stream, ticks
 
 from loadgen.analysis.server_log import (
     Bounds,
@@ -46,7 +44,10 @@ from loadgen.scenario.plan import plan
 from loadgen.server.spec import ServerSpec
 from loadgen.sim.statlog import INTERVAL_ENV
 
-DATA = Path(__file__).parent / "data"
+from support.cli import assert_one_line_error, loadgen
+from support.paths import DATA
+from support.run_fixtures import ns, stream, ticks
+
 H200_START_WALL_NS = 1796369853584183040
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import click
 import pytest
-from cli_support import loadgen
-from install_support import fake_python
 
 from loadgen.commands.options import server_spec
 from loadgen.server import installs
 from loadgen.server.installed import Installed, _python_kind, render
+
+from support.cli import loadgen
+from support.installs import fake_python
 
 
 def test_an_installed_vllm_shows_its_build_and_argv(tmp_path):

@@ -177,7 +177,7 @@ def test_agent_sessions_grows_from_10k_to_45k() -> None:
 async def test_agent_sessions_on_the_virtual_clock(tmp_path: Path) -> None:
     """Exact on the virtual clock: the engine prefills only each turn's new tokens, the cache
     holds every earlier turn, and TTFT follows the new tokens, not the context."""
-    from virtual_support import run_virtual
+    from support.virtual import run_virtual
 
     run = await run_virtual("agent_sessions", [], tmp_path / "four")
     recs = [r for r in run.records.values() if r.phase == "measure"]
@@ -230,7 +230,7 @@ async def test_a_plain_stream_and_a_session_due_at_one_instant_go_in_plan_order(
     """Sessions start from the open loop's schedule: at each staggered instant the plain
     group's request reaches the server before the session's first turn, on the virtual clock
     as when each clock had a loop of its own."""
-    from virtual_support import run_virtual
+    from support.virtual import run_virtual
 
     path = tmp_path / "mixed.yaml"
     path.write_text(MIXED)

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
-from install_support import fake_python
 
 from loadgen.exposition import parse_exposition
 from loadgen.server.boot import boot_server
@@ -20,7 +18,9 @@ from loadgen.server.launcher import launch_sync
 from loadgen.server.sglang import SglangProfile, server_info_facts
 from loadgen.server.spec import ServerSpec, flag_args, profile_for
 
-DATA = Path(__file__).parent / "data"
+from support.cli import loadgen
+from support.installs import fake_python
+from support.paths import DATA, SUPPORT
 
 
 def test_sglang_metrics_become_the_canonical_names():
@@ -71,7 +71,7 @@ def sglang_python(tmp_path: Path) -> Path:
     package = tmp_path / "install" / "site" / "sglang"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    shutil.copy(Path(__file__).parent / "sglang_standin.py", package / "launch_server.py")
+    shutil.copy(SUPPORT / "sglang_standin.py", package / "launch_server.py")
     return python
 
 

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
 
 from loadgen.analysis.calibration import read_witnesses
 from loadgen.sim.profile_file import load_profile_file, unpredictable, write_profile_file
 
-PROFILES = Path(__file__).parents[1] / "profiles"
+from support.cli import loadgen
+from support.paths import REPO
+
+PROFILES = REPO / "profiles"
 SHIPPED = sorted(PROFILES.glob("*.yaml"))
 
 

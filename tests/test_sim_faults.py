@@ -7,7 +7,12 @@ import time
 
 import aiohttp
 import pytest
-from sim_support import (
+
+from loadgen.client.openai import OpenAIClient
+from loadgen.sim.faults import FaultConfig, FaultInjector, RequestFaults, parse_fault_options
+from loadgen.sim.server import start_sim_server
+
+from support.sim import (
     MODEL,
     WORD,
     scrape,
@@ -17,11 +22,7 @@ from sim_support import (
     truth_by_client_id,
     wait_until,
 )
-from virtual_support import drive
-
-from loadgen.client.openai import OpenAIClient
-from loadgen.sim.faults import FaultConfig, FaultInjector, RequestFaults, parse_fault_options
-from loadgen.sim.server import start_sim_server
+from support.virtual import drive
 
 
 def test_fault_options_parse_into_one_config() -> None:

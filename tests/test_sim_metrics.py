@@ -7,11 +7,12 @@ import math
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
-from sim_support import scrape, sim_config, stream_request, truth_by_client_id
 
 from loadgen.client.openai import OpenAIClient
 from loadgen.sim.metrics import ITERATION_TOKENS_BUCKETS, IncrementalHistogram
 from loadgen.sim.server import start_sim_server
+
+from support.sim import scrape, sim_config, stream_request, truth_by_client_id
 
 # Family name (as the parser reports it) -> type, for every family the sim exports.
 EXPECTED_TYPES = {

@@ -14,12 +14,13 @@ import statistics
 from typing import Any
 
 import pytest
-from sim_support import PREFILL_HEAVY, sim_config, step_gaps_s, stream_request
-from virtual_support import Driven, drive
 
 from loadgen.analysis.rates import ttft_s
 from loadgen.records import StreamRecord
 from loadgen.sim.faults import FaultConfig
+
+from support.sim import PREFILL_HEAVY, sim_config, step_gaps_s, stream_request
+from support.virtual import Driven, drive
 
 WHALE = 6000
 MINNOW = 30

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen, rewrites_identically
 from click.testing import CliRunner
 
 from loadgen.analysis.fidelity import fidelity_table
@@ -19,7 +18,10 @@ from loadgen.report.fidelity_report import fidelity_line
 from loadgen.sim.profile_file import FittedProfile, load_profile_file, write_profile_file
 from loadgen.sim.profiles import sim_profile
 
-SMOKE = Path(__file__).parents[1] / "scenarios" / "smoke.yaml"
+from support.cli import loadgen, rewrites_identically
+from support.paths import REPO
+
+SMOKE = REPO / "scenarios" / "smoke.yaml"
 
 
 def _profile(path: Path, *, factor: float = 1.0, overhead: float = 0.0, **facts: int) -> Path:

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-from cli_support import loadgen
 
 from loadgen.analysis.inputs import read_manifest
 from loadgen.records import read_streams
+
+from support.cli import loadgen
 
 
 def test_sim_replicas_boot_one_server_each_and_share_the_streams(tmp_path: Path) -> None:

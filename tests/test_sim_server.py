@@ -15,7 +15,15 @@ import aiohttp
 import orjson
 import pytest
 from click.testing import CliRunner
-from sim_support import (
+
+from loadgen.client.openai import OpenAIClient
+from loadgen.commands.sim import sim
+from loadgen.server.bootlog import parse_boot_log
+from loadgen.sim.runner import VirtualClock
+from loadgen.sim.server import TOKENIZE_SLICE_CHARS, boot_lines, start_sim_server
+from loadgen.sim.tokenizer import render_chat
+
+from support.sim import (
     MODEL,
     PREFILL_HEAVY,
     WORD,
@@ -25,13 +33,6 @@ from sim_support import (
     truth_by_client_id,
     wait_until,
 )
-
-from loadgen.client.openai import OpenAIClient
-from loadgen.commands.sim import sim
-from loadgen.server.bootlog import parse_boot_log
-from loadgen.sim.runner import VirtualClock
-from loadgen.sim.server import TOKENIZE_SLICE_CHARS, boot_lines, start_sim_server
-from loadgen.sim.tokenizer import render_chat
 
 COMPLETION_CHOICE_KEYS = {"index", "text", "logprobs", "finish_reason", "stop_reason"}
 CHUNK_KEYS = {"id", "object", "created", "model", "choices"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from run_fixtures import S, sample, stream
 
 from loadgen.analysis.soak import (
     analyze_soak,
@@ -14,6 +13,8 @@ from loadgen.analysis.soak import (
 )
 from loadgen.analysis.timeline import Timeline
 from loadgen.scenario.soak_block import parse_window
+
+from support.run_fixtures import S, sample, stream
 
 # The seed's before-run thirds: three requests a third whose median is the seed's rate.
 SEED_RATES = [85.0, 84.0, 80.0, 78.0, 77.2, 70.0, 61.0, 59.3, 50.0]

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import orjson
 from click.testing import CliRunner
-from sim_support import wait_until
 
 from loadgen.cli import main
 from loadgen.engine.run import RunOptions, run_plan
@@ -23,6 +22,8 @@ from loadgen.scenario.plan import plan
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.profiles import sim_profile
 from loadgen.sim.server import SimServerConfig, ground_truth_rows, start_sim_server
+
+from support.sim import wait_until
 
 
 def only_dir(root: Path) -> Path:

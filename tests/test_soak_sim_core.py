@@ -6,12 +6,13 @@ import math
 
 import numpy as np
 import pytest
-from sim_soak import TOK, engine_soak
 
 from loadgen.analysis.soak import analyze_soak
 from loadgen.analysis.timeline import Timeline
 from loadgen.sim.engine import Engine, EngineConfig, SimRequest
 from loadgen.sim.profiles import sim_profile
+
+from support.sim_soak import TOK, engine_soak
 
 TEN_MINUTES = 600.0
 

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from pacedserver import PacedConfig, ThreadedPacedServer
+
+from support.pacedserver import PacedConfig, ThreadedPacedServer
 
 HEAVY = ("matplotlib", "scipy", "aiohttp", "numpy", "loadgen.sim.engine", "rich")
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from run_fixtures import manifest, sample, stream, ticks, write_run
 
 from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.summary import analyze
@@ -17,6 +16,8 @@ from loadgen.cli import main
 from loadgen.codec import from_json, to_json
 from loadgen.report.cmd import render_report, write_report
 from loadgen.run_manifest import write_manifest
+
+from support.run_fixtures import manifest, sample, stream, ticks, write_run
 
 
 def ttft_streams():

@@ -5,7 +5,6 @@ verdicts, chunk tally and cohort, exactly as summary.py wrote them."""
 from __future__ import annotations
 
 import pytest
-from run_fixtures import manifest, sample, stream, ticks
 
 from loadgen.analysis.aggregate import server_window
 from loadgen.analysis.baselines import Cap, PrefillBaseline
@@ -26,6 +25,8 @@ from loadgen.analysis.summary_types import (
 )
 from loadgen.analysis.timeline import Plateau, Timeline
 from loadgen.codec import from_json, to_json
+
+from support.run_fixtures import manifest, sample, stream, ticks
 
 
 def summary_of(records, metrics=(), **manifest_fields):

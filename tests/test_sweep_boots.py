@@ -22,7 +22,9 @@ from loadgen.report.sweep_plot import booted_points, sweep_figure
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 
-DATA = Path(__file__).parent / "data" / "scenarios"
+from support.paths import DATA
+
+SCENARIOS = DATA / "scenarios"
 
 
 def test_rounds_interleave_the_arms() -> None:
@@ -44,7 +46,7 @@ def test_two_arms_with_a_seed_still_alternate() -> None:
 
 
 def test_client_side_arms_share_a_boot(tmp_path: Path) -> None:
-    text = (DATA / "sweep_boots.yaml").read_text()
+    text = (SCENARIOS / "sweep_boots.yaml").read_text()
     path = tmp_path / "two_axes.yaml"
     path.write_text(text.replace("sweep:\n", "sweep:\n  groups.minnows.count: [1, 2]\n"))
     scenario = load_scenario(path)
@@ -128,7 +130,7 @@ def manifest(path: Path) -> dict:
 
 
 async def test_two_boots_per_arm_interleaved_with_records_and_floor(tmp_path: Path) -> None:
-    root = await run(DATA / "sweep_boots.yaml", tmp_path)
+    root = await run(SCENARIOS / "sweep_boots.yaml", tmp_path)
     m = manifest(root)
     assert m["boots_per_arm"] == 2 and m["interrupted"] is False
     boots = m["boots"]
@@ -174,7 +176,7 @@ async def test_two_boots_per_arm_interleaved_with_records_and_floor(tmp_path: Pa
 
 
 async def test_a_cache_dead_boot_is_restarted_once_then_reported(tmp_path: Path) -> None:
-    root = await run(DATA / "sweep_cache_dead.yaml", tmp_path)
+    root = await run(SCENARIOS / "sweep_cache_dead.yaml", tmp_path)
     dead, healthy = manifest(root)["boots"]
     assert dead["flags"] == {"--fault": "cache_dead"}
     assert dead["status"] == "cache_dead" and "runs" not in dead
@@ -207,7 +209,7 @@ def alive(pid: int) -> bool:
 def test_ctrl_c_during_a_sweep_leaves_no_server_running(tmp_path: Path) -> None:
     # Long minnow outputs keep the first boot measuring when SIGINT arrives.
     sets = ["groups.minnows.max_tokens=4000", "sim.max_model_len=8192", "sim.profile=default"]
-    cmd = [sys.executable, "-m", "loadgen", "run", str(DATA / "sweep_boots.yaml"),
+    cmd = [sys.executable, "-m", "loadgen", "run", str(SCENARIOS / "sweep_boots.yaml"),
            "--out", str(tmp_path), "--no-progress", *[f"--set={s}" for s in sets]]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -247,7 +249,7 @@ def test_pid_check_sees_this_process() -> None:
 
 
 async def test_a_crash_inside_a_boot_stops_that_server(tmp_path: Path) -> None:
-    scenario = load_scenario(DATA / "sweep_boots.yaml")
+    scenario = load_scenario(SCENARIOS / "sweep_boots.yaml")
     seen: list[int] = []
 
     async def crashing_arm(arm, path, target, boot) -> None:

@@ -5,9 +5,6 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from run_fixtures import sweep_arm
-from virtual_support import run_virtual
-
 from loadgen.analysis.summary_types import MinMax
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import MixedRow, SweepSummary, read_sweep
@@ -22,6 +19,10 @@ from loadgen.report.sweep_plot import (
     sweep_points,
     swept_axis,
 )
+
+from support.paths import DATA
+from support.run_fixtures import sweep_arm
+from support.virtual import run_virtual
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -94,7 +95,7 @@ async def test_a_ten_arm_politeness_sweep_on_the_virtual_clock_draws_the_budget_
 
 
 async def test_write_report_puts_the_sweep_figure_beside_the_report(tmp_path: Path) -> None:
-    scenario = Path(__file__).parent / "data" / "scenarios" / "verdict_whale.yaml"
+    scenario = DATA / "scenarios" / "verdict_whale.yaml"
     sets = ["sim.profile=default", "groups.whale.start=0.1",
             "sweep.max_num_batched_tokens=[512, 2048]"]  # fmt: skip
     run = await run_virtual(scenario, sets, tmp_path)

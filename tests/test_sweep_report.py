@@ -9,7 +9,6 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from run_fixtures import sweep_arm
 
 from loadgen.analysis.sweep_types import arm_sort_key, read_sweep
 from loadgen.cli import main
@@ -17,6 +16,9 @@ from loadgen.report.cmd import render_report, write_report
 from loadgen.report.sweep_text import sweep_header
 from loadgen.report.tables import Table
 from loadgen.report.text import render_rich
+
+from support.paths import REPO
+from support.run_fixtures import sweep_arm
 
 BUDGETS = ["2048", "1024", "512"]
 ARMS = [f"max_num_batched_tokens={b}" for b in BUDGETS]
@@ -102,7 +104,7 @@ def test_terminal_tables_never_cut_words() -> None:
 
 
 def test_fine_sweep_report_has_no_ellipsis_and_scrolls(tmp_path: Path) -> None:
-    scenario = Path(__file__).parents[1] / "scenarios" / "politeness_fine.yaml"
+    scenario = REPO / "scenarios" / "politeness_fine.yaml"
     args = ["run", str(scenario), "--clock", "virtual", "--seed", "1", "--no-progress"]
     result = CliRunner().invoke(main, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

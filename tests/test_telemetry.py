@@ -13,9 +13,6 @@ import orjson
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
-from run_fixtures import ns, stream, sweep_arm, write_run
-from test_run_integration import SMALL, run_against, sim_config
-from virtual_support import run_virtual
 
 from loadgen.analysis.energy import Energy, EnergyNote, energy_section, read_energy
 from loadgen.analysis.summary import analyze_run
@@ -34,6 +31,10 @@ from loadgen.report.cmd import write_report
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.sim.server import start_sim_server
+
+from support.run_fixtures import ns, stream, sweep_arm, write_run
+from support.sim import SMALL, run_against, small_sim_config
+from support.virtual import run_virtual
 
 WATTS = 300.0  # the fake GPU's constant draw: its energy counter rises 300 J per second
 
@@ -224,7 +225,7 @@ async def test_nvml_samples_land_on_the_metrics_instants_and_give_joules_per_tok
 ):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpus=2))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    async with start_sim_server(sim_config()) as sim:
+    async with start_sim_server(small_sim_config()) as sim:
         run_dir = await run_against(sim, "whale_c4", tmp_path, ["metrics.poll_interval_s=0.05"])
     tele = list(read_jsonl(run_dir / "telemetry.jsonl"))
     assert [t["t_ns"] for t in tele] == [m.t_ns for m in read_metrics(run_dir)]
@@ -265,7 +266,7 @@ async def test_missing_nvml_is_a_note_and_the_run_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
-    async with start_sim_server(sim_config()) as sim:
+    async with start_sim_server(small_sim_config()) as sim:
         run_dir = await run_against(sim, "whale_c4", tmp_path)
     assert not (run_dir / "telemetry.jsonl").exists()
     notes = orjson.loads((run_dir / "run.json").read_bytes())["telemetry"]["notes"]
@@ -297,7 +298,7 @@ async def test_no_telemetry_turns_nvml_off_with_no_note(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
-    async with start_sim_server(sim_config()) as sim:
+    async with start_sim_server(small_sim_config()) as sim:
         scenario = load_scenario("whale_c4", [*SMALL, "groups.minnows.count=1"])
         opts = RunOptions(base_url=sim.url, out_root=tmp_path, progress=False, telemetry=False)
         run_dir = await run_plan(plan(scenario), opts, warn=lambda m: None)
@@ -362,7 +363,7 @@ async def test_dcgm_exporter_is_scraped_on_the_metrics_instants(
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     try:
-        async with start_sim_server(sim_config()) as sim:
+        async with start_sim_server(small_sim_config()) as sim:
             scenario = load_scenario("whale_c4", [*SMALL, "groups.minnows.count=1"])
             opts = RunOptions(
                 base_url=sim.url, out_root=tmp_path, progress=False,

@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_verdicts_sim import UNIFORM
-from virtual_support import run_virtual
 
 from loadgen.analysis.summary_types import read_stream_rows
 from loadgen.report.plots import _segments, timeline_legend_kinds
 
+from support.paths import DATA
+from support.virtual import run_virtual
+
+UNIFORM = DATA / "scenarios" / "verdict_uniform.yaml"
 NS = 1_000_000_000
 
 

@@ -9,7 +9,6 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from virtual_support import run_virtual
 
 from loadgen.analysis.sessions import read_sessions
 from loadgen.client.decode import StreamDecoder
@@ -21,6 +20,8 @@ from loadgen.report.cmd import write_report
 from loadgen.request import StreamRequest
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
+
+from support.virtual import run_virtual
 
 SMALL = ["groups.agents.count=2", "groups.agents.session.turns=2"]
 LATENCY_NS = 800_000_000

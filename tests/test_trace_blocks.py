@@ -8,48 +8,17 @@ import pytest
 
 from loadgen.analysis.reuse import trace_reuse
 from loadgen.analysis.summary import analyze_run
-from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import read_streams
-from loadgen.report.cmd import write_report
 from loadgen.run_manifest import RunManifest
 from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.scenario.prompts import PromptBuilder, WordCounter
 from loadgen.scenario.traces import implied_reuse, read_trace
-from loadgen.sim.engine import EngineConfig
-from loadgen.sim.profiles import sim_profile
-from loadgen.sim.server import SimServerConfig, ground_truth_rows, start_sim_server
 from loadgen.sim.tokenizer import SimTokenizer
 
-DATA = Path(__file__).parent / "data"
-SHARED = DATA / "mooncake_shared.jsonl"
+from support.traces import DATA, SHARED, replay, write_scenario
+
 FULL = Path("/work/shared/traces/mooncake/conversation_trace.jsonl")
-
-
-def write_scenario(folder: Path, trace: Path, *, sharing: str | None = None,
-                   limit: int | None = None, time_scale: float = 0.05,
-                   num_gpu_blocks: int = 4096) -> Path:  # fmt: skip
-    extra = "" if sharing is None else f"\n    sharing: {sharing}"
-    extra += "" if limit is None else f"\n    limit: {limit}"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "replay.yaml"
-    path.write_text(f"""
-name: replay
-seed: 3
-groups:
-  - name: rows
-    prompt: {{}}
-arrival:
-  trace:
-    path: {trace}
-    time_scale: {time_scale}{extra}
-sim:
-  profile: tiny
-  block_size: 16
-  num_gpu_blocks: {num_gpu_blocks}
-  max_num_batched_tokens: 8192
-""")
-    return path
 
 
 def test_implied_reuse_counts_leading_full_blocks_seen_before() -> None:
@@ -111,25 +80,6 @@ async def test_block_text_is_exact_on_the_sims_tokenizer(tmp_path: Path) -> None
     ids = [tok.encode((await builder.build(r.prompt)).text) for r in plan(s).requests()]
     assert [len(i) for i in ids] == [1100, 1600, 600, 2048, 300, 1200]
     assert ids[0][:1024] == ids[1][:1024] and ids[0][1024] != ids[1][1024]
-
-
-async def replay(folder: Path, trace: Path, **kw) -> tuple[Path, list[dict]]:
-    scenario_kw = {k: v for k, v in kw.items() if k != "max_model_len"}
-    s = load_scenario(write_scenario(folder, trace, **scenario_kw))
-    config = SimServerConfig(
-        engine=EngineConfig(
-            max_num_seqs=64, max_num_batched_tokens=8192, block_size=16,
-            num_gpu_blocks=kw.get("num_gpu_blocks", 4096), enable_prefix_caching=True,
-            profile=sim_profile("tiny"),
-        ),
-        max_model_len=kw.get("max_model_len", 16384),
-    )  # fmt: skip
-    async with start_sim_server(config) as sim:
-        opts = RunOptions(base_url=sim.url, out_root=folder / "runs", progress=False)
-        run_dir = await run_plan(plan(s), opts, warn=lambda m: None)
-        truth = ground_truth_rows(sim.state)
-    write_report(run_dir)
-    return run_dir, truth
 
 
 async def test_sim_measures_the_implied_reuse_and_salted_gets_none(tmp_path: Path) -> None:

@@ -7,13 +7,14 @@ import re
 from pathlib import Path
 
 import pytest
-from cli_support import loadgen
 from click.testing import CliRunner
-from pacedserver import PacedConfig, ThreadedPacedServer
 
 from loadgen.cli import main
 from loadgen.records import read_streams
 from loadgen.request import TRACEPARENT, new_traceparent
+
+from support.cli import loadgen
+from support.pacedserver import PacedConfig, ThreadedPacedServer
 
 # The W3C grammar written out again, independently of loadgen.request's pattern.
 W3C = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")

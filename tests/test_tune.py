@@ -10,7 +10,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
 
 from loadgen.analysis.slo import parse_slo
 from loadgen.analysis.tune import VerifiedPoint, binding, read_tune, server_command, verdict
@@ -23,7 +22,10 @@ from loadgen.sim.profile_file import (
 )
 from loadgen.sim.profiles import sim_profile
 
-ROOT = Path(__file__).parents[1]
+from support.cli import loadgen
+from support.paths import REPO
+
+ROOT = REPO
 # Seven minnows admitted first, a whale 50 ms later: the seats cap the minnows (admission_cap
 # at 2), the budget sets the whale's chunks.
 SCENARIO = """\

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
 
 from loadgen.analysis.tune import FIGURES, read_tune
+
+from support.cli import loadgen
 
 pytestmark = pytest.mark.truth
 

@@ -9,12 +9,13 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from test_run_integration import SMALL, sim_config
 
 from loadgen.cli import main
 from loadgen.report.cmd import write_report
 from loadgen.server.user_facts import parse_server_facts, parse_server_flags
 from loadgen.sim.server import start_sim_server
+
+from support.sim import SMALL, small_sim_config
 
 VALID = (
     "valid keys: block_size, num_gpu_blocks, kv_cache_tokens, max_num_batched_tokens, "
@@ -75,7 +76,7 @@ async def _cli(*args: str) -> str:
 async def test_user_facts_set_the_cap_and_flags_tell_arms_apart(tmp_path: Path):
     sets = [a for s in SMALL for a in ("--set", s)]
     runs = []
-    async with start_sim_server(sim_config()) as sim:
+    async with start_sim_server(small_sim_config()) as sim:
         for name, budget in (("a", 512), ("b", 2048)):
             await _cli(
                 "run", "whale_c4", "--base-url", sim.url, "--out", str(tmp_path / name),

@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from run_fixtures import failed, manifest, sample, stream, ticks
 
 from loadgen.analysis.baselines import inferred_cap
-from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.occupancy import admission_order
-from loadgen.analysis.summary import analyze
 from loadgen.analysis.timeline import Timeline
 
-
-def summarize(
-    streams,
-    metrics=(),
-    cap: int | None = None,
-    source: str = "flags",
-    pool_blocks: int | None = None,
-) -> dict:
-    server = {
-        "max_num_seqs": cap,
-        "source": source if cap else None,
-        "block_size": 16,
-        "num_gpu_blocks": pool_blocks,
-    }
-    return analyze(RunInputs(manifest(server=server), list(streams), list(metrics))).summary
-
-
-def by_id(summary: dict) -> dict[str, dict[str, Any]]:
-    return {s["id"]: s for s in summary["streams"]}
+from support.run_fixtures import failed, sample, stream, ticks
+from support.verdict_cases import (
+    by_id,
+    cap_metrics,
+    capped_streams,
+    rationing_pair,
+    summarize,
+    whale_and_minnows,
+)
 
 
 def test_single_uncontended_stream_is_admitted_however_slow():
@@ -54,16 +39,6 @@ def test_sequential_streams_slow_one_is_admitted_with_a_note():
     assert "no cap, prefill or pool" in out["b"]["evidence"]["reason"]
 
 
-def whale_and_minnows():
-    """The whale is sent first (1 ms ahead), as a scenario launching it together does."""
-    w = stream("w", group="whale", prompt=60000, chunks=[60.0, *ticks(60.04, 10, 0.04)])
-    minnows = [
-        stream(f"m{i}", group="minnows", prompt=4000, sent=0.001, chunks=ticks(60.0 + i, 10, 0.05))
-        for i in (1, 2, 3)
-    ]
-    return [w, *minnows]
-
-
 def test_prefill_head_of_line_blocking():
     out = by_id(summarize(whale_and_minnows(), cap=4))
     assert out["w"]["verdict"] == "admitted"
@@ -81,20 +56,6 @@ def test_prefill_head_of_line_blocking():
     # m3 is behind the whale and m1, m2 (same send time, earlier ids): all their prefills.
     assert out["m3"]["evidence"]["held_s"] == {"prefill_hol": pytest.approx(58.999)}
     assert out["m3"]["evidence"]["prefilling"] == ["m1", "m2", "w"]
-
-
-def capped_streams(a_end: float = 1.0):
-    return [
-        stream("a", chunks=[0.1, *ticks(0.2, 9, 0.1)]),
-        stream("b", chunks=[0.15, *ticks(0.2, 19, 0.1)]),
-        stream("c", chunks=[1.101, *ticks(1.2, 14, 0.1)]),
-        stream("d", chunks=[2.101, *ticks(2.2, 9, 0.1)]),
-    ]
-
-
-def cap_metrics():
-    waiting = {0.0: 2, 0.5: 2, 1.0: 1, 1.5: 1, 2.0: 1, 2.5: 0, 3.0: 0}
-    return [sample(t, running=2, waiting=w, kv=0.3) for t, w in waiting.items()]
 
 
 def test_admission_cap_from_server_facts():
@@ -254,13 +215,6 @@ def test_waiting_on_cap_then_on_prefill_longer_cap_wins():
     held = d["evidence"]["held_s"]
     assert held == {"admission_cap": pytest.approx(3.481), "prefill_hol": pytest.approx(2.499)}
     assert [p["state"] for p in d["evidence"]["phases"]] == ["admission_cap", "prefill_hol"]
-
-
-def rationing_pair(during_gap: float):
-    w = stream("w", group="whale", prompt=60000, chunks=[60.0, *ticks(60.04, 100, 0.04)])
-    during = ticks(2.0 + during_gap, round(58 / during_gap), during_gap)
-    m = stream("m", group="minnows", prompt=4000, chunks=[2.0, *during, *ticks(60.025, 200, 0.025)])
-    return [w, m]
 
 
 def test_rationed_decode_during_another_prefill():

@@ -8,7 +8,6 @@ import random
 from typing import Any
 
 import pytest
-from run_fixtures import manifest, sample, stream, ticks
 
 from loadgen.analysis import verdicts
 from loadgen.analysis.baselines import WAITING
@@ -19,6 +18,8 @@ from loadgen.analysis.pool import PoolEvidence
 from loadgen.analysis.summary import analyze
 from loadgen.analysis.timeline import Timeline
 from loadgen.records import MetricsSample, StreamRecord
+
+from support.run_fixtures import manifest, sample, stream, ticks
 
 SEEDS = range(40)
 

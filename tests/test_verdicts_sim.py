@@ -16,14 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from virtual_support import VirtualRun, run_virtual, sim_overrides
 
 from loadgen.analysis import rates
 from loadgen.report.cmd import write_report
 from loadgen.report.tables import rate, triple
 
+from support.paths import DATA
+from support.virtual import VirtualRun, run_virtual, sim_overrides
+
 NS = rates.NS
-SCENARIOS = Path(__file__).parent / "data" / "scenarios"
+SCENARIOS = DATA / "scenarios"
 WHALE = SCENARIOS / "verdict_whale.yaml"
 UNIFORM = SCENARIOS / "verdict_uniform.yaml"
 POOL = SCENARIOS / "verdict_pool.yaml"

@@ -6,9 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 
-from cli_support import loadgen
 from rich.console import Console
-from test_rates import record
 
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.progress import Progress
@@ -16,6 +14,9 @@ from loadgen.engine.virtual_progress import VirtualProgress, planned_virtual_ns
 from loadgen.records import StreamError
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
+
+from support.cli import loadgen
+from support.run_fixtures import record
 
 NS = 1_000_000_000
 

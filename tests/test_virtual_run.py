@@ -10,7 +10,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from virtual_support import NS, run_virtual, sim_overrides
 
 from loadgen.analysis.inputs import arm_dirs
 from loadgen.analysis.summary import analyze_run
@@ -19,13 +18,15 @@ from loadgen.report.cmd import write_report
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.model import MIN_PROMPT_TOKENS
 
-DATA = Path(__file__).parent / "data"
+from support.paths import DATA, REPO
+from support.virtual import NS, run_virtual, sim_overrides
+
 SCENARIOS = DATA / "scenarios"
 UNIFORM = SCENARIOS / "verdict_uniform.yaml"
 WHALE = SCENARIOS / "verdict_whale.yaml"
 # verdict_whale has no sim block: boot it as tests/test_verdicts_sim.py does.
 WHALE_SIM = sim_overrides(profile="default", num_gpu_blocks=4096)
-SHIPPED = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
+SHIPPED = sorted((REPO / "scenarios").glob("*.yaml"))
 
 
 async def test_each_record_is_the_engines_steps_exactly(tmp_path: Path):

@@ -6,17 +6,18 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from run_fixtures import stream, ticks
-from test_trace_blocks import SHARED, replay
-from virtual_support import run_virtual
-
 from loadgen.analysis.summary import analyze_run
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.warmth import cache_warmth
 from loadgen.records import read_streams
 from loadgen.report.text import render_plain
 
-SCENARIOS = Path(__file__).parent.parent / "scenarios"
+from support.paths import REPO
+from support.run_fixtures import stream, ticks
+from support.traces import SHARED, replay
+from support.virtual import run_virtual
+
+SCENARIOS = REPO / "scenarios"
 
 
 def test_the_records_intent_decides_not_its_group():

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from run_fixtures import manifest, sample, stream, ticks
-
 from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.summary import analyze
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.warmth import cache_warmth, salted_groups
 from loadgen.report.text import render_plain
+
+from support.run_fixtures import manifest, sample, stream, ticks
 
 GROUPS = [
     {"name": "g", "prompt": {"cache": "salted"}},

@@ -1,4 +1,5 @@
-"""Shared by the sim server tests: prompts of exact token counts, /metrics and truth readers."""
+"""Shared by the sim server tests: prompts of exact token counts, /metrics and truth readers,
+and `loadgen run` of a shrunk whale_c4 against a sim over loopback."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import dataclasses
 import itertools
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.engine.run import RunOptions, run_plan
 from loadgen.request import StreamRequest
+from loadgen.scenario.load import load_scenario
+from loadgen.scenario.plan import plan
 from loadgen.sim.engine import EngineConfig
 from loadgen.sim.faults import FaultConfig
 from loadgen.sim.profiles import StepProfile, sim_profile
@@ -94,3 +99,22 @@ def step_gaps_s(row: dict[str, Any], after_s: float, until_s: float) -> list[flo
     """Engine-time gaps between a request's consecutive steps whose end lies in (after, until]."""
     ends = [end for _, end, _ in row["tokens_per_step"]]
     return [b - a for a, b in itertools.pairwise(ends) if after_s < b <= until_s]
+
+
+# whale_c4 shrunk so a test takes seconds: same shape (one whale, three minnows, together).
+SMALL = ["groups.whale.prompt.tokens=6000", "groups.minnows.prompt.tokens=600",
+         "groups.whale.max_tokens=32", "groups.minnows.max_tokens=32"]  # fmt: skip
+
+
+def small_sim_config() -> SimServerConfig:
+    engine = EngineConfig(
+        max_num_seqs=4, max_num_batched_tokens=512, block_size=16, num_gpu_blocks=4096,
+        enable_prefix_caching=True, profile=sim_profile("default"),
+    )  # fmt: skip
+    return SimServerConfig(engine=engine, max_model_len=16384)
+
+
+async def run_against(sim, scenario_name: str, out: Path, overrides=(), seed=None) -> Path:
+    scenario = load_scenario(scenario_name, [*SMALL, *overrides])
+    opts = RunOptions(base_url=sim.url, out_root=out, progress=False, run_seed=seed)
+    return await run_plan(plan(scenario, run_seed=seed), opts, warn=lambda m: None)

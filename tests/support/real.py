@@ -26,6 +26,8 @@ from loadgen.server import installs
 from loadgen.server.launcher import Server, launch_sync
 from loadgen.server.spec import ServerSpec
 
+from support.paths import DATA
+
 # (what, value) measured by the tests; conftest prints them at the end of the run.
 NUMBERS: list[tuple[str, str]] = []
 
@@ -162,7 +164,7 @@ def running_waiting(samples: list[MetricsSample]) -> set[tuple[int, int]]:
     }
 
 
-UNIFORM = Path(__file__).parents[1] / "data" / "scenarios" / "verdict_uniform.yaml"
+UNIFORM = DATA / "scenarios" / "verdict_uniform.yaml"
 # Four salted 500-token prompts sent together, 200 tokens out each, polled every 50 ms.
 UNIFORM_SET = ("groups.streams.prompt.tokens=500", "metrics.poll_interval_s=0.05")
 

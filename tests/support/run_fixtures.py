@@ -187,3 +187,35 @@ def write_run(
         rd.append_metrics(m)
     rd.close()
     return path
+
+
+def record(**kw) -> StreamRecord:
+    base = dict(
+        id="s0",
+        group="g",
+        rep=0,
+        status="ok",
+        error=None,
+        api="completions",
+        model="m",
+        prompt_tokens=10,
+        requested_prompt_tokens=10,
+        completion_tokens=10,
+        cached_tokens=None,
+        chunks=4,
+        events=6,
+        bytes=100,
+        token_source="usage_continuous",
+        finish_reason="length",
+        http_status=200,
+        t_intended_ns=0,
+        t_sent_ns=5 * MS,
+        t_headers_ns=6 * MS,
+        t_first_ns=105 * MS,
+        t_last_ns=405 * MS,
+        t_done_ns=406 * MS,
+        chunk_ns=[105 * MS, 205 * MS, 305 * MS, 405 * MS],
+        chunk_tokens=[1, 3, 3, 3],
+    )
+    base.update(kw)
+    return StreamRecord(**base)

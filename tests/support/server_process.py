@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from cli_support import spawn_loadgen
-
 from loadgen.records import read_jsonl
+
+from support.cli import spawn_loadgen
 
 
 @contextmanager

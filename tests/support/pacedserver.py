@@ -16,7 +16,8 @@ Tokenizer (for /tokenize and usage.prompt_tokens): one token per word, two for w
 than 7 characters, so sizing by bisection has something to do.
 
 Use `async with PacedServer(cfg) as srv` inside a test's loop, `ThreadedPacedServer(cfg)` from
-sync code (CLI tests), or run `python tests/pacedserver.py --port N` for manual smoke tests.
+sync code (CLI tests), or run `python tests/support/pacedserver.py --port N` for manual smoke
+tests.
 """
 
 from __future__ import annotations
