@@ -1,5 +1,5 @@
-"""A stand-in for `python -m sglang.launch_server` (tests/test_sglang_launch.py installs it as
-sglang/launch_server.py in a fake site folder): prints SGLang's start-up lines, then serves
+"""A stand-in for `python -m sglang.launch_server` (tests/server/test_sglang_launch.py installs it
+as sglang/launch_server.py in a fake site folder): prints SGLang's start-up lines, then serves
 /health, /v1/models, /server_info, /metrics with SGLang's metric names and a completion
 (streamed or not) of `max_tokens` one-token chunks, on 127.0.0.1 only."""
 

@@ -1,7 +1,7 @@
 """SGLang: its /metrics names mapped onto the canonical ones (a recorded exposition written from
 python/sglang/srt/observability/metrics_collector.py, SGLang 0.5.23), its facts from
 /server_info, and the launch path (argv, readiness, facts, a run with verdicts) through a
-stand-in `sglang.launch_server` (tests/sglang_standin.py) in a fake install."""
+stand-in `sglang.launch_server` (tests/support/sglang_standin.py) in a fake install."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from support.virtual import NS, run_virtual, sim_overrides
 SCENARIOS = DATA / "scenarios"
 UNIFORM = SCENARIOS / "verdict_uniform.yaml"
 WHALE = SCENARIOS / "verdict_whale.yaml"
-# verdict_whale has no sim block: boot it as tests/test_verdicts_sim.py does.
+# verdict_whale has no sim block: boot it as tests/analysis/test_verdicts_sim.py does.
 WHALE_SIM = sim_overrides(profile="default", num_gpu_blocks=4096)
 SHIPPED = sorted((REPO / "scenarios").glob("*.yaml"))
 

@@ -1,7 +1,8 @@
 """Hostile servers, round 2 (issue #20): timeouts count content, not bytes; every non-stream
 body is capped after decompression; usage no server can mean is `bad_usage`. Each server is a
-small aiohttp app on 127.0.0.1 (test_client_hostile.Hostile); memory cases run the client in a
-subprocess under an address-space limit, so a regression fails instead of swapping."""
+small aiohttp app on 127.0.0.1 (tests/support/hostile.py's `Hostile`); memory cases run the
+client in a subprocess under an address-space limit, so a regression fails instead of
+swapping."""
 
 from __future__ import annotations
 
