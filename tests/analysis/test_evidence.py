@@ -24,15 +24,8 @@ from loadgen.codec import from_json
 from loadgen.report.plots import queued_until_s
 from loadgen.report.text import waits_table
 
+from support import verdict_cases as cases
 from support.run_fixtures import failed, sample, stream, ticks
-from support.verdict_cases import (
-    by_id,
-    cap_metrics,
-    capped_streams,
-    rationing_pair,
-    summarize,
-    whale_and_minnows,
-)
 
 
 def typed(row):
@@ -40,7 +33,7 @@ def typed(row):
 
 
 def test_a_wait_verdict_reads_as_its_wait_with_phases_and_the_prefills_it_blames():
-    out = by_id(summarize(whale_and_minnows(), cap=4))
+    out = cases.by_id(cases.summarize(cases.whale_and_minnows(), cap=4))
     m1, m3 = typed(out["m1"]), typed(out["m3"])
     assert isinstance(m1, WaitEvidence) and m1.verdict == "prefill_hol"
     assert held_phases(m1) == (WaitPhase("prefill_hol", 0.001, pytest.approx(57.0)),)
@@ -51,14 +44,14 @@ def test_a_wait_verdict_reads_as_its_wait_with_phases_and_the_prefills_it_blames
 
 
 def test_admission_cap_ends_its_queue_where_the_timeline_draws_it():
-    c = by_id(summarize(capped_streams(), cap_metrics(), cap=2))["c"]
+    c = cases.by_id(cases.summarize(cases.capped_streams(), cases.cap_metrics(), cap=2))["c"]
     ev = typed(c)
     assert isinstance(ev, WaitEvidence) and ev.verdict == "admission_cap"
     assert queued_until_s(from_json(StreamRow, c)) == pytest.approx(1.001)
 
 
 def test_a_crawl_reads_as_rationed_decode_with_its_two_rates():
-    ev = typed(by_id(summarize(rationing_pair(during_gap=1.0)))["m"])
+    ev = typed(cases.by_id(cases.summarize(cases.rationing_pair(during_gap=1.0)))["m"])
     assert isinstance(ev, RationEvidence)
     assert (ev.crawl.during_tok_s, ev.crawl.steady_tok_s) == (pytest.approx(1.0), 40.0)
     assert ev.crawl.rationed and blamed_prefills(ev) == ("w",) and held_phases(ev) == ()
@@ -67,12 +60,16 @@ def test_a_crawl_reads_as_rationed_decode_with_its_two_rates():
 def test_a_preemption_stall_late_send_and_failure_each_read_as_their_own_type():
     s = stream("a", chunks=[0.1, *ticks(0.15, 18, 0.05), *ticks(3.0, 10, 0.05)])
     polls = [sample(t, preempt=p, kv=0.97) for t, p in ((0, 0), (1, 0), (2, 1), (3, 1), (4, 1))]
-    stall = typed(by_id(summarize([s], polls))["a"])
+    stall = typed(cases.by_id(cases.summarize([s], polls))["a"])
     assert isinstance(stall, StallEvidence)
     assert (stall.gap_s, stall.preemptions, stall.wait) == (2.0, 1, None)
-    late = typed(by_id(summarize([stream("l", intended=0.0, sent=0.2, chunks=[0.3, 0.4])]))["l"])
+    late = typed(
+        cases.by_id(cases.summarize([stream("l", intended=0.0, sent=0.2, chunks=[0.3, 0.4])]))["l"]
+    )
     assert isinstance(late, LateEvidence) and late.late_s == pytest.approx(0.2)
-    out = by_id(summarize([failed("x", sent=0.0, done=0.5), stream("ok", chunks=[0.1, 0.2])]))
+    out = cases.by_id(
+        cases.summarize([failed("x", sent=0.0, done=0.5), stream("ok", chunks=[0.1, 0.2])])
+    )
     err = typed(out["x"])
     assert isinstance(err, ErrorEvidence) and (err.cls, err.http) == ("http_503", 503)
 
@@ -109,7 +106,7 @@ def test_the_report_evidence_cell_follows_the_type():
          "evidence": {"reason": "crawl", "fraction": 0.1, "rationed": True,
                       "during": {"tok_s": 2.0}, "steady": {"tok_s": 20.0}}},
     ]  # fmt: skip
-    base = by_id(summarize([stream("s", chunks=[1.0, 1.1])]))["s"]
+    base = cases.by_id(cases.summarize([stream("s", chunks=[1.0, 1.1])]))["s"]
     streams = [base | {"id": f"s{i}"} | r for i, r in enumerate(rows)]
     cells = [row[-1] for row in waits_table({"streams": streams}).rows]
     assert cells == ["admission_cap=2.00s", "loadgen's own timing error 9.0 ms > tolerance 1.0 ms",
