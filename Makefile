@@ -30,8 +30,9 @@ test: lint
 # The wall-clock tests of the sim's HTTP path (sim over loopback, client, SSE, poller) with one
 # core kept busy by a bounded busy loop, so timing fragility shows in CI and not on a user's
 # laptop. Verdicts and rates against the sim's truth run on the virtual clock and need no guard.
-WALL_SIM_TESTS := tests/test_run_integration.py tests/test_sim_server.py tests/test_sim_faults.py \
-	tests/test_sim_metrics.py tests/test_sim_runner.py tests/test_sweep_boots.py
+WALL_SIM_TESTS := tests/engine/test_run_integration.py tests/sim/test_sim_server.py \
+	tests/sim/test_sim_faults.py tests/sim/test_sim_metrics.py tests/sim/test_sim_runner.py \
+	tests/engine/test_sweep_boots.py
 HOG_SECONDS ?= 240
 test-busy: $(STAMP)
 	@timeout $(HOG_SECONDS) sh -c 'while :; do :; done' & hog=$$!; \
@@ -50,14 +51,14 @@ test-real: setup-real
 # verify all 9 points with 2 boots each (~2 minutes on two cores; run alone).
 .PHONY: test-truth
 test-truth: $(STAMP)
-	$(BIN)/pytest -q -m truth -p no:cacheprovider tests/test_tune_truth.py
+	$(BIN)/pytest -q -m truth -p no:cacheprovider tests/engine/test_tune_truth.py
 
 # Workers as Ray actors (`--ray ADDRESS`): the optional ray extra goes into the venv, then the
 # tests that start a local Ray cluster (one head, 2 CPUs, loopback) and stop it again.
 .PHONY: test-ray
 test-ray: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[ray,test]'
-	$(BIN)/pytest -q -m ray -p no:cacheprovider tests/test_ray_cluster.py
+	$(BIN)/pytest -q -m ray -p no:cacheprovider tests/client/test_ray_cluster.py
 
 scenario: $(STAMP)
 	$(BIN)/loadgen run $(NAME) $(RUN_ARGS)

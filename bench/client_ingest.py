@@ -1,8 +1,8 @@
 """How many SSE events per second loadgen's client takes in, next to a bare read loop.
 
 Against firehose (a C server streaming vLLM-format SSE with no delay; built into build/ from
-../shared/tools/firehose) or, without it, tests/pacedserver.py in zero-delay mode (said in one
-line). Server and client are pinned to different CPUs when there are two. Each client runs a
+../shared/tools/firehose) or, without it, tests/support/pacedserver.py in zero-delay mode (said
+in one line). Server and client are pinned to different CPUs when there are two. Each client runs a
 closed loop of 2000-token streams at C=1, 64 and 256, in alternating order per round; the best
 round of each is printed, with the ratio client / bare loop. The client runs twice: with its
 own HTTP reader for the stream (rawhttp, the default) and with aiohttp's, so the table shows
@@ -82,7 +82,7 @@ def start_server(port: int) -> tuple[subprocess.Popen, str]:
         cmd += ["--exit-after", "600", "--quiet"]
         name = "firehose"
     else:
-        cmd = [sys.executable, str(REPO / "tests/pacedserver.py"), "--port", str(port)]
+        cmd = [sys.executable, str(REPO / "tests/support/pacedserver.py"), "--port", str(port)]
         cmd += ["--ttft-ms", "0", "--itl-ms", "0"]
         name = "pacedserver (zero delay)"
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, preexec_fn=pinned_to(SERVER_CPU))

@@ -10,7 +10,7 @@ response id), and the table says how many streams were flagged and whether any s
 true error exceeded its tolerance went unflagged (`silent`: a row passes only with "no").
 The ratios are loadgen's median TTFT and mean chunk gap over firehose's for the same streams.
 Without firehose (no C compiler, no ../shared) that is said in one line and loadgen's side
-still runs, against tests/pacedserver.py: every stream must come back ok.
+still runs, against tests/support/pacedserver.py: every stream must come back ok.
 
     .venv/bin/python bench/client_truth.py [--smoke] [--streams 256 1024] [--tokens 200]
                                            [--workers 1 8 14] [--out table.txt]
@@ -25,8 +25,8 @@ send side (loadgen's process, the TCP connect, the kernel's round trip or the se
 streams whose send side was late beyond tolerance, as the run's CLIENT LIMITED check counts
 them. Against firehose the send side's truth stands beside it: loadgen's send stamp -> its
 write (loadgen's own) and its write -> firehose's read (the kernel and the server's read).
-`--read-delay-ms` runs tests/pacedserver.py instead, waiting that long before reading each
-request: the send side then goes to the server, and every stream is counted late.
+`--read-delay-ms` runs tests/support/pacedserver.py instead, waiting that long before reading
+each request: the send side then goes to the server, and every stream is counted late.
 
 With --ingest it first prints bench/client_ingest.py's table, so one run shows events/s at
 C = 1 / 64 / 256 (loadgen, its aiohttp reader, the bare loop, ratios) and the TTFT errors:
@@ -255,15 +255,15 @@ def truth_ratios(rows: list[dict]) -> list[Ratio]:
 def loadgen_side(
     n: int, tokens: int, workers: int, reader: str, read_delay_ms: float
 ) -> list[Ratio]:
-    """Without firehose: loadgen's side alone against tests/pacedserver.py (same pace), every
-    stream ok, its send side split by phase, and the truth rows said unavailable."""
-    server = [sys.executable, str(REPO / "tests/pacedserver.py"), "--ttft-ms", "50",
+    """Without firehose: loadgen's side alone against tests/support/pacedserver.py (same pace),
+    every stream ok, its send side split by phase, and the truth rows said unavailable."""
+    server = [sys.executable, str(REPO / "tests/support/pacedserver.py"), "--ttft-ms", "50",
               "--itl-ms", "20", "--read-delay-ms", str(read_delay_ms)]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         recs, res = run_request(server, n, tokens, workers, reader, Path(tmp) / "run")
     if len(recs) != n:
-        raise SystemExit(f"against tests/pacedserver.py: {len(recs)} of {n} streams ok")
-    print(f"loadgen request: {n} of {n} streams ok against tests/pacedserver.py"
+        raise SystemExit(f"against tests/support/pacedserver.py: {len(recs)} of {n} streams ok")
+    print(f"loadgen request: {n} of {n} streams ok against tests/support/pacedserver.py"
           f" (read delay {read_delay_ms:g} ms), exit {res.returncode}")  # fmt: skip
     print(send_side_line(f"N={n} W={workers} {reader}", send_side(recs), n))
     return [unavailable("loadgen TTFT p50 / firehose's own", "firehose unavailable")]
@@ -325,7 +325,7 @@ def main() -> None:
         "--read-delay-ms",
         type=float,
         default=0.0,
-        help="run against tests/pacedserver.py waiting this long before each read",
+        help="run against tests/support/pacedserver.py waiting this long before each read",
     )
     ap.add_argument(
         "--readers",

@@ -4,7 +4,7 @@ same run (`python -c pass`), so the ratio compares across machines.
     .venv/bin/python bench/startup.py [--smoke] [--repeat N]
 
 Prints, per command, the median wall time of N runs and its ratio to the bare interpreter's.
-tests/test_startup.py pins which modules each command imports; this is the time that costs.
+tests/commands/test_startup.py pins which modules each command imports; this is the time that costs.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Rewrites README's table of `vllm bench serve` flags from loadgen/commands/bench_serve.py
 (MAPPED and REFUSED), so the two stay one: `python tools/bench_flags_table.py`.
-tests/test_bench_serve.py fails when they differ."""
+tests/commands/test_bench_serve.py fails when they differ."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ The threshold is over the soak, not per hour: a 10-minute soak can only see what
 minutes (30 %/h of step time is ~ -4.6 % of rate in 10 min); the per-hour rate is reported
 beside it. 2.5 % sits between that and no change, with room for the ~+-1.2 % CI that a
 10-minute one-slot soak on the sim's rtx4090 profile with one speculative token gets from
-acceptance noise alone (tests/test_soak_sim_core.py).
+acceptance noise alone (tests/sim/test_soak_sim_core.py).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def ci_ranks(n: int, share: float, confidence: float = CONFIDENCE) -> tuple[int,
     """The 1-based ranks (r, s) of the interval's ends among n sorted values (module doc);
     None where n is too small for either end to exist."""
     # Imported here: commands/options.py reads this module for --until-precise's parser, and a
-    # command's --help must not load scipy (tests/test_startup.py).
+    # command's --help must not load scipy (tests/commands/test_startup.py).
     from scipy.stats import binom
 
     if n < 1:

@@ -24,7 +24,7 @@ OpenBackend = Callable[[ArmOpening], AbstractAsyncContextManager[ArmBackend]]
 
 def _open_virtual_backend(opening: ArmOpening) -> AbstractAsyncContextManager[ArmBackend]:
     """open_virtual_backend, imported when the virtual clock runs: the sim's engine is no part
-    of a wall run, and `loadgen request` loads none of it (tests/test_startup.py)."""
+    of a wall run, and `loadgen request` loads none of it (tests/commands/test_startup.py)."""
     from loadgen.engine.virtual_run import open_virtual_backend
 
     return open_virtual_backend(opening)

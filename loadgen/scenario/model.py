@@ -39,7 +39,7 @@ TRACE_SHARING = ("hash_ids", "salted")
 TRACE_BLOCK_TOKENS = {"mooncake": 512, "bailian": 16}
 DEFAULT_TRACE_BLOCK_TOKENS = 512
 # Server flags a sweep may vary (vLLM's names, dashes as underscores). Sim-only knobs included:
-# loadgen/simoptions.py's rows with `sweep` and their aliases (tests/test_sim_options.py).
+# loadgen/simoptions.py's rows with `sweep` and their aliases (tests/sim/test_sim_options.py).
 SERVER_FLAGS = (
     "max_num_seqs",
     "max_num_batched_tokens",
@@ -318,7 +318,7 @@ class Metrics:
 class SimConfig:
     """The simulated server used when no server is given; None fields take the profile's value.
 
-    Its settings are loadgen/simoptions.py's rows with `sim_block` (tests/test_sim_options.py
+    Its settings are loadgen/simoptions.py's rows with `sim_block` (tests/sim/test_sim_options.py
     holds them equal), in the order a launch's argv lists them. `faults` are the sim's
     `--fault` options as written (`http500=0.1`, `cache_dead`, ...).
     """

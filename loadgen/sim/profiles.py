@@ -41,7 +41,7 @@ deep, C1); N_c = 96,370 in 232.9 s (prefix-cache turn 1); N_p = 8,640 cold 7.58 
 seat's sized probe, seed 000); T_w = 5.9 s (turn 2), a solo warm request.
 The two seeds' deep figures come from different instruments (000's 25.3 is a chunk count,
 002's are token counts), so the two cards' decode_ctx are not comparable with each other;
-each profile reproduces its own seed. tests/test_sim_profiles.py runs the engine on virtual
+each profile reproduces its own seed. tests/sim/test_sim_profiles.py runs the engine on virtual
 time and checks every figure within 15%. The fitted constants are in FITTED below.
 
 Known limit of the linear KV-read term: fitted to 72.6k depth it overcharges shallow batches,

@@ -3,8 +3,8 @@ conversations of varied length (a one-line question to a page of pasted notes), 
 multi-turn, some with a system turn and some spelled `from: user/assistant`, as real exports
 are. The text is composed here from hand-written pieces with a fixed seed: no download, byte-stable.
 
-Run `python tests/data/make_sharegpt.py` to rewrite the file; tests/test_datasets.py holds the
-committed file equal to this script's output.
+Run `python tests/data/make_sharegpt.py` to rewrite the file; tests/scenario/test_datasets.py
+holds the committed file equal to this script's output.
 """
 
 from __future__ import annotations

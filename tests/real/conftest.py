@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from realutil import NUMBERS, SharedBoots
 
 from loadgen.server.launcher import Server
+
+from support.real import NUMBERS, SharedBoots
 
 
 @pytest.fixture(scope="session")

@@ -21,13 +21,15 @@ from pathlib import Path
 
 import orjson
 import pytest
-from realutil import note, tiny_model
 
 from loadgen.sim.profile_file import load_profile_file
 
+from support.paths import DATA
+from support.real import note, tiny_model
+
 pytestmark = pytest.mark.real
 
-DATA = Path(__file__).parents[1] / "data" / "scenarios"
+SCENARIOS = DATA / "scenarios"
 VLLM_FLAGS = ("--max-num-seqs", "4", "--max-num-batched-tokens", "512", "--max-model-len", "8192")
 TOLERANCE = 0.15
 
@@ -61,7 +63,7 @@ def _calibrate(tmp_path: Path, kind: str, flags: tuple[str, ...], *bounds: str) 
 def _fidelity(tmp_path: Path, kind: str, flags: tuple[str, ...], scenario: str,
               profile: Path) -> dict:  # fmt: skip
     out = tmp_path / f"fid-{scenario}"
-    _loadgen("fidelity", DATA / f"{scenario}.yaml", "--sim-profile", profile,
+    _loadgen("fidelity", SCENARIOS / f"{scenario}.yaml", "--sim-profile", profile,
              *_server_args(kind, flags), "--out", out, "--seed", "7")  # fmt: skip
     [root] = list(out.iterdir())
     table = orjson.loads((root / "fidelity.json").read_bytes())

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from realutil import note, tiny_model
 
 from loadgen.analysis.capacity import Search, SloItem
 from loadgen.engine.capacity import search_capacity
@@ -23,9 +22,12 @@ from loadgen.scenario.load import load_scenario
 from loadgen.scenario.load_axis import LoadAxis
 from loadgen.server.spec import ServerSpec
 
+from support.paths import DATA
+from support.real import note, tiny_model
+
 pytestmark = pytest.mark.real
 
-SCENARIO = Path(__file__).parents[1] / "data" / "scenarios" / "real_capacity.yaml"
+SCENARIO = DATA / "scenarios" / "real_capacity.yaml"
 FLAGS = ("--max-num-seqs", "2", "--max-model-len", "2048")
 
 

@@ -11,7 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realutil import (
+
+from loadgen.analysis.baselines import inferred_cap
+from loadgen.analysis.rates import decode_tok_s
+from loadgen.analysis.summary import analyze_run
+from loadgen.analysis.timeline import Timeline
+from loadgen.records import read_metrics, read_streams
+from loadgen.request import StreamRequest
+from loadgen.server.launcher import Server
+
+from support.paths import DATA
+from support.real import (
     assert_two_waited_on_the_cap,
     client,
     counter_reaching,
@@ -25,15 +35,7 @@ from realutil import (
     verdict_line,
 )
 
-from loadgen.analysis.baselines import inferred_cap
-from loadgen.analysis.rates import decode_tok_s
-from loadgen.analysis.summary import analyze_run
-from loadgen.analysis.timeline import Timeline
-from loadgen.records import read_metrics, read_streams
-from loadgen.request import StreamRequest
-from loadgen.server.launcher import Server
-
-WHALE = Path(__file__).parents[1] / "data" / "scenarios" / "real_whale.yaml"
+WHALE = DATA / "scenarios" / "real_whale.yaml"
 
 pytestmark = pytest.mark.real
 

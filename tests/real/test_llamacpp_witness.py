@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from realutil import note, run_launched, tiny_model
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.analysis.summary_types import read_run
 from loadgen.server.spec import ServerSpec
+
+from support.real import note, run_launched, tiny_model
 
 pytestmark = pytest.mark.real
 

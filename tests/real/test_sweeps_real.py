@@ -8,7 +8,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from realutil import note, tiny_model
 
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.report.cmd import write_report
@@ -16,9 +15,12 @@ from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.server.spec import ServerSpec
 
+from support.paths import DATA
+from support.real import note, tiny_model
+
 pytestmark = pytest.mark.real
 
-SWEEP = Path(__file__).parents[1] / "data" / "scenarios" / "real_sweep.yaml"
+SWEEP = DATA / "scenarios" / "real_sweep.yaml"
 
 
 async def sweep(tmp_path: Path, spec: ServerSpec, axis: str) -> tuple[Path, dict, dict]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from realutil import PREFIX_CACHING_BOOT, client, counter_reaching, note, scrape
 
 from loadgen.analysis.rates import decode_tok_s, ttft_s
 from loadgen.engine.cache import MIN_PROBE_BLOCKS, prime_and_verify
@@ -17,6 +16,8 @@ from loadgen.request import StreamRequest
 from loadgen.scenario.plan import PromptSpec
 from loadgen.scenario.prompts import PromptBuilder, salt_tag
 from loadgen.server.launcher import Server
+
+from support.real import PREFIX_CACHING_BOOT, client, counter_reaching, note, scrape
 
 pytestmark = pytest.mark.real
 SHARED_BOOT = PREFIX_CACHING_BOOT

@@ -9,7 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realutil import (
+
+from loadgen.analysis.rates import ttft_s
+from loadgen.request import StreamRequest
+from loadgen.server.launcher import Server
+
+from support.real import (
     assert_two_waited_on_the_cap,
     client,
     note,
@@ -19,10 +24,6 @@ from realutil import (
     running_waiting,
     verdict_line,
 )
-
-from loadgen.analysis.rates import ttft_s
-from loadgen.request import StreamRequest
-from loadgen.server.launcher import Server
 
 pytestmark = pytest.mark.real
 

@@ -57,7 +57,6 @@ from typing import Any
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from realutil import PLAIN_BOOT, note, run_on
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.records import read_streams
@@ -65,10 +64,13 @@ from loadgen.server import installs
 from loadgen.server.launcher import Server
 from loadgen.server.vllm import _LAUNCH, VllmProfile
 
+from support.paths import DATA
+from support.real import PLAIN_BOOT, note, run_on
+
 pytestmark = pytest.mark.real
 SHARED_BOOT = PLAIN_BOOT
 
-SCENARIO = Path(__file__).parents[1] / "data" / "scenarios" / "real_bench.yaml"
+SCENARIO = DATA / "scenarios" / "real_bench.yaml"
 PROMPTS, CONCURRENCY, INPUT_LEN, OUTPUT_LEN = 16, 4, 256, 128
 AGREEMENT = 0.05
 BENCH_TIMEOUT_S = 300

@@ -10,15 +10,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realutil import note, run_on, running
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.records import read_metrics, read_streams
 from loadgen.server.launcher import Server
 
+from support.paths import REPO
+from support.real import note, run_on, running
+
 pytestmark = pytest.mark.real
 
-SCENARIO = Path(__file__).parents[2] / "scenarios" / "sharegpt.yaml"
+SCENARIO = REPO / "scenarios" / "sharegpt.yaml"
 FLAGS = ["--enable-prefix-caching", "--max-model-len", "8192"]
 # Short answers keep the replay to seconds on 2 cores (decode ~800 tok/s aggregate).
 SHORT = ["groups.chats.prompt.dataset.max_output_tokens=300", "groups.chats.count=12",

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from realutil import PLAIN_BOOT, SharedBoots, note, run_options
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.engine.routing import RoutePolicy, RouteSpec
@@ -22,6 +21,8 @@ from loadgen.scenario.load import load_scenario
 from loadgen.scenario.plan import plan
 from loadgen.scenario.traces import implied_reuse
 from loadgen.server.launcher import Server
+
+from support.real import PLAIN_BOOT, SharedBoots, note, run_options
 
 pytestmark = pytest.mark.real
 SHARED_BOOT = PLAIN_BOOT

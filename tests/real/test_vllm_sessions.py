@@ -10,15 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from realutil import note, run_on, running
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.records import read_metrics, read_streams
 from loadgen.server.launcher import Server
 
+from support.paths import DATA
+from support.real import note, run_on, running
+
 pytestmark = pytest.mark.real
 
-DATA = Path(__file__).parents[1] / "data"
 FLAGS = ["--enable-prefix-caching", "--enable-prompt-tokens-details", "--max-model-len", "8192"]
 
 

@@ -9,13 +9,14 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from realutil import PREFIX_CACHING_BOOT, note
 
 from loadgen.analysis.soak_types import read_soak
 from loadgen.cli import main
 from loadgen.records import read_streams
 from loadgen.report.soak_report import soak_reason
 from loadgen.server.launcher import Server
+
+from support.real import PREFIX_CACHING_BOOT, note
 
 pytestmark = pytest.mark.real
 SHARED_BOOT = PREFIX_CACHING_BOOT

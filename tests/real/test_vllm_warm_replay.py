@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from realutil import PLAIN_BOOT, UNIFORM, UNIFORM_SET, note, run_on
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.engine.seeds import fresh_seed
 from loadgen.server.launcher import Server
+
+from support.real import PLAIN_BOOT, UNIFORM, UNIFORM_SET, note, run_on
 
 pytestmark = pytest.mark.real
 SHARED_BOOT = PLAIN_BOOT

@@ -7,13 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from realutil import note, run_launched, tiny_model
 
 from loadgen.analysis.summary import analyze_run
 from loadgen.analysis.summary_types import read_run
 from loadgen.records import SERVER_LOG
 from loadgen.server.spec import ServerSpec
 from loadgen.sim.statlog import INTERVAL_ENV
+
+from support.real import note, run_launched, tiny_model
 
 pytestmark = pytest.mark.real
 

@@ -1,0 +1,159 @@
+"""`loadgen run --workers N`: one run directory however many processes sent its streams, and no
+completed record lost when a worker is killed."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from loadgen.client.endpoint import Timeouts
+from loadgen.client.pool import Job, ProcessPool, WorkerClient, split_jobs
+from loadgen.codec import to_json
+from loadgen.commands.options import workers_value
+from loadgen.commands.run import FAILED_STREAMS_EXIT, report_run, unrecorded_summary
+from loadgen.records import StreamRecord
+from loadgen.request import StreamRequest
+
+from support.cli import loadgen
+from support.pacedserver import PacedConfig, PacedServer
+from support.run_fixtures import manifest, stream, write_run
+from support.workers import EXPECTED, hist_counts, run_spread, server_verdicts, stream_rows
+
+CLOSED = "--set=arrival={closed: {concurrency: 3}}"
+
+
+@pytest.mark.parametrize("loop", ["open_loop", "closed_loop"])
+def test_two_workers_write_the_run_directory_one_would(loop: str, tmp_path: Path) -> None:
+    arrival = [CLOSED] if loop == "closed_loop" else []
+    one = run_spread(tmp_path / "w1", "--workers", "1", *arrival)
+    two = run_spread(tmp_path / "w2", "--workers", "2", *arrival)
+    s1, s2 = stream_rows(one), stream_rows(two)
+    assert len(s1) == len(s2) == 8
+    key = lambda r: (r["id"], r["phase"], r["status"], r["completion_tokens"], r["chunks"])  # noqa: E731
+    assert sorted(map(key, s1)) == sorted(map(key, s2))
+    sum1, sum2 = (orjson.loads((d / "summary.json").read_bytes()) for d in (one, two))
+    assert server_verdicts(sum1) == server_verdicts(sum2) == EXPECTED[loop]
+    assert hist_counts(one) == hist_counts(two) != {}
+    client = orjson.loads((two / "run.json").read_bytes())["client"]
+    assert client["workers"] == 2 and client["workers_source"] == "user"
+    assert {w["pid"] for w in client["worker_processes"]}.isdisjoint({os.getpid()})
+    assert len(client["worker_processes"]) == 2
+    assert not (two / "workers").exists()  # spill files go once every record is in the run
+
+
+def test_auto_workers_is_one_process_for_a_small_run(tmp_path: Path) -> None:
+    run_dir = run_spread(tmp_path)
+    client = orjson.loads((run_dir / "run.json").read_bytes())["client"]
+    assert (client["workers"], client["workers_source"]) == (1, "auto")
+
+
+@pytest.mark.parametrize("bad", ["0", "two", "-1"])
+def test_workers_must_be_a_count_or_auto(bad: str, tmp_path: Path) -> None:
+    res = loadgen("run", "smoke", "--workers", bad, "--out", tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "give a whole number of at least 1, or auto" in res.stderr
+    assert workers_value("auto") is None and workers_value("3") == 3
+
+
+def _requests(n: int) -> list[StreamRequest]:
+    return [
+        StreamRequest(id=f"r{i:02d}", model="paced", prompt="alpha bravo", max_tokens=10)
+        for i in range(n)
+    ]
+
+
+async def test_a_killed_worker_loses_no_completed_record(tmp_path: Path) -> None:
+    # Streams of ~0.25 s, one seat per worker: worker 0 (even ids) is SIGKILLed once two of its
+    # streams are back. Its third record is written to its spill file by hand first, as a
+    # record cut off between the spill and the pipe would be: the pool must still hand it on.
+    async with PacedServer(PacedConfig(ttft_s=0.05, gap_s=0.02)) as srv:
+        jobs = split_jobs(_requests(12), 2, 2)
+        got: list[StreamRecord] = []
+        killed = threading.Event()
+        pool = ProcessPool(
+            2, WorkerClient(srv.url, None, Timeouts(), time.perf_counter_ns()), seats=1,
+            spill_dir=tmp_path,
+        )  # fmt: skip
+
+        def on_record(rec: StreamRecord) -> None:
+            got.append(rec)
+            mine = [r for r in got if int(r.id[1:]) % 2 == 0]
+            if len(mine) == 2 and not killed.is_set():
+                cut_off = dataclasses.replace(rec, id="r98")
+                with open(tmp_path / "w0.jsonl", "ab") as fh:
+                    fh.write(orjson.dumps(to_json(cut_off)) + b"\n")
+                os.kill(pool.manifest()[0]["pid"], signal.SIGKILL)
+                killed.set()
+
+        async with pool:
+            problems = await pool.run(jobs, on_record)
+    ids = sorted(r.id for r in got)
+    assert killed.is_set()
+    assert [i for i in ids if int(i[1:]) % 2] == [f"r{i:02d}" for i in range(1, 12, 2)]
+    assert [i for i in ids if int(i[1:]) % 2 == 0][:2] == ["r00", "r02"]
+    assert "r98" in ids  # recovered from the spill file
+    assert len(problems) == 1 and problems[0].startswith("client worker 0 ")
+    assert "1 record(s) recovered" in problems[0]
+    assert (tmp_path / "w0.jsonl").exists()  # kept as evidence when a worker died
+    # Every stream of the dead worker's job without a record is named, none that has one.
+    unsent = [f"r{i:02d}" for i in range(0, 12, 2) if f"r{i:02d}" not in ids]
+    assert pool.unrecorded == unsent and "r10" in unsent
+
+
+async def test_a_pool_whose_workers_all_finish_names_no_stream(tmp_path: Path) -> None:
+    async with PacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
+        pool = ProcessPool(
+            2, WorkerClient(srv.url, None, Timeouts(), time.perf_counter_ns()), seats=1,
+            spill_dir=tmp_path,
+        )  # fmt: skip
+        async with pool:
+            problems = await pool.run(split_jobs(_requests(4), 2, 2), lambda rec: None)
+    assert problems == [] and pool.unrecorded == []
+
+
+def test_streams_a_dead_worker_left_unsent_fail_the_run_in_one_line(tmp_path: Path) -> None:
+    lost = [f"r{i:02d}" for i in range(0, 14, 2)]
+    quiet = write_run(tmp_path / "quiet", [stream("r01", chunks=[0.1, 0.2])])
+    assert unrecorded_summary(quiet) == ""
+    run = manifest().add(client={"streams_without_record": lost})
+    loud = write_run(tmp_path / "loud", [stream("r01", chunks=[0.1, 0.2])], run=run)
+    assert unrecorded_summary(loud) == (
+        "7 stream(s) have no record: a client worker died before sending them (r00, r02, r04, "
+        "r06, r08 and 2 more; run.json client.streams_without_record has all)"
+    )
+    with pytest.raises(SystemExit) as exit_:
+        report_run(loud)
+    assert exit_.value.code == FAILED_STREAMS_EXIT
+    summary = orjson.loads((loud / "summary.json").read_bytes())
+    assert summary["run"]["client"]["streams_without_record"] == lost
+
+
+async def test_an_open_loop_job_keeps_its_schedule_from_the_pools_start(tmp_path: Path) -> None:
+    # Offsets 0, 100, 200 ms from the start the pool gives: each stream's intended send is that
+    # start plus its offset, on the parent's run clock.
+    reqs = [
+        StreamRequest(
+            id=f"o{i}", model="paced", prompt="alpha", max_tokens=2, t_intended_ns=i * 100_000_000
+        )
+        for i in range(3)
+    ]
+    start = time.perf_counter_ns()
+    async with PacedServer(PacedConfig(ttft_s=0.01, gap_s=0.005)) as srv, ProcessPool(
+        1, WorkerClient(srv.url, None, Timeouts(), start), seats=3,
+        spill_dir=tmp_path,
+    ) as pool:  # fmt: skip
+        got: list[StreamRecord] = []
+        before = time.perf_counter_ns() - start
+        assert await pool.run([Job(tuple(reqs), None)], got.append, lead_ns=50_000_000) == []
+    by_id = {r.id: r for r in got}
+    base = by_id["o0"].t_intended_ns
+    assert base >= before + 50_000_000
+    assert [by_id[f"o{i}"].t_intended_ns - base for i in range(3)] == [0, 100_000_000, 200_000_000]
+    assert all(r.status == "ok" for r in got)
