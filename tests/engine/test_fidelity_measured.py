@@ -8,14 +8,16 @@ from pathlib import Path
 
 import orjson
 import pytest
-from cli_support import loadgen
 from click.testing import CliRunner
 
 from loadgen.cli import main
 from loadgen.sim.profile_file import FittedProfile, write_profile_file
 from loadgen.sim.profiles import sim_profile
 
-SMOKE = Path(__file__).parents[1] / "scenarios" / "smoke.yaml"
+from support.cli import loadgen
+from support.paths import REPO
+
+SMOKE = REPO / "scenarios" / "smoke.yaml"
 
 
 def _profile(path: Path, factor: float) -> Path:
