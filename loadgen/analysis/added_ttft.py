@@ -105,13 +105,15 @@ def _scope(
     reps = sorted({r.rep for r in timed})
     for rep in reps:
         recs = [r for r in timed if r.rep == rep]
-        t0 = min(_sent(r) for r in recs)
-        t1 = max(_end(r) for r in recs)
+        t0 = min(rates.sent_ns(r) for r in recs)
+        t1 = max(rates.end_ns(r) for r in recs)
         s, c = timeline.outer_delta(SUM, t0, t1), timeline.outer_delta(COUNT, t0, t1)
         if s is None or c is None:
             crowded.append(f"rep {rep}: no polls around its window")
             continue
-        inside = [r for r in others if _overlaps(r, c[1], c[2])]
+        # A TTFT may be observed anywhere in a life inside the polls; one that ended at the
+        # opening poll's instant (a warmup whose end the rep-edge scrape follows) is outside.
+        inside = [r for r in others if rates.life_overlaps(r, c[1], c[2])]
         if inside:
             crowded.append(f"rep {rep}: {len(inside)} other request(s) in flight ({inside[0].id})")
         total_s += s[0]
@@ -127,25 +129,6 @@ def _scope(
     return AddedTtft(scope, len(timed), len(reps), client_ms, n, server_ms, note)
 
 
-def _sent(r: StreamRecord) -> int:
-    return r.t_sent_ns if r.t_sent_ns is not None else r.t_intended_ns
-
-
 def _may_reach_histogram(r: StreamRecord) -> bool:
     """A request the server may have given a first token: all but those refused by status."""
     return r.http_status is None or r.http_status < 400
-
-
-def _end(r: StreamRecord) -> int:
-    """The stream's last instant: its end, else its first token, else its send."""
-    for t in (r.t_done_ns, r.t_first_ns):
-        if t is not None:
-            return t
-    return _sent(r)
-
-
-def _overlaps(r: StreamRecord, t0: int, t1: int) -> bool:
-    """Whether `r`'s life, send to end, falls partly inside the polls at t0 and t1: its TTFT
-    may be observed anywhere in it. One that ended at the opening poll's instant (a warmup
-    whose end the arm's rep-edge scrape follows) or was sent at the closing one's is outside."""
-    return _sent(r) < t1 and _end(r) > t0

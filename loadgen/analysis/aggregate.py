@@ -286,16 +286,7 @@ def in_flight_during(
     counted as one that got its first token after that whale's prefill."""
     if p0 is None or p1 is None:
         return minnows
-    return [m for m in minnows if _sent_before(m, p1) and _not_done_by(m, p0)]
-
-
-def _sent_before(m: StreamRecord, t_ns: int) -> bool:
-    return m.t_sent_ns is None or m.t_sent_ns < t_ns
-
-
-def _not_done_by(m: StreamRecord, t_ns: int) -> bool:
-    end = m.t_done_ns if m.t_done_ns is not None else m.t_last_ns
-    return end is None or end > t_ns
+    return [m for m in minnows if rates.life_overlaps(m, p0, p1)]
 
 
 def interference(

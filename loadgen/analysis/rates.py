@@ -167,3 +167,22 @@ def output_tok_s(rec: StreamRecord) -> float | None:
     k0 = rec.chunk_tokens[at] if rec.chunk_tokens and at < len(rec.chunk_tokens) else 1
     tokens = max(rec.completion_tokens - rec.reasoning_tokens - k0, 0)
     return tokens * NS / (last - first)
+
+
+def sent_ns(rec: StreamRecord) -> int:
+    """The stream's send, else the instant it was meant to go."""
+    return rec.t_sent_ns if rec.t_sent_ns is not None else rec.t_intended_ns
+
+
+def end_ns(rec: StreamRecord) -> int:
+    """The stream's last instant: its end, else its first token, else its send."""
+    for t in (rec.t_done_ns, rec.t_first_ns):
+        if t is not None:
+            return t
+    return sent_ns(rec)
+
+
+def life_overlaps(rec: StreamRecord, t0: int, t1: int) -> bool:
+    """Whether the stream's life, send to end, falls partly inside (t0, t1): one that ended at
+    t0 or was sent at t1 is outside."""
+    return sent_ns(rec) < t1 and end_ns(rec) > t0
