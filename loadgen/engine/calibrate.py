@@ -56,6 +56,7 @@ from loadgen.records import StreamRecord
 from loadgen.run_manifest import RunManifest, TargetInfo, write_manifest
 from loadgen.scenario.model import Group, PromptConfig, Scenario
 from loadgen.scenario.plan import derive_seed, plan
+from loadgen.server.kinds import KINDS, kind_profile
 from loadgen.sim.profile_file import FittedProfile, load_profile_file, write_profile_file
 from loadgen.sim.profiles import StepProfile
 
@@ -419,22 +420,16 @@ def _speculation(
     return speculation(r for point, recs in ran if point.kind == "decode" for r in recs)
 
 
-# Servers whose speculation is asked for by a flag starting --speculative (vLLM's
-# --speculative-config, SGLang's --speculative-algorithm and the rest).
-DRAFT_FLAG_KINDS = ("vllm", "sglang")
-
-
 def launched_without_drafts(target: TargetInfo | str | None) -> Speculation | None:
-    """No drafts where loadgen launched a vLLM or SGLang without a --speculative flag: the
-    launch outranks the chunks, which a loaded server coalesces (vLLM's CPU build on a busy
-    2-core box sent enough two-token chunks to read as k = 1). None where it cannot say."""
-    if not isinstance(target, TargetInfo) or target.boot_log is None:
+    """No drafts where loadgen launched a server whose kind names its draft flags and none was
+    given: the launch outranks the chunks, which a loaded server coalesces (vLLM's CPU build on
+    a busy 2-core box sent enough two-token chunks to read as k = 1). None where it cannot say."""
+    if not isinstance(target, TargetInfo) or target.boot_log is None or target.kind not in KINDS:
         return None
-    if target.kind not in DRAFT_FLAG_KINDS:
+    prefix = kind_profile(target.kind).draft_flag_prefix
+    if prefix is None or any(str(f).startswith(prefix) for f in target.flags):
         return None
-    if any(str(f).startswith("--speculative") for f in target.flags):
-        return None
-    return Speculation(0, None, None, f"launched {target.kind} without a --speculative flag")
+    return Speculation(0, None, None, f"launched {target.kind} without a {prefix} flag")
 
 
 def _witnesses(

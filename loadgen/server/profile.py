@@ -119,6 +119,9 @@ class Profile:
     # Whether /metrics carries `vllm:cache_config_info` worth reading after boot.
     reads_cache_config_metric: bool = False
     default_flags: tuple[DefaultFlag, ...] = ()
+    # The prefix of the flags that turn speculative decoding on (None: loadgen knows none for
+    # the kind); a launch with none of them drafts nothing.
+    draft_flag_prefix: str | None = None
     # Fact name -> spellings of the flag that sets it.
     fact_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     # A swept boolean's own spelling: name -> (argv when true, argv when false).

@@ -44,6 +44,7 @@ class SglangProfile(InstalledProfile):
     name = "sglang"
     # SGLang captures CUDA graphs after loading the weights: minutes for a large model.
     boot_timeout_s = 900.0
+    draft_flag_prefix = "--speculative"
     fact_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "max_num_seqs": ("--max-running-requests",),
         "max_num_batched_tokens": ("--chunked-prefill-size",),

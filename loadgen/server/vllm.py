@@ -76,6 +76,7 @@ class VllmProfile(InstalledProfile):
     boot_timeout_s = 240.0
     gpu_boot_timeout_s = 900.0
     reads_cache_config_metric = True
+    draft_flag_prefix = "--speculative"
     fact_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {
         "block_size": ("--block-size",),
         "max_num_batched_tokens": ("--max-num-batched-tokens",),
