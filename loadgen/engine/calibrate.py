@@ -24,7 +24,7 @@ import datetime as dt
 import os
 import platform
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from loadgen.analysis.calibration import (
     ttft_witness,
 )
 from loadgen.analysis.calibration_fit import Fit, costs_measured, fit_costs, unseparated
-from loadgen.analysis.inputs import load_run, read_manifest
+from loadgen.analysis.inputs import RunInputs, load_run, read_manifest
 from loadgen.codec import to_json
 from loadgen.engine.backends import clock_of, shared_target
 from loadgen.engine.options import RunOptions
@@ -308,9 +308,10 @@ def _fit_and_write(
     naming: _Naming,
 ) -> None:
     # Drafts are known only once every decode point ran; the decode rows price them.
-    points = manifest.runs or ()
     boots = manifest.boots or ()
-    spec = _speculation(root, points, [(p, r) for p, r, _ in ran], first.target)
+    # Each point's run read once: its counters serve the speculation and the TTFT witness.
+    runs = [load_run(root / p["dir"]) for p in manifest.runs or ()]
+    spec = _speculation(runs, [(p, r) for p, r, _ in ran], first.target)
     shapes = [dataclasses.replace(_server_shape(root / b["first"])[0], spec_tokens=spec.tokens)
               for b in boots]  # fmt: skip
     measured = [m for p, recs, boot in ran if (m := measure(p, recs, shapes[boot])) is not None]
@@ -323,7 +324,7 @@ def _fit_and_write(
                     for i, b in enumerate(boots)]  # fmt: skip
     profile = _profile(naming, str(manifest.clock), first, shape=shapes[0], fit=fit,
                        spec=spec, started=started, prefix_caching=_prefix_caching(measured),
-                       witnesses=_witnesses(root, points, [(p, r) for p, r, _ in ran]),
+                       witnesses=_witnesses(runs, [p for p, _, _ in ran]),
                        boots=fitted_boots,
                        unseparated=unseparated(measured, fit.min_step_s))  # fmt: skip
     path = out or root / "profile.yaml"
@@ -398,18 +399,16 @@ def _server_shape(run_dir: Path) -> tuple[ServerShape, RunManifest]:
 
 
 def _speculation(
-    root: Path,
-    listed: Sequence[Mapping[str, Any]],
+    runs: Sequence[RunInputs],
     ran: list[tuple[Point, list[StreamRecord]]],
     target: TargetInfo | str | None,
 ) -> Speculation:
     """From the server's spec-decode counters over the decode points where it has them, else
     from the flags loadgen launched it with, else from the decode chunks' token counts."""
-    decode_dirs = [root / p["dir"] for p, (point, _) in zip(listed, ran, strict=True)
-                   if point.kind == "decode"]  # fmt: skip
+    decode_runs = [run for run, (point, _) in zip(runs, ran, strict=True) if point.kind == "decode"]
     totals: dict[str, float] = {}
-    for run_dir in decode_dirs:
-        for name, rise in counter_deltas(load_run(run_dir).metrics).items():
+    for run in decode_runs:
+        for name, rise in counter_deltas(run.metrics).items():
             totals[name] = totals.get(name, 0.0) + rise
     counted = speculation_from_counters(totals)
     if counted is not None:
@@ -432,15 +431,10 @@ def launched_without_drafts(target: TargetInfo | str | None) -> Speculation | No
     return Speculation(0, None, None, f"launched {target.kind} without a {prefix} flag")
 
 
-def _witnesses(
-    root: Path,
-    listed: Sequence[Mapping[str, Any]],
-    ran: list[tuple[Point, list[StreamRecord]]],
-) -> list[TtftWitness]:
+def _witnesses(runs: Sequence[RunInputs], points: Sequence[Point]) -> list[TtftWitness]:
     """The server's own TTFT histogram over each point's run, where it has one."""
     out = []
-    for p, (point, _) in zip(listed, ran, strict=True):
-        run = load_run(root / p["dir"])
+    for run, point in zip(runs, points, strict=True):
         deltas = counter_deltas(run.metrics, WITNESS_COUNTERS)
         if (w := ttft_witness(point, run.streams, deltas)) is not None:
             out.append(w)
