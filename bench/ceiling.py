@@ -61,8 +61,9 @@ FULL = {
     "seconds": 4.0,
     "first_n": 2000,
 }  # fmt: skip  (first_n: requests at a ladder's first C, no rate yet)
-# Requests per point at most: `loadgen request`'s verdicts after the run grow with the square of
-# its streams (20,000 1-token streams: an 8 s run, then 41 s of analysis on 2 cores).
+# Requests per point at most (--max-requests): the analysis after each point costs ~0.5 ms of a
+# core a stream (bench/analysis_scale.py), so on 2 cores a point past this spends more time
+# judging than sending; a 16-core host at 50,000 req/s needs more to run a second.
 MAX_N = 16_384
 
 
@@ -193,7 +194,7 @@ def bound_by(server_cpu: float, client_cpu: float, host_cpu: float, workers: int
 
 
 def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], seconds: float,
-           first_n: int, deadline: float, tmp: Path) -> list[Point]:  # fmt: skip
+           first_n: int, max_n: int, deadline: float, tmp: Path) -> list[Point]:  # fmt: skip
     """The points of one (W, T): each C sized to run about `seconds` at the rate before, none
     started past `deadline` (time.monotonic). Several workers get one server: loadgen routes
     replicas from one process only (it refuses --workers with several --base-url), so there
@@ -204,7 +205,7 @@ def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], secon
         if time.monotonic() > deadline:
             print(f"skipped W={workers} T={tokens} C={c}: past --max-seconds", flush=True)
             continue
-        n = min(MAX_N, max(4 * c, n))
+        n = min(max_n, max(4 * c, n))
         p = run_point(binary, k, workers, tokens, c, n, tmp)
         out.append(p)
         print(row(p), flush=True)
@@ -338,6 +339,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "ceiling",
                     help="folder for ceiling.txt, ceiling.png and points.jsonl")  # fmt: skip
     ap.add_argument("--profile", type=Path, help="cProfile the best 1-worker point into FILE")
+    ap.add_argument("--max-requests", type=int, default=MAX_N,
+                    help=f"requests per point at most (default {MAX_N:,})")  # fmt: skip
     ap.add_argument(
         "--max-seconds",
         type=float,
@@ -358,7 +361,8 @@ def main() -> None:
         deadline = time.monotonic() + args.max_seconds
         points = [p for w in workers for t in tokens
                   for p in ladder(binary, args.servers, w, t, cs, seconds,
-                                  int(size["first_n"]), deadline, Path(tmp))]  # fmt: skip
+                                  int(size["first_n"]), args.max_requests, deadline,
+                                  Path(tmp))]  # fmt: skip
         if not points:
             raise SystemExit("ceiling: no point started within --max-seconds")
         table = ceiling_table(points, args.servers)
