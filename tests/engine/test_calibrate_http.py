@@ -5,7 +5,7 @@ sim and on the virtual clock with the fitted profile. The fit must recover a kno
 median, decode-only rate median and wall within 5%, and the same verdicts.
 
 Wall-clock, so it runs beside nothing else: one core for the sim, one for the client (about
-2.5 minutes on two cores)."""
+2.5 minutes on two cores; `make test-truth`)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ SCENARIOS = ("whale_c4", "ladder", "politeness")
 SIM_SETS = ("sim.max_num_seqs=8", "sim.num_gpu_blocks=8527", "sim.max_model_len=131072")
 JUDGED = ("ttft_median_s", "decode_median_tok_s", "reps_wall_s")
 WITHIN = 0.05
+
+pytestmark = pytest.mark.truth
 
 
 @pytest.fixture(scope="module")
