@@ -26,13 +26,24 @@ def describe(values: Iterable[float | None]) -> dict[str, Any]:
         out: dict[str, Any] = {"n": 0, "min": None, "median": None, "max": None, "mean": None}
         out.update({f"p{p}": None for p in PERCENTILES})
         return out
-    out = {
-        "n": int(xs.size),
+    return _tail(xs) | {
         "min": float(xs.min()),
         "median": float(np.median(xs)),
-        "max": float(xs.max()),
         "mean": float(xs.mean()),
     }
+
+
+def tail(values: list[float]) -> dict[str, Any]:
+    """n, p50/p90/p99 and max (None when empty): describe's without its median, mean and min,
+    at under half its cost; a report of 16,384 streams takes it 32,768 times (their gaps)."""
+    xs = np.array(values, dtype=float)
+    if xs.size == 0:
+        return {"n": 0, "max": None} | {f"p{p}": None for p in PERCENTILES}
+    return _tail(xs)
+
+
+def _tail(xs: np.ndarray) -> dict[str, Any]:
+    out = {"n": int(xs.size), "max": float(xs.max())}
     for p, v in zip(PERCENTILES, np.percentile(xs, PERCENTILES), strict=True):
         out[f"p{p}"] = float(v)
     return out

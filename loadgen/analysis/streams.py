@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from loadgen.analysis import rates
 from loadgen.analysis.registry import GAP_METRICS, STREAM_METRICS
-from loadgen.analysis.stats import describe
+from loadgen.analysis.stats import tail
 from loadgen.codec import json_field, to_json
 from loadgen.records import StreamRecord
 
@@ -125,13 +125,8 @@ def stream_metrics(rec: StreamRecord) -> dict[str, Any]:
         "t_done_s": _s(rec.t_done_ns),
     }
     row |= {m.name: m.of(rec) for m in STREAM_METRICS}
-    row |= {g.name: _gap_stats([t / MS for t in g.gaps_ns(rec)]) for g in GAP_METRICS}
+    row |= {g.name: tail([t / MS for t in g.gaps_ns(rec)]) for g in GAP_METRICS}
     return row
-
-
-def _gap_stats(gaps_ms: list[float]) -> dict[str, Any]:
-    d = describe(gaps_ms)
-    return {k: d[k] for k in ("n", "p50", "p90", "p99", "max")}
 
 
 def _s(t_ns: int | None) -> float | None:
