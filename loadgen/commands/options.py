@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import functools
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -362,6 +363,32 @@ REQUESTS_OPTION = click.option(
     help="Requests per load value (default: the arrival's count, else at least 32, 4 per "
     "seat or 10 s of arrivals).",
 )
+
+
+# Default search ranges: seats from one user to 256; a rate from 0.5 to 64 requests/s.
+DEFAULT_LOAD_RANGE = {"concurrency": (1.0, 256.0), "rate": (0.5, 64.0)}
+# The range a search over --over's load covers (capacity's, and tune's --objective capacity).
+LOAD_RANGE_OPTIONS = _options(
+    click.option("--min", "lo", type=float, default=None, help="Lowest load (default 1 or 0.5/s)."),
+    click.option(
+        "--max", "hi", type=float, default=None, help="Highest load (default 256 or 64/s)."
+    ),
+)
+
+
+def load_range(over: str, lo: float | None, hi: float | None) -> tuple[float, float]:
+    """--min and --max for a search `over` concurrency or rate, defaults filled in; a usage
+    error when either is no load of that axis or they are the wrong way round."""
+    d_lo, d_hi = DEFAULT_LOAD_RANGE[over]
+    lo, hi = d_lo if lo is None else lo, d_hi if hi is None else hi
+    whole = over == "concurrency"
+    for flag, v in (("--min", lo), ("--max", hi)):
+        if not math.isfinite(v) or v <= 0 or (whole and not float(v).is_integer()):
+            kind = "a whole number >= 1" if whole else "a finite rate > 0"
+            raise click.UsageError(f"{flag} {v:g}: expected {kind}")
+    if lo > hi:
+        raise click.UsageError(f"--min {lo:g} is above --max {hi:g}")
+    return lo, hi
 
 
 # A load sweep from the command line, as `vllm bench serve` users run one: one arm per value on

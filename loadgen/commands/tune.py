@@ -14,10 +14,11 @@ import yaml
 from loadgen.analysis.capacity import DEFAULT_MAX_STEPS, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
 from loadgen.analysis.tune import OBJECTIVES
 from loadgen.clock import ClockName
-from loadgen.commands.capacity import load_range
 from loadgen.commands.options import (
+    LOAD_RANGE_OPTIONS,
     ProfiledArgs,
     RunArgs,
+    load_range,
     parsed_slo,
     profiled_options,
     run_like,
@@ -45,8 +46,7 @@ DEFAULT_MAX_TIME_S = 1800.0
               "the largest load (--over) meeting the SLO, as capacity searches.")  # fmt: skip
 @click.option("--over", type=click.Choice(["concurrency", "rate"]), default=None,
               help="--objective capacity's load axis.")  # fmt: skip
-@click.option("--min", "lo", type=float, default=None, help="Lowest load (default 1 or 0.5/s).")
-@click.option("--max", "hi", type=float, default=None, help="Highest load (default 256 or 64/s).")
+@LOAD_RANGE_OPTIONS
 @click.option("--max-points", type=click.IntRange(min=1), default=DEFAULT_MAX_POINTS,
               show_default=True,
               help="A grid up to this size is run whole; a larger one by coordinate descent "

@@ -21,6 +21,8 @@ from loadgen.commands.options import (
 )
 from loadgen.engine.routing import RoutePolicy, RouteSpec
 from loadgen.server.spec import ServerSpec
+from loadgen.sim.profile_file import FittedProfile, write_profile_file
+from loadgen.sim.profiles import sim_profile
 
 URL = "http://127.0.0.1:1"
 VLLM = ServerSpec("vllm")
@@ -149,3 +151,25 @@ def test_every_run_like_command_offers_the_same_groups(command: str, flags: list
         w in result.output
         for w in ("not both", "external server", "need --server KIND", "pass --base-url too")
     ), result.output
+
+
+@pytest.mark.parametrize("command", ["capacity", "tune"])
+@pytest.mark.parametrize(
+    ("load", "said"),
+    [
+        (["--min", "1.5"], "--min 1.5: expected a whole number >= 1"),
+        (["--min", "8", "--max", "4"], "--min 8 is above --max 4"),
+    ],
+)
+def test_capacity_and_tune_check_a_load_range_alike(
+    command: str, load: list[str], said: str, tmp_path: Path
+) -> None:
+    profile = tmp_path / "fit.yaml"
+    # Fitted on the sim: it predicts every flag, so tune gets as far as the load range.
+    fitted = FittedProfile("tiny-fit", sim_profile("tiny"), 0.001, {}, fitted_on={"server": "sim"})
+    write_profile_file(profile, fitted)
+    tune = ["--sim-profile", str(profile), "--search", "max_num_seqs=2", "--objective", "capacity"]
+    args = [command, "smoke", *(tune if command == "tune" else []), "--slo", "ttft_p90=1"]
+    result = CliRunner().invoke(main, [*args, "--over", "concurrency", *load])
+    assert result.exit_code == 2, result.output
+    assert said in result.output
