@@ -899,6 +899,16 @@ def parsed_slo(text: str, attain: float = DEFAULT_ATTAIN) -> tuple[SloItem, ...]
         raise click.UsageError(str(exc)) from None
 
 
+def with_slo(opts: RunOptions, items: tuple[SloItem, ...]) -> RunOptions:
+    """`opts` with --slo's items as each metric's limit and share of streams (no items: None,
+    the scenario's own slo stands)."""
+    return dataclasses.replace(
+        opts,
+        slo={i.key: i.limit for i in items} or None,
+        slo_shares={i.key: i.share for i in items} or None,
+    )
+
+
 def _precise_targets(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> tuple[PrecisionTarget, ...]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import errno
 import signal
 import sys
@@ -34,6 +33,7 @@ from loadgen.commands.options import (
     slo_option,
     usable_options,
     with_load_sweep,
+    with_slo,
     workers_value,
 )
 from loadgen.commands.validate import ALLOW_FILES_OUTSIDE
@@ -134,12 +134,7 @@ def run_cmd(
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
     loaded = with_load_sweep(loaded, concurrency, rate, requests, max_concurrency)
-    items = parsed_slo(slo) if slo is not None else ()
-    opts = dataclasses.replace(
-        opts,
-        slo={i.key: i.limit for i in items} or None,
-        slo_shares={i.key: i.share for i in items} or None,
-    )
+    opts = with_slo(opts, parsed_slo(slo) if slo is not None else ())
 
     run_dir = execute(plan(loaded, run_seed=opts.run_seed), opts)
     report_run(run_dir, arm_tables)

@@ -24,6 +24,7 @@ from loadgen.commands.options import (
     run_like,
     slo_option,
     usable_options,
+    with_slo,
 )
 from loadgen.commands.run import execute_work
 from loadgen.engine.tune import CapacityAsk, TuneAsk, run_tune
@@ -96,10 +97,7 @@ def tune_cmd(
     ask = TuneAsk(predicted, real, profiled.sim_profile.resolve(), objective, items, max_points,
                   max_time_s, verify, capacity)  # fmt: skip
 
-    slo_opts = dataclasses.replace(
-        opts, slo={i.key: i.limit for i in items}, slo_shares={i.key: i.share for i in items}
-    )
-    root = execute_work(partial(run_tune, ask, slo_opts))
+    root = execute_work(partial(run_tune, ask, with_slo(opts, items)))
     click.echo(write_tune_report(root))
     click.echo(f"run directory: {root}")
 

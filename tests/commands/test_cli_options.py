@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from loadgen.analysis.slo import parse_slo
 from loadgen.cli import main
 from loadgen.clock import ClockName
 from loadgen.commands.options import (
@@ -18,6 +19,7 @@ from loadgen.commands.options import (
     TargetArgs,
     run_options,
     target_problems,
+    with_slo,
 )
 from loadgen.engine.routing import RoutePolicy, RouteSpec
 from loadgen.server.spec import ServerSpec
@@ -173,3 +175,13 @@ def test_capacity_and_tune_check_a_load_range_alike(
     result = CliRunner().invoke(main, [*args, "--over", "concurrency", *load])
     assert result.exit_code == 2, result.output
     assert said in result.output
+
+
+def test_slo_items_set_each_limit_and_share_and_none_leave_the_scenarios(tmp_path: Path) -> None:
+    built = run_options(RunArgs(output=OutputArgs(tmp_path, progress=False)))
+    assert not isinstance(built, list), built
+    judged = with_slo(built, parse_slo("ttft_p90=2,tpot_p99=50"))
+    assert judged.slo == {"ttft_s": 2.0, "tpot_ms": 50.0}
+    assert judged.slo_shares == {"ttft_s": 0.9, "tpot_ms": 0.99}
+    unjudged = with_slo(built, ())
+    assert unjudged.slo is None and unjudged.slo_shares is None
