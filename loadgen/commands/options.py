@@ -31,7 +31,7 @@ from loadgen.engine.routing import (
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.limits import client_problems, size_problems
 from loadgen.scenario.load_axis import LoadAxis, load_problem, load_sweep, parse_load_values
-from loadgen.scenario.model import Gamma, Poisson, Scenario
+from loadgen.scenario.model import API_KINDS, Gamma, Poisson, Scenario
 from loadgen.server.kinds import SERVER_KINDS
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 from loadgen.sim.profile_file import ProfileFileError, load_profile_file
@@ -882,6 +882,11 @@ def workers_value(value: str) -> int | None:
     if not value.isdigit() or int(value) < 1:
         raise click.BadParameter(f"{value!r}: give a whole number of at least 1, or auto")
     return int(value)
+
+
+def api_option(default: str | None, help: str | None = None) -> Callable[[F], F]:
+    """`--api`, one of the scenario's API kinds; `default` None: the scenario's own."""
+    return click.option("--api", type=click.Choice(API_KINDS), default=default, help=help)
 
 
 def slo_option(purpose: str, *, required: bool = False) -> Any:

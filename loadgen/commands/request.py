@@ -33,6 +33,7 @@ from loadgen.commands.options import (
     TargetArgs,
     TelemetryArgs,
     WatchArgs,
+    api_option,
     usable_options,
 )
 from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS
@@ -47,7 +48,7 @@ GROUP = "request"
 
 @click.command("request")
 @TARGET_OPTIONS
-@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
+@api_option("completions")
 @click.option(
     "--prompt-tokens", type=click.IntRange(1, MAX_PROMPT_TOKENS), default=100, show_default=True
 )

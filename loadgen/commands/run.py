@@ -28,6 +28,7 @@ from loadgen.commands.options import (
     STRICT_OPTION,
     UNTIL_PRECISE_OPTION,
     RunArgs,
+    api_option,
     parsed_slo,
     run_like,
     slo_option,
@@ -63,12 +64,7 @@ REPORT_FAILED_EXIT = 5
 @click.command("run")
 @click.argument("scenario")
 @run_like(watch=True)
-@click.option(
-    "--api",
-    type=click.Choice(["completions", "chat"]),
-    default=None,
-    help="Override the scenario's API.",
-)
+@api_option(None, "Override the scenario's API.")
 @click.option(
     "--block-size",
     type=click.IntRange(min=1),

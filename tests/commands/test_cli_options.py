@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -22,6 +23,7 @@ from loadgen.commands.options import (
     with_slo,
 )
 from loadgen.engine.routing import RoutePolicy, RouteSpec
+from loadgen.scenario.model import API_KINDS
 from loadgen.server.spec import ServerSpec
 from loadgen.sim.profile_file import FittedProfile, write_profile_file
 from loadgen.sim.profiles import sim_profile
@@ -185,3 +187,16 @@ def test_slo_items_set_each_limit_and_share_and_none_leave_the_scenarios(tmp_pat
     assert judged.slo_shares == {"ttft_s": 0.9, "tpot_ms": 0.99}
     unjudged = with_slo(built, ())
     assert unjudged.slo is None and unjudged.slo_shares is None
+
+
+@pytest.mark.parametrize("command", ["run", "request", "probe-cache"])
+def test_every_api_option_offers_the_scenarios_api_kinds(command: str) -> None:
+    cmd = main.get_command(click.Context(main), command)
+    assert cmd is not None
+    [api] = [p for p in cmd.params if p.name == "api"]
+    assert isinstance(api.type, click.Choice)
+    assert tuple(api.type.choices) == API_KINDS
+    refused = CliRunner().invoke(main, [command, "smoke", "--api", "responses"])
+    assert refused.exit_code == 2 and "'responses' is not one of 'completions', 'chat'" in (
+        refused.output
+    )
