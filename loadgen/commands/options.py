@@ -391,9 +391,22 @@ def load_range(over: str, lo: float | None, hi: float | None) -> tuple[float, fl
     return lo, hi
 
 
+@dataclass(frozen=True, slots=True)
+class LoadSweepArgs:
+    """--concurrency or --rate (one arm per value, as written), --max-concurrency and
+    --requests (with_load_sweep)."""
+
+    concurrency: str | None = None
+    rate: str | None = None
+    max_concurrency: int | None = None
+    requests: int | None = None
+
+
 # A load sweep from the command line, as `vllm bench serve` users run one: one arm per value on
 # one server boot (scenario/load_axis.py says what each value sets).
-LOAD_SWEEP_OPTIONS = _options(
+LOAD_SWEEP_OPTIONS = option_group(
+    "load",
+    LoadSweepArgs,
     click.option(
         "--concurrency",
         default=None,
@@ -828,15 +841,11 @@ def with_sim_profile(
     return (*sets, *overrides)
 
 
-def with_load_sweep(
-    loaded: Scenario,
-    concurrency: str | None,
-    rate: str | None,
-    requests: int | None,
-    max_concurrency: int | None = None,
-) -> Scenario:
+def with_load_sweep(loaded: Scenario, load: LoadSweepArgs) -> Scenario:
     """The scenario with one arm per `--concurrency` or `--rate` value (itself without them),
     each rate's open loop capped at `--max-concurrency`."""
+    concurrency, rate, requests = load.concurrency, load.rate, load.requests
+    max_concurrency = load.max_concurrency
     if concurrency is not None and rate is not None:
         raise click.UsageError("give --concurrency or --rate, not both")
     if concurrency is not None and max_concurrency is not None:

@@ -27,6 +27,7 @@ from loadgen.commands.options import (
     LOAD_SWEEP_OPTIONS,
     STRICT_OPTION,
     UNTIL_PRECISE_OPTION,
+    LoadSweepArgs,
     RunArgs,
     api_option,
     parsed_slo,
@@ -107,10 +108,7 @@ def run_cmd(
     block_size: int | None,
     slo: str | None,
     boot_order_seed: int | None,
-    concurrency: str | None,
-    rate: str | None,
-    requests: int | None,
-    max_concurrency: int | None = None,
+    load: LoadSweepArgs,
     workers: int | None = None,
     ray_address: str | None = None,
     strict: bool = False,
@@ -129,7 +127,7 @@ def run_cmd(
         loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
-    loaded = with_load_sweep(loaded, concurrency, rate, requests, max_concurrency)
+    loaded = with_load_sweep(loaded, load)
     opts = with_slo(opts, parsed_slo(slo) if slo is not None else ())
 
     run_dir = execute(plan(loaded, run_seed=opts.run_seed), opts)
