@@ -443,38 +443,26 @@ SIM_PROFILE_OPTION = click.option(
 
 @dataclass(frozen=True, slots=True)
 class LaunchArgs:
-    """What the launch options said, before --model is known."""
+    """What the launch options said, before --model is known (fields: the options' names)."""
 
-    kind: str | None = None
-    args: tuple[str, ...] = ()
+    server_kind: str | None = None
+    server_args: tuple[str, ...] = ()
     model_path: Path | None = None
-    python: Path | None = None
-    bin: Path | None = None
+    server_python: Path | None = None
+    server_bin: Path | None = None
     boot_timeout_s: float | None = None
 
     def spec(self, model: str | None) -> ServerSpec | None:
         """The server to launch (None: none asked for); see server_spec."""
-        return server_spec(self.kind, self.args, self.model_path, model=model,
-                           python=self.python, bin=self.bin,
+        return server_spec(self.server_kind, self.server_args, self.model_path, model=model,
+                           python=self.server_python, bin=self.server_bin,
                            boot_timeout_s=self.boot_timeout_s)  # fmt: skip
-
-
-def _launch_args(
-    server_kind: str | None,
-    server_args: tuple[str, ...],
-    model_path: Path | None,
-    server_python: Path | None,
-    server_bin: Path | None,
-    boot_timeout_s: float | None,
-) -> LaunchArgs:
-    return LaunchArgs(server_kind, tuple(server_args), model_path, server_python, server_bin,
-                      boot_timeout_s)  # fmt: skip
 
 
 # --server and how to start it: every command that launches a server.
 LAUNCH_OPTIONS = option_group(
     "launch",
-    _launch_args,
+    LaunchArgs,
     click.option(
         "--server",
         "server_kind",

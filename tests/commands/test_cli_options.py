@@ -13,7 +13,9 @@ from loadgen.analysis.slo import parse_slo
 from loadgen.cli import main
 from loadgen.clock import ClockName
 from loadgen.commands.options import (
+    LAUNCH_OPTIONS,
     FactsArgs,
+    LaunchArgs,
     OutputArgs,
     RunArgs,
     SeedArgs,
@@ -200,3 +202,23 @@ def test_every_api_option_offers_the_scenarios_api_kinds(command: str) -> None:
     assert refused.exit_code == 2 and "'responses' is not one of 'completions', 'chat'" in (
         refused.output
     )
+
+
+def test_each_launch_option_reaches_the_server_spec(tmp_path: Path) -> None:
+    seen: list[LaunchArgs] = []
+
+    @click.command()
+    @LAUNCH_OPTIONS
+    def launch_only(launch: LaunchArgs) -> None:
+        seen.append(launch)
+
+    given = ["--server", "vllm", "--server-arg=--max-num-seqs=4", "--model-path", "m",
+             "--server-python", "/py", "--server-bin", "/vllm", "--boot-timeout", "9"]  # fmt: skip
+    result = CliRunner().invoke(launch_only, given)
+    assert result.exit_code == 0, result.output
+    [launch] = seen
+    assert launch.spec("served") == ServerSpec(
+        "vllm", ("--max-num-seqs=4",), Path("m"), served_name="served", python=Path("/py"),
+        bin=Path("/vllm"), boot_timeout_s=9.0,
+    )  # fmt: skip
+    assert LaunchArgs().spec("served") is None
