@@ -16,6 +16,7 @@ from loadgen.commands.options import (
     UNTIL_PRECISE_OPTION,
     RunArgs,
     load_range,
+    loaded_scenario,
     parsed_slo,
     renamed_option,
     run_like,
@@ -25,7 +26,6 @@ from loadgen.commands.options import (
 from loadgen.commands.run import execute_work
 from loadgen.engine.capacity import search_capacity
 from loadgen.scenario.limits import size_problems
-from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.load_axis import LoadAxis, load_problem, with_load
 
 DEFAULT_MAX_TIME_S = 3600.0
@@ -96,10 +96,7 @@ def capacity_cmd(
     lo, hi = load_range(over, lo, hi)
     # each step stops when precise
     opts = usable_options(args, routed=True, until_precise=until_precise)
-    try:
-        loaded = load_scenario(scenario, args.sets())
-    except ScenarioError as exc:
-        raise click.ClickException(str(exc)) from None
+    loaded = loaded_scenario(scenario, args.sets())
     axis = LoadAxis(over, group, requests)
     problem = load_problem(loaded, axis)
     if problem:

@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -520,14 +520,9 @@ class ProfiledArgs:
     ) -> tuple[Scenario, Scenario]:
         """The scenario as the server runs it (--set, then `extra`) and as the sim predicts it
         (the profile's settings, under --set, then `extra`)."""
-        from loadgen.scenario.load import ScenarioError, load_scenario
-
         predicted = with_sim_profile(self.sim_profile, overrides)
-        try:
-            return (load_scenario(self.scenario, (*overrides, *extra)),
-                    load_scenario(self.scenario, (*predicted, *extra)))  # fmt: skip
-        except ScenarioError as exc:
-            raise click.ClickException(str(exc)) from None
+        return (loaded_scenario(self.scenario, (*overrides, *extra)),
+                loaded_scenario(self.scenario, (*predicted, *extra)))  # fmt: skip
 
 
 def profiled_options(profile_help: str) -> Callable[[F], F]:
@@ -809,6 +804,18 @@ def server_spec(
         kind, tuple(args), model_path, served_name=name, model_name=by_name, python=python,
         bin=bin, boot_timeout_s=boot_timeout_s,
     )  # fmt: skip
+
+
+def loaded_scenario(
+    name: str, sets: Iterable[str] = (), *, allow_files_outside: bool = False
+) -> Scenario:
+    """load_scenario's scenario, or exit 1 with every problem it found (one line each)."""
+    from loadgen.scenario.load import ScenarioError, load_scenario
+
+    try:
+        return load_scenario(name, sets, allow_files_outside=allow_files_outside)
+    except ScenarioError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def with_sim_profile(

@@ -30,6 +30,7 @@ from loadgen.commands.options import (
     LoadSweepArgs,
     RunArgs,
     api_option,
+    loaded_scenario,
     parsed_slo,
     run_like,
     slo_option,
@@ -45,7 +46,6 @@ from loadgen.engine.target import RunError
 from loadgen.messages import one_line
 from loadgen.records import StreamRecord, install_stop_signals, read_streams, stop_exit_code
 from loadgen.report.readable import ARM_TABLES_OPTION
-from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.token_counter import PromptSizeError
 from loadgen.server.launcher import ServerBootError
@@ -123,10 +123,7 @@ def run_cmd(
     ensure_ray(ray_address)
     sets = list(args.sets())
     sets += [f"api={api}"] if api else []
-    try:
-        loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
-    except ScenarioError as exc:
-        raise click.ClickException(str(exc)) from None
+    loaded = loaded_scenario(scenario, sets, allow_files_outside=allow_files_outside)
     loaded = with_load_sweep(loaded, load)
     opts = with_slo(opts, parsed_slo(slo) if slo is not None else ())
 

@@ -30,6 +30,8 @@ from loadgen.server.spec import ServerSpec
 from loadgen.sim.profile_file import FittedProfile, write_profile_file
 from loadgen.sim.profiles import sim_profile
 
+from support.paths import REPO
+
 URL = "http://127.0.0.1:1"
 VLLM = ServerSpec("vllm")
 
@@ -222,3 +224,32 @@ def test_each_launch_option_reaches_the_server_spec(tmp_path: Path) -> None:
         bin=Path("/vllm"), boot_timeout_s=9.0,
     )  # fmt: skip
     assert LaunchArgs().spec("served") is None
+
+
+PROFILE = str(REPO / "profiles" / "vllm-cpu-tiny.yaml")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "{s}", "--clock", "virtual"],
+        ["soak", "{s}", "--clock", "virtual"],
+        ["capacity", "{s}", "--clock", "virtual", "--over", "rate", "--slo", "ttft=1"],
+        ["calibrate", "--scenario", "{s}", "--clock", "virtual"],
+        ["tune", "{s}", "--sim-profile", PROFILE, "--search", "max_num_seqs=2", "--slo", "ttft=1"],
+        ["fidelity", "{s}", "--sim-profile", PROFILE, "--server", "sim"],
+    ],
+)
+def test_every_command_says_a_bad_scenarios_problems_and_sends_nothing(
+    command: list[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nseed: 1\ngroups: []\n", encoding="utf-8")
+    args = [a.format(s=bad) for a in command] + ["--out", str(tmp_path / "runs")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert (
+        result.output
+        == f"Error: {bad}:3: groups: got an empty list (expected at least one group)\n"
+    )
+    assert not (tmp_path / "runs").exists()
