@@ -14,6 +14,7 @@ from loadgen.clock import ClockName
 from loadgen.commands.options import (
     RunArgs,
     loaded_scenario,
+    not_builtin_sim,
     run_like,
     usable_options,
 )
@@ -86,7 +87,7 @@ def calibrate_cmd(
             "(--server sim or --clock virtual calibrate the built-in sim)"
         )
     scenario = loaded_scenario(base, args.overrides)
-    if opts.base_url or (opts.server is not None and opts.server.kind != "sim"):
+    if not_builtin_sim(opts.base_url, opts.server):
         # The sim block describes the built-in sim; a real server has its own limits.
         scenario = dataclasses.replace(scenario, sim=None)
     req = CalibrateRequest(

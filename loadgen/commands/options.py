@@ -653,7 +653,7 @@ def run_options(
     problems += target_problems(clock, base_url, telemetry.telemetry_url, server)
     parsed, facts_problems = _external_server(args.facts, base_url)
     problems += facts_problems
-    if args.sim_profile is not None and (base_url or (server is not None and server.kind != "sim")):
+    if args.sim_profile is not None and not_builtin_sim(base_url, server):
         problems.append(
             "--sim-profile configures the built-in sim: drop --base-url / --server KIND (or "
             "compare the two with `loadgen fidelity`)"
@@ -723,6 +723,12 @@ def target_problems(
     if server is not None and clock == ClockName.VIRTUAL:
         problems.append("--clock virtual runs the built-in sim's engine; drop --server")
     return problems
+
+
+def not_builtin_sim(base_url: str | None, server: ServerSpec | None) -> bool:
+    """The run loads another server than the built-in sim: one by URL, or one launched of
+    another kind (a sim block, --sim-profile and --fault describe only the built-in sim)."""
+    return bool(base_url) or (server is not None and server.kind != "sim")
 
 
 def replica_problems(

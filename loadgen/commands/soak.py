@@ -13,6 +13,7 @@ from loadgen.commands.options import (
     SOAK_PRECISE_OPTION,
     RunArgs,
     loaded_scenario,
+    not_builtin_sim,
     run_like,
     usable_options,
 )
@@ -62,7 +63,7 @@ def soak_cmd(
     loaded = loaded_scenario(scenario, args.sets())
     settings = _soak_settings(loaded.soak or Soak(), duration, window, concurrency)
     if faults:
-        if opts.base_url or (opts.server is not None and opts.server.kind != "sim"):
+        if not_builtin_sim(opts.base_url, opts.server):
             raise click.ClickException(
                 "--fault only applies to the built-in sim: drop --base-url / --server KIND"
             )

@@ -20,6 +20,7 @@ from loadgen.commands.options import (
     RunArgs,
     SeedArgs,
     TargetArgs,
+    not_builtin_sim,
     run_options,
     target_problems,
     with_slo,
@@ -253,3 +254,13 @@ def test_every_command_says_a_bad_scenarios_problems_and_sends_nothing(
         == f"Error: {bad}:3: groups: got an empty list (expected at least one group)\n"
     )
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("base_url", "server", "other"),
+    [(URL, None, True), (None, VLLM, True), (None, ServerSpec("sim"), False), (None, None, False)],
+)
+def test_only_a_url_or_another_kind_launched_is_not_the_builtin_sim(
+    base_url: str | None, server: ServerSpec | None, other: bool
+) -> None:
+    assert not_builtin_sim(base_url, server) is other
