@@ -899,6 +899,16 @@ def api_option(default: str | None, help: str | None = None) -> Callable[[F], F]
     return click.option("--api", type=click.Choice(API_KINDS), default=default, help=help)
 
 
+# Who sends, beside --workers (run: N|auto; request: N): the same Ray path for both.
+RAY_OPTION = click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    help="Send the streams from --workers Ray actors spread over the cluster at ADDRESS (auto, "
+    "HOST:PORT, ray://HOST:PORT, or local); needs pip install 'loadgen[ray]'.",
+)
+
+
 def slo_option(purpose: str, *, required: bool = False) -> Any:
     """`--slo` in the one grammar every command takes (analysis/slo.py), units in its help."""
     return click.option("--slo", required=required, default=None,

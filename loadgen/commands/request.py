@@ -23,6 +23,7 @@ import click
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.commands.options import (
+    RAY_OPTION,
     SEED_OPTIONS,
     STRICT_OPTION,
     TARGET_OPTIONS,
@@ -67,13 +68,7 @@ GROUP = "request"
     show_default=True,
     help="Processes to split the streams across (each its own event loop and core).",
 )
-@click.option(
-    "--ray",
-    "ray_address",
-    metavar="ADDRESS",
-    help="Run the --workers as Ray actors spread over the cluster at ADDRESS (auto, "
-    "HOST:PORT, ray://HOST:PORT, or local); needs pip install 'loadgen[ray]'.",
-)
+@RAY_OPTION
 @STRICT_OPTION
 @click.option(
     "--total-timeout",

@@ -25,6 +25,7 @@ from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.commands.options import (
     LOAD_SWEEP_OPTIONS,
+    RAY_OPTION,
     STRICT_OPTION,
     UNTIL_PRECISE_OPTION,
     LoadSweepArgs,
@@ -87,16 +88,10 @@ REPORT_FAILED_EXIT = 5
     metavar="N|auto",
     callback=lambda _ctx, _param, value: workers_value(value),
     help="Client processes that send the measured streams, each its own event loop (auto: one "
-    "per 256 streams in flight, up to the cores, one left to a server on this host).",
+    "per 256 streams in flight, up to the cores, one left to a server on this host; under "
+    "--ray, one per node, more for many streams).",
 )
-@click.option(
-    "--ray",
-    "ray_address",
-    metavar="ADDRESS",
-    help="Send the measured streams from --workers Ray actors spread over the cluster at "
-    "ADDRESS (auto, HOST:PORT, or local; auto workers: one per node, more for many streams); "
-    "needs pip install 'loadgen[ray]'.",
-)
+@RAY_OPTION
 @STRICT_OPTION
 @UNTIL_PRECISE_OPTION
 @ARM_TABLES_OPTION

@@ -264,3 +264,13 @@ def test_only_a_url_or_another_kind_launched_is_not_the_builtin_sim(
     base_url: str | None, server: ServerSpec | None, other: bool
 ) -> None:
     assert not_builtin_sim(base_url, server) is other
+
+
+@pytest.mark.parametrize("command", [["run", "smoke"], ["request", "--base-url", URL]])
+def test_run_and_request_take_one_ray_option(command: list[str]) -> None:
+    cmd = main.get_command(click.Context(main), command[0])
+    assert cmd is not None
+    [ray] = [p for p in cmd.params if p.name == "ray_address"]
+    assert isinstance(ray, click.Option) and "ray://HOST:PORT" in (ray.help or "")
+    refused = CliRunner().invoke(main, [*command, "--ray", " "])
+    assert refused.exit_code == 2 and "--ray '': no address" in refused.output
