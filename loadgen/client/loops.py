@@ -121,20 +121,13 @@ async def run_closed_loop(
     sent `duration_ns` after the start, nor once `stop` says so; those in flight finish."""
     start = clock.now_ns()
     end = None if duration_ns is None else start + duration_ns
-    seats = ClosedSeats(items, concurrency, end_ns=end, stop=stop)
 
-    async def seat(item: T | None) -> None:
-        while item is not None:
-            rec = await send(item, clock.now_ns())
-            on_record(rec)
-            ended = record_end(rec, clock)
-            item = seats.take(ended)
-            if item is not None:
-                await clock.sleep_until(ended)
+    async def serve(item: T, _free_ns: int) -> int:
+        rec = await send(item, clock.now_ns())
+        on_record(rec)
+        return record_end(rec, clock)
 
-    async with clock.crew() as crew:
-        for item in seats.first(start):
-            crew.create_task(seat(item))
+    await _seated(ClosedSeats(items, concurrency, end_ns=end, stop=stop), clock, start, serve)
 
 
 async def run_capped_loop(
@@ -153,21 +146,38 @@ async def run_capped_loop(
     instant it gets its seat, so a wait for a seat is not the client's lateness nor part of
     TTFT; each record carries its own wait as `seat_wait_ns` (0 when a seat was free). No
     arrival takes a seat from `end_ns` on, nor once `stop` says so; those in flight finish."""
-    seats = ClosedSeats(arrivals, cap, end_ns=end_ns, stop=stop)
 
-    async def seat(item: tuple[int, T] | None) -> None:
-        free_ns = 0  # a seat is free from the start: a late first send is lateness, no wait
+    async def serve(item: tuple[int, T], free_ns: int) -> int:
+        arrival_ns, payload = item
+        await clock.sleep_until(arrival_ns)
+        start_ns = max(arrival_ns, free_ns)
+        rec = await send(payload, start_ns)
+        on_record(dataclasses.replace(rec, seat_wait_ns=start_ns - arrival_ns))
+        return record_end(rec, clock)
+
+    seats = ClosedSeats(arrivals, cap, end_ns=end_ns, stop=stop)
+    await _seated(seats, clock, clock.now_ns(), serve)
+
+
+async def _seated(
+    seats: ClosedSeats[T],
+    clock: LoopClock,
+    now_ns: int,
+    serve: Callable[[T, int], Awaitable[int]],
+) -> None:
+    """Each of `seats` serves its first item at `now_ns`, then its next as its last one ends,
+    until `seats` gives it none: what a closed loop and a capped open loop share.
+    `serve(item, free_ns)` does an item's work, told when its seat freed (0: a seat is free from
+    the start, so a late first send is lateness, no wait), and returns when the work ended."""
+
+    async def seat(item: T | None) -> None:
+        free_ns = 0
         while item is not None:
-            arrival_ns, payload = item
-            await clock.sleep_until(arrival_ns)
-            start_ns = max(arrival_ns, free_ns)
-            rec = await send(payload, start_ns)
-            on_record(dataclasses.replace(rec, seat_wait_ns=start_ns - arrival_ns))
-            free_ns = record_end(rec, clock)
+            free_ns = await serve(item, free_ns)
             item = seats.take(free_ns)
             if item is not None:
                 await clock.sleep_until(free_ns)
 
     async with clock.crew() as crew:
-        for item in seats.first(clock.now_ns()):
+        for item in seats.first(now_ns):
             crew.create_task(seat(item))

@@ -278,18 +278,14 @@ class OpenAIClient(AuxRequests):
                 raise
             error = live.timeout
         except (OSError, ProtocolError) as exc:
-            if not dec.finished:
-                why = one_line(exc) or type(exc).__name__
-                error = StreamError("connection_closed", f"after {dec.events} events: {why}")
+            error = _closed_early(dec, exc) or error
         finally:
             self._live.discard(live)
             if conn is not None:
                 live.rtt_us = tcp_rtt_us(conn.transport)
                 pool.release(conn, whole)
-        if error is None and status is not None and status < 400 and not dec.finished:
-            where = "inside an event" if dec.truncated else f"after {dec.events} events"
-            error = StreamError("connection_closed", f"stream ended {where} without [DONE]")
-        return self._record(req, dec, status, live, t_headers, dec.error or error, raw=True)
+        error = _stream_error(dec, status, error)
+        return self._record(req, dec, status, live, t_headers, error, raw=True)
 
     async def _attempt_aiohttp(self, req: StreamRequest, *, continuous: bool) -> StreamRecord:
         chat = req.messages is not None or req.api == "chat"
@@ -345,15 +341,11 @@ class OpenAIClient(AuxRequests):
         except aiohttp.ClientConnectorError as exc:
             error = StreamError("connect_error", f"{self.shown_url}: {connect_reason(exc)}")
         except (aiohttp.ClientError, OSError) as exc:
-            if not dec.finished:
-                why = one_line(exc) or type(exc).__name__
-                error = StreamError("connection_closed", f"after {dec.events} events: {why}")
+            error = _closed_early(dec, exc) or error
         finally:
             self._live.discard(live)
-        if error is None and status is not None and status < 400 and not dec.finished:
-            where = "inside an event" if dec.truncated else f"after {dec.events} events"
-            error = StreamError("connection_closed", f"stream ended {where} without [DONE]")
-        return self._record(req, dec, status, live, t_headers, dec.error or error, raw=False)
+        error = _stream_error(dec, status, error)
+        return self._record(req, dec, status, live, t_headers, error, raw=False)
 
     def _record(
         self,
@@ -487,6 +479,25 @@ class OpenAIClient(AuxRequests):
         for r in results:
             if isinstance(r, BaseException):
                 raise r
+
+
+def _closed_early(dec: StreamDecoder, exc: BaseException) -> StreamError | None:
+    """The connection dropped with `exc` before the stream's end (None: it had ended)."""
+    if dec.finished:
+        return None
+    why = one_line(exc) or type(exc).__name__
+    return StreamError("connection_closed", f"after {dec.events} events: {why}")
+
+
+def _stream_error(
+    dec: StreamDecoder, status: int | None, error: StreamError | None
+) -> StreamError | None:
+    """A stream's error, either reader's: the decoder's, else `error`, else a 2xx stream that
+    ended without [DONE] (cut inside an event, or between two)."""
+    if error is None and status is not None and status < 400 and not dec.finished:
+        where = "inside an event" if dec.truncated else f"after {dec.events} events"
+        error = StreamError("connection_closed", f"stream ended {where} without [DONE]")
+    return dec.error or error
 
 
 def _phase_fields(live: _Live, run_start_ns: int) -> dict[str, Any]:

@@ -13,13 +13,14 @@ from loadgen.analysis.calibration import PlanLimits
 from loadgen.clock import ClockName
 from loadgen.commands.options import (
     RunArgs,
+    loaded_scenario,
+    not_builtin_sim,
     run_like,
     usable_options,
 )
 from loadgen.commands.run import execute_work
 from loadgen.engine.calibrate import CalibrateRequest, calibrate, refit
 from loadgen.engine.target import RunError
-from loadgen.scenario.load import ScenarioError, load_scenario
 
 DEFAULTS = PlanLimits()
 
@@ -85,11 +86,8 @@ def calibrate_cmd(
             "calibrate needs a server: --base-url URL, or --server KIND to launch one "
             "(--server sim or --clock virtual calibrate the built-in sim)"
         )
-    try:
-        scenario = load_scenario(base, args.overrides)
-    except ScenarioError as exc:
-        raise click.ClickException(str(exc)) from None
-    if opts.base_url or (opts.server is not None and opts.server.kind != "sim"):
+    scenario = loaded_scenario(base, args.overrides)
+    if not_builtin_sim(opts.base_url, opts.server):
         # The sim block describes the built-in sim; a real server has its own limits.
         scenario = dataclasses.replace(scenario, sim=None)
     req = CalibrateRequest(

@@ -3,7 +3,6 @@ the SLO, searched by bracketing and bisection, and what binds beyond it."""
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import click
@@ -12,9 +11,12 @@ from loadgen.analysis.capacity import DEFAULT_MAX_STEPS, DEFAULT_REL_TOL, DEFAUL
 from loadgen.analysis.precision import PrecisionTarget
 from loadgen.analysis.slo import DEFAULT_ATTAIN
 from loadgen.commands.options import (
+    LOAD_RANGE_OPTIONS,
     REQUESTS_OPTION,
     UNTIL_PRECISE_OPTION,
     RunArgs,
+    load_range,
+    loaded_scenario,
     parsed_slo,
     renamed_option,
     run_like,
@@ -24,11 +26,8 @@ from loadgen.commands.options import (
 from loadgen.commands.run import execute_work
 from loadgen.engine.capacity import search_capacity
 from loadgen.scenario.limits import size_problems
-from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.load_axis import LoadAxis, load_problem, with_load
 
-# Default search ranges: seats from one user to 256; a rate from 0.5 to 64 requests/s.
-DEFAULT_RANGE = {"concurrency": (1.0, 256.0), "rate": (0.5, 64.0)}
 DEFAULT_MAX_TIME_S = 3600.0
 
 
@@ -43,8 +42,7 @@ DEFAULT_MAX_TIME_S = 3600.0
     help="Make this group's count the load (under together/staggered) and judge the SLO on "
     "its streams alone.",
 )
-@click.option("--min", "lo", type=float, default=None, help="Lowest load (default 1 or 0.5/s).")
-@click.option("--max", "hi", type=float, default=None, help="Highest load (default 256 or 64/s).")
+@LOAD_RANGE_OPTIONS
 @click.option(
     "--attain",
     type=click.FloatRange(min=0, max=1, min_open=True),
@@ -98,10 +96,7 @@ def capacity_cmd(
     lo, hi = load_range(over, lo, hi)
     # each step stops when precise
     opts = usable_options(args, routed=True, until_precise=until_precise)
-    try:
-        loaded = load_scenario(scenario, args.sets())
-    except ScenarioError as exc:
-        raise click.ClickException(str(exc)) from None
+    loaded = loaded_scenario(scenario, args.sets())
     axis = LoadAxis(over, group, requests)
     problem = load_problem(loaded, axis)
     if problem:
@@ -115,16 +110,3 @@ def capacity_cmd(
     root = execute_work(work)
     click.echo(write_capacity_report(root))
     click.echo(f"run directory: {root}")
-
-
-def load_range(over: str, lo: float | None, hi: float | None) -> tuple[float, float]:
-    d_lo, d_hi = DEFAULT_RANGE[over]
-    lo, hi = d_lo if lo is None else lo, d_hi if hi is None else hi
-    whole = over == "concurrency"
-    for flag, v in (("--min", lo), ("--max", hi)):
-        if not math.isfinite(v) or v <= 0 or (whole and not float(v).is_integer()):
-            kind = "a whole number >= 1" if whole else "a finite rate > 0"
-            raise click.UsageError(f"{flag} {v:g}: expected {kind}")
-    if lo > hi:
-        raise click.UsageError(f"--min {lo:g} is above --max {hi:g}")
-    return lo, hi

@@ -10,7 +10,8 @@ import copy
 import dataclasses
 import functools
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -30,7 +31,7 @@ from loadgen.engine.routing import (
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.limits import client_problems, size_problems
 from loadgen.scenario.load_axis import LoadAxis, load_problem, load_sweep, parse_load_values
-from loadgen.scenario.model import Gamma, Poisson, Scenario
+from loadgen.scenario.model import API_KINDS, Gamma, Poisson, Scenario
 from loadgen.server.kinds import SERVER_KINDS
 from loadgen.server.user_facts import USER_SOURCE, parse_server_facts, parse_server_flags
 from loadgen.sim.profile_file import ProfileFileError, load_profile_file
@@ -364,9 +365,48 @@ REQUESTS_OPTION = click.option(
 )
 
 
+# Default search ranges: seats from one user to 256; a rate from 0.5 to 64 requests/s.
+DEFAULT_LOAD_RANGE = {"concurrency": (1.0, 256.0), "rate": (0.5, 64.0)}
+# The range a search over --over's load covers (capacity's, and tune's --objective capacity).
+LOAD_RANGE_OPTIONS = _options(
+    click.option("--min", "lo", type=float, default=None, help="Lowest load (default 1 or 0.5/s)."),
+    click.option(
+        "--max", "hi", type=float, default=None, help="Highest load (default 256 or 64/s)."
+    ),
+)
+
+
+def load_range(over: str, lo: float | None, hi: float | None) -> tuple[float, float]:
+    """--min and --max for a search `over` concurrency or rate, defaults filled in; a usage
+    error when either is no load of that axis or they are the wrong way round."""
+    d_lo, d_hi = DEFAULT_LOAD_RANGE[over]
+    lo, hi = d_lo if lo is None else lo, d_hi if hi is None else hi
+    whole = over == "concurrency"
+    for flag, v in (("--min", lo), ("--max", hi)):
+        if not math.isfinite(v) or v <= 0 or (whole and not float(v).is_integer()):
+            kind = "a whole number >= 1" if whole else "a finite rate > 0"
+            raise click.UsageError(f"{flag} {v:g}: expected {kind}")
+    if lo > hi:
+        raise click.UsageError(f"--min {lo:g} is above --max {hi:g}")
+    return lo, hi
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSweepArgs:
+    """--concurrency or --rate (one arm per value, as written), --max-concurrency and
+    --requests (with_load_sweep)."""
+
+    concurrency: str | None = None
+    rate: str | None = None
+    max_concurrency: int | None = None
+    requests: int | None = None
+
+
 # A load sweep from the command line, as `vllm bench serve` users run one: one arm per value on
 # one server boot (scenario/load_axis.py says what each value sets).
-LOAD_SWEEP_OPTIONS = _options(
+LOAD_SWEEP_OPTIONS = option_group(
+    "load",
+    LoadSweepArgs,
     click.option(
         "--concurrency",
         default=None,
@@ -403,38 +443,26 @@ SIM_PROFILE_OPTION = click.option(
 
 @dataclass(frozen=True, slots=True)
 class LaunchArgs:
-    """What the launch options said, before --model is known."""
+    """What the launch options said, before --model is known (fields: the options' names)."""
 
-    kind: str | None = None
-    args: tuple[str, ...] = ()
+    server_kind: str | None = None
+    server_args: tuple[str, ...] = ()
     model_path: Path | None = None
-    python: Path | None = None
-    bin: Path | None = None
+    server_python: Path | None = None
+    server_bin: Path | None = None
     boot_timeout_s: float | None = None
 
     def spec(self, model: str | None) -> ServerSpec | None:
         """The server to launch (None: none asked for); see server_spec."""
-        return server_spec(self.kind, self.args, self.model_path, model=model,
-                           python=self.python, bin=self.bin,
+        return server_spec(self.server_kind, self.server_args, self.model_path, model=model,
+                           python=self.server_python, bin=self.server_bin,
                            boot_timeout_s=self.boot_timeout_s)  # fmt: skip
-
-
-def _launch_args(
-    server_kind: str | None,
-    server_args: tuple[str, ...],
-    model_path: Path | None,
-    server_python: Path | None,
-    server_bin: Path | None,
-    boot_timeout_s: float | None,
-) -> LaunchArgs:
-    return LaunchArgs(server_kind, tuple(server_args), model_path, server_python, server_bin,
-                      boot_timeout_s)  # fmt: skip
 
 
 # --server and how to start it: every command that launches a server.
 LAUNCH_OPTIONS = option_group(
     "launch",
-    _launch_args,
+    LaunchArgs,
     click.option(
         "--server",
         "server_kind",
@@ -492,14 +520,9 @@ class ProfiledArgs:
     ) -> tuple[Scenario, Scenario]:
         """The scenario as the server runs it (--set, then `extra`) and as the sim predicts it
         (the profile's settings, under --set, then `extra`)."""
-        from loadgen.scenario.load import ScenarioError, load_scenario
-
         predicted = with_sim_profile(self.sim_profile, overrides)
-        try:
-            return (load_scenario(self.scenario, (*overrides, *extra)),
-                    load_scenario(self.scenario, (*predicted, *extra)))  # fmt: skip
-        except ScenarioError as exc:
-            raise click.ClickException(str(exc)) from None
+        return (loaded_scenario(self.scenario, (*overrides, *extra)),
+                loaded_scenario(self.scenario, (*predicted, *extra)))  # fmt: skip
 
 
 def profiled_options(profile_help: str) -> Callable[[F], F]:
@@ -630,7 +653,7 @@ def run_options(
     problems += target_problems(clock, base_url, telemetry.telemetry_url, server)
     parsed, facts_problems = _external_server(args.facts, base_url)
     problems += facts_problems
-    if args.sim_profile is not None and (base_url or (server is not None and server.kind != "sim")):
+    if args.sim_profile is not None and not_builtin_sim(base_url, server):
         problems.append(
             "--sim-profile configures the built-in sim: drop --base-url / --server KIND (or "
             "compare the two with `loadgen fidelity`)"
@@ -700,6 +723,12 @@ def target_problems(
     if server is not None and clock == ClockName.VIRTUAL:
         problems.append("--clock virtual runs the built-in sim's engine; drop --server")
     return problems
+
+
+def not_builtin_sim(base_url: str | None, server: ServerSpec | None) -> bool:
+    """The run loads another server than the built-in sim: one by URL, or one launched of
+    another kind (a sim block, --sim-profile and --fault describe only the built-in sim)."""
+    return bool(base_url) or (server is not None and server.kind != "sim")
 
 
 def replica_problems(
@@ -783,6 +812,18 @@ def server_spec(
     )  # fmt: skip
 
 
+def loaded_scenario(
+    name: str, sets: Iterable[str] = (), *, allow_files_outside: bool = False
+) -> Scenario:
+    """load_scenario's scenario, or exit 1 with every problem it found (one line each)."""
+    from loadgen.scenario.load import ScenarioError, load_scenario
+
+    try:
+        return load_scenario(name, sets, allow_files_outside=allow_files_outside)
+    except ScenarioError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 def with_sim_profile(
     sim_profile: Path | None,
     overrides: tuple[str, ...],
@@ -801,15 +842,11 @@ def with_sim_profile(
     return (*sets, *overrides)
 
 
-def with_load_sweep(
-    loaded: Scenario,
-    concurrency: str | None,
-    rate: str | None,
-    requests: int | None,
-    max_concurrency: int | None = None,
-) -> Scenario:
+def with_load_sweep(loaded: Scenario, load: LoadSweepArgs) -> Scenario:
     """The scenario with one arm per `--concurrency` or `--rate` value (itself without them),
     each rate's open loop capped at `--max-concurrency`."""
+    concurrency, rate, requests = load.concurrency, load.rate, load.requests
+    max_concurrency = load.max_concurrency
     if concurrency is not None and rate is not None:
         raise click.UsageError("give --concurrency or --rate, not both")
     if concurrency is not None and max_concurrency is not None:
@@ -857,6 +894,21 @@ def workers_value(value: str) -> int | None:
     return int(value)
 
 
+def api_option(default: str | None, help: str | None = None) -> Callable[[F], F]:
+    """`--api`, one of the scenario's API kinds; `default` None: the scenario's own."""
+    return click.option("--api", type=click.Choice(API_KINDS), default=default, help=help)
+
+
+# Who sends, beside --workers (run: N|auto; request: N): the same Ray path for both.
+RAY_OPTION = click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    help="Send the streams from --workers Ray actors spread over the cluster at ADDRESS (auto, "
+    "HOST:PORT, ray://HOST:PORT, or local); needs pip install 'loadgen[ray]'.",
+)
+
+
 def slo_option(purpose: str, *, required: bool = False) -> Any:
     """`--slo` in the one grammar every command takes (analysis/slo.py), units in its help."""
     return click.option("--slo", required=required, default=None,
@@ -870,6 +922,16 @@ def parsed_slo(text: str, attain: float = DEFAULT_ATTAIN) -> tuple[SloItem, ...]
         return parse_slo(text, attain)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def with_slo(opts: RunOptions, items: tuple[SloItem, ...]) -> RunOptions:
+    """`opts` with --slo's items as each metric's limit and share of streams (no items: None,
+    the scenario's own slo stands)."""
+    return dataclasses.replace(
+        opts,
+        slo={i.key: i.limit for i in items} or None,
+        slo_shares={i.key: i.share for i in items} or None,
+    )
 
 
 def _precise_targets(

@@ -20,6 +20,7 @@ from loadgen.commands.options import (
     LaunchArgs,
     RunArgs,
     TargetArgs,
+    api_option,
     usable_options,
 )
 from loadgen.engine.cache import CacheCheck
@@ -50,7 +51,7 @@ EXIT_MISMATCH = 3
 @click.option("--tokens", type=click.IntRange(min=1), default=None,
               help="Probe tokens, fixed (default: sized to 20x the server's TTFT floor, "
                    ">= 10 blocks, <= 131072 and the model window).")  # fmt: skip
-@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
+@api_option("completions")
 def probe_cache_cmd(
     target: TargetArgs,
     launch: LaunchArgs,

@@ -23,6 +23,7 @@ import click
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.commands.options import (
+    RAY_OPTION,
     SEED_OPTIONS,
     STRICT_OPTION,
     TARGET_OPTIONS,
@@ -33,6 +34,7 @@ from loadgen.commands.options import (
     TargetArgs,
     TelemetryArgs,
     WatchArgs,
+    api_option,
     usable_options,
 )
 from loadgen.scenario.limits import MAX_PROMPT_TOKENS, MAX_STREAMS
@@ -47,7 +49,7 @@ GROUP = "request"
 
 @click.command("request")
 @TARGET_OPTIONS
-@click.option("--api", type=click.Choice(["completions", "chat"]), default="completions")
+@api_option("completions")
 @click.option(
     "--prompt-tokens", type=click.IntRange(1, MAX_PROMPT_TOKENS), default=100, show_default=True
 )
@@ -66,13 +68,7 @@ GROUP = "request"
     show_default=True,
     help="Processes to split the streams across (each its own event loop and core).",
 )
-@click.option(
-    "--ray",
-    "ray_address",
-    metavar="ADDRESS",
-    help="Run the --workers as Ray actors spread over the cluster at ADDRESS (auto, "
-    "HOST:PORT, ray://HOST:PORT, or local); needs pip install 'loadgen[ray]'.",
-)
+@RAY_OPTION
 @STRICT_OPTION
 @click.option(
     "--total-timeout",

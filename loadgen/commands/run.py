@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import errno
 import signal
 import sys
@@ -26,14 +25,19 @@ from loadgen.client.errors import ClientError
 from loadgen.client.ray_pool import RayUnavailable, import_ray
 from loadgen.commands.options import (
     LOAD_SWEEP_OPTIONS,
+    RAY_OPTION,
     STRICT_OPTION,
     UNTIL_PRECISE_OPTION,
+    LoadSweepArgs,
     RunArgs,
+    api_option,
+    loaded_scenario,
     parsed_slo,
     run_like,
     slo_option,
     usable_options,
     with_load_sweep,
+    with_slo,
     workers_value,
 )
 from loadgen.commands.validate import ALLOW_FILES_OUTSIDE
@@ -43,7 +47,6 @@ from loadgen.engine.target import RunError
 from loadgen.messages import one_line
 from loadgen.records import StreamRecord, install_stop_signals, read_streams, stop_exit_code
 from loadgen.report.readable import ARM_TABLES_OPTION
-from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.plan import Plan, plan
 from loadgen.scenario.token_counter import PromptSizeError
 from loadgen.server.launcher import ServerBootError
@@ -63,12 +66,7 @@ REPORT_FAILED_EXIT = 5
 @click.command("run")
 @click.argument("scenario")
 @run_like(watch=True)
-@click.option(
-    "--api",
-    type=click.Choice(["completions", "chat"]),
-    default=None,
-    help="Override the scenario's API.",
-)
+@api_option(None, "Override the scenario's API.")
 @click.option(
     "--block-size",
     type=click.IntRange(min=1),
@@ -90,16 +88,10 @@ REPORT_FAILED_EXIT = 5
     metavar="N|auto",
     callback=lambda _ctx, _param, value: workers_value(value),
     help="Client processes that send the measured streams, each its own event loop (auto: one "
-    "per 256 streams in flight, up to the cores, one left to a server on this host).",
+    "per 256 streams in flight, up to the cores, one left to a server on this host; under "
+    "--ray, one per node, more for many streams).",
 )
-@click.option(
-    "--ray",
-    "ray_address",
-    metavar="ADDRESS",
-    help="Send the measured streams from --workers Ray actors spread over the cluster at "
-    "ADDRESS (auto, HOST:PORT, or local; auto workers: one per node, more for many streams); "
-    "needs pip install 'loadgen[ray]'.",
-)
+@RAY_OPTION
 @STRICT_OPTION
 @UNTIL_PRECISE_OPTION
 @ARM_TABLES_OPTION
@@ -111,10 +103,7 @@ def run_cmd(
     block_size: int | None,
     slo: str | None,
     boot_order_seed: int | None,
-    concurrency: str | None,
-    rate: str | None,
-    requests: int | None,
-    max_concurrency: int | None = None,
+    load: LoadSweepArgs,
     workers: int | None = None,
     ray_address: str | None = None,
     strict: bool = False,
@@ -129,17 +118,9 @@ def run_cmd(
     ensure_ray(ray_address)
     sets = list(args.sets())
     sets += [f"api={api}"] if api else []
-    try:
-        loaded = load_scenario(scenario, sets, allow_files_outside=allow_files_outside)
-    except ScenarioError as exc:
-        raise click.ClickException(str(exc)) from None
-    loaded = with_load_sweep(loaded, concurrency, rate, requests, max_concurrency)
-    items = parsed_slo(slo) if slo is not None else ()
-    opts = dataclasses.replace(
-        opts,
-        slo={i.key: i.limit for i in items} or None,
-        slo_shares={i.key: i.share for i in items} or None,
-    )
+    loaded = loaded_scenario(scenario, sets, allow_files_outside=allow_files_outside)
+    loaded = with_load_sweep(loaded, load)
+    opts = with_slo(opts, parsed_slo(slo) if slo is not None else ())
 
     run_dir = execute(plan(loaded, run_seed=opts.run_seed), opts)
     report_run(run_dir, arm_tables)

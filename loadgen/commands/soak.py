@@ -12,12 +12,13 @@ from loadgen.clock import ClockName
 from loadgen.commands.options import (
     SOAK_PRECISE_OPTION,
     RunArgs,
+    loaded_scenario,
+    not_builtin_sim,
     run_like,
     usable_options,
 )
 from loadgen.commands.run import FAILED_STREAMS_EXIT, execute, report_run
 from loadgen.engine.soak import SoakStop, soak_scenario
-from loadgen.scenario.load import ScenarioError, load_scenario
 from loadgen.scenario.model import SimConfig, Soak
 from loadgen.scenario.plan import plan
 from loadgen.scenario.soak_block import parse_duration, parse_window
@@ -59,13 +60,10 @@ def soak_cmd(
     # A soak on a long-lived server must start cold like any run: a fresh seed unless given.
     opts = usable_options(args, sim_clock=ClockName.VIRTUAL, routed=True,
                           soak_precise=until_precise)  # fmt: skip
-    try:
-        loaded = load_scenario(scenario, list(args.sets()))
-    except ScenarioError as exc:
-        raise click.ClickException(str(exc)) from None
+    loaded = loaded_scenario(scenario, args.sets())
     settings = _soak_settings(loaded.soak or Soak(), duration, window, concurrency)
     if faults:
-        if opts.base_url or (opts.server is not None and opts.server.kind != "sim"):
+        if not_builtin_sim(opts.base_url, opts.server):
             raise click.ClickException(
                 "--fault only applies to the built-in sim: drop --base-url / --server KIND"
             )

@@ -14,15 +14,17 @@ import yaml
 from loadgen.analysis.capacity import DEFAULT_MAX_STEPS, DEFAULT_REL_TOL, DEFAULT_REPEATS, Search
 from loadgen.analysis.tune import OBJECTIVES
 from loadgen.clock import ClockName
-from loadgen.commands.capacity import load_range
 from loadgen.commands.options import (
+    LOAD_RANGE_OPTIONS,
     ProfiledArgs,
     RunArgs,
+    load_range,
     parsed_slo,
     profiled_options,
     run_like,
     slo_option,
     usable_options,
+    with_slo,
 )
 from loadgen.commands.run import execute_work
 from loadgen.engine.tune import CapacityAsk, TuneAsk, run_tune
@@ -45,8 +47,7 @@ DEFAULT_MAX_TIME_S = 1800.0
               "the largest load (--over) meeting the SLO, as capacity searches.")  # fmt: skip
 @click.option("--over", type=click.Choice(["concurrency", "rate"]), default=None,
               help="--objective capacity's load axis.")  # fmt: skip
-@click.option("--min", "lo", type=float, default=None, help="Lowest load (default 1 or 0.5/s).")
-@click.option("--max", "hi", type=float, default=None, help="Highest load (default 256 or 64/s).")
+@LOAD_RANGE_OPTIONS
 @click.option("--max-points", type=click.IntRange(min=1), default=DEFAULT_MAX_POINTS,
               show_default=True,
               help="A grid up to this size is run whole; a larger one by coordinate descent "
@@ -96,10 +97,7 @@ def tune_cmd(
     ask = TuneAsk(predicted, real, profiled.sim_profile.resolve(), objective, items, max_points,
                   max_time_s, verify, capacity)  # fmt: skip
 
-    slo_opts = dataclasses.replace(
-        opts, slo={i.key: i.limit for i in items}, slo_shares={i.key: i.share for i in items}
-    )
-    root = execute_work(partial(run_tune, ask, slo_opts))
+    root = execute_work(partial(run_tune, ask, with_slo(opts, items)))
     click.echo(write_tune_report(root))
     click.echo(f"run directory: {root}")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -195,11 +195,8 @@ async def open_telemetry(
                     resp.raise_for_status()
                     return await resp.text()
 
-            log = TelemetryLog(DcgmSampler(fetch), JsonlAppender(run_path / TELEMETRY_FILE))
-            try:
+            with _logged(DcgmSampler(fetch), run_path) as log:
                 yield log
-            finally:
-                log.close()
         return
     sampler = None
     if enabled and is_loopback(target_url):
@@ -220,6 +217,13 @@ async def open_telemetry(
     if sampler is None:
         yield None
         return
+    with _logged(sampler, run_path) as log:
+        yield log
+
+
+@contextmanager
+def _logged(sampler: NvmlSampler | DcgmSampler, run_path: Path) -> Iterator[TelemetryLog]:
+    """`sampler`'s log into the run's telemetry.jsonl, closed (its last line flushed) at the end."""
     log = TelemetryLog(sampler, JsonlAppender(run_path / TELEMETRY_FILE))
     try:
         yield log

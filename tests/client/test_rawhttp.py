@@ -252,6 +252,24 @@ async def test_a_length_delimited_stream_is_read_like_a_chunked_one() -> None:
     )
 
 
+@pytest.mark.parametrize("raw", [True, False])
+@pytest.mark.parametrize(
+    ("tail", "where"), [(b"", "after 1 events"), (b"data: {", "inside an event")]
+)
+async def test_a_whole_response_cut_before_its_end_is_a_closed_stream_in_either_reader(
+    raw: bool, tail: bytes, where: str
+) -> None:
+    # A whole HTTP body (chunked, ended cleanly) whose stream stops before its last event.
+    first_event = STREAM_BODY.split(b"\n\n")[0] + b"\n\n"
+    srv, url, _ = await serve(SSE_HEAD + chunked(first_event + tail), close_after=False)
+    async with srv, OpenAIClient(url, concurrency=1, raw_stream=raw) as client:
+        rec = await client.stream(req(0))
+    assert rec.error is not None and rec.http_status == 200
+    assert (rec.error.cls, rec.error.message) == (
+        "connection_closed", f"stream ended {where} without [DONE]"
+    )  # fmt: skip
+
+
 async def test_a_redirect_is_followed_by_the_aiohttp_path() -> None:
     target, target_url, _ = await serve(SSE_HEAD + chunked(STREAM_BODY), close_after=False)
     moved = b"HTTP/1.1 307 Temporary Redirect\r\nLocation: %s/v1/completions\r\n"

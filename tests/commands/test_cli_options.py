@@ -5,22 +5,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
+from loadgen.analysis.slo import parse_slo
 from loadgen.cli import main
 from loadgen.clock import ClockName
 from loadgen.commands.options import (
+    LAUNCH_OPTIONS,
     FactsArgs,
+    LaunchArgs,
     OutputArgs,
     RunArgs,
     SeedArgs,
     TargetArgs,
+    not_builtin_sim,
     run_options,
     target_problems,
+    with_slo,
 )
 from loadgen.engine.routing import RoutePolicy, RouteSpec
+from loadgen.scenario.model import API_KINDS
 from loadgen.server.spec import ServerSpec
+from loadgen.sim.profile_file import FittedProfile, write_profile_file
+from loadgen.sim.profiles import sim_profile
+
+from support.paths import REPO
 
 URL = "http://127.0.0.1:1"
 VLLM = ServerSpec("vllm")
@@ -149,3 +160,117 @@ def test_every_run_like_command_offers_the_same_groups(command: str, flags: list
         w in result.output
         for w in ("not both", "external server", "need --server KIND", "pass --base-url too")
     ), result.output
+
+
+@pytest.mark.parametrize("command", ["capacity", "tune"])
+@pytest.mark.parametrize(
+    ("load", "said"),
+    [
+        (["--min", "1.5"], "--min 1.5: expected a whole number >= 1"),
+        (["--min", "8", "--max", "4"], "--min 8 is above --max 4"),
+    ],
+)
+def test_capacity_and_tune_check_a_load_range_alike(
+    command: str, load: list[str], said: str, tmp_path: Path
+) -> None:
+    profile = tmp_path / "fit.yaml"
+    # Fitted on the sim: it predicts every flag, so tune gets as far as the load range.
+    fitted = FittedProfile("tiny-fit", sim_profile("tiny"), 0.001, {}, fitted_on={"server": "sim"})
+    write_profile_file(profile, fitted)
+    tune = ["--sim-profile", str(profile), "--search", "max_num_seqs=2", "--objective", "capacity"]
+    args = [command, "smoke", *(tune if command == "tune" else []), "--slo", "ttft_p90=1"]
+    result = CliRunner().invoke(main, [*args, "--over", "concurrency", *load])
+    assert result.exit_code == 2, result.output
+    assert said in result.output
+
+
+def test_slo_items_set_each_limit_and_share_and_none_leave_the_scenarios(tmp_path: Path) -> None:
+    built = run_options(RunArgs(output=OutputArgs(tmp_path, progress=False)))
+    assert not isinstance(built, list), built
+    judged = with_slo(built, parse_slo("ttft_p90=2,tpot_p99=50"))
+    assert judged.slo == {"ttft_s": 2.0, "tpot_ms": 50.0}
+    assert judged.slo_shares == {"ttft_s": 0.9, "tpot_ms": 0.99}
+    unjudged = with_slo(built, ())
+    assert unjudged.slo is None and unjudged.slo_shares is None
+
+
+@pytest.mark.parametrize("command", ["run", "request", "probe-cache"])
+def test_every_api_option_offers_the_scenarios_api_kinds(command: str) -> None:
+    cmd = main.get_command(click.Context(main), command)
+    assert cmd is not None
+    [api] = [p for p in cmd.params if p.name == "api"]
+    assert isinstance(api.type, click.Choice)
+    assert tuple(api.type.choices) == API_KINDS
+    refused = CliRunner().invoke(main, [command, "smoke", "--api", "responses"])
+    assert refused.exit_code == 2 and "'responses' is not one of 'completions', 'chat'" in (
+        refused.output
+    )
+
+
+def test_each_launch_option_reaches_the_server_spec(tmp_path: Path) -> None:
+    seen: list[LaunchArgs] = []
+
+    @click.command()
+    @LAUNCH_OPTIONS
+    def launch_only(launch: LaunchArgs) -> None:
+        seen.append(launch)
+
+    given = ["--server", "vllm", "--server-arg=--max-num-seqs=4", "--model-path", "m",
+             "--server-python", "/py", "--server-bin", "/vllm", "--boot-timeout", "9"]  # fmt: skip
+    result = CliRunner().invoke(launch_only, given)
+    assert result.exit_code == 0, result.output
+    [launch] = seen
+    assert launch.spec("served") == ServerSpec(
+        "vllm", ("--max-num-seqs=4",), Path("m"), served_name="served", python=Path("/py"),
+        bin=Path("/vllm"), boot_timeout_s=9.0,
+    )  # fmt: skip
+    assert LaunchArgs().spec("served") is None
+
+
+PROFILE = str(REPO / "profiles" / "vllm-cpu-tiny.yaml")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "{s}", "--clock", "virtual"],
+        ["soak", "{s}", "--clock", "virtual"],
+        ["capacity", "{s}", "--clock", "virtual", "--over", "rate", "--slo", "ttft=1"],
+        ["calibrate", "--scenario", "{s}", "--clock", "virtual"],
+        ["tune", "{s}", "--sim-profile", PROFILE, "--search", "max_num_seqs=2", "--slo", "ttft=1"],
+        ["fidelity", "{s}", "--sim-profile", PROFILE, "--server", "sim"],
+    ],
+)
+def test_every_command_says_a_bad_scenarios_problems_and_sends_nothing(
+    command: list[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nseed: 1\ngroups: []\n", encoding="utf-8")
+    args = [a.format(s=bad) for a in command] + ["--out", str(tmp_path / "runs")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert (
+        result.output
+        == f"Error: {bad}:3: groups: got an empty list (expected at least one group)\n"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("base_url", "server", "other"),
+    [(URL, None, True), (None, VLLM, True), (None, ServerSpec("sim"), False), (None, None, False)],
+)
+def test_only_a_url_or_another_kind_launched_is_not_the_builtin_sim(
+    base_url: str | None, server: ServerSpec | None, other: bool
+) -> None:
+    assert not_builtin_sim(base_url, server) is other
+
+
+@pytest.mark.parametrize("command", [["run", "smoke"], ["request", "--base-url", URL]])
+def test_run_and_request_take_one_ray_option(command: list[str]) -> None:
+    cmd = main.get_command(click.Context(main), command[0])
+    assert cmd is not None
+    [ray] = [p for p in cmd.params if p.name == "ray_address"]
+    assert isinstance(ray, click.Option) and "ray://HOST:PORT" in (ray.help or "")
+    refused = CliRunner().invoke(main, [*command, "--ray", " "])
+    assert refused.exit_code == 2 and "--ray '': no address" in refused.output
