@@ -9,7 +9,9 @@ whether it is left out of the file when None or default are the field's metadata
 properties a file carries for readers without loadgen (a name made of other fields) are named in
 the class's `json_derived` and written after the fields, never read. One Mapping field may be
 the class's `rest`: its keys are written among the fields' (flat), and reading gathers into it
-every key the class does not declare (a row whose other columns are open-ended).
+every key the class does not declare (a row whose other columns are open-ended), read by the
+field's annotation; a rest that is a dataclass reads its own fields from those keys (a block
+written flat among its owner's).
 
 Reading: a key the type does not declare is ignored (a newer file); a missing key takes the
 field's default, else None where the annotation admits None, else it is an error. Every error
@@ -66,8 +68,8 @@ def json_field(
     attribute's (`class`), `legacy` names an older file used, `omit` "none" or "default" to
     leave the field out of the file when it is None or its default, "always" for one kept in
     memory only (read where a file has it, else its default; without a default, the class is
-    written and never read); `rest` for the Mapping
-    that holds, flat among the fields, every key the class does not declare."""
+    written and never read); `rest` for the Mapping that holds, flat among the fields, every
+    key the class does not declare, or the dataclass whose fields are read from those keys."""
     spec = _Spec(key, tuple(legacy), omit, rest)
     if omit == "default" and default is _MISSING and default_factory is _MISSING:
         raise TypeError("json_field(omit='default') needs a default")
@@ -367,7 +369,7 @@ def _dataclass_decoder(t: type) -> Callable[[Any], Any]:
         plan.append(_FieldPlan(f.name, f.kw_only is True, keys, annotation, decode,
                                _absent(f, annotation), defaulted))  # fmt: skip
     if rest is not None:
-        return _checking_decoder(t, plan, rest)
+        return _checking_decoder(t, plan, (rest, _decoder(hints[rest])))
     return _compiled_decoder(t, plan, _checking_decoder(t, plan))
 
 
@@ -383,16 +385,19 @@ class _FieldPlan:
 
 
 def _checking_decoder(
-    t: type, plan: list[_FieldPlan], rest: str | None = None
+    t: type, plan: list[_FieldPlan], rest: tuple[str, Callable[[Any], Any]] | None = None
 ) -> Callable[[Any], Any]:
     """The general reader: every key tried in turn, every error given its path; the keys no
-    field reads go to the `rest` field, where the class has one."""
+    field reads go to the `rest` field (its name and decoder), where the class has one: an
+    error there is named by its key alone, as the key is written flat."""
     declared = {k for p in plan for k in p.keys}
 
     def decode(v: Any) -> Any:
         if type(v) is not dict:
             raise _fail("object", v)
-        kw = {} if rest is None else {rest: {k: x for k, x in v.items() if k not in declared}}
+        kw = {}
+        if rest is not None:
+            kw[rest[0]] = rest[1]({k: x for k, x in v.items() if k not in declared})
         for p in plan:
             key = next((k for k in p.keys if k in v), None)
             if key is None:
