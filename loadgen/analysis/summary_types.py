@@ -11,22 +11,21 @@ the HDR histogram files written beside it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar, cast
 
 from loadgen.analysis.added_ttft import AddedTtftBlock
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.lengths import PromptDrift, ShortOutput
 from loadgen.analysis.phases import PhaseSummary
-from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
 from loadgen.analysis.server_log import ServerLogWitness
 from loadgen.analysis.timeline import Plateau
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
-from loadgen.codec import from_json, reader
+from loadgen.codec import from_json, json_field, reader
 from loadgen.run_manifest import UntilPrecise
 
 T = TypeVar("T")
@@ -72,9 +71,9 @@ def read_stats(d: Mapping[str, Any] | None) -> Stats:
 class ChunkTally:
     """Content chunks whose token count the server gave, those with more than one, their tokens."""
 
-    chunks: int
-    multi: int
-    tokens: int
+    chunks: int = 0
+    multi: int = 0
+    tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,45 +110,54 @@ class Reasoning:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupStats:
+    """A group's statistics of each registered metric that has them (analysis/registry.py's
+    group_stats, in its order) and of the pooled gaps (GAP_METRICS), written flat among the
+    group's keys by summary.py; a metric no stream had has none."""
+
+    prompt_tokens: Stats = Stats()
+    completion_tokens: Stats = Stats()
+    tokens_per_chunk: Stats = Stats()
+    late_s: Stats = Stats()
+    ttft_intended_s: Stats = Stats()
+    ttft_s: Stats = Stats()
+    e2e_intended_s: Stats = Stats()
+    e2e_s: Stats = Stats()
+    decode_tok_s: Stats = Stats()
+    chunks_per_s: Stats = Stats()
+    tpot_s: Stats = Stats()
+    itl_token_ms: Stats = Stats()
+    itl_chunk_ms: Stats = Stats()
+
+
+GROUP_STATS = frozenset(f.name for f in fields(GroupStats))
+
+
+@dataclass(frozen=True, slots=True)
 class GroupSummary:
-    name: str
+    """One of summary.json's `groups`, under its name (the key it is written under)."""
+
     n: int
     ok: int
-    prompt_shape: str | None
     token_source: str
-    stats: Mapping[str, Stats]  # registered metrics with group statistics, and the gaps
-    verdicts: Mapping[str, int]
-    chunk_tokens: ChunkTally
-    cohort: Cohort | None
-    reasoning: Reasoning | None
+    prompt_shape: str | None = None
+    verdicts: Mapping[str, int] = field(default_factory=dict)
+    chunk_tokens: ChunkTally = ChunkTally()
+    cohort: Cohort | None = None
+    reasoning: Reasoning | None = None
+    stats: GroupStats = json_field(rest=True, default=GroupStats())
+    name: str = json_field(omit="always", default="")
 
     def of(self, metric: str) -> Stats:
         """The group's statistics of a registered metric (KeyError names an unknown one)."""
-        return self.stats[metric]
+        if metric not in GROUP_STATS:
+            raise KeyError(metric)
+        return cast(Stats, getattr(self.stats, metric))
 
     @property
     def multi_token(self) -> bool:
         """Some stream's chunks carried other than one token each (chunks/s != tok/s)."""
         return carried_other_than_one(self.of("tokens_per_chunk"))
-
-    @classmethod
-    def from_json(cls, name: str, g: Mapping[str, Any]) -> GroupSummary:
-        fields = (*names_where("group_stats"), *(m.name for m in GAP_METRICS))
-        tally = g.get("chunk_tokens") or {}
-        return cls(
-            name=name,
-            n=g["n"],
-            ok=g["ok"],
-            prompt_shape=g.get("prompt_shape"),
-            token_source=g["token_source"],
-            stats={f: read_stats(g.get(f)) for f in fields},
-            verdicts=dict(g.get("verdicts") or {}),
-            chunk_tokens=ChunkTally(
-                tally.get("chunks", 0), tally.get("multi", 0), tally.get("tokens", 0)
-            ),
-            cohort=block(g, "cohort", reader(Cohort)),
-            reasoning=block(g, "reasoning", reader(Reasoning)),
-        )
 
 
 def carried_other_than_one(tokens_per_chunk: Stats) -> bool:
@@ -163,7 +171,8 @@ def carried_other_than_one(tokens_per_chunk: Stats) -> bool:
 
 def read_groups(summary: Mapping[str, Any]) -> list[GroupSummary]:
     """A run summary's groups, in name order."""
-    return [GroupSummary.from_json(k, v) for k, v in sorted(summary.get("groups", {}).items())]
+    groups = from_json(dict[str, GroupSummary], summary.get("groups", {}))
+    return [replace(g, name=name) for name, g in sorted(groups.items())]
 
 
 def any_multi_token(groups: Iterable[GroupSummary]) -> bool:

@@ -4,6 +4,8 @@ verdicts, chunk tally and cohort, exactly as summary.py wrote them."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
 from loadgen.analysis.aggregate import server_window
@@ -14,6 +16,7 @@ from loadgen.analysis.summary import analyze
 from loadgen.analysis.summary_types import (
     Cohort,
     Gauge,
+    GroupStats,
     RunSummary,
     ServerWindow,
     Stats,
@@ -46,6 +49,12 @@ def test_a_group_reads_back_every_registered_statistic_exactly():
     assert g.cohort == from_json(Cohort, raw["cohort"]) and g.cohort.n == 3
     with pytest.raises(KeyError):
         g.of("ttfo_s")  # described only in the reasoning block
+
+
+def test_a_groups_statistics_are_declared_for_every_registered_metric_in_its_order():
+    # summary.py writes them from the registry; GroupStats is how they are read back.
+    registered = [*names_where("group_stats"), *(m.name for m in GAP_METRICS)]
+    assert [f.name for f in fields(GroupStats)] == registered
 
 
 def test_multi_token_chunks_are_seen_only_where_a_chunk_carried_more_than_one():
