@@ -4,8 +4,9 @@
 field order, tuples as lists, enums by value); `from_json(Type, data)` builds the dataclass back
 and checks every value against its field's annotation, so a file's shape is declared once, by
 its type (records.py did this for stream records first: a hand-kept table of field checks once
-dropped every field added after it). A field's JSON key, older names it is still read under and
-whether it is left out of the file when None or default are the field's metadata (`json_field`);
+dropped every field added after it). A field's JSON key, older names it is still read under,
+whether it is left out of the file when None or default and whether a null reads as its default
+are the field's metadata (`json_field`);
 properties a file carries for readers without loadgen (a name made of other fields) are named in
 the class's `json_derived` and written after the fields, never read. One Mapping field may be
 the class's `rest`: its keys are written among the fields' (flat), and reading gathers into it
@@ -53,6 +54,7 @@ class _Spec:
     legacy: tuple[str, ...]
     omit: Omit | None
     rest: bool = False
+    null_is_default: bool = False
 
 
 def json_field(
@@ -63,16 +65,23 @@ def json_field(
     default: Any = _MISSING,
     default_factory: Any = _MISSING,
     rest: bool = False,
+    null_is_default: bool = False,
 ) -> Any:
     """A dataclass field with its JSON spelling: `key` when the file's name is not the
     attribute's (`class`), `legacy` names an older file used, `omit` "none" or "default" to
     leave the field out of the file when it is None or its default, "always" for one kept in
     memory only (read where a file has it, else its default; without a default, the class is
     written and never read); `rest` for the Mapping that holds, flat among the fields, every
-    key the class does not declare, or the dataclass whose fields are read from those keys."""
-    spec = _Spec(key, tuple(legacy), omit, rest)
-    if omit == "default" and default is _MISSING and default_factory is _MISSING:
-        raise TypeError("json_field(omit='default') needs a default")
+    key the class does not declare, or the dataclass whose fields are read from those keys;
+    `null_is_default` reads a null as the default, where a writer puts null for a block it
+    does not have and readers want the block's empty value (a field that admits None reads a
+    null as None without it)."""
+    spec = _Spec(key, tuple(legacy), omit, rest, null_is_default)
+    if default is _MISSING and default_factory is _MISSING:
+        if omit == "default":
+            raise TypeError("json_field(omit='default') needs a default")
+        if null_is_default:
+            raise TypeError("json_field(null_is_default=True) needs a default")
     return dataclasses.field(default=default, default_factory=default_factory,
                              metadata={_META: spec})  # fmt: skip
 
@@ -363,11 +372,14 @@ def _dataclass_decoder(t: type) -> Callable[[Any], Any]:
         if not f.init or f.name == rest:
             continue
         spec, annotation = _spec(f), hints[f.name]
+        if spec.null_is_default and _admits_none(annotation):
+            raise TypeError(f"{t.__name__}.{f.name}: null_is_default where null is a value")
         keys = (spec.key or f.name, *spec.legacy)
         defaulted = f.default is not _MISSING or f.default_factory is not _MISSING
         decode = _decoder(annotation)
         plan.append(_FieldPlan(f.name, f.kw_only is True, keys, annotation, decode,
-                               _absent(f, annotation), defaulted))  # fmt: skip
+                               _absent(f, annotation), defaulted,
+                               spec.null_is_default))  # fmt: skip
     if rest is not None:
         return _checking_decoder(t, plan, (rest, _decoder(hints[rest])))
     return _compiled_decoder(t, plan, _checking_decoder(t, plan))
@@ -382,6 +394,7 @@ class _FieldPlan:
     decode: Callable[[Any], Any]
     absent: Callable[[], Any] | None  # what a missing key reads as; None: it is required
     defaulted: bool  # the field has a default (else a missing key is an error, or None)
+    null_is_default: bool = False  # a null reads as the default (`absent`)
 
 
 def _checking_decoder(
@@ -404,6 +417,9 @@ def _checking_decoder(
                 if p.absent is None:
                     raise _PathError(f"{p.keys[0]} is missing")
                 kw[p.name] = p.absent()
+                continue
+            if v[key] is None and p.null_is_default:
+                kw[p.name] = cast(Callable[[], Any], p.absent)()
                 continue
             try:
                 kw[p.name] = p.decode(v[key])

@@ -311,6 +311,31 @@ def test_a_rest_field_reads_its_keys_by_its_annotation() -> None:
         from_json(Tallies, {"name": "a", "x": 1, "y": 2.5})
 
 
+@dataclass(frozen=True, slots=True)
+class Owner:
+    name: str
+    leaf: Leaf = json_field(default=Leaf(0, None), null_is_default=True)
+    n: int = json_field(default=1, null_is_default=True)
+
+
+@dataclass(frozen=True, slots=True)
+class NullIsNone:
+    x: int | None = json_field(default=1, null_is_default=True)
+
+
+def test_a_null_reads_as_the_default_where_the_field_says_so() -> None:
+    assert from_json(Owner, {"name": "a", "leaf": None, "n": None}) == Owner("a")
+    assert from_json(Owner, {"name": "a", "leaf": {"n": 2, "x": None}, "n": 3}) == Owner(
+        "a", Leaf(2, None), 3
+    )
+    with pytest.raises(CodecError, match=r"^name: expected str, got NoneType$"):
+        from_json(Owner, {"name": None})
+    with pytest.raises(TypeError, match="needs a default"):
+        json_field(null_is_default=True)
+    with pytest.raises(TypeError, match="where null is a value"):
+        from_json(NullIsNone, {})
+
+
 def test_a_field_kept_in_memory_is_never_written_and_reads_where_a_file_has_it() -> None:
     assert "scratch" not in to_json(FitLike("p", 0.5, [1, 2]))
     assert from_json(FitLike, {"probe": "p", "error": 0.5, "scratch": [3]}).scratch == [3]
