@@ -4,12 +4,15 @@
 field order, tuples as lists, enums by value); `from_json(Type, data)` builds the dataclass back
 and checks every value against its field's annotation, so a file's shape is declared once, by
 its type (records.py did this for stream records first: a hand-kept table of field checks once
-dropped every field added after it). A field's JSON key, older names it is still read under and
-whether it is left out of the file when None or default are the field's metadata (`json_field`);
+dropped every field added after it). A field's JSON key, older names it is still read under,
+whether it is left out of the file when None or default and whether a null reads as its default
+are the field's metadata (`json_field`);
 properties a file carries for readers without loadgen (a name made of other fields) are named in
 the class's `json_derived` and written after the fields, never read. One Mapping field may be
 the class's `rest`: its keys are written among the fields' (flat), and reading gathers into it
-every key the class does not declare (a row whose other columns are open-ended).
+every key the class does not declare (a row whose other columns are open-ended), read by the
+field's annotation; a rest that is a dataclass reads its own fields from those keys (a block
+written flat among its owner's).
 
 Reading: a key the type does not declare is ignored (a newer file); a missing key takes the
 field's default, else None where the annotation admits None, else it is an error. Every error
@@ -51,6 +54,7 @@ class _Spec:
     legacy: tuple[str, ...]
     omit: Omit | None
     rest: bool = False
+    null_is_default: bool = False
 
 
 def json_field(
@@ -61,16 +65,23 @@ def json_field(
     default: Any = _MISSING,
     default_factory: Any = _MISSING,
     rest: bool = False,
+    null_is_default: bool = False,
 ) -> Any:
     """A dataclass field with its JSON spelling: `key` when the file's name is not the
     attribute's (`class`), `legacy` names an older file used, `omit` "none" or "default" to
     leave the field out of the file when it is None or its default, "always" for one kept in
     memory only (read where a file has it, else its default; without a default, the class is
-    written and never read); `rest` for the Mapping
-    that holds, flat among the fields, every key the class does not declare."""
-    spec = _Spec(key, tuple(legacy), omit, rest)
-    if omit == "default" and default is _MISSING and default_factory is _MISSING:
-        raise TypeError("json_field(omit='default') needs a default")
+    written and never read); `rest` for the Mapping that holds, flat among the fields, every
+    key the class does not declare, or the dataclass whose fields are read from those keys;
+    `null_is_default` reads a null as the default, where a writer puts null for a block it
+    does not have and readers want the block's empty value (a field that admits None reads a
+    null as None without it)."""
+    spec = _Spec(key, tuple(legacy), omit, rest, null_is_default)
+    if default is _MISSING and default_factory is _MISSING:
+        if omit == "default":
+            raise TypeError("json_field(omit='default') needs a default")
+        if null_is_default:
+            raise TypeError("json_field(null_is_default=True) needs a default")
     return dataclasses.field(default=default, default_factory=default_factory,
                              metadata={_META: spec})  # fmt: skip
 
@@ -361,13 +372,16 @@ def _dataclass_decoder(t: type) -> Callable[[Any], Any]:
         if not f.init or f.name == rest:
             continue
         spec, annotation = _spec(f), hints[f.name]
+        if spec.null_is_default and _admits_none(annotation):
+            raise TypeError(f"{t.__name__}.{f.name}: null_is_default where null is a value")
         keys = (spec.key or f.name, *spec.legacy)
         defaulted = f.default is not _MISSING or f.default_factory is not _MISSING
         decode = _decoder(annotation)
         plan.append(_FieldPlan(f.name, f.kw_only is True, keys, annotation, decode,
-                               _absent(f, annotation), defaulted))  # fmt: skip
+                               _absent(f, annotation), defaulted,
+                               spec.null_is_default))  # fmt: skip
     if rest is not None:
-        return _checking_decoder(t, plan, rest)
+        return _checking_decoder(t, plan, (rest, _decoder(hints[rest])))
     return _compiled_decoder(t, plan, _checking_decoder(t, plan))
 
 
@@ -380,25 +394,32 @@ class _FieldPlan:
     decode: Callable[[Any], Any]
     absent: Callable[[], Any] | None  # what a missing key reads as; None: it is required
     defaulted: bool  # the field has a default (else a missing key is an error, or None)
+    null_is_default: bool = False  # a null reads as the default (`absent`)
 
 
 def _checking_decoder(
-    t: type, plan: list[_FieldPlan], rest: str | None = None
+    t: type, plan: list[_FieldPlan], rest: tuple[str, Callable[[Any], Any]] | None = None
 ) -> Callable[[Any], Any]:
     """The general reader: every key tried in turn, every error given its path; the keys no
-    field reads go to the `rest` field, where the class has one."""
+    field reads go to the `rest` field (its name and decoder), where the class has one: an
+    error there is named by its key alone, as the key is written flat."""
     declared = {k for p in plan for k in p.keys}
 
     def decode(v: Any) -> Any:
         if type(v) is not dict:
             raise _fail("object", v)
-        kw = {} if rest is None else {rest: {k: x for k, x in v.items() if k not in declared}}
+        kw = {}
+        if rest is not None:
+            kw[rest[0]] = rest[1]({k: x for k, x in v.items() if k not in declared})
         for p in plan:
             key = next((k for k in p.keys if k in v), None)
             if key is None:
                 if p.absent is None:
                     raise _PathError(f"{p.keys[0]} is missing")
                 kw[p.name] = p.absent()
+                continue
+            if v[key] is None and p.null_is_default:
+                kw[p.name] = cast(Callable[[], Any], p.absent)()
                 continue
             try:
                 kw[p.name] = p.decode(v[key])

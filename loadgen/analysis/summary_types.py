@@ -10,32 +10,23 @@ the HDR histogram files written beside it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, cast
 
 from loadgen.analysis.added_ttft import AddedTtftBlock
 from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.lengths import PromptDrift, ShortOutput
 from loadgen.analysis.phases import PhaseSummary
-from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
 from loadgen.analysis.selferror import ClientLimits
 from loadgen.analysis.server_log import ServerLogWitness
 from loadgen.analysis.timeline import Plateau
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
-from loadgen.codec import from_json, reader
+from loadgen.codec import from_json, json_field, reader
 from loadgen.run_manifest import UntilPrecise
-
-T = TypeVar("T")
-
-
-def block(d: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any]], T]) -> T | None:
-    """`d[key]` read by `read`, or None where the block is absent, null or empty."""
-    value = d.get(key)
-    return read(value) if value else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +63,9 @@ def read_stats(d: Mapping[str, Any] | None) -> Stats:
 class ChunkTally:
     """Content chunks whose token count the server gave, those with more than one, their tokens."""
 
-    chunks: int
-    multi: int
-    tokens: int
+    chunks: int = 0
+    multi: int = 0
+    tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,45 +102,54 @@ class Reasoning:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupStats:
+    """A group's statistics of each registered metric that has them (analysis/registry.py's
+    group_stats, in its order) and of the pooled gaps (GAP_METRICS), written flat among the
+    group's keys by summary.py; a metric no stream had has none."""
+
+    prompt_tokens: Stats = Stats()
+    completion_tokens: Stats = Stats()
+    tokens_per_chunk: Stats = Stats()
+    late_s: Stats = Stats()
+    ttft_intended_s: Stats = Stats()
+    ttft_s: Stats = Stats()
+    e2e_intended_s: Stats = Stats()
+    e2e_s: Stats = Stats()
+    decode_tok_s: Stats = Stats()
+    chunks_per_s: Stats = Stats()
+    tpot_s: Stats = Stats()
+    itl_token_ms: Stats = Stats()
+    itl_chunk_ms: Stats = Stats()
+
+
+GROUP_STATS = frozenset(f.name for f in fields(GroupStats))
+
+
+@dataclass(frozen=True, slots=True)
 class GroupSummary:
-    name: str
+    """One of summary.json's `groups`, under its name (the key it is written under)."""
+
     n: int
     ok: int
-    prompt_shape: str | None
     token_source: str
-    stats: Mapping[str, Stats]  # registered metrics with group statistics, and the gaps
-    verdicts: Mapping[str, int]
-    chunk_tokens: ChunkTally
-    cohort: Cohort | None
-    reasoning: Reasoning | None
+    prompt_shape: str | None = None
+    verdicts: Mapping[str, int] = field(default_factory=dict)
+    chunk_tokens: ChunkTally = ChunkTally()
+    cohort: Cohort | None = None
+    reasoning: Reasoning | None = None
+    stats: GroupStats = json_field(rest=True, default=GroupStats())
+    name: str = json_field(omit="always", default="")
 
     def of(self, metric: str) -> Stats:
         """The group's statistics of a registered metric (KeyError names an unknown one)."""
-        return self.stats[metric]
+        if metric not in GROUP_STATS:
+            raise KeyError(metric)
+        return cast(Stats, getattr(self.stats, metric))
 
     @property
     def multi_token(self) -> bool:
         """Some stream's chunks carried other than one token each (chunks/s != tok/s)."""
         return carried_other_than_one(self.of("tokens_per_chunk"))
-
-    @classmethod
-    def from_json(cls, name: str, g: Mapping[str, Any]) -> GroupSummary:
-        fields = (*names_where("group_stats"), *(m.name for m in GAP_METRICS))
-        tally = g.get("chunk_tokens") or {}
-        return cls(
-            name=name,
-            n=g["n"],
-            ok=g["ok"],
-            prompt_shape=g.get("prompt_shape"),
-            token_source=g["token_source"],
-            stats={f: read_stats(g.get(f)) for f in fields},
-            verdicts=dict(g.get("verdicts") or {}),
-            chunk_tokens=ChunkTally(
-                tally.get("chunks", 0), tally.get("multi", 0), tally.get("tokens", 0)
-            ),
-            cohort=block(g, "cohort", reader(Cohort)),
-            reasoning=block(g, "reasoning", reader(Reasoning)),
-        )
 
 
 def carried_other_than_one(tokens_per_chunk: Stats) -> bool:
@@ -163,7 +163,8 @@ def carried_other_than_one(tokens_per_chunk: Stats) -> bool:
 
 def read_groups(summary: Mapping[str, Any]) -> list[GroupSummary]:
     """A run summary's groups, in name order."""
-    return [GroupSummary.from_json(k, v) for k, v in sorted(summary.get("groups", {}).items())]
+    groups = from_json(dict[str, GroupSummary], summary.get("groups", {}))
+    return [replace(g, name=name) for name, g in sorted(groups.items())]
 
 
 def any_multi_token(groups: Iterable[GroupSummary]) -> bool:
@@ -176,20 +177,23 @@ class RunTarget:
 
     url: str | None = None
     kind: str | None = None
-    flags: tuple[str, ...] = ()
+    # As run.json's TargetInfo wrote them: words, or numbers where a scenario's YAML gave a
+    # flag's value as one (`--max-num-seqs 4`).
+    written_flags: tuple[str | int | float | bool, ...] = json_field(key="flags", default=())
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The flags as words, as a command line quotes them."""
+        return tuple(str(f) for f in self.written_flags)
 
 
-def read_target(d: Any) -> RunTarget:
-    """A summary's target; a file without one (or an older file's bare string) names none."""
-    return from_json(RunTarget, target_json(d))
+NO_TARGET = RunTarget()
 
 
-def target_json(d: Any) -> dict[str, Any]:
-    """A file's target as RunTarget reads it: its flags as words (a scenario's YAML gives
-    `--max-num-seqs 4` a number), an older file's bare string or none as no target."""
-    if not isinstance(d, Mapping):
-        return {}
-    return {**d, "flags": [str(f) for f in d.get("flags") or ()]}
+def target_json(d: Any) -> Any:
+    """A soak's or capacity search's target as RunTarget reads it: an older file's bare string
+    (or none) as no target."""
+    return d if isinstance(d, Mapping) else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,88 +262,68 @@ NO_SERVER_WINDOW = ServerWindow(False, "no server metrics")
 
 
 @dataclass(frozen=True, slots=True)
+class ServerFacts:
+    """summary.json's run.server_facts (run.json's `server`): the server's limits known by name,
+    written flat beside where each came from (`sources`: "user" for --server-facts, "flags",
+    "metrics", "sim"), the source of the cap and why any limit stayed unknown."""
+
+    sources: Mapping[str, str] = field(default_factory=dict)
+    source: str | None = None
+    unknown: Mapping[str, str] = field(default_factory=dict)
+    facts: Mapping[str, Any] = json_field(rest=True, default_factory=dict)
+
+    @property
+    def user_facts(self) -> tuple[tuple[str, int], ...]:
+        """The limits the user stated of an external server (--server-facts), by name."""
+        return tuple((k, self.facts[k]) for k, src in sorted(self.sources.items()) if src == "user")
+
+    @property
+    def speculative_tokens(self) -> int | None:
+        """The drafter's tokens per step, whoever stated them."""
+        return cast(int | None, self.facts.get("num_speculative_tokens"))
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """summary.json's `run`, or a sweep parent's (which has no counts, cap or server window)."""
 
-    scenario: str | None
-    target: RunTarget
-    model: str | None
-    seed: int | None
-    seed_source: str | None
-    clock: ClockName
-    speed: float | None
-    token_counter: str | None
-    interrupted: bool
-    client_limited: bool
+    scenario: str | None = None
+    # None written (run.json named no target) is none named, as no key is.
+    target: RunTarget = json_field(default=NO_TARGET, null_is_default=True)
+    model: str | None = None
+    seed: int | None = None
+    seed_source: str | None = None
+    clock: ClockName = ClockName.WALL  # none written: the wall's (ClockName.read)
+    speed: float | None = 1.0
+    token_counter: str | None = None
+    interrupted: bool = False
+    client_limited: bool = False
     # A run's own, or (a sweep parent's) each client-limited arm's, by arm name.
-    client_limits: ClientLimits | None
-    arm_client_limits: Mapping[str, ClientLimits]
-    warm_cache: WarmCache | None
-    short_output: ShortOutput | None
-    prompt_drift: PromptDrift | None
-    streams: StreamTally | None
-    wall_s: float | None
-    cap: Cap | None
-    prefill_baseline: PrefillBaseline | None
-    records: RecordTally | None
-    boots_per_arm: int | None
-    boots_note: str | None
-    server: ServerWindow
-    # Limits the user stated of an external server (--server-facts), by name.
-    user_facts: tuple[tuple[str, int], ...]
-    speculative_tokens: int | None
-    trace_reuse: MeasuredReuse | None
-    trace_prompts_raised: PromptsRaised | None
+    client_limits: ClientLimits | None = None
+    arm_client_limits: Mapping[str, ClientLimits] = field(default_factory=dict)
+    warm_cache: WarmCache | None = None
+    short_output: ShortOutput | None = None
+    prompt_drift: PromptDrift | None = None
+    streams: StreamTally | None = None
+    wall_s: float | None = None
+    cap: Cap | None = None
+    prefill_baseline: PrefillBaseline | None = None
+    records: RecordTally | None = None
+    boots_per_arm: int | None = None
+    boots_note: str | None = None
+    server: ServerWindow = NO_SERVER_WINDOW
+    server_facts: ServerFacts = ServerFacts()
+    trace_reuse: MeasuredReuse | None = None
+    trace_prompts_raised: PromptsRaised | None = None
     added_ttft: AddedTtftBlock | None = None
     server_log: ServerLogWitness | None = None
     until_precise: UntilPrecise | None = None
     http_phases: PhaseSummary | None = None
 
-    @classmethod
-    def from_json(cls, run: Mapping[str, Any]) -> RunSummary:
-        streams = run.get("streams")
-        facts = run.get("server_facts") or {}
-        sources = facts.get("sources") or {}
-        return cls(
-            scenario=run.get("scenario"),
-            target=read_target(run.get("target")),
-            model=run.get("model"),
-            seed=run.get("seed"),
-            seed_source=run.get("seed_source"),
-            clock=ClockName.read(run.get("clock")),
-            speed=run.get("speed", 1.0),
-            token_counter=run.get("token_counter"),
-            interrupted=bool(run.get("interrupted")),
-            client_limited=bool(run.get("client_limited")),
-            client_limits=block(run, "client_limits", reader(ClientLimits)),
-            warm_cache=block(run, "warm_cache", reader(WarmCache)),
-            short_output=block(run, "short_output", reader(ShortOutput)),
-            prompt_drift=block(run, "prompt_drift", reader(PromptDrift)),
-            arm_client_limits=from_json(
-                dict[str, ClientLimits], run.get("arm_client_limits") or {}
-            ),
-            streams=from_json(StreamTally, streams) if isinstance(streams, Mapping) else None,
-            wall_s=run.get("wall_s"),
-            cap=block(run, "cap", reader(Cap)),
-            prefill_baseline=block(run, "prefill_baseline", reader(PrefillBaseline)),
-            records=block(run, "records", reader(RecordTally)),
-            boots_per_arm=run.get("boots_per_arm"),
-            boots_note=run.get("boots_note"),
-            server=block(run, "server", reader(ServerWindow)) or NO_SERVER_WINDOW,
-            user_facts=tuple((k, facts[k]) for k, src in sorted(sources.items()) if src == "user"),
-            speculative_tokens=facts.get("num_speculative_tokens"),
-            trace_reuse=block(run, "trace_reuse", reader(MeasuredReuse)),
-            trace_prompts_raised=block(run, "trace_prompts_raised", reader(PromptsRaised)),
-            added_ttft=block(run, "added_ttft", reader(AddedTtftBlock)),
-            server_log=block(run, "server_log", reader(ServerLogWitness)),
-            until_precise=block(run, "until_precise", reader(UntilPrecise)),
-            http_phases=block(run, "http_phases", reader(PhaseSummary)),
-        )
-
 
 def read_run(summary: Mapping[str, Any]) -> RunSummary:
     """A run summary's (or a sweep parent's) `run`."""
-    return RunSummary.from_json(summary.get("run") or {})
+    return from_json(RunSummary, summary.get("run") or {})
 
 
 @dataclass(frozen=True, slots=True)

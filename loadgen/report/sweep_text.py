@@ -94,7 +94,9 @@ def sweep_header(s: SweepSummary, arms: dict[str, dict[str, Any]] | None = None)
     url = target.url
     if per_port and url:
         url = url.rsplit(":", 1)[0] + ":<port per arm>"
-    shared = replace(target, url=url, flags=tuple(_drop_flags(list(target.flags), set(varied))))
+    shared = replace(
+        target, url=url, written_flags=tuple(_drop_flags(list(target.flags), set(varied)))
+    )
     lines = header(replace(s.run, target=shared))
     names = s.names()
     if varied:

@@ -214,8 +214,8 @@ def user_server_lines(run: RunSummary) -> list[str]:
     out = []
     if run.target.kind == "external" and run.target.flags:
         out.append("server flags (user): " + " ".join(run.target.flags))
-    if run.user_facts:
-        out.append("server facts (user): " + ", ".join(f"{k}={v}" for k, v in run.user_facts))
+    if stated := run.server_facts.user_facts:
+        out.append("server facts (user): " + ", ".join(f"{k}={v}" for k, v in stated))
     return out
 
 
@@ -319,7 +319,7 @@ def chunk_notes(summary: dict[str, Any]) -> list[str]:
                 " (the server did not say what each chunk carried)"
             )
     run = read_run(summary)
-    acceptance, drafts = run.server.spec_acceptance, run.speculative_tokens
+    acceptance, drafts = run.server.spec_acceptance, run.server_facts.speculative_tokens
     if acceptance is not None:
         out.append(
             f"the server reports speculative decoding (acceptance {acceptance:.3f}): a chunk can"

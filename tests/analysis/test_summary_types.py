@@ -4,6 +4,8 @@ verdicts, chunk tally and cohort, exactly as summary.py wrote them."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
 from loadgen.analysis.aggregate import server_window
@@ -14,7 +16,9 @@ from loadgen.analysis.summary import analyze
 from loadgen.analysis.summary_types import (
     Cohort,
     Gauge,
+    GroupStats,
     RunSummary,
+    RunTarget,
     ServerWindow,
     Stats,
     any_multi_token,
@@ -46,6 +50,12 @@ def test_a_group_reads_back_every_registered_statistic_exactly():
     assert g.cohort == from_json(Cohort, raw["cohort"]) and g.cohort.n == 3
     with pytest.raises(KeyError):
         g.of("ttfo_s")  # described only in the reasoning block
+
+
+def test_a_groups_statistics_are_declared_for_every_registered_metric_in_its_order():
+    # summary.py writes them from the registry; GroupStats is how they are read back.
+    registered = [*names_where("group_stats"), *(m.name for m in GAP_METRICS)]
+    assert [f.name for f in fields(GroupStats)] == registered
 
 
 def test_multi_token_chunks_are_seen_only_where_a_chunk_carried_more_than_one():
@@ -80,7 +90,8 @@ def test_a_run_reads_back_its_target_counts_cap_and_baseline_exactly():
     assert to_json(run.prefill_baseline) == raw["prefill_baseline"]
     assert run.records is not None and (run.records.planned, run.records.measured) == (None, 3)
     # Only the facts the user stated are the user's; the speculation depth is read either way.
-    assert run.user_facts == (("max_num_seqs", 2),) and run.speculative_tokens == 3
+    facts = run.server_facts
+    assert facts.user_facts == (("max_num_seqs", 2),) and facts.speculative_tokens == 3
     assert not run.client_limited and run.client_limits is not None
     assert not run.client_limits.limits_run and run.arm_client_limits == {}
 
@@ -96,11 +107,13 @@ def test_cap_and_baseline_round_trip_through_json():
 
 
 def test_a_sweep_parent_run_has_no_counts_cap_or_server_window():
-    run = RunSummary.from_json({"scenario": "s", "seed": 3, "interrupted": True,
+    run = from_json(RunSummary, {"scenario": "s", "seed": 3, "interrupted": True,
                                 "boots_per_arm": 2, "boots_note": "one per arm"})  # fmt: skip
     assert (run.streams, run.cap, run.prefill_baseline, run.records) == (None,) * 4
     assert (run.interrupted, run.boots_per_arm, run.target.url) == (True, 2, None)
     assert run.server == ServerWindow(False, "no server metrics")
+    # A run whose run.json named no target wrote null: it names none, as no key does.
+    assert read_run({"run": {"target": None}}).target == read_run({}).target == RunTarget()
 
 
 def test_the_server_window_reads_back_its_gauges_and_ratios():

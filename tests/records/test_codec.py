@@ -279,6 +279,63 @@ def test_a_rest_field_is_written_flat_and_gathers_the_undeclared_keys() -> None:
         from_json(FitLike, {"probe": "p", "error": "x", "other": 1})
 
 
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Columns declared by a block of their own, written flat among its owner's keys."""
+
+    ok: int = 0
+    late: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Flat:
+    name: str
+    counts: Counts = json_field(rest=True, default=Counts())
+
+
+@dataclass(frozen=True, slots=True)
+class Tallies:
+    name: str
+    by_key: Mapping[str, int] = json_field(rest=True, default_factory=dict)
+
+
+def test_a_rest_field_reads_its_keys_by_its_annotation() -> None:
+    row = Flat("a", Counts(2, 0.5))
+    assert to_json(row) == {"name": "a", "ok": 2, "late": 0.5}
+    assert from_json(Flat, {"name": "a", "ok": 2, "late": 0.5, "other": [1]}) == row
+    assert from_json(Flat, {"name": "a"}) == Flat("a")
+    with pytest.raises(CodecError, match=r"^ok: expected int, got str$"):
+        from_json(Flat, {"name": "a", "ok": "2"})
+    assert from_json(Tallies, {"name": "a", "x": 1, "y": 2}).by_key == {"x": 1, "y": 2}
+    with pytest.raises(CodecError, match=r"^y: expected int, got float$"):
+        from_json(Tallies, {"name": "a", "x": 1, "y": 2.5})
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    name: str
+    leaf: Leaf = json_field(default=Leaf(0, None), null_is_default=True)
+    n: int = json_field(default=1, null_is_default=True)
+
+
+@dataclass(frozen=True, slots=True)
+class NullIsNone:
+    x: int | None = json_field(default=1, null_is_default=True)
+
+
+def test_a_null_reads_as_the_default_where_the_field_says_so() -> None:
+    assert from_json(Owner, {"name": "a", "leaf": None, "n": None}) == Owner("a")
+    assert from_json(Owner, {"name": "a", "leaf": {"n": 2, "x": None}, "n": 3}) == Owner(
+        "a", Leaf(2, None), 3
+    )
+    with pytest.raises(CodecError, match=r"^name: expected str, got NoneType$"):
+        from_json(Owner, {"name": None})
+    with pytest.raises(TypeError, match="needs a default"):
+        json_field(null_is_default=True)
+    with pytest.raises(TypeError, match="where null is a value"):
+        from_json(NullIsNone, {})
+
+
 def test_a_field_kept_in_memory_is_never_written_and_reads_where_a_file_has_it() -> None:
     assert "scratch" not in to_json(FitLike("p", 0.5, [1, 2]))
     assert from_json(FitLike, {"probe": "p", "error": 0.5, "scratch": [3]}).scratch == [3]
