@@ -93,6 +93,10 @@ def _load_value(part: str, over: str, where: str) -> float:
     return int(value) if over == "concurrency" else value
 
 
+# Only capacity offers --group: a hint from run's or tune's load axis must name that command.
+GROUP_LOAD_FIX = "loadgen capacity --group NAME makes one group's count the load"
+
+
 def load_problem(scenario: Scenario, axis: LoadAxis) -> str | None:
     """Why `scenario` cannot take this load knob, one line naming the field and the fix."""
     where = f"{scenario.source or scenario.name}"
@@ -127,13 +131,13 @@ def load_problem(scenario: Scenario, axis: LoadAxis) -> str | None:
         g = started[0]
         return (
             f"{where}: groups.{g.name}.start: {g.start_s:g} s needs a together or staggered "
-            f"arrival, and --{axis.over} draws one sequence from all groups (drop the start, "
-            f"or use --group NAME to make one group's count the load)"
+            f"arrival, and --{axis.over} draws one sequence from all groups (drop the start: "
+            f"--set groups.{g.name}.start=0; or {GROUP_LOAD_FIX})"
         )
     if any(g.session is not None or g.replays_turns for g in scenario.groups):
         return (
-            f"{where}: groups: sessions run under together or staggered arrivals only (use "
-            "--group NAME to make a session group's count the load)"
+            f"{where}: groups: sessions run under together or staggered arrivals only "
+            f"({GROUP_LOAD_FIX})"
         )
     return None
 

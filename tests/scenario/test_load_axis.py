@@ -87,12 +87,14 @@ def test_load_problems_fire_on_sweeps_traces_and_sessions_and_not_on_a_plain_sce
     assert load_problem(load_scenario("smoke"), LoadAxis("rate")) is None
     started = load_problem(load_scenario("whale_c4"), LoadAxis("concurrency"))
     assert started is not None and "groups.minnows.start: 0.5 s needs a together" in started
+    # The fix names options that exist where the axis comes from: run and tune have no --group.
+    assert "--set groups.minnows.start=0" in started and "loadgen capacity --group" in started
     swept = load_problem(load_scenario("ladder"), LoadAxis("concurrency"))
     assert swept is not None and "already sweeps groups.streams.count" in swept
     trace = load_problem(load_scenario("azure_code"), LoadAxis("rate"))
     assert trace is not None and "a trace sets its own arrivals" in trace
     sessions = load_problem(load_scenario("agent_sessions"), LoadAxis("concurrency"))
-    assert sessions is not None and "--group NAME" in sessions
+    assert sessions is not None and "loadgen capacity --group NAME" in sessions
 
 
 def test_a_load_sweep_is_one_client_side_arm_per_value_on_one_boot() -> None:
