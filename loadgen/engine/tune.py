@@ -31,7 +31,7 @@ from loadgen.run_manifest import RunManifest, write_manifest
 from loadgen.scenario.load_axis import LoadAxis
 from loadgen.scenario.model import Scenario, SimConfig, Sweep, SweepArm
 from loadgen.scenario.plan import ArmPlan, Plan, plan
-from loadgen.server.spec import flag_args, profile_for
+from loadgen.server.spec import flag_args, launch_flags, profile_for
 from loadgen.sim.profile_file import load_profile_file
 
 # Boots per verified arm: the seed's retest retracted an 8.7% "regression" seen on one boot.
@@ -257,7 +257,10 @@ async def _verify(
     real = dataclasses.replace(ask.real, sweep=chosen)
     spec = opts.server
     assert spec is not None, "--verify names a launched server"
-    commands = {a.name: [*spec.args, *flag_args(profile_for(spec, a.flags), a.flags)] for a in arms}
+    commands = {
+        a.name: launch_flags(spec.args, flag_args(profile_for(spec, a.flags), a.flags))
+        for a in arms
+    }
     manifest.config["server_args"] = {"kind": spec.kind, "arms": commands}
     manifest.save()
     hooks.say(f"verify: {', '.join(top)} on the server, {VERIFY_BOOTS} boots each")

@@ -18,7 +18,7 @@ from loadgen.codec import to_json
 from loadgen.server import installs
 from loadgen.server.launcher import Server, ServerBootError, launch
 from loadgen.server.readback import environment_record, first_token, server_version
-from loadgen.server.spec import ServerSpec, profile_for
+from loadgen.server.spec import ServerSpec, launch_flags, profile_for
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ async def boot_server(
     name = served_name(spec)
     model = spec.model_path if spec.model_path is not None else spec.model_name
     async with launch(
-        profile, flags=[*spec.args, *flags], log_dir=log_dir, model=model, served_name=name,
-        boot_timeout_s=spec.boot_timeout_s,
+        profile, flags=launch_flags(spec.args, flags), log_dir=log_dir, model=model,
+        served_name=name, boot_timeout_s=spec.boot_timeout_s,
     ) as server:  # fmt: skip
         try:
             await asyncio.to_thread(first_token, server.url, name)

@@ -12,6 +12,7 @@ is a literal flag of the server (`-ub`, `--ubatch-size`) passed as written.
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import string
 from collections.abc import Mapping, Sequence
@@ -105,3 +106,27 @@ def flag_args(profile: Profile, flags: Mapping[str, Any]) -> list[str]:
         else:
             out += sim_flags({name: value})
     return out
+
+
+_OPTION = re.compile(r"--?[A-Za-z]")
+
+
+def launch_flags(base: Sequence[str], swept: Sequence[str]) -> list[str]:
+    """A boot's flags: the base ones (--server-arg) less any option a swept flag sets again,
+    then the swept ones. Servers take the last of a repeated option, so the boot is the same;
+    the command line, run.json and a profile's fitted_boots name one value per option (a
+    calibration boot at budget 512 listed --max-num-batched-tokens=2048 before it)."""
+    names = {f.split("=", 1)[0] for f in swept if _OPTION.match(f)}
+    out: list[str] = []
+    dropping_value = False
+    for token in base:
+        is_option = _OPTION.match(token) is not None
+        if dropping_value and not is_option:
+            dropping_value = False
+            continue
+        dropping_value = False
+        if is_option and token.split("=", 1)[0] in names:
+            dropping_value = "=" not in token
+            continue
+        out.append(token)
+    return out + list(swept)

@@ -10,7 +10,7 @@ import pytest
 
 from loadgen.server import installs
 from loadgen.server.sglang import SglangProfile
-from loadgen.server.spec import ServerSpec, flag_args, profile_for
+from loadgen.server.spec import ServerSpec, flag_args, launch_flags, profile_for
 from loadgen.server.vllm import VllmProfile
 
 from support.installs import fake_python
@@ -79,3 +79,24 @@ def test_sglang_spells_the_swept_flags_its_way():
     # vLLM keeps its own spelling of the same sweep.
     vllm = profile_for(ServerSpec("vllm"))
     assert flag_args(vllm, {"enable_prefix_caching": False}) == ["--no-enable-prefix-caching"]
+
+
+def test_a_swept_flag_replaces_the_base_flag_it_sets_again():
+    # A calibration's second boot: --server-arg=--max-num-batched-tokens=2048, swept to 512.
+    base = ["--max-model-len=131072", "--max-num-batched-tokens=2048", "--max-num-seqs", "8",
+            "--enforce-eager", "--seed", "-1"]  # fmt: skip
+    swept = ["--max-num-batched-tokens", "512"]
+    assert launch_flags(base, swept) == [
+        "--max-model-len=131072", "--max-num-seqs", "8", "--enforce-eager", "--seed", "-1",
+        "--max-num-batched-tokens", "512",
+    ]  # fmt: skip
+    # The spaced spelling goes with its value; a bare option keeps the option after it.
+    assert launch_flags(["--max-num-seqs", "8", "--enforce-eager"], ["--max-num-seqs=4"]) == [
+        "--enforce-eager", "--max-num-seqs=4"
+    ]  # fmt: skip
+    assert launch_flags(["--enforce-eager", "--block-size", "16"], ["--enforce-eager"]) == [
+        "--block-size", "16", "--enforce-eager"
+    ]  # fmt: skip
+    # Nothing swept, or nothing in common: the base flags as given, in order.
+    assert launch_flags(base, []) == base
+    assert launch_flags(["-np", "4"], ["-c", "8192"]) == ["-np", "4", "-c", "8192"]
