@@ -59,13 +59,22 @@ def test_a_profile_from_before_points_had_their_name_reads_as_one_written_now(
     assert "no decode-b* points" in str(unpredictable(none, "max_num_seqs"))
 
 
-def test_the_h200_tables_prediction_is_what_the_profile_predicts(tmp_path: Path) -> None:
-    # profiles/README.md: whale_c4 at seed 11, whale TTFT median predicted 4.465 s, minnows 4.166.
-    proc = loadgen("run", "whale_c4", "--clock", "virtual", "--sim-profile",
-                   PROFILES / "h200-vllm-llama8b.yaml", "--seed", "11", "--out", tmp_path,
-                   "--no-progress")  # fmt: skip
+@pytest.mark.parametrize(
+    ("profile", "whale", "minnows"),
+    [
+        # profiles/README.md's h200 table: whale_c4 at seed 11, TTFT medians predicted.
+        ("h200-vllm-llama8b.yaml", 4.465, 4.166),
+        # fidelity/h200-vllm-llama8b-graph.whale_c4.txt, the same scenario and seed.
+        ("h200-vllm-llama8b-graph.yaml", 4.228, 3.946),
+    ],
+)
+def test_the_h200_tables_prediction_is_what_the_profile_predicts(
+    tmp_path: Path, profile: str, whale: float, minnows: float
+) -> None:
+    proc = loadgen("run", "whale_c4", "--clock", "virtual", "--sim-profile", PROFILES / profile,
+                   "--seed", "11", "--out", tmp_path, "--no-progress")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     [run] = list(tmp_path.iterdir())
     groups = orjson.loads((run / "summary.json").read_bytes())["groups"]
-    assert round(groups["whale"]["ttft_s"]["median"], 3) == 4.465
-    assert round(groups["minnows"]["ttft_s"]["median"], 3) == 4.166
+    assert round(groups["whale"]["ttft_s"]["median"], 3) == whale
+    assert round(groups["minnows"]["ttft_s"]["median"], 3) == minnows
