@@ -96,6 +96,18 @@ async def test_sglang_launch_argv_readiness_and_facts(tmp_path, sglang_python):
     assert booted.environment["set"]["PYTHONUNBUFFERED"] == "1"
 
 
+def server_side_verdict(stream: dict) -> str:
+    """A stream's verdict as the server caused it. On a busy box loadgen may flag its own timing
+    error on a stream (client_limited, seen in CI beside another job: 4.1 ms against a 2.4 ms
+    tolerance on a 48 ms TTFT); that flag must carry its evidence and keeps the server's verdict,
+    which is what this test checks."""
+    if stream["verdict"] != "client_limited":
+        return stream["verdict"]
+    ev = stream["evidence"]
+    assert ev["error_bound_s"] > ev["tolerance_s"], ev
+    return ev["server_verdict"]
+
+
 @pytest.mark.parametrize(("cap", "verdicts"), [
     (None, ["admitted"] * 4),
     # Two seats: the two streams that waited longest did so on the cap, read from SGLang's
@@ -118,7 +130,7 @@ def test_a_run_with_verdicts_on_sglang_metrics(tmp_path, sglang_python, cap, ver
     (run_dir,) = (tmp_path / "runs").iterdir()
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     streams = sorted(summary["streams"], key=lambda s: (s["ttft_s"], s["id"]))
-    assert [s["verdict"] for s in streams] == verdicts
+    assert [server_side_verdict(s) for s in streams] == verdicts
     assert all(s["completion_tokens"] == 40 for s in streams)
     assert summary["run"]["cap"] == {"value": cap or 4096, "source": "boot_log"}
     samples = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
