@@ -14,6 +14,7 @@ import pytest
 from loadgen.analysis.slo import parse_slo
 from loadgen.analysis.tune import VerifiedPoint, binding, read_tune, server_command, verdict
 from loadgen.engine.tune import descent_order
+from loadgen.report.tune_report import verification_line
 from loadgen.sim.profile_file import (
     FittedProfile,
     load_profile_file,
@@ -229,6 +230,14 @@ def test_the_predicted_best_holds_within_the_boot_floor_and_not_beyond() -> None
     # One boot each: no floor, no judgement.
     alone = verdict((_verified("a", 10.0), _verified("b", 13.0)), ["a", "b"], "goodput")
     assert alone.floor is None and alone.holds is None
+    # The report says which: the best, behind it within the floor, beyond it, or no floor.
+    first = verdict((_verified("a", 10.5, 10.5), _verified("b", 9.5, 10.5)), ["a", "b"], "goodput")
+    assert first.gap == 0 and first.holds
+    assert verification_line(first).startswith("predicted best a is the measured best within")
+    assert "the boots cannot tell them apart" in verification_line(near)
+    assert "cannot tell" not in verification_line(first) + verification_line(far)
+    assert "is NOT the measured best" in verification_line(far)
+    assert "cannot be judged against a boot floor" in verification_line(alone)
 
 
 def test_a_trace_replay_is_tunes_workload_scored_the_same_way(tmp_path: Path) -> None:
