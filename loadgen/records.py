@@ -312,6 +312,10 @@ class MetricsSample:
     # The replica scraped (replica_metrics.jsonl); None in metrics.jsonl, which holds one
     # server's samples or, for several replicas, their totals.
     replica: int | None = json_field(omit="none", default=None)
+    # When the scrape was sent, where it precedes t_ns: the server rendered the values between
+    # the two, so a window that must hold everything up to t1 ends at a scrape asked at or
+    # after t1 (a scrape answered after a first token may hold the counters from before it).
+    t_asked_ns: int | None = json_field(omit="none", default=None)
 
 
 REPLICA_METRICS = "replica_metrics.jsonl"

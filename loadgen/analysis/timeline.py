@@ -49,6 +49,7 @@ class Timeline:
         self.samples = sorted((s for s in samples if s.error is None), key=lambda s: s.t_ns)
         self._ts = [s.t_ns for s in self.samples]
         self._series: dict[str, tuple[list[int], list[float]]] = {}
+        self._asked_at: dict[str, list[int]] = {}
 
     @property
     def available(self) -> bool:
@@ -60,6 +61,16 @@ class Timeline:
             pts = [(s.t_ns, float(s.values[name])) for s in self.samples if name in s.values]
             self._series[name] = ([t for t, _ in pts], [v for _, v in pts])
         return self._series[name]
+
+    def _asked(self, name: str) -> list[int]:
+        """When each sample of `name`'s series was asked for (its t_ns where not recorded)."""
+        if name not in self._asked_at:
+            self._asked_at[name] = [
+                s.t_ns if s.t_asked_ns is None else s.t_asked_ns
+                for s in self.samples
+                if name in s.values
+            ]
+        return self._asked_at[name]
 
     def has(self, name: str) -> bool:
         return bool(self.series(name)[0])
@@ -88,14 +99,16 @@ class Timeline:
         return b.value - a.value, a.method, b.method
 
     def outer_delta(self, name: str, t0_ns: int, t1_ns: int) -> tuple[float, int, int] | None:
-        """Counter increase between the last poll at or before t0 and the first at or after t1
-        (the nearest polls inside when the window overhangs the polled range): whole events
-        for discrete counters, over a window at least as wide as [t0, t1]."""
+        """Counter increase between the last poll answered at or before t0 and the first asked
+        at or after t1 (the nearest polls inside when the window overhangs the polled range):
+        whole events for discrete counters, over a window at least as wide as [t0, t1]. A poll
+        asked before t1 and answered after it may hold the values from before t1: on vLLM's
+        CPU build one of four replayed streams' cache hits fell outside its window that way."""
         ts, vs = self.series(name)
         if not ts:
             return None
         i = max(bisect.bisect_right(ts, t0_ns) - 1, 0)
-        j = min(bisect.bisect_left(ts, t1_ns), len(ts) - 1)
+        j = min(bisect.bisect_left(self._asked(name), t1_ns), len(ts) - 1)
         if j < i:
             return None
         return vs[j] - vs[i], ts[i], ts[j]

@@ -49,6 +49,7 @@ class MetricsPoller:
         self.failures = 0
 
     async def scrape_once(self) -> MetricsSample:
+        asked = self._now()
         try:
             got = await self._fetch()
             parsed = parsed_metrics(got)
@@ -59,7 +60,9 @@ class MetricsPoller:
             sample = MetricsSample(self._now(), {}, error=f"{type(exc).__name__}: {exc}")
         else:
             self.info.update(parsed.info)
-            sample = MetricsSample(self._now(), parsed.values)
+            t_ns = self._now()
+            # A virtual scrape takes no time: its one instant is t_ns alone.
+            sample = MetricsSample(t_ns, parsed.values, t_asked_ns=asked if asked < t_ns else None)
         self.last = sample
         if self._on_sample is not None:
             # Before the sink: its write can take ms under load, and an energy counter read

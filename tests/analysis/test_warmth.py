@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.summary import analyze
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.warmth import cache_warmth, salted_groups
 from loadgen.report.text import render_plain
 
-from support.run_fixtures import manifest, sample, stream, ticks
+from support.run_fixtures import manifest, ns, sample, stream, ticks
 
 GROUPS = [
     {"name": "g", "prompt": {"cache": "salted"}},
@@ -45,6 +47,21 @@ def test_counter_witness_only_when_every_group_is_salted():
     assert found is not None
     assert (found["source"], found["hits_delta"]) == ("prefix_hits_counter", 992.0)
     assert cache_warmth(rec, tl, frozenset({"g"}), counter_usable=False) is None
+
+
+def test_a_poll_asked_before_the_first_token_does_not_close_its_window():
+    # First token at 1.08 s. The poll answered at 1.1 s was asked at 1.07 s: the server may
+    # have rendered it before the hit (seen on vLLM's CPU build, where it held the old count),
+    # so the window runs to the poll asked after the token, which holds the hit.
+    rec = stream("w", prompt=1000, sent=1.0, chunks=ticks(1.08, 3, 0.01))
+    early = dataclasses.replace(sample(1.1, hits=100), t_asked_ns=ns(1.07))
+    polls = [sample(0.9, hits=100), early, sample(1.3, hits=1092)]
+    found = cache_warmth(rec, Timeline(polls), frozenset({"g"}), counter_usable=True)
+    assert found is not None and found["hits_delta"] == 992.0
+    # Asked after the token, the same poll closes the window, and holds no hit: cold.
+    after = dataclasses.replace(early, t_asked_ns=ns(1.09))
+    polls = [sample(0.9, hits=100), after, sample(1.3, hits=1092)]
+    assert cache_warmth(rec, Timeline(polls), frozenset({"g"}), counter_usable=True) is None
 
 
 def test_the_report_warns_in_one_line():

@@ -160,6 +160,22 @@ async def test_good_scrape_keeps_info_and_values():
     assert sample.t_ns >= 0
 
 
+async def test_a_scrape_records_when_it_was_asked_where_that_precedes_its_answer():
+    # The server renders its values somewhere between the two; a clock that does not move (a
+    # virtual scrape) writes the one instant only.
+    ticks = iter([10, 25, 40, 40])
+
+    async def fetch() -> str:
+        return VLLM_V1
+
+    samples: list = []
+    poller = MetricsPoller(fetch, samples.append, interval_s=0.25, run_start_ns=0,
+                           clock=lambda: next(ticks))  # fmt: skip
+    first, still = await poller.scrape_once(), await poller.scrape_once()
+    assert (first.t_asked_ns, first.t_ns) == (10, 25)
+    assert (still.t_asked_ns, still.t_ns) == (None, 40)
+
+
 def test_collector_families_read_as_the_exposition_text_does():
     """The virtual sim samples its collector directly; the values and info must be those the
     text round trip (what the wall-clock poller reads) gives, on a sim mid-run."""
