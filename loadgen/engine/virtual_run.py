@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -42,7 +41,7 @@ from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.engine.traffic import send_rep
 from loadgen.engine.virtual_progress import VirtualProgress
 from loadgen.records import StreamRecord
-from loadgen.request import StreamRequest
+from loadgen.request import StreamRequest, intended_at
 from loadgen.run_manifest import BackendPart, ReplicaTargets, TargetPart, VirtualEnd
 from loadgen.scenario.plan import PlannedRequest, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
@@ -191,7 +190,7 @@ class VirtualArm:
         a request refused on arrival queues behind those already due at this instant."""
         await self.time.take_turn()
         if isinstance(item, StreamRequest):
-            req = dataclasses.replace(item, t_intended_ns=intended_ns)
+            req = intended_at(item, intended_ns)
         else:
             req = await materialize(item, self.builder, model=self.model, t_intended_ns=intended_ns)
         got: Pending[StreamRecord] = self.time.pending()

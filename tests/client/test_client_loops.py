@@ -1,6 +1,7 @@
 """The executor against a fake backend: schedules, no coordinated omission, closed-loop limits."""
 
 import asyncio
+import dataclasses
 import time
 
 from loadgen.client.loops import (
@@ -13,7 +14,7 @@ from loadgen.client.loops import (
 )
 from loadgen.clock import WallClock
 from loadgen.records import StreamRecord
-from loadgen.request import StreamRequest
+from loadgen.request import StreamRequest, intended_at
 
 MS = 1_000_000
 
@@ -134,3 +135,17 @@ async def test_a_capped_open_loop_holds_its_seats_on_the_wall_clock():
         # intended at that instant, the wait its distance from the arrival.
         assert r.seat_wait_ns is not None and r.seat_wait_ns > 0
         assert r.t_intended_ns == i * 5 * MS + r.seat_wait_ns >= 50 * MS
+
+
+def test_a_request_is_stamped_with_its_intended_instant_as_replace_stamps_it() -> None:
+    # Every field away from its default, so a field out of place in the positional copy shows.
+    req = StreamRequest(
+        id="r", model="m", prompt="p", max_tokens=3, api="chat", group="g", rep=2,
+        t_intended_ns=7, min_tokens=1, ignore_eos=True, cache_salt="s",
+        requested_prompt_tokens=5, prompt_tokens_sent=6, chat_template_kwargs={"k": 1},
+        phase="warmup", arm="a", messages=({"role": "user", "content": "c"},), session="s1",
+        turn=1, keep_text=True, cold=True, needle="n", tool_result=True,
+        extra_body={"seed": 1}, traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01",
+    )  # fmt: skip
+    assert intended_at(req, 99) == dataclasses.replace(req, t_intended_ns=99)
+    assert intended_at(req, 99).t_intended_ns == 99 and req.t_intended_ns == 7

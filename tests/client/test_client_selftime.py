@@ -61,6 +61,18 @@ def test_a_stamp_is_charged_the_lag_of_the_tick_it_was_taken_in_not_the_windows_
     assert t.lag_at(103 * MS, now_ns=105 * MS) == 105 * MS - (100 * MS + 50_000 + 2 * MS)
 
 
+def test_chunks_of_one_read_are_charged_as_the_numpy_path_charges_them() -> None:
+    t = stalled_ticker()
+    # A stamp at 1 ms is charged nothing, so beside it the numpy path gives the other's charge.
+    for us in (9_000, 39_000, 40_400, 44_020, 80_020, 101_000, 103_000):
+        s = us * 1_000
+        for since in (0, 38 * MS, 40 * MS + 100_000):
+            if s < since:
+                continue
+            one_read = t.lag_over([s] * 3, 105 * MS, since)
+            assert one_read == t.lag_over([max(since, 1 * MS), s], 105 * MS, since)
+
+
 def test_the_stamp_a_block_delayed_is_flagged_and_one_whose_window_only_held_it_is_not() -> None:
     t = stalled_ticker()
 

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 import uvloop
 
+from loadgen.client import rawhttp
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.openai import OpenAIClient
 from loadgen.client.rawhttp import Conn, ProtocolError, RawPool, tcp_rtt_us
@@ -74,6 +75,38 @@ async def test_one_read_holding_many_chunks_is_one_sink_call() -> None:
     conn.data_received(SSE_HEAD + chunked(*(b"data: %d\n\n" % i for i in range(50))))
     assert await conn.done is True
     assert len(got) == 1 and got[0].count(b"data: ") == 50
+
+
+async def test_reads_of_whole_chunks_give_what_the_general_loop_gives(monkeypatch) -> None:
+    """whole_chunks takes a read of whole chunks only; whatever it declines (a cut chunk, a
+    CRLF inside data, data that looks like framing, extensions, trailers) goes to the loop:
+    both readers give the same bodies, end and reuse for every split into two reads."""
+    wires = [
+        chunked(EVENTS[:20], EVENTS[20:], b"x" * 300),
+        chunked(b"a\r\nb", b"\r\n", b"2\r\nab\r\n0\r\n\r\n", b"c"),
+        chunked(b"data: 1\n\n") + b"junk",
+        chunked(b"ab") + b"3\r\nabc\r\n",  # a chunk after the last one: never body
+        b"5;name=v\r\nhello\r\n3\r\nabc\r\n0\r\nX-Trailer: 1\r\n\r\n",
+        b"0\r\n\r\n",
+    ]
+
+    async def read(wire: bytes, cut: int) -> tuple[list[bytes], bool | None, bool]:
+        conn, got = armed()
+        for part in (SSE_HEAD + wire[:cut], wire[cut:]):
+            if part and not conn.done.done():  # type: ignore[union-attr]
+                conn.data_received(part)
+        done = conn.done.result() if conn.done.done() else None  # type: ignore[union-attr]
+        return got, done, conn.reusable
+
+    for wire in wires:
+        for cut in range(len(wire) + 1):
+            fast = await read(wire, cut)
+            with monkeypatch.context() as m:
+                m.setattr(rawhttp, "whole_chunks", lambda data: None)
+                assert await read(wire, cut) == fast, (wire, cut)
+    assert rawhttp.whole_chunks(chunked(b"ab", b"c")) == (b"abc", True)
+    assert rawhttp.whole_chunks(b"2\r\nab\r\n") == (b"ab", False)
+    assert rawhttp.whole_chunks(b"2\r\na\r\n\r\n") is None
 
 
 async def test_chunk_extensions_and_trailers_are_skipped() -> None:
