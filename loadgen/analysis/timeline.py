@@ -49,6 +49,7 @@ class Timeline:
         self.samples = sorted((s for s in samples if s.error is None), key=lambda s: s.t_ns)
         self._ts = [s.t_ns for s in self.samples]
         self._series: dict[str, tuple[list[int], list[float]]] = {}
+        # Per series, when each of its polls was asked for (its t_ns where not recorded).
         self._asked_at: dict[str, list[int]] = {}
 
     @property
@@ -58,19 +59,10 @@ class Timeline:
     def series(self, name: str) -> tuple[list[int], list[float]]:
         """(times, values) of the samples that exported `name`."""
         if name not in self._series:
-            pts = [(s.t_ns, float(s.values[name])) for s in self.samples if name in s.values]
-            self._series[name] = ([t for t, _ in pts], [v for _, v in pts])
+            polls = [s for s in self.samples if name in s.values]
+            self._series[name] = ([s.t_ns for s in polls], [float(s.values[name]) for s in polls])
+            self._asked_at[name] = [s.t_ns if s.t_asked_ns is None else s.t_asked_ns for s in polls]
         return self._series[name]
-
-    def _asked(self, name: str) -> list[int]:
-        """When each sample of `name`'s series was asked for (its t_ns where not recorded)."""
-        if name not in self._asked_at:
-            self._asked_at[name] = [
-                s.t_ns if s.t_asked_ns is None else s.t_asked_ns
-                for s in self.samples
-                if name in s.values
-            ]
-        return self._asked_at[name]
 
     def has(self, name: str) -> bool:
         return bool(self.series(name)[0])
@@ -108,7 +100,7 @@ class Timeline:
         if not ts:
             return None
         i = max(bisect.bisect_right(ts, t0_ns) - 1, 0)
-        j = min(bisect.bisect_left(self._asked(name), t1_ns), len(ts) - 1)
+        j = min(bisect.bisect_left(self._asked_at[name], t1_ns), len(ts) - 1)
         if j < i:
             return None
         return vs[j] - vs[i], ts[i], ts[j]
