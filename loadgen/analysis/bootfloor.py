@@ -12,8 +12,9 @@ unit compare):
 - effect of an arm: (arm value - reference value) / reference value; the reference is the
   first arm.
 - multiple: |effect| / floor. `stands` when the multiple is above STANDS_MULTIPLE (2x);
-  `unresolved` otherwise; when either arm has fewer than 2 boots there is no floor at all:
-  `unresolved by construction`.
+  `unresolved` otherwise; when an arm has fewer than 2 boots with the figure (one boot per
+  arm, a cache-dead boot, a boot whose minnows never met the whale's prefill) there is no
+  floor at all: `unresolved by construction`.
 
 With the seed's LOOKUP prose boots the floor is arm 1's 0.11 / 142.84 = 0.0770% and the effect
 +10.33%, 134x the floor. The seed printed 0.070% and 147x: 0.070% is arm 2's spread (0.10)
@@ -69,7 +70,8 @@ def arm_spread(values: Sequence[float | None]) -> float | None:
 
 
 def boot_floor(arms: Mapping[str, Sequence[float | None]]) -> float | None:
-    """The largest relative boot-to-boot spread of any arm; None when an arm has < 2 boots."""
+    """The largest relative boot-to-boot spread of any arm; None when an arm has < 2 boots
+    with a value."""
     spreads = [arm_spread(v) for v in arms.values()]
     if not spreads or any(s is None for s in spreads):
         return None

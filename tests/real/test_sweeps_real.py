@@ -51,14 +51,21 @@ def assert_interleaved_boots(root: Path, manifest: dict, key: str, values: list)
 
 
 def assert_floor_verdicts(summary: dict) -> None:
+    """Every boot's minnows met the whale's prefill, so whale TTFT, minnow TTFT and wall have a
+    floor on every arm; decode during the prefill is missing where an arm's whale prefilled in
+    one step and every minnow queued behind it."""
+    for point in summary["boots"]:
+        figures = [point["values"][k] for k in ("whale_ttft_s", "minnow_ttft_s", "wall_s")]
+        assert None not in figures, point
     rows = summary["boot_floor"]
     assert [r["metric"] for r in rows] == [
         "whale_ttft_s", "minnow_ttft_s", "minnow_decode_during_tok_s", "wall_s"
     ]  # fmt: skip
     for r in rows:
-        assert r["verdict"] in ("stands", "unresolved", "missing"), r
-        if r["verdict"] != "missing":
-            assert r["floor"] is not None
+        if r["metric"] == "minnow_decode_during_tok_s" and r["verdict"] == "missing":
+            continue
+        assert r["verdict"] in ("stands", "unresolved"), r
+        assert r["floor"] is not None
 
 
 def note_verdicts(name: str, summary: dict) -> None:
