@@ -7,7 +7,7 @@ sorted values x_0..x_{n-1}, pXX = x_i + f (x_{i+1} - x_i) where i + f = XX/100 (
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,32 +21,46 @@ SIGNIFICANT_DIGITS = 9
 
 def describe(values: Iterable[float | None]) -> dict[str, Any]:
     """n, min, median, max, mean and p50/p90/p99 of the non-None values (None when empty)."""
-    xs = np.array([v for v in values if v is not None], dtype=float)
+    xs = np.sort(np.array([v for v in values if v is not None], dtype=float))
     if xs.size == 0:
         out: dict[str, Any] = {"n": 0, "min": None, "median": None, "max": None, "mean": None}
         out.update({f"p{p}": None for p in PERCENTILES})
         return out
     return _tail(xs) | {
-        "min": float(xs.min()),
+        "min": float(xs[0]),
         "median": float(np.median(xs)),
         "mean": float(xs.mean()),
     }
 
 
 def tail(values: list[float]) -> dict[str, Any]:
-    """n, p50/p90/p99 and max (None when empty): describe's without its median, mean and min,
-    at under half its cost; a report of 16,384 streams takes it 32,768 times (their gaps)."""
-    xs = np.array(values, dtype=float)
-    if xs.size == 0:
+    """n, p50/p90/p99 and max (None when empty): describe's without its median, mean and min.
+    A report takes it twice a stream (its gaps), on a few values each: sorted in Python, not
+    through numpy (whose percentile cost 50 us a call: 12 s of a 100,000-stream report)."""
+    if not values:
         return {"n": 0, "max": None} | {f"p{p}": None for p in PERCENTILES}
-    return _tail(xs)
+    return _tail(sorted(values))
 
 
-def _tail(xs: np.ndarray) -> dict[str, Any]:
-    out = {"n": int(xs.size), "max": float(xs.max())}
-    for p, v in zip(PERCENTILES, np.percentile(xs, PERCENTILES), strict=True):
-        out[f"p{p}"] = float(v)
+def _tail(xs: Sequence[float] | np.ndarray) -> dict[str, Any]:
+    """The tail of ascending values."""
+    out = {"n": len(xs), "max": float(xs[-1])}
+    for p in PERCENTILES:
+        out[f"p{p}"] = _percentile(xs, p)
     return out
+
+
+def _percentile(xs: Sequence[float] | np.ndarray, p: int) -> float:
+    """The module docstring's pXX of ascending values, in numpy's own float steps (its
+    "linear" method: the index (n - 1) q, and from the upper neighbour when the fraction is
+    0.5 or more), so the same values give the same bits either way."""
+    at = (len(xs) - 1) * (p / 100)
+    i = math.floor(at)
+    if i >= len(xs) - 1:
+        return float(xs[-1])
+    a, b = float(xs[i]), float(xs[i + 1])
+    frac = at - i
+    return b - (b - a) * (1 - frac) if frac >= 0.5 else a + (b - a) * frac
 
 
 def median(values: Iterable[float | None]) -> float | None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loadgen.analysis.stats import describe, tail
 
@@ -24,3 +27,11 @@ def test_describe_interpolates_between_closest_ranks() -> None:
 def test_tail_is_describes_tail_to_the_bit(values: list[float]) -> None:
     whole = describe(values)
     assert tail(values) == {k: whole[k] for k in TAIL_KEYS}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=64))
+def test_percentiles_are_numpys_linear_ones_to_the_bit(values: list[float]) -> None:
+    expected = [float(v) for v in np.percentile(np.array(values), (50, 90, 99))]
+    assert [tail(values)[k] for k in ("p50", "p90", "p99")] == expected
+    assert [describe(values)[k] for k in ("p50", "p90", "p99")] == expected
