@@ -1,5 +1,5 @@
 """Endless deterministic text in a given shape: English-like prose, Python-like code, or a
-user's file. Each generator yields chunks (a paragraph, a function, a pass over the file); every
+user's file. Each generator yields chunks (a sentence, a function, a pass over the file); every
 chunk after the first starts with its own separator, so joining them is the text.
 
 random.Random is used for its documented cross-version stability of seeded sequences.
@@ -35,13 +35,13 @@ def text_chunks(shape: str, seed: int, file_text: str | None = None) -> Iterator
 
 
 def _prose(r: random.Random) -> Iterator[str]:
-    yield _paragraph(r)
+    """Paragraphs of 3 to 7 sentences, yielded a sentence at a time: a 16-token prompt takes
+    one or two sentences, not the whole paragraph (the text is the same either way)."""
+    opening = ""
     while True:
-        yield "\n\n" + _paragraph(r)
-
-
-def _paragraph(r: random.Random) -> str:
-    return " ".join(_sentence(r) for _ in range(r.randint(3, 7)))
+        for i in range(r.randint(3, 7)):
+            yield (" " if i else opening) + _sentence(r)
+        opening = "\n\n"
 
 
 def _np(r: random.Random) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 
@@ -141,12 +142,22 @@ async def test_a_prompt_shorter_than_its_first_tag_word_is_refused() -> None:
 
 
 def test_generators_look_like_their_shape() -> None:
-    prose = "".join(part for part, _ in zip(text_chunks("prose", 3), range(5), strict=False))
+    prose = "".join(part for part, _ in zip(text_chunks("prose", 3), range(30), strict=False))
     code = "".join(part for part, _ in zip(text_chunks("code", 3), range(5), strict=False))
     assert prose[0].isupper() and prose.count(". ") > 5 and "\n\n" in prose
     assert re.search(r"^def \w+\(", code, re.M) or re.search(r"^class \w+:", code, re.M)
     assert "\n    " in code and "{" in code and "return " in code
     assert code != "".join(p for p, _ in zip(text_chunks("code", 4), range(5), strict=False))
+
+
+def test_prose_is_the_same_text_in_any_chunking() -> None:
+    # Prose is yielded a sentence at a time (a short prompt generates one or two, not a whole
+    # paragraph); the first 20,000 characters of seed 3 are those whole paragraphs gave.
+    chunks, text = text_chunks("prose", 3), ""
+    while len(text) < 20_000:
+        text += next(chunks)
+    digest = hashlib.sha256(text[:20_000].encode()).hexdigest()
+    assert digest == "58c8a52c47a7a4b65a54741c341cd43ce2367add94c4419b4648ff5986833546"
 
 
 async def test_a_counter_that_never_grows_is_refused() -> None:
