@@ -22,7 +22,7 @@ from loadgen.clock import ClockName, WallClock
 from loadgen.engine.arm import ArmOpening, Record
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.live_metrics import LiveMetrics
-from loadgen.engine.materialize import materialize
+from loadgen.engine.materialize import materialize_all
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.preflight import checked_model
@@ -281,7 +281,7 @@ async def _run_rep(
 ) -> None:
     # Prompts are built before the clock starts: sizing must not eat into the schedule.
     builder, session_builder = builders
-    built = [await materialize(p, builder, model=model, t_intended_ns=0) for p in rep.requests]
+    built = await materialize_all(rep.requests, builder, model=model)
     sessions = await build_sessions(rep.sessions, session_builder)
     mine = 0 if pool is not None else min(rep.concurrency or rep.cap or len(built), len(built))
     await client.warm(mine + len(sessions) or 1)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Sequence
+from typing import Any, cast
 
 from loadgen.needle import needle_code
 from loadgen.request import StreamRequest
@@ -38,6 +40,40 @@ async def materialize(
         needle=code,
         extra_body=dict(planned.sampling or {}),
     )
+
+
+# Prompts sized at once: a server's /tokenize is a round trip per count (5.5 counts a 256-token
+# prompt), so one prompt at a time leaves client and server idle between the answers. 1,000
+# prompts against llama-server on 2 cores: 2.40 s one at a time, 1.47 s with 8, 1.45 s with 32.
+SIZING_IN_FLIGHT = 32
+
+
+async def materialize_all(
+    planned: Sequence[PlannedRequest], builder: PromptBuilder, *, model: str
+) -> list[StreamRequest]:
+    """materialize() of every planned request (intended at 0), in their order, up to
+    SIZING_IN_FLIGHT at once. Each prompt starts from the density learned before the call, so
+    its text is the same whatever order the counts come back in; with a counter whose count
+    grows with every word (a tokenizer), it is the text one at a time would build. A shared
+    prefix is fitted once."""
+    built: list[StreamRequest | None] = [None] * len(planned)
+    todo = iter(enumerate(planned))
+
+    async def size_next() -> None:
+        for i, p in todo:
+            built[i] = await materialize(p, builder, model=model, t_intended_ns=0)
+
+    with builder.density_held():
+        sizers = [asyncio.ensure_future(size_next()) for _ in range(SIZING_IN_FLIGHT)]
+        try:
+            await asyncio.gather(*sizers)
+        except BaseException:
+            # One failed (a prompt that cannot be sized) or the run stopped: the others stop.
+            for s in sizers:
+                s.cancel()
+            await asyncio.gather(*sizers, return_exceptions=True)
+            raise
+    return cast(list[StreamRequest], built)
 
 
 def as_planned(

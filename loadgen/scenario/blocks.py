@@ -18,6 +18,7 @@ one server block per shared prefix. The chat API shifts every block by the templ
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_right
 
 import numpy as np
@@ -42,11 +43,16 @@ class BlockComposer:
         self._by_cost: list[int] = []
         self._sorted_costs: list[int] = []
         self._verified = 0
+        # Prompts sized concurrently all need the words: one learns, the others wait for it.
+        self._learning = asyncio.Lock()
 
     async def learn(self) -> None:
         """Counts every word once; `overhead` is what the server adds to any prompt (BOS)."""
-        if self._texts:
-            return
+        async with self._learning:
+            if not self._texts:
+                await self._learn_words()
+
+    async def _learn_words(self) -> None:
         one, two = await self.counter.count(" the"), await self.counter.count(" the the")
         self.overhead = 2 * one - two
         costs = {}

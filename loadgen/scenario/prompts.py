@@ -15,6 +15,8 @@ filler pieces are appended one at a time. With an exact counter the result is ex
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import re
 from bisect import bisect_right
@@ -95,10 +97,15 @@ class PromptBuilder:
         self.counter = counter
         self.count_calls = 0
         self._prefixes: dict[tuple[str, int], tuple[str, int]] = {}
+        # Prompts may be sized concurrently (engine/materialize.py): a prefix is fitted once
+        # while the builds that need it wait, not once by each of them.
+        self._fitting_prefix = asyncio.Lock()
         self._files: dict[str, str] = {}
         self._blocks: BlockComposer | None = None
-        # Characters per token of each text shape, as the counter last counted it.
+        # Characters per token of each text shape, as the counter last counted it; held still
+        # while prompts are sized concurrently (density_held).
         self._density: dict[str, float] = {}
+        self._learning_density = True
 
     async def build(self, spec: PromptSpec) -> BuiltPrompt:
         method = self.counter.method
@@ -180,12 +187,13 @@ class PromptBuilder:
 
     async def _prefix(self, spec: PromptSpec, prefix_key: str, tokens: int) -> tuple[str, int]:
         key = (prefix_key, tokens)
-        if key not in self._prefixes:
-            # Every spec with a prefix_key (plan.py's, the cache probe's) has its prefix_seed.
-            chunks = self._chunks(spec, cast(int, spec.prefix_seed))
-            self._prefixes[key] = await self._fit(
-                salt_tag(spec.salt), None, chunks, tokens, spec.shape
-            )
+        async with self._fitting_prefix:
+            if key not in self._prefixes:
+                # Every spec with a prefix_key (plan.py's, the cache probe's) has its prefix_seed.
+                chunks = self._chunks(spec, cast(int, spec.prefix_seed))
+                self._prefixes[key] = await self._fit(
+                    salt_tag(spec.salt), None, chunks, tokens, spec.shape
+                )
         return self._prefixes[key]
 
     def _chunks(self, spec: PromptSpec, seed: int) -> Iterator[str]:
@@ -198,6 +206,17 @@ class PromptBuilder:
             self._files[file] = Path(file).read_text(encoding="utf-8")
         return text_chunks("file", seed, self._files[file])
 
+    @contextlib.contextmanager
+    def density_held(self) -> Iterator[None]:
+        """Prompts built inside start from the density learned before, whatever order their
+        counts are answered in: a prompt's text then depends on its own counts only, as it
+        does one prompt at a time, where the density each starts from is the last one's."""
+        self._learning_density = False
+        try:
+            yield
+        finally:
+            self._learning_density = True
+
     async def count(self, text: str) -> int:
         """The counter's count, tallied in `count_calls`."""
         self.count_calls += 1
@@ -206,9 +225,11 @@ class PromptBuilder:
     async def _fit(
         self, head: str, head_tokens: int | None, chunks: Iterator[str], target: int, shape: str
     ) -> tuple[str, int]:
-        """head + the longest run of pieces from `chunks` that counts `target` tokens. The result
-        does not depend on how much text is generated first (the count grows with every piece,
-        so one cut fits), only on the chunks and the counter's answers."""
+        """head + the longest run of pieces from `chunks` that counts `target` tokens. Where the
+        count grows with every piece (a tokenizer's words), one cut fits: the result is the
+        chunks' and the counter's answers'. Where it may not (the estimate's 4-character
+        rounding), the cut found also depends on how much text is generated first, so on the
+        density learned from the prompts fitted before."""
         if head_tokens is None:
             head_tokens = await self.count(head)
         if head_tokens > target:
@@ -228,7 +249,8 @@ class PromptBuilder:
             full = await self.count(head + body.text)
         else:
             raise PromptSizeError(f"{len(body.text):,} characters still count {full} tokens")
-        self._density[shape] = len(body.text) / (full - head_tokens)
+        if self._learning_density:
+            self._density[shape] = len(body.text) / (full - head_tokens)
         lo, lo_count, hi, hi_count = 0, head_tokens, len(body), full
         error, secant = math.inf, True
         while hi - lo > 1:
