@@ -130,3 +130,16 @@ def test_a_run_whose_server_dies_writes_and_prints_no_password(tmp_path: Path) -
     errors = [r.error.message for r in read_streams(run_dir) if r.error is not None]
     assert rc != 0 and errors, output  # the kill left streams that name the server
     assert _leaks(run_dir, output, (secret,)) == []
+
+
+def test_what_holds_no_secret_is_returned_as_it_is_and_the_rest_copied() -> None:
+    clean = {"streams": [{"id": "a", "ttft_s": 0.1, "argv": ["--port", "8000"]}], "n": (1, 2)}
+    assert redact(clean) is clean
+    leaky = {
+        "streams": clean["streams"],
+        "run": {"argv": ["--api-key", "sk-1"], "url": "http://u:pw@h/v1", "n": 3},
+    }
+    masked = redact(leaky)
+    assert masked["streams"] is clean["streams"]  # shared, not copied
+    assert masked["run"] == {"argv": ["--api-key", "***"], "url": "http://u:***@h/v1", "n": 3}
+    assert leaky["run"]["argv"] == ["--api-key", "sk-1"]  # the input is never changed
