@@ -46,6 +46,12 @@ async def materialize(
 # prompt), so one prompt at a time leaves client and server idle between the answers. 1,000
 # prompts against llama-server on 2 cores: 2.40 s one at a time, 1.47 s with 8, 1.45 s with 32.
 SIZING_IN_FLIGHT = 32
+# Prompts sized between turns of the loop, all sizers together. A counter that never waits (the
+# estimate, the sim's tokenizer) would otherwise hold the loop for the whole rep: 27 s for a
+# million prompts, in which Ctrl-C went unanswered and a /metrics scrape timed out. Every sizer
+# ready runs in one turn, so each gives the loop its turn after its share.
+SIZED_BETWEEN_TURNS = 256
+_SIZED_BY_ONE = SIZED_BETWEEN_TURNS // SIZING_IN_FLIGHT
 
 
 async def materialize_all(
@@ -60,8 +66,10 @@ async def materialize_all(
     todo = iter(enumerate(planned))
 
     async def size_next() -> None:
-        for i, p in todo:
+        for sized, (i, p) in enumerate(todo, 1):
             built[i] = await materialize(p, builder, model=model, t_intended_ns=0)
+            if sized % _SIZED_BY_ONE == 0:
+                await asyncio.sleep(0)
 
     with builder.density_held():
         sizers = [asyncio.ensure_future(size_next()) for _ in range(SIZING_IN_FLIGHT)]

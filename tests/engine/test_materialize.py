@@ -12,11 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.engine.materialize import SIZING_IN_FLIGHT, materialize, materialize_all
+from loadgen.engine.materialize import (
+    SIZED_BETWEEN_TURNS,
+    SIZING_IN_FLIGHT,
+    materialize,
+    materialize_all,
+)
 from loadgen.scenario.load import load_scenario
 from loadgen.scenario.model import Group, PromptConfig, Scenario
 from loadgen.scenario.plan import PlannedRequest, plan
-from loadgen.scenario.prompts import PromptBuilder, salt_tag
+from loadgen.scenario.prompts import EstimateCounter, PromptBuilder, salt_tag
 from loadgen.scenario.token_counter import PromptSizeError
 
 from support.traces import SHARED, write_scenario
@@ -113,3 +118,25 @@ async def test_a_prompt_that_cannot_be_sized_stops_the_others() -> None:
     asked = len(counter.asked)
     await asyncio.sleep(0.01)  # the other sizers were cancelled, not left counting
     assert len(counter.asked) == asked
+
+
+async def test_a_counter_that_never_waits_still_lets_the_loop_turn() -> None:
+    # The estimate answers without waiting: sizing a big rep must not hold the loop (Ctrl-C,
+    # the /metrics poller) until the last prompt.
+    n = 8 * SIZED_BETWEEN_TURNS
+    reqs = requests_of(Group("salted", n, PromptConfig(16, "prose", "salted"), 4))
+    turns = 0
+
+    async def tick() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.ensure_future(tick())
+    await asyncio.sleep(0)
+    started = turns
+    built = await materialize_all(reqs, PromptBuilder(EstimateCounter()), model="m")
+    ticker.cancel()
+    assert len(built) == n
+    assert turns - started >= n // SIZED_BETWEEN_TURNS - 1
