@@ -24,6 +24,7 @@ from loadgen.scenario.plan import PlannedRequest, plan
 from loadgen.scenario.prompts import EstimateCounter, PromptBuilder, salt_tag
 from loadgen.scenario.token_counter import PromptSizeError
 
+from support.loop_turns import LoopTurns
 from support.traces import SHARED, write_scenario
 
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -125,18 +126,9 @@ async def test_a_counter_that_never_waits_still_lets_the_loop_turn() -> None:
     # the /metrics poller) until the last prompt.
     n = 8 * SIZED_BETWEEN_TURNS
     reqs = requests_of(Group("salted", n, PromptConfig(16, "prose", "salted"), 4))
-    turns = 0
-
-    async def tick() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    ticker = asyncio.ensure_future(tick())
-    await asyncio.sleep(0)
-    started = turns
-    built = await materialize_all(reqs, PromptBuilder(EstimateCounter()), model="m")
-    ticker.cancel()
+    async with LoopTurns() as turns:
+        started = turns.count
+        built = await materialize_all(reqs, PromptBuilder(EstimateCounter()), model="m")
+        sizing_turns = turns.count - started
     assert len(built) == n
-    assert turns - started >= n // SIZED_BETWEEN_TURNS - 1
+    assert sizing_turns >= n // SIZED_BETWEEN_TURNS - 1

@@ -23,6 +23,7 @@ from loadgen.sim.runner import VirtualClock
 from loadgen.sim.server import TOKENIZE_SLICE_CHARS, boot_lines, start_sim_server
 from loadgen.sim.tokenizer import render_chat
 
+from support.loop_turns import LoopTurns
 from support.sim import (
     MODEL,
     PREFILL_HEAVY,
@@ -362,31 +363,23 @@ async def test_a_request_arrives_when_received_not_when_tokenized(monkeypatch) -
 async def test_the_event_loop_runs_other_tasks_while_a_long_prompt_is_tokenized(
     monkeypatch,
 ) -> None:
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
     seen: list[int] = []
     async with start_sim_server(sim_config(max_model_len=16_384, num_gpu_blocks=2048)) as server:
         tok = server.state.tokenizer
         encode_slices = tok.encode_slices
+        turns = LoopTurns()
 
         def spy(text: str, slice_chars: int):  # type: ignore[no-untyped-def]
             for part in encode_slices(text, slice_chars):
-                seen.append(ticks)
+                seen.append(turns.count)
                 yield part
 
         monkeypatch.setattr(tok, "encode_slices", spy)
-        task = asyncio.create_task(ticker())
         prompt_tokens = 3 * TOKENIZE_SLICE_CHARS // len(WORD) + 10
-        status, body = await post_json(
-            server.url, "/v1/completions", completion_body(prompt_tokens, 1)
-        )
-        task.cancel()
+        async with turns:
+            status, body = await post_json(
+                server.url, "/v1/completions", completion_body(prompt_tokens, 1)
+            )
     assert status == 200
     assert body["usage"]["prompt_tokens"] == prompt_tokens
     assert len(seen) == 4  # parts of >= 16,384 characters
