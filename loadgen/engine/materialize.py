@@ -44,7 +44,8 @@ async def materialize(
 
 # Prompts sized at once: a server's /tokenize is a round trip per count (5.5 counts a 256-token
 # prompt), so one prompt at a time leaves client and server idle between the answers. 1,000
-# prompts against llama-server on 2 cores: 2.40 s one at a time, 1.47 s with 8, 1.45 s with 32.
+# such prompts on 2 cores: llama-server 2.30 s one at a time, 1.51 s 32 at a time; vLLM's CPU
+# build 8.2 and 7.1 s (its one API process is the bound).
 SIZING_IN_FLIGHT = 32
 # Prompts sized between turns of the loop, all sizers together. A counter that never waits (the
 # estimate, the sim's tokenizer) would otherwise hold the loop for the whole rep: 27 s for a
