@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import NamedTuple
 
 from loadgen.analysis.stats import median
 from loadgen.records import MetricsSample
@@ -42,15 +43,22 @@ class Plateau:
         return cls(value, from_ns / NS, to_ns / NS, (to_ns - from_ns) / NS, samples)
 
 
+class _Series(NamedTuple):
+    """One metric's polls: when each was answered, its value, and when it was asked for (its
+    answer's time where the scrape recorded none)."""
+
+    times: list[int]
+    values: list[float]
+    asked: list[int]
+
+
 class Timeline:
     """Successful scrapes sorted by time, with per-metric series."""
 
     def __init__(self, samples: list[MetricsSample]) -> None:
         self.samples = sorted((s for s in samples if s.error is None), key=lambda s: s.t_ns)
         self._ts = [s.t_ns for s in self.samples]
-        self._series: dict[str, tuple[list[int], list[float]]] = {}
-        # Per series, when each of its polls was asked for (its t_ns where not recorded).
-        self._asked_at: dict[str, list[int]] = {}
+        self._series: dict[str, _Series] = {}
 
     @property
     def available(self) -> bool:
@@ -58,10 +66,17 @@ class Timeline:
 
     def series(self, name: str) -> tuple[list[int], list[float]]:
         """(times, values) of the samples that exported `name`."""
+        found = self._polls(name)
+        return found.times, found.values
+
+    def _polls(self, name: str) -> _Series:
         if name not in self._series:
             polls = [s for s in self.samples if name in s.values]
-            self._series[name] = ([s.t_ns for s in polls], [float(s.values[name]) for s in polls])
-            self._asked_at[name] = [s.t_ns if s.t_asked_ns is None else s.t_asked_ns for s in polls]
+            self._series[name] = _Series(
+                [s.t_ns for s in polls],
+                [float(s.values[name]) for s in polls],
+                [s.t_ns if s.t_asked_ns is None else s.t_asked_ns for s in polls],
+            )
         return self._series[name]
 
     def has(self, name: str) -> bool:
@@ -96,11 +111,11 @@ class Timeline:
         whole events for discrete counters, over a window at least as wide as [t0, t1]. A poll
         asked before t1 and answered after it may hold the values from before t1: on vLLM's
         CPU build one of four replayed streams' cache hits fell outside its window that way."""
-        ts, vs = self.series(name)
+        ts, vs, asked = self._polls(name)
         if not ts:
             return None
         i = max(bisect.bisect_right(ts, t0_ns) - 1, 0)
-        j = min(bisect.bisect_left(self._asked_at[name], t1_ns), len(ts) - 1)
+        j = min(bisect.bisect_left(asked, t1_ns), len(ts) - 1)
         if j < i:
             return None
         return vs[j] - vs[i], ts[i], ts[j]
