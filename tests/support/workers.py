@@ -12,6 +12,7 @@ from loadgen.analysis.hist import merge_hlogs
 
 from support.cli import loadgen
 from support.paths import DATA
+from support.verdict_cases import server_verdict
 
 SPREAD = DATA / "scenarios" / "spread.yaml"
 
@@ -37,7 +38,7 @@ def server_verdicts(summary: dict) -> Counter[str]:
     """Verdict counts, a client_limited stream counted by the server verdict under it: how busy
     the test machine is decides whether the client's error crossed its tolerance, not which
     process sent the stream."""
-    return Counter(s["evidence"].get("server_verdict", s["verdict"]) for s in summary["streams"])
+    return Counter(server_verdict(s) for s in summary["streams"])
 
 
 def hist_counts(run_dir: Path) -> dict[str, int]:
