@@ -242,11 +242,9 @@ def bound_by(server_cpu: float, client_cpu: float, host_cpu: float, workers: int
 def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], seconds: float,
            first_n: int, max_n: int, deadline: float, tmp: Path) -> list[Point]:  # fmt: skip
     """The points of one (W, T): each C sized to run about `seconds` at the rate before, none
-    started past `deadline` (time.monotonic). Several workers get one server: loadgen routes
-    replicas from one process only (it refuses --workers with several --base-url), so there
-    the `servers` bound is the likelier."""
+    started past `deadline` (time.monotonic). Every point gets the k servers, each worker
+    routing its share over all of them."""
     out, n = [], first_n
-    k = k if workers == 1 else 1
     for c in cs:
         if time.monotonic() > deadline:
             print(f"skipped W={workers} T={tokens} C={c}: past --max-seconds", flush=True)
@@ -275,7 +273,7 @@ def ceiling_table(points: list[Point], k: int) -> str:
     """Every point, then per (W, T) the ceiling: the most req/s, the most streams in flight
     with the TTFT p50 error within ERR_TOLERANCE_MS, and the first C with any stream flagged."""
     lines = [f"loadgen request against S firehose processes (TTFT 0, no gaps; {k} behind the"
-             f" round-robin at W=1, 1 at W>1), {CORES} CPUs,"
+             f" round-robin of each worker), {CORES} CPUs,"
              f" load average {os.getloadavg()[0]:.2f} at the end", HEAD]  # fmt: skip
     lines += [row(p) for p in points]
     lines.append("ceiling per (W, T): most req/s; most streams in flight with err p50 < "

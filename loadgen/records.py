@@ -137,7 +137,7 @@ class StreamRecord:
     # The calls themselves, (id, name, arguments) each, kept for the request that sends the
     # tool's result; never written (as `answer`).
     calls: tuple[tuple[str, str, str], ...] | None = json_field(default=None, omit="always")
-    # Which replica served it, an index into run.json's `targets` list (engine/routing.py);
+    # Which replica served it, an index into run.json's `targets` list (client/routing.py);
     # None for a run with one target.
     replica: int | None = None
     # An open loop with a seat cap (arrival `concurrency`): how long the arrival waited for a

@@ -134,7 +134,7 @@ class UntilPrecise:
 @dataclass(frozen=True, slots=True)
 class ReplicaTargets:
     """The replicas an arm routed to (a record's `replica` indexes `urls`, redacted) and the
-    route: its policy and the prefix-hash settings (engine/routing.py)."""
+    route: its policy and the prefix-hash settings (client/routing.py)."""
 
     urls: tuple[str, ...]
     route: str

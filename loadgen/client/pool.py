@@ -29,7 +29,8 @@ import queue as queue_mod
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from loadgen.client.loops import (
     stream_at,
 )
 from loadgen.client.openai import OpenAIClient
+from loadgen.client.routing import RoutedClient, Router, RouteSpec
 from loadgen.clock import WallClock
 from loadgen.codec import to_json
 from loadgen.lifeline import die_with
@@ -119,7 +121,7 @@ def auto_workers(peak_in_flight: int, *, server_on_host: bool, cores: int | None
 
 
 async def serve_job(
-    client: OpenAIClient, job: Job, start_ns: int, run_start_ns: int, emit: OnRecord
+    client: OpenAIClient | RoutedClient, job: Job, start_ns: int, run_start_ns: int, emit: OnRecord
 ) -> None:
     """Runs one job on `client` from `start_ns` on the run clock (the worker-side core of every
     pool), emitting each record as its stream ends, and the records of streams cancelled
@@ -154,6 +156,29 @@ class WorkerClient:
     api_key: str | None
     timeouts: Timeouts
     run_start_ns: int
+    # Several replicas (the run's targets, in order; base_url is the first): each worker routes
+    # its own share with a router of its own (client/routing.py). Round-robin and prefix-hash
+    # split the run as one process would; least-outstanding balances each worker's streams.
+    replicas: tuple[str, ...] = ()
+    route: RouteSpec = field(default_factory=RouteSpec)
+
+
+async def open_worker_sender(
+    to: WorkerClient, seats: int, stack: AsyncExitStack
+) -> OpenAIClient | RoutedClient:
+    """What a worker streams through, entered on `stack`: a client of the one server, or one
+    per replica behind the worker's router, each sized for all `seats` (any policy may send
+    every stream to one replica)."""
+    clients = [
+        await stack.enter_async_context(OpenAIClient(
+            url, api_key=to.api_key, concurrency=seats, timeouts=to.timeouts,
+            run_start_ns=to.run_start_ns,
+        ))
+        for url in to.replicas or (to.base_url,)
+    ]  # fmt: skip
+    if len(clients) == 1:
+        return clients[0]
+    return RoutedClient(clients, Router(to.route, len(clients)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,10 +209,8 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
         assert main_task is not None
         install_stop_signals(lambda _sig: main_task.cancelling() or main_task.cancel())
         to = args.client
-        async with OpenAIClient(
-            to.base_url, api_key=to.api_key, concurrency=args.seats, timeouts=to.timeouts,
-            run_start_ns=to.run_start_ns,
-        ) as client:  # fmt: skip
+        async with AsyncExitStack() as stack:
+            client = await open_worker_sender(to, args.seats, stack)
             await client.warm(args.seats)
             lag = LoopLagMonitor()
             ticker = asyncio.create_task(lag.run())

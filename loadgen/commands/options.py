@@ -21,13 +21,13 @@ import click
 from loadgen.analysis.precision import PRECISE_HELP, PrecisionTarget, parse_precise
 from loadgen.analysis.slo import DEFAULT_ATTAIN, SLO_HELP, SloItem, parse_slo
 from loadgen.client.endpoint import resolve_target
-from loadgen.clock import ClockName
-from loadgen.engine.routing import (
+from loadgen.client.routing import (
     DEFAULT_BLOCK_CHARS,
     DEFAULT_PREFIX_BLOCKS,
     RoutePolicy,
     RouteSpec,
 )
+from loadgen.clock import ClockName
 from loadgen.engine.seeds import SEED_TYPE, resolve_run_seed
 from loadgen.scenario.limits import client_problems, size_problems
 from loadgen.scenario.load_axis import LoadAxis, load_problem, load_sweep, parse_load_values
@@ -734,8 +734,8 @@ def not_builtin_sim(base_url: str | None, server: ServerSpec | None) -> bool:
 def replica_problems(
     target: TargetArgs, server: ServerSpec | None, routed: bool, fields: dict[str, Any]
 ) -> list[str]:
-    """Several replicas: only where the engine routes, from this process, and the sim's
-    replicas only of the built-in sim."""
+    """Several replicas: only where the engine routes (this process, or each of its worker
+    processes), and the sim's replicas only of the built-in sim."""
     problems = []
     several = len(target.base_urls) > 1 or target.sim_replicas > 1
     if several and not routed:
@@ -746,8 +746,9 @@ def replica_problems(
                         "--base-url for your own replicas)")  # fmt: skip
     if target.sim_replicas > 1 and server is not None and server.kind != "sim":
         problems.append(f"--sim-replicas replicates the built-in sim, not {server.kind}")
-    if several and (fields.get("workers") not in (None, 1) or fields.get("ray_address")):
-        problems.append("several replicas are routed from one process: drop --workers / --ray")
+    if several and fields.get("ray_address"):
+        problems.append("several replicas are routed by this host's worker processes, not Ray "
+                        "actors: drop --ray (or use --workers N)")  # fmt: skip
     return problems
 
 

@@ -18,6 +18,7 @@ from loadgen.client.endpoint import Timeouts
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
+from loadgen.client.routing import RoutedClient, Router
 from loadgen.clock import ClockName, WallClock
 from loadgen.engine.arm import ArmOpening, Record
 from loadgen.engine.counters import pick_counter
@@ -27,8 +28,7 @@ from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.preflight import checked_model
 from loadgen.engine.progress import Progress
-from loadgen.engine.replicas import FleetScrape, RoutedClient, targets_part
-from loadgen.engine.routing import Router
+from loadgen.engine.replicas import FleetScrape, targets_part
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.server_log import ServerLogTail
 from loadgen.engine.sessions import build_sessions
@@ -160,8 +160,7 @@ async def open_http_backend(
     # A soak's stop and --until-precise see every record as it is written, here.
     stops_here = opts.stop is not None or bool(opts.until_precise)
     ray = None if stops_here else opts.ray_address
-    # Several replicas are routed from this process: the router holds every stream's replica.
-    workers = 1 if target.replicas else worker_count(
+    workers = worker_count(
         opts.workers, concurrency, server_on_host=target.kind != "external", ray=bool(ray),
         soak=stops_here,
     )  # fmt: skip
@@ -172,7 +171,7 @@ async def open_http_backend(
     ) as client, client_pool(
         workers, url=target.url, api_key=opts.api_key, peak_in_flight=concurrency,
         timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
-        ray_address=ray,
+        ray_address=ray, replicas=target.replicas, route=opts.route,
     ) as pool, AsyncExitStack() as stack:  # fmt: skip
         sender = await _sender(client, target, opts, stack, concurrency, run_start_ns, timeouts)
         wanted = opts.model or scenario.model or target.model

@@ -6,9 +6,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from loadgen.analysis.precision import PrecisionTarget
+from loadgen.client.routing import RouteSpec
 from loadgen.clock import ClockName
 from loadgen.engine.live_metrics import LiveMetrics
-from loadgen.engine.routing import RouteSpec
 from loadgen.engine.soak import SoakStop
 from loadgen.server.spec import ServerSpec
 
@@ -56,7 +56,7 @@ class RunOptions:
     # unless `telemetry` is off (engine/telemetry.py).
     telemetry_url: str | None = None
     telemetry: bool = True
-    # Several replicas behind the client's router (engine/routing.py): every --base-url when
+    # Several replicas behind the client's router (client/routing.py): every --base-url when
     # more than one is given (base_url is the first), or the built-in sim booted N times
     # (--sim-replicas, either clock); `route` picks each request's replica.
     replica_urls: tuple[str, ...] = ()

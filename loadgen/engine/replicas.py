@@ -1,7 +1,7 @@
 """Several replicas behind one client-side router, on either clock: their /metrics scraped at
 the same poll instants (each replica's sample to replica_metrics.jsonl, their totals to
-metrics.jsonl, so every analysis of one server reads the fleet unchanged), and the wall
-clock's client that routes each stream to a replica's own connection pool.
+metrics.jsonl, so every analysis of one server reads the fleet unchanged). The wall clock's
+client that routes each stream is client/routing.py's RoutedClient.
 
 A replica that stops answering keeps its last scraped counters in the totals (it serves no
 more, so they stay where they were; dropping them would make every counter delta across its
@@ -11,19 +11,16 @@ death negative) and leaves the gauges (running, waiting, KV use) to those still 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import cast
 
 from prometheus_client.metrics_core import Metric
 
-from loadgen.client.openai import OpenAIClient
+from loadgen.client.routing import RouteSpec
 from loadgen.engine.poller import parsed_metrics
-from loadgen.engine.routing import Router, RouteSpec
 from loadgen.exposition import ParsedMetrics
-from loadgen.records import MetricsSample, StreamRecord
+from loadgen.records import MetricsSample
 from loadgen.redact import redact_url
-from loadgen.request import StreamRequest
 from loadgen.run_manifest import ReplicaTargets
 
 Fetch = Callable[[], Awaitable[str | Iterable[Metric]]]
@@ -92,36 +89,3 @@ class FleetScrape:
             return exc
         self._sink(MetricsSample(self._clock(), parsed.values, replica=replica))
         return parsed
-
-
-class RoutedClient:
-    """The wall clock's streams over several replicas' clients: each request to the replica
-    the router picks, its record naming that replica. Metadata (models, tokenize) goes to the
-    first replica, which every replica is taken to mirror (same model, same tokenizer)."""
-
-    def __init__(self, clients: Sequence[OpenAIClient], router: Router) -> None:
-        self.clients, self.router = clients, router
-
-    async def stream(self, req: StreamRequest) -> StreamRecord:
-        replica = self.router.pick(req)
-        try:
-            rec = await self.clients[replica].stream(req)
-        finally:
-            self.router.done(replica)
-        return dataclasses.replace(rec, replica=replica)
-
-    def live_counts(self) -> tuple[int, int]:
-        counts = [c.live_counts() for c in self.clients]
-        return sum(a for a, _ in counts), sum(s for _, s in counts)
-
-    def take_cancelled(self) -> list[StreamRecord]:
-        return [dataclasses.replace(rec, replica=i)
-                for i, c in enumerate(self.clients) for rec in c.take_cancelled()]  # fmt: skip
-
-    async def warm(self, n: int) -> None:
-        """Opens connections ahead on every replica: as many as could go to any one of them.
-        A replica that refuses is left to its streams (each an error record naming why); only
-        when none answers is the run's target gone."""
-        got = await asyncio.gather(*(c.warm(n) for c in self.clients), return_exceptions=True)
-        if all(isinstance(g, BaseException) for g in got):
-            raise cast(BaseException, got[0])

@@ -18,6 +18,7 @@ from typing import Any
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.pool import ProcessPool, WorkerClient, auto_workers, split_jobs
 from loadgen.client.ray_pool import RayPool, ray_pool
+from loadgen.client.routing import RouteSpec
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import RepPlan
@@ -60,11 +61,15 @@ async def client_pool(
     run_start_ns: int,
     run_path: Path,
     ray_address: str | None = None,
+    replicas: Sequence[str] = (),
+    route: RouteSpec | None = None,
 ) -> AsyncIterator[Pool | None]:
     """A pool of `workers` client processes on the run clock, or None for one process (the
     parent's own client sends everything); with `ray_address`, Ray actors on that cluster
-    (`workers` None: as many as the cluster's nodes and the streams in flight call for)."""
-    client = WorkerClient(url, api_key, timeouts, run_start_ns)
+    (`workers` None: as many as the cluster's nodes and the streams in flight call for).
+    Several `replicas`: each worker process routes its share by `route`."""
+    client = WorkerClient(url, api_key, timeouts, run_start_ns, tuple(replicas),
+                          route or RouteSpec())  # fmt: skip
     if ray_address:
         async with ray_pool(ray_address, workers, client, peak_in_flight=peak_in_flight) as pool:
             yield pool

@@ -29,13 +29,13 @@ from typing import Any, TypeVar, cast
 from prometheus_client.metrics_core import Metric
 
 from loadgen.client.endpoint import Timeouts
+from loadgen.client.routing import Router
 from loadgen.clock import ClockName, Pending, VirtualTime
 from loadgen.engine.arm import ArmOpening, Record
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.replicas import FleetScrape, targets_part
-from loadgen.engine.routing import Router
 from loadgen.engine.sessions import build_sessions
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.engine.traffic import send_rep

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from loadgen.cli import main
-from loadgen.client.pool import auto_workers, seat_share, split_jobs
+from loadgen.client.endpoint import Timeouts
+from loadgen.client.openai import OpenAIClient
+from loadgen.client.pool import (
+    WorkerClient,
+    auto_workers,
+    open_worker_sender,
+    seat_share,
+    split_jobs,
+)
+from loadgen.client.routing import RoutedClient, RoutePolicy, RouteSpec
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
 
@@ -55,6 +65,20 @@ def test_auto_workers_aims_at_256_streams_per_process_within_the_cores() -> None
     assert auto_workers(1024, server_on_host=False, cores=2) == 2
     assert auto_workers(1024, server_on_host=True, cores=2) == 1  # a core left to the server
     assert auto_workers(5000, server_on_host=True, cores=8) == 7
+
+
+async def test_a_worker_streams_to_its_server_or_routes_over_every_replica() -> None:
+    one = WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0)
+    route = RouteSpec(RoutePolicy.LEAST_OUTSTANDING)
+    urls = ("http://127.0.0.1:9", "http://127.0.0.1:10", "http://127.0.0.1:11")
+    several = WorkerClient(urls[0], None, Timeouts(), 0, urls, route)
+    async with AsyncExitStack() as stack:  # opening a client connects to nothing yet
+        alone = await open_worker_sender(one, 4, stack)
+        routed = await open_worker_sender(several, 4, stack)
+    assert isinstance(alone, OpenAIClient)
+    assert isinstance(routed, RoutedClient)
+    assert [c.base_url for c in routed.clients] == list(urls)
+    assert routed.router.spec == route and routed.router.replicas == 3
 
 
 def probe(url: str, out: Path, workers: int) -> list:

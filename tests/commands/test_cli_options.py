@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from loadgen.analysis.slo import parse_slo
 from loadgen.cli import main
+from loadgen.client.routing import RoutePolicy, RouteSpec
 from loadgen.clock import ClockName
 from loadgen.commands.options import (
     LAUNCH_OPTIONS,
@@ -21,11 +22,11 @@ from loadgen.commands.options import (
     SeedArgs,
     TargetArgs,
     not_builtin_sim,
+    replica_problems,
     run_options,
     target_problems,
     with_slo,
 )
-from loadgen.engine.routing import RoutePolicy, RouteSpec
 from loadgen.scenario.model import API_KINDS
 from loadgen.server.spec import ServerSpec
 from loadgen.sim.profile_file import FittedProfile, write_profile_file
@@ -115,10 +116,8 @@ def test_several_base_urls_are_replicas_behind_the_route(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("command", "flags", "said"),
     [
-        ("request", ["--base-url", URL, "--base-url", URL, "--workers", "2"], "from one process"),
         ("run", ["--sim-replicas", "2", "--base-url", URL], "--sim-replicas boots the built-in"),
-        ("run", ["--sim-replicas", "2", "--workers", "2"], "routed from one process"),
-        ("run", ["--base-url", URL, "--base-url", URL, "--ray", "x:1"], "routed from one process"),
+        ("run", ["--base-url", URL, "--base-url", URL, "--ray", "x:1"], "drop --ray"),
         ("run", ["--sim-replicas", "2", "--server", "vllm"], "replicates the built-in sim, not"),
     ],
 )
@@ -130,6 +129,17 @@ def test_replicas_are_refused_where_nothing_routes_them(
     assert result.exit_code == 2, result.output
     assert said in result.output
     assert not any(tmp_path.iterdir())
+
+
+def test_worker_processes_route_replicas_and_ray_actors_do_not() -> None:
+    """Each worker process routes its own share (client/pool.py), so --workers with several
+    replicas stands; a Ray actor streams to one URL, so --ray with several is refused."""
+    several = TargetArgs(base_urls=(URL, URL))
+    assert replica_problems(several, None, True, {"workers": 4}) == []
+    assert replica_problems(TargetArgs(sim_replicas=3), None, True, {"workers": 2}) == []
+    refused = replica_problems(several, None, True, {"workers": None, "ray_address": "x:1"})
+    assert len(refused) == 1 and "drop --ray" in refused[0]
+    assert replica_problems(TargetArgs(base_urls=(URL,)), None, True, {"ray_address": "x:1"}) == []
 
 
 def test_one_base_url_and_one_sim_are_no_replicas(tmp_path: Path) -> None:

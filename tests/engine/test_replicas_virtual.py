@@ -9,8 +9,8 @@ import pytest
 
 from loadgen.analysis.inputs import read_manifest
 from loadgen.analysis.summary import analyze_run
+from loadgen.client.routing import RoutePolicy, RouteSpec
 from loadgen.clock import ClockName
-from loadgen.engine.routing import RoutePolicy, RouteSpec
 from loadgen.engine.run import RunOptions, run_plan
 from loadgen.records import read_streams
 from loadgen.report.cmd import write_report

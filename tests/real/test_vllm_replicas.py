@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from loadgen.analysis.summary import analyze_run
-from loadgen.engine.routing import RoutePolicy, RouteSpec
+from loadgen.client.routing import RoutePolicy, RouteSpec
 from loadgen.engine.run import run_plan
 from loadgen.records import read_streams
 from loadgen.report.cmd import write_report

@@ -38,3 +38,18 @@ def test_sim_replicas_boot_one_server_each_and_share_the_streams(tmp_path: Path)
         served[s["replica"]] = s["values"]["prompt_tokens_total"] - first[s["replica"]]
     by_replica = {i: sum(r.prompt_tokens or 0 for r in recs if r.replica == i) for i in range(3)}
     assert served == by_replica  # each server's own counter holds its own streams only
+
+
+def test_worker_processes_each_route_their_share_over_every_replica(tmp_path: Path) -> None:
+    args = ["run", "smoke", "--sim-replicas", "2", "--workers", "2", "--route", "round-robin"]
+    result = loadgen(*args, "--no-progress", "--out", tmp_path)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = list(tmp_path.iterdir())
+    client = orjson.loads((run_dir / "run.json").read_bytes())["client"]
+    assert client["workers"] == 2 and len(client["worker_processes"]) == 2
+    # smoke's four streams are dealt in plan order (long/0, short/0, short/1, short/2) to
+    # workers 0, 1, 0, 1, and each worker's own round-robin starts at replica 0: one router in
+    # the parent would have given short/0 replica 1 and short/1 replica 0.
+    replicas = {r.id.split("/", 2)[2]: r.replica for r in read_streams(run_dir)}
+    assert replicas == {"long/0": 0, "short/0": 0, "short/1": 1, "short/2": 1}
+    assert all(r.status == "ok" for r in read_streams(run_dir))

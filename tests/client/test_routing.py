@@ -1,9 +1,9 @@
-"""The client-side router's policies (engine/routing.py): exact assignments for each, and the
+"""The client-side router's policies (client/routing.py): exact assignments for each, and the
 prefix hash's key (which characters decide, and which do not)."""
 
 import pytest
 
-from loadgen.engine.routing import RoutePolicy, Router, RouteSpec, prefix_replica, prefix_text
+from loadgen.client.routing import RoutePolicy, Router, RouteSpec, prefix_replica, prefix_text
 from loadgen.request import StreamRequest
 
 
