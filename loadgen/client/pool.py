@@ -47,7 +47,8 @@ from loadgen.client.loops import (
     stream_at,
 )
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.routing import RoutedClient, Router, RouteSpec
+from loadgen.client.routed import RoutedClient
+from loadgen.client.routing import Router, RouteSpec
 from loadgen.clock import WallClock
 from loadgen.codec import to_json
 from loadgen.lifeline import die_with

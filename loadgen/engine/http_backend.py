@@ -18,7 +18,8 @@ from loadgen.client.endpoint import Timeouts
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.routing import RoutedClient, Router
+from loadgen.client.routed import RoutedClient
+from loadgen.client.routing import Router
 from loadgen.clock import ClockName, WallClock
 from loadgen.engine.arm import ArmOpening, Record
 from loadgen.engine.counters import pick_counter

@@ -1,7 +1,7 @@
 """Several replicas behind one client-side router, on either clock: their /metrics scraped at
 the same poll instants (each replica's sample to replica_metrics.jsonl, their totals to
 metrics.jsonl, so every analysis of one server reads the fleet unchanged). The wall clock's
-client that routes each stream is client/routing.py's RoutedClient.
+client that routes each stream is client/routed.py's RoutedClient.
 
 A replica that stops answering keeps its last scraped counters in the totals (it serves no
 more, so they stay where they were; dropping them would make every counter delta across its

@@ -18,7 +18,8 @@ from loadgen.client.pool import (
     seat_share,
     split_jobs,
 )
-from loadgen.client.routing import RoutedClient, RoutePolicy, RouteSpec
+from loadgen.client.routed import RoutedClient
+from loadgen.client.routing import RoutePolicy, RouteSpec
 from loadgen.records import read_streams
 from loadgen.request import StreamRequest
 
