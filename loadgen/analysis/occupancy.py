@@ -34,7 +34,7 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from loadgen.analysis.maxtree import ABSENT, MaxTree
+from loadgen.analysis.maxtree import ABSENT, MaxTree, Spans
 from loadgen.analysis.rates import NS
 from loadgen.records import StreamRecord
 
@@ -159,27 +159,50 @@ def prefill_ahead(modelled: dict[str, Seat]) -> dict[str, list[tuple[int, int]]]
 
 
 class Prefills:
-    """The streams' non-empty prefill intervals [admit, prefill end), indexed for the two
-    questions the verdicts ask of every stream: which overlap a window (in time order), and the
-    first few by id of those ahead of a stream in admission order."""
+    """The streams' non-empty prefill intervals [admit, prefill end), indexed for the questions
+    the verdicts ask of every stream: when some stream was prefilling within a window (the
+    union's pieces) and the first few by id of those, and the first few by id of those ahead of
+    a stream in admission order."""
 
     def __init__(self, modelled: dict[str, Seat]) -> None:
         held = [s for s in modelled.values() if s.admit_ns < s.prefill_end_ns]
-        self._by_admit = sorted(held, key=lambda s: (s.admit_ns, s.id))
-        self._admits = [s.admit_ns for s in self._by_admit]
-        self._ends = MaxTree([s.prefill_end_ns for s in self._by_admit])
+        by_admit = sorted(held, key=lambda s: (s.admit_ns, s.id))
+        # The union of every prefill, touching intervals merged: disjoint, in time order.
+        self._union_starts: list[int] = []
+        self._union_ends: list[int] = []
+        for s in by_admit:
+            if self._union_ends and s.admit_ns <= self._union_ends[-1]:
+                self._union_ends[-1] = max(self._union_ends[-1], s.prefill_end_ns)
+            else:
+                self._union_starts.append(s.admit_ns)
+                self._union_ends.append(s.prefill_end_ns)
         self._by_id = sorted(held, key=lambda s: s.id)
+        self._id_spans = Spans([(s.admit_ns, s.prefill_end_ns) for s in self._by_id])
         place = {s.id: i for i, s in enumerate(self._by_id)}
         self._by_rank = [(s, place[s.id]) for s in sorted(held, key=lambda s: s.rank)]
         # Prefill ends by id order of the streams ranked below `_ahead`, the others ABSENT.
         self._ahead_ends = MaxTree([ABSENT] * len(held))
         self._ahead = 0
 
-    def overlapping(self, t0: int, t1: int) -> list[Seat]:
-        """Streams prefilling at some instant of (t0, t1): admitted before t1, prefill ending
-        after t0; by admission time, then id."""
-        stop = bisect.bisect_left(self._admits, t1)
-        return [self._by_admit[i] for i in self._ends.where(0, stop, lambda end: end > t0)]
+    def stretches(self, t0: int, t1: int) -> list[tuple[int, int]]:
+        """When some stream was prefilling within (t0, t1): the union's pieces that reach into
+        it, clipped to it, in time order. The same as merging just the prefills that overlap
+        the window: one that does not lies wholly outside it, so it cannot join two pieces
+        inside. A stream's own prefill ends at its first token, so it never overlaps its own
+        decode window (t_first, t_last)."""
+        out = []
+        i = bisect.bisect_right(self._union_ends, t0)
+        while i < len(self._union_starts) and self._union_starts[i] < t1:
+            out.append((max(self._union_starts[i], t0), min(self._union_ends[i], t1)))
+            i += 1
+        return out
+
+    def first_during(self, t0: int, t1: int, limit: int) -> list[str]:
+        """Up to `limit` ids, in id order, of streams prefilling at some instant of (t0, t1):
+        admitted before t1, prefill ending after t0. Found in id order and stopped at the
+        limit, so a window that thousands of prefills overlap costs a few, not thousands."""
+        found = self._id_spans.overlapping(t0, t1)
+        return [self._by_id[i].id for i in itertools.islice(found, limit)]
 
     def first_ahead(self, rank: int, t0: int, t1: int, limit: int) -> list[str]:
         """Up to `limit` ids, in id order, of streams ranked before `rank` whose prefill

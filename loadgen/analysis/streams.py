@@ -8,7 +8,9 @@ the window's length: every WindowRate names its window and token source. A windo
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, ClassVar
 
 from loadgen.analysis import rates
@@ -70,22 +72,61 @@ def window_rate(rec: StreamRecord, from_ns: int, to_ns: int) -> WindowRate | Non
     return WindowRate(from_ns, to_ns, tokens, chunks, rec.token_source)
 
 
-def pieces_rate(rec: StreamRecord, pieces: list[tuple[int, int]]) -> WindowRate | None:
-    """Decode rate of the chunks arriving in the union of the disjoint, time-ordered windows
-    (a, b] of `pieces`, over their summed length; None when they hold no time."""
-    pieces = [(a, b) for a, b in pieces if b > a]
-    if not pieces:
-        return None
-    parts = [window_rate(rec, a, b) for a, b in pieces]
-    length = sum(b - a for a, b in pieces)
-    return WindowRate(
-        from_ns=pieces[0][0],
-        to_ns=pieces[-1][1],
-        tokens=sum(p.tokens for p in parts if p is not None),
-        chunks=sum(p.chunks for p in parts if p is not None),
-        token_source=rec.token_source,
-        excluded_ns=pieces[-1][1] - pieces[0][0] - length,
-    )
+class StreamWindows:
+    """One stream's window rates asked many times (a verdict asks one per stretch of others'
+    prefills, hundreds in a crowded run): a window's chunks found by bisection, its tokens
+    summed in window_rate's order, so every rate equals window_rate's to the last bit. Chunks
+    recorded out of order (an imported record) are scanned as window_rate scans them."""
+
+    def __init__(self, rec: StreamRecord) -> None:
+        self._rec = rec
+        self._tokens = rates.chunk_token_counts(rec)
+        ns = rec.chunk_ns
+        self._ordered = all(a <= b for a, b in pairwise(ns))
+
+    def _sums(self, from_ns: int, to_ns: int) -> tuple[float, int]:
+        """Tokens and chunks arriving in (from_ns, to_ns]."""
+        ns = self._rec.chunk_ns
+        if self._ordered:
+            lo, hi = bisect.bisect_right(ns, from_ns), bisect.bisect_right(ns, to_ns)
+            return sum(self._tokens[lo:hi], 0.0), hi - lo
+        inside = [k for t, k in zip(ns, self._tokens, strict=True) if from_ns < t <= to_ns]
+        return sum(inside, 0.0), len(inside)
+
+    def rate(self, from_ns: int, to_ns: int) -> WindowRate | None:
+        """window_rate(rec, from_ns, to_ns)."""
+        if to_ns <= from_ns:
+            return None
+        return WindowRate(from_ns, to_ns, *self._sums(from_ns, to_ns), self._rec.token_source)
+
+    def rates_from_each(self, pieces: list[tuple[int, int]]) -> list[WindowRate | None]:
+        """For each i, the decode rate of the chunks arriving in the union of the disjoint,
+        time-ordered windows (a, b] of pieces[i:], over their summed length (None when they
+        hold no time). A piece without chunks adds 0.0 to the tokens, which changes no sum, so
+        only pieces with chunks are summed: the cost is pieces x chunks, not pieces squared."""
+        held = [j for j, (a, b) in enumerate(pieces) if b > a]
+        sums = [self._sums(*pieces[j]) for j in held]
+        with_chunks = [k for k, (_, n) in enumerate(sums) if n]
+        tokens = [sums[k][0] for k in with_chunks]
+        out: list[WindowRate | None] = []
+        length = chunks = 0
+        tails: list[tuple[int, int]] = []  # per held piece from the last: summed length, chunks
+        for k in range(len(held) - 1, -1, -1):
+            a, b = pieces[held[k]]
+            length, chunks = length + b - a, chunks + sums[k][1]
+            tails.append((length, chunks))
+        tails.reverse()
+        for i in range(len(pieces)):
+            k = bisect.bisect_left(held, i)
+            if k == len(held):
+                out.append(None)
+                continue
+            first, last = pieces[held[k]][0], pieces[held[-1]][1]
+            length, chunks = tails[k]
+            summed = sum(tokens[bisect.bisect_left(with_chunks, k) :], 0.0)
+            out.append(WindowRate(first, last, summed, chunks, self._rec.token_source,
+                                  excluded_ns=last - first - length))  # fmt: skip
+        return out
 
 
 def rate_after(rec: StreamRecord, split_ns: int) -> WindowRate | None:

@@ -72,7 +72,7 @@ from loadgen.analysis.occupancy import Prefills, Seat, prefill_ahead, seats
 from loadgen.analysis.pool import PoolEvidence
 from loadgen.analysis.selferror import client_error_evidence
 from loadgen.analysis.stats import median
-from loadgen.analysis.streams import pieces_rate, window_rate
+from loadgen.analysis.streams import StreamWindows, WindowRate
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.warmth import cache_warmth, meant_cold, salted_groups
 from loadgen.codec import to_json
@@ -433,39 +433,47 @@ def _rationing(rec: StreamRecord, ctx: VerdictContext) -> dict[str, Any] | None:
     """Rule 6's measurement: decode during others' prefills vs its own later steady rate."""
     if rec.t_first_ns is None or rec.t_last_ns is None or len(rec.chunk_ns) < 3:
         return None
-    stretches = _prefill_stretches(rec, ctx)
-    candidates = [_judge_stretch(rec, i, stretches) for i in range(len(stretches))]
-    judged = [j for j in candidates if j is not None]
+    # Other streams' prefills merged where they touch, clipped to rec's decode window.
+    stretches = ctx.prefills.stretches(rec.t_first_ns, rec.t_last_ns)
+    windows = StreamWindows(rec)
+    # The steady rate after stretch i: outside every stretch, from its end to the stream's.
+    gaps = [(b, nxt[0]) for (_, b), nxt in pairwise(stretches)]
+    steady = windows.rates_from_each(
+        [*gaps, (stretches[-1][1], rec.t_last_ns)] if stretches else []
+    )
+    judged = [(judged, i) for i, (start, split) in enumerate(stretches)
+              if (judged := _judge_stretch(rec, start, split, windows.rate(start, split),
+                                           steady[i])) is not None]  # fmt: skip
     if not judged:
         return None
-    return min(judged, key=lambda j: (not j["rationed"], j["fraction"]))
-
-
-def _prefill_stretches(rec: StreamRecord, ctx: VerdictContext) -> list[tuple[int, int, list[str]]]:
-    """Other streams' prefill intervals merged where they touch, clipped to rec's decode
-    window: (from_ns, to_ns, stream ids), in time order."""
-    first, last = rec.t_first_ns, rec.t_last_ns
-    assert first is not None and last is not None
-    others = [s for s in ctx.prefills.overlapping(first, last) if s.id != rec.id]
-    merged: list[tuple[int, int, list[str]]] = []
-    for s in others:
-        if merged and s.admit_ns <= merged[-1][1]:
-            a, b, ids = merged[-1]
-            merged[-1] = (a, max(b, s.prefill_end_ns), [*ids, s.id])
-        else:
-            merged.append((s.admit_ns, s.prefill_end_ns, [s.id]))
-    return [(max(a, first), min(b, last), ids) for a, b, ids in merged]
+    (rationed, fraction, during, after), i = min(judged, key=lambda ji: (not ji[0][0], ji[0][1]))
+    return {
+        "rationed": rationed,
+        "reason": (
+            f"decode {during.tok_s:.3g} tok/s while others prefilled vs {after.tok_s:.3g} "
+            f"tok/s after ({fraction:.2f} of steady; threshold {RATION_FRACTION})"
+        ),
+        "during": to_json(during),
+        "steady": to_json(after),
+        "fraction": fraction,
+        "threshold": RATION_FRACTION,
+        # Only the stretch reported names who prefilled: at a thousand streams in flight every
+        # decode window holds a thousand prefills, and listing them for each stretch was most
+        # of a run's analysis (41,000 streams: 190 s).
+        "prefilling": ctx.prefills.first_during(*stretches[i], MAX_EVIDENCE_STREAMS),
+    }
 
 
 def _judge_stretch(
-    rec: StreamRecord, i: int, stretches: list[tuple[int, int, list[str]]]
-) -> dict[str, Any] | None:
-    """Stretch i's during-rate against the steady rate after it, outside every stretch."""
-    start, split, ids = stretches[i]
+    rec: StreamRecord,
+    start: int,
+    split: int,
+    during: WindowRate | None,
+    steady: WindowRate | None,
+) -> tuple[bool, float, WindowRate, WindowRate] | None:
+    """A stretch's during-rate against the steady rate after it, outside every stretch:
+    whether it was rationed, the fraction, the two rates; None when either is unmeasured."""
     assert rec.t_first_ns is not None and rec.t_last_ns is not None
-    bounds = [(b, nxt[0]) for (_, b, _), nxt in pairwise(stretches[i:])]
-    steady = pieces_rate(rec, [*bounds, (stretches[-1][1], rec.t_last_ns)])
-    during = window_rate(rec, start, split)
     if during is None or steady is None or steady.chunks < 2 or steady.tok_s <= 0:
         return None
     fraction = during.tok_s / steady.tok_s
@@ -474,15 +482,4 @@ def _judge_stretch(
         span / NS * steady.tok_s >= RATION_MIN_WINDOW_TOKENS
         and span >= RATION_MIN_SHARE * (rec.t_last_ns - rec.t_first_ns)
     )
-    return {
-        "rationed": long_enough and fraction < RATION_FRACTION,
-        "reason": (
-            f"decode {during.tok_s:.3g} tok/s while others prefilled vs {steady.tok_s:.3g} "
-            f"tok/s after ({fraction:.2f} of steady; threshold {RATION_FRACTION})"
-        ),
-        "during": to_json(during),
-        "steady": to_json(steady),
-        "fraction": fraction,
-        "threshold": RATION_FRACTION,
-        "prefilling": sorted(ids)[:MAX_EVIDENCE_STREAMS],
-    }
+    return long_enough and fraction < RATION_FRACTION, fraction, during, steady
