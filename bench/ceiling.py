@@ -9,13 +9,15 @@ streams over the span from the first send to the last end), streams in flight (C
 the mean by Little's law: the streams' summed time over the span), loadgen's TTFT p50 error
 against firehose's own (its log, joined per replica on the response id), the share of streams
 loadgen flagged client_limited (or a crowded host), and what bound the point: `servers` when a
-firehose process used >= 85% of a core over the run, `loadgen` when the client's processes
-did (per worker), else `host` when the two together filled the cores, else `-`.
+firehose process used >= 85% of a core over the run, `parent` when (with workers) the
+process that takes every worker's records did, `loadgen` when the client's processes did (per
+worker), else `host` when the two together filled the cores, else `-`.
 
 The ratio (for bench/harness.py): loadgen's ceiling over a bare aiohttp + orjson loop's
 requests/s (bench/client_ingest.py's) at the same C and answer length, against one firehose,
-measured in the same run. `--profile FILE` runs the best 1-worker point once more under
-cProfile and prints where the client's time went.
+measured in the same run. `--profile FILE` runs the best point once more with the command's
+process under cProfile (with workers: the parent that merges their records) and prints where
+its time went.
 
     .venv/bin/python bench/ceiling.py [--smoke | --full] [--workers 1 8 15] [--tokens 1 16 256]
         [--concurrency 64 256 1024 4096] [--servers K] [--seconds S] [--max-seconds S]
@@ -81,6 +83,7 @@ class Point:
     flagged: float
     server_cpu: float  # the busiest firehose process, cores
     client_cpu: float  # the client's processes together, cores
+    parent_cpu: float  # the command's own process (with workers: the one merging records)
     host_cpu: float  # every process on the host, neighbours' too, cores
     bound: str
     span_s: float  # the traffic: first send to last end, over which the cpu columns count
@@ -117,29 +120,35 @@ def tree_ticks(root: int) -> int:
 @dataclass(frozen=True)
 class Sample:
     """CPU counters at one moment of a point: perf_counter ns, each server's ticks, the
-    client's process tree's ticks, the host's busy seconds."""
+    client's process tree's ticks, the command's own process's ticks, the host's busy
+    seconds."""
 
     ns: int
     servers: tuple[int, ...]
     client: int
+    parent: int
     host_s: float
 
 
 def sample(servers: list[int], client: int) -> Sample:
     return Sample(time.perf_counter_ns(), tuple(cpu_ticks(p) for p in servers),
-                  tree_ticks(client), host_busy_s())  # fmt: skip
+                  tree_ticks(client), cpu_ticks(client), host_busy_s())  # fmt: skip
 
 
-def window_cpu(samples: list[Sample], start_ns: int, end_ns: int) -> tuple[float, float, float]:
+def window_cpu(
+    samples: list[Sample], start_ns: int, end_ns: int
+) -> tuple[float, float, float, float]:
     """Cores used between the samples nearest inside [start_ns, end_ns] (the traffic: first
     send to last end, loadgen's perf clock): the busiest server, the client's processes, the
-    host. The command's whole wall also holds its start and its analysis after the run, one
-    core busy for a minute at 35,000 streams, which read as a `loadgen` bound at any load."""
+    command's own process, the host. The command's whole wall also holds its start and its
+    analysis after the run, one core busy for a minute at 35,000 streams, which read as a
+    `loadgen` bound at any load."""
     inside = [s for s in samples if start_ns <= s.ns <= end_ns]
     a, b = (inside[0], inside[-1]) if len(inside) >= 2 else (samples[0], samples[-1])
     span = (b.ns - a.ns) / 1e9
     server = max((y - x) * TICK_S / span for x, y in zip(a.servers, b.servers, strict=True))
-    return server, (b.client - a.client) * TICK_S / span, (b.host_s - a.host_s) / span
+    return (server, (b.client - a.client) * TICK_S / span, (b.parent - a.parent) * TICK_S / span,
+            (b.host_s - a.host_s) / span)  # fmt: skip
 
 
 def start_servers(binary: Path, k: int, logs: Path) -> list[tuple[subprocess.Popen, int, Path]]:
@@ -202,11 +211,11 @@ def point(
     workers: int,
     tokens: int,
     c: int,
-    cpu: tuple[float, float, float],
+    cpu: tuple[float, float, float, float],
     wall_s: float,
 ) -> Point:
     """A point's row from its ok records, the servers' logs and the CPU (cores) used by the
-    busiest server, the client and the whole host."""
+    busiest server, the client, its parent process and the whole host."""
     errors = []
     for r in recs:
         truth = truths[r.replica or 0].get(request_number(r.response_id) or -1)
@@ -226,12 +235,17 @@ def point(
                  flagged / len(recs), *cpu, bound_by(*cpu, workers), span_s, wall_s)  # fmt: skip
 
 
-def bound_by(server_cpu: float, client_cpu: float, host_cpu: float, workers: int) -> str:
-    """`servers`: a firehose process near a whole core; `loadgen`: the client's processes near
-    a core each; `host`: neither, but the host's cores near full (neighbours' processes too);
-    `-`: none of these (the closed loop waits on the wire)."""
+def bound_by(
+    server_cpu: float, client_cpu: float, parent_cpu: float, host_cpu: float, workers: int
+) -> str:
+    """`servers`: a firehose process near a whole core; `parent`: with workers, the process
+    that takes every worker's records near a core; `loadgen`: the client's processes near a
+    core each; `host`: none of these, but the host's cores near full (neighbours' processes
+    too); `-`: none (the closed loop waits on the wire)."""
     if server_cpu >= BUSY:
         return "servers"
+    if workers > 1 and parent_cpu >= BUSY:
+        return "parent"
     if client_cpu >= BUSY * min(workers, CORES):
         return "loadgen"
     if host_cpu >= BUSY * CORES:
@@ -258,14 +272,16 @@ def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], secon
 
 
 HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight':>9}"
-        f" {'err p50':>8} {'p99':>7} {'flagged':>7} {'srv cpu':>7} {'cli cpu':>7} {'host':>5}"
+        f" {'err p50':>8} {'p99':>7} {'flagged':>7} {'srv cpu':>7} {'cli cpu':>7} {'parent':>6}"
+        f" {'host':>5}"
         f" {'bound':<7} {'span s':>6} {'wall s':>6}")  # fmt: skip
 
 
 def row(p: Point) -> str:
     return (f"{p.workers:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
             f" {p.req_s:>8,.0f} {p.in_flight:>9,.0f} {p.err_p50_ms:>+8.2f} {p.err_p99_ms:>+7.2f}"
-            f" {p.flagged:>7.0%} {p.server_cpu:>7.2f} {p.client_cpu:>7.2f} {p.host_cpu:>5.2f}"
+            f" {p.flagged:>7.0%} {p.server_cpu:>7.2f} {p.client_cpu:>7.2f} {p.parent_cpu:>6.2f}"
+            f" {p.host_cpu:>5.2f}"
             f" {p.bound:<7} {p.span_s:>6.2f} {p.wall_s:>6.1f}")  # fmt: skip
 
 
@@ -346,15 +362,16 @@ def bare_ratios(binary: Path, points: list[Point]) -> list[Ratio]:
 
 
 def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:
-    """The best 1-worker point again, the client under cProfile: its top functions by own
-    time, then those of the client and engine alone (the workers=1 client runs in the
-    command's process)."""
+    """The best point again, the command's process under cProfile: its top functions by own
+    time, then those of the client, engine and pool alone. With one worker that process is
+    the whole client; with several it is the parent that takes every worker's records."""
     servers = start_servers(binary, k, tmp)
     urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
     n = max(top.ok, 4 * top.concurrency)
     cmd = [sys.executable, "-m", "cProfile", "-o", str(path), "-m", "loadgen", "request", *urls,
            "-n", str(n), "-c", str(top.concurrency), "--max-tokens", str(top.tokens),
-           "--prompt-tokens", "8", "--out", str(tmp / "run")]  # fmt: skip
+           "--prompt-tokens", "8", "--out", str(tmp / "run"),
+           "--workers", str(top.workers)]  # fmt: skip
     try:
         subprocess.run(cmd, capture_output=True, cwd=REPO, check=True)
     finally:
@@ -364,7 +381,7 @@ def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:
     stats.print_stats(20)
     # The whole command holds its start and its analysis after the run: the client's own
     # modules apart show what bounds the traffic.
-    stats.print_stats(r"loadgen/(client|engine)/|records\.py", 15)
+    stats.print_stats(r"loadgen/(client|engine)/|records\.py|codec\.py", 15)
     return text.getvalue()
 
 
@@ -383,7 +400,7 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "ceiling",
                     help="folder for ceiling.txt, ceiling.png and points.jsonl")  # fmt: skip
-    ap.add_argument("--profile", type=Path, help="cProfile the best 1-worker point into FILE")
+    ap.add_argument("--profile", type=Path, help="cProfile the best point into FILE")
     ap.add_argument("--max-requests", type=int, default=MAX_N,
                     help=f"requests per point at most (default {MAX_N:,})")  # fmt: skip
     ap.add_argument(
@@ -419,8 +436,7 @@ def main() -> None:
         plot(points, args.out / "ceiling.png")
         print(f"wrote {args.out}/ceiling.txt, ceiling.png, points.jsonl")
         if args.profile:
-            ones = [p for p in points if p.workers == 1]
-            top = max(ones or points, key=lambda p: p.req_s)
+            top = max(points, key=lambda p: p.req_s)
             prof_dir = Path(tmp) / "profile"
             prof_dir.mkdir()
             print(profile(binary, args.servers, top, args.profile, prof_dir))
