@@ -158,8 +158,11 @@ class WorkerClient:
     timeouts: Timeouts
     run_start_ns: int
     # Several replicas (the run's targets, in order; base_url is the first): each worker routes
-    # its own share with a router of its own (client/routing.py). Round-robin and prefix-hash
-    # split the run as one process would; least-outstanding balances each worker's streams.
+    # its own share with a router of its own (client/routing.py), as client hosts behind no
+    # shared router would. Prefix-hash sends each request where one process would; round-robin
+    # deals in turn within each worker, so a replica's total is one process's to within a
+    # request per worker (exactly it when each worker's share is a multiple of the replicas);
+    # least-outstanding balances each worker's own streams.
     replicas: tuple[str, ...] = ()
     route: RouteSpec = field(default_factory=RouteSpec)
 

@@ -1,6 +1,7 @@
 """Workers as Ray actors spread across a cluster's nodes (`--ray ADDRESS`), records merged here.
 
-Each actor runs an OpenAIClient on its own uvloop (a thread of the actor process) and the
+Each actor runs an OpenAIClient (several replicas: one per replica behind the actor's own
+router, as a worker process does) on its own uvloop (a thread of the actor process) and the
 worker-side core `serve_job`; its `run` method is a Ray streaming generator that yields each
 batch of records the moment their streams end, so the parent writes a record about one round
 trip after its stream ended and an actor that dies mid-run loses only its in-flight streams.
@@ -26,17 +27,22 @@ import queue
 import socket
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from time import perf_counter_ns
 from typing import Any
 
 import uvloop
 
 from loadgen import __version__
-from loadgen.client.endpoint import Timeouts
 from loadgen.client.lag import quiet_collector
-from loadgen.client.openai import OpenAIClient
-from loadgen.client.pool import STREAMS_PER_PROCESS, Job, OnRecord, WorkerClient, serve_job
+from loadgen.client.pool import (
+    STREAMS_PER_PROCESS,
+    Job,
+    OnRecord,
+    WorkerClient,
+    open_worker_sender,
+    serve_job,
+)
 from loadgen.codec import to_json
 from loadgen.messages import one_line
 from loadgen.records import StreamRecord, read_stream
@@ -85,13 +91,16 @@ def min_rtt_offset(samples: list[tuple[int, int, int]]) -> tuple[int, int]:
 
 
 class StreamActor:
-    """One worker: an OpenAIClient on a uvloop in its own thread. Ray makes it an actor."""
+    """One worker: what a pool's worker streams through (client/pool.py's open_worker_sender:
+    one server's client, or several replicas' behind a router of its own) on a uvloop in its
+    own thread. Ray makes it an actor."""
 
-    def __init__(self, base_url: str, api_key: str | None, timeouts: Timeouts, seats: int):
+    def __init__(self, client: WorkerClient, seats: int):
         self._loop = uvloop.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="loadgen-uvloop", daemon=True).start()
-        self._client = OpenAIClient(base_url, api_key=api_key, concurrency=seats, timeouts=timeouts)
-        self._call(self._client.__aenter__())
+        # Held for the actor's life: its clients stay open until Ray kills it.
+        self._open = AsyncExitStack()
+        self._client = self._call(open_worker_sender(client, seats, self._open))
         self._job: Job | None = None
         self._serving: Any = None
         self.name = f"ray:{_node_ip()}:{os.getpid()}"
@@ -248,7 +257,7 @@ class RayPool:
         self.size = size
         self.run_start_ns = client.run_start_ns
         self._seats = seats
-        self._args = (client.base_url, client.api_key, client.timeouts, seats)
+        self._args = (client, seats)
         self._placed: list[_Placed] = []
         self._dead: dict[int, str] = {}  # worker index -> why, once it failed
         self.timing_s: dict[str, float] = {}

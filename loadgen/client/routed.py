@@ -23,6 +23,17 @@ class RoutedClient:
     def __init__(self, clients: Sequence[OpenAIClient], router: Router) -> None:
         self.clients, self.router = clients, router
 
+    @property
+    def run_start_ns(self) -> int:
+        """The run clock's zero every replica's client stamps against."""
+        return self.clients[0].run_start_ns
+
+    @run_start_ns.setter
+    def run_start_ns(self, ns: int) -> None:
+        # A Ray actor is handed its run start per run, in its own host's clock.
+        for client in self.clients:
+            client.run_start_ns = ns
+
     async def stream(self, req: StreamRequest) -> StreamRecord:
         replica = self.router.pick(req)
         try:

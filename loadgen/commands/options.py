@@ -158,7 +158,8 @@ TARGET_OPTIONS = option_group(
         show_default=True,
         help="How several replicas (repeated --base-url, or --sim-replicas) share the requests: "
         "round-robin, least-outstanding (fewest streams in flight), session-affinity (a "
-        "session's turns to one replica), prefix-hash (the first K blocks of the prompt).",
+        "session's turns to one replica), prefix-hash (the first K blocks of the prompt). "
+        "Each client worker (--workers, --ray) routes its own share with a router of its own.",
     ),
     click.option(
         "--route-prefix-blocks",
@@ -659,7 +660,7 @@ def run_options(
             "compare the two with `loadgen fidelity`)"
         )
     problems += _client_problems(clock, fields.get("workers"), fields.get("ray_address"))
-    problems += replica_problems(target, server, routed, fields)
+    problems += replica_problems(target, server, routed)
     if fields.get("until_precise") and (fields.get("workers") not in (None, 1)
                                         or fields.get("ray_address")):  # fmt: skip
         problems.append(
@@ -731,11 +732,10 @@ def not_builtin_sim(base_url: str | None, server: ServerSpec | None) -> bool:
     return bool(base_url) or (server is not None and server.kind != "sim")
 
 
-def replica_problems(
-    target: TargetArgs, server: ServerSpec | None, routed: bool, fields: dict[str, Any]
-) -> list[str]:
-    """Several replicas: only where the engine routes (this process, or each of its worker
-    processes), and the sim's replicas only of the built-in sim."""
+def replica_problems(target: TargetArgs, server: ServerSpec | None, routed: bool) -> list[str]:
+    """Several replicas: only where the engine routes (this process, or each client worker,
+    a process or a Ray actor, with a router of its own), and the sim's replicas only of the
+    built-in sim."""
     problems = []
     several = len(target.base_urls) > 1 or target.sim_replicas > 1
     if several and not routed:
@@ -746,9 +746,6 @@ def replica_problems(
                         "--base-url for your own replicas)")  # fmt: skip
     if target.sim_replicas > 1 and server is not None and server.kind != "sim":
         problems.append(f"--sim-replicas replicates the built-in sim, not {server.kind}")
-    if several and fields.get("ray_address"):
-        problems.append("several replicas are routed by this host's worker processes, not Ray "
-                        "actors: drop --ray (or use --workers N)")  # fmt: skip
     return problems
 
 

@@ -184,3 +184,17 @@ def test_run_on_two_ray_workers_writes_the_run_directory_one_process_would(
     names = {w["worker"] for w in client["ray"]["workers"]}
     assert client["workers"] == 2 and len(names) == 2
     assert Counter(r["worker"] for r in s2) == {n: 4 for n in names}
+
+
+def test_two_ray_actors_each_route_two_sim_replicas_on_their_own(
+    ray_address: str, tmp_path: Path
+) -> None:
+    # spread's eight streams sent at once, dealt r0 r2 r4 r6 to actor 0 and r1 r3 r5 r7 to
+    # actor 1 (send order), each routing round-robin over the two sims with its own router.
+    run_dir = run_spread(tmp_path, "--sim-replicas", "2", "--ray", ray_address, "--workers", "2")
+    recs = read_streams(run_dir)
+    replica = {r.id.rsplit("/", 1)[1]: r.replica for r in recs}
+    assert replica == {"0": 0, "2": 1, "4": 0, "6": 1, "1": 0, "3": 1, "5": 0, "7": 1}
+    assert all(r.status == "ok" for r in recs)
+    client = orjson.loads((run_dir / "run.json").read_bytes())["client"]
+    assert len({w["worker"] for w in client["ray"]["workers"]}) == 2

@@ -117,7 +117,6 @@ def test_several_base_urls_are_replicas_behind_the_route(tmp_path: Path) -> None
     ("command", "flags", "said"),
     [
         ("run", ["--sim-replicas", "2", "--base-url", URL], "--sim-replicas boots the built-in"),
-        ("run", ["--base-url", URL, "--base-url", URL, "--ray", "x:1"], "drop --ray"),
         ("run", ["--sim-replicas", "2", "--server", "vllm"], "replicates the built-in sim, not"),
     ],
 )
@@ -131,15 +130,13 @@ def test_replicas_are_refused_where_nothing_routes_them(
     assert not any(tmp_path.iterdir())
 
 
-def test_worker_processes_route_replicas_and_ray_actors_do_not() -> None:
-    """Each worker process routes its own share (client/pool.py), so --workers with several
-    replicas stands; a Ray actor streams to one URL, so --ray with several is refused."""
+def test_client_workers_route_replicas_processes_and_ray_actors_alike() -> None:
+    """Each client worker routes its own share (client/pool.py), a process or a Ray actor, so
+    --workers or --ray with several replicas stands."""
     several = TargetArgs(base_urls=(URL, URL))
-    assert replica_problems(several, None, True, {"workers": 4}) == []
-    assert replica_problems(TargetArgs(sim_replicas=3), None, True, {"workers": 2}) == []
-    refused = replica_problems(several, None, True, {"workers": None, "ray_address": "x:1"})
-    assert len(refused) == 1 and "drop --ray" in refused[0]
-    assert replica_problems(TargetArgs(base_urls=(URL,)), None, True, {"ray_address": "x:1"}) == []
+    assert replica_problems(several, None, True) == []
+    assert replica_problems(TargetArgs(sim_replicas=3), None, True) == []
+    assert replica_problems(several, None, False) != []  # where nothing routes them
 
 
 def test_one_base_url_and_one_sim_are_no_replicas(tmp_path: Path) -> None:
