@@ -165,9 +165,12 @@ class JsonlAppender:
         self.path = path
         self._fh = open(path, "ab")  # noqa: SIM115 - lives as long as the run
 
-    def append(self, obj: Any) -> None:
-        self._fh.write(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+    def append(self, obj: Any) -> bytes:
+        """Writes `obj` as one line and returns that line (a worker sends the same bytes on)."""
+        line = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        self._fh.write(line)
         self._fh.flush()
+        return line
 
     def close(self) -> None:
         if not self._fh.closed:

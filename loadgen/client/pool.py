@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import uvloop
 
 from loadgen.client.endpoint import Timeouts
@@ -199,11 +200,20 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
     if parent is not None and parent.pid is not None:
         die_with(parent.pid)
     spill = JsonlAppender(Path(args.spill))
+    # Records go to the parent once per turn of the loop, however many streams ended in it: a
+    # put per record cost the worker 16 us of CPU (pickling, waking the queue's feeder thread),
+    # a batch of 50 about 6 per record. Each is spilled first, so a kill loses none.
+    unsent: list[bytes] = []
+
+    def send_unsent() -> None:
+        if unsent:
+            out.put(("recs", args.index, b"".join(unsent)))
+            unsent.clear()
 
     def emit(rec: StreamRecord) -> None:
-        line = to_json(rec)
-        spill.append(line)
-        out.put(("rec", args.index, line))
+        if not unsent:
+            asyncio.get_running_loop().call_soon(send_unsent)
+        unsent.append(spill.append(to_json(rec)))
 
     async def main() -> None:
         # Ctrl-C reaches the whole process group and the parent may pass a stop on as well:
@@ -226,6 +236,7 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
                     break
                 with lag.measuring():
                     await serve_job(client, job, start_ns, to.run_start_ns, emit)
+                send_unsent()
                 out.put(("done", args.index, lag.summary_ms()))
             ticker.cancel()
 
@@ -234,6 +245,7 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass  # stopped by a signal: every record it completed or cancelled is already sent
     finally:
+        send_unsent()
         spill.close()
         out.put(("exit", args.index, None))
 
@@ -374,8 +386,9 @@ class ProcessPool:
                 if len(self._exited) == self.size:
                     return None
                 continue
-            if kind == "rec":
-                self._hand_on(index, payload)
+            if kind == "recs":
+                for line in payload.splitlines():
+                    self._hand_on(index, orjson.loads(line))
                 continue
             if kind == "exit":
                 self._exited.add(index)
