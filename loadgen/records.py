@@ -165,7 +165,10 @@ class JsonlAppender:
         self.path = path
         self._fh = open(path, "ab")  # noqa: SIM115 - lives as long as the run
 
-    def append(self, obj: Any) -> bytes:
+    def append(self, obj: Any) -> None:
+        self.appended(obj)
+
+    def appended(self, obj: Any) -> bytes:
         """Writes `obj` as one line and returns that line (a worker sends the same bytes on)."""
         line = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
         self._fh.write(line)

@@ -213,7 +213,7 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
     def emit(rec: StreamRecord) -> None:
         if not unsent:
             asyncio.get_running_loop().call_soon(send_unsent)
-        unsent.append(spill.append(to_json(rec)))
+        unsent.append(spill.appended(to_json(rec)))
 
     async def main() -> None:
         # Ctrl-C reaches the whole process group and the parent may pass a stop on as well:
