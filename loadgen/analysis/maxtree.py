@@ -15,18 +15,26 @@ from collections.abc import Callable, Iterator
 ABSENT = float("-inf")
 
 
+def _built(
+    leaves: list[float], fill: float, pick: Callable[[float, float], float]
+) -> tuple[int, list[float]]:
+    """A complete binary tree over `leaves` (padded with `fill`), each node `pick` of its two
+    children, root at 1: the leaves' offset and the nodes."""
+    size = 1
+    while size < len(leaves):
+        size *= 2
+    nodes = [fill] * (2 * size)
+    nodes[size : size + len(leaves)] = leaves
+    for i in range(size - 1, 0, -1):
+        nodes[i] = pick(nodes[2 * i], nodes[2 * i + 1])
+    return size, nodes
+
+
 class MaxTree:
     """Values by index (ABSENT: no value), each settable; `where` finds those passing a test."""
 
     def __init__(self, values: list[float]) -> None:
-        size = 1
-        while size < len(values):
-            size *= 2
-        self._size = size
-        self._max = [ABSENT] * (2 * size)
-        self._max[size : size + len(values)] = values
-        for i in range(size - 1, 0, -1):
-            self._max[i] = max(self._max[2 * i], self._max[2 * i + 1])
+        self._size, self._max = _built(values, ABSENT, max)
 
     def set(self, i: int, value: float) -> None:
         i += self._size
@@ -60,17 +68,8 @@ class Spans:
     about (found + 1) x log n whether the window is short or long."""
 
     def __init__(self, spans: list[tuple[int, int]]) -> None:
-        size = 1
-        while size < len(spans):
-            size *= 2
-        self._size = size
-        self._first: list[float] = [float("inf")] * (2 * size)
-        self._last: list[float] = [ABSENT] * (2 * size)
-        for i, (a, b) in enumerate(spans):
-            self._first[size + i], self._last[size + i] = a, b
-        for i in range(size - 1, 0, -1):
-            self._first[i] = min(self._first[2 * i], self._first[2 * i + 1])
-            self._last[i] = max(self._last[2 * i], self._last[2 * i + 1])
+        self._size, self._first = _built([a for a, _ in spans], float("inf"), min)
+        _, self._last = _built([b for _, b in spans], ABSENT, max)
 
     def overlapping(self, t0: int, t1: int) -> Iterator[int]:
         """Indices, in order, of the intervals with start < t1 and end > t0."""

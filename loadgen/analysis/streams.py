@@ -62,21 +62,13 @@ class WindowRate:
 
 def window_rate(rec: StreamRecord, from_ns: int, to_ns: int) -> WindowRate | None:
     """Decode rate of the chunks arriving in (from_ns, to_ns]; None for an empty window."""
-    if to_ns <= from_ns:
-        return None
-    tokens, chunks = 0.0, 0
-    for t, k in zip(rec.chunk_ns, rates.chunk_token_counts(rec), strict=True):
-        if from_ns < t <= to_ns:
-            tokens += k
-            chunks += 1
-    return WindowRate(from_ns, to_ns, tokens, chunks, rec.token_source)
+    return StreamWindows(rec).rate(from_ns, to_ns)
 
 
 class StreamWindows:
     """One stream's window rates asked many times (a verdict asks one per stretch of others'
     prefills, hundreds in a crowded run): a window's chunks found by bisection, its tokens
-    summed in window_rate's order, so every rate equals window_rate's to the last bit. Chunks
-    recorded out of order (an imported record) are scanned as window_rate scans them."""
+    summed in arrival order. Chunks recorded out of order (an imported record) are scanned."""
 
     def __init__(self, rec: StreamRecord) -> None:
         self._rec = rec
@@ -94,7 +86,7 @@ class StreamWindows:
         return sum(inside, 0.0), len(inside)
 
     def rate(self, from_ns: int, to_ns: int) -> WindowRate | None:
-        """window_rate(rec, from_ns, to_ns)."""
+        """Decode rate of the chunks arriving in (from_ns, to_ns]; None for an empty window."""
         if to_ns <= from_ns:
             return None
         return WindowRate(from_ns, to_ns, *self._sums(from_ns, to_ns), self._rec.token_source)

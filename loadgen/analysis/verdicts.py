@@ -435,12 +435,12 @@ def _rationing(rec: StreamRecord, ctx: VerdictContext) -> dict[str, Any] | None:
         return None
     # Other streams' prefills merged where they touch, clipped to rec's decode window.
     stretches = ctx.prefills.stretches(rec.t_first_ns, rec.t_last_ns)
+    if not stretches:
+        return None
     windows = StreamWindows(rec)
     # The steady rate after stretch i: outside every stretch, from its end to the stream's.
     gaps = [(b, nxt[0]) for (_, b), nxt in pairwise(stretches)]
-    steady = windows.rates_from_each(
-        [*gaps, (stretches[-1][1], rec.t_last_ns)] if stretches else []
-    )
+    steady = windows.rates_from_each([*gaps, (stretches[-1][1], rec.t_last_ns)])
     judged = [(judged, i) for i, (start, split) in enumerate(stretches)
               if (judged := _judge_stretch(rec, start, split, windows.rate(start, split),
                                            steady[i])) is not None]  # fmt: skip
