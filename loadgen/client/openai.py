@@ -224,7 +224,10 @@ class OpenAIClient(AuxRequests):
             if not live.last_ns and live.response_id is None:
                 if not live.first_byte_ns:
                     live.first_byte_ns = now
-                    live.tcp_first_byte = tcp_state(live.conn.transport if live.conn else None)
+                    held = live.conn
+                    live.tcp_first_byte = (
+                        None if held is None else tcp_state(held.transport, held.info_sock)
+                    )
                 live.response_id = response_id(chunk)
             done = feed(chunk, now)
             if chunk_ns and chunk_ns[-1] == now:  # this read brought content
@@ -282,7 +285,7 @@ class OpenAIClient(AuxRequests):
         finally:
             self._live.discard(live)
             if conn is not None:
-                live.rtt_us = tcp_rtt_us(conn.transport)
+                live.rtt_us = tcp_rtt_us(conn.transport, conn.info_sock)
                 pool.release(conn, whole)
         error = _stream_error(dec, status, error)
         return self._record(req, dec, status, live, t_headers, error, raw=True)

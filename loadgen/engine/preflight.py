@@ -12,6 +12,7 @@ from typing import Any
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import HTTPStatusError
 from loadgen.client.openai import AUX_CONNECTIONS, OpenAIClient
+from loadgen.client.rawhttp import FDS_PER_CONNECTION
 from loadgen.engine.target import RunError
 from loadgen.redact import redact_url
 from loadgen.scenario.datasets import DatasetError, scenario_in_window
@@ -45,7 +46,7 @@ def ensure_fd_limit(concurrency: int) -> int:
     """Makes sure `concurrency` streams can be open at once: raises the soft RLIMIT_NOFILE when
     the hard limit allows, else RunError with the numbers (running out mid-run fails every
     later connect, and the server would be blamed for it). Returns the soft limit in force."""
-    needed = concurrency + AUX_CONNECTIONS + FD_MARGIN
+    needed = concurrency * FDS_PER_CONNECTION + AUX_CONNECTIONS + FD_MARGIN
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return soft

@@ -206,6 +206,49 @@ def test_the_rtt_is_read_while_the_connection_is_open_and_is_none_once_it_closed
     uvloop.run(main())
 
 
+def test_tcp_info_is_read_through_the_connections_own_socket_which_never_holds_it_open() -> None:
+    # The dup a Conn reads TCP_INFO through keeps the kernel's connection while it is open:
+    # the server sees the client go when the Conn aborts, and when the server closes first the
+    # dup is closed with the transport.
+    async def main() -> None:
+        ended: asyncio.Queue[bytes] = asyncio.Queue()
+
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await r.readuntil(b"\r\n\r\n{}")
+            w.write(SSE_HEAD + chunked(STREAM_BODY))
+            if await r.read(1) == b"":  # the client closed
+                await ended.put(b"eof")
+            w.close()
+
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+        async with srv:
+            pool = RawPool(url, {}, 1.0)
+            conn = await pool.acquire()
+            assert conn.info_sock is not None
+            assert conn.info_sock.fileno() != conn.transport.get_extra_info("socket").fileno()
+            conn.begin(pool.request_bytes("POST", "/v1/completions", b"{}", None), None)
+            assert await conn.done is True  # type: ignore[misc]
+            own = tcp_rtt_us(conn.transport, conn.info_sock)
+            assert own is not None and own > 0
+            conn.abort()
+            assert conn.info_sock is None
+            assert await asyncio.wait_for(ended.get(), 10) == b"eof"
+
+            srv2, url2, _ = await serve(SSE_HEAD + chunked(STREAM_BODY), close_after=True)
+            async with srv2:
+                pool2 = RawPool(url2, {}, 1.0)
+                conn2 = await pool2.acquire()
+                conn2.begin(pool2.request_bytes("POST", "/v1/completions", b"{}", None), None)
+                await conn2.done  # type: ignore[misc]
+                while not conn2.closed:  # the server closes after its answer
+                    await asyncio.sleep(0.001)
+                assert conn2.info_sock is None
+                assert tcp_rtt_us(conn2.transport, None) is None
+
+    uvloop.run(main())
+
+
 def test_request_bytes_carry_the_base_path_host_and_length() -> None:
     pool = RawPool("http://127.0.0.1:8000/prefix/", {"Authorization": "Bearer k"}, 1.0)
     wire = pool.request_bytes("POST", "/v1/completions", b"{}", "r1")

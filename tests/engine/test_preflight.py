@@ -8,9 +8,13 @@ import sys
 from pathlib import Path
 
 from loadgen.client.openai import AUX_CONNECTIONS
+from loadgen.client.rawhttp import FDS_PER_CONNECTION
 from loadgen.engine.preflight import FD_MARGIN
 
 from support.cli import assert_one_line_error, loadgen
+
+# Two descriptors a stream connection (its socket and the dup TCP_INFO is read through).
+NEEDED_FOR_512 = 512 * FDS_PER_CONNECTION + AUX_CONNECTIONS + FD_MARGIN
 
 
 def _limit(soft: int, hard: int):
@@ -24,7 +28,7 @@ def test_run_refuses_a_concurrency_beyond_the_hard_open_file_limit(tmp_path: Pat
         preexec_fn=_limit(256, 256),
     )  # fmt: skip
     line = assert_one_line_error(proc)
-    needed = 512 + AUX_CONNECTIONS + FD_MARGIN
+    needed = NEEDED_FOR_512
     assert (
         f"512 concurrent streams need {needed} open files, but the limit is 256 (hard 256)" in line
     )
@@ -42,7 +46,7 @@ def test_the_soft_open_file_limit_is_raised_when_the_hard_one_allows() -> None:
         preexec_fn=_limit(256, 4096),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [str(512 + AUX_CONNECTIONS + FD_MARGIN), "4096"]
+    assert proc.stdout.split() == [str(NEEDED_FOR_512), "4096"]
 
 
 def test_a_virtual_run_needs_no_descriptor_per_stream(tmp_path: Path) -> None:
