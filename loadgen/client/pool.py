@@ -14,7 +14,9 @@ No completed record is lost: a worker sends each record to the parent the moment
 ends, and first appends it to its own spill file (one write per record, flushed, so it
 survives the worker being SIGKILLed). When a worker dies, the parent adds whatever its spill
 file holds that never reached it. Only a dead worker's in-flight streams have no record, and
-the parent says so.
+the parent says so. Each worker has a pipe of its own to the parent: through one queue shared
+by all, a worker SIGKILLed in the middle of a put kept the queue's lock, and every other
+worker, and so the run, waited for it for ever.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ import os
 import platform
 import queue as queue_mod
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import uvloop
@@ -70,6 +74,8 @@ STOP_GRACE_S = 10.0
 # Paced streams one process times within tolerance on this machine kind (bench/client_truth.py:
 # flagged at 1,024 streams, clean at 256); the `auto` worker count aims at this per process.
 STREAMS_PER_PROCESS = 256
+# The parent's longest wait on its workers' pipes before it looks at the deadline again.
+_READ_WAIT_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +200,39 @@ class _WorkerArgs:
     spill: str
 
 
-def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
+class _Outbox:
+    """A worker's messages to the parent over the worker's own pipe, sent by a thread so that a
+    full pipe (a parent busy writing records) never holds the worker's event loop."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._queue: queue_mod.SimpleQueue[tuple[str, int, Any] | None] = queue_mod.SimpleQueue()
+        self._thread = threading.Thread(target=self._send_all, name="outbox", daemon=True)
+        self._thread.start()
+
+    def put(self, message: tuple[str, int, Any]) -> None:
+        self._queue.put(message)
+
+    def close(self) -> None:
+        """Sends what is queued, then closes the pipe: the parent reads its end to the end."""
+        self._queue.put(None)
+        self._thread.join()
+        self._conn.close()
+
+    def _send_all(self) -> None:
+        try:
+            while (message := self._queue.get()) is not None:
+                self._conn.send(message)
+        except OSError:
+            pass  # the parent is gone: die_with ends this process
+
+
+def _worker_main(args: _WorkerArgs, jobs: Any, pipe: Connection) -> None:
     """A worker process: warm its connections, say ready, then serve jobs until told to stop."""
     parent = mp.parent_process()
     if parent is not None and parent.pid is not None:
         die_with(parent.pid)
+    out = _Outbox(pipe)
     spill = JsonlAppender(Path(args.spill))
     # Records go to the parent once per turn of the loop, however many streams ended in it: a
     # put per record cost the worker 16 us of CPU (pickling, waking the queue's feeder thread),
@@ -248,6 +282,7 @@ def _worker_main(args: _WorkerArgs, jobs: Any, out: Any) -> None:
         send_unsent()
         spill.close()
         out.put(("exit", args.index, None))
+        out.close()
 
 
 class ProcessPool:
@@ -260,11 +295,19 @@ class ProcessPool:
         self._spill_dir = spill_dir
         self._run_start_ns = client.run_start_ns
         ctx = mp.get_context("spawn")  # no fork of a process with a running event loop
-        self._out = ctx.Queue()
+        pipes = [ctx.Pipe(duplex=False) for _ in range(size)]
+        self._inbox = [read for read, _ in pipes]
+        # The workers' ends, closed here once the workers hold them, so that a worker gone
+        # reads as the end of its pipe.
+        self._their_ends = [write for _, write in pipes]
         self._jobs = [ctx.Queue() for _ in range(size)]
         self._seen: list[set[tuple[Any, ...]]] = [set() for _ in range(size)]
+        # One hand-on at a time: a read cancelled mid-run (Ctrl-C) goes on in its thread while
+        # the stop drains and recovers, and a record read by both was handed on twice.
+        self._handing = threading.Lock()
         self._procs = [
-            ctx.Process(target=_worker_main, args=(args, self._jobs[args.index], self._out),
+            ctx.Process(target=_worker_main,
+                        args=(args, self._jobs[args.index], self._their_ends[args.index]),
                         daemon=True)
             for args in (
                 _WorkerArgs(i, client, seats, str(spill_dir / f"w{i}.jsonl"))
@@ -283,6 +326,8 @@ class ProcessPool:
         self._spill_dir.mkdir(parents=True, exist_ok=True)
         for p in self._procs:
             p.start()
+        for end in self._their_ends:
+            end.close()
         ready: set[int] = set()
         deadline = time.monotonic() + START_TIMEOUT_S
         while len(ready) < self.size:
@@ -306,6 +351,8 @@ class ProcessPool:
                 p.kill()
                 p.join()
         self._recover(set())
+        for conn in self._inbox:
+            conn.close()
         if not self._reported:  # every record reached the run directory: no twin kept
             for i in range(self.size):
                 (self._spill_dir / f"w{i}.jsonl").unlink(missing_ok=True)
@@ -371,34 +418,43 @@ class ProcessPool:
         return out
 
     def _next(self, deadline: float | None) -> tuple[str, int, Any] | None:
-        """The next message from a worker, records handed on as they pass; a worker found dead
-        reads as its "exit". None once every worker has exited, or at the deadline."""
+        """The next message from a worker, records handed on as they pass; a worker whose
+        pipe ends (it exited, or was killed, maybe mid-message) reads as its "exit". None
+        once every worker has exited, or at the deadline."""
         while deadline is None or time.monotonic() < deadline:
-            try:
-                kind, index, payload = self._out.get(True, 0.2)
-            except queue_mod.Empty:
-                # Nothing left in the pipe: whatever a dead worker sent has been read.
-                dead = [i for i, p in enumerate(self._procs)
-                        if i not in self._exited and not p.is_alive()]  # fmt: skip
-                if dead:
-                    self._exited.add(dead[0])
-                    return "exit", dead[0], None
-                if len(self._exited) == self.size:
-                    return None
-                continue
-            if kind == "recs":
-                for line in payload.splitlines():
-                    self._hand_on(index, orjson.loads(line))
-                continue
-            if kind == "exit":
-                self._exited.add(index)
-            return kind, index, payload
+            live = {self._inbox[i]: i for i in range(self.size) if i not in self._exited}
+            if not live:
+                return None
+            left = _READ_WAIT_S if deadline is None else deadline - time.monotonic()
+            ready = cast(list[Connection], wait(list(live), max(0.0, min(_READ_WAIT_S, left))))
+            for conn in ready:
+                i = live[conn]
+                try:
+                    kind, index, payload = cast(tuple[str, int, Any], conn.recv())
+                except (EOFError, OSError):
+                    # Everything the worker sent before it went has been read.
+                    self._exited.add(i)
+                    return "exit", i, None
+                if kind == "recs":
+                    for line in payload.splitlines():
+                        self._hand_on(index, orjson.loads(line))
+                    continue
+                if kind == "exit":
+                    self._exited.add(index)
+                return kind, index, payload
         return None
 
-    def _hand_on(self, index: int, line: dict[str, Any]) -> None:
-        self._seen[index].add(_key(line))
-        if self._on_record is not None:
-            self._on_record(read_stream(line))
+    def _hand_on(self, index: int, line: dict[str, Any]) -> bool:
+        """Hands a worker's record on unless it already was (a record both read from the pipe
+        and recovered from the spill file); whether it was handed on now."""
+        key = _key(line)
+        with self._handing:
+            if key in self._seen[index]:
+                return False
+            self._seen[index].add(key)
+            if self._on_record is not None:
+                self._on_record(read_stream(line))
+        return True
 
     def _drain_until_exit(self, deadline: float) -> None:
         while len(self._exited) < self.size and self._next(deadline) is not None:
@@ -417,9 +473,7 @@ class ProcessPool:
         for i in sorted(self._exited):
             recovered = 0
             for line in read_jsonl(self._spill_dir / f"w{i}.jsonl"):
-                if _key(line) not in self._seen[i]:
-                    self._hand_on(i, line)
-                    recovered += 1
+                recovered += self._hand_on(i, line)
             if i in unfinished and i not in self._reported:
                 self._reported.add(i)
                 lines.append(

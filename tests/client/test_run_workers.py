@@ -4,6 +4,7 @@ completed record lost when a worker is killed."""
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing as mp
 import os
 import signal
 import threading
@@ -105,6 +106,58 @@ async def test_a_killed_worker_loses_no_completed_record(tmp_path: Path) -> None
     # Every stream of the dead worker's job without a record is named, none that has one.
     unsent = [f"r{i:02d}" for i in range(0, 12, 2) if f"r{i:02d}" not in ids]
     assert pool.unrecorded == unsent and "r10" in unsent
+
+
+def _line(rec: StreamRecord) -> bytes:
+    return orjson.dumps(to_json(rec)) + b"\n"
+
+
+def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_come(
+    tmp_path: Path,
+) -> None:
+    # Each worker has its own pipe: one SIGKILLed halfway through a message (its length said,
+    # a tenth of it written) ends as that worker's exit, and the other's records are read.
+    # Through the one queue all workers shared, the killed worker kept the queue's lock and
+    # the other's next put, and so the run, waited for ever.
+    pool = ProcessPool(2, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
+                       spill_dir=tmp_path)  # fmt: skip
+    for end in pool._their_ends:
+        end.close()
+    pipes = [mp.Pipe(duplex=False) for _ in range(2)]
+    pool._inbox = [read for read, _ in pipes]
+    killed, alive = pipes[0][1], pipes[1][1]
+    killed.send(("recs", 0, _line(stream("r9", chunks=[0.1]))))
+    with open(killed.fileno(), "wb", closefd=False) as raw:
+        raw.write((1000).to_bytes(4, "big") + b"y" * 100)  # a message cut off
+    killed.close()
+    recs = [stream(f"r{i}", chunks=[0.1]) for i in range(3)]
+    alive.send(("recs", 1, b"".join(_line(r) for r in recs)))
+    alive.send(("done", 1, {}))
+    got: list[StreamRecord] = []
+    pool._on_record = got.append
+    seen = [pool._next(time.monotonic() + 10) for _ in range(2)]
+    assert sorted(seen, key=str) == sorted([("exit", 0, None), ("done", 1, {})], key=str)
+    assert sorted(r.id for r in got) == ["r0", "r1", "r2", "r9"]
+    assert pool._exited == {0}
+
+
+def test_a_record_read_from_the_pipe_and_recovered_from_the_spill_is_handed_on_once(
+    tmp_path: Path,
+) -> None:
+    # A stop (Ctrl-C) leaves a read of the pipes going in its thread while the pool drains and
+    # recovers spill files: a batch that read handed on after the recovery was written twice
+    # (13 streams, 18 records in streams.jsonl).
+    pool = ProcessPool(1, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
+                       spill_dir=tmp_path)  # fmt: skip
+    recs = [stream(f"r{i}", chunks=[0.1]) for i in range(4)]
+    (tmp_path / "w0.jsonl").write_bytes(b"".join(_line(r) for r in recs[:3]))
+    got: list[StreamRecord] = []
+    pool._on_record = got.append
+    pool._exited.add(0)
+    assert pool._recover({0})[0].startswith("client worker 0 ")
+    assert [pool._hand_on(0, orjson.loads(_line(r))) for r in recs] == [False, False, False, True]
+    assert [r.id for r in got] == ["r0", "r1", "r2", "r3"]
+    assert pool._recover({0}) == [] and len(got) == 4  # said once; nothing handed on again
 
 
 async def test_a_pool_whose_workers_all_finish_names_no_stream(tmp_path: Path) -> None:
