@@ -42,12 +42,12 @@ from pathlib import Path
 import orjson
 import uvloop
 from client_ingest import REPO, bare_rate, firehose_binary, free_port, wait_listening
-from client_truth import request_number, server_times
+from client_truth import request_number, said_late, server_times
 from harness import Ratio, parser, ratio, report
 
 sys.path.insert(0, str(REPO))
 
-from loadgen.analysis.selferror import client_error_evidence, crowding
+from loadgen.analysis.selferror import client_error_evidence, crowding, tolerance_s
 from loadgen.records import StreamRecord, read_streams
 
 CORES = os.cpu_count() or 1
@@ -81,6 +81,9 @@ class Point:
     err_p50_ms: float
     err_p99_ms: float
     flagged: float
+    # Streams whose TTFT error against firehose's own was past their tolerance (selferror's)
+    # that the run did not flag (client_truth.py's `silent`): 0 when every such one is.
+    missed: float
     server_cpu: float  # the busiest firehose process, cores
     client_cpu: float  # the client's processes together, cores
     parent_cpu: float  # the command's own process (with workers: the one merging records)
@@ -216,23 +219,25 @@ def point(
 ) -> Point:
     """A point's row from its ok records, the servers' logs and the CPU (cores) used by the
     busiest server, the client, its parent process and the whole host."""
-    errors = []
+    crowded = crowding("127.0.0.1", workers, CORES) is not None
+    errors, missed = [], 0
     for r in recs:
         truth = truths[r.replica or 0].get(request_number(r.response_id) or -1)
         if truth is None or r.t_first_ns is None or r.t_sent_ns is None:
             continue
         errors.append((r.t_first_ns - r.t_sent_ns - (truth[1] - truth[0])) / 1e6)
+        missed += errors[-1] / 1e3 > tolerance_s(r) and not said_late(r, crowded)
     if not errors:
         raise SystemExit(f"W={workers} T={tokens} C={c}: no stream joined firehose's logs")
     start = min(r.t_sent_ns or r.t_intended_ns for r in recs)
     end = max(r.t_done_ns or r.t_last_ns or 0 for r in recs)
     span_s = (end - start) / 1e9
     busy_s = sum(((r.t_done_ns or r.t_last_ns or 0) - (r.t_sent_ns or 0)) / 1e9 for r in recs)
-    crowded = crowding("127.0.0.1", workers, CORES) is not None
     flagged = sum(crowded or client_error_evidence(r) is not None for r in recs)
     return Point(workers, len(truths), tokens, c, len(recs), len(recs) / span_s, busy_s / span_s,
                  statistics.median(errors), statistics.quantiles(errors, n=100)[98],
-                 flagged / len(recs), *cpu, bound_by(*cpu, workers), span_s, wall_s)  # fmt: skip
+                 flagged / len(recs), missed / len(errors), *cpu, bound_by(*cpu, workers), span_s,
+                 wall_s)  # fmt: skip
 
 
 def bound_by(
@@ -272,7 +277,8 @@ def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], secon
 
 
 HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight':>9}"
-        f" {'err p50':>8} {'p99':>7} {'flagged':>7} {'srv cpu':>7} {'cli cpu':>7} {'parent':>6}"
+        f" {'err p50':>8} {'p99':>7} {'flagged':>7} {'missed':>6} {'srv cpu':>7} {'cli cpu':>7}"
+        f" {'parent':>6}"
         f" {'host':>5}"
         f" {'bound':<7} {'span s':>6} {'wall s':>6}")  # fmt: skip
 
@@ -280,7 +286,8 @@ HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight
 def row(p: Point) -> str:
     return (f"{p.workers:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
             f" {p.req_s:>8,.0f} {p.in_flight:>9,.0f} {p.err_p50_ms:>+8.2f} {p.err_p99_ms:>+7.2f}"
-            f" {p.flagged:>7.0%} {p.server_cpu:>7.2f} {p.client_cpu:>7.2f} {p.parent_cpu:>6.2f}"
+            f" {p.flagged:>7.0%} {p.missed:>6.1%} {p.server_cpu:>7.2f} {p.client_cpu:>7.2f}"
+            f" {p.parent_cpu:>6.2f}"
             f" {p.host_cpu:>5.2f}"
             f" {p.bound:<7} {p.span_s:>6.2f} {p.wall_s:>6.1f}")  # fmt: skip
 
@@ -292,20 +299,30 @@ def ceiling_table(points: list[Point], k: int) -> str:
              f" round-robin of each worker), {CORES} CPUs,"
              f" load average {os.getloadavg()[0]:.2f} at the end", HEAD]  # fmt: skip
     lines += [row(p) for p in points]
-    lines.append("ceiling per (W, T): most req/s; most streams in flight with err p50 < "
-                 f"{ERR_TOLERANCE_MS:g} ms; first C flagged")  # fmt: skip
+    lines.append("ceiling per (W, T): most req/s; most req/s and streams in flight with err"
+                 f" p50 < {ERR_TOLERANCE_MS:g} ms; first C flagged")  # fmt: skip
     for w, t in dict.fromkeys((p.workers, p.tokens) for p in points):
         ps = [p for p in points if (p.workers, p.tokens) == (w, t)]
         top = max(ps, key=lambda p: p.req_s)
         within = [p for p in ps if p.err_p50_ms < ERR_TOLERANCE_MS]
-        held = f"{max(p.in_flight for p in within):,.0f}" if within else "none"
+        best = max(within, key=lambda p: p.req_s, default=None)
+        held = (
+            "none"
+            if best is None
+            else (
+                f"{best.req_s:,.0f} req/s at C={best.concurrency},"
+                f" {max(p.in_flight for p in within):,.0f} in flight"
+            )
+        )
         first_flag = next((str(p.concurrency) for p in ps if p.flagged > 0), "none")
         lines.append(f"  W={w} T={t}: {top.req_s:,.0f} req/s at C={top.concurrency}"
-                     f" ({top.bound}); in flight within error: {held}; flags from C="
+                     f" ({top.bound}); within error: {held}; flags from C="
                      f"{first_flag}")  # fmt: skip
     lines.append("(W = client workers, S = firehose processes, T = answer tokens, C = streams"
                  " asked; err = loadgen TTFT - firehose's own per stream, ms; flagged ="
-                 " client_limited or crowded host; cpu in cores over the traffic (span): the"
+                 " client_limited or crowded host; missed = past its tolerance against"
+                 " firehose's TTFT, yet neither flagged nor said late on its send side; cpu in"
+                 " cores over the traffic (span): the"
                  " busiest firehose process, the client's processes together, the host; wall:"
                  " the whole command, its start and analysis too;"
                  f" bound at >= {BUSY:.0%} of a core)")  # fmt: skip

@@ -164,10 +164,8 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
         if r.t_written_ns is not None:  # firehose's read - loadgen's write: kernel and server
             wires.append((arrival - zero - r.t_written_ns) / MS)
         reads.append((r.t_first_ns + zero - first) / MS)  # firehose's send -> loadgen's stamp
-        # A send side late beyond tolerance is flagged too (the report's SEND SIDE LATE line, or
-        # CLIENT LIMITED where loadgen's write held it).
         tol = tolerance_s(r)
-        flagged = crowded or own_flag or send_late_holder(r) is not None
+        flagged = said_late(r, crowded)
         if err_s > tol:
             beyond += 1
             silent += not flagged
@@ -309,6 +307,13 @@ def truth_table(rows: list[dict], tokens: int) -> str:
 def off_server_core():
     cpus = os.sched_getaffinity(0) - {0}
     return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def said_late(rec: StreamRecord, crowded: bool) -> bool:
+    """Whether the run says `rec`'s timing may be off: the host was crowded, the stream is
+    client_limited, or its send side was late beyond tolerance (the report's SEND SIDE LATE
+    line, or CLIENT LIMITED where loadgen's write held it)."""
+    return crowded or client_error_evidence(rec) is not None or send_late_holder(rec) is not None
 
 
 def _silent(n: int) -> str:
