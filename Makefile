@@ -67,6 +67,7 @@ test-truth: $(STAMP)
 test-ray: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[ray,test]'
 	$(BIN)/pytest -q -m ray -p no:cacheprovider tests/client/test_ray_cluster.py
+	$(BIN)/python bench/ceiling.py --smoke --ray --out runs/ceiling-ray
 
 scenario: $(STAMP)
 	$(BIN)/loadgen run $(NAME) $(RUN_ARGS)

@@ -15,13 +15,16 @@ worker), else `host` when the two together filled the cores, else `-`.
 
 The ratio (for bench/harness.py): loadgen's ceiling over a bare aiohttp + orjson loop's
 requests/s (bench/client_ingest.py's) at the same C and answer length, against one firehose,
-measured in the same run. `--profile FILE` runs the best point once more with the command's
+measured in the same run. `--ray` runs every ladder a second time with the workers as Ray
+actors on a local two-node cluster started for it (`--ray ADDRESS` of `loadgen request`; the
+`ray` extra), their rows marked `r`, the client's CPU then the driver's and every process of the
+cluster's. `--profile FILE` runs the best point once more with the command's
 process under cProfile (with workers: the parent that merges their records) and prints where
 its time went.
 
     .venv/bin/python bench/ceiling.py [--smoke | --full] [--workers 1 8 15] [--tokens 1 16 256]
         [--concurrency 64 256 1024 4096] [--servers K] [--seconds S] [--max-seconds S]
-        [--out DIR] [--profile F]
+        [--out DIR] [--profile F] [--ray]
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from importlib.util import find_spec
 from pathlib import Path
 
 import orjson
@@ -45,14 +51,18 @@ from client_ingest import REPO, bare_rate, firehose_binary, free_port, wait_list
 from client_truth import request_number, said_late, server_times
 from harness import Ratio, parser, ratio, report
 
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 from loadgen.analysis.selferror import client_error_evidence, crowding, tolerance_s
 from loadgen.records import StreamRecord, read_streams
 
+from support.ray_cluster import Cluster, local_ray_cluster, ray_processes
+
 CORES = os.cpu_count() or 1
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 BUSY = 0.85  # a process at this share of a core or more is the bound
+RAY_LOOKUP_EVERY = 25  # samples between two looks for a Ray cluster's processes (0.5 s)
 SAMPLE_S = 0.02  # CPU counters read this often during a point (ticks are 10 ms)
 ERR_TOLERANCE_MS = 1.0  # the issue's goal: TTFT p50 error under 1 ms
 SMOKE = {"workers": [1], "tokens": [1, 16], "concurrency": [8, 32], "seconds": 0.5, "first_n": 200}
@@ -91,6 +101,16 @@ class Point:
     bound: str
     span_s: float  # the traffic: first send to last end, over which the cpu columns count
     wall_s: float  # the whole command: its start, the traffic, its analysis and files
+    ray: bool = False  # the workers were Ray actors
+
+    @property
+    def series(self) -> tuple[int, int, bool]:
+        """The ladder the point belongs to: (W, T, over Ray)."""
+        return self.workers, self.tokens, self.ray
+
+    @property
+    def name(self) -> str:
+        return f"W={self.workers}{'r' if self.ray else ''} T={self.tokens}"
 
 
 def cpu_ticks(pid: int) -> int:
@@ -133,9 +153,38 @@ class Sample:
     host_s: float
 
 
-def sample(servers: list[int], client: int) -> Sample:
+def sample(servers: list[int], client: int, also: list[int]) -> Sample:
+    """The counters now; `also`: more of the client's processes (a Ray cluster's)."""
     return Sample(time.perf_counter_ns(), tuple(cpu_ticks(p) for p in servers),
-                  tree_ticks(client), cpu_ticks(client), host_busy_s())  # fmt: skip
+                  tree_ticks(client) + sum(map(live_ticks, also)), cpu_ticks(client),
+                  host_busy_s())  # fmt: skip
+
+
+def with_descendants(pids: list[int]) -> list[int]:
+    """`pids` and every process below them: a Ray node's actors are its raylet's children,
+    and their command lines (retitled `ray::StreamActor`) no longer name the cluster."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+        except OSError:  # gone between the listing and the read
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = set(pids), list(pids)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return sorted(out)
+
+
+def live_ticks(pid: int) -> int:
+    """cpu_ticks of a process that may have gone (0 then)."""
+    try:
+        return cpu_ticks(pid)
+    except OSError:
+        return 0
 
 
 def window_cpu(
@@ -174,24 +223,29 @@ def stop_servers(servers: list[tuple[subprocess.Popen, int, Path]]) -> None:
         proc.wait(10)
 
 
-def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, tmp: Path) -> Point:
-    """One point: fresh servers, `loadgen request`, its records joined with the servers'
-    logs."""
-    tag = tmp / f"w{workers}t{tokens}c{c}"
+def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, tmp: Path,
+              ray: Cluster | None = None) -> Point:  # fmt: skip
+    """One point: fresh servers, `loadgen request` (its workers Ray actors on `ray`), its
+    records joined with the servers' logs."""
+    tag = tmp / f"w{workers}t{tokens}c{c}{'r' if ray else ''}"
     tag.mkdir()
     servers = start_servers(binary, k, tag)
     urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
     cmd = [sys.executable, "-m", "loadgen", "request", *urls, "-n", str(n), "-c", str(c),
            "--max-tokens", str(tokens), "--prompt-tokens", "8", "--out", str(tag / "run"),
-           "--workers", str(workers)]  # fmt: skip
+           "--workers", str(workers), *(["--ray", ray.address] if ray else [])]  # fmt: skip
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=REPO)  # fmt: skip
         pids = [p.pid for p, _, _ in servers]
-        samples = [sample(pids, proc.pid)]
+        # The cluster's processes, looked up again now and then: actors start with the run.
+        cluster: list[int] = []
+        samples = [sample(pids, proc.pid, cluster)]
         while proc.poll() is None:
             time.sleep(SAMPLE_S)
-            samples.append(sample(pids, proc.pid))
+            if ray is not None and len(samples) % RAY_LOOKUP_EVERY == 1:
+                cluster = with_descendants(ray_processes(ray.temp_dir))
+            samples.append(sample(pids, proc.pid, cluster))
         _, stderr = proc.communicate()
     finally:
         stop_servers(servers)
@@ -205,7 +259,7 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     cpu = window_cpu(samples, start, end)
     wall = (samples[-1].ns - samples[0].ns) / 1e9
     truths = [server_times(log) for _, _, log in servers]
-    return point(recs, truths, workers, tokens, c, cpu, wall)
+    return replace(point(recs, truths, workers, tokens, c, cpu, wall), ray=ray is not None)
 
 
 def point(
@@ -259,7 +313,8 @@ def bound_by(
 
 
 def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], seconds: float,
-           first_n: int, max_n: int, deadline: float, tmp: Path) -> list[Point]:  # fmt: skip
+           first_n: int, max_n: int, deadline: float, tmp: Path,
+           ray: Cluster | None = None) -> list[Point]:  # fmt: skip
     """The points of one (W, T): each C sized to run about `seconds` at the rate before, none
     started past `deadline` (time.monotonic). Every point gets the k servers, each worker
     routing its share over all of them."""
@@ -269,7 +324,7 @@ def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], secon
             print(f"skipped W={workers} T={tokens} C={c}: past --max-seconds", flush=True)
             continue
         n = min(max_n, max(4 * c, n))
-        p = run_point(binary, k, workers, tokens, c, n, tmp)
+        p = run_point(binary, k, workers, tokens, c, n, tmp, ray)
         out.append(p)
         print(row(p), flush=True)
         n = int(p.req_s * seconds)
@@ -284,7 +339,8 @@ HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight
 
 
 def row(p: Point) -> str:
-    return (f"{p.workers:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
+    w = f"{p.workers}{'r' if p.ray else ''}"
+    return (f"{w:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
             f" {p.req_s:>8,.0f} {p.in_flight:>9,.0f} {p.err_p50_ms:>+8.2f} {p.err_p99_ms:>+7.2f}"
             f" {p.flagged:>7.0%} {p.missed:>6.1%} {p.server_cpu:>7.2f} {p.client_cpu:>7.2f}"
             f" {p.parent_cpu:>6.2f}"
@@ -301,8 +357,8 @@ def ceiling_table(points: list[Point], k: int) -> str:
     lines += [row(p) for p in points]
     lines.append("ceiling per (W, T): most req/s; most req/s and streams in flight with err"
                  f" p50 < {ERR_TOLERANCE_MS:g} ms; first C flagged")  # fmt: skip
-    for w, t in dict.fromkeys((p.workers, p.tokens) for p in points):
-        ps = [p for p in points if (p.workers, p.tokens) == (w, t)]
+    for key in dict.fromkeys(p.series for p in points):
+        ps = [p for p in points if p.series == key]
         top = max(ps, key=lambda p: p.req_s)
         within = [p for p in ps if p.err_p50_ms < ERR_TOLERANCE_MS]
         best = max(within, key=lambda p: p.req_s, default=None)
@@ -315,11 +371,12 @@ def ceiling_table(points: list[Point], k: int) -> str:
             )
         )
         first_flag = next((str(p.concurrency) for p in ps if p.flagged > 0), "none")
-        lines.append(f"  W={w} T={t}: {top.req_s:,.0f} req/s at C={top.concurrency}"
+        lines.append(f"  {top.name}: {top.req_s:,.0f} req/s at C={top.concurrency}"
                      f" ({top.bound}); within error: {held}; flags from C="
                      f"{first_flag}")  # fmt: skip
-    lines.append("(W = client workers, S = firehose processes, T = answer tokens, C = streams"
-                 " asked; err = loadgen TTFT - firehose's own per stream, ms; flagged ="
+    lines.append("(W = client workers (r: Ray actors), S = firehose processes, T = answer"
+                 " tokens, C = streams asked; err = loadgen TTFT - firehose's own per stream,"
+                 " ms; flagged ="
                  " client_limited or crowded host; missed = past its tolerance against"
                  " firehose's TTFT, yet neither flagged nor said late on its send side; cpu in"
                  " cores over the traffic (span): the"
@@ -336,11 +393,11 @@ def plot(points: list[Point], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, ax_err) = plt.subplots(1, 2, figsize=(11, 4))
-    for w, t in dict.fromkeys((p.workers, p.tokens) for p in points):
-        ps = [p for p in points if (p.workers, p.tokens) == (w, t)]
+    for key in dict.fromkeys(p.series for p in points):
+        ps = [p for p in points if p.series == key]
         xs = [p.concurrency for p in ps]
-        ax.plot(xs, [p.req_s for p in ps], marker="o", label=f"W={w} T={t}")
-        ax_err.plot(xs, [p.err_p50_ms for p in ps], marker="o", label=f"W={w} T={t}")
+        ax.plot(xs, [p.req_s for p in ps], marker="o", label=ps[0].name)
+        ax_err.plot(xs, [p.err_p50_ms for p in ps], marker="o", label=ps[0].name)
     for a, label in ((ax, "requests/s"), (ax_err, "TTFT p50 error, ms")):
         a.set_xscale("log", base=2)
         a.set_xlabel("streams asked (C)")
@@ -358,7 +415,7 @@ def bare_ratios(binary: Path, points: list[Point]) -> list[Ratio]:
     """Per answer length, loadgen's best 1-worker point against the bare loop at its C."""
     out = []
     for t in dict.fromkeys(p.tokens for p in points):
-        ones = [p for p in points if p.tokens == t and p.workers == 1]
+        ones = [p for p in points if p.tokens == t and p.workers == 1 and not p.ray]
         if not ones:
             continue
         top = max(ones, key=lambda p: p.req_s)
@@ -402,6 +459,19 @@ def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:
     return text.getvalue()
 
 
+@contextmanager
+def ray_cluster(wanted: bool, workers: int) -> Iterator[Cluster | None]:
+    """A local Ray cluster of two nodes with a CPU for each of `workers` actors, when
+    `wanted`; one line and exit 2 without the ray extra."""
+    if not wanted:
+        yield None
+        return
+    if find_spec("ray") is None:
+        raise SystemExit("ceiling: --ray needs the ray extra (pip install 'loadgen[ray]')")
+    with local_ray_cluster(extra_nodes=1, cpus=max(2, math.ceil(workers / 2))) as cluster:
+        yield cluster
+
+
 def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--full", action="store_true", help="the full size (the default)")
@@ -418,6 +488,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "ceiling",
                     help="folder for ceiling.txt, ceiling.png and points.jsonl")  # fmt: skip
     ap.add_argument("--profile", type=Path, help="cProfile the best point into FILE")
+    ap.add_argument("--ray", action="store_true",
+                    help="each ladder again over Ray actors on a local 2-node cluster")  # fmt: skip
     ap.add_argument("--max-requests", type=int, default=MAX_N,
                     help=f"requests per point at most (default {MAX_N:,})")  # fmt: skip
     ap.add_argument(
@@ -435,13 +507,13 @@ def main() -> None:
     binary = firehose_binary()
     if binary is None:
         raise SystemExit("ceiling: needs firehose (a C compiler and ../shared/tools/firehose)")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ray_cluster(args.ray, max(workers)) as ray:
         print(HEAD, flush=True)
         deadline = time.monotonic() + args.max_seconds
-        points = [p for w in workers for t in tokens
+        points = [p for cluster in dict.fromkeys((None, ray)) for w in workers for t in tokens
                   for p in ladder(binary, args.servers, w, t, cs, seconds,
                                   int(size["first_n"]), args.max_requests, deadline,
-                                  Path(tmp))]  # fmt: skip
+                                  Path(tmp), cluster)]  # fmt: skip
         if not points:
             raise SystemExit("ceiling: no point started within --max-seconds")
         table = ceiling_table(points, args.servers)
@@ -453,7 +525,7 @@ def main() -> None:
         plot(points, args.out / "ceiling.png")
         print(f"wrote {args.out}/ceiling.txt, ceiling.png, points.jsonl")
         if args.profile:
-            top = max(points, key=lambda p: p.req_s)
+            top = max((p for p in points if not p.ray), key=lambda p: p.req_s)
             prof_dir = Path(tmp) / "profile"
             prof_dir.mkdir()
             print(profile(binary, args.servers, top, args.profile, prof_dir))

@@ -51,9 +51,9 @@ class Cluster:
 
 
 @contextmanager
-def local_ray_cluster(*, extra_nodes: int = 0) -> Iterator[Cluster]:
+def local_ray_cluster(*, extra_nodes: int = 0, cpus: int = 2) -> Iterator[Cluster]:
     """Yields the running cluster (a head, plus `extra_nodes` worker nodes on this host, each
-    with 2 CPUs); it is gone on exit."""
+    with `cpus` CPUs); it is gone on exit."""
     # Ray's unix sockets live under the temp dir and their paths are capped near 107 bytes:
     # pytest's tmp_path is too deep.
     temp_dir = tempfile.mkdtemp(prefix="lgray", dir="/tmp")
@@ -61,7 +61,7 @@ def local_ray_cluster(*, extra_nodes: int = 0) -> Iterator[Cluster]:
     ray_bin = str(Path(sys.executable).with_name("ray"))
     log = open(Path(temp_dir) / "start.log", "w+")  # noqa: SIM115 - read while it runs
     proc = subprocess.Popen(
-        [ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
+        [ray_bin, "start", "--head", "--block", f"--port={port}", f"--num-cpus={cpus}",
          "--node-ip-address=127.0.0.1", "--include-dashboard=false", "--disable-usage-stats",
          f"--temp-dir={temp_dir}"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -71,7 +71,7 @@ def local_ray_cluster(*, extra_nodes: int = 0) -> Iterator[Cluster]:
     try:
         _wait_started(proc, Path(log.name))
         for _ in range(extra_nodes):
-            nodes.append(_start_node(f"127.0.0.1:{port}", log))
+            nodes.append(_start_node(f"127.0.0.1:{port}", log, cpus))
             _wait_started(nodes[-1], Path(log.name), seen=len(nodes))
         yield Cluster(f"127.0.0.1:{port}", temp_dir)
     finally:
@@ -81,14 +81,14 @@ def local_ray_cluster(*, extra_nodes: int = 0) -> Iterator[Cluster]:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _start_node(address: str, log: Any) -> subprocess.Popen:
+def _start_node(address: str, log: Any, cpus: int) -> subprocess.Popen:
     """A worker node joining `address`; its agents get free ports (the defaults are the
     head's)."""
     ray_bin = str(Path(sys.executable).with_name("ray"))
     agents = ("dashboard-agent-listen-port", "runtime-env-agent-port", "metrics-export-port")
     ports = [f"--{name}={free_port()}" for name in agents]
     return subprocess.Popen(
-        [ray_bin, "start", "--block", f"--address={address}", "--num-cpus=2",
+        [ray_bin, "start", "--block", f"--address={address}", f"--num-cpus={cpus}",
          "--node-ip-address=127.0.0.1", "--disable-usage-stats", *ports],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
