@@ -109,8 +109,13 @@ class Point:
         return self.workers, self.tokens, self.ray
 
     @property
+    def shown_workers(self) -> str:
+        """W as the table shows it: `r` marks Ray actors."""
+        return f"{self.workers}{'r' if self.ray else ''}"
+
+    @property
     def name(self) -> str:
-        return f"W={self.workers}{'r' if self.ray else ''} T={self.tokens}"
+        return f"W={self.shown_workers} T={self.tokens}"
 
 
 def cpu_ticks(pid: int) -> int:
@@ -126,18 +131,21 @@ def host_busy_s() -> float:
     return (sum(f[:8]) - f[3] - f[4]) * TICK_S
 
 
-def tree_ticks(root: int) -> int:
-    """utime + stime of `root` and its live children (loadgen's worker processes), ticks."""
-    total = 0
+def processes() -> dict[int, tuple[int, int]]:
+    """Every live process: its parent's pid and its utime + stime (ticks)."""
+    out = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rpartition(")")[2].split()
         except OSError:  # gone between the listing and the read
             continue
-        pid = int(stat.parent.name)
-        if pid == root or int(fields[1]) == root:
-            total += int(fields[11]) + int(fields[12])
-    return total
+        out[int(stat.parent.name)] = int(fields[1]), int(fields[11]) + int(fields[12])
+    return out
+
+
+def tree_ticks(root: int) -> int:
+    """utime + stime of `root` and its live children (loadgen's worker processes), ticks."""
+    return sum(t for pid, (ppid, t) in processes().items() if root in (pid, ppid))
 
 
 @dataclass(frozen=True)
@@ -164,12 +172,8 @@ def with_descendants(pids: list[int]) -> list[int]:
     """`pids` and every process below them: a Ray node's actors are its raylet's children,
     and their command lines (retitled `ray::StreamActor`) no longer name the cluster."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
-        except OSError:  # gone between the listing and the read
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
+    for pid, (ppid, _) in processes().items():
+        children.setdefault(ppid, []).append(pid)
     out, todo = set(pids), list(pids)
     while todo:
         for child in children.get(todo.pop(), ()):
@@ -339,8 +343,7 @@ HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight
 
 
 def row(p: Point) -> str:
-    w = f"{p.workers}{'r' if p.ray else ''}"
-    return (f"{w:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
+    return (f"{p.shown_workers:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
             f" {p.req_s:>8,.0f} {p.in_flight:>9,.0f} {p.err_p50_ms:>+8.2f} {p.err_p99_ms:>+7.2f}"
             f" {p.flagged:>7.0%} {p.missed:>6.1%} {p.server_cpu:>7.2f} {p.client_cpu:>7.2f}"
             f" {p.parent_cpu:>6.2f}"

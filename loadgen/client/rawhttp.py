@@ -14,7 +14,6 @@ to ERROR_BODY_CAP bytes for their message instead of being streamed.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import struct
 from collections.abc import Callable
@@ -55,7 +54,7 @@ def info_socket(transport: asyncio.BaseTransport) -> socket.socket | None:
     if sock is None:
         return None
     try:
-        return socket.socket(sock.family, sock.type, sock.proto, os.dup(sock.fileno()))
+        return socket.fromfd(sock.fileno(), sock.family, sock.type, sock.proto)
     except (OSError, ValueError):
         return None
 
