@@ -90,9 +90,9 @@ class StreamRecord:
     needle_expected: str | None = None
     needle_hit: bool | None = None
     # The client's own error (client/selftime.py): body reads, reads that brought several
-    # content chunks under one timestamp, the largest event-loop lag that touched any of its
-    # stamps and the one that touched its TTFT stamps (send, first content chunk; None where
-    # not measured: no content chunk, or an older version).
+    # content chunks under one timestamp, the longest any of its reads may have waited for
+    # the event loop and the longest its TTFT stamps may have (send, first content chunk; None
+    # where not measured: no content chunk, or an older version).
     reads: int = 0
     coalesced_reads: int = 0
     loop_lag_max_ns: int | None = None

@@ -1,8 +1,8 @@
 """Whether loadgen's own timing error makes a stream's figures untrustworthy.
 
 A stream's *error bound* is the largest of how late loadgen sent it (t_sent - t_intended), the
-event-loop lag that touched its TTFT stamps (client/selftime.py: the lag of the loop pass
-in which the first content chunk was stamped, and the send's where a wait sits between stamp
+longest its TTFT stamps may have waited for the event loop (client/selftime.py: the first
+content chunk's read, from the loop's ticks, and the send's where a wait sits between stamp
 and write) and, where rawhttp stamped it, the time loadgen's own process held the request
 before the kernel had it (analysis/phases.py's write phase), never a stall elsewhere in the
 window that no stamp waited for. The bound is

@@ -366,8 +366,8 @@ class OpenAIClient(AuxRequests):
         # rawhttp writes the request in the same loop pass that stamps t_sent, so that stamp
         # is exact; aiohttp awaits its connection first, and the loop's lag then delays it.
         sent = live.t_sent
-        send_lag = 0 if raw else lag.lag_at(sent, now)
-        ttft_lag = None if not stamps else max(send_lag, lag.lag_at(stamps[0], now, sent))
+        send_lag = 0 if raw else lag.lag_at(sent)
+        ttft_lag = None if not stamps else max(send_lag, lag.lag_at(stamps[0], sent))
         return dec.to_record(
             req,
             run_start_ns=self.run_start_ns,
@@ -376,7 +376,7 @@ class OpenAIClient(AuxRequests):
             t_headers=t_headers,
             t_end=now,
             error=error,
-            loop_lag_max_ns=max(ttft_lag or send_lag, lag.lag_over(stamps, now, sent)),
+            loop_lag_max_ns=max(ttft_lag or send_lag, lag.lag_over(stamps, sent)),
             loop_lag_ttft_ns=ttft_lag,
             rtt_us=live.rtt_us,
             response_id=live.response_id,

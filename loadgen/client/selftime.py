@@ -1,22 +1,25 @@
-"""The client's own timing error: how late the event loop was when each stamp was taken.
+"""The client's own timing error: how long a read the client stamped may have waited for its
+event loop.
 
 Every timestamp the client takes is read when the loop gets round to a socket, so a loop busy
-with other streams stamps an event late. A ticker notes how late each of its TICK_S ticks woke;
-a stamp is charged the lag that touched it, not the worst lag anywhere while its stream was
-open (charged the window's worst, the first stream of a quiet `loadgen request -n 3 -c 1` got
-a 42 ms bound, a collection just before its send, against a 3 ms TTFT):
-- the lag of the tick it was taken in, when it was taken inside that tick's lateness (between
-  the tick's due time and its late wake: a stall that began after the stamp cannot delay it);
-- after a tick that woke more than BEHIND_NS late, that lag plus the time since: a loop that
-  is behind stays behind while it works through what piled up (256 streams on one loop had
-  their reads stamped a batch late while each tick, serviced early in its batch, showed only
-  part of that).
-The ticks come from a timerfd in the loop's own poll set, so a tick waits for the loop exactly
-as a socket does, to ~50 us on an idle loop; a sleep's millisecond timer overshot by 0.17 ms at
-p50 and 0.9 ms at p99 on an idle loop (shared 2-core machine), and a stamp taken during that
-overshoot looked late. Where there is no timerfd, the ticker sleeps.
-Wake times and lags are kept in typed arrays (8 bytes a tick: an hour at 500 ticks/s is 14 MB),
-searched with bisect for one stamp and numpy for a stream's every chunk.
+with other streams stamps an event late. A ticker is a timerfd in the loop's own poll set, due
+every TICK_NS: it wakes the loop the way a socket does, so its ticks say when the loop polled.
+The bound for a stamp at t follows from two facts of one poll-and-run pass: a socket that was
+ready when the loop polled is run in that pass, and a tick runs at most once a pass. Let j be
+the last tick run before t and i the one before it: i ran in an earlier pass than t's read, and
+that pass polled after i was due, so the data t read arrived after i's due time and waited at
+most t - due(i). Two ticks back, not one: a pass can run tick j early and the read late, with
+the data already waiting at its poll (a 32 ms pass: tick j on time, the read 30 ms late).
+The old rule charged a stamp the lag of the 2 ms tick whose lateness it was taken in: a stall
+between two ticks' due times went unseen. Against firehose (bench/ceiling.py, one worker, 8 in
+flight, 16-token answers) it flagged 123 of the 1,017 streams whose first token it stamped
+more than their 1 ms tolerance after firehose wrote it; this bound flags all of them, and
+flags 15.0% of streams where 12.8% were that late (its median excess: 0.04 ms).
+On an idle loop the bound is one to two ticks (0.35 to 0.6 ms), so TICK_NS is small enough
+that the 1 ms floor of tolerance (analysis/selferror.py) stays clear of it.
+A tick run within QUIET_NS of its due time is on time and not stored: the ticks between two
+stored ones are on a grid of TICK_NS, so an idle loop keeps nothing and a busy one 24 bytes a
+late tick. Where there is no timerfd the ticker sleeps, and every wake is stored.
 """
 
 from __future__ import annotations
@@ -30,102 +33,128 @@ from time import perf_counter_ns
 
 import numpy as np
 
-TICK_S = 0.002
-TICK_NS = int(TICK_S * 1e9)
-# A tick this late says the loop was behind (an idle loop services its timerfd in ~50 us).
-BEHIND_NS = 500_000
+TICK_NS = 250_000
+# A tick run this soon after its due time is on time (an idle loop runs its timerfd's tick in
+# ~50 us); an on-time tick due at most this long before a stamp has run before it.
+QUIET_NS = 100_000
 
 
 class LoopLagTicker:
     """Run `run()` as a task on the loop being measured; `lag_at()` / `lag_over()` per stamp."""
 
-    __slots__ = ("_lags", "_wakes")
+    __slots__ = ("_dues", "_nexts", "_origin", "_pending", "_quiet_ns", "_wakes", "period_ns")
 
-    def __init__(self) -> None:
-        self._wakes = array("q")  # perf_counter_ns of each wake
-        self._lags = array("q")  # how late that wake was, ns
+    def __init__(self, period_ns: int = TICK_NS) -> None:
+        self.period_ns = period_ns
+        self._wakes = array("q")  # perf_counter_ns when each stored tick ran
+        self._dues = array("q")  # when it was due (the first due time a late read covered)
+        self._nexts = array("q")  # when the tick after it was due
+        self._origin: int | None = None  # the first tick's due time; None until started
+        self._pending = 0  # the due time of the tick not yet run
+        self._quiet_ns = QUIET_NS
 
-    def add(self, wake_ns: int, lag_ns: int) -> None:
-        self._wakes.append(wake_ns)
-        self._lags.append(lag_ns)
+    def start(self, first_due_ns: int, *, periodic: bool = True) -> None:
+        """Ticks from now on are due from `first_due_ns`, every period_ns when `periodic` (a
+        timerfd); else each wake names the next due time and is stored."""
+        self._origin = self._pending = first_due_ns
+        self._quiet_ns = QUIET_NS if periodic else -1
 
-    def lag_at(self, t_ns: int, now_ns: int | None = None, since_ns: int = 0) -> int:
-        """The lag (ns) that touched a stamp taken at `t_ns` (see the module doc); a tick still
-        asleep at `now_ns` counts with the lateness it has reached so far. Nothing can have
-        waited from before `since_ns` (the stream's send): a late tick due before it is a stall
-        the stream never saw (the collection just before a probe's first send), and no
-        stamp is charged more than the time since."""
-        wakes, lags = self._wakes, self._lags
-        n = len(wakes)
-        k = bisect_left(wakes, t_ns)
-        if k < n:
-            own = lags[k] if t_ns >= wakes[k] - lags[k] else 0
-        else:
-            now = perf_counter_ns() if now_ns is None else now_ns
-            due = wakes[-1] + TICK_NS if wakes else now
-            own = max(0, now - due) if t_ns >= due else 0
-        if k and lags[k - 1] > BEHIND_NS and wakes[k - 1] - lags[k - 1] >= since_ns:
-            own = max(own, lags[k - 1] + t_ns - wakes[k - 1])
-        return min(own, t_ns - since_ns)
+    def tick(self, wake_ns: int, due_ns: int, next_due_ns: int) -> None:
+        """The tick due at `due_ns` ran at `wake_ns`; the next one is due at `next_due_ns`."""
+        if wake_ns - due_ns > self._quiet_ns:
+            self._wakes.append(wake_ns)
+            self._dues.append(due_ns)
+            self._nexts.append(next_due_ns)
+        self._pending = next_due_ns
 
-    def lag_over(self, stamps: list[int], now_ns: int | None = None, since_ns: int = 0) -> int:
+    def lag_at(self, t_ns: int, since_ns: int = 0) -> int:
+        """How long (ns) a read stamped at `t_ns` may have waited for the loop (the module
+        doc's bound); nothing the stream read arrived before `since_ns` (its send)."""
+        origin = self._origin
+        if origin is None:
+            return max(0, t_ns - since_ns)
+        p, wakes, dues, nexts = self.period_ns, self._wakes, self._dues, self._nexts
+        i = bisect_left(wakes, t_ns) - 1  # the last stored tick run before t
+        start = nexts[i] if i >= 0 else origin  # on-time ticks: due in [start, end)
+        end = dues[i + 1] if i + 1 < len(wakes) else self._pending
+        last = min(t_ns - self._quiet_ns, end - 1)
+        if last >= start:  # j is on time
+            due_j = start + (last - start) // p * p
+            prev = due_j - p if due_j > start else (dues[i] if i >= 0 else since_ns)
+        elif i < 0:  # no tick ran before t
+            prev = since_ns
+        else:  # j is stored tick i
+            before = nexts[i - 1] if i >= 1 else origin
+            prev = dues[i] - p if dues[i] > before else (dues[i - 1] if i >= 1 else since_ns)
+        return max(0, t_ns - max(prev, since_ns))
+
+    def lag_over(self, stamps: list[int], since_ns: int = 0) -> int:
         """The largest `lag_at` of any of `stamps` (sorted, perf_counter ns); 0 for none."""
         if not stamps:
             return 0
-        n = len(self._wakes)
-        if n == 0 or stamps[0] == stamps[-1]:
+        if stamps[0] == stamps[-1] or self._origin is None:
             # One stamp, or every chunk from one read (a short answer at a high rate): its
-            # lag_at, 0.6 us, where numpy's fixed cost, 13 us, was 15% of the client's
+            # lag_at, ~1 us, where numpy's fixed cost, 13 us, was 15% of the client's
             # instructions per 16-token request at the ceiling (bench/ceiling.py).
-            return self.lag_at(stamps[-1], now_ns, since_ns)
-        # Stamps after the last wake are in the tick still asleep: its lateness so far.
-        last = stamps[-1]
-        pending = self.lag_at(last, now_ns, since_ns) if last > self._wakes[-1] else 0
+            return self.lag_at(stamps[-1], since_ns)
+        p, origin = self.period_ns, self._origin
         wakes = np.frombuffer(self._wakes, dtype=np.int64)
-        lags = np.frombuffer(self._lags, dtype=np.int64)
+        dues = np.frombuffer(self._dues, dtype=np.int64)
+        # Padded so that tick i's neighbours index for i = -1 and for the last stored tick.
+        starts = np.concatenate(([origin], np.frombuffer(self._nexts, dtype=np.int64)))
+        ends = np.concatenate((dues, [self._pending]))
+        dues_or_since = np.concatenate(([since_ns, since_ns], dues))  # [k + 1]: dues[k - 1]
         ts = np.asarray(stamps, dtype=np.int64)
-        k = np.searchsorted(wakes, ts, side="left")
-        at = np.minimum(k, n - 1)
-        own = np.where((k < n) & (ts >= wakes[at] - lags[at]), lags[at], 0)
-        prev = np.maximum(k - 1, 0)
-        behind = (k > 0) & (lags[prev] > BEHIND_NS) & (wakes[prev] - lags[prev] >= since_ns)
-        carry = np.where(behind, lags[prev] + ts - wakes[prev], 0)
-        charged = np.minimum(np.maximum(own, carry), ts - since_ns)
-        return max(int(charged.max()), pending)
+        i = np.searchsorted(wakes, ts, side="left") - 1
+        start, end = starts[i + 1], ends[i + 1]
+        last = np.minimum(ts - self._quiet_ns, end - 1)
+        on_time = last >= start
+        due_j = start + (np.maximum(last, start) - start) // p * p
+        prev_on = np.where(due_j > start, due_j - p, dues_or_since[i + 2])
+        stored_due = dues_or_since[i + 2]
+        # starts[i] is tick i's `before`: the due time after tick i - 1 (or the origin).
+        prev_off = np.where(stored_due > starts[np.maximum(i, 0)], stored_due - p,
+                            dues_or_since[i + 1])  # fmt: skip
+        prev = np.where(on_time, prev_on, np.where(i >= 0, prev_off, since_ns))
+        return int(np.maximum(ts - np.maximum(prev, since_ns), 0).max())
 
     async def run(self) -> None:
-        timer = _timerfd(TICK_NS)
+        timer = _timerfd(self.period_ns)
         if timer is not None:
             try:
                 await self._run_timerfd(*timer)
             finally:
                 os.close(timer[0])
-        period_ns = TICK_NS
-        add = self.add
+        period_s = self.period_ns / 1e9
+        due = perf_counter_ns() + self.period_ns
+        self.start(due, periodic=False)
         while True:
-            before = perf_counter_ns()
-            await asyncio.sleep(TICK_S)
+            await asyncio.sleep(period_s)
             now = perf_counter_ns()
-            add(now, max(0, now - before - period_ns))
+            self.tick(now, due, now + self.period_ns)
+            due = now + self.period_ns
 
     async def _run_timerfd(self, fd: int, first_due: int) -> None:
         """Ticks from a periodic timerfd in the loop's own poll set: it wakes the loop the way a
         socket does (its lag is a socket read's delay) and to the microsecond, where a sleep's
-        millisecond timer overshot by up to 1 ms on an idle loop and charged that to stamps."""
+        millisecond timer overshot by up to 1 ms on an idle loop."""
         loop = asyncio.get_running_loop()
-        add, read = self.add, os.read
+        tick, read, p = self.tick, os.read, self.period_ns
         due = [first_due]
+        self.start(first_due)
 
-        def tick() -> None:
-            now = perf_counter_ns()
+        def on_tick() -> None:
             try:
                 n = int.from_bytes(read(fd, 8), "little")
             except BlockingIOError:
                 return
-            add(now, max(0, now - due[0]))
-            due[0] += n * TICK_NS
+            # Stamped after the read: every expiration it counted was due by then.
+            now = perf_counter_ns()
+            first = due[0]
+            due[0] = first + n * p
+            tick(now, first, due[0])
 
-        loop.add_reader(fd, tick)
+        loop.add_reader(fd, on_tick)
         try:
             await loop.create_future()
         finally:
