@@ -16,7 +16,9 @@ flight, 16-token answers) it flagged 123 of the 1,017 streams whose first token 
 more than their 1 ms tolerance after firehose wrote it; this bound flags all of them, and
 flags 15.0% of streams where 12.8% were that late (its median excess: 0.04 ms).
 On an idle loop the bound is one to two ticks (0.35 to 0.6 ms), so TICK_NS is small enough
-that the 1 ms floor of tolerance (analysis/selferror.py) stays clear of it.
+that the 1 ms floor of tolerance (analysis/selferror.py) stays clear of it. The price: 4,000
+wakes a second cost one saturated worker 3% of its requests/s (16-token answers, 2-core VM;
+6,476 against 6,701 with 2 ms ticks, three runs each).
 A tick run within QUIET_NS of its due time is on time and not stored: the ticks between two
 stored ones are on a grid of TICK_NS, so an idle loop keeps nothing and a busy one 24 bytes a
 late tick. Where there is no timerfd the ticker sleeps, and every wake is stored.
@@ -37,6 +39,8 @@ TICK_NS = 250_000
 # A tick run this soon after its due time is on time (an idle loop runs its timerfd's tick in
 # ~50 us); an on-time tick due at most this long before a stamp has run before it.
 QUIET_NS = 100_000
+# Up to this many reads a record's lag_over charges them one by one, beyond it with numpy.
+SCALAR_READS = 32
 
 
 class LoopLagTicker:
@@ -92,30 +96,34 @@ class LoopLagTicker:
         """The largest `lag_at` of any of `stamps` (sorted, perf_counter ns); 0 for none."""
         if not stamps:
             return 0
-        if stamps[0] == stamps[-1] or self._origin is None:
-            # One stamp, or every chunk from one read (a short answer at a high rate): its
-            # lag_at, ~1 us, where numpy's fixed cost, 13 us, was 15% of the client's
-            # instructions per 16-token request at the ceiling (bench/ceiling.py).
-            return self.lag_at(stamps[-1], since_ns)
-        p, origin = self.period_ns, self._origin
-        wakes = np.frombuffer(self._wakes, dtype=np.int64)
-        dues = np.frombuffer(self._dues, dtype=np.int64)
-        # Padded so that tick i's neighbours index for i = -1 and for the last stored tick.
-        starts = np.concatenate(([origin], np.frombuffer(self._nexts, dtype=np.int64)))
-        ends = np.concatenate((dues, [self._pending]))
-        dues_or_since = np.concatenate(([since_ns, since_ns], dues))  # [k + 1]: dues[k - 1]
-        ts = np.asarray(stamps, dtype=np.int64)
-        i = np.searchsorted(wakes, ts, side="left") - 1
-        start, end = starts[i + 1], ends[i + 1]
+        reads = list(dict.fromkeys(stamps))  # every chunk of one read shares its stamp
+        if len(reads) <= SCALAR_READS or self._origin is None:
+            # lag_at is ~1 us a read, numpy's 20-odd array operations ~35 us a record: a
+            # 16-token answer comes in one to three reads at the ceiling (bench/ceiling.py).
+            return max(self.lag_at(t, since_ns) for t in reads)
+        p, origin, n = self.period_ns, self._origin, len(self._wakes)
+        ts = np.asarray(reads, dtype=np.int64)
+        if n == 0:
+            i = np.full(len(ts), -1)
+            start, end = np.full(len(ts), origin), np.full(len(ts), self._pending)
+            stored_due = prev_off = np.full(len(ts), since_ns)
+        else:
+            # Views, never copies: the stored ticks grow with the run, a record stays O(log n).
+            wakes = np.frombuffer(self._wakes, dtype=np.int64)
+            dues = np.frombuffer(self._dues, dtype=np.int64)
+            nexts = np.frombuffer(self._nexts, dtype=np.int64)
+            i = np.searchsorted(wakes, ts, side="left") - 1
+            at, after, back = (np.clip(i + d, 0, n - 1) for d in (0, 1, -1))
+            start = np.where(i >= 0, nexts[at], origin)
+            end = np.where(i + 1 < n, dues[after], self._pending)
+            stored_due = np.where(i >= 0, dues[at], since_ns)
+            before = np.where(i >= 1, nexts[back], origin)
+            prev_off = np.where(stored_due > before, stored_due - p,
+                                np.where(i >= 1, dues[back], since_ns))  # fmt: skip
         last = np.minimum(ts - self._quiet_ns, end - 1)
-        on_time = last >= start
         due_j = start + (np.maximum(last, start) - start) // p * p
-        prev_on = np.where(due_j > start, due_j - p, dues_or_since[i + 2])
-        stored_due = dues_or_since[i + 2]
-        # starts[i] is tick i's `before`: the due time after tick i - 1 (or the origin).
-        prev_off = np.where(stored_due > starts[np.maximum(i, 0)], stored_due - p,
-                            dues_or_since[i + 1])  # fmt: skip
-        prev = np.where(on_time, prev_on, np.where(i >= 0, prev_off, since_ns))
+        prev_on = np.where(due_j > start, due_j - p, stored_due)
+        prev = np.where(last >= start, prev_on, np.where(i >= 0, prev_off, since_ns))
         return int(np.maximum(ts - np.maximum(prev, since_ns), 0).max())
 
     async def run(self) -> None:

@@ -24,7 +24,7 @@ from loadgen.analysis.summary import analyze_run
 from loadgen.cli import main
 from loadgen.client.decode import StreamDecoder
 from loadgen.client.openai import OpenAIClient
-from loadgen.client.selftime import QUIET_NS, LoopLagTicker
+from loadgen.client.selftime import QUIET_NS, SCALAR_READS, LoopLagTicker
 from loadgen.report.cmd import write_report
 from loadgen.request import StreamRequest
 
@@ -77,10 +77,17 @@ def test_a_stamp_is_charged_the_time_since_the_tick_two_back_was_due() -> None:
 
 def test_the_numpy_path_charges_every_stamp_as_lag_at_does() -> None:
     rng = random.Random(7)
-    for ticker in (stalled_ticker(), _simulated(rng, busy=0.9)[0], _sleeping_ticker()):
+    idle = LoopLagTicker()  # every tick on time: none stored
+    idle.start(idle.period_ns)
+    for due in range(idle.period_ns, 20 * MS, idle.period_ns):
+        idle.tick(due + 20 * US, due, due + idle.period_ns)
+    tickers = (stalled_ticker(), _simulated(rng, busy=0.9)[0], _sleeping_ticker(), idle)
+    for ticker in tickers:
         hi = ticker._pending + 5 * MS
         for _ in range(200):
-            stamps = sorted(rng.randrange(0, hi) for _ in range(rng.randrange(2, 6)))
+            # A few reads (one by one) or more than SCALAR_READS (numpy's path).
+            size = rng.choice([rng.randrange(2, 6), SCALAR_READS + rng.randrange(1, 20)])
+            stamps = sorted(rng.randrange(0, hi) for _ in range(size))
             since = rng.choice([0, stamps[0], max(0, stamps[0] - rng.randrange(0, 3 * MS))])
             assert ticker.lag_over(stamps, since) == max(ticker.lag_at(s, since) for s in stamps)
 
