@@ -17,8 +17,10 @@ more than their 1 ms tolerance after firehose wrote it; this bound flags all of 
 flags 15.0% of streams where 12.8% were that late (its median excess: 0.04 ms).
 On an idle loop the bound is one to two ticks (0.35 to 0.6 ms), so TICK_NS is small enough
 that the 1 ms floor of tolerance (analysis/selferror.py) stays clear of it. The price: 4,000
-wakes a second cost one saturated worker 3% of its requests/s (16-token answers, 2-core VM;
-6,476 against 6,701 with 2 ms ticks, three runs each).
+wakes a second cost one saturated worker 3-8% of its requests/s at 16-token answers and 0-5%
+at 256 against 2 ms ticks (bench/ceiling.py ladders at C=8..32 back to back, 2-core VM); the
+old rule's ladders left up to half the streams stamped late and unflagged (50.3% at
+T=16, C=32), this none.
 A tick run within QUIET_NS of its due time is on time and not stored: the ticks between two
 stored ones are on a grid of TICK_NS, so an idle loop keeps nothing and a busy one 24 bytes a
 late tick. Where there is no timerfd the ticker sleeps, and every wake is stored.
