@@ -391,8 +391,11 @@ class OpenAIClient(AuxRequests):
         period = min(_WATCH_PERIOD_S, *limits)
         while True:
             await asyncio.sleep(period)
+            now = perf_counter_ns()
             if self._live:
-                self._expire_stalled(perf_counter_ns())
+                self._expire_stalled(now)
+            # No stamp before the oldest open stream's send is charged again.
+            self.lag.forget_before(min((live.t_sent for live in self._live), default=now))
 
     def _expire_stalled(self, now: int) -> None:
         t = self.timeouts

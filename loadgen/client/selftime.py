@@ -23,7 +23,8 @@ old rule's ladders left up to half the streams stamped late and unflagged (50.3%
 T=16, C=32), this none.
 A tick run within QUIET_NS of its due time is on time and not stored: the ticks between two
 stored ones are on a grid of TICK_NS, so an idle loop keeps nothing and a busy one 24 bytes a
-late tick. Where there is no timerfd the ticker sleeps, and every wake is stored.
+late tick, until the client forgets those older than its oldest open stream. Where there is
+no timerfd the ticker sleeps, and every wake is stored.
 """
 
 from __future__ import annotations
@@ -72,6 +73,16 @@ class LoopLagTicker:
             self._dues.append(due_ns)
             self._nexts.append(next_due_ns)
         self._pending = next_due_ns
+
+    def forget_before(self, boundary_ns: int) -> None:
+        """Drops the stored ticks run before `boundary_ns`, with no change to any bound of a
+        stamp sent after it (the grid then starts where they left it): no stream still open
+        was sent before it. A saturated loop stores nearly every tick, 350 MB an hour kept."""
+        k = bisect_left(self._wakes, boundary_ns)
+        if k:
+            self._origin = self._nexts[k - 1]
+            for stored in (self._wakes, self._dues, self._nexts):
+                del stored[:k]
 
     def lag_at(self, t_ns: int, since_ns: int = 0) -> int:
         """How long (ns) a read stamped at `t_ns` may have waited for the loop (the module

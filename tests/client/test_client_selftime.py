@@ -92,6 +92,21 @@ def test_the_numpy_path_charges_every_stamp_as_lag_at_does() -> None:
             assert ticker.lag_over(stamps, since) == max(ticker.lag_at(s, since) for s in stamps)
 
 
+def test_forgetting_the_ticks_before_the_oldest_send_changes_no_later_bound() -> None:
+    rng = random.Random(11)
+    t, reads = _simulated(rng, busy=0.95)
+    boundary = reads[len(reads) // 2][0]
+    later = [(since, s) for since, _, s in reads if since >= boundary]
+    before = [t.lag_at(s, since) for since, s in later]
+    spans = [sorted(rng.sample([s for _, s in later], 40)) for _ in range(20)]
+    over = [t.lag_over(st, boundary) for st in spans]
+    stored = len(t._wakes)
+    t.forget_before(boundary)
+    assert 0 < len(t._wakes) < stored
+    assert [t.lag_at(s, since) for since, s in later] == before
+    assert [t.lag_over(st, boundary) for st in spans] == over
+
+
 def _sleeping_ticker() -> LoopLagTicker:
     """Where there is no timerfd: every wake stored, each naming the next due time."""
     t = LoopLagTicker()

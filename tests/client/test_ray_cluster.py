@@ -29,7 +29,13 @@ from loadgen.request import StreamRequest
 from support.cli import assert_one_line_error, loadgen, spawn_loadgen
 from support.pacedserver import PacedConfig, ThreadedPacedServer
 from support.ray_cluster import free_port, local_ray_cluster, ray_processes
-from support.workers import EXPECTED, hist_counts, run_spread, server_verdicts, stream_rows
+from support.workers import (
+    OPEN_LOOP_VERDICTS,
+    hist_counts,
+    run_spread,
+    server_verdicts,
+    stream_rows,
+)
 
 pytestmark = [
     pytest.mark.ray,
@@ -178,7 +184,7 @@ def test_run_on_two_ray_workers_writes_the_run_directory_one_process_would(
     # t_sent seconds off.
     assert all(0 < r["t_intended_ns"] - 1_000_000 <= r["t_sent_ns"] < r["t_first_ns"] for r in s2)
     sum1, sum2 = (orjson.loads((d / "summary.json").read_bytes()) for d in (one, two))
-    assert server_verdicts(sum1) == server_verdicts(sum2) == EXPECTED["open_loop"]
+    assert server_verdicts(sum1) == server_verdicts(sum2) == OPEN_LOOP_VERDICTS
     assert hist_counts(one) == hist_counts(two) != {}
     client = orjson.loads((two / "run.json").read_bytes())["client"]
     names = {w["worker"] for w in client["ray"]["workers"]}

@@ -25,7 +25,13 @@ from loadgen.request import StreamRequest
 from support.cli import loadgen
 from support.pacedserver import PacedConfig, PacedServer
 from support.run_fixtures import manifest, stream, write_run
-from support.workers import EXPECTED, hist_counts, run_spread, server_verdicts, stream_rows
+from support.workers import (
+    OPEN_LOOP_VERDICTS,
+    hist_counts,
+    run_spread,
+    server_verdicts,
+    stream_rows,
+)
 
 CLOSED = "--set=arrival={closed: {concurrency: 3}}"
 
@@ -40,7 +46,16 @@ def test_two_workers_write_the_run_directory_one_would(loop: str, tmp_path: Path
     key = lambda r: (r["id"], r["phase"], r["status"], r["completion_tokens"], r["chunks"])  # noqa: E731
     assert sorted(map(key, s1)) == sorted(map(key, s2))
     sum1, sum2 = (orjson.loads((d / "summary.json").read_bytes()) for d in (one, two))
-    assert server_verdicts(sum1) == server_verdicts(sum2) == EXPECTED[loop]
+    if loop == "open_loop":
+        assert server_verdicts(sum1) == server_verdicts(sum2) == OPEN_LOOP_VERDICTS
+    else:
+        # Three seats never fill four: no stream waits on the cap, sent by one worker or two.
+        # Whether one waits a step behind another's prefill depends on where it lands in the
+        # sim's 40 ms steps, which a busy machine moves (2 of 8 streams, one run in 8 under
+        # three CPU hogs): that is measured, not the workers' doing.
+        for verdicts in map(server_verdicts, (sum1, sum2)):
+            assert sum(verdicts.values()) == 8
+            assert verdicts["admission_cap"] == verdicts["error"] == 0
     assert hist_counts(one) == hist_counts(two) != {}
     client = orjson.loads((two / "run.json").read_bytes())["client"]
     assert client["workers"] == 2 and client["workers_source"] == "user"
