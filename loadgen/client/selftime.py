@@ -24,7 +24,8 @@ T=16, C=32), this none.
 A tick run within QUIET_NS of its due time is on time and not stored: the ticks between two
 stored ones are on a grid of TICK_NS, so an idle loop keeps nothing and a busy one 24 bytes a
 late tick, until the client forgets those older than its oldest open stream. Where there is
-no timerfd the ticker sleeps, and every wake is stored.
+no timerfd the ticker sleeps, and every wake is stored; a sleep wakes on uvloop's millisecond
+timer, so the bound there is coarser and short TTFTs read client_limited sooner.
 """
 
 from __future__ import annotations
