@@ -366,7 +366,7 @@ class OpenAIClient(AuxRequests):
         # rawhttp writes the request in the same loop pass that stamps t_sent, so that stamp
         # is exact; aiohttp awaits its connection first, and the loop's lag then delays it.
         sent = live.t_sent
-        send_lag = 0 if raw else lag.lag_at(sent)
+        send_lag = 0 if raw else lag.stall_at(sent)
         ttft_lag = None if not stamps else max(send_lag, lag.lag_at(stamps[0], sent))
         return dec.to_record(
             req,

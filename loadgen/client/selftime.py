@@ -106,6 +106,15 @@ class LoopLagTicker:
             prev = dues[i] - p if dues[i] > before else (dues[i - 1] if i >= 1 else since_ns)
         return max(0, t_ns - max(prev, since_ns))
 
+    def stall_at(self, t_ns: int) -> int:
+        """How long (ns) the loop stayed stalled after `t_ns`: what was left of a late tick's
+        wait when the stamp was taken inside it. A send stamped there is written no sooner
+        than the stall's end (aiohttp's path, where a wait sits between stamp and write)."""
+        k = bisect_left(self._wakes, t_ns)
+        if k == len(self._wakes) or self._dues[k] > t_ns:
+            return 0
+        return self._wakes[k] - t_ns
+
     def lag_over(self, stamps: list[int], since_ns: int = 0) -> int:
         """The largest `lag_at` of any of `stamps` (sorted, perf_counter ns); 0 for none."""
         if not stamps:

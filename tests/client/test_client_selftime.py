@@ -92,6 +92,15 @@ def test_the_numpy_path_charges_every_stamp_as_lag_at_does() -> None:
             assert ticker.lag_over(stamps, since) == max(ticker.lag_at(s, since) for s in stamps)
 
 
+def test_a_send_stamped_inside_a_stall_is_charged_what_was_left_of_it() -> None:
+    t = stalled_ticker()  # the block held the loop from 10 to 40 ms
+    assert t.stall_at(39 * MS) == 1 * MS
+    assert t.stall_at(10 * MS) == 30 * MS
+    assert t.stall_at(9 * MS) == t.stall_at(40 * MS + 1) == t.stall_at(80 * MS) == 0
+    t.forget_before(39 * MS)  # a stream sent at 39 ms is open: nothing it needs goes
+    assert t.stall_at(39 * MS) == 1 * MS
+
+
 def test_forgetting_the_ticks_before_the_oldest_send_changes_no_later_bound() -> None:
     rng = random.Random(11)
     t, reads = _simulated(rng, busy=0.95)
@@ -246,7 +255,7 @@ def test_a_run_with_client_limited_streams_opens_its_reports_with_the_banner(
     assert page.index("CLIENT LIMITED") < page.index("<h2>")
 
 
-async def paced_streams(n: int, *, hog_ms: float) -> list:
+async def paced_streams(n: int, *, hog_ms: float, raw: bool = True) -> list:
     """n streams of 5 tokens (true TTFT 1 s, so a tolerance of 50 ms: wide enough that a busy
     machine's scheduling alone does not cross it) while, when hog_ms > 0, something else on the
     client's loop holds it for hog_ms out of every hog_ms + 10 ms."""
@@ -260,7 +269,7 @@ async def paced_streams(n: int, *, hog_ms: float) -> list:
     reqs = [StreamRequest(id=f"s{i}", model="m", prompt="p", max_tokens=5) for i in range(n)]
     async with (
         PacedServer(PacedConfig(ttft_s=1.0, gap_s=0.02)) as srv,
-        OpenAIClient(srv.url, concurrency=n) as client,
+        OpenAIClient(srv.url, concurrency=n, raw_stream=raw) as client,
     ):
         await client.warm(n)
         client.run_start_ns = time.perf_counter_ns()  # intended send: now, as a probe does
@@ -272,9 +281,10 @@ async def paced_streams(n: int, *, hog_ms: float) -> list:
     return recs
 
 
-async def test_a_stalled_client_loop_flags_its_streams_and_a_free_one_does_not() -> None:
-    free = await paced_streams(2, hog_ms=0)
-    stalled = await paced_streams(2, hog_ms=120)
+@pytest.mark.parametrize("raw", [True, False], ids=["rawhttp", "aiohttp"])
+async def test_a_stalled_client_loop_flags_its_streams_and_a_free_one_does_not(raw: bool) -> None:
+    free = await paced_streams(2, hog_ms=0, raw=raw)
+    stalled = await paced_streams(2, hog_ms=120, raw=raw)
     assert [client_error_evidence(r) for r in free] == [None, None]
     for r in stalled:
         # The hog holds the loop either before the send (the stream goes out late) or around
