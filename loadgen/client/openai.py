@@ -143,7 +143,6 @@ class OpenAIClient(AuxRequests):
         if self.raw_stream:
             self._raw = RawPool(self.base_url, headers, self.timeouts.connect_s)
         self._watchdog = asyncio.create_task(self._watch(), name="loadgen-client-watchdog")
-        self._ticker = asyncio.create_task(self.lag.run(), name="loadgen-client-lag")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -182,6 +181,11 @@ class OpenAIClient(AuxRequests):
         A 400/422 to a request that asked for continuous_usage_stats, while the target's
         support is unknown, is retried once without it; if that succeeds, the target is
         remembered as not taking it and later requests leave it out."""
+        if self._ticker is None:
+            # Started by the first stream: the parent of worker processes opens a client for
+            # /v1/models and /metrics and sends none, and 4,000 wakes a second there took CPU
+            # from the process that takes every record.
+            self._ticker = asyncio.create_task(self.lag.run(), name="loadgen-client-lag")
         asked = self.continuous_usage is not False
         rec = await self._attempt(req, continuous=asked)
         if asked and self.continuous_usage is None and rec.http_status in (400, 422):

@@ -294,6 +294,21 @@ async def test_a_stalled_client_loop_flags_its_streams_and_a_free_one_does_not(r
     assert all(r.reads >= 1 for r in free + stalled)
 
 
+async def test_the_ticker_starts_with_the_first_stream() -> None:
+    # The parent of worker processes asks /v1/models and /metrics and streams nothing: its
+    # client must not wake 4,000 times a second.
+    req = StreamRequest(id="s", model="m", prompt="p", max_tokens=2)
+    async with (
+        PacedServer(PacedConfig(ttft_s=0.01, gap_s=0.001)) as srv,
+        OpenAIClient(srv.url, concurrency=1) as client,
+    ):
+        await client.warm(1)
+        assert client._ticker is None
+        rec = await client.stream(req)
+        assert client._ticker is not None and not client._ticker.done()
+    assert rec.status == "ok" and rec.loop_lag_ttft_ns is not None
+
+
 def test_request_on_a_frozen_loop_prints_the_banner_and_strict_exits_3() -> None:
     # Server and client share one GIL here, and the server's thread keeps it 60 ms after each
     # first token: the client's loop is frozen where it stamps TTFTs of ~70 ms (tolerance
