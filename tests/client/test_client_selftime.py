@@ -134,9 +134,9 @@ def _simulated(
     """An event loop as the kernel and uvloop run it: each pass polls (blocking while nothing
     is ready), then runs every ready tick and read in an arbitrary order, each callback taking
     time; `busy` of the loop's time goes to callbacks, and a `stalls` share of them holds it
-    5 ms (a collection). Data for a stream sent at `since`
-    arrives at `arrived` and is stamped when its read runs. Returns the ticker the passes fed
-    and (since, arrived, stamped) per read."""
+    5 ms (a collection). Data for a stream sent at `since` arrives at `arrived` and is stamped
+    when its read runs. Returns the ticker the passes fed and (since, arrived, stamped) per
+    read."""
     t = LoopLagTicker()
     p = t.period_ns
     t.start(p)
