@@ -120,29 +120,25 @@ class LoopLagTicker:
         if not stamps:
             return 0
         reads = list(dict.fromkeys(stamps))  # every chunk of one read shares its stamp
-        if len(reads) <= SCALAR_READS or self._origin is None:
+        if len(reads) <= SCALAR_READS or self._origin is None or not self._wakes:
             # lag_at is ~1 us a read, numpy's 20-odd array operations ~35 us a record: a
-            # 16-token answer comes in one to three reads at the ceiling (bench/ceiling.py).
+            # 16-token answer comes in one to three reads at the ceiling (bench/ceiling.py),
+            # and a loop that stored no late tick is idle enough to take them one by one.
             return max(self.lag_at(t, since_ns) for t in reads)
         p, origin, n = self.period_ns, self._origin, len(self._wakes)
         ts = np.asarray(reads, dtype=np.int64)
-        if n == 0:
-            i = np.full(len(ts), -1)
-            start, end = np.full(len(ts), origin), np.full(len(ts), self._pending)
-            stored_due = prev_off = np.full(len(ts), since_ns)
-        else:
-            # Views, never copies: the stored ticks grow with the run, a record stays O(log n).
-            wakes = np.frombuffer(self._wakes, dtype=np.int64)
-            dues = np.frombuffer(self._dues, dtype=np.int64)
-            nexts = np.frombuffer(self._nexts, dtype=np.int64)
-            i = np.searchsorted(wakes, ts, side="left") - 1
-            at, after, back = (np.clip(i + d, 0, n - 1) for d in (0, 1, -1))
-            start = np.where(i >= 0, nexts[at], origin)
-            end = np.where(i + 1 < n, dues[after], self._pending)
-            stored_due = np.where(i >= 0, dues[at], since_ns)
-            before = np.where(i >= 1, nexts[back], origin)
-            prev_off = np.where(stored_due > before, stored_due - p,
-                                np.where(i >= 1, dues[back], since_ns))  # fmt: skip
+        # Views, never copies: the stored ticks grow with the run, a record stays O(log n).
+        wakes = np.frombuffer(self._wakes, dtype=np.int64)
+        dues = np.frombuffer(self._dues, dtype=np.int64)
+        nexts = np.frombuffer(self._nexts, dtype=np.int64)
+        i = np.searchsorted(wakes, ts, side="left") - 1
+        at, after, back = (np.clip(i + d, 0, n - 1) for d in (0, 1, -1))
+        start = np.where(i >= 0, nexts[at], origin)
+        end = np.where(i + 1 < n, dues[after], self._pending)
+        stored_due = np.where(i >= 0, dues[at], since_ns)
+        before = np.where(i >= 1, nexts[back], origin)
+        prev_off = np.where(stored_due > before, stored_due - p,
+                            np.where(i >= 1, dues[back], since_ns))  # fmt: skip
         last = np.minimum(ts - self._quiet_ns, end - 1)
         due_j = start + (np.maximum(last, start) - start) // p * p
         prev_on = np.where(due_j > start, due_j - p, stored_due)
@@ -157,13 +153,11 @@ class LoopLagTicker:
             finally:
                 os.close(timer[0])
         period_s = self.period_ns / 1e9
-        due = perf_counter_ns() + self.period_ns
-        self.start(due, periodic=False)
+        self.start(perf_counter_ns() + self.period_ns, periodic=False)
         while True:
             await asyncio.sleep(period_s)
             now = perf_counter_ns()
-            self.tick(now, due, now + self.period_ns)
-            due = now + self.period_ns
+            self.tick(now, self._pending, now + self.period_ns)
 
     async def _run_timerfd(self, fd: int, first_due: int) -> None:
         """Ticks from a periodic timerfd in the loop's own poll set: it wakes the loop the way a
@@ -171,7 +165,6 @@ class LoopLagTicker:
         millisecond timer overshot by up to 1 ms on an idle loop."""
         loop = asyncio.get_running_loop()
         tick, read, p = self.tick, os.read, self.period_ns
-        due = [first_due]
         self.start(first_due)
 
         def on_tick() -> None:
@@ -181,9 +174,8 @@ class LoopLagTicker:
                 return
             # Stamped after the read: every expiration it counted was due by then.
             now = perf_counter_ns()
-            first = due[0]
-            due[0] = first + n * p
-            tick(now, first, due[0])
+            due = self._pending
+            tick(now, due, due + n * p)
 
         loop.add_reader(fd, on_tick)
         try:
