@@ -48,13 +48,13 @@ from pathlib import Path
 import orjson
 import uvloop
 from client_ingest import REPO, bare_rate, firehose_binary, free_port, wait_listening
-from client_truth import read_flagged, request_number, server_times
+from client_truth import read_delay_ns, read_flagged, request_number, server_times
 from harness import Ratio, parser, ratio, report
 
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from loadgen.analysis.selferror import client_error_evidence, crowding, tolerance_s
+from loadgen.analysis.selferror import crowding, tolerance_s
 from loadgen.records import StreamRecord, read_streams
 
 from support.ray_cluster import Cluster, local_ray_cluster, ray_processes
@@ -286,8 +286,8 @@ def point(
         if truth is None or r.t_first_ns is None or r.t_sent_ns is None:
             continue
         errors.append((r.t_first_ns - r.t_sent_ns - (truth[1] - truth[0])) / 1e6)
-        # firehose's first write -> loadgen's stamp: the read error the flag has to bound.
-        late_read = (r.t_first_ns + zero_ns - truth[1]) / 1e9 > tolerance_s(r)
+        # The read error the flag has to bound.
+        late_read = read_delay_ns(r, zero_ns, truth[1]) / 1e9 > tolerance_s(r)
         missed += late_read and not read_flagged(r, crowded)
     if not errors:
         raise SystemExit(f"W={workers} T={tokens} C={c}: no stream joined firehose's logs")
@@ -295,7 +295,7 @@ def point(
     end = max(r.t_done_ns or r.t_last_ns or 0 for r in recs)
     span_s = (end - start) / 1e9
     busy_s = sum(((r.t_done_ns or r.t_last_ns or 0) - (r.t_sent_ns or 0)) / 1e9 for r in recs)
-    flagged = sum(crowded or client_error_evidence(r) is not None for r in recs)
+    flagged = sum(read_flagged(r, crowded) for r in recs)
     return Point(workers, len(truths), tokens, c, len(recs), len(recs) / span_s, busy_s / span_s,
                  statistics.median(errors), statistics.quantiles(errors, n=100)[98],
                  flagged / len(recs), missed / len(errors), *cpu, bound_by(*cpu, workers), span_s,

@@ -150,8 +150,7 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
     errors, sends, reads, rtts, ttfts, true_ttfts, wires = [], [], [], [], [], [], []
     beyond = silent = own_beyond = own_silent = limited = 0
     for r in recs:  # every one ok (run_request)
-        own_flag = client_error_evidence(r) is not None
-        limited += own_flag
+        limited += read_flagged(r, crowded)
         server = truth.get(request_number(r.response_id) or -1)
         if server is None or r.t_first_ns is None or r.t_sent_ns is None:
             continue
@@ -163,7 +162,7 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
         sends.append((arrival - zero - r.t_sent_ns) / MS)  # loadgen's send -> firehose's read
         if r.t_written_ns is not None:  # firehose's read - loadgen's write: kernel and server
             wires.append((arrival - zero - r.t_written_ns) / MS)
-        reads.append((r.t_first_ns + zero - first) / MS)  # firehose's send -> loadgen's stamp
+        reads.append(read_delay_ns(r, zero, first) / MS)
         tol = tolerance_s(r)
         flagged = said_late(r, crowded)
         if err_s > tol:
@@ -188,7 +187,7 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
         "gap": statistics.median(gaps), "gap99": q(gaps, n=100)[98],
         "true_gap": statistics.median(sent_gaps), "rtt50": statistics.median(rtts) if rtts else nan,
         "gap_mean": statistics.mean(gaps), "true_gap_mean": statistics.mean(sent_gaps),
-        "limited": len(recs) if crowded else limited,
+        "limited": limited,
         "beyond": beyond, "silent": silent,
         "own_beyond": own_beyond, "own_silent": own_silent,
         "banner": any(line.startswith("!! CLIENT LIMITED") for line in res.stdout.splitlines()),
@@ -318,11 +317,19 @@ def read_flagged(rec: StreamRecord, crowded: bool) -> bool:
     return crowded or client_error_evidence(rec) is not None
 
 
+def read_delay_ns(rec: StreamRecord, zero_ns: int, first_ns: int) -> int:
+    """From firehose's first chunk (`first_ns`, its log) to loadgen's stamp of it: the error of
+    loadgen's own read. Both clocks are CLOCK_MONOTONIC; the run's zero puts loadgen's stamps
+    (t_first_ns of an ok record) on firehose's."""
+    assert rec.t_first_ns is not None
+    return rec.t_first_ns + zero_ns - first_ns
+
+
 def said_late(rec: StreamRecord, crowded: bool) -> bool:
-    """Whether the run says `rec`'s timing may be off: the host was crowded, the stream is
-    client_limited, or its send side was late beyond tolerance (the report's SEND SIDE LATE
-    line, or CLIENT LIMITED where loadgen's write held it)."""
-    return crowded or client_error_evidence(rec) is not None or send_late_holder(rec) is not None
+    """Whether the run says `rec`'s timing may be off: its read may be (read_flagged), or its
+    send side was late beyond tolerance (the report's SEND SIDE LATE line, or CLIENT LIMITED
+    where loadgen's write held it)."""
+    return read_flagged(rec, crowded) or send_late_holder(rec) is not None
 
 
 def _silent(n: int) -> str:
