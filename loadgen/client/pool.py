@@ -305,6 +305,9 @@ class ProcessPool:
         # One hand-on at a time: a read cancelled mid-run (Ctrl-C) goes on in its thread while
         # the stop drains and recovers, and a record read by both was handed on twice.
         self._handing = threading.Lock()
+        # One reader of the pipes at a time, for the same reason: two threads in one pipe's
+        # recv took bytes of one message each, and the stop's drain read a torn pickle.
+        self._reading = threading.Lock()
         self._procs = [
             ctx.Process(target=_worker_main,
                         args=(args, self._jobs[args.index], self._their_ends[args.index]),
@@ -422,26 +425,27 @@ class ProcessPool:
         pipe ends (it exited, or was killed, maybe mid-message) reads as its "exit". None
         once every worker has exited, or at the deadline."""
         while deadline is None or time.monotonic() < deadline:
-            live = {self._inbox[i]: i for i in range(self.size) if i not in self._exited}
-            if not live:
-                return None
-            left = _READ_WAIT_S if deadline is None else deadline - time.monotonic()
-            ready = cast(list[Connection], wait(list(live), max(0.0, min(_READ_WAIT_S, left))))
-            for conn in ready:
-                i = live[conn]
-                try:
-                    kind, index, payload = cast(tuple[str, int, Any], conn.recv())
-                except (EOFError, OSError):
-                    # Everything the worker sent before it went has been read.
-                    self._exited.add(i)
-                    return "exit", i, None
-                if kind == "recs":
-                    for line in payload.splitlines():
-                        self._hand_on(index, orjson.loads(line))
-                    continue
-                if kind == "exit":
-                    self._exited.add(index)
-                return kind, index, payload
+            with self._reading:
+                live = {self._inbox[i]: i for i in range(self.size) if i not in self._exited}
+                if not live:
+                    return None
+                left = _READ_WAIT_S if deadline is None else deadline - time.monotonic()
+                ready = cast(list[Connection], wait(list(live), max(0.0, min(_READ_WAIT_S, left))))
+                for conn in ready:
+                    i = live[conn]
+                    try:
+                        kind, index, payload = cast(tuple[str, int, Any], conn.recv())
+                    except (EOFError, OSError):
+                        # Everything the worker sent before it went has been read.
+                        self._exited.add(i)
+                        return "exit", i, None
+                    if kind == "recs":
+                        for line in payload.splitlines():
+                            self._hand_on(index, orjson.loads(line))
+                        continue
+                    if kind == "exit":
+                        self._exited.add(index)
+                    return kind, index, payload
         return None
 
     def _hand_on(self, index: int, line: dict[str, Any]) -> bool:

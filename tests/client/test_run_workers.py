@@ -156,6 +156,37 @@ def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_co
     assert pool._exited == {0}
 
 
+def test_two_threads_reading_the_pipes_each_get_whole_messages(tmp_path: Path) -> None:
+    # A stop leaves the run's read of the pipes going in its thread while the drain reads them
+    # too: both in one pipe's recv took bytes of one message each, and the drain raised
+    # "invalid load key" (make test, SIGTERM to the parent of 2 workers).
+    pool = ProcessPool(1, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
+                       spill_dir=tmp_path)  # fmt: skip
+    pool._their_ends[0].close()
+    read, write = mp.Pipe(duplex=False)
+    pool._inbox = [read]
+    big = b"x" * (1 << 20)  # many pipe buffers a message: a recv takes many reads
+    sent = [("done", 0, {"n": n, "pad": big}) for n in range(12)]
+
+    def send_all() -> None:
+        for message in sent:
+            write.send(message)
+        write.close()
+
+    got: list[tuple] = []
+
+    def read_until_exit() -> None:
+        while (item := pool._next(time.monotonic() + 30)) is not None and item[0] != "exit":
+            got.append(item)
+
+    threads = [threading.Thread(target=f) for f in (send_all, read_until_exit, read_until_exit)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(m[2]["n"] for m in got) == list(range(12))
+
+
 def test_a_record_read_from_the_pipe_and_recovered_from_the_spill_is_handed_on_once(
     tmp_path: Path,
 ) -> None:
