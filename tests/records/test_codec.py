@@ -137,6 +137,37 @@ def test_a_value_that_does_not_fit_is_named_by_its_path(
         from_json(Tree, {**TREE_JSON, **change})
 
 
+@dataclass(frozen=True, slots=True)
+class Series:
+    ns: list[int]
+    rates: tuple[float, ...]
+    flags: frozenset[bool] = frozenset()
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"ns": [1, 2, True, 4], "rates": []}, r"^ns\.\[2\]: expected int, got bool$"),
+        ({"ns": [1, 2.0], "rates": []}, r"^ns\.\[1\]: expected int, got float$"),
+        ({"ns": [], "rates": [0.5, "1"]}, r"^rates\.\[1\]: expected float, got str$"),
+        ({"ns": [], "rates": [], "flags": [True, 0]}, r"^flags\.\[1\]: expected bool, got int$"),
+    ],
+)
+def test_a_list_of_scalars_taken_whole_still_names_the_item_that_does_not_fit(
+    row: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(CodecError, match=message):
+        from_json(Series, row)
+
+
+def test_a_list_of_scalars_comes_back_as_its_own_copy_with_ints_made_floats() -> None:
+    ns = [3, 1, 2]
+    got = from_json(Series, {"ns": ns, "rates": [1, 0.5], "flags": [True, True]})
+    assert got == Series([3, 1, 2], (1.0, 0.5), frozenset({True}))
+    assert got.ns is not ns
+    assert [type(r) for r in got.rates] == [float, float]
+
+
 def test_a_required_key_that_is_missing_is_an_error() -> None:
     with pytest.raises(CodecError, match=r"^name is missing$"):
         from_json(Tree, {k: v for k, v in TREE_JSON.items() if k != "name"})
