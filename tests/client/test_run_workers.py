@@ -139,7 +139,7 @@ def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_co
     for end in pool._their_ends:
         end.close()
     pipes = [mp.Pipe(duplex=False) for _ in range(2)]
-    pool._inbox = [read for read, _ in pipes]
+    pool._read_from([read for read, _ in pipes])
     killed, alive = pipes[0][1], pipes[1][1]
     killed.send(("recs", 0, _line(stream("r9", chunks=[0.1]))))
     with open(killed.fileno(), "wb", closefd=False) as raw:
@@ -164,7 +164,7 @@ def test_two_threads_reading_the_pipes_each_get_whole_messages(tmp_path: Path) -
                        spill_dir=tmp_path)  # fmt: skip
     pool._their_ends[0].close()
     read, write = mp.Pipe(duplex=False)
-    pool._inbox = [read]
+    pool._read_from([read])
     big = b"x" * (1 << 20)  # many pipe buffers a message: a recv takes many reads
     sent = [("done", 0, {"n": n, "pad": big}) for n in range(12)]
 
