@@ -113,6 +113,23 @@ def test_a_float_field_takes_an_integer_and_an_int_field_refuses_a_float() -> No
         from_json(Leaf, {"n": 1.0, "x": 2})
 
 
+@dataclass(frozen=True, slots=True)
+class Loose:
+    raw: Any
+    ns: list[int]
+
+
+def test_containers_of_scalars_are_written_as_copies_and_others_walked() -> None:
+    inner = {"a": 1, "b": None}
+    raw = {"flat": [1, 2.5, "x", True], "deep": [inner, (3, Colour.RED)], "plain": inner}
+    ns = [5, 6]
+    out = to_json(Loose(raw, ns))
+    assert out == {"raw": {"flat": [1, 2.5, "x", True], "deep": [{"a": 1, "b": None}, [3, "red"]],
+                           "plain": {"a": 1, "b": None}}, "ns": [5, 6]}  # fmt: skip
+    assert out["ns"] is not ns and out["raw"]["plain"] is not inner
+    assert out["raw"]["flat"] is not raw["flat"]
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
