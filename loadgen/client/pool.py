@@ -60,6 +60,7 @@ from loadgen.codec import to_json
 from loadgen.lifeline import die_with
 from loadgen.records import (
     JsonlAppender,
+    RecordSink,
     StreamRecord,
     install_stop_signals,
     read_jsonl,
@@ -321,7 +322,7 @@ class ProcessPool:
         ]  # fmt: skip
         self._info: list[dict[str, Any]] = [{} for _ in range(size)]
         self._exited: set[int] = set()
-        self._on_record: OnRecord | None = None
+        self._on_record: RecordSink | None = None
         self._reported: set[int] = set()  # workers already said to have died
         # Ids of streams a dead worker's jobs left without any record (run.json's
         # client.streams_without_record): a SIGKILLed worker left 7 of 17 unsent, silently.
@@ -375,7 +376,7 @@ class ProcessPool:
             for i, info in enumerate(self._info)
         ]  # fmt: skip
 
-    async def run(self, jobs: list[Job], on_record: OnRecord, *, lead_ns: int = 0) -> list[str]:
+    async def run(self, jobs: list[Job], on_record: RecordSink, *, lead_ns: int = 0) -> list[str]:
         """Runs job i on worker i, all starting together `lead_ns` after every worker holds its
         job, calling `on_record` here as each record arrives; returns one line per worker
         that died before finishing (its completed records are kept)."""
@@ -441,8 +442,8 @@ class ProcessPool:
                         self._exit(i)
                         return "exit", i, None
                     if kind == "recs":
-                        for line in payload.splitlines():
-                            self._hand_on(index, orjson.loads(line))
+                        for line in payload.splitlines(keepends=True):
+                            self._hand_on(index, orjson.loads(line), line)
                         continue
                     if kind == "exit":
                         self._exit(index)
@@ -465,16 +466,17 @@ class ProcessPool:
         self._exited.add(i)
         self._running.unregister(self._inbox[i])
 
-    def _hand_on(self, index: int, line: dict[str, Any]) -> bool:
-        """Hands a worker's record on unless it already was (a record both read from the pipe
-        and recovered from the spill file); whether it was handed on now."""
+    def _hand_on(self, index: int, line: dict[str, Any], raw: bytes | None = None) -> bool:
+        """Hands a worker's record on, with its `raw` bytes where they came (RecordSink),
+        unless it already was (a record both read from the pipe and recovered from the spill
+        file); whether it was handed on now."""
         key = _key(line)
         with self._handing:
             if key in self._seen[index]:
                 return False
             self._seen[index].add(key)
             if self._on_record is not None:
-                self._on_record(read_stream(line))
+                self._on_record(read_stream(line), raw)
         return True
 
     def _drain_until_exit(self, deadline: float) -> None:

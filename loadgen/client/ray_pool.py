@@ -38,14 +38,13 @@ from loadgen.client.lag import quiet_collector
 from loadgen.client.pool import (
     STREAMS_PER_PROCESS,
     Job,
-    OnRecord,
     WorkerClient,
     open_worker_sender,
     serve_job,
 )
 from loadgen.codec import to_json
 from loadgen.messages import one_line
-from loadgen.records import StreamRecord, read_stream
+from loadgen.records import RecordSink, StreamRecord, read_stream
 
 INSTALL_HINT = "pip install 'loadgen[ray]'"
 SYNC_ROUND_TRIPS = 8
@@ -359,7 +358,7 @@ class RayPool:
             "startup_s": self.timing_s,
         }
 
-    async def run(self, jobs: list[Job], on_record: OnRecord, *, lead_ns: int = 0) -> list[str]:
+    async def run(self, jobs: list[Job], on_record: RecordSink, *, lead_ns: int = 0) -> list[str]:
         """Job i on worker i, all starting together `lead_ns` after every worker holds its job;
         `on_record` is called here as each record arrives. Returns one line per worker that
         failed, and per job a dead worker could not take (its streams were not sent)."""
@@ -400,7 +399,9 @@ class RayPool:
             reader.result()  # a fault of the parent's own (on_record) is not swallowed
         return problems
 
-    async def _read(self, i: int, start_ns: int, on_record: OnRecord, problems: list[str]) -> None:
+    async def _read(
+        self, i: int, start_ns: int, on_record: RecordSink, problems: list[str]
+    ) -> None:
         placed = self._placed[i]
         gen = placed.handle.run.remote(start_ns, self.run_start_ns + placed.offset_ns)
         try:

@@ -29,13 +29,12 @@ from loadgen.engine.primes import prime_rep
 from loadgen.engine.progress import ArmProgress
 from loadgen.engine.soak import SoakStop
 from loadgen.engine.target import Target
-from loadgen.records import RunDirectory, StreamRecord
+from loadgen.records import RecordSink, RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
 from loadgen.run_manifest import BackendPart, RunManifest, TargetPart
 from loadgen.scenario.plan import ArmPlan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 
-Record = Callable[[StreamRecord], None]
 # What a server gone away raises on the wall clock: a soak ends on it (its report follows), a
 # run raises it.
 SERVER_GONE = (ClientError, OSError, aiohttp.ClientError)
@@ -82,7 +81,9 @@ class ArmBackend(Protocol):
         """Sends `req` now, alone, and returns its record."""
         ...
 
-    async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
+    async def run_rep(
+        self, rep: RepPlan, record: RecordSink, stop: Callable[[], bool] | None
+    ) -> None:
         """A rep's measured requests (and session turns) on their schedule, each recorded."""
         ...
 
@@ -110,8 +111,8 @@ async def drive_arm(
     soak's stop and `--until-precise` have to say."""
     progress = backend.progress
 
-    def record(rec: StreamRecord) -> None:
-        rundir.append_stream(rec)
+    def record(rec: StreamRecord, line: bytes | None = None) -> None:
+        rundir.append_stream(rec, line)
         progress.done(rec)
         if stop is not None:
             stop.see(rec)
@@ -156,7 +157,7 @@ async def _phases(
     arm: ArmPlan,
     backend: ArmBackend,
     checks: list[CacheCheck],
-    record: Record,
+    record: RecordSink,
     stop: SoakStop | None,
     halt: Callable[[], bool] | None,
 ) -> None:

@@ -21,7 +21,7 @@ from loadgen.client.openai import OpenAIClient
 from loadgen.client.routed import RoutedClient
 from loadgen.client.routing import Router
 from loadgen.clock import ClockName, WallClock
-from loadgen.engine.arm import ArmOpening, Record
+from loadgen.engine.arm import ArmOpening
 from loadgen.engine.counters import pick_counter
 from loadgen.engine.live_metrics import LiveMetrics
 from loadgen.engine.materialize import materialize_all
@@ -37,7 +37,7 @@ from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_
 from loadgen.engine.target import Target, open_target
 from loadgen.engine.telemetry import open_telemetry
 from loadgen.engine.traffic import send_rep
-from loadgen.records import JsonlAppender, RunDirectory, StreamRecord
+from loadgen.records import JsonlAppender, RecordSink, RunDirectory, StreamRecord
 from loadgen.request import StreamRequest, new_traceparent
 from loadgen.run_manifest import (
     BackendPart,
@@ -108,7 +108,9 @@ class HttpBackend:
         req = dataclasses.replace(req, t_intended_ns=self.now_ns())
         return await self.sender.stream(with_traceparent(req) if self.traced else req)
 
-    async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
+    async def run_rep(
+        self, rep: RepPlan, record: RecordSink, stop: Callable[[], bool] | None
+    ) -> None:
         await _run_rep(
             rep, (self.builder, self.session_builder), self.sender, self.model,
             self.clock, record, self.progress, self.lag, stop,
@@ -269,7 +271,7 @@ async def _run_rep(
     client: OpenAIClient | RoutedClient,
     model: str,
     clock: WallClock,
-    record: Callable[[StreamRecord], None],
+    record: RecordSink,
     progress: Progress,
     lag: LoopLagMonitor,
     stop: Callable[[], bool] | None,

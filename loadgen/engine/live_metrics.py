@@ -16,7 +16,7 @@ consistent snapshot: a histogram's `_count` equals the streams it counted at tha
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -34,7 +34,7 @@ from loadgen.analysis.rates import decode_tokens, ttft_s
 from loadgen.client.lag import LoopLagMonitor
 from loadgen.client.loops import Backend
 from loadgen.engine.target import RunError
-from loadgen.records import StreamRecord
+from loadgen.records import RecordSink, StreamRecord
 from loadgen.request import StreamRequest
 
 NS = 1_000_000_000
@@ -113,15 +113,13 @@ class LiveMetrics(Collector):
         with self._lock:
             self.in_flight -= 1
 
-    def sent_elsewhere(
-        self, on_record: Callable[[StreamRecord], None]
-    ) -> Callable[[StreamRecord], None]:
+    def sent_elsewhere(self, on_record: RecordSink) -> RecordSink:
         """`on_record` for records of streams a worker sent: each counts as sent on arrival."""
 
-        def counted(rec: StreamRecord) -> None:
+        def counted(rec: StreamRecord, line: bytes | None = None) -> None:
             with self._lock:
                 self.sent += 1
-            on_record(rec)
+            on_record(rec, line)
 
         return counted
 
@@ -142,14 +140,12 @@ class LiveMetrics(Collector):
                 late = max(rec.t_sent_ns - rec.t_intended_ns, 0)
                 _get(self._late, rec.group, LAG_BUCKETS_S).add([late])
 
-    def recording(
-        self, on_record: Callable[[StreamRecord], None]
-    ) -> Callable[[StreamRecord], None]:
+    def recording(self, on_record: RecordSink) -> RecordSink:
         """`on_record`, each record counted first."""
 
-        def counted(rec: StreamRecord) -> None:
+        def counted(rec: StreamRecord, line: bytes | None = None) -> None:
             self.see(rec)
-            on_record(rec)
+            on_record(rec, line)
 
         return counted
 

@@ -19,7 +19,7 @@ from loadgen.client.endpoint import Timeouts
 from loadgen.client.pool import ProcessPool, WorkerClient, auto_workers, split_jobs
 from loadgen.client.ray_pool import RayPool, ray_pool
 from loadgen.client.routing import RouteSpec
-from loadgen.records import StreamRecord
+from loadgen.records import RecordSink
 from loadgen.request import StreamRequest
 from loadgen.scenario.plan import RepPlan
 
@@ -88,7 +88,7 @@ async def send_rep_in_pool(
     pool: Pool,
     rep: RepPlan,
     built: Sequence[StreamRequest],
-    record: Callable[[StreamRecord], None],
+    record: RecordSink,
     warn: Callable[[str], None],
 ) -> None:
     """Sends one rep's measured requests through the pool: a closed loop's seats shared, an

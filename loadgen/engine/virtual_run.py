@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import Metric
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.routing import Router
 from loadgen.clock import ClockName, Pending, VirtualTime
-from loadgen.engine.arm import ArmOpening, Record
+from loadgen.engine.arm import ArmOpening
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
@@ -40,7 +40,7 @@ from loadgen.engine.sessions import build_sessions
 from loadgen.engine.target import SIM_MODEL, RunError, Target, sim_settings
 from loadgen.engine.traffic import send_rep
 from loadgen.engine.virtual_progress import VirtualProgress
-from loadgen.records import StreamRecord
+from loadgen.records import RecordSink, StreamRecord
 from loadgen.request import StreamRequest, intended_at
 from loadgen.run_manifest import BackendPart, ReplicaTargets, TargetPart, VirtualEnd
 from loadgen.scenario.plan import PlannedRequest, RepPlan
@@ -220,7 +220,9 @@ class VirtualBackend:
         driver = self.driver
         return await driver.run(driver.send(req, driver.sim.now_ns))
 
-    async def run_rep(self, rep: RepPlan, record: Record, stop: Callable[[], bool] | None) -> None:
+    async def run_rep(
+        self, rep: RepPlan, record: RecordSink, stop: Callable[[], bool] | None
+    ) -> None:
         sessions = await build_sessions(rep.sessions, self.session_builder)
         d = self.driver
         await d.run(send_rep(rep, rep.requests, sessions, d.send, record, d.time, model=d.model,

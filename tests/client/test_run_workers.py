@@ -19,7 +19,7 @@ from loadgen.client.pool import Job, ProcessPool, WorkerClient, split_jobs
 from loadgen.codec import to_json
 from loadgen.commands.options import workers_value
 from loadgen.commands.run import FAILED_STREAMS_EXIT, report_run, unrecorded_summary
-from loadgen.records import StreamRecord
+from loadgen.records import StreamRecord, read_stream
 from loadgen.request import StreamRequest
 
 from support.cli import loadgen
@@ -62,6 +62,9 @@ def test_two_workers_write_the_run_directory_one_would(loop: str, tmp_path: Path
     assert {w["pid"] for w in client["worker_processes"]}.isdisjoint({os.getpid()})
     assert len(client["worker_processes"]) == 2
     assert not (two / "workers").exists()  # spill files go once every record is in the run
+    # The workers' bytes, written as they came, are what the parent would have encoded.
+    lines = (two / "streams.jsonl").read_bytes().splitlines(keepends=True)
+    assert [orjson.dumps(to_json(read_stream(orjson.loads(x)))) + b"\n" for x in lines] == lines
 
 
 def test_auto_workers_is_one_process_for_a_small_run(tmp_path: Path) -> None:
@@ -98,7 +101,7 @@ async def test_a_killed_worker_loses_no_completed_record(tmp_path: Path) -> None
             spill_dir=tmp_path,
         )  # fmt: skip
 
-        def on_record(rec: StreamRecord) -> None:
+        def on_record(rec: StreamRecord, line: bytes | None = None) -> None:
             got.append(rec)
             mine = [r for r in got if int(r.id[1:]) % 2 == 0]
             if len(mine) == 2 and not killed.is_set():
@@ -148,12 +151,14 @@ def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_co
     recs = [stream(f"r{i}", chunks=[0.1]) for i in range(3)]
     alive.send(("recs", 1, b"".join(_line(r) for r in recs)))
     alive.send(("done", 1, {}))
-    got: list[StreamRecord] = []
-    pool._on_record = got.append
+    got: dict[str, bytes | None] = {}
+    pool._on_record = lambda rec, line=None: got.setdefault(rec.id, line)
     seen = [pool._next(time.monotonic() + 10) for _ in range(2)]
     assert sorted(seen, key=str) == sorted([("exit", 0, None), ("done", 1, {})], key=str)
-    assert sorted(r.id for r in got) == ["r0", "r1", "r2", "r9"]
+    assert sorted(got) == ["r0", "r1", "r2", "r9"]
     assert pool._exited == {0}
+    # Each record goes on with the bytes its worker sent: the run directory writes them as is.
+    assert [got[r.id] for r in recs] == [_line(r) for r in recs]
 
 
 def test_two_threads_reading_the_pipes_each_get_whole_messages(tmp_path: Path) -> None:
@@ -198,7 +203,7 @@ def test_a_record_read_from_the_pipe_and_recovered_from_the_spill_is_handed_on_o
     recs = [stream(f"r{i}", chunks=[0.1]) for i in range(4)]
     (tmp_path / "w0.jsonl").write_bytes(b"".join(_line(r) for r in recs[:3]))
     got: list[StreamRecord] = []
-    pool._on_record = got.append
+    pool._on_record = lambda rec, line=None: got.append(rec)
     pool._exited.add(0)
     assert pool._recover({0})[0].startswith("client worker 0 ")
     assert [pool._hand_on(0, orjson.loads(_line(r))) for r in recs] == [False, False, False, True]
@@ -213,7 +218,7 @@ async def test_a_pool_whose_workers_all_finish_names_no_stream(tmp_path: Path) -
             spill_dir=tmp_path,
         )  # fmt: skip
         async with pool:
-            problems = await pool.run(split_jobs(_requests(4), 2, 2), lambda rec: None)
+            problems = await pool.run(split_jobs(_requests(4), 2, 2), lambda rec, line=None: None)
     assert problems == [] and pool.unrecorded == []
 
 
@@ -250,7 +255,8 @@ async def test_an_open_loop_job_keeps_its_schedule_from_the_pools_start(tmp_path
     ) as pool:  # fmt: skip
         got: list[StreamRecord] = []
         before = time.perf_counter_ns() - start
-        assert await pool.run([Job(tuple(reqs), None)], got.append, lead_ns=50_000_000) == []
+        keep = lambda rec, line=None: got.append(rec)  # noqa: E731
+        assert await pool.run([Job(tuple(reqs), None)], keep, lead_ns=50_000_000) == []
     by_id = {r.id: r for r in got}
     base = by_id["o0"].t_intended_ns
     assert base >= before + 50_000_000

@@ -108,7 +108,9 @@ def test_sends_count_in_flight_until_they_end_and_workers_records_count_as_sent(
     live.started()
     live.left()
     seen: list[StreamRecord] = []
-    live.sent_elsewhere(seen.append)(record("a", sent=0, first=MS, chunks=[MS]))
+    live.sent_elsewhere(lambda rec, line=None: seen.append(rec))(
+        record("a", sent=0, first=MS, chunks=[MS])
+    )
     got = families(exposition(live))
     assert got["loadgen_streams_in_flight"]["samples"] == {("loadgen_streams_in_flight", ()): 1}
     assert got["loadgen_streams_sent"]["samples"] == {("loadgen_streams_sent_total", ()): 3}
