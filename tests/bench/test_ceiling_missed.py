@@ -1,0 +1,60 @@
+"""bench/ceiling.py: a point counts a stream as missed when firehose's log shows its first token
+read later than its tolerance and the run did not flag it, and says by how much the read delay
+went past the bound the run charged it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+
+import pytest
+
+from loadgen.records import StreamRecord
+
+from support.paths import REPO
+from support.run_fixtures import stream
+
+MS = 1_000_000
+ZERO = 7 * 10**12  # the run's zero on firehose's clock
+
+
+@pytest.fixture(scope="module")
+def ceiling():
+    """bench/ceiling.py as a module, with bench/ on the path as when it runs as a script."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        yield importlib.import_module("ceiling")
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+
+def _read(number: int, first_ms: float, bound_ms: float) -> StreamRecord:
+    """Stream `number`, sent at 0, its first token stamped at `first_ms` with the bound
+    `bound_ms` charged to that stamp."""
+    rec = stream(f"r{number}", chunks=[first_ms / 1e3, first_ms / 1e3 + 0.001])
+    return dataclasses.replace(rec, response_id=f"cmpl-{number:020x}",
+                               loop_lag_ttft_ns=int(bound_ms * MS))  # fmt: skip
+
+
+def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling) -> None:
+    # Firehose read each request at 0.1 ms and wrote its first token at 2 ms. Stream 1 was
+    # stamped at 5 ms (3 ms late) with 0.5 ms charged: missed, 2.5 ms past its bound. Stream
+    # 2, as late, was charged 3.2 ms and so flagged; stream 3 was stamped 0.2 ms after the write.
+    recs = [_read(1, 5.0, 0.5), _read(2, 5.0, 3.2), _read(3, 2.2, 0.1), _read(4, 2.3, 0.1)]
+    truth = {n: (ZERO + MS // 10, ZERO + 2 * MS) for n in (1, 2, 3, 4)}
+    p = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 1.0), 1.0)
+    assert p.missed == pytest.approx(1 / 4)
+    assert p.flagged == pytest.approx(1 / 4)
+    assert p.missed_over_ms == pytest.approx(2.5)
+    assert "C=4: 25.00% missed, their read delay past the bound charged by up to 2.500 ms" in (
+        ceiling.ceiling_table([p], 1)
+    )
+
+
+def test_a_point_with_no_late_read_misses_none_and_says_nothing_of_it(ceiling) -> None:
+    recs = [_read(3, 2.2, 0.1), _read(4, 2.9, 0.1)]
+    truth = {n: (ZERO + MS // 10, ZERO + 2 * MS) for n in (3, 4)}
+    p = ceiling.point(recs, [truth], ZERO, 1, 16, 2, (0.1, 0.9, 0.9, 1.0), 1.0)
+    assert (p.missed, p.missed_over_ms, p.flagged) == (0, None, 0)
+    assert "missed, their read delay" not in ceiling.ceiling_table([p], 1)
