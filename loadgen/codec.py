@@ -170,7 +170,7 @@ def _value(v: Any) -> Any:
     if t in _PLAIN:
         return v
     # A container of scalars alone (a record's chunk_ns) is copied whole: walked item by item,
-    # a 256-token record's lists were three quarters of its encoding.
+    # it took a 256-token record's encoding and write from 15.1 to 17.8 us.
     if t is dict:
         if set(map(type, v.values())) <= _PLAIN:
             return dict(v)
@@ -309,7 +309,7 @@ def _sequence_decoder(t: Any, origin: Any) -> Callable[[Any], Any]:
         list if origin is list else frozenset if origin is frozenset else tuple
     )
     # A list of JSON scalars of the item's own type is taken whole: checked item by item, a
-    # stream record's chunk_ns and chunk_tokens were half its decode at 16 tokens.
+    # stream record's chunk_ns and chunk_tokens were 30% of its decode at 16 tokens, 84% at 256.
     exact = {args[0]} if args and args[0] in (int, float, str, bool) else None
 
     def decode(v: Any) -> Any:
