@@ -239,7 +239,7 @@ SERVER_LOG = "server.log"
 class RecordSink(Protocol):
     """Takes each finished record. `line` is the record as a client worker encoded it (to_json's
     bytes and a newline): written as it is, the parent that takes every worker's records spends
-    no 6-15 us a record encoding it again."""
+    no 6-13 us a record encoding it again."""
 
     def __call__(self, record: StreamRecord, line: bytes | None = None, /) -> None: ...
 
