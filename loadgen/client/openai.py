@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from bisect import bisect_right
 from time import perf_counter_ns
 from typing import Any
 
@@ -372,6 +373,8 @@ class OpenAIClient(AuxRequests):
         sent = live.t_sent
         send_lag = 0 if raw else lag.stall_at(sent)
         ttft_lag = None if not stamps else max(send_lag, lag.lag_at(stamps[0], sent))
+        # The reads after the first: its chunks share its stamp, charged just above.
+        later = stamps[bisect_right(stamps, stamps[0]) :] if stamps else stamps
         return dec.to_record(
             req,
             run_start_ns=self.run_start_ns,
@@ -380,7 +383,7 @@ class OpenAIClient(AuxRequests):
             t_headers=t_headers,
             t_end=now,
             error=error,
-            loop_lag_max_ns=max(ttft_lag or send_lag, lag.lag_over(stamps, sent)),
+            loop_lag_max_ns=max(ttft_lag or send_lag, lag.lag_over(later, sent)),
             loop_lag_ttft_ns=ttft_lag,
             rtt_us=live.rtt_us,
             response_id=live.response_id,
