@@ -54,7 +54,7 @@ from harness import Ratio, parser, ratio, report
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from loadgen.analysis.selferror import crowding, tolerance_s
+from loadgen.analysis.selferror import crowding, error_bound_s, tolerance_s
 from loadgen.records import StreamRecord, read_streams
 
 from support.ray_cluster import Cluster, local_ray_cluster, ray_processes
@@ -103,8 +103,8 @@ class Point:
     span_s: float  # the traffic: first send to last end, over which the cpu columns count
     wall_s: float  # the whole command: its start, the traffic, its analysis and files
     ray: bool = False  # the workers were Ray actors
-    # The most a missed stream's read delay went past the bound the run charged its first
-    # stamp (loop_lag_ttft_ns), ms; None when none was missed. Small against the delay: the
+    # The most a missed stream's read delay went past the error bound the run judged it by
+    # (selferror's error_bound_s), ms; None when none was missed. Small against the delay: the
     # delay began before the data could be read (firehose stamps its first chunk before
     # send()); near the delay: the bound did not see the loop's stall.
     missed_over_ms: float | None = None
@@ -294,7 +294,7 @@ def point(
         # The read error the flag has to bound.
         delay_ns = read_delay_ns(r, zero_ns, truth[1])
         if delay_ns / 1e9 > tolerance_s(r) and not read_flagged(r, crowded):
-            over.append((delay_ns - (r.loop_lag_ttft_ns or 0)) / 1e6)
+            over.append(delay_ns / 1e6 - (error_bound_s(r) or 0) * 1e3)
     if not errors:
         raise SystemExit(f"W={workers} T={tokens} C={c}: no stream joined firehose's logs")
     start = min(r.t_sent_ns or r.t_intended_ns for r in recs)

@@ -29,10 +29,11 @@ def ceiling():
         sys.path.remove(str(REPO / "bench"))
 
 
-def _read(number: int, first_ms: float, bound_ms: float) -> StreamRecord:
-    """Stream `number`, sent at 0, its first token stamped at `first_ms` with the bound
-    `bound_ms` charged to that stamp."""
-    rec = stream(f"r{number}", chunks=[first_ms / 1e3, first_ms / 1e3 + 0.001])
+def _read(number: int, first_ms: float, bound_ms: float, late_ms: float = 0.0) -> StreamRecord:
+    """Stream `number`, sent at 0 (`late_ms` after it was meant to go), its first token
+    stamped at `first_ms` with the bound `bound_ms` charged to that stamp."""
+    rec = stream(f"r{number}", chunks=[first_ms / 1e3, first_ms / 1e3 + 0.001],
+                 intended=-late_ms / 1e3)  # fmt: skip
     return dataclasses.replace(rec, response_id=f"cmpl-{number:020x}",
                                loop_lag_ttft_ns=int(bound_ms * MS))  # fmt: skip
 
@@ -40,15 +41,16 @@ def _read(number: int, first_ms: float, bound_ms: float) -> StreamRecord:
 def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling, monkeypatch) -> None:
     monkeypatch.setattr(ceiling, "CORES", 64)  # no crowded host, which would flag every stream
     # Firehose read each request at 0.1 ms and wrote its first token at 2 ms. Stream 1 was
-    # stamped at 5 ms (3 ms late) with 0.5 ms charged: missed, 2.5 ms past its bound. Stream
-    # 2, as late, was charged 3.2 ms and so flagged; stream 3 was stamped 0.2 ms after the write.
-    recs = [_read(1, 5.0, 0.5), _read(2, 5.0, 3.2), _read(3, 2.2, 0.1), _read(4, 2.3, 0.1)]
+    # stamped at 5 ms (3 ms late), sent 0.8 ms late with 0.5 ms charged to its read: its error
+    # bound 0.8 ms, so missed, 2.2 ms past it. Stream 2, as late, was charged 3.2 ms and so
+    # flagged; streams 3 and 4 were stamped 0.2 and 0.3 ms after the write.
+    recs = [_read(1, 5.0, 0.5, 0.8), _read(2, 5.0, 3.2), _read(3, 2.2, 0.1), _read(4, 2.3, 0.1)]
     truth = {n: (ZERO + MS // 10, ZERO + 2 * MS) for n in (1, 2, 3, 4)}
     p = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 1.0), 1.0)
     assert p.missed == pytest.approx(1 / 4)
     assert p.flagged == pytest.approx(1 / 4)
-    assert p.missed_over_ms == pytest.approx(2.5)
-    assert "C=4: 25.00% missed, their read delay past the bound charged by up to 2.500 ms" in (
+    assert p.missed_over_ms == pytest.approx(2.2)
+    assert "C=4: 25.00% missed, their read delay past the bound charged by up to 2.200 ms" in (
         ceiling.ceiling_table([p], 1)
     )
 
