@@ -298,8 +298,13 @@ class ProcessPool:
         self._run_start_ns = client.run_start_ns
         ctx = mp.get_context("spawn")  # no fork of a process with a running event loop
         pipes = [ctx.Pipe(duplex=False) for _ in range(size)]
+        self._inbox = [read for read, _ in pipes]
+        # The pipes of the workers still running, in one poll set made once: multiprocessing's
+        # wait() builds a poll set of every pipe per call, 16 us with 15 workers, and the
+        # parent waits once per message (a record each, at 256-token answers).
         self._running = selectors.DefaultSelector()
-        self._read_from([read for read, _ in pipes])
+        for i, read in enumerate(self._inbox):
+            self._running.register(read, selectors.EVENT_READ, i)
         # The workers' ends, closed here once the workers hold them, so that a worker gone
         # reads as the end of its pipe.
         self._their_ends = [write for _, write in pipes]
@@ -449,17 +454,6 @@ class ProcessPool:
                         self._exit(index)
                     return kind, index, payload
         return None
-
-    def _read_from(self, inbox: list[Connection]) -> None:
-        """Reads worker i's messages from inbox[i] from now on. The pipes of the workers still
-        running sit in one poll set made once: multiprocessing's wait() builds a poll set of
-        every pipe per call, 16 us with 15 workers, and the parent waits once per message (a
-        record each, at 256-token answers)."""
-        for key in list(self._running.get_map().values()):
-            self._running.unregister(key.fileobj)
-        self._inbox = inbox
-        for i, read in enumerate(inbox):
-            self._running.register(read, selectors.EVENT_READ, i)
 
     def _exit(self, i: int) -> None:
         """Worker i has exited: its pipe is read no more."""

@@ -4,7 +4,6 @@ completed record lost when a worker is killed."""
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing as mp
 import os
 import signal
 import threading
@@ -139,11 +138,7 @@ def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_co
     # the other's next put, and so the run, waited for ever.
     pool = ProcessPool(2, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
                        spill_dir=tmp_path)  # fmt: skip
-    for end in pool._their_ends:
-        end.close()
-    pipes = [mp.Pipe(duplex=False) for _ in range(2)]
-    pool._read_from([read for read, _ in pipes])
-    killed, alive = pipes[0][1], pipes[1][1]
+    killed, alive = pool._their_ends  # the workers' ends of the pool's pipes
     killed.send(("recs", 0, _line(stream("r9", chunks=[0.1]))))
     with open(killed.fileno(), "wb", closefd=False) as raw:
         raw.write((1000).to_bytes(4, "big") + b"y" * 100)  # a message cut off
@@ -167,9 +162,7 @@ def test_two_threads_reading_the_pipes_each_get_whole_messages(tmp_path: Path) -
     # "invalid load key" (make test, SIGTERM to the parent of 2 workers).
     pool = ProcessPool(1, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
                        spill_dir=tmp_path)  # fmt: skip
-    pool._their_ends[0].close()
-    read, write = mp.Pipe(duplex=False)
-    pool._read_from([read])
+    write = pool._their_ends[0]  # the worker's end of the pool's pipe
     big = b"x" * (1 << 20)  # many pipe buffers a message: a recv takes many reads
     sent = [("done", 0, {"n": n, "pad": big}) for n in range(12)]
 
