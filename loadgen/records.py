@@ -161,6 +161,11 @@ class BadRecord(ValueError):
     """A line of a run file that is JSON but not the record it should be."""
 
 
+def jsonl_line(obj: Any) -> bytes:
+    """`obj` as one line of a JSONL file, its newline included."""
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
 class JsonlAppender:
     """Appends one JSON object per line and flushes each, so a crash loses at most one line."""
 
@@ -169,17 +174,11 @@ class JsonlAppender:
         self._fh = open(path, "ab")  # noqa: SIM115 - lives as long as the run
 
     def append(self, obj: Any) -> None:
-        self.appended(obj)
+        self.write_lines(jsonl_line(obj))
 
-    def appended(self, obj: Any) -> bytes:
-        """Writes `obj` as one line and returns that line (a worker sends the same bytes on)."""
-        line = orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
-        self.write_line(line)
-        return line
-
-    def write_line(self, line: bytes) -> None:
-        """Writes one line as it is (encoded already, its newline included)."""
-        self._fh.write(line)
+    def write_lines(self, lines: bytes) -> None:
+        """Writes lines as they are (encoded already, each newline included), in one write."""
+        self._fh.write(lines)
         self._fh.flush()
 
     def close(self) -> None:
@@ -260,7 +259,7 @@ class RunDirectory:
         if line is None:
             self.streams.append(to_json(record))
         else:
-            self.streams.write_line(line)
+            self.streams.write_lines(line)
 
     def append_metrics(self, sample: MetricsSample) -> None:
         self.metrics.append(to_json(sample))
