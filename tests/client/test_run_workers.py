@@ -3,6 +3,7 @@ completed record lost when a worker is killed."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import signal
@@ -14,7 +15,7 @@ import orjson
 import pytest
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.pool import Job, ProcessPool, WorkerClient, split_jobs
+from loadgen.client.pool import Job, ProcessPool, WorkerClient, _frame, _Outbox, split_jobs
 from loadgen.codec import to_json
 from loadgen.commands.options import workers_value
 from loadgen.commands.run import FAILED_STREAMS_EXIT, report_run, unrecorded_summary
@@ -138,14 +139,14 @@ def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_co
     # the other's next put, and so the run, waited for ever.
     pool = ProcessPool(2, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
                        spill_dir=tmp_path)  # fmt: skip
-    killed, alive = pool._their_ends  # the workers' ends of the pool's pipes
-    killed.send(("recs", 0, _line(stream("r9", chunks=[0.1]))))
-    with open(killed.fileno(), "wb", closefd=False) as raw:
-        raw.write((1000).to_bytes(4, "big") + b"y" * 100)  # a message cut off
+    killed, alive = map(_Outbox, pool._their_ends)  # the workers' ends of the pool's pipes
+    killed.put(("recs", 0, _line(stream("r9", chunks=[0.1]))))
+    with open(pool._their_ends[0].fileno(), "wb", closefd=False) as raw:
+        raw.write(_frame(("done", 0, {"cut": "y" * 1000}))[:100])  # a message cut off
     killed.close()
     recs = [stream(f"r{i}", chunks=[0.1]) for i in range(3)]
-    alive.send(("recs", 1, b"".join(_line(r) for r in recs)))
-    alive.send(("done", 1, {}))
+    alive.put(("recs", 1, b"".join(_line(r) for r in recs)))
+    alive.put(("done", 1, {}))
     got: dict[str, bytes | None] = {}
     pool._on_record = lambda rec, line=None: got.setdefault(rec.id, line)
     seen = [pool._next(time.monotonic() + 10) for _ in range(2)]
@@ -162,13 +163,13 @@ def test_two_threads_reading_the_pipes_each_get_whole_messages(tmp_path: Path) -
     # "invalid load key" (make test, SIGTERM to the parent of 2 workers).
     pool = ProcessPool(1, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
                        spill_dir=tmp_path)  # fmt: skip
-    write = pool._their_ends[0]  # the worker's end of the pool's pipe
-    big = b"x" * (1 << 20)  # many pipe buffers a message: a recv takes many reads
+    write = _Outbox(pool._their_ends[0])  # the worker's end of the pool's pipe
+    big = b"x" * (1 << 20)  # many pipe buffers a message: it takes many reads
     sent = [("done", 0, {"n": n, "pad": big}) for n in range(12)]
 
     def send_all() -> None:
         for message in sent:
-            write.send(message)
+            write.put(message)
         write.close()
 
     got: list[tuple] = []
@@ -183,6 +184,39 @@ def test_two_threads_reading_the_pipes_each_get_whole_messages(tmp_path: Path) -
     for t in threads:
         t.join(60)
     assert sorted(m[2]["n"] for m in got) == list(range(12))
+
+
+async def test_a_workers_put_never_waits_on_a_full_pipe_and_what_it_keeps_goes_in_order(
+    tmp_path: Path,
+) -> None:
+    # A parent busy writing records leaves a worker's pipe full: a put in the worker's loop
+    # must return at once (its streams' stamps wait on that loop), keep what the pipe did not
+    # take, and write it as the parent reads. 12 MiB put with nobody reading; a timer drains
+    # the pipe after 20 s so a put that waits ends the test instead of hanging it.
+    pool = ProcessPool(1, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
+                       spill_dir=tmp_path)  # fmt: skip
+    out = _Outbox(pool._their_ends[0])
+    big = b"x" * (1 << 20)
+    got: list[tuple] = []
+
+    def read(n: int) -> None:
+        while len(got) < n and (item := pool._next(time.monotonic() + 30)) is not None:
+            got.append(item)
+
+    rescue = threading.Timer(20, read, (12,))
+    rescue.start()
+    for n in range(12):
+        out.put(("done", 0, {"n": n, "pad": big}))
+    kept = len(out._kept)
+    rescue.cancel()
+    await asyncio.to_thread(read, 12)  # the loop writes the rest as the pipe makes room
+    out.put(("loaded", 0, None))
+    out.close()
+    await asyncio.to_thread(read, 14)
+    assert kept > 10 << 20  # the pipe took at most its buffer; the puts did not wait
+    assert [m[2]["n"] for m in got[:12]] == list(range(12))
+    assert all(m[2]["pad"] == big for m in got[:12])
+    assert got[12:] == [("loaded", 0, None), ("exit", 0, None)]
 
 
 def test_a_record_read_from_the_pipe_and_recovered_from_the_spill_is_handed_on_once(
