@@ -222,9 +222,10 @@ def _frame(message: Message) -> bytes:
 class _Outbox:
     """A worker's messages to the parent over the worker's own pipe. In the event loop a put
     never waits: what a full pipe (a parent busy writing records) does not take is kept and
-    written as the pipe makes room. A thread that sent them instead cost the worker 7% more
-    CPU a request (16-token answers, 2 workers), its wake-ups and the GIL passed to and fro.
-    Outside the loop (a worker's last messages) a put writes everything kept, waiting."""
+    written as the pipe makes room. A thread that sent them instead cost a worker ~15% more
+    CPU a request, its wake-ups and the GIL passed to and fro (143-147 us against 124-127 at
+    16-token answers, 2 workers on 2 cores). Outside the loop (a worker's last messages) a put
+    writes everything kept, waiting."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -311,10 +312,9 @@ def _worker_main(args: _WorkerArgs, jobs: Any, pipe: Connection) -> None:
         die_with(parent.pid)
     out = _Outbox(pipe)
     spill = JsonlAppender(Path(args.spill))
-    # Records go to the spill file and then the parent once per turn of the loop, however many
-    # streams ended in it: a put per record cost the worker 16 us of CPU (pickling, waking the
-    # queue's feeder thread), a batch of 50 about 6 per record; a flushed write per record
-    # was 14% of a worker's samples at 16-token answers.
+    # Records are spilled and sent once per turn of the loop, however many streams ended in
+    # it: a put per record cost a worker 16 us of CPU, a batch of 50 about 6 per record, and a
+    # flushed spill write per record was 14% of its profile's samples at 16-token answers.
     unsent: list[bytes] = []
 
     def send_unsent() -> None:
