@@ -110,6 +110,12 @@ class Point:
     missed_over_ms: float | None = None
 
     @property
+    def client_us_per_req(self) -> float:
+        """The client's CPU a request over the span, us (its processes together): what a
+        host's cores buy in requests/s when loadgen is the bound."""
+        return self.client_cpu / self.req_s * 1e6
+
+    @property
     def series(self) -> tuple[int, int, bool]:
         """The ladder the point belongs to: (W, T, over Ray)."""
         return self.workers, self.tokens, self.ray
@@ -347,7 +353,7 @@ def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], secon
 
 HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight':>9}"
         f" {'err p50':>8} {'p99':>7} {'flagged':>7} {'missed':>6} {'srv cpu':>7} {'cli cpu':>7}"
-        f" {'parent':>6}"
+        f" {'us/req':>6} {'parent':>6}"
         f" {'host':>5}"
         f" {'bound':<7} {'span s':>6} {'wall s':>6}")  # fmt: skip
 
@@ -356,7 +362,7 @@ def row(p: Point) -> str:
     return (f"{p.shown_workers:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
             f" {p.req_s:>8,.0f} {p.in_flight:>9,.0f} {p.err_p50_ms:>+8.2f} {p.err_p99_ms:>+7.2f}"
             f" {p.flagged:>7.0%} {p.missed:>6.1%} {p.server_cpu:>7.2f} {p.client_cpu:>7.2f}"
-            f" {p.parent_cpu:>6.2f}"
+            f" {p.client_us_per_req:>6.0f} {p.parent_cpu:>6.2f}"
             f" {p.host_cpu:>5.2f}"
             f" {p.bound:<7} {p.span_s:>6.2f} {p.wall_s:>6.1f}")  # fmt: skip
 
@@ -396,7 +402,8 @@ def ceiling_table(points: list[Point], k: int) -> str:
                  " client_limited or crowded host; missed = the first token stamped later than its"
                  " tolerance after firehose wrote it, yet not flagged; cpu in"
                  " cores over the traffic (span): the"
-                 " busiest firehose process, the client's processes together, the host; wall:"
+                 " busiest firehose process, the client's processes together (us/req: their"
+                 " CPU a request, us), the host; wall:"
                  " the whole command, its start and analysis too;"
                  f" bound at >= {BUSY:.0%} of a core)")  # fmt: skip
     return "\n".join(lines)

@@ -53,6 +53,11 @@ def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling, mon
     assert "C=4: 25.00% missed, their read delay past the bound charged by up to 2.200 ms" in (
         ceiling.ceiling_table([p], 1)
     )
+    # 0.9 cores of client CPU over the span (7.8 ms: stream 1 meant to go at -0.8 ms, the
+    # last end at 7 ms) for 4 requests: 0.9 * 7.8 ms / 4 = 1,755 us a request.
+    assert p.span_s == pytest.approx(7.8e-3)
+    assert p.client_us_per_req == pytest.approx(1755)
+    assert "   1755 " in ceiling.row(p)
 
 
 def test_a_point_with_no_late_read_misses_none_and_says_nothing_of_it(ceiling, monkeypatch) -> None:
