@@ -49,7 +49,7 @@ setup-real: $(STAMP)
 	$(BIN)/python tools/setup_real.py
 
 test-real: setup-real
-	$(BIN)/pytest -m real tests/real tests/commands/test_bench_serve.py -v
+	$(BIN)/pytest -m real tests -v
 
 # The wall-clock ground truths, run alone: `loadgen tune` against a wall-clock sim with a hidden
 # cost card (calibrate, tune a 3 x 3 grid, verify all 9 points with 2 boots each), a fit over

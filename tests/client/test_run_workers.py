@@ -19,7 +19,7 @@ from loadgen.client.pool import Job, ProcessPool, WorkerClient, _frame, _Outbox,
 from loadgen.codec import to_json
 from loadgen.commands.options import workers_value
 from loadgen.commands.run import FAILED_STREAMS_EXIT, report_run, unrecorded_summary
-from loadgen.records import StreamRecord, read_stream
+from loadgen.records import StreamRecord, jsonl_line, read_stream
 from loadgen.request import StreamRequest
 
 from support.cli import loadgen
@@ -107,7 +107,7 @@ async def test_a_killed_worker_loses_no_completed_record(tmp_path: Path) -> None
             if len(mine) == 2 and not killed.is_set():
                 cut_off = dataclasses.replace(rec, id="r98")
                 with open(tmp_path / "w0.jsonl", "ab") as fh:
-                    fh.write(orjson.dumps(to_json(cut_off)) + b"\n")
+                    fh.write(_line(cut_off))
                 os.kill(pool.manifest()[0]["pid"], signal.SIGKILL)
                 killed.set()
 
@@ -127,7 +127,7 @@ async def test_a_killed_worker_loses_no_completed_record(tmp_path: Path) -> None
 
 
 def _line(rec: StreamRecord) -> bytes:
-    return orjson.dumps(to_json(rec)) + b"\n"
+    return jsonl_line(to_json(rec))
 
 
 def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_come(

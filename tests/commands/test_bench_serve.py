@@ -85,7 +85,7 @@ def test_readme_holds_the_generated_table() -> None:
     assert flag_table().count("\n| `--") == len(MAPPED) + len(REFUSED)
 
 
-# A real-server test (make test-real installs vLLM first): skipped when no vLLM venv was there,
+# A real-server test (make test-real installs vLLM first): as a skip when no vLLM venv was there
 # it never ran in CI, where make test comes before the install.
 @pytest.mark.real
 def test_the_committed_help_is_the_installed_vllms() -> None:
