@@ -288,6 +288,7 @@ class StreamDecoder:
         rtt_us: int | None = None,
         response_id: str | None = None,
         phases: dict[str, Any] | None = None,
+        replica: int | None = None,
     ) -> StreamRecord:
         """The finished record; absolute perf_counter times become run-clock ns here, except
         `phases` (the HTTP phase fields, records.py), which come on the run clock."""
@@ -337,6 +338,7 @@ class StreamDecoder:
             loop_lag_ttft_ns=loop_lag_ttft_ns,
             rtt_us=rtt_us,
             response_id=response_id,
+            replica=replica,
             tool_calls=len(self.calls or ()),
             calls=None if self.calls is None else tuple((c[0], c[1], c[2]) for c in self.calls),
             **reasoning_fields(ns, per_chunk, self.reasoning_at, self.out_at, reported),

@@ -5,7 +5,6 @@ the policy so that reading the options (the policy's names) loads no HTTP client
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Sequence
 from typing import cast
 
@@ -17,10 +16,13 @@ from loadgen.request import StreamRequest
 
 class RoutedClient:
     """The wall clock's streams over several replicas' clients: each request to the replica
-    the router picks, its record naming that replica. Metadata (models, tokenize) goes to the
-    first replica, which every replica is taken to mirror (same model, same tokenizer)."""
+    the router picks, client i being replica i, so named here that each record it makes names
+    that replica. Metadata (models, tokenize) goes to the first replica, which every replica
+    is taken to mirror (same model, same tokenizer)."""
 
     def __init__(self, clients: Sequence[OpenAIClient], router: Router) -> None:
+        for i, client in enumerate(clients):
+            client.replica = i
         self.clients, self.router = clients, router
 
     @property
@@ -37,18 +39,16 @@ class RoutedClient:
     async def stream(self, req: StreamRequest) -> StreamRecord:
         replica = self.router.pick(req)
         try:
-            rec = await self.clients[replica].stream(req)
+            return await self.clients[replica].stream(req)
         finally:
             self.router.done(replica)
-        return dataclasses.replace(rec, replica=replica)
 
     def live_counts(self) -> tuple[int, int]:
         counts = [c.live_counts() for c in self.clients]
         return sum(a for a, _ in counts), sum(s for _, s in counts)
 
     def take_cancelled(self) -> list[StreamRecord]:
-        return [dataclasses.replace(rec, replica=i)
-                for i, c in enumerate(self.clients) for rec in c.take_cancelled()]  # fmt: skip
+        return [rec for c in self.clients for rec in c.take_cancelled()]
 
     async def warm(self, n: int) -> None:
         """Opens connections ahead on every replica: as many as could go to any one of them.
