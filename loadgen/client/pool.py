@@ -42,7 +42,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, cast
 
-import orjson
 import uvloop
 
 from loadgen.client.endpoint import Timeouts
@@ -69,6 +68,7 @@ from loadgen.records import (
     jsonl_line,
     read_jsonl,
     read_stream,
+    stream_values,
 )
 from loadgen.request import StreamRequest
 
@@ -315,19 +315,23 @@ def _worker_main(args: _WorkerArgs, jobs: Any, pipe: Connection) -> None:
     # Records are spilled and sent once per turn of the loop, however many streams ended in
     # it: a put per record cost a worker 16 us of CPU, a batch of 50 about 6 per record, and a
     # flushed spill write per record was 14% of its profile's samples at 16-token answers.
+    # The parent takes each record as its values (records.stream_values) beside its line.
     unsent: list[bytes] = []
+    values: list[tuple[Any, ...]] = []
 
     def send_unsent() -> None:
         if unsent:
             lines = b"".join(unsent)
             spill.write_lines(lines)
-            out.put(("recs", args.index, lines))
+            out.put(("recs", args.index, (lines, tuple(values))))
             unsent.clear()
+            values.clear()
 
     def emit(rec: StreamRecord) -> None:
         if not unsent:
             asyncio.get_running_loop().call_soon(send_unsent)
         unsent.append(jsonl_line(to_json(rec)))
+        values.append(stream_values(rec))
 
     async def main() -> None:
         # Ctrl-C reaches the whole process group and the parent may pass a stop on as well:
@@ -535,8 +539,9 @@ class ProcessPool:
             return
         for kind, index, payload in messages:
             if kind == "recs":
-                for line in payload.splitlines(keepends=True):
-                    self._hand_on(index, orjson.loads(line), line)
+                lines, values = payload
+                for line, fields in zip(lines.splitlines(keepends=True), values, strict=True):
+                    self._hand_on(index, StreamRecord(*fields), line)
                 continue
             if kind == "exit":
                 self._exit(index)
@@ -547,17 +552,17 @@ class ProcessPool:
         self._exited.add(i)
         self._running.unregister(self._inbox[i])
 
-    def _hand_on(self, index: int, line: dict[str, Any], raw: bytes | None = None) -> bool:
-        """Hands a worker's record on, with its `raw` bytes where they came (RecordSink),
-        unless it already was (a record both read from the pipe and recovered from the spill
-        file); whether it was handed on now."""
-        key = _key(line)
+    def _hand_on(self, index: int, rec: StreamRecord, line: bytes | None = None) -> bool:
+        """Hands a worker's record on, with its `line` where it came (RecordSink), unless it
+        already was (a record both read from the pipe and recovered from the spill file);
+        whether it was handed on now."""
+        key = _key(rec)
         with self._handing:
             if key in self._seen[index]:
                 return False
             self._seen[index].add(key)
             if self._on_record is not None:
-                self._on_record(read_stream(line), raw)
+                self._on_record(rec, line)
         return True
 
     def _drain_until_exit(self, deadline: float) -> None:
@@ -576,8 +581,8 @@ class ProcessPool:
         lines = []
         for i in sorted(self._exited):
             recovered = 0
-            for line in read_jsonl(self._spill_dir / f"w{i}.jsonl"):
-                recovered += self._hand_on(i, line)
+            for row in read_jsonl(self._spill_dir / f"w{i}.jsonl"):
+                recovered += self._hand_on(i, read_stream(row))
             if i in unfinished and i not in self._reported:
                 self._reported.add(i)
                 lines.append(
@@ -591,6 +596,6 @@ class ProcessPool:
         return ", ".join(f"worker {i}: exit code {p.exitcode}" for i, p in enumerate(self._procs))
 
 
-def _key(line: dict[str, Any]) -> tuple[Any, ...]:
+def _key(rec: StreamRecord) -> tuple[Any, ...]:
     """A record's identity within its worker: its id, phase and when it was meant to go."""
-    return line.get("id"), line.get("phase"), line.get("t_intended_ns"), line.get("t_sent_ns")
+    return rec.id, rec.phase, rec.t_intended_ns, rec.t_sent_ns

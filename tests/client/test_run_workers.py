@@ -15,11 +15,19 @@ import orjson
 import pytest
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.pool import Job, ProcessPool, WorkerClient, _frame, _Outbox, split_jobs
+from loadgen.client.pool import (
+    Job,
+    Message,
+    ProcessPool,
+    WorkerClient,
+    _frame,
+    _Outbox,
+    split_jobs,
+)
 from loadgen.codec import to_json
 from loadgen.commands.options import workers_value
 from loadgen.commands.run import FAILED_STREAMS_EXIT, report_run, unrecorded_summary
-from loadgen.records import StreamRecord, jsonl_line, read_stream
+from loadgen.records import StreamRecord, jsonl_line, read_stream, stream_values
 from loadgen.request import StreamRequest
 
 from support.cli import loadgen
@@ -130,6 +138,11 @@ def _line(rec: StreamRecord) -> bytes:
     return jsonl_line(to_json(rec))
 
 
+def _recs(index: int, *records: StreamRecord) -> Message:
+    """A worker's records message: their lines and, beside them, their values."""
+    return "recs", index, (b"".join(map(_line, records)), tuple(map(stream_values, records)))
+
+
 def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_come(
     tmp_path: Path,
 ) -> None:
@@ -140,12 +153,12 @@ def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_co
     pool = ProcessPool(2, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
                        spill_dir=tmp_path)  # fmt: skip
     killed, alive = map(_Outbox, pool._their_ends)  # the workers' ends of the pool's pipes
-    killed.put(("recs", 0, _line(stream("r9", chunks=[0.1]))))
+    killed.put(_recs(0, stream("r9", chunks=[0.1])))
     with open(pool._their_ends[0].fileno(), "wb", closefd=False) as raw:
         raw.write(_frame(("done", 0, {"cut": "y" * 1000}))[:100])  # a message cut off
     killed.close()
     recs = [stream(f"r{i}", chunks=[0.1]) for i in range(3)]
-    alive.put(("recs", 1, b"".join(_line(r) for r in recs)))
+    alive.put(_recs(1, *recs))
     alive.put(("done", 1, {}))
     got: dict[str, bytes | None] = {}
     pool._on_record = lambda rec, line=None: got.setdefault(rec.id, line)
@@ -233,7 +246,7 @@ def test_a_record_read_from_the_pipe_and_recovered_from_the_spill_is_handed_on_o
     pool._on_record = lambda rec, line=None: got.append(rec)
     pool._exited.add(0)
     assert pool._recover({0})[0].startswith("client worker 0 ")
-    assert [pool._hand_on(0, orjson.loads(_line(r))) for r in recs] == [False, False, False, True]
+    assert [pool._hand_on(0, r) for r in recs] == [False, False, False, True]
     assert [r.id for r in got] == ["r0", "r1", "r2", "r3"]
     assert pool._recover({0}) == [] and len(got) == 4  # said once; nothing handed on again
 

@@ -1,14 +1,16 @@
 """A stream record's JSON: every stored field, in field order, as dataclasses.asdict gave it
-(the codec's generated writer), and back to the same record."""
+(the codec's generated writer), and back to the same record; and its values, as a client
+worker hands them to the parent."""
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import asdict, fields, replace
 
 import orjson
 
 from loadgen.codec import to_json
-from loadgen.records import StreamError, StreamRecord, read_stream
+from loadgen.records import StreamError, StreamRecord, read_stream, stream_values
 
 # Kept in memory for a session's next request, never written (json_field omit="always").
 UNSTORED = ("answer", "calls")
@@ -44,3 +46,12 @@ def test_a_written_record_reads_back_the_same_but_its_unstored_fields() -> None:
     rec = full_record()
     back = read_stream(orjson.loads(orjson.dumps(to_json(rec))))
     assert back == replace(rec, **{f.name: f.default for f in fields(rec) if f.name in UNSTORED})
+
+
+def test_a_records_values_make_the_same_record_again_every_field_in_its_place() -> None:
+    # The parent rebuilds each worker's record positionally: a field out of order, keyword-only
+    # or not in __init__ would land in another's place, or fail here.
+    rec = StreamRecord(**{f.name: f"value of {f.name}" for f in fields(StreamRecord)})
+    values = pickle.loads(pickle.dumps(stream_values(rec), protocol=pickle.HIGHEST_PROTOCOL))
+    assert StreamRecord(*values) == rec
+    assert StreamRecord(*stream_values(full_record())) == full_record()
