@@ -48,19 +48,19 @@ from pathlib import Path
 import orjson
 import uvloop
 from client_ingest import REPO, bare_rate, firehose_binary, free_port, wait_listening
-from client_truth import read_delay_ns, read_flagged, request_number, server_times
+from client_truth import read_delay_ns, read_flagged, request_number, run_crowded, server_times
 from harness import Ratio, parser, ratio, report
 
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from loadgen.analysis.selferror import crowding, error_bound_s, tolerance_s
+from loadgen.analysis.selferror import error_bound_s, tolerance_s
+from loadgen.client.hostload import TICK_S, cpu_ticks, host_busy_s, live_ticks
 from loadgen.records import StreamRecord, read_streams
 
 from support.ray_cluster import Cluster, local_ray_cluster, ray_processes
 
 CORES = os.cpu_count() or 1
-TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 BUSY = 0.85  # a process at this share of a core or more is the bound
 RAY_LOOKUP_EVERY = 25  # samples between two looks for a Ray cluster's processes (0.5 s)
 SAMPLE_S = 0.02  # CPU counters read this often during a point (ticks are 10 ms)
@@ -130,19 +130,6 @@ class Point:
         return f"W={self.shown_workers} T={self.tokens}"
 
 
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of a process, clock ticks (/proc/PID/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def host_busy_s() -> float:
-    """CPU seconds every core spent busy since boot (/proc/stat's first line, not idle or
-    iowait)."""
-    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(f[:8]) - f[3] - f[4]) * TICK_S
-
-
 def processes() -> dict[int, tuple[int, int]]:
     """Every live process: its parent's pid and its utime + stime (ticks)."""
     out = {}
@@ -193,14 +180,6 @@ def with_descendants(pids: list[int]) -> list[int]:
                 out.add(child)
                 todo.append(child)
     return sorted(out)
-
-
-def live_ticks(pid: int) -> int:
-    """cpu_ticks of a process that may have gone (0 then)."""
-    try:
-        return cpu_ticks(pid)
-    except OSError:
-        return 0
 
 
 def window_cpu(
@@ -275,7 +254,9 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     cpu = window_cpu(samples, start, end)
     wall = (samples[-1].ns - samples[0].ns) / 1e9
     truths = [server_times(log) for _, _, log in servers]
-    return replace(point(recs, truths, zero, workers, tokens, c, cpu, wall), ray=ray is not None)
+    crowded = run_crowded(tag / "run", workers)
+    return replace(point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded),
+                   ray=ray is not None)  # fmt: skip
 
 
 def point(
@@ -287,10 +268,11 @@ def point(
     c: int,
     cpu: tuple[float, float, float, float],
     wall_s: float,
+    crowded: bool,
 ) -> Point:
     """A point's row from its ok records, the servers' logs and the CPU (cores) used by the
-    busiest server, the client, its parent process and the whole host."""
-    crowded = crowding("127.0.0.1", workers, CORES) is not None
+    busiest server, the client, its parent process and the whole host; `crowded`: the run
+    said its host was (client_truth.run_crowded), which flags every stream."""
     errors, over = [], []
     for r in recs:
         truth = truths[r.replica or 0].get(request_number(r.response_id) or -1)

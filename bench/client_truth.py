@@ -44,6 +44,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import orjson
 from client_ingest import (
     PLAN,
     REPO,
@@ -142,8 +143,7 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
     out = tmp / f"run{tag}"
     recs, res = run_request(server, n, tokens, workers, reader, out)
     truth = server_times(log)
-    # A run-wide flag (client processes crowding the server's cores) covers every stream.
-    crowded = crowding("127.0.0.1", workers, os.cpu_count() or 1) is not None
+    crowded = run_crowded(out, workers)
     # Both clocks are CLOCK_MONOTONIC: the run's zero puts loadgen's stamps on firehose's.
     zero = read_manifest(out).run_start_perf_ns
     assert zero is not None, f"{out}/run.json has no run_start_perf_ns"
@@ -306,6 +306,15 @@ def truth_table(rows: list[dict], tokens: int) -> str:
 def off_server_core():
     cpus = os.sched_getaffinity(0) - {0}
     return (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+
+
+def run_crowded(run_dir: Path, workers: int) -> bool:
+    """Whether the run said its host was crowded, a flag that covers every stream: by its
+    client processes' count (what `loadgen request` prints) or measured (summary.json)."""
+    if crowding("127.0.0.1", workers, os.cpu_count() or 1) is not None:
+        return True
+    summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    return summary["run"]["client_limits"]["crowding"] is not None
 
 
 def read_flagged(rec: StreamRecord, crowded: bool) -> bool:

@@ -23,9 +23,10 @@ banner the report composes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from loadgen.analysis.phases import http_phases
 from loadgen.records import StreamRecord
@@ -103,13 +104,23 @@ LOADGEN_HOLDERS = ("client",)
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
+# A host whose cores were this busy on average over the timed traffic, most of it loadgen's
+# own, with the server on it: its sends and the kernel's deliveries waited for a core where no
+# client stamp sees it (client/hostload.py: 94-96% busy missed 1-24 streams a point, 80% none).
+HOST_BUSY_LIMIT = 0.9
+
+
 @dataclass(frozen=True, slots=True)
 class Crowding:
-    """Client processes that take every core of the host a local server runs on."""
+    """Client processes that take every core of the host a local server runs on: by their
+    count, or measured (`busy_cores`, `client_cores`: run.json's client.host_cpu, the
+    host's and loadgen's own cores busy over the timed traffic; None when judged by count)."""
 
     host: str
     workers: int
     cores: int
+    busy_cores: float | None = None
+    client_cores: float | None = None
 
 
 def crowding(host: str | None, workers: int, cores: int) -> Crowding | None:
@@ -122,6 +133,20 @@ def crowding(host: str | None, workers: int, cores: int) -> Crowding | None:
     if host not in LOOPBACK or workers < cores:
         return None
     return Crowding(host, workers, cores)
+
+
+def busy_host(url: str | None, workers: int, host_cpu: Mapping[str, float]) -> Crowding | None:
+    """Whether the timed traffic found the host of a local server (`url`) busy past
+    HOST_BUSY_LIMIT of its cores, at least half of it loadgen's own processes (a server that
+    keeps the cores busy by itself is its own latency, not loadgen's error); None when it was
+    not, the server is elsewhere, or the run measured nothing (`host_cpu` empty)."""
+    host = urlsplit(url or "").hostname
+    if host not in LOOPBACK or not host_cpu:
+        return None
+    busy, own, cores = host_cpu["host_busy_cores"], host_cpu["client_cores"], host_cpu["cores"]
+    if busy < HOST_BUSY_LIMIT * cores or own < busy / 2:
+        return None
+    return Crowding(host or "", workers, int(cores), busy, own)
 
 
 @dataclass(frozen=True, slots=True)

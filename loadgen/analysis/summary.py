@@ -51,7 +51,12 @@ from loadgen.analysis.phases import phase_summary
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.replicas import replicas_block
 from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
-from loadgen.analysis.selferror import LOOP_LAG_LIMIT_MS, ClientLimits, send_late_by_holder
+from loadgen.analysis.selferror import (
+    LOOP_LAG_LIMIT_MS,
+    ClientLimits,
+    busy_host,
+    send_late_by_holder,
+)
 from loadgen.analysis.server_log import ServerLogWitness, server_log_witness
 from loadgen.analysis.sessions import session_turns
 from loadgen.analysis.stats import canonical, describe, dumps_canonical, median, spread
@@ -220,9 +225,11 @@ def _run_section(
     warm = warm_cache([rows[r.id]["evidence"] for r in measure])
     # The banner counts what the verdict table counts; streams whose server verdict outweighed
     # their timing error are named beside it, never added to it.
+    target = _target(manifest.target) or {}
     limits = ClientLimits(
         counts.measured, counts.limited, counts.beyond_tolerance,
         lag if lag is not None and lag > LOOP_LAG_LIMIT_MS else None,
+        busy_host(target.get("url"), client.get("workers", 1), client.get("host_cpu", {})),
         send_late=send_late_by_holder(measure),
     )  # fmt: skip
     phases = _count(r.phase for r in records)

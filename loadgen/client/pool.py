@@ -455,6 +455,11 @@ class ProcessPool:
             with contextlib.suppress(OSError):
                 self._spill_dir.rmdir()
 
+    @property
+    def pids(self) -> list[int]:
+        """The workers' process ids (those started)."""
+        return [p.pid for p in self._procs if p.pid is not None]
+
     def manifest(self) -> list[dict[str, Any]]:
         """One entry per worker: where it ran and on which clock."""
         return [

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.client.endpoint import Timeouts
+from loadgen.client.hostload import HostLoad
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
@@ -33,7 +34,14 @@ from loadgen.engine.replicas import FleetScrape, targets_part
 from loadgen.engine.selfwatch import SelfWatch
 from loadgen.engine.server_log import ServerLogTail
 from loadgen.engine.sessions import build_sessions
-from loadgen.engine.spread import Pool, client_pool, pool_manifest, send_rep_in_pool, worker_count
+from loadgen.engine.spread import (
+    Pool,
+    client_pids,
+    client_pool,
+    pool_manifest,
+    send_rep_in_pool,
+    worker_count,
+)
 from loadgen.engine.target import Target, open_target
 from loadgen.engine.telemetry import open_telemetry
 from loadgen.engine.traffic import send_rep
@@ -81,6 +89,7 @@ class HttpBackend:
     sender: OpenAIClient | RoutedClient  # what streams go through: the client, or the router
     pool: Pool | None
     lag: LoopLagMonitor
+    load: HostLoad
     clock: WallClock  # the run clock: from this arm's start
     warn: Callable[[str], None]
     background: list[asyncio.Task[None]]
@@ -113,7 +122,7 @@ class HttpBackend:
     ) -> None:
         await _run_rep(
             rep, (self.builder, self.session_builder), self.sender, self.model,
-            self.clock, record, self.progress, self.lag, stop,
+            self.clock, record, self.progress, (self.lag, self.load), stop,
             pool=self.pool, warn=self.warn, live=self.live, traced=self.traced,
         )  # fmt: skip
 
@@ -130,10 +139,13 @@ class HttpBackend:
         return self.sender.take_cancelled()
 
     def describe(self) -> tuple[TargetPart, BackendPart]:
+        load = self.load.summary()
         client = self.lag.summary_ms() | {
             "dispatch_late_max_ms": self.progress.max_late_ms,
             "concurrency_pool": self.concurrency,
         } | pool_manifest(self.pool, self.workers)  # fmt: skip
+        if load:
+            client["host_cpu"] = load
         return self.target.part(), BackendPart(
             ClockName.WALL, client, self.poller.info, self.clock.origin_ns, self.telemetry,
             run_start_wall_ns=self.run_start_wall_ns, utc_offset_s=self.utc_offset_s,
@@ -216,7 +228,8 @@ async def open_http_backend(
             background.append(asyncio.create_task(watch.run()))
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, sender, pool, lag,
-            WallClock(run_start_ns), warn, background, concurrency, opts.workers,
+            HostLoad(lambda: client_pids(pool)), WallClock(run_start_ns), warn, background,
+            concurrency, opts.workers,
             TelemetryInfo(None if gpu is None else gpu.source, tuple(notes)),
             run_start_wall_ns, utc_offset_s, targets, log_tail, rundir.path, opts.live,
             opts.trace_context,
@@ -273,7 +286,7 @@ async def _run_rep(
     clock: WallClock,
     record: RecordSink,
     progress: Progress,
-    lag: LoopLagMonitor,
+    timed: tuple[LoopLagMonitor, HostLoad],
     stop: Callable[[], bool] | None,
     *,
     pool: Pool | None,
@@ -294,7 +307,8 @@ async def _run_rep(
     send = stream_at(progress.watch(sender))
     if live is not None:
         record = live.recording(record)
-    with lag.measuring():
+    lag, load = timed
+    with lag.measuring(), load.measuring():
         if pool is None:
             await send_rep(rep, built, sessions, send, record, clock, model=model,
                            lead_ns=SCHEDULE_LEAD_NS, stop=stop)  # fmt: skip

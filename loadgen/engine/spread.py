@@ -9,6 +9,7 @@ streams.jsonl, so every later stage reads one run directory, however many proces
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -100,6 +101,12 @@ async def send_rep_in_pool(
     jobs = split_jobs(built, rep.concurrency, pool.size, rep.duration_ns, rep.cap)
     for line in await pool.run(jobs, record, lead_ns=POOL_LEAD_NS):
         warn(line)
+
+
+def client_pids(pool: Pool | None) -> list[int]:
+    """The processes on this host that stream: this one and its pool's workers (a Ray pool's
+    actors are the cluster's, none of them this host's by right)."""
+    return [os.getpid(), *(pool.pids if isinstance(pool, ProcessPool) else ())]
 
 
 def pool_manifest(pool: ProcessPool | RayPool | None, requested: int | None) -> dict[str, Any]:

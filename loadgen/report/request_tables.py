@@ -47,14 +47,15 @@ def request_report(
     width: int,
 ) -> RequestReport:
     """Analyses the run directory as `loadgen report` does (so the banner is the report's) and
-    writes its summary.json; `crowded`: the host's crowding, which only the sending process
-    can see (its cores and workers), joins the run's client limits."""
+    writes its summary.json; `crowded`: the host's crowding by the workers' count, which only
+    the sending process can see (its cores), joins the run's client limits."""
     inputs = load_run(run_dir)
     summary = analyze(inputs).summary
     write_summary(run_dir, summary)
     run = read_run(summary)
     assert run.client_limits is not None  # a request is one run, never a sweep
-    limits = dataclasses.replace(run.client_limits, crowding=crowded)
+    # Crowded by the workers' count, else as the run measured it (analysis: busy_host).
+    limits = dataclasses.replace(run.client_limits, crowding=crowded or run.client_limits.crowding)
     sizing = (
         "exact, sized by /tokenize"
         if run.token_counter == "tokenize"

@@ -38,17 +38,19 @@ def _read(number: int, first_ms: float, bound_ms: float, late_ms: float = 0.0) -
                                loop_lag_ttft_ns=int(bound_ms * MS))  # fmt: skip
 
 
-def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling, monkeypatch) -> None:
-    monkeypatch.setattr(ceiling, "CORES", 64)  # no crowded host, which would flag every stream
+def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling) -> None:
     # Firehose read each request at 0.1 ms and wrote its first token at 2 ms. Stream 1 was
     # stamped at 5 ms (3 ms late), sent 0.8 ms late with 0.5 ms charged to its read: its error
     # bound 0.8 ms, so missed, 2.2 ms past it. Stream 2, as late, was charged 3.2 ms and so
     # flagged; streams 3 and 4 were stamped 0.2 and 0.3 ms after the write.
     recs = [_read(1, 5.0, 0.5, 0.8), _read(2, 5.0, 3.2), _read(3, 2.2, 0.1), _read(4, 2.3, 0.1)]
     truth = {n: (ZERO + MS // 10, ZERO + 2 * MS) for n in (1, 2, 3, 4)}
-    p = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 1.0), 1.0)
+    p = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 1.0), 1.0, False)
     assert p.missed == pytest.approx(1 / 4)
     assert p.flagged == pytest.approx(1 / 4)
+    # A run that said its host was crowded flagged every stream: none missed.
+    crowded = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 1.0), 1.0, True)
+    assert (crowded.flagged, crowded.missed, crowded.missed_over_ms) == (1.0, 0.0, None)
     assert p.missed_over_ms == pytest.approx(2.2)
     assert "C=4: 25.00% missed, their read delay past the bound charged by up to 2.200 ms" in (
         ceiling.ceiling_table([p], 1)
@@ -60,10 +62,9 @@ def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling, mon
     assert "   1755 " in ceiling.row(p)
 
 
-def test_a_point_with_no_late_read_misses_none_and_says_nothing_of_it(ceiling, monkeypatch) -> None:
-    monkeypatch.setattr(ceiling, "CORES", 64)
+def test_a_point_with_no_late_read_misses_none_and_says_nothing_of_it(ceiling) -> None:
     recs = [_read(3, 2.2, 0.1), _read(4, 2.9, 0.1)]
     truth = {n: (ZERO + MS // 10, ZERO + 2 * MS) for n in (3, 4)}
-    p = ceiling.point(recs, [truth], ZERO, 1, 16, 2, (0.1, 0.9, 0.9, 1.0), 1.0)
+    p = ceiling.point(recs, [truth], ZERO, 1, 16, 2, (0.1, 0.9, 0.9, 1.0), 1.0, False)
     assert (p.missed, p.missed_over_ms, p.flagged) == (0, None, 0)
     assert "missed, their read delay" not in ceiling.ceiling_table([p], 1)

@@ -1,0 +1,123 @@
+"""The host's busy cores and loadgen's own over the timed traffic (client/hostload.py), and the
+run-wide flag they raise with a local server (analysis/selferror.py's busy_host): it fires
+when the host was busy past HOST_BUSY_LIMIT mostly by loadgen, and stays quiet otherwise."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loadgen.analysis.selferror import HOST_BUSY_LIMIT, Crowding, busy_host
+from loadgen.analysis.summary import analyze_run
+from loadgen.client import hostload
+from loadgen.client.hostload import TICK_S, HostLoad
+from loadgen.report.banners import crowding_text
+from loadgen.report.cmd import write_report
+
+from support.run_fixtures import manifest, stream, write_run
+
+# A 16-core host measured on the H100 kind: 15 workers beside 4 firehose processes, then 12.
+SATURATED = {"span_s": 0.53, "host_busy_cores": 15.36, "client_cores": 14.58, "cores": 16}
+SLACK = {"span_s": 0.5, "host_busy_cores": 12.88, "client_cores": 12.23, "cores": 16}
+
+
+def scripted(values: list[float]) -> Iterator[float]:
+    yield from values
+
+
+def test_the_host_and_the_clients_busy_cores_are_summed_over_every_timed_stretch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = scripted([10.0, 10.5, 20.0, 20.25])
+    host = scripted([100.0, 107.0, 200.0, 203.0])
+    # Process 2 is gone by the end of the first stretch: its ticks are lost, never negative.
+    ticks = {(1, 0): 0, (2, 0): 50, (1, 1): 300, (2, 1): 0, (1, 2): 300, (1, 3): 400}
+    reads: dict[int, int] = {}
+
+    def read_ticks(pid: int) -> int:
+        n = reads.get(pid, 0)
+        reads[pid] = n + 1
+        return ticks[pid, n]
+
+    monkeypatch.setattr(hostload.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(hostload, "host_busy_s", lambda: next(host))
+    monkeypatch.setattr(hostload, "live_ticks", read_ticks)
+    monkeypatch.setattr(hostload.os, "cpu_count", lambda: 16)
+    pids = [[1, 2], [1]]
+    load = HostLoad(lambda: pids.pop(0))
+    assert load.summary() == {}  # nothing timed yet
+    for _ in range(2):
+        with load.measuring():
+            pass
+    # 0.75 s timed; the host 10 s busy; loadgen (300 + 100) ticks.
+    assert load.summary() == {
+        "span_s": 0.75, "host_busy_cores": round(10 / 0.75, 2),
+        "client_cores": round(400 * TICK_S / 0.75, 2), "cores": 16,
+    }  # fmt: skip
+
+
+def test_no_proc_means_nothing_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hostload, "host_busy_s", lambda: None)
+    load = HostLoad(lambda: [])
+    with load.measuring():
+        pass
+    assert load.summary() == {}
+
+
+def test_this_process_own_cpu_is_read_from_the_kernel() -> None:
+    load = HostLoad(lambda: [hostload.os.getpid()])
+    with load.measuring():
+        sum(i * i for i in range(2_000_000))  # CPU this process spends, whatever the machine
+    got = load.summary()
+    assert got["span_s"] > 0 and got["cores"] >= 1
+    assert 0 <= got["client_cores"] <= got["cores"] and got["host_busy_cores"] <= got["cores"]
+
+
+def test_a_busy_host_flags_only_a_local_server_that_loadgen_crowded() -> None:
+    url = "http://127.0.0.1:8000/v1"
+    assert busy_host(url, 15, SATURATED) == Crowding("127.0.0.1", 15, 16, 15.36, 14.58)
+    assert busy_host("http://[::1]:8000", 15, SATURATED) is not None
+    assert busy_host(url, 12, SLACK) is None  # 80% busy: cores to spare
+    assert busy_host("http://10.0.0.5:8000", 15, SATURATED) is None  # the server is elsewhere
+    assert busy_host(url, 15, {}) is None  # nothing measured
+    # A server that keeps the cores busy by itself (vLLM's CPU build) is its own latency.
+    server_busy = SATURATED | {"client_cores": 3.0}
+    assert busy_host(url, 1, server_busy) is None
+    # The limit itself: at it, flagged; a tick below, not.
+    at = SATURATED | {"host_busy_cores": HOST_BUSY_LIMIT * 16}
+    assert busy_host(url, 15, at) is not None
+    assert busy_host(url, 15, at | {"host_busy_cores": HOST_BUSY_LIMIT * 16 - 0.01}) is None
+
+
+def test_the_banner_says_how_busy_the_host_was_and_what_to_do() -> None:
+    crowded = busy_host("http://127.0.0.1:8000", 15, SATURATED)
+    assert crowded is not None
+    assert crowding_text(crowded) == (
+        "this host's 16 cores were 96% busy while streams were timed (14.6 cores loadgen's own) "
+        "beside the server at 127.0.0.1: its sends and the kernel's deliveries waited for a "
+        "core, inside TTFTs where no client stamp sees it (run fewer workers than 15, or the "
+        "server elsewhere)"
+    )
+    one = dataclasses.replace(crowded, workers=1)
+    assert crowding_text(one).endswith("where no client stamp sees it (the server elsewhere)")
+
+
+@pytest.mark.parametrize(("host_cpu", "flagged"), [(SATURATED, True), (SLACK, False)])
+def test_a_runs_report_opens_with_the_busy_host_only_when_it_was(
+    tmp_path: Path, host_cpu: dict[str, float], flagged: bool
+) -> None:
+    client = {"loop_lag_max_ms": 1.0, "loop_lag_p99_ms": 0.5, "dispatch_late_max_ms": 1.0,
+              "workers": 15, "host_cpu": host_cpu}  # fmt: skip
+    run = write_run(tmp_path / "run", [stream("s", chunks=[0.1, 0.2])], run=manifest(client=client))
+    limits = analyze_run(run).summary["run"]["client_limits"]
+    write_report(run)
+    first = (run / "report.txt").read_text().splitlines()[0]
+    if flagged:
+        assert limits["crowding"]["busy_cores"] == 15.36
+        assert first.startswith("!! CLIENT LIMITED: this host's 16 cores were 96% busy")
+    else:
+        assert limits["crowding"] is None
+        assert "CLIENT LIMITED" not in first
