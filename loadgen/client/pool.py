@@ -36,7 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -470,10 +470,18 @@ class ProcessPool:
             for i, info in enumerate(self._info)
         ]  # fmt: skip
 
-    async def run(self, jobs: list[Job], on_record: RecordSink, *, lead_ns: int = 0) -> list[str]:
+    async def run(
+        self,
+        jobs: list[Job],
+        on_record: RecordSink,
+        *,
+        lead_ns: int = 0,
+        traffic: AbstractContextManager[object] | None = None,
+    ) -> list[str]:
         """Runs job i on worker i, all starting together `lead_ns` after every worker holds its
         job, calling `on_record` here as each record arrives; returns one line per worker
-        that died before finishing (its completed records are kept)."""
+        that died before finishing (its completed records are kept). `traffic` is entered as
+        the jobs start and left as the last ends (handing the jobs out is no part of it)."""
         self._on_record = on_record
         busy = set(range(len(jobs))) - self._exited
         dropped = {i for i in range(len(jobs)) if i in self._exited}
@@ -490,13 +498,16 @@ class ProcessPool:
             for i in busy - died:
                 self._jobs[i].put(start_ns)
             running = busy - died
-            while running and (item := await asyncio.to_thread(self._next, None)):
-                kind, index, payload = item
-                running.discard(index)
-                if kind == "exit":
-                    died.add(index)
-                elif kind == "done":
-                    self._info[index]["loop_lag"] = payload
+            # Opened now, `lead_ns` before the first send: the window's stamps are this
+            # process's, and a sleep to the start wakes up to a tick after it.
+            with traffic or contextlib.nullcontext():
+                while running and (item := await asyncio.to_thread(self._next, None)):
+                    kind, index, payload = item
+                    running.discard(index)
+                    if kind == "exit":
+                        died.add(index)
+                    elif kind == "done":
+                        self._info[index]["loop_lag"] = payload
         except asyncio.CancelledError:
             # Ctrl-C in a terminal reaches every worker; a SIGTERM reached only this process.
             # A worker between jobs is waiting on its queue: the None lets it go.

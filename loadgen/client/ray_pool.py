@@ -27,7 +27,7 @@ import queue
 import socket
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, nullcontext
 from time import perf_counter_ns
 from typing import Any
 
@@ -358,10 +358,18 @@ class RayPool:
             "startup_s": self.timing_s,
         }
 
-    async def run(self, jobs: list[Job], on_record: RecordSink, *, lead_ns: int = 0) -> list[str]:
+    async def run(
+        self,
+        jobs: list[Job],
+        on_record: RecordSink,
+        *,
+        lead_ns: int = 0,
+        traffic: AbstractContextManager[object] | None = None,
+    ) -> list[str]:
         """Job i on worker i, all starting together `lead_ns` after every worker holds its job;
         `on_record` is called here as each record arrives. Returns one line per worker that
-        failed, and per job a dead worker could not take (its streams were not sent)."""
+        failed, and per job a dead worker could not take (its streams were not sent).
+        `traffic` is entered as the jobs start and left as the last ends."""
         problems: list[str] = []
         pairs = []
         for i, job in enumerate(jobs):
@@ -387,7 +395,8 @@ class RayPool:
         if not readers:
             return problems
         try:
-            await asyncio.wait(readers)  # not gather: cancelling that would cancel the readers
+            with traffic or nullcontext():  # from `lead_ns` before the first send
+                await asyncio.wait(readers)  # not gather: cancelling would cancel the readers
         except asyncio.CancelledError:
             # Ctrl-C: the actors cancel their streams and send those records back; keep reading
             # until they have (bounded), so no record already made is lost.

@@ -308,16 +308,19 @@ async def _run_rep(
     if live is not None:
         record = live.recording(record)
     lag, load = timed
-    with lag.measuring(), load.measuring():
+    with lag.measuring():
         if pool is None:
-            await send_rep(rep, built, sessions, send, record, clock, model=model,
-                           lead_ns=SCHEDULE_LEAD_NS, stop=stop)  # fmt: skip
+            with load.measuring():
+                await send_rep(rep, built, sessions, send, record, clock, model=model,
+                               lead_ns=SCHEDULE_LEAD_NS, stop=stop)  # fmt: skip
             return
         # The pool's workers send the requests; the sessions' turns go from here.
         built = [with_traceparent(r) for r in built] if traced else built
         async with asyncio.TaskGroup() as tg:
             pooled = record if live is None else live.sent_elsewhere(record)
-            tg.create_task(send_rep_in_pool(pool, rep, built, pooled, warn))
+            # The host's load over the workers' traffic alone: handing them 150,000 requests
+            # took a 1.2 s window's average from 15.5 busy cores to 10.7.
+            tg.create_task(send_rep_in_pool(pool, rep, built, pooled, warn, load.measuring()))
             tg.create_task(send_rep(
                 dataclasses.replace(rep, requests=()), [], sessions, send, record, clock,
                 model=model, lead_ns=SCHEDULE_LEAD_NS, stop=stop,

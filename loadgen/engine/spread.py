@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -91,15 +91,17 @@ async def send_rep_in_pool(
     built: Sequence[StreamRequest],
     record: RecordSink,
     warn: Callable[[str], None],
+    traffic: AbstractContextManager[object] | None = None,
 ) -> None:
     """Sends one rep's measured requests through the pool: a closed loop's seats shared, an
     open loop's schedule (offsets from the rep's start) dealt in send order, its seat cap
-    shared too (the cap holds; each arrival waits for a seat of its own worker)."""
+    shared too (the cap holds; each arrival waits for a seat of its own worker); `traffic`
+    spans the workers' sending (ProcessPool.run)."""
     if rep.concurrency is None:
         offsets = [p.offset_ns or 0 for p in rep.requests]
         built = [replace(req, t_intended_ns=o) for req, o in zip(built, offsets, strict=True)]
     jobs = split_jobs(built, rep.concurrency, pool.size, rep.duration_ns, rep.cap)
-    for line in await pool.run(jobs, record, lead_ns=POOL_LEAD_NS):
+    for line in await pool.run(jobs, record, lead_ns=POOL_LEAD_NS, traffic=traffic):
         warn(line)
 
 

@@ -4,11 +4,13 @@ completed record lost when a worker is killed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -260,6 +262,40 @@ async def test_a_pool_whose_workers_all_finish_names_no_stream(tmp_path: Path) -
         async with pool:
             problems = await pool.run(split_jobs(_requests(4), 2, 2), lambda rec, line=None: None)
     assert problems == [] and pool.unrecorded == []
+
+
+async def test_the_traffic_window_opens_at_the_jobs_start_and_closes_after_the_last_record(
+    tmp_path: Path,
+) -> None:
+    # The host's load is judged over this window (client/hostload.py): handing the jobs out
+    # inside it diluted a saturated host's 15.5 busy cores to 10.7.
+    run_start = time.perf_counter_ns()
+    got: list[StreamRecord] = []
+    seen: list[tuple[str, int, int]] = []
+
+    @contextlib.contextmanager
+    def traffic() -> Iterator[None]:
+        seen.append(("enter", time.perf_counter_ns() - run_start, len(got)))
+        yield
+        seen.append(("exit", time.perf_counter_ns() - run_start, len(got)))
+
+    async with PacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
+        pool = ProcessPool(2, WorkerClient(srv.url, None, Timeouts(), run_start), seats=1,
+                           spill_dir=tmp_path)  # fmt: skip
+        async with pool:
+            lead_ns = 50_000_000
+            # An open loop, every request due at the jobs' start: each record's t_intended_ns.
+            jobs = split_jobs(_requests(6), None, 2)
+            await pool.run(jobs, lambda rec, line=None: got.append(rec), lead_ns=lead_ns,
+                           traffic=traffic())  # fmt: skip
+    (_, entered, before), (_, _, after) = seen
+    assert [kind for kind, _, _ in seen] == ["enter", "exit"]
+    assert (before, after) == (0, 6)  # no record before it opened; every one inside it
+    # Opened once the workers held their jobs, within the lead before the jobs' start.
+    start = {r.t_intended_ns for r in got}
+    assert len(start) == 1 and start.pop() - lead_ns <= entered <= min(
+        r.t_sent_ns or 0 for r in got
+    )
 
 
 def test_streams_a_dead_worker_left_unsent_fail_the_run_in_one_line(tmp_path: Path) -> None:
