@@ -395,7 +395,9 @@ class RayPool:
         if not readers:
             return problems
         try:
-            with traffic or nullcontext():  # from `lead_ns` before the first send
+            # The window opens at the jobs' start, as ProcessPool.run's does.
+            await asyncio.sleep(max(0, start_ns - (perf_counter_ns() - self.run_start_ns)) / 1e9)
+            with traffic or nullcontext():
                 await asyncio.wait(readers)  # not gather: cancelling would cancel the readers
         except asyncio.CancelledError:
             # Ctrl-C: the actors cancel their streams and send those records back; keep reading
