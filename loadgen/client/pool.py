@@ -73,6 +73,8 @@ from loadgen.records import (
 from loadgen.request import StreamRequest
 
 OnRecord = Callable[[StreamRecord], None]
+# What a pool's run enters around its workers' traffic (engine/spread.py: the host's load).
+Window = AbstractContextManager[object]
 # A worker that has not said it is ready by then is reported as failed to start.
 START_TIMEOUT_S = 120.0
 # How long a stopping worker gets to send its cancelled records before it is killed.
@@ -470,14 +472,8 @@ class ProcessPool:
             for i, info in enumerate(self._info)
         ]  # fmt: skip
 
-    async def run(
-        self,
-        jobs: list[Job],
-        on_record: RecordSink,
-        *,
-        lead_ns: int = 0,
-        traffic: AbstractContextManager[object] | None = None,
-    ) -> list[str]:
+    async def run(self, jobs: list[Job], on_record: RecordSink, *, lead_ns: int = 0,
+                  traffic: Window | None = None) -> list[str]:  # fmt: skip
         """Runs job i on worker i, all starting together `lead_ns` after every worker holds its
         job, calling `on_record` here as each record arrives; returns one line per worker
         that died before finishing (its completed records are kept). `traffic` is entered as

@@ -27,7 +27,7 @@ import queue
 import socket
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator
-from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager, nullcontext
+from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
 from time import perf_counter_ns
 from typing import Any
 
@@ -38,6 +38,7 @@ from loadgen.client.lag import quiet_collector
 from loadgen.client.pool import (
     STREAMS_PER_PROCESS,
     Job,
+    Window,
     WorkerClient,
     open_worker_sender,
     serve_job,
@@ -358,14 +359,8 @@ class RayPool:
             "startup_s": self.timing_s,
         }
 
-    async def run(
-        self,
-        jobs: list[Job],
-        on_record: RecordSink,
-        *,
-        lead_ns: int = 0,
-        traffic: AbstractContextManager[object] | None = None,
-    ) -> list[str]:
+    async def run(self, jobs: list[Job], on_record: RecordSink, *, lead_ns: int = 0,
+                  traffic: Window | None = None) -> list[str]:  # fmt: skip
         """Job i on worker i, all starting together `lead_ns` after every worker holds its job;
         `on_record` is called here as each record arrives. Returns one line per worker that
         failed, and per job a dead worker could not take (its streams were not sent).

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.pool import ProcessPool, WorkerClient, auto_workers, split_jobs
+from loadgen.client.pool import ProcessPool, Window, WorkerClient, auto_workers, split_jobs
 from loadgen.client.ray_pool import RayPool, ray_pool
 from loadgen.client.routing import RouteSpec
 from loadgen.records import RecordSink
@@ -91,7 +91,7 @@ async def send_rep_in_pool(
     built: Sequence[StreamRequest],
     record: RecordSink,
     warn: Callable[[str], None],
-    traffic: AbstractContextManager[object] | None = None,
+    traffic: Window | None = None,
 ) -> None:
     """Sends one rep's measured requests through the pool: a closed loop's seats shared, an
     open loop's schedule (offsets from the rep's start) dealt in send order, its seat cap
