@@ -7,9 +7,8 @@ a 16-core host of the H100 kind, 15 client workers beside 4 firehose processes k
 94-96% busy, the loopback connections' smoothed RTT went to 680-860 us at the median (19 us
 with 10 workers), and 1-24 streams a point came past their tolerance with no stamp of theirs
 late; on a slower host of the kind 12 workers kept it 88-89% busy and missed 2-21; at 63-84%
-busy none was missed. The busy
-share is read from the kernel's own counters over the timed traffic (run.json's
-client.host_cpu); analysis/selferror.py judges it.
+busy none was missed. The busy share is read from the kernel's own counters over the timed
+traffic (run.json's client.host_cpu); analysis/selferror.py judges it.
 """
 
 from __future__ import annotations
