@@ -225,11 +225,11 @@ def _run_section(
     warm = warm_cache([rows[r.id]["evidence"] for r in measure])
     # The banner counts what the verdict table counts; streams whose server verdict outweighed
     # their timing error are named beside it, never added to it.
-    target = _target(manifest.target) or {}
+    target = _target(manifest.target)
     limits = ClientLimits(
         counts.measured, counts.limited, counts.beyond_tolerance,
         lag if lag is not None and lag > LOOP_LAG_LIMIT_MS else None,
-        busy_host(target.get("url"), client.get("workers", 1), client.get("host_cpu", {})),
+        busy_host((target or {}).get("url"), client.get("workers", 1), client.get("host_cpu", {})),
         send_late=send_late_by_holder(measure),
     )  # fmt: skip
     phases = _count(r.phase for r in records)
@@ -242,7 +242,7 @@ def _run_section(
     added = added_ttft(measure, records, timeline, float(manifest.speed or 1.0))
     return {
         "scenario": manifest.scenario_name,
-        "target": _target(manifest.target),
+        "target": target,
         "model": manifest.model,
         "seed": manifest.seed,
         "seed_source": manifest.seed_source,

@@ -325,7 +325,7 @@ def _worker_main(args: _WorkerArgs, jobs: Any, pipe: Connection) -> None:
         if unsent:
             lines = b"".join(unsent)
             spill.write_lines(lines)
-            out.put(("recs", args.index, (lines, tuple(values))))
+            out.put(("recs", args.index, (lines, values)))  # pickled by the put, then cleared
             unsent.clear()
             values.clear()
 

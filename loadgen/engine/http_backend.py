@@ -122,8 +122,8 @@ class HttpBackend:
     ) -> None:
         await _run_rep(
             rep, (self.builder, self.session_builder), self.sender, self.model,
-            self.clock, record, self.progress, (self.lag, self.load), stop,
-            pool=self.pool, warn=self.warn, live=self.live, traced=self.traced,
+            self.clock, record, self.progress, self.lag, stop,
+            pool=self.pool, load=self.load, warn=self.warn, live=self.live, traced=self.traced,
         )  # fmt: skip
 
     async def finish(self) -> list[StreamRecord]:
@@ -286,10 +286,11 @@ async def _run_rep(
     clock: WallClock,
     record: RecordSink,
     progress: Progress,
-    timed: tuple[LoopLagMonitor, HostLoad],
+    lag: LoopLagMonitor,
     stop: Callable[[], bool] | None,
     *,
     pool: Pool | None,
+    load: HostLoad,
     warn: Callable[[str], None],
     live: LiveMetrics | None,
     traced: bool,
@@ -307,7 +308,6 @@ async def _run_rep(
     send = stream_at(progress.watch(sender))
     if live is not None:
         record = live.recording(record)
-    lag, load = timed
     with lag.measuring():
         if pool is None:
             with load.measuring():

@@ -5,7 +5,6 @@ when the host was busy past HOST_BUSY_LIMIT mostly by loadgen, and stays quiet o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,15 +23,11 @@ SATURATED = {"span_s": 0.53, "host_busy_cores": 15.36, "client_cores": 14.58, "c
 SLACK = {"span_s": 0.5, "host_busy_cores": 12.88, "client_cores": 12.23, "cores": 16}
 
 
-def scripted(values: list[float]) -> Iterator[float]:
-    yield from values
-
-
 def test_the_host_and_the_clients_busy_cores_are_summed_over_every_timed_stretch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock = scripted([10.0, 10.5, 20.0, 20.25])
-    host = scripted([100.0, 107.0, 200.0, 203.0])
+    clock = iter([10.0, 10.5, 20.0, 20.25])
+    host = iter([100.0, 107.0, 200.0, 203.0])
     # Process 2 is gone by the end of the first stretch: its ticks are lost, never negative.
     ticks = {(1, 0): 0, (2, 0): 50, (1, 1): 300, (2, 1): 0, (1, 2): 300, (1, 3): 400}
     reads: dict[int, int] = {}
