@@ -264,6 +264,24 @@ async def test_a_pool_whose_workers_all_finish_names_no_stream(tmp_path: Path) -
     assert problems == [] and pool.unrecorded == []
 
 
+async def test_the_spill_of_a_worker_that_said_its_exit_is_not_read_back(tmp_path: Path) -> None:
+    # Its "exit" follows every record it sent down the pipe, so the spill holds none unsent:
+    # a line written there by hand (which no worker sent) is not handed on, while a worker
+    # that died without its exit has its spill read (the killed-worker test above).
+    got: list[StreamRecord] = []
+    async with PacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
+        pool = ProcessPool(
+            2, WorkerClient(srv.url, None, Timeouts(), time.perf_counter_ns()), seats=1,
+            spill_dir=tmp_path,
+        )  # fmt: skip
+        async with pool:
+            await pool.run(split_jobs(_requests(4), 2, 2), lambda rec, line=None: got.append(rec))
+            stray = dataclasses.replace(got[0], id="r97")
+            with open(tmp_path / "w0.jsonl", "ab") as fh:
+                fh.write(_line(stray))
+    assert sorted(r.id for r in got) == ["r00", "r01", "r02", "r03"]
+
+
 async def test_the_traffic_window_opens_at_the_jobs_start_and_closes_after_the_last_record(
     tmp_path: Path,
 ) -> None:
