@@ -18,9 +18,9 @@ requests/s (bench/client_ingest.py's) at the same C and answer length, against o
 measured in the same run. `--ray` runs every ladder a second time with the workers as Ray
 actors on a local two-node cluster started for it (`--ray ADDRESS` of `loadgen request`; the
 `ray` extra), their rows marked `r`, the client's CPU then the driver's and every process of the
-cluster's. `--profile FILE` runs the best point once more with the command's
-process under cProfile (with workers: the parent that merges their records) and prints where
-its time went.
+cluster's. `--profile FILE` runs the best point once more under py-spy (the `profile` extra),
+sampling every process of the command, and prints where the parent's and the workers' CPU
+went over the traffic.
 
     .venv/bin/python bench/ceiling.py [--smoke | --full] [--workers 1 8 15] [--tokens 1 16 256]
         [--concurrency 64 256 1024 4096] [--servers K] [--seconds S] [--max-seconds S]
@@ -29,16 +29,17 @@ its time went.
 
 from __future__ import annotations
 
-import io
 import math
 import os
-import pstats
+import re
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -65,6 +66,7 @@ BUSY = 0.85  # a process at this share of a core or more is the bound
 RAY_LOOKUP_EVERY = 25  # samples between two looks for a Ray cluster's processes (0.5 s)
 SAMPLE_S = 0.02  # CPU counters read this often during a point (ticks are 10 ms)
 ERR_TOLERANCE_MS = 1.0  # the issue's goal: TTFT p50 error under 1 ms
+SPY_RATE = 100  # py-spy's samples a second of each process, for --profile
 SMOKE = {"workers": [1], "tokens": [1, 16], "concurrency": [8, 32], "seconds": 0.5, "first_n": 200}
 FULL = {
     "workers": sorted({1, max(1, CORES // 2), max(1, CORES - 1)}),
@@ -441,27 +443,98 @@ def bare_ratios(binary: Path, points: list[Point]) -> list[Ratio]:
 
 
 def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:
-    """The best point again, the command's process under cProfile: its top functions by own
-    time, then those of the client, engine and pool alone. With one worker that process is
-    the whole client; with several it is the parent that takes every worker's records."""
+    """The best point again with py-spy sampling every process of the command (the parent
+    and each worker) into FILE (folded stacks); returns where each one's CPU in the client
+    stage went (stack_summary). Without py-spy, or where it cannot attach, one line says so."""
+    spy = shutil.which("py-spy")
+    if spy is None:
+        return "profile: needs py-spy on PATH (pip install 'loadgen[profile]')"
     servers = start_servers(binary, k, tmp)
     urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
     n = max(top.ok, 4 * top.concurrency)
-    cmd = [sys.executable, "-m", "cProfile", "-o", str(path), "-m", "loadgen", "request", *urls,
-           "-n", str(n), "-c", str(top.concurrency), "--max-tokens", str(top.tokens),
-           "--prompt-tokens", "8", "--out", str(tmp / "run"),
+    # Blocking (each process paused a moment a sample): without it py-spy cannot tell a
+    # thread waiting in select from a busy one. The table's points ran unprofiled.
+    cmd = [spy, "record", "--subprocesses", "--rate", str(SPY_RATE),
+           "--format", "raw", "-o", str(path), "--", sys.executable, "-m", "loadgen",
+           "request", *urls, "-n", str(n), "-c", str(top.concurrency),
+           "--max-tokens", str(top.tokens), "--prompt-tokens", "8", "--out", str(tmp / "run"),
            "--workers", str(top.workers)]  # fmt: skip
     try:
-        subprocess.run(cmd, capture_output=True, cwd=REPO, check=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     finally:
         stop_servers(servers)
-    text = io.StringIO()
-    stats = pstats.Stats(str(path), stream=text).sort_stats("tottime")
-    stats.print_stats(20)
-    # The whole command holds its start and its analysis after the run: the client's own
-    # modules apart show what bounds the traffic.
-    stats.print_stats(r"loadgen/(client|engine)/|records\.py|codec\.py", 15)
-    return text.getvalue()
+    if done.returncode != 0 or not path.is_file():
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"profile: py-spy failed ({done.returncode}): {why}"
+    head = (
+        f"profile: W={top.workers} T={top.tokens} C={top.concurrency}, {n:,} requests, "
+        f"py-spy at {SPY_RATE} samples/s of each process's busy time; stacks in {path}"
+    )
+    return head + "\n" + stack_summary(path.read_text(), SPY_RATE)
+
+
+# py-spy's raw format: one line a distinct stack, outermost frame first, behind the label of
+# each process from py-spy's own child down (`process PID:"CMDLINE";`), then its count. A
+# worker's command line holds a `;` of its own (spawn_main's).
+_PROCESS = re.compile(r'process (\d+):"(.*?)";')
+_LINE_NO = re.compile(r":\d+\)$")
+# The client stage's frames, less any import: the streams and, with workers, the records'
+# way to the parent (its reading thread), not the command's start, prompts or analysis.
+CLIENT_FRAME = "(loadgen/client/"
+IMPORT_FRAME = "(<frozen importlib."
+# The parent's reading thread waiting on its workers' pipes: py-spy counts a thread in this
+# select as busy (34% of the parent's samples at 2 workers), so it is left out.
+WAIT_FRAME = "(selectors.py)"
+
+
+def _sample(line: str) -> tuple[str, str, list[str], int] | None:
+    """A raw line's (pid, command line, frames less their line numbers, count) of the
+    innermost process; None for any other line."""
+    body, _, count = line.rpartition(" ")
+    pid = cmdline = ""
+    while m := _PROCESS.match(body):
+        pid, cmdline, body = m[1], m[2], body[m.end() :]
+    if not pid or not count.isdigit():
+        return None
+    return pid, cmdline, [_LINE_NO.sub(")", f) for f in body.split(";")], int(count)
+
+
+def stack_summary(raw: str, rate: int, top: int = 12) -> str:
+    """Per role (the command's process; its spawned workers), the CPU seconds sampled in the
+    client stage and the functions that took them: own time (the frame on top; the event
+    loop's own code, uvloop's polling, socket reads and dispatch, shows as `Runner.run`) and
+    loadgen's functions with what they called."""
+    own: dict[str, Counter[str]] = {"command": Counter(), "workers": Counter()}
+    held: dict[str, Counter[str]] = {"command": Counter(), "workers": Counter()}
+    pids: dict[str, set[str]] = {"command": set(), "workers": set()}
+    for line in raw.splitlines():
+        sample = _sample(line)
+        if sample is None:
+            continue
+        pid, cmdline, frames, count = sample
+        role = "workers" if "multiprocessing-fork" in cmdline else "command"
+        if (
+            not any(CLIENT_FRAME in f for f in frames)
+            or any(IMPORT_FRAME in f for f in frames)
+            or frames[-1].endswith(WAIT_FRAME)
+        ):
+            continue
+        pids[role].add(pid)
+        own[role][frames[-1]] += count
+        for f in dict.fromkeys(frames):  # a recursive function counts once a sample
+            if "(loadgen/" in f:
+                held[role][f] += count
+    out = []
+    for role in ("command", "workers"):
+        busy = sum(own[role].values())
+        if not busy:
+            continue
+        out.append(f"{role} ({len(pids[role])} process(es)): {busy / rate:.2f} s of CPU in the "
+                   f"client stage; own time:")  # fmt: skip
+        out += [f"  {n / busy:6.1%}  {f}" for f, n in own[role].most_common(top)]
+        out.append("  loadgen's functions with their callees:")
+        out += [f"  {n / busy:6.1%}  {f}" for f, n in held[role].most_common(top)]
+    return "\n".join(out) if out else "profile: no sample in the client stage"
 
 
 @contextmanager
@@ -492,7 +565,7 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "ceiling",
                     help="folder for ceiling.txt, ceiling.png and points.jsonl")  # fmt: skip
-    ap.add_argument("--profile", type=Path, help="cProfile the best point into FILE")
+    ap.add_argument("--profile", type=Path, help="py-spy's stacks of the best point into FILE")
     ap.add_argument("--ray", action="store_true",
                     help="each ladder again over Ray actors on a local 2-node cluster")  # fmt: skip
     ap.add_argument("--max-requests", type=int, default=MAX_N,

@@ -5,28 +5,15 @@ went past the bound the run charged it."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import sys
 
 import pytest
 
 from loadgen.records import StreamRecord
 
-from support.paths import REPO
 from support.run_fixtures import stream
 
 MS = 1_000_000
 ZERO = 7 * 10**12  # the run's zero on firehose's clock
-
-
-@pytest.fixture(scope="module")
-def ceiling():
-    """bench/ceiling.py as a module, with bench/ on the path as when it runs as a script."""
-    sys.path.insert(0, str(REPO / "bench"))
-    try:
-        yield importlib.import_module("ceiling")
-    finally:
-        sys.path.remove(str(REPO / "bench"))
 
 
 def _read(number: int, first_ms: float, bound_ms: float, late_ms: float = 0.0) -> StreamRecord:
