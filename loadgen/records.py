@@ -98,8 +98,9 @@ class StreamRecord:
     coalesced_reads: int = 0
     loop_lag_max_ns: int | None = None
     loop_lag_ttft_ns: int | None = None
-    # The connection's smoothed round-trip time at the stream's end (TCP_INFO tcpi_rtt, us):
-    # the network's share of its TTFT, beside the server's; None where not measured.
+    # The connection's smoothed round-trip time (TCP_INFO tcpi_rtt, us) at its first body byte
+    # (rawhttp's reader; at the stream's end where none came, and from aiohttp's): the
+    # network's share of its TTFT, beside the server's; None where not measured.
     rtt_us: int | None = None
     # HTTP phases (rawhttp's reader only; None from aiohttp's and the virtual clock), so the
     # send side of a TTFT splits from its read side (analysis/phases.py): t_sent -> connect
