@@ -909,7 +909,9 @@ RAY_OPTION = click.option(
 
 def slo_option(purpose: str, *, required: bool = False) -> Any:
     """`--slo` in the one grammar every command takes (analysis/slo.py), units in its help."""
-    return click.option("--slo", required=required, default=None,
+    # No default=None: click 8.5 counts a stated None as given, and a required --slo left
+    # out reached parse_slo as None (a traceback from capacity and tune).
+    return click.option("--slo", required=required,
                         metavar="ttft_p90=S,tpot_p90=MS,e2e_p99=S",
                         help=f"{purpose}: {SLO_HELP}.")  # fmt: skip
 

@@ -191,6 +191,21 @@ def test_capacity_and_tune_check_a_load_range_alike(
     assert said in result.output
 
 
+@pytest.mark.parametrize("command", ["capacity", "tune"])
+def test_a_required_slo_left_out_is_a_usage_error_in_one_line(command: str, tmp_path: Path) -> None:
+    # Stated as default=None, click 8.5 took the option as given: capacity and tune reached
+    # parse_slo with None and died in a traceback.
+    profile = tmp_path / "fit.yaml"
+    fitted = FittedProfile("tiny-fit", sim_profile("tiny"), 0.001, {}, fitted_on={"server": "sim"})
+    write_profile_file(profile, fitted)
+    tune = ["--sim-profile", str(profile), "--search", "max_num_seqs=2"]
+    args = [command, "smoke", *(tune if command == "tune" else ["--over", "concurrency"])]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "Error: Missing option '--slo'." in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_slo_items_set_each_limit_and_share_and_none_leave_the_scenarios(tmp_path: Path) -> None:
     built = run_options(RunArgs(output=OutputArgs(tmp_path, progress=False)))
     assert not isinstance(built, list), built
