@@ -109,4 +109,10 @@ def canonical(obj: Any) -> Any:
 
 def dumps_canonical(obj: Any) -> bytes:
     """Sorted-key, 2-space indented JSON of canonical(obj), ending in a newline."""
-    return orjson.dumps(canonical(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    return dumps_made_canonical(canonical(obj))
+
+
+def dumps_made_canonical(obj: Any) -> bytes:
+    """dumps_canonical of a value canonical() already made: walked again, a 30,000-stream
+    summary cost 1.5 s more for the same bytes."""
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"

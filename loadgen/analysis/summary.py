@@ -59,7 +59,7 @@ from loadgen.analysis.selferror import (
 )
 from loadgen.analysis.server_log import ServerLogWitness, server_log_witness
 from loadgen.analysis.sessions import session_turns
-from loadgen.analysis.stats import canonical, describe, dumps_canonical, median, spread
+from loadgen.analysis.stats import canonical, describe, dumps_made_canonical, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.verdicts import (
@@ -100,9 +100,10 @@ def analyze_run(path: Path) -> Analysis:
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:
-    """summary.json of the run directory at `path`: canonical, its secrets masked (a run.json
-    written before redaction existed still holds them)."""
-    (path / "summary.json").write_bytes(dumps_canonical(redact(summary)))
+    """summary.json of the run directory at `path` from a summary stats.canonical made (the
+    analyses' own), its secrets masked (a run.json written before redaction existed still
+    holds them)."""
+    (path / "summary.json").write_bytes(dumps_made_canonical(redact(summary)))
 
 
 def analyze(inputs: RunInputs) -> Analysis:

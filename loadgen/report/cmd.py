@@ -18,7 +18,7 @@ from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.soak import analyze_soak_dir, is_soak
 from loadgen.analysis.soak_types import read_soak
-from loadgen.analysis.stats import dumps_canonical, median
+from loadgen.analysis.stats import canonical, dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run, write_summary
 from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
 from loadgen.analysis.sweep import analyze_sweep
@@ -180,7 +180,7 @@ def write_tune_report(root: Path) -> str:
         if (root / side / "arms").is_dir():
             write_report(root / side)
     summary, _ = analyze_tune(root)
-    write_summary(root, summary)
+    write_summary(root, canonical(summary))
     t = read_tune(summary)
     plain = tune_plain(t)
     _write_text_report(root, plain, {TUNE_PNG: tune_figure(t)})
