@@ -65,6 +65,7 @@ CORES = os.cpu_count() or 1
 BUSY = 0.85  # a process at this share of a core or more is the bound
 RAY_LOOKUP_EVERY = 25  # samples between two looks for a Ray cluster's processes (0.5 s)
 SAMPLE_S = 0.02  # CPU counters read this often during a point (ticks are 10 ms)
+MIN_CPU_SAMPLES = 10  # inside a point's traffic, for its CPU columns (0.2 s of 10 ms ticks)
 ERR_TOLERANCE_MS = 1.0  # the issue's goal: TTFT p50 error under 1 ms
 SPY_RATE = 100  # py-spy's samples a second of each process, for --profile
 SMOKE = {"workers": [1], "tokens": [1, 16], "concurrency": [8, 32], "seconds": 0.5, "first_n": 200}
@@ -74,7 +75,7 @@ FULL = {
     "concurrency": [64, 256, 1024, 4096],
     "seconds": 4.0,
     "first_n": 2000,
-}  # fmt: skip  (first_n: requests at a ladder's first C, no rate yet)
+}  # fmt: skip  (first_n: requests a worker at a ladder's first C, no rate yet)
 # Requests per point at most (--max-requests): the analysis after each point costs ~0.5 ms of a
 # core a stream (bench/analysis_scale.py), so on 2 cores a point past this spends more time
 # judging than sending; a 16-core host at 50,000 req/s needs more to run a second.
@@ -191,9 +192,13 @@ def window_cpu(
     send to last end, loadgen's perf clock): the busiest server, the client's processes, the
     command's own process, the host. The command's whole wall also holds its start and its
     analysis after the run, one core busy for a minute at 35,000 streams, which read as a
-    `loadgen` bound at any load."""
+    `loadgen` bound at any load. NaN each where the traffic was too short to measure."""
     inside = [s for s in samples if start_ns <= s.ns <= end_ns]
-    a, b = (inside[0], inside[-1]) if len(inside) >= 2 else (samples[0], samples[-1])
+    if len(inside) < MIN_CPU_SAMPLES:
+        # A 50 ms traffic (2,000 requests at 40,000/s) holds 2 samples of 10 ms ticks; taken
+        # over the command's whole wall instead, its analysis read as a `parent` bound.
+        return (math.nan,) * 4
+    a, b = inside[0], inside[-1]
     span = (b.ns - a.ns) / 1e9
     server = max((y - x) * TICK_S / span for x, y in zip(a.servers, b.servers, strict=True))
     return (server, (b.client - a.client) * TICK_S / span, (b.parent - a.parent) * TICK_S / span,
@@ -304,7 +309,10 @@ def bound_by(
     """`servers`: a firehose process near a whole core; `parent`: with workers, the process
     that takes every worker's records near a core; `loadgen`: the client's processes near a
     core each; `host`: none of these, but the host's cores near full (neighbours' processes
-    too); `-`: none (the closed loop waits on the wire)."""
+    too); `-`: none (the closed loop waits on the wire); `short`: the traffic was too short
+    to measure its CPU (window_cpu)."""
+    if math.isnan(host_cpu):
+        return "short"
     if server_cpu >= BUSY:
         return "servers"
     if workers > 1 and parent_cpu >= BUSY:
@@ -322,7 +330,9 @@ def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], secon
     """The points of one (W, T): each C sized to run about `seconds` at the rate before, none
     started past `deadline` (time.monotonic). Every point gets the k servers, each worker
     routing its share over all of them."""
-    out, n = [], first_n
+    # The first point has no rate to size it: first_n a worker, so that W workers' first
+    # point is not over before the CPU counters can see it.
+    out, n = [], first_n * workers
     for c in cs:
         if time.monotonic() > deadline:
             print(f"skipped W={workers} T={tokens} C={c}: past --max-seconds", flush=True)
@@ -389,7 +399,8 @@ def ceiling_table(points: list[Point], k: int) -> str:
                  " busiest firehose process, the client's processes together (us/req: their"
                  " CPU a request, us), the host; wall:"
                  " the whole command, its start and analysis too;"
-                 f" bound at >= {BUSY:.0%} of a core)")  # fmt: skip
+                 f" bound at >= {BUSY:.0%} of a core; short: a traffic too short for the CPU"
+                 f" counters, under {MIN_CPU_SAMPLES * SAMPLE_S:g} s)")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ went past the bound the run charged it."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -55,3 +56,27 @@ def test_a_point_with_no_late_read_misses_none_and_says_nothing_of_it(ceiling) -
     p = ceiling.point(recs, [truth], ZERO, 1, 16, 2, (0.1, 0.9, 0.9, 1.0), 1.0, False)
     assert (p.missed, p.missed_over_ms, p.flagged) == (0, None, 0)
     assert "missed, their read delay" not in ceiling.ceiling_table([p], 1)
+
+
+def _samples(ceiling, every_ms: int, n: int) -> list:
+    """n samples `every_ms` apart: each 10 ms tick of the client a busy core's, its server
+    idle, the host two cores busy; then, after them, a minute of analysis at one core."""
+    out = [ceiling.Sample(i * every_ms * MS, (0,), i * every_ms // 10, i * every_ms // 10,
+                          2 * i * every_ms / 1e3) for i in range(n)]  # fmt: skip
+    last = out[-1]
+    out.append(ceiling.Sample(last.ns + 60_000 * MS, (0,), last.client + 6000, last.parent + 6000,
+                              last.host_s + 60.0))  # fmt: skip
+    return out
+
+
+def test_a_traffic_too_short_for_the_cpu_counters_is_short_not_a_bound(ceiling) -> None:
+    # 10 samples inside the traffic: its own cores. 3 (a 50 ms point): no figure, and none
+    # from the command's whole wall, whose analysis read as a `parent` bound.
+    long = _samples(ceiling, 20, 10)
+    cpu = ceiling.window_cpu(long, 0, long[-2].ns)
+    assert cpu == pytest.approx((0.0, 1.0, 1.0, 2.0))
+    assert ceiling.bound_by(*cpu, 2) != "short"
+    short = _samples(ceiling, 20, 3)
+    cpu = ceiling.window_cpu(short, 0, short[-2].ns)
+    assert all(math.isnan(x) for x in cpu)
+    assert ceiling.bound_by(*cpu, 2) == "short"
