@@ -162,6 +162,8 @@ class Conn(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        # The connection's loop, kept: asked for each exchange, Python 3.11 pays a getpid().
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.info_sock: socket.socket | None = None  # info_socket(): TCP_INFO read through it
         self.closed = False
         self.reused = False
@@ -187,6 +189,7 @@ class Conn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.connected_ns = perf_counter_ns()
+        self._loop = asyncio.get_running_loop()
         self.transport = transport  # type: ignore[assignment]
         self.info_sock = info_socket(transport)
 
@@ -224,7 +227,8 @@ class Conn(asyncio.Protocol):
     # -------------------------------------------------------------- exchange
 
     def begin(self, request: bytes, sink: Sink | None) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        assert loop is not None  # set by connection_made, which comes before any exchange
         self.head = loop.create_future()
         self.done = loop.create_future()
         self.sink = sink
