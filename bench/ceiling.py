@@ -229,8 +229,8 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
               ray: Cluster | None = None) -> Point:  # fmt: skip
     """One point: fresh servers, `loadgen request` (its workers Ray actors on `ray`), its
     records joined with the servers' logs."""
-    tag = tmp / f"w{workers}t{tokens}c{c}{'r' if ray else ''}"
-    tag.mkdir()
+    # A folder of its own even where a ladder names one C twice (a second, sized point).
+    tag = Path(tempfile.mkdtemp(prefix=f"w{workers}t{tokens}c{c}{'r' if ray else ''}-", dir=tmp))
     servers = start_servers(binary, k, tag)
     urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
     cmd = [sys.executable, "-m", "loadgen", "request", *urls, "-n", str(n), "-c", str(c),
