@@ -261,7 +261,7 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     cpu = window_cpu(samples, start, end)
     wall = (samples[-1].ns - samples[0].ns) / 1e9
     truths = [server_times(log) for _, _, log in servers]
-    crowded = run_crowded(tag / "run", workers)
+    crowded = run_crowded(tag / "run")
     return replace(point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded),
                    ray=ray is not None)  # fmt: skip
 

@@ -150,6 +150,16 @@ def busy_host(url: str | None, workers: int, host_cpu: Mapping[str, float]) -> C
     return Crowding(host or "", workers, int(cores), busy, own)
 
 
+def host_crowding(url: str | None, workers: int, host_cpu: Mapping[str, float]) -> Crowding | None:
+    """The run's one judgement of a crowded host, from run.json: as its timed traffic found
+    the host (busy_host), else by count, loadgen's processes as many as the cores the run
+    recorded (crowding); None where neither holds or the run recorded nothing of its host."""
+    if not host_cpu:
+        return None
+    host = urlsplit(url or "").hostname
+    return busy_host(url, workers, host_cpu) or crowding(host, workers, int(host_cpu["cores"]))
+
+
 @dataclass(frozen=True, slots=True)
 class ClientLimits:
     """Why loadgen's own timing may sit in a run's figures: `limited` measured streams whose

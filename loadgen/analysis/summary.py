@@ -54,7 +54,7 @@ from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
 from loadgen.analysis.selferror import (
     LOOP_LAG_LIMIT_MS,
     ClientLimits,
-    busy_host,
+    host_crowding,
     send_late_by_holder,
 )
 from loadgen.analysis.server_log import ServerLogWitness, server_log_witness
@@ -230,7 +230,9 @@ def _run_section(
     limits = ClientLimits(
         counts.measured, counts.limited, counts.beyond_tolerance,
         lag if lag is not None and lag > LOOP_LAG_LIMIT_MS else None,
-        busy_host((target or {}).get("url"), client.get("workers", 1), client.get("host_cpu", {})),
+        host_crowding(
+            (target or {}).get("url"), client.get("workers", 1), client.get("host_cpu", {})
+        ),
         send_late=send_late_by_holder(measure),
     )  # fmt: skip
     phases = _count(r.phase for r in records)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import shutil
 import sys
 import tempfile
@@ -91,9 +90,7 @@ def request_cmd(target: TargetArgs, seed: SeedArgs, watch: WatchArgs, **opts: An
                          ray_address=opts["ray_address"])  # fmt: skip
     assert run.base_url is not None and run.run_seed is not None
     # Imported here, past every usage error: the run's modules are most of the command's start.
-    from yarl import URL
-
-    from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT, crowding
+    from loadgen.analysis.selferror import CLIENT_LIMITED_EXIT
     from loadgen.commands.run import ensure_ray, execute_work, exit_if_failed, plan_work
     from loadgen.report.request_tables import request_report
     from loadgen.scenario.plan import plan
@@ -102,9 +99,8 @@ def request_cmd(target: TargetArgs, seed: SeedArgs, watch: WatchArgs, **opts: An
     the_plan = plan(request_scenario(run.run_seed, run.model, opts), run_seed=run.run_seed)
     # Width: the terminal's, or a wide fixed one when piped (80 columns truncate the tables).
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 160
-    crowded = crowding(URL(run.base_url).host, opts["workers"], os.cpu_count() or 1)
     show = partial(request_report, api=opts["api"], prompt_tokens=opts["prompt_tokens"],
-                   crowded=crowded, per_stream=opts["per_stream"], width=width)  # fmt: skip
+                   per_stream=opts["per_stream"], width=width)  # fmt: skip
     with _run_root(opts["out"]) as (root, name):
         work = plan_work(the_plan, dataclasses.replace(run, out_root=root), name=name)
         path = execute_work(work, on_stop=partial(_stopped, show, opts["count"]))

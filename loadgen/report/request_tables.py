@@ -4,7 +4,6 @@ table, from the same summary), and the benchmark block every run's report ends w
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 from loadgen.analysis.benchmark import benchmark_block
 from loadgen.analysis.inputs import load_run
 from loadgen.analysis.rates import decode_tok_s, ttft_s
-from loadgen.analysis.selferror import Crowding, error_bound_s
+from loadgen.analysis.selferror import error_bound_s
 from loadgen.analysis.stats import median
 from loadgen.analysis.summary import analyze, write_summary
 from loadgen.analysis.summary_types import read_run
@@ -42,20 +41,17 @@ def request_report(
     *,
     api: str,
     prompt_tokens: int,
-    crowded: Crowding | None,
     per_stream: bool,
     width: int,
 ) -> RequestReport:
-    """Analyses the run directory as `loadgen report` does (so the banner is the report's) and
-    writes its summary.json; `crowded`: the host's crowding by the workers' count, which only
-    the sending process can see (its cores), joins the run's client limits."""
+    """Analyses the run directory as `loadgen report` does (so the banner, a crowded host's
+    included, is the report's) and writes its summary.json."""
     inputs = load_run(run_dir)
     summary = analyze(inputs).summary
     write_summary(run_dir, summary)
     run = read_run(summary)
-    assert run.client_limits is not None  # a request is one run, never a sweep
-    # Crowded by the workers' count, else as the run measured it (analysis: busy_host).
-    limits = dataclasses.replace(run.client_limits, crowding=crowded or run.client_limits.crowding)
+    limits = run.client_limits
+    assert limits is not None  # a request is one run, never a sweep
     sizing = (
         "exact, sized by /tokenize"
         if run.token_counter == "tokenize"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.analysis.selferror import HOST_BUSY_LIMIT, Crowding, busy_host
+from loadgen.analysis.selferror import HOST_BUSY_LIMIT, Crowding, busy_host, host_crowding
 from loadgen.analysis.summary import analyze_run
 from loadgen.client import hostload
 from loadgen.client.hostload import TICK_S, HostLoad
@@ -119,3 +119,32 @@ def test_a_runs_report_opens_with_the_busy_host_only_when_it_was(
     else:
         assert limits["crowding"] is None
         assert "CLIENT LIMITED" not in first
+
+
+def test_the_run_judges_a_crowded_host_once_measured_else_by_count() -> None:
+    url = "http://127.0.0.1:8000"
+    # Measured busy first: its figures are the banner's.
+    assert host_crowding(url, 15, SATURATED) == busy_host(url, 15, SATURATED)
+    # Two workers on two cores beside a local server: crowded by count, however busy the
+    # traffic found the host (the server reads each request when a worker lets go of a core).
+    two = {"span_s": 0.5, "host_busy_cores": 1.2, "client_cores": 1.1, "cores": 2}
+    assert host_crowding(url, 2, two) == Crowding("127.0.0.1", 2, 2)
+    assert host_crowding(url, 1, two) is None  # a core left for the server
+    assert host_crowding("http://10.0.0.5:8000", 2, two) is None  # the server elsewhere
+    assert host_crowding(url, 12, SLACK) is None
+    assert host_crowding(url, 64, {}) is None  # the run recorded nothing of its host
+
+
+def test_a_reports_banner_is_the_requests_for_a_run_crowded_by_count(tmp_path: Path) -> None:
+    # `loadgen request` judged the workers' count when it printed, alone: `loadgen report` of
+    # the same run directory said nothing of it.
+    client = {"loop_lag_max_ms": 1.0, "loop_lag_p99_ms": 0.5, "dispatch_late_max_ms": 1.0,
+              "workers": 2, "host_cpu": {"span_s": 0.5, "host_busy_cores": 1.2,
+                                         "client_cores": 1.1, "cores": 2}}  # fmt: skip
+    run = write_run(tmp_path / "run", [stream("s", chunks=[0.1, 0.2])], run=manifest(client=client))
+    write_report(run)
+    first = (run / "report.txt").read_text().splitlines()[0]
+    assert first.startswith(
+        "!! CLIENT LIMITED: 2 client processes and the server at 127.0.0.1 share this host's "
+        "2 cores"
+    )
