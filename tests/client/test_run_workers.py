@@ -253,21 +253,12 @@ def test_a_record_read_from_the_pipe_and_recovered_from_the_spill_is_handed_on_o
     assert pool._recover({0}) == [] and len(got) == 4  # said once; nothing handed on again
 
 
-async def test_a_pool_whose_workers_all_finish_names_no_stream(tmp_path: Path) -> None:
-    async with PacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
-        pool = ProcessPool(
-            2, WorkerClient(srv.url, None, Timeouts(), time.perf_counter_ns()), seats=1,
-            spill_dir=tmp_path,
-        )  # fmt: skip
-        async with pool:
-            problems = await pool.run(split_jobs(_requests(4), 2, 2), lambda rec, line=None: None)
-    assert problems == [] and pool.unrecorded == []
-
-
-async def test_the_spill_of_a_worker_that_said_its_exit_is_not_read_back(tmp_path: Path) -> None:
-    # Its "exit" follows every record it sent down the pipe, so the spill holds none unsent:
-    # a line written there by hand (which no worker sent) is not handed on, while a worker
-    # that died without its exit has its spill read (the killed-worker test above).
+async def test_a_pool_whose_workers_all_finish_names_no_stream_and_reads_no_spill_back(
+    tmp_path: Path,
+) -> None:
+    # A worker's "exit" follows every record it sent down the pipe, so its spill holds none
+    # unsent: a line written there by hand (which no worker sent) is not handed on, while a
+    # worker that died without its exit has its spill read (the killed-worker test above).
     got: list[StreamRecord] = []
     async with PacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
         pool = ProcessPool(
@@ -275,10 +266,13 @@ async def test_the_spill_of_a_worker_that_said_its_exit_is_not_read_back(tmp_pat
             spill_dir=tmp_path,
         )  # fmt: skip
         async with pool:
-            await pool.run(split_jobs(_requests(4), 2, 2), lambda rec, line=None: got.append(rec))
+            problems = await pool.run(
+                split_jobs(_requests(4), 2, 2), lambda rec, line=None: got.append(rec)
+            )
             stray = dataclasses.replace(got[0], id="r97")
             with open(tmp_path / "w0.jsonl", "ab") as fh:
                 fh.write(_line(stray))
+    assert problems == [] and pool.unrecorded == []
     assert sorted(r.id for r in got) == ["r00", "r01", "r02", "r03"]
 
 
