@@ -68,13 +68,14 @@ SAMPLE_S = 0.02  # CPU counters read this often during a point (ticks are 10 ms)
 MIN_CPU_SAMPLES = 10  # inside a point's traffic, for its CPU columns (0.2 s of 10 ms ticks)
 ERR_TOLERANCE_MS = 1.0  # the goal: TTFT p50 error under 1 ms
 SPY_RATE = 100  # py-spy's samples a second of each process, for --profile
+PROFILE_S = 1.0  # the profiled point's traffic at the least, seconds at its rate
 SMOKE = {"workers": [1], "tokens": [1, 16], "concurrency": [8, 32], "seconds": 0.5, "first_n": 200}
 FULL = {
     "workers": sorted({1, max(1, CORES // 2), max(1, CORES - 1)}),
     "tokens": [1, 16, 256],
     "concurrency": [64, 256, 1024, 4096],
     "seconds": 4.0,
-    "first_n": 2000,
+    "first_n": 4000,
 }  # fmt: skip  (first_n: requests a worker at a ladder's first C, no rate yet)
 # Requests per point at most (--max-requests): the analysis after each point costs ~0.5 ms of a
 # core a stream (bench/analysis_scale.py), so on 2 cores a point past this spends more time
@@ -462,9 +463,10 @@ def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:
         return "profile: needs py-spy on PATH (pip install 'loadgen[profile]')"
     servers = start_servers(binary, k, tmp)
     urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
-    n = max(top.ok, 4 * top.concurrency)
-    # Blocking (each process paused a moment a sample): without it py-spy cannot tell a
-    # thread waiting in select from a busy one. The table's points ran unprofiled.
+    # At least a second of its traffic: sampled at SPY_RATE, a shorter one says little.
+    n = max(top.ok, 4 * top.concurrency, math.ceil(top.req_s * PROFILE_S))
+    # Blocking (each process paused a moment a sample): py-spy's stacks may be torn without
+    # it. The table's points ran unprofiled, so the pauses touch none of its figures.
     cmd = [spy, "record", "--subprocesses", "--rate", str(SPY_RATE),
            "--format", "raw", "-o", str(path), "--", sys.executable, "-m", "loadgen",
            "request", *urls, "-n", str(n), "-c", str(top.concurrency),
