@@ -20,7 +20,7 @@ actors on a local two-node cluster started for it (`--ray ADDRESS` of `loadgen r
 `ray` extra), their rows marked `r`, the client's CPU then the driver's and every process of the
 cluster's. `--profile FILE` runs the best point once more under py-spy (the `profile` extra),
 sampling every process of the command, and prints where the parent's and the workers' CPU
-went over the traffic.
+in the client stage went, by function.
 
     .venv/bin/python bench/ceiling.py [--smoke | --full] [--workers 1 8 15] [--tokens 1 16 256]
         [--concurrency 64 256 1024 4096] [--servers K] [--seconds S] [--max-seconds S]
@@ -481,7 +481,8 @@ def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:
         return f"profile: py-spy failed ({done.returncode}): {why}"
     head = (
         f"profile: W={top.workers} T={top.tokens} C={top.concurrency}, {n:,} requests, "
-        f"py-spy at {SPY_RATE} samples/s of each process's busy time; stacks in {path}"
+        f"py-spy at {SPY_RATE} samples/s of each process (uvloop's loop, Runner.run, holds its "
+        f"waits in epoll too); stacks in {path}"
     )
     return head + "\n" + stack_summary(path.read_text(), SPY_RATE)
 
