@@ -226,6 +226,16 @@ def stop_servers(servers: list[tuple[subprocess.Popen, int, Path]]) -> None:
         proc.wait(10)
 
 
+def request_argv(servers: list[tuple[subprocess.Popen, int, Path]], workers: int, tokens: int,
+                 c: int, n: int, out: Path) -> list[str]:  # fmt: skip
+    """`loadgen request` of a point: n requests of `tokens`-token answers at C=c from `workers`
+    processes over every server, its run directory `out`."""
+    urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
+    return [sys.executable, "-m", "loadgen", "request", *urls, "-n", str(n), "-c", str(c),
+            "--max-tokens", str(tokens), "--prompt-tokens", "8", "--out", str(out),
+            "--workers", str(workers)]  # fmt: skip
+
+
 def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, tmp: Path,
               ray: Cluster | None = None) -> Point:  # fmt: skip
     """One point: fresh servers, `loadgen request` (its workers Ray actors on `ray`), its
@@ -233,10 +243,8 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     # A folder of its own even where a ladder names one C twice (a second, sized point).
     tag = Path(tempfile.mkdtemp(prefix=f"w{workers}t{tokens}c{c}{'r' if ray else ''}-", dir=tmp))
     servers = start_servers(binary, k, tag)
-    urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
-    cmd = [sys.executable, "-m", "loadgen", "request", *urls, "-n", str(n), "-c", str(c),
-           "--max-tokens", str(tokens), "--prompt-tokens", "8", "--out", str(tag / "run"),
-           "--workers", str(workers), *(["--ray", ray.address] if ray else [])]  # fmt: skip
+    cmd = [*request_argv(servers, workers, tokens, c, n, tag / "run"),
+           *(["--ray", ray.address] if ray else [])]  # fmt: skip
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=REPO)  # fmt: skip
@@ -462,16 +470,13 @@ def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:
     if spy is None:
         return "profile: needs py-spy on PATH (pip install 'loadgen[profile]')"
     servers = start_servers(binary, k, tmp)
-    urls = [a for _, port, _ in servers for a in ("--base-url", f"http://127.0.0.1:{port}")]
     # At least a second of its traffic: sampled at SPY_RATE, a shorter one says little.
     n = max(top.ok, 4 * top.concurrency, math.ceil(top.req_s * PROFILE_S))
     # Blocking (each process paused a moment a sample): py-spy's stacks may be torn without
     # it. The table's points ran unprofiled, so the pauses touch none of its figures.
-    cmd = [spy, "record", "--subprocesses", "--rate", str(SPY_RATE),
-           "--format", "raw", "-o", str(path), "--", sys.executable, "-m", "loadgen",
-           "request", *urls, "-n", str(n), "-c", str(top.concurrency),
-           "--max-tokens", str(top.tokens), "--prompt-tokens", "8", "--out", str(tmp / "run"),
-           "--workers", str(top.workers)]  # fmt: skip
+    request = request_argv(servers, top.workers, top.tokens, top.concurrency, n, tmp / "run")
+    cmd = [spy, "record", "--subprocesses", "--rate", str(SPY_RATE), "--format", "raw",
+           "-o", str(path), "--", *request]  # fmt: skip
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     finally:

@@ -494,13 +494,14 @@ class ProcessPool:
                 loading.discard(item[1])
                 if item[0] == "exit":
                     died.add(item[1])
-            start_ns = self._run_clock_ns() + lead_ns
+            clock = WallClock(self._run_start_ns)
+            start_ns = clock.now_ns() + lead_ns
             for i in busy - died:
                 self._jobs[i].put(start_ns)
             running = busy - died
             # The window opens at the jobs' start (a timer's tick after it at worst): opened
             # at their hand-out, the lead took a 0.41 s traffic's 14.9 busy cores to 12.5.
-            await asyncio.sleep(max(0, start_ns - self._run_clock_ns()) / 1e9)
+            await clock.sleep_until(start_ns)
             with traffic or contextlib.nullcontext():
                 while running and (item := await asyncio.to_thread(self._next, None)):
                     kind, index, payload = item
@@ -521,9 +522,6 @@ class ProcessPool:
             lost = self._recover(died | dropped)
             self.unrecorded += self._without_record(jobs, died | dropped)
         return lost
-
-    def _run_clock_ns(self) -> int:
-        return time.perf_counter_ns() - self._run_start_ns
 
     def _without_record(self, jobs: list[Job], unfinished: set[int]) -> list[str]:
         """The ids of job i's requests with no record, for each worker i in `unfinished`."""

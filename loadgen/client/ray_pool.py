@@ -43,6 +43,7 @@ from loadgen.client.pool import (
     open_worker_sender,
     serve_job,
 )
+from loadgen.clock import WallClock
 from loadgen.codec import to_json
 from loadgen.messages import one_line
 from loadgen.records import RecordSink, StreamRecord, read_stream
@@ -338,6 +339,11 @@ class RayPool:
         self._placed = []
         self.ray.shutdown()
 
+    @property
+    def pids(self) -> list[int]:
+        """None of this host's by right: the actors are the cluster's (ProcessPool.pids)."""
+        return []
+
     def manifest(self) -> list[dict[str, Any]]:
         """One entry per worker: where it ran and how its clock was related to the parent's."""
         return [
@@ -381,7 +387,8 @@ class RayPool:
         for (i, _), res in zip(pairs, loads, strict=True):
             if isinstance(res, Exception):
                 self._fail(i, res, problems)
-        start_ns = perf_counter_ns() - self.run_start_ns + lead_ns
+        clock = WallClock(self.run_start_ns)
+        start_ns = clock.now_ns() + lead_ns
         readers = [
             asyncio.create_task(self._read(i, start_ns, on_record, problems))
             for i, _ in pairs
@@ -391,7 +398,7 @@ class RayPool:
             return problems
         try:
             # The window opens at the jobs' start, as ProcessPool.run's does.
-            await asyncio.sleep(max(0, start_ns - (perf_counter_ns() - self.run_start_ns)) / 1e9)
+            await clock.sleep_until(start_ns)
             with traffic or nullcontext():
                 await asyncio.wait(readers)  # not gather: cancelling would cancel the readers
         except asyncio.CancelledError:

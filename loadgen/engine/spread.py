@@ -108,7 +108,7 @@ async def send_rep_in_pool(
 def client_pids(pool: Pool | None) -> list[int]:
     """The processes on this host that stream: this one and its pool's workers (a Ray pool's
     actors are the cluster's, none of them this host's by right)."""
-    return [os.getpid(), *(pool.pids if isinstance(pool, ProcessPool) else ())]
+    return [os.getpid(), *(pool.pids if pool is not None else ())]
 
 
 def pool_manifest(pool: ProcessPool | RayPool | None, requested: int | None) -> dict[str, Any]:
