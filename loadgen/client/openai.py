@@ -103,6 +103,8 @@ class OpenAIClient(AuxRequests):
         # each record as it is made: a copy of the finished record to add it cost 9 us a
         # request, 7% of a worker's CPU at 16-token answers. None: the run has one server.
         self.replica: int | None = None
+        # The Ray actor this client streams for (client/ray_pool.py), stamped likewise.
+        self.worker: str | None = None
         # How messages and records name the server: a URL's password never leaves the client.
         self.shown_url = redact_url(self.base_url)
         # Streaming POSTs to an http:// target go through rawhttp (one timestamp and one decoder
@@ -402,6 +404,7 @@ class OpenAIClient(AuxRequests):
             response_id=live.response_id,
             phases=_phase_fields(live, self.run_start_ns),
             replica=self.replica,
+            worker=self.worker,
         )
 
     # ------------------------------------------------------------------ watchdog

@@ -37,16 +37,18 @@ from loadgen import __version__
 from loadgen.client.lag import quiet_collector
 from loadgen.client.pool import (
     STREAMS_PER_PROCESS,
+    Batch,
     Job,
+    RecordBatch,
     Window,
     WorkerClient,
+    batch_records,
     open_worker_sender,
     serve_job,
 )
 from loadgen.clock import WallClock
-from loadgen.codec import to_json
 from loadgen.messages import one_line
-from loadgen.records import RecordSink, StreamRecord, read_stream
+from loadgen.records import RecordSink, StreamRecord
 
 INSTALL_HINT = "pip install 'loadgen[ray]'"
 SYNC_ROUND_TRIPS = 8
@@ -58,7 +60,6 @@ CLOCK_NOTE = (
     "clock_offset_ns: differences inside a record (TTFT, gaps) are exact; across workers on "
     "hosts whose clock is 'estimated', times agree only within offset_rtt_ns / 2"
 )
-_DONE = "done"
 # How long stopping actors get to send their cancelled streams' records.
 STOP_GRACE_S = 10.0
 
@@ -101,10 +102,10 @@ class StreamActor:
         threading.Thread(target=self._loop.run_forever, name="loadgen-uvloop", daemon=True).start()
         # Held for the actor's life: its clients stay open until Ray kills it.
         self._open = AsyncExitStack()
-        self._client = self._call(open_worker_sender(client, seats, self._open))
+        self.name = f"ray:{_node_ip()}:{os.getpid()}"
+        self._client = self._call(open_worker_sender(client, seats, self._open, worker=self.name))
         self._job: Job | None = None
         self._serving: Any = None
-        self.name = f"ray:{_node_ip()}:{os.getpid()}"
 
     def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -132,34 +133,32 @@ class StreamActor:
         self._job = job
         quiet_collector()
 
-    def run(self, start_ns: int, run_start_ns: int) -> Iterator[list[dict[str, Any]]]:
+    def run(self, start_ns: int, run_start_ns: int) -> Iterator[Batch]:
         """Serves the loaded job from `start_ns` on the run clock (`run_start_ns` is the run's
-        start in this host's clock); yields lists of records (JSON form) as their streams
-        end, until the job is done."""
+        start in this host's clock); yields its records, a taken RecordBatch (client/pool.py)
+        of those whose streams have ended at a time, until the job is done."""
         job, self._job = self._job, None
         assert job is not None, "load() a job first"
         self._client.run_start_ns = run_start_ns  # the client stamps every t_* against it
-        out: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-        def emit(rec: StreamRecord) -> None:
-            out.put(to_json(dataclasses.replace(rec, worker=self.name)))
+        out: queue.SimpleQueue[StreamRecord | None] = queue.SimpleQueue()
 
         async def serve() -> None:
             try:
-                await serve_job(self._client, job, start_ns, run_start_ns, emit)
+                await serve_job(self._client, job, start_ns, run_start_ns, out.put)
             finally:  # after serve_job's own finally has emitted the cancelled streams
-                out.put(_DONE)
+                out.put(None)
 
         self._serving = asyncio.run_coroutine_threadsafe(serve(), self._loop)
-        done = False
+        batch, done = RecordBatch(), False
         while not done:
-            batch = [out.get()]
-            while not out.empty():  # everything already finished goes in one reply
-                batch.append(out.get())
-            done = batch[-1] == _DONE
-            records = [r for r in batch if r != _DONE]
-            if records:
-                yield records
+            # Everything already finished goes in one reply; None: the job is done.
+            for rec in _drained(out):
+                if rec is None:
+                    done = True
+                else:
+                    batch.add(rec)
+            if batch.values:
+                yield batch.take()
         if not self._serving.cancelled():
             self._serving.result()  # a fault of loadgen's own surfaces in the parent
 
@@ -217,6 +216,13 @@ async def ray_pool(
     )
     async with RayPool(address, size, client, seats=math.ceil(peak_in_flight / size)) as pool:
         yield pool
+
+
+def _drained(out: queue.SimpleQueue[StreamRecord | None]) -> Iterator[StreamRecord | None]:
+    """The next item of `out` (waiting for it), then every one already there."""
+    yield out.get()
+    while not out.empty():
+        yield out.get()
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
@@ -419,8 +425,8 @@ class RayPool:
         gen = placed.handle.run.remote(start_ns, self.run_start_ns + placed.offset_ns)
         try:
             async for ref in gen:
-                for d in await ref:
-                    on_record(read_stream(d))
+                for rec, line in batch_records(await ref):
+                    on_record(rec, line)
         except self.ray.exceptions.RayError as exc:
             self._fail(i, exc, problems)
 

@@ -9,10 +9,11 @@ import sys
 import time
 import types
 
+import orjson
 import pytest
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.pool import Job, WorkerClient
+from loadgen.client.pool import Job, WorkerClient, batch_records
 from loadgen.client.ray_pool import StreamActor
 from loadgen.records import StreamRecord, read_stream
 from loadgen.request import StreamRequest
@@ -41,7 +42,9 @@ def test_a_ray_actor_routes_its_streams_and_names_the_replica_of_each_cancelled_
         run_start_ns = time.perf_counter_ns()
         got: list[StreamRecord] = []
         for batch in actor.run(time.perf_counter_ns() - run_start_ns, run_start_ns):
-            got += [read_stream(d) for d in batch]
+            for rec, line in batch_records(batch):
+                assert read_stream(orjson.loads(line)) == rec  # the line the parent writes
+                got.append(rec)
             if len(got) == 2:
                 actor.stop()
         served = [sorted(s.request_id for s in srv.served) for srv in (a, b)]

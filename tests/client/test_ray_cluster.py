@@ -127,7 +127,7 @@ async def test_killed_actor_loses_no_completed_record(ray_address: str) -> None:
         client = WorkerClient(srv.url, None, Timeouts(), time.perf_counter_ns())
         async with RayPool(ray_address, 2, client, seats=1) as pool:
             victim = pool.manifest()[0]
-            run = asyncio.create_task(pool.run(jobs, got.append))
+            run = asyncio.create_task(pool.run(jobs, lambda rec, line=None: got.append(rec)))
             while not any(s.request_id == "a3" and len(s.send_ns) >= 2 for s in srv.served):
                 assert not run.done(), run
                 await asyncio.sleep(0.01)
