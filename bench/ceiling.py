@@ -9,9 +9,10 @@ streams over the span from the first send to the last end), streams in flight (C
 the mean by Little's law: the streams' summed time over the span), loadgen's TTFT p50 error
 against firehose's own (its log, joined per replica on the response id), the share of streams
 loadgen flagged client_limited (or a crowded host), and what bound the point: `servers` when a
-firehose process used >= 85% of a core over the run, `parent` when (with workers) the
-process that takes every worker's records did, `loadgen` when the client's processes did (per
-worker), else `host` when the two together filled the cores, else `-`.
+firehose process used >= 85% of a core over the run, `parent` when (with workers) a thread of
+the process that takes every worker's records did (its busiest thread is named: a Ray
+driver's process runs above a core on Ray's threads), `loadgen` when the client's processes
+did (per worker), else `host` when the two together filled the cores, else `-`.
 
 The ratio (for bench/harness.py): loadgen's ceiling over a bare aiohttp + orjson loop's
 requests/s (bench/client_ingest.py's) at the same C and answer length, against one firehose,
@@ -42,7 +43,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -102,6 +103,9 @@ class Point:
     server_cpu: float  # the busiest firehose process, cores
     client_cpu: float  # the client's processes together, cores
     parent_cpu: float  # the command's own process (with workers: the one merging records)
+    # Its busiest thread, cores: the bound where it nears one. A Ray driver's process ran at
+    # 1.1-2.2 cores with Ray's own threads beside the one that takes the records.
+    thread_cpu: float
     host_cpu: float  # every process on the host, neighbours' too, cores
     bound: str
     span_s: float  # the traffic: first send to last end, over which the cpu columns count
@@ -112,6 +116,7 @@ class Point:
     # delay began before the data could be read (firehose stamps its first chunk before
     # send()); near the delay: the bound did not see the loop's stall.
     missed_over_ms: float | None = None
+    thread: str = ""  # that thread's name: `main` (the event loop's), else the kernel's comm
 
     @property
     def client_us_per_req(self) -> float:
@@ -162,13 +167,36 @@ class Sample:
     client: int
     parent: int
     host_s: float
+    threads: dict[int, int] = field(default_factory=dict)  # the command's: tid -> ticks
 
 
 def sample(servers: list[int], client: int, also: list[int]) -> Sample:
     """The counters now; `also`: more of the client's processes (a Ray cluster's)."""
     return Sample(time.perf_counter_ns(), tuple(cpu_ticks(p) for p in servers),
                   tree_ticks(client) + sum(map(live_ticks, also)), cpu_ticks(client),
-                  host_busy_s())  # fmt: skip
+                  host_busy_s(), thread_ticks(client))  # fmt: skip
+
+
+def thread_ticks(pid: int) -> dict[int, int]:
+    """utime + stime of each live thread of a process, ticks (/proc/TID/stat is the thread's
+    own); {} once the process has gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    return {int(tid): live_ticks(int(tid)) for tid in tids}
+
+
+def thread_name(pid: int, tid: int) -> str:
+    """`main` for the process's first thread, else the kernel's name of it: Ray names its
+    own; Python's other threads carry the process's name (3.11-3.12 name none); "" once it
+    has gone."""
+    if tid == pid:
+        return "main"
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def with_descendants(pids: list[int]) -> list[int]:
@@ -188,22 +216,27 @@ def with_descendants(pids: list[int]) -> list[int]:
 
 def window_cpu(
     samples: list[Sample], start_ns: int, end_ns: int
-) -> tuple[float, float, float, float]:
+) -> tuple[tuple[float, float, float, float, float], int | None]:
     """Cores used between the samples nearest inside [start_ns, end_ns] (the traffic: first
     send to last end, loadgen's perf clock): the busiest server, the client's processes, the
-    command's own process, the host. The command's whole wall also holds its start and its
-    analysis after the run, one core busy for a minute at 35,000 streams, which read as a
-    `loadgen` bound at any load. NaN each where the traffic was too short to measure."""
+    command's own process, its busiest thread, the host; and that thread's id. The command's
+    whole wall also holds its start and its analysis after the run, one core busy for a minute
+    at 35,000 streams, which read as a `loadgen` bound at any load. NaN each (and no thread)
+    where the traffic was too short to measure."""
     inside = [s for s in samples if start_ns <= s.ns <= end_ns]
     if len(inside) < MIN_CPU_SAMPLES:
         # A 50 ms traffic (2,000 requests at 40,000/s) holds 2 samples of 10 ms ticks; taken
         # over the command's whole wall instead, its analysis read as a `parent` bound.
-        return (math.nan,) * 4
+        return (math.nan,) * 5, None
     a, b = inside[0], inside[-1]
     span = (b.ns - a.ns) / 1e9
     server = max((y - x) * TICK_S / span for x, y in zip(a.servers, b.servers, strict=True))
+    # A thread born inside the window counts from 0 ticks.
+    used = {tid: ticks - a.threads.get(tid, 0) for tid, ticks in b.threads.items()}
+    tid = max(used, key=used.__getitem__, default=None)
+    thread = math.nan if tid is None else used[tid] * TICK_S / span
     return (server, (b.client - a.client) * TICK_S / span, (b.parent - a.parent) * TICK_S / span,
-            (b.host_s - a.host_s) / span)  # fmt: skip
+            thread, (b.host_s - a.host_s) / span), tid  # fmt: skip
 
 
 def start_servers(binary: Path, k: int, logs: Path) -> list[tuple[subprocess.Popen, int, Path]]:
@@ -252,11 +285,14 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
         # The cluster's processes, looked up again now and then: actors start with the run.
         cluster: list[int] = []
         samples = [sample(pids, proc.pid, cluster)]
+        names: dict[int, str] = {}  # the command's threads, named while they live
         while proc.poll() is None:
             time.sleep(SAMPLE_S)
             if ray is not None and len(samples) % RAY_LOOKUP_EVERY == 1:
                 cluster = with_descendants(ray_processes(ray.temp_dir))
             samples.append(sample(pids, proc.pid, cluster))
+            for tid in samples[-1].threads.keys() - names.keys():
+                names[tid] = thread_name(proc.pid, tid)
         _, stderr = proc.communicate()
     finally:
         stop_servers(servers)
@@ -267,12 +303,12 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     zero = orjson.loads((tag / "run" / "run.json").read_bytes())["run_start_perf_ns"]
     start = zero + min(r.t_sent_ns or r.t_intended_ns for r in recs)
     end = zero + max(r.t_done_ns or r.t_last_ns or 0 for r in recs)
-    cpu = window_cpu(samples, start, end)
+    cpu, tid = window_cpu(samples, start, end)
     wall = (samples[-1].ns - samples[0].ns) / 1e9
     truths = [server_times(log) for _, _, log in servers]
     crowded = run_crowded(tag / "run")
     return replace(point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded),
-                   ray=ray is not None)  # fmt: skip
+                   ray=ray is not None, thread=names.get(tid, ""))  # fmt: skip
 
 
 def point(
@@ -282,12 +318,13 @@ def point(
     workers: int,
     tokens: int,
     c: int,
-    cpu: tuple[float, float, float, float],
+    cpu: tuple[float, float, float, float, float],
     wall_s: float,
     crowded: bool,
 ) -> Point:
     """A point's row from its ok records, the servers' logs and the CPU (cores) used by the
-    busiest server, the client, its parent process and the whole host; `crowded`: the run
+    busiest server, the client, its parent process, that one's busiest thread and the whole
+    host; `crowded`: the run
     said its host was (client_truth.run_crowded), which flags every stream."""
     errors, over = [], []
     for r in recs:
@@ -313,18 +350,24 @@ def point(
 
 
 def bound_by(
-    server_cpu: float, client_cpu: float, parent_cpu: float, host_cpu: float, workers: int
+    server_cpu: float,
+    client_cpu: float,
+    parent_cpu: float,
+    thread_cpu: float,
+    host_cpu: float,
+    workers: int,
 ) -> str:
-    """`servers`: a firehose process near a whole core; `parent`: with workers, the process
-    that takes every worker's records near a core; `loadgen`: the client's processes near a
-    core each; `host`: none of these, but the host's cores near full (neighbours' processes
-    too); `-`: none (the closed loop waits on the wire); `short`: the traffic was too short
-    to measure its CPU (window_cpu)."""
+    """`servers`: a firehose process near a whole core; `parent`: with workers, a thread of
+    the process that takes every worker's records near a core (the process itself may run
+    above one, a Ray driver's does, without any of its threads being the bound); `loadgen`:
+    the client's processes near a core each; `host`: none of these, but the host's cores
+    near full (neighbours' processes too); `-`: none (the closed loop waits on the wire);
+    `short`: the traffic was too short to measure its CPU (window_cpu)."""
     if math.isnan(host_cpu):
         return "short"
     if server_cpu >= BUSY:
         return "servers"
-    if workers > 1 and parent_cpu >= BUSY:
+    if workers > 1 and thread_cpu >= BUSY:
         return "parent"
     if client_cpu >= BUSY * min(workers, CORES):
         return "loadgen"
@@ -356,7 +399,7 @@ def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], secon
 
 HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight':>9}"
         f" {'err p50':>8} {'p99':>7} {'flagged':>7} {'missed':>6} {'srv cpu':>7} {'cli cpu':>7}"
-        f" {'us/req':>6} {'parent':>6}"
+        f" {'us/req':>6} {'parent':>6} {'thread':>6}"
         f" {'host':>5}"
         f" {'bound':<7} {'span s':>6} {'wall s':>6}")  # fmt: skip
 
@@ -365,7 +408,7 @@ def row(p: Point) -> str:
     return (f"{p.shown_workers:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
             f" {p.req_s:>8,.0f} {p.in_flight:>9,.0f} {p.err_p50_ms:>+8.2f} {p.err_p99_ms:>+7.2f}"
             f" {p.flagged:>7.0%} {p.missed:>6.1%} {p.server_cpu:>7.2f} {p.client_cpu:>7.2f}"
-            f" {p.client_us_per_req:>6.0f} {p.parent_cpu:>6.2f}"
+            f" {p.client_us_per_req:>6.0f} {p.parent_cpu:>6.2f} {p.thread_cpu:>6.2f}"
             f" {p.host_cpu:>5.2f}"
             f" {p.bound:<7} {p.span_s:>6.2f} {p.wall_s:>6.1f}")  # fmt: skip
 
@@ -393,8 +436,11 @@ def ceiling_table(points: list[Point], k: int) -> str:
             )
         )
         first_flag = next((str(p.concurrency) for p in ps if p.flagged > 0), "none")
+        busiest = (
+            f", the parent's busiest thread {top.thread} {top.thread_cpu:.2f}" if top.thread else ""
+        )
         lines.append(f"  {top.name}: {top.req_s:,.0f} req/s at C={top.concurrency}"
-                     f" ({top.bound}); within error: {held}; flags from C="
+                     f" ({top.bound}{busiest}); within error: {held}; flags from C="
                      f"{first_flag}")  # fmt: skip
         lines += [f"    C={p.concurrency}: {p.missed:.2%} missed, their read delay past the bound"
                   f" charged by up to {p.missed_over_ms:.3f} ms"
@@ -406,7 +452,8 @@ def ceiling_table(points: list[Point], k: int) -> str:
                  " tolerance after firehose wrote it, yet not flagged; cpu in"
                  " cores over the traffic (span): the"
                  " busiest firehose process, the client's processes together (us/req: their"
-                 " CPU a request, us), the host; wall:"
+                 " CPU a request, us), the command's process (parent) and its busiest thread,"
+                 " the host; wall:"
                  " the whole command, its start and analysis too;"
                  f" bound at >= {BUSY:.0%} of a core; short: a traffic too short for the CPU"
                  f" counters, under {MIN_CPU_SAMPLES * SAMPLE_S:g} s)")  # fmt: skip

@@ -1,6 +1,7 @@
 """bench/ceiling.py: a point counts a stream as missed when firehose's log shows its first token
 read later than its tolerance and the run did not flag it, and says by how much the read delay
-went past the bound the run charged it."""
+went past the bound the run charged it; and what its CPU columns read: the traffic's alone,
+the parent judged by its busiest thread."""
 
 from __future__ import annotations
 
@@ -33,11 +34,11 @@ def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling) -> 
     # flagged; streams 3 and 4 were stamped 0.2 and 0.3 ms after the write.
     recs = [_read(1, 5.0, 0.5, 0.8), _read(2, 5.0, 3.2), _read(3, 2.2, 0.1), _read(4, 2.3, 0.1)]
     truth = {n: (ZERO + MS // 10, ZERO + 2 * MS) for n in (1, 2, 3, 4)}
-    p = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 1.0), 1.0, False)
+    p = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, False)
     assert p.missed == pytest.approx(1 / 4)
     assert p.flagged == pytest.approx(1 / 4)
     # A run that said its host was crowded flagged every stream: none missed.
-    crowded = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 1.0), 1.0, True)
+    crowded = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, True)
     assert (crowded.flagged, crowded.missed, crowded.missed_over_ms) == (1.0, 0.0, None)
     assert p.missed_over_ms == pytest.approx(2.2)
     assert "C=4: 25.00% missed, their read delay past the bound charged by up to 2.200 ms" in (
@@ -53,19 +54,21 @@ def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling) -> 
 def test_a_point_with_no_late_read_misses_none_and_says_nothing_of_it(ceiling) -> None:
     recs = [_read(3, 2.2, 0.1), _read(4, 2.9, 0.1)]
     truth = {n: (ZERO + MS // 10, ZERO + 2 * MS) for n in (3, 4)}
-    p = ceiling.point(recs, [truth], ZERO, 1, 16, 2, (0.1, 0.9, 0.9, 1.0), 1.0, False)
+    p = ceiling.point(recs, [truth], ZERO, 1, 16, 2, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, False)
     assert (p.missed, p.missed_over_ms, p.flagged) == (0, None, 0)
     assert "missed, their read delay" not in ceiling.ceiling_table([p], 1)
 
 
 def _samples(ceiling, every_ms: int, n: int) -> list:
-    """n samples `every_ms` apart: each 10 ms tick of the client a busy core's, its server
-    idle, the host two cores busy; then, after them, a minute of analysis at one core."""
-    out = [ceiling.Sample(i * every_ms * MS, (0,), i * every_ms // 10, i * every_ms // 10,
-                          2 * i * every_ms / 1e3) for i in range(n)]  # fmt: skip
+    """n samples `every_ms` apart: each 10 ms tick of the client a busy core's (the command's
+    main thread, tid 1), its server idle, the host two cores busy; then, after them, a minute
+    of analysis at one core."""
+    ticks = [i * every_ms // 10 for i in range(n)]
+    out = [ceiling.Sample(i * every_ms * MS, (0,), t, t, 2 * i * every_ms / 1e3, {1: t})
+           for i, t in enumerate(ticks)]  # fmt: skip
     last = out[-1]
     out.append(ceiling.Sample(last.ns + 60_000 * MS, (0,), last.client + 6000, last.parent + 6000,
-                              last.host_s + 60.0))  # fmt: skip
+                              last.host_s + 60.0, {1: last.parent + 6000}))  # fmt: skip
     return out
 
 
@@ -73,10 +76,49 @@ def test_a_traffic_too_short_for_the_cpu_counters_is_short_not_a_bound(ceiling) 
     # 10 samples inside the traffic: its own cores. 3 (a 50 ms point): no figure, and none
     # from the command's whole wall, whose analysis read as a `parent` bound.
     long = _samples(ceiling, 20, 10)
-    cpu = ceiling.window_cpu(long, 0, long[-2].ns)
-    assert cpu == pytest.approx((0.0, 1.0, 1.0, 2.0))
+    cpu, tid = ceiling.window_cpu(long, 0, long[-2].ns)
+    assert cpu == pytest.approx((0.0, 1.0, 1.0, 1.0, 2.0)) and tid == 1
     assert ceiling.bound_by(*cpu, 2) != "short"
     short = _samples(ceiling, 20, 3)
-    cpu = ceiling.window_cpu(short, 0, short[-2].ns)
-    assert all(math.isnan(x) for x in cpu)
+    cpu, tid = ceiling.window_cpu(short, 0, short[-2].ns)
+    assert all(math.isnan(x) for x in cpu) and tid is None
     assert ceiling.bound_by(*cpu, 2) == "short"
+
+
+def _driver(ceiling, shares: dict[int, float], born: int | None = None) -> list:
+    """A second of 11 samples of a command whose threads (tid -> cores) keep their shares;
+    thread `born` appears halfway, at its share from then. Servers idle, the host 3 cores."""
+    out = []
+    for i in range(11):
+        t_s = i / 10
+        threads = {tid: round(share * t_s * 100) for tid, share in shares.items() if tid != born}
+        if born is not None and i >= 5:
+            threads[born] = round(shares[born] * (t_s - 0.5) * 100)
+        total = sum(threads.values())
+        out.append(ceiling.Sample(i * 100 * MS, (0,), total, total, 3 * t_s, threads))
+    return out
+
+
+def test_the_parent_is_the_bound_by_its_busiest_thread_not_its_process(
+    ceiling, monkeypatch
+) -> None:
+    monkeypatch.setattr(ceiling, "CORES", 16)
+    # A Ray driver: 2 cores over its threads, none near one; then one thread near a core.
+    spread = _driver(ceiling, {100: 0.6, 101: 0.7, 102: 0.7})
+    cpu, tid = ceiling.window_cpu(spread, 0, spread[-1].ns)
+    assert cpu == pytest.approx((0.0, 2.0, 2.0, 0.7, 3.0)) and tid in (101, 102)
+    assert ceiling.bound_by(*cpu, 8) == "-"
+    busy = _driver(ceiling, {100: 0.9, 101: 0.5, 102: 0.5})
+    cpu, tid = ceiling.window_cpu(busy, 0, busy[-1].ns)
+    assert (cpu[3], tid) == (pytest.approx(0.9), 100)
+    assert ceiling.bound_by(*cpu, 8) == "parent"
+    # One worker: its one process is the client, never a `parent`.
+    assert ceiling.bound_by(*cpu, 1) != "parent"
+
+
+def test_a_thread_born_inside_the_traffic_counts_from_its_birth(ceiling) -> None:
+    # Thread 7 appears halfway at a full core: 0.5 s of a 1 s window, half a core; it is
+    # still the busiest against threads at 0.4 and 0.3.
+    samples = _driver(ceiling, {5: 0.4, 6: 0.3, 7: 1.0}, born=7)
+    cpu, tid = ceiling.window_cpu(samples, 0, samples[-1].ns)
+    assert (cpu[3], tid) == (pytest.approx(0.5), 7)
