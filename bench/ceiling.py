@@ -42,7 +42,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from importlib.util import find_spec
 from pathlib import Path
@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 from loadgen.analysis.selferror import error_bound_s, tolerance_s
-from loadgen.client.hostload import TICK_S, cpu_ticks, host_busy_s, live_ticks
+from loadgen.client.hostload import TICK_S, cpu_ticks, host_busy_s, live_ticks, stat_ticks
 from loadgen.records import StreamRecord, read_streams
 
 from support.ray_cluster import Cluster, local_ray_cluster, ray_processes
@@ -178,13 +178,12 @@ def sample(servers: list[int], client: int, also: list[int]) -> Sample:
 
 
 def thread_ticks(pid: int) -> dict[int, int]:
-    """utime + stime of each live thread of a process, ticks (/proc/TID/stat is the thread's
-    own); {} once the process has gone."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return {}
-    return {int(tid): live_ticks(int(tid)) for tid in tids}
+    """utime + stime of each live thread of a process, ticks; {} once the process has gone."""
+    out = {}
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with suppress(OSError):  # a thread gone between the listing and the read
+            out[int(stat.parent.name)] = stat_ticks(stat)
+    return out
 
 
 def thread_name(pid: int, tid: int) -> str:

@@ -34,8 +34,14 @@ def host_busy_s() -> float | None:
 
 
 def cpu_ticks(pid: int) -> int:
-    """utime + stime of a process, all its threads, clock ticks (/proc/PID/stat fields 14, 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    """utime + stime of a process, all its threads, clock ticks."""
+    return stat_ticks(Path(f"/proc/{pid}/stat"))
+
+
+def stat_ticks(stat: Path) -> int:
+    """utime + stime (fields 14, 15) of a /proc stat file, clock ticks: /proc/PID/stat's are
+    the whole process's, as are /proc/TID/stat's; a thread's own are under /proc/PID/task/."""
+    fields = stat.read_text().rpartition(")")[2].split()
     return int(fields[11]) + int(fields[12])
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import threading
+import time
 
 import pytest
 
@@ -122,3 +125,29 @@ def test_a_thread_born_inside_the_traffic_counts_from_its_birth(ceiling) -> None
     samples = _driver(ceiling, {5: 0.4, 6: 0.3, 7: 1.0}, born=7)
     cpu, tid = ceiling.window_cpu(samples, 0, samples[-1].ns)
     assert (cpu[3], tid) == (pytest.approx(0.5), 7)
+
+
+def test_a_threads_ticks_are_its_own_not_its_process(ceiling) -> None:
+    # A thread spins 0.3 s of its own CPU (thread_time: a busy host only stretches the
+    # wall), then waits: its ticks are its own, and the main thread's hold none of them.
+    spun, stop = threading.Event(), threading.Event()
+
+    def spin() -> None:
+        while time.thread_time() < 0.3:
+            pass
+        spun.set()
+        stop.wait(60)
+
+    before = ceiling.thread_ticks(os.getpid())
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        assert spun.wait(60)
+        after = ceiling.thread_ticks(os.getpid())
+    finally:
+        stop.set()
+        spinner.join()
+    tick_s = ceiling.TICK_S
+    assert before.keys() < after.keys() and spinner.native_id in after
+    assert 0.3 - 2 * tick_s <= after[spinner.native_id] * tick_s <= 0.3 + 0.1
+    assert (after[os.getpid()] - before[os.getpid()]) * tick_s < 0.3 - 2 * tick_s
