@@ -104,7 +104,7 @@ class Point:
     client_cpu: float  # the client's processes together, cores
     parent_cpu: float  # the command's own process (with workers: the one merging records)
     # Its busiest thread, cores: the bound where it nears one. A Ray driver's process ran at
-    # 1.1-2.2 cores with Ray's own threads beside the one that takes the records.
+    # 1.0-2.2 cores with Ray's own threads beside the one that takes the records.
     thread_cpu: float
     host_cpu: float  # every process on the host, neighbours' too, cores
     bound: str
@@ -323,8 +323,8 @@ def point(
 ) -> Point:
     """A point's row from its ok records, the servers' logs and the CPU (cores) used by the
     busiest server, the client, its parent process, that one's busiest thread and the whole
-    host; `crowded`: the run
-    said its host was (client_truth.run_crowded), which flags every stream."""
+    host; `crowded`: the run said its host was (client_truth.run_crowded), which flags every
+    stream."""
     errors, over = [], []
     for r in recs:
         truth = truths[r.replica or 0].get(request_number(r.response_id) or -1)
