@@ -56,7 +56,7 @@ from harness import Ratio, parser, ratio, report
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from loadgen.analysis.selferror import error_bound_s, tolerance_s
+from loadgen.analysis.selferror import HOST_BUSY_LIMIT, error_bound_s, tolerance_s
 from loadgen.client.hostload import TICK_S, cpu_ticks, host_busy_s, live_ticks, stat_ticks
 from loadgen.records import StreamRecord, read_streams
 
@@ -117,6 +117,10 @@ class Point:
     # send()); near the delay: the bound did not see the loop's stall.
     missed_over_ms: float | None = None
     thread: str = ""  # that thread's name: `main` (the event loop's), else the kernel's comm
+    # The host's busy cores by the run's own count (run.json's client.host_cpu, over its
+    # timed traffic), which its crowded-host flag judges: the second witness beside `host_cpu`
+    # where a missed stream asks why the run did not flag its host. NaN where it counted none.
+    run_host_cpu: float = math.nan
 
     @property
     def client_us_per_req(self) -> float:
@@ -299,7 +303,8 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     if not recs:
         tail = " | ".join(stderr.strip().splitlines()[-3:])
         raise SystemExit(f"W={workers} T={tokens} C={c}: no ok stream ({proc.returncode}): {tail}")
-    zero = orjson.loads((tag / "run" / "run.json").read_bytes())["run_start_perf_ns"]
+    manifest = orjson.loads((tag / "run" / "run.json").read_bytes())
+    zero = manifest["run_start_perf_ns"]
     start = zero + min(r.t_sent_ns or r.t_intended_ns for r in recs)
     end = zero + max(r.t_done_ns or r.t_last_ns or 0 for r in recs)
     cpu, tid = window_cpu(samples, start, end)
@@ -307,7 +312,9 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     truths = [server_times(log) for _, _, log in servers]
     crowded = run_crowded(tag / "run")
     return replace(point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded),
-                   ray=ray is not None, thread=names.get(tid, ""))  # fmt: skip
+                   ray=ray is not None, thread=names.get(tid, ""),
+                   run_host_cpu=manifest["client"].get("host_cpu", {}).get("host_busy_cores",
+                                                                           math.nan))  # fmt: skip
 
 
 def point(
@@ -442,7 +449,9 @@ def ceiling_table(points: list[Point], k: int) -> str:
                      f" ({top.bound}{busiest}); within error: {held}; flags from C="
                      f"{first_flag}")  # fmt: skip
         lines += [f"    C={p.concurrency}: {p.missed:.2%} missed, their read delay past the bound"
-                  f" charged by up to {p.missed_over_ms:.3f} ms"
+                  f" charged by up to {p.missed_over_ms:.3f} ms; the run counted the host"
+                  f" {p.run_host_cpu:.2f} cores busy (its crowded flag from"
+                  f" {HOST_BUSY_LIMIT * CORES:.2f})"
                   for p in ps if p.missed_over_ms is not None]  # fmt: skip
     lines.append("(W = client workers (r: Ray actors), S = firehose processes, T = answer"
                  " tokens, C = streams asked; err = loadgen TTFT - firehose's own per stream,"
