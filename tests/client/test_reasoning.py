@@ -97,15 +97,22 @@ def test_reasoning_cut_before_the_answer_has_no_ttfo() -> None:
     assert rates.ttfo_s(rec) is None and rates.ttft_s(rec) == 0.001
 
 
-def check_reasoning_records(recs, n: int) -> None:
+def check_reasoning_records(recs, n: int, *, one_read_a_chunk: bool = True) -> None:
+    """`one_read_a_chunk`: each chunk came in a read of its own (the virtual clock); on the
+    wall clock a busy host can hand the client several in one read, which share its stamp."""
     for r in recs:
         assert r.status == "ok"
         assert r.reasoning_tokens == n and r.reasoning_token_source == "usage_details"
         assert r.completion_tokens == r.max_tokens
         # One token per step on the sim (no speculation): exactly n reasoning chunks first.
         assert r.reasoning_chunks == n == r.first_output_chunk
-        assert r.t_first_output_ns == r.chunk_ns[n] > r.t_first_ns
-        assert rates.ttfo_s(r) > rates.ttft_s(r)
+        assert r.t_first_output_ns == r.chunk_ns[n]
+        if one_read_a_chunk:
+            assert r.t_first_output_ns > r.t_first_ns
+            assert rates.ttfo_s(r) > rates.ttft_s(r)
+        else:
+            assert r.t_first_output_ns >= r.t_first_ns
+            assert rates.ttfo_s(r) >= rates.ttft_s(r)
 
 
 async def test_sim_reasoning_tokens_on_the_virtual_clock(tmp_path: Path) -> None:
@@ -138,4 +145,4 @@ async def test_sim_reasoning_tokens_on_the_wall_clock(tmp_path: Path) -> None:
         run_dir = await run_plan(plan(load_scenario("smoke", CHAT)), opts, warn=lambda m: None)
     recs = [r for r in read_streams(run_dir) if r.phase == "measure"]
     assert len(recs) == 4
-    check_reasoning_records(recs, 3)
+    check_reasoning_records(recs, 3, one_read_a_chunk=False)

@@ -166,10 +166,15 @@ async def test_two_boots_per_arm_interleaved_with_records_and_floor(tmp_path: Pa
         assert r["verdict"] in ("stands", "unresolved")
         assert r["verdict"] == ("stands" if r["multiple"] is None or r["multiple"] > 2 else
                                 "unresolved")  # fmt: skip
-    # Budget 128 splits the whale's prefill into ~48 steps, 2048 into 3: an effect far above
-    # any boot-to-boot spread of the sim's deadline-paced steps.
+    # Budget 128 splits the whale's prefill into ~48 steps, 2048 into 3: its TTFT falls by
+    # 83% on an idle host, where the boots agree within 0.5% and the effect stands ~170x its
+    # floor. On a starved host (a ceiling bench beside it on 2 cores) a boot's whale waited
+    # twice as long: the effect -0.65, a floor of 1.0, and `unresolved` the right verdict, so
+    # the verdict is held to its rule above (tests/analysis/test_bootfloor.py pins it both
+    # ways). The 48 paced steps take ~1 s whatever the host: budget 2048's whale would have
+    # to wait 0.5 s more in both its boots to cut the fall below 30%.
     whale = summary["boot_floor"][0]
-    assert whale["effect"] < -0.5 and whale["verdict"] == "stands"
+    assert whale["effect"] < -0.3
     assert "Arms over boots, with the boot-floor verdict" in (root / "report.txt").read_text()
     assert (root / "sweep.png").read_bytes().startswith(b"\x89PNG")
     assert "<h2>Across the sweep</h2><img" in (root / "report.html").read_text()
