@@ -1,11 +1,17 @@
-"""The Ray backend's parts that need no cluster: clock offsets, and `--ray` without Ray."""
+"""The Ray backend's parts that need no cluster: clock offsets, an actor's replies, and
+`--ray` without Ray."""
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
+import types
 
-from loadgen.client.ray_pool import _host_port, cluster_workers, min_rtt_offset
+import pytest
+
+from loadgen.client import ray_pool
+from loadgen.client.ray_pool import GATHER_S, _drained, _host_port, cluster_workers, min_rtt_offset
 
 from support.cli import assert_one_line_error
 
@@ -40,3 +46,35 @@ def test_auto_ray_workers_one_per_node_more_for_many_streams_at_most_one_per_cpu
     assert cluster_workers(nodes=2, cpus=24, peak_in_flight=1_500) == 6  # 256 streams each
     assert cluster_workers(nodes=1, cpus=2, peak_in_flight=1_500) == 2
     assert cluster_workers(nodes=4, cpus=0, peak_in_flight=8) == 1
+
+
+class _Arrivals:
+    """A queue whose items arrive at set times on a clock of its own (the test's, not the
+    host's): get waits for the next one, up to its timeout."""
+
+    def __init__(self, arrivals: list[tuple[float, object]]) -> None:
+        self.now = 0.0
+        self._arrivals = arrivals
+
+    def get(self, timeout: float | None = None) -> object:
+        at = self._arrivals[0][0]
+        if timeout is not None and at > self.now + timeout:
+            self.now += timeout
+            raise queue.Empty
+        self.now = max(self.now, at)
+        return self._arrivals.pop(0)[1]
+
+    def get_nowait(self) -> object:
+        return self.get(0.0)
+
+
+def test_an_actor_gathers_the_records_of_a_window_into_one_reply(monkeypatch) -> None:
+    # Records at 1.0 s, 1 ms and GATHER_S - 1 us later: one reply; then one past the window
+    # (it waits for the next reply); then the job's end, which ends the reply it comes in.
+    g = GATHER_S
+    q = _Arrivals([(1.0, "a"), (1.001, "b"), (1.0 + g - 1e-6, "c"), (1.0 + g + 1e-3, "d"),
+                   (1.0 + g + 2e-3, None)])  # fmt: skip
+    monkeypatch.setattr(ray_pool, "time", types.SimpleNamespace(monotonic=lambda: q.now))
+    assert list(_drained(q)) == ["a", "b", "c"]
+    assert q.now == pytest.approx(1.0 + g)  # it waited out the window, no longer
+    assert list(_drained(q)) == ["d", None]
