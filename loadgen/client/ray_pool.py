@@ -158,8 +158,8 @@ class StreamActor:
         self._serving = asyncio.run_coroutine_threadsafe(serve(), self._loop)
         batch, done = RecordBatch(), False
         while not done:
-            # Everything already finished goes in one reply; None: the job is done.
-            for rec in _drained(out):
+            # What ends within GATHER_S of the first goes in one reply; None: the job is done.
+            for rec in _gathered(out):
                 if rec is None:
                     done = True
                 else:
@@ -225,7 +225,7 @@ async def ray_pool(
         yield pool
 
 
-def _drained(out: queue.SimpleQueue[StreamRecord | None]) -> Iterator[StreamRecord | None]:
+def _gathered(out: queue.SimpleQueue[StreamRecord | None]) -> Iterator[StreamRecord | None]:
     """The next item of `out` (waiting for it), then every one that comes within GATHER_S of
     it; None (the job is done) ends it."""
     item = out.get()

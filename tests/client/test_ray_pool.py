@@ -11,7 +11,7 @@ import types
 import pytest
 
 from loadgen.client import ray_pool
-from loadgen.client.ray_pool import GATHER_S, _drained, _host_port, cluster_workers, min_rtt_offset
+from loadgen.client.ray_pool import GATHER_S, _gathered, _host_port, cluster_workers, min_rtt_offset
 
 from support.cli import assert_one_line_error
 
@@ -75,6 +75,6 @@ def test_an_actor_gathers_the_records_of_a_window_into_one_reply(monkeypatch) ->
     q = _Arrivals([(1.0, "a"), (1.001, "b"), (1.0 + g - 1e-6, "c"), (1.0 + g + 1e-3, "d"),
                    (1.0 + g + 2e-3, None)])  # fmt: skip
     monkeypatch.setattr(ray_pool, "time", types.SimpleNamespace(monotonic=lambda: q.now))
-    assert list(_drained(q)) == ["a", "b", "c"]
+    assert list(_gathered(q)) == ["a", "b", "c"]
     assert q.now == pytest.approx(1.0 + g)  # it waited out the window, no longer
-    assert list(_drained(q)) == ["d", None]
+    assert list(_gathered(q)) == ["d", None]
