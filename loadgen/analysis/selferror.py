@@ -136,18 +136,17 @@ def crowding(host: str | None, workers: int, cores: int) -> Crowding | None:
     return Crowding(host, workers, cores)
 
 
-def busy_host(url: str | None, workers: int, host_cpu: Mapping[str, float]) -> Crowding | None:
-    """Whether the timed traffic found the host of a local server (`url`) busy past
-    HOST_BUSY_LIMIT of its cores, at least half of it loadgen's own processes (a server that
-    keeps the cores busy by itself is its own latency, not loadgen's error); None when it was
-    not, the server is elsewhere, or the run measured nothing (`host_cpu` empty)."""
-    host = urlsplit(url or "").hostname
+def busy_host(host: str | None, workers: int, host_cpu: Mapping[str, float]) -> Crowding | None:
+    """Whether the timed traffic found the host of a local server (`host`, the target's)
+    busy past HOST_BUSY_LIMIT of its cores, at least half of it loadgen's own processes (a
+    server that keeps the cores busy by itself is its own latency, not loadgen's error); None
+    when it was not, the server is elsewhere, or the run measured nothing (`host_cpu` empty)."""
     if host not in LOOPBACK or not host_cpu:
         return None
     busy, own, cores = host_cpu["host_busy_cores"], host_cpu["client_cores"], host_cpu["cores"]
     if busy < HOST_BUSY_LIMIT * cores or own < busy / 2:
         return None
-    return Crowding(host or "", workers, int(cores), busy, own)
+    return Crowding(host, workers, int(cores), busy, own)
 
 
 def host_crowding(url: str | None, workers: int, host_cpu: Mapping[str, float]) -> Crowding | None:
@@ -157,7 +156,7 @@ def host_crowding(url: str | None, workers: int, host_cpu: Mapping[str, float]) 
     if not host_cpu:
         return None
     host = urlsplit(url or "").hostname
-    return busy_host(url, workers, host_cpu) or crowding(host, workers, int(host_cpu["cores"]))
+    return busy_host(host, workers, host_cpu) or crowding(host, workers, int(host_cpu["cores"]))
 
 
 @dataclass(frozen=True, slots=True)

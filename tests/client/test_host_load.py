@@ -75,11 +75,11 @@ def test_this_process_own_cpu_is_read_from_the_kernel() -> None:
 
 
 def test_a_busy_host_flags_only_a_local_server_that_loadgen_crowded() -> None:
-    url = "http://127.0.0.1:8000/v1"
+    url = "127.0.0.1"  # the target's host, as host_crowding parses it from its URL
     assert busy_host(url, 15, SATURATED) == Crowding("127.0.0.1", 15, 16, 15.36, 14.58)
-    assert busy_host("http://[::1]:8000", 15, SATURATED) is not None
+    assert busy_host("::1", 15, SATURATED) is not None
     assert busy_host(url, 12, SLACK) is None  # 80% busy: cores to spare
-    assert busy_host("http://10.0.0.5:8000", 15, SATURATED) is None  # the server is elsewhere
+    assert busy_host("10.0.0.5", 15, SATURATED) is None  # the server is elsewhere
     assert busy_host(url, 15, {}) is None  # nothing measured
     # A server that keeps the cores busy by itself (vLLM's CPU build) is its own latency.
     server_busy = SATURATED | {"client_cores": 3.0}
@@ -91,7 +91,7 @@ def test_a_busy_host_flags_only_a_local_server_that_loadgen_crowded() -> None:
 
 
 def test_the_banner_says_how_busy_the_host_was_and_what_to_do() -> None:
-    crowded = busy_host("http://127.0.0.1:8000", 15, SATURATED)
+    crowded = busy_host("127.0.0.1", 15, SATURATED)
     assert crowded is not None
     assert crowding_text(crowded) == (
         "this host's 16 cores were 96% busy while streams were timed (14.6 cores loadgen's own) "
@@ -124,7 +124,7 @@ def test_a_runs_report_opens_with_the_busy_host_only_when_it_was(
 def test_the_run_judges_a_crowded_host_once_measured_else_by_count() -> None:
     url = "http://127.0.0.1:8000"
     # Measured busy first: its figures are the banner's.
-    assert host_crowding(url, 15, SATURATED) == busy_host(url, 15, SATURATED)
+    assert host_crowding(url, 15, SATURATED) == busy_host("127.0.0.1", 15, SATURATED)
     # Two workers on two cores beside a local server: crowded by count, however busy the
     # traffic found the host (the server reads each request when a worker lets go of a core).
     two = {"span_s": 0.5, "host_busy_cores": 1.2, "client_cores": 1.1, "cores": 2}
