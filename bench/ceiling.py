@@ -67,6 +67,10 @@ BUSY = 0.85  # a process at this share of a core or more is the bound
 RAY_LOOKUP_EVERY = 25  # samples between two looks for a Ray cluster's processes (0.5 s)
 SAMPLE_S = 0.02  # CPU counters read this often during a point (ticks are 10 ms)
 MIN_CPU_SAMPLES = 10  # inside a point's traffic, for its CPU columns (0.2 s of 10 ms ticks)
+# The host's busy share is read over windows this long (5 samples; on 16 cores, 160 ticks, so
+# a tick is 0.6% of a window): the run's crowded flag judges its traffic's average, and a
+# missed stream asks whether its own moment was busier.
+BUSY_WINDOW_NS = 100_000_000
 ERR_TOLERANCE_MS = 1.0  # the issue's goal: TTFT p50 error under 1 ms
 SPY_RATE = 100  # py-spy's samples a second of each process, for --profile
 PROFILE_S = 1.0  # the profiled point's traffic at the least, seconds at its rate
@@ -121,6 +125,12 @@ class Point:
     # timed traffic), which its crowded-host flag judges: the second witness beside `host_cpu`
     # where a missed stream asks why the run did not flag its host. NaN where it counted none.
     run_host_cpu: float = math.nan
+    # Firehose's stamp of each missed stream's first token (CLOCK_MONOTONIC ns), the host's
+    # busy share of its cores in the BUSY_WINDOW_NS around each, and the share of the
+    # traffic's windows at or past the crowded flag's HOST_BUSY_LIMIT (NaN: none measured).
+    missed_at_ns: tuple[int, ...] = ()
+    missed_busy: tuple[float, ...] = ()
+    busy_windows: float = math.nan
 
     @property
     def client_us_per_req(self) -> float:
@@ -242,6 +252,27 @@ def window_cpu(
             thread, (b.host_s - a.host_s) / span), tid  # fmt: skip
 
 
+def busy_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
+    """The host's busy share of its cores between the samples nearest inside [start_ns,
+    end_ns]; NaN with fewer than two there."""
+    inside = [s for s in samples if start_ns <= s.ns <= end_ns]
+    if len(inside) < 2:
+        return math.nan
+    a, b = inside[0], inside[-1]
+    return (b.host_s - a.host_s) / ((b.ns - a.ns) / 1e9) / CORES
+
+
+def busy_window_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
+    """The share of the whole BUSY_WINDOW_NS windows of [start_ns, end_ns] in which the host
+    was at least HOST_BUSY_LIMIT busy; NaN where the span holds none."""
+    shares = [busy_share(samples, t, t + BUSY_WINDOW_NS)
+              for t in range(start_ns, end_ns - BUSY_WINDOW_NS + 1, BUSY_WINDOW_NS)]  # fmt: skip
+    measured = [x for x in shares if not math.isnan(x)]
+    if not measured:
+        return math.nan
+    return sum(x >= HOST_BUSY_LIMIT for x in measured) / len(measured)
+
+
 def start_servers(binary: Path, k: int, logs: Path) -> list[tuple[subprocess.Popen, int, Path]]:
     """k firehose processes, TTFT 0 and no gaps, each logging what it sent."""
     out = []
@@ -311,8 +342,12 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     wall = (samples[-1].ns - samples[0].ns) / 1e9
     truths = [server_times(log) for _, _, log in servers]
     crowded = run_crowded(tag / "run")
-    return replace(point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded),
-                   ray=ray is not None, thread=names.get(tid, ""),
+    p = point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded)
+    half = BUSY_WINDOW_NS // 2
+    return replace(p, ray=ray is not None, thread=names.get(tid, ""),
+                   missed_busy=tuple(busy_share(samples, t - half, t + half)
+                                     for t in p.missed_at_ns),
+                   busy_windows=busy_window_share(samples, start, end),
                    run_host_cpu=manifest["client"].get("host_cpu", {}).get("host_busy_cores",
                                                                            math.nan))  # fmt: skip
 
@@ -332,7 +367,7 @@ def point(
     busiest server, the client, its parent process, that one's busiest thread and the whole
     host; `crowded`: the run said its host was (client_truth.run_crowded), which flags every
     stream."""
-    errors, over = [], []
+    errors, over, missed_at = [], [], []
     for r in recs:
         truth = truths[r.replica or 0].get(request_number(r.response_id) or -1)
         if truth is None or r.t_first_ns is None or r.t_sent_ns is None:
@@ -342,6 +377,7 @@ def point(
         delay_ns = read_delay_ns(r, zero_ns, truth[1])
         if delay_ns / 1e9 > tolerance_s(r) and not read_flagged(r, crowded):
             over.append(delay_ns / 1e6 - (error_bound_s(r) or 0) * 1e3)
+            missed_at.append(truth[1])
     if not errors:
         raise SystemExit(f"W={workers} T={tokens} C={c}: no stream joined firehose's logs")
     start = min(r.t_sent_ns or r.t_intended_ns for r in recs)
@@ -352,7 +388,8 @@ def point(
     return Point(workers, len(truths), tokens, c, len(recs), len(recs) / span_s, busy_s / span_s,
                  statistics.median(errors), statistics.quantiles(errors, n=100)[98],
                  flagged / len(recs), len(over) / len(errors), *cpu, bound_by(*cpu, workers),
-                 span_s, wall_s, missed_over_ms=max(over, default=None))  # fmt: skip
+                 span_s, wall_s, missed_over_ms=max(over, default=None),
+                 missed_at_ns=tuple(missed_at))  # fmt: skip
 
 
 def bound_by(
@@ -451,7 +488,9 @@ def ceiling_table(points: list[Point], k: int) -> str:
         lines += [f"    C={p.concurrency}: {p.missed:.2%} missed, their read delay past the bound"
                   f" charged by up to {p.missed_over_ms:.3f} ms; the run counted the host"
                   f" {p.run_host_cpu:.2f} cores busy (its crowded flag from"
-                  f" {HOST_BUSY_LIMIT * CORES:.2f})"
+                  f" {HOST_BUSY_LIMIT * CORES:.2f}); the host in the"
+                  f" {BUSY_WINDOW_NS // 1_000_000} ms around each: {_shares(p.missed_busy)}, in"
+                  f" {p.busy_windows:.0%} of the traffic's windows >= {HOST_BUSY_LIMIT:.0%}"
                   for p in ps if p.missed_over_ms is not None]  # fmt: skip
     lines.append("(W = client workers (r: Ray actors), S = firehose processes, T = answer"
                  " tokens, C = streams asked; err = loadgen TTFT - firehose's own per stream,"
@@ -466,6 +505,11 @@ def ceiling_table(points: list[Point], k: int) -> str:
                  f" bound at >= {BUSY:.0%} of a core; short: a traffic too short for the CPU"
                  f" counters, under {MIN_CPU_SAMPLES * SAMPLE_S:g} s)")  # fmt: skip
     return "\n".join(lines)
+
+
+def _shares(shares: tuple[float, ...]) -> str:
+    """Busy shares as the missed line prints them, busiest first."""
+    return " ".join(f"{x:.0%}" for x in sorted(shares, reverse=True))
 
 
 def plot(points: list[Point], path: Path) -> None:

@@ -44,12 +44,16 @@ def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling, mon
     crowded = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, True)
     assert (crowded.flagged, crowded.missed, crowded.missed_over_ms) == (1.0, 0.0, None)
     assert p.missed_over_ms == pytest.approx(2.2)
-    # Beside it, the host as the run counted it, against where its crowded flag starts.
-    p = dataclasses.replace(p, run_host_cpu=1.62)
+    # Firehose's stamp of the missed stream's first token, for the host's moment around it.
+    assert p.missed_at_ns == (ZERO + 2 * MS,) and crowded.missed_at_ns == ()
+    # Beside it, the host as the run counted it, against where its crowded flag starts, and
+    # as the bench counted it around each missed stream and over the traffic's windows.
+    p = dataclasses.replace(p, run_host_cpu=1.62, missed_busy=(0.81, 0.93), busy_windows=0.25)
     monkeypatch.setattr(ceiling, "CORES", 2)
     assert (
         "C=4: 25.00% missed, their read delay past the bound charged by up to 2.200 ms;"
-        " the run counted the host 1.62 cores busy (its crowded flag from 1.70)"
+        " the run counted the host 1.62 cores busy (its crowded flag from 1.70); the host in"
+        " the 100 ms around each: 93% 81%, in 25% of the traffic's windows >= 85%"
     ) in ceiling.ceiling_table([p], 1)
     # 0.9 cores of client CPU over the span (7.8 ms: stream 1 meant to go at -0.8 ms, the
     # last end at 7 ms) for 4 requests: 0.9 * 7.8 ms / 4 = 1,755 us a request.
@@ -90,6 +94,28 @@ def test_a_traffic_too_short_for_the_cpu_counters_is_short_not_a_bound(ceiling) 
     cpu, tid = ceiling.window_cpu(short, 0, short[-2].ns)
     assert all(math.isnan(x) for x in cpu) and tid is None
     assert ceiling.bound_by(*cpu, 2) == "short"
+
+
+def test_the_hosts_busy_share_is_read_around_a_moment_and_over_windows(
+    ceiling, monkeypatch
+) -> None:
+    monkeypatch.setattr(ceiling, "CORES", 4)
+    # Samples 20 ms apart over 0.4 s: the host 2 of 4 cores busy, but 4 of 4 from 0.2 s on.
+    samples = []
+    host_s = 0.0
+    for i in range(21):
+        samples.append(ceiling.Sample(i * 20 * MS, (0,), 0, 0, host_s, {}))
+        host_s += (4 if i >= 10 else 2) * 0.02
+    assert ceiling.busy_share(samples, 0, 100 * MS) == pytest.approx(0.5)
+    assert ceiling.busy_share(samples, 250 * MS, 350 * MS) == pytest.approx(1.0)
+    # A moment straddling the change reads between the two; one sample alone reads nothing.
+    assert ceiling.busy_share(samples, 150 * MS, 250 * MS) == pytest.approx(0.75)
+    assert math.isnan(ceiling.busy_share(samples, 5 * MS, 15 * MS))
+    # Four 100 ms windows, the last two at a full host: half at or past the crowded flag's 85%.
+    assert ceiling.busy_window_share(samples, 0, 400 * MS) == pytest.approx(0.5)
+    assert ceiling.busy_window_share(samples, 0, 200 * MS) == 0.0
+    # A span shorter than a window holds none.
+    assert math.isnan(ceiling.busy_window_share(samples, 0, 99 * MS))
 
 
 def _driver(ceiling, shares: dict[int, float], born: int | None = None) -> list:
