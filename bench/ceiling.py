@@ -89,6 +89,19 @@ MAX_N = 16_384
 
 
 @dataclass(frozen=True)
+class Missed:
+    """A stream read later than its tolerance after firehose wrote its first token, that the
+    run did not flag: its server (replica index), firehose's stamp of that write
+    (CLOCK_MONOTONIC ns), the delay from it to loadgen's stamp, and how far past the error
+    bound the run charged it the delay went, ms."""
+
+    replica: int
+    stamp_ns: int
+    delay_ns: int
+    over_ms: float
+
+
+@dataclass(frozen=True)
 class Point:
     workers: int
     servers: int
@@ -115,22 +128,29 @@ class Point:
     span_s: float  # the traffic: first send to last end, over which the cpu columns count
     wall_s: float  # the whole command: its start, the traffic, its analysis and files
     ray: bool = False  # the workers were Ray actors
-    # The most a missed stream's read delay went past the error bound the run judged it by
-    # (selferror's error_bound_s), ms; None when none was missed. Small against the delay: the
-    # delay began before the data could be read (firehose stamps its first chunk before
-    # send()); near the delay: the bound did not see the loop's stall.
-    missed_over_ms: float | None = None
+    missed_streams: tuple[Missed, ...] = ()
     thread: str = ""  # that thread's name: `main` (the event loop's), else the kernel's comm
     # The host's busy cores by the run's own count (run.json's client.host_cpu, over its
     # timed traffic), which its crowded-host flag judges: the second witness beside `host_cpu`
     # where a missed stream asks why the run did not flag its host. NaN where it counted none.
     run_host_cpu: float = math.nan
-    # Firehose's stamp of each missed stream's first token (CLOCK_MONOTONIC ns), the host's
-    # busy share of its cores in the BUSY_WINDOW_NS around each, and the share of the
-    # traffic's windows at or past the crowded flag's HOST_BUSY_LIMIT (NaN: none measured).
-    missed_at_ns: tuple[int, ...] = ()
+    # Beside each missed stream: the host's busy share of its cores in the BUSY_WINDOW_NS
+    # around it, and how long its server waited for a core (the kernel's count, schedstat)
+    # between the samples around its delay, ms: firehose stamps its first chunk before its
+    # send(), so a server that lost its core between the two wrote the bytes late, where no
+    # client stamp sees it. And the share of the traffic's windows at or past the crowded
+    # flag's HOST_BUSY_LIMIT (NaN: none measured).
     missed_busy: tuple[float, ...] = ()
+    missed_server_wait_ms: tuple[float, ...] = ()
     busy_windows: float = math.nan
+
+    @property
+    def missed_over_ms(self) -> float | None:
+        """The most a missed stream's read delay went past the error bound the run judged it
+        by (selferror's error_bound_s), ms; None when none was missed. Small against the
+        delay: the delay began before the data could be read; near it: the bound did not see
+        the loop's stall."""
+        return max((m.over_ms for m in self.missed_streams), default=None)
 
     @property
     def client_us_per_req(self) -> float:
@@ -174,7 +194,7 @@ def tree_ticks(root: int) -> int:
 class Sample:
     """CPU counters at one moment of a point: perf_counter ns, each server's ticks, the
     client's process tree's ticks, the command's own process's ticks, the host's busy
-    seconds."""
+    seconds, the command's threads' ticks, and each server's wait for a core (ns)."""
 
     ns: int
     servers: tuple[int, ...]
@@ -182,13 +202,24 @@ class Sample:
     parent: int
     host_s: float
     threads: dict[int, int] = field(default_factory=dict)  # the command's: tid -> ticks
+    server_waits: tuple[int, ...] = ()
 
 
 def sample(servers: list[int], client: int, also: list[int]) -> Sample:
     """The counters now; `also`: more of the client's processes (a Ray cluster's)."""
     return Sample(time.perf_counter_ns(), tuple(cpu_ticks(p) for p in servers),
                   tree_ticks(client) + sum(map(live_ticks, also)), cpu_ticks(client),
-                  host_busy_s(), thread_ticks(client))  # fmt: skip
+                  host_busy_s(), thread_ticks(client),
+                  tuple(map(run_delay_ns, servers)))  # fmt: skip
+
+
+def run_delay_ns(pid: int) -> int:
+    """How long a process's threads have waited, runnable, for a core (the kernel's count:
+    /proc/PID/schedstat's second field, ns); 0 where the kernel keeps none."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def thread_ticks(pid: int) -> dict[int, int]:
@@ -260,6 +291,18 @@ def busy_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
         return math.nan
     a, b = inside[0], inside[-1]
     return (b.host_s - a.host_s) / ((b.ns - a.ns) / 1e9) / CORES
+
+
+def server_wait_ms(samples: list[Sample], miss: Missed) -> float:
+    """How long `miss`'s server waited for a core between the last sample before firehose
+    stamped its first token and the first after loadgen read it, ms; NaN where the samples
+    do not bracket it."""
+    before = [s for s in samples if s.ns <= miss.stamp_ns and s.server_waits]
+    after = [s for s in samples if s.ns >= miss.stamp_ns + miss.delay_ns and s.server_waits]
+    if not before or not after:
+        return math.nan
+    i = miss.replica
+    return (after[0].server_waits[i] - before[-1].server_waits[i]) / 1e6
 
 
 def busy_window_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
@@ -345,8 +388,10 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     p = point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded)
     half = BUSY_WINDOW_NS // 2
     return replace(p, ray=ray is not None, thread=names.get(tid, ""),
-                   missed_busy=tuple(busy_share(samples, t - half, t + half)
-                                     for t in p.missed_at_ns),
+                   missed_busy=tuple(busy_share(samples, m.stamp_ns - half, m.stamp_ns + half)
+                                     for m in p.missed_streams),
+                   missed_server_wait_ms=tuple(server_wait_ms(samples, m)
+                                               for m in p.missed_streams),
                    busy_windows=busy_window_share(samples, start, end),
                    run_host_cpu=manifest["client"].get("host_cpu", {}).get("host_busy_cores",
                                                                            math.nan))  # fmt: skip
@@ -367,7 +412,7 @@ def point(
     busiest server, the client, its parent process, that one's busiest thread and the whole
     host; `crowded`: the run said its host was (client_truth.run_crowded), which flags every
     stream."""
-    errors, over, missed_at = [], [], []
+    errors, missed = [], []
     for r in recs:
         truth = truths[r.replica or 0].get(request_number(r.response_id) or -1)
         if truth is None or r.t_first_ns is None or r.t_sent_ns is None:
@@ -376,8 +421,8 @@ def point(
         # The read error the flag has to bound.
         delay_ns = read_delay_ns(r, zero_ns, truth[1])
         if delay_ns / 1e9 > tolerance_s(r) and not read_flagged(r, crowded):
-            over.append(delay_ns / 1e6 - (error_bound_s(r) or 0) * 1e3)
-            missed_at.append(truth[1])
+            over_ms = delay_ns / 1e6 - (error_bound_s(r) or 0) * 1e3
+            missed.append(Missed(r.replica or 0, truth[1], delay_ns, over_ms))
     if not errors:
         raise SystemExit(f"W={workers} T={tokens} C={c}: no stream joined firehose's logs")
     start = min(r.t_sent_ns or r.t_intended_ns for r in recs)
@@ -387,9 +432,8 @@ def point(
     flagged = sum(read_flagged(r, crowded) for r in recs)
     return Point(workers, len(truths), tokens, c, len(recs), len(recs) / span_s, busy_s / span_s,
                  statistics.median(errors), statistics.quantiles(errors, n=100)[98],
-                 flagged / len(recs), len(over) / len(errors), *cpu, bound_by(*cpu, workers),
-                 span_s, wall_s, missed_over_ms=max(over, default=None),
-                 missed_at_ns=tuple(missed_at))  # fmt: skip
+                 flagged / len(recs), len(missed) / len(errors), *cpu, bound_by(*cpu, workers),
+                 span_s, wall_s, missed_streams=tuple(missed))  # fmt: skip
 
 
 def bound_by(
@@ -488,9 +532,10 @@ def ceiling_table(points: list[Point], k: int) -> str:
         lines += [f"    C={p.concurrency}: {p.missed:.2%} missed, their read delay past the bound"
                   f" charged by up to {p.missed_over_ms:.3f} ms; the run counted the host"
                   f" {p.run_host_cpu:.2f} cores busy (its crowded flag from"
-                  f" {HOST_BUSY_LIMIT * CORES:.2f}); the host in the"
-                  f" {BUSY_WINDOW_NS // 1_000_000} ms around each: {_shares(p.missed_busy)}, in"
-                  f" {p.busy_windows:.0%} of the traffic's windows >= {HOST_BUSY_LIMIT:.0%}"
+                  f" {HOST_BUSY_LIMIT * CORES:.2f}), and >= {HOST_BUSY_LIMIT:.0%} busy in"
+                  f" {p.busy_windows:.0%} of the traffic's {BUSY_WINDOW_NS // 1_000_000} ms"
+                  f" windows; each missed stream (past its bound, its server's wait for a core"
+                  f" around it, the host around it): {_each_missed(p)}"
                   for p in ps if p.missed_over_ms is not None]  # fmt: skip
     lines.append("(W = client workers (r: Ray actors), S = firehose processes, T = answer"
                  " tokens, C = streams asked; err = loadgen TTFT - firehose's own per stream,"
@@ -507,9 +552,11 @@ def ceiling_table(points: list[Point], k: int) -> str:
     return "\n".join(lines)
 
 
-def _shares(shares: tuple[float, ...]) -> str:
-    """Busy shares as the missed line prints them, busiest first."""
-    return " ".join(f"{x:.0%}" for x in sorted(shares, reverse=True))
+def _each_missed(p: Point) -> str:
+    """The missed streams' figures as the missed line prints them, the latest first."""
+    each = sorted(zip((m.over_ms for m in p.missed_streams), p.missed_server_wait_ms,
+                      p.missed_busy, strict=True), reverse=True)  # fmt: skip
+    return ", ".join(f"{over:.2f} / {wait:.2f} ms / {busy:.0%}" for over, wait, busy in each)
 
 
 def plot(points: list[Point], path: Path) -> None:

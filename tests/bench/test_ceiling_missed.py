@@ -10,6 +10,7 @@ import math
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -44,16 +45,20 @@ def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling, mon
     crowded = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, True)
     assert (crowded.flagged, crowded.missed, crowded.missed_over_ms) == (1.0, 0.0, None)
     assert p.missed_over_ms == pytest.approx(2.2)
-    # Firehose's stamp of the missed stream's first token, for the host's moment around it.
-    assert p.missed_at_ns == (ZERO + 2 * MS,) and crowded.missed_at_ns == ()
-    # Beside it, the host as the run counted it, against where its crowded flag starts, and
-    # as the bench counted it around each missed stream and over the traffic's windows.
-    p = dataclasses.replace(p, run_host_cpu=1.62, missed_busy=(0.81, 0.93), busy_windows=0.25)
+    # Its server, firehose's stamp of its first token and the 3 ms from there to loadgen's.
+    (miss,) = p.missed_streams
+    assert (miss.replica, miss.stamp_ns, miss.delay_ns) == (0, ZERO + 2 * MS, 3 * MS)
+    assert crowded.missed_streams == ()
+    # Beside it, the host as the run counted it, against where its crowded flag starts; how
+    # long its server waited for a core around it; the host around it and over the traffic.
+    p = dataclasses.replace(p, run_host_cpu=1.62, missed_busy=(0.93,),
+                            missed_server_wait_ms=(1.5,), busy_windows=0.25)  # fmt: skip
     monkeypatch.setattr(ceiling, "CORES", 2)
     assert (
         "C=4: 25.00% missed, their read delay past the bound charged by up to 2.200 ms;"
-        " the run counted the host 1.62 cores busy (its crowded flag from 1.70); the host in"
-        " the 100 ms around each: 93% 81%, in 25% of the traffic's windows >= 85%"
+        " the run counted the host 1.62 cores busy (its crowded flag from 1.70), and >= 85%"
+        " busy in 25% of the traffic's 100 ms windows; each missed stream (past its bound, its"
+        " server's wait for a core around it, the host around it): 2.20 / 1.50 ms / 93%"
     ) in ceiling.ceiling_table([p], 1)
     # 0.9 cores of client CPU over the span (7.8 ms: stream 1 meant to go at -0.8 ms, the
     # last end at 7 ms) for 4 requests: 0.9 * 7.8 ms / 4 = 1,755 us a request.
@@ -116,6 +121,32 @@ def test_the_hosts_busy_share_is_read_around_a_moment_and_over_windows(
     assert ceiling.busy_window_share(samples, 0, 200 * MS) == 0.0
     # A span shorter than a window holds none.
     assert math.isnan(ceiling.busy_window_share(samples, 0, 99 * MS))
+
+
+def test_a_missed_streams_server_wait_is_read_between_the_samples_around_it(ceiling) -> None:
+    # Two servers' waits for a core, sampled every 20 ms: server 1 waits 2 ms between 40 and
+    # 60 ms, server 0 never. A stream of server 1 stamped at 45 ms and read 3 ms later sits
+    # between the samples at 40 and 60 ms: its server waited 2 ms there; server 0's stream, 0.
+    samples = [ceiling.Sample(t * MS, (0, 0), 0, 0, 0.0, {}, (0, 0 if t < 60 else 2 * MS))
+               for t in range(0, 101, 20)]  # fmt: skip
+    late = ceiling.Missed(1, 45 * MS, 3 * MS, 2.5)
+    assert ceiling.server_wait_ms(samples, late) == pytest.approx(2.0)
+    assert ceiling.server_wait_ms(samples, dataclasses.replace(late, replica=0)) == 0.0
+    # Stamped before the first sample, or read after the last: the samples say nothing.
+    assert math.isnan(ceiling.server_wait_ms(samples, dataclasses.replace(late, stamp_ns=-MS)))
+    assert math.isnan(ceiling.server_wait_ms(samples, dataclasses.replace(late, delay_ns=MS**2)))
+
+
+def test_a_processs_wait_for_a_core_is_the_kernels_count(ceiling) -> None:
+    # Ours, as the kernel keeps it (the second field; the first, CPU time, is far past it),
+    # between two reads of our own; a process gone reads 0.
+    def waited() -> int:
+        return int(Path("/proc/self/schedstat").read_text().split()[1])
+
+    first = waited()
+    ours = ceiling.run_delay_ns(os.getpid())
+    assert first <= ours <= waited()
+    assert ceiling.run_delay_ns(2**22 + 1) == 0
 
 
 def _driver(ceiling, shares: dict[int, float], born: int | None = None) -> list:
