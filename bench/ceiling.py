@@ -214,12 +214,14 @@ def sample(servers: list[int], client: int, also: list[int]) -> Sample:
 
 
 def run_delay_ns(pid: int) -> int:
-    """How long a process's threads have waited, runnable, for a core (the kernel's count:
-    /proc/PID/schedstat's second field, ns); 0 where the kernel keeps none."""
-    try:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
+    """How long a process's live threads have waited, runnable, for a core (the kernel's
+    count: the second field of each /proc/PID/task/TID/schedstat, ns; /proc/PID/schedstat
+    is its first thread's alone); 0 where the kernel keeps none or the process has gone."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with suppress(OSError, IndexError, ValueError):  # a thread gone, a kernel without it
+            total += int(stat.read_text().split()[1])
+    return total
 
 
 def thread_ticks(pid: int) -> dict[int, int]:
