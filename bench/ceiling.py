@@ -143,6 +143,10 @@ class Point:
     missed_busy: tuple[float, ...] = ()
     missed_server_wait_ms: tuple[float, ...] = ()
     busy_windows: float = math.nan
+    # The share of the traffic the server that waited most for a core spent waiting for one
+    # (runnable, not running: the kernel's schedstat): the point's baseline beside each missed
+    # stream's own wait. NaN where the traffic was too short to measure.
+    server_wait: float = math.nan
 
     @property
     def missed_over_ms(self) -> float | None:
@@ -307,6 +311,17 @@ def server_wait_ms(samples: list[Sample], miss: Missed) -> float:
     return (after[0].server_waits[i] - before[-1].server_waits[i]) / 1e6
 
 
+def server_wait_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
+    """The most any server waited for a core between the samples nearest inside [start_ns,
+    end_ns], as a share of that time; NaN with fewer than MIN_CPU_SAMPLES there."""
+    inside = [s for s in samples if start_ns <= s.ns <= end_ns and s.server_waits]
+    if len(inside) < MIN_CPU_SAMPLES:
+        return math.nan
+    a, b = inside[0], inside[-1]
+    waited = max(y - x for x, y in zip(a.server_waits, b.server_waits, strict=True))
+    return waited / (b.ns - a.ns)
+
+
 def busy_window_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
     """The share of the whole BUSY_WINDOW_NS windows of [start_ns, end_ns] in which the host
     was at least HOST_BUSY_LIMIT busy; NaN where the span holds none."""
@@ -395,6 +410,7 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
                    missed_server_wait_ms=tuple(server_wait_ms(samples, m)
                                                for m in p.missed_streams),
                    busy_windows=busy_window_share(samples, start, end),
+                   server_wait=server_wait_share(samples, start, end),
                    run_host_cpu=manifest["client"].get("host_cpu", {}).get("host_busy_cores",
                                                                            math.nan))  # fmt: skip
 
@@ -487,7 +503,8 @@ def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], secon
 
 
 HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight':>9}"
-        f" {'err p50':>8} {'p99':>7} {'flagged':>7} {'missed':>6} {'srv cpu':>7} {'cli cpu':>7}"
+        f" {'err p50':>8} {'p99':>7} {'flagged':>7} {'missed':>6} {'srv cpu':>7} {'waited':>6}"
+        f" {'cli cpu':>7}"
         f" {'us/req':>6} {'parent':>6} {'thread':>6}"
         f" {'host':>5}"
         f" {'bound':<7} {'span s':>6} {'wall s':>6}")  # fmt: skip
@@ -496,7 +513,8 @@ HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight
 def row(p: Point) -> str:
     return (f"{p.shown_workers:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
             f" {p.req_s:>8,.0f} {p.in_flight:>9,.0f} {p.err_p50_ms:>+8.2f} {p.err_p99_ms:>+7.2f}"
-            f" {p.flagged:>7.0%} {p.missed:>6.1%} {p.server_cpu:>7.2f} {p.client_cpu:>7.2f}"
+            f" {p.flagged:>7.0%} {p.missed:>6.1%} {p.server_cpu:>7.2f} {p.server_wait:>6.0%}"
+            f" {p.client_cpu:>7.2f}"
             f" {p.client_us_per_req:>6.0f} {p.parent_cpu:>6.2f} {p.thread_cpu:>6.2f}"
             f" {p.host_cpu:>5.2f}"
             f" {p.bound:<7} {p.span_s:>6.2f} {p.wall_s:>6.1f}")  # fmt: skip
@@ -543,9 +561,10 @@ def ceiling_table(points: list[Point], k: int) -> str:
                  " tokens, C = streams asked; err = loadgen TTFT - firehose's own per stream,"
                  " ms; flagged ="
                  " client_limited or crowded host; missed = the first token stamped later than its"
-                 " tolerance after firehose wrote it, yet not flagged; cpu in"
-                 " cores over the traffic (span): the"
-                 " busiest firehose process, the client's processes together (us/req: their"
+                 " tolerance after firehose wrote it, yet not flagged; waited = the share of the"
+                 " traffic the firehose process that waited most for a core waited (the kernel's"
+                 " schedstat); cpu in cores over the traffic (span): the busiest firehose"
+                 " process, the client's processes together (us/req: their"
                  " CPU a request, us), the command's process (parent) and its busiest thread,"
                  " the host; wall:"
                  " the whole command, its start and analysis too;"
