@@ -137,6 +137,15 @@ def test_a_missed_streams_server_wait_is_read_between_the_samples_around_it(ceil
     assert math.isnan(ceiling.server_wait_ms(samples, dataclasses.replace(late, delay_ns=MS**2)))
 
 
+def test_a_points_server_wait_is_the_most_any_server_waited_over_its_traffic(ceiling) -> None:
+    # 11 samples over 0.2 s: server 0 waits a quarter of the time, server 1 half of it.
+    samples = [ceiling.Sample(t * MS, (0, 0), 0, 0, 0.0, {}, (t * MS // 4, t * MS // 2))
+               for t in range(0, 201, 20)]  # fmt: skip
+    assert ceiling.server_wait_share(samples, 0, 200 * MS) == pytest.approx(0.5)
+    # A traffic with too few samples to read it from: no figure.
+    assert math.isnan(ceiling.server_wait_share(samples, 0, 100 * MS))
+
+
 def test_a_processs_wait_for_a_core_is_the_kernels_count_over_its_threads(ceiling) -> None:
     # Ours, as the kernel keeps it for each thread (the second field; the first, CPU time, is
     # far past it), between two reads of our own; a process gone reads 0.
