@@ -57,7 +57,16 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 from loadgen.analysis.selferror import HOST_BUSY_LIMIT, error_bound_s, tolerance_s
-from loadgen.client.hostload import TICK_S, cpu_ticks, host_busy_s, live_ticks, stat_ticks
+from loadgen.client.hostload import (
+    TICK_S,
+    cpu_ticks,
+    host_busy_s,
+    live_ticks,
+    processes,
+    run_delay_ns,
+    stat_ticks,
+    with_descendants,
+)
 from loadgen.records import StreamRecord, read_streams
 
 from support.ray_cluster import Cluster, local_ray_cluster, ray_processes
@@ -134,6 +143,9 @@ class Point:
     # timed traffic), which its crowded-host flag judges: the second witness beside `host_cpu`
     # where a missed stream asks why the run did not flag its host. NaN where it counted none.
     run_host_cpu: float = math.nan
+    # The run's own count of its server's wait for a core (client.host_cpu's server_wait),
+    # which its crowded flag judges too.
+    run_server_wait: float = math.nan
     # Beside each missed stream: the host's busy share of its cores in the BUSY_WINDOW_NS
     # around it, and how long its server waited for a core (the kernel's count, schedstat)
     # between the samples around its delay, ms: firehose stamps its first chunk before its
@@ -177,18 +189,6 @@ class Point:
         return f"W={self.shown_workers} T={self.tokens}"
 
 
-def processes() -> dict[int, tuple[int, int]]:
-    """Every live process: its parent's pid and its utime + stime (ticks)."""
-    out = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:  # gone between the listing and the read
-            continue
-        out[int(stat.parent.name)] = int(fields[1]), int(fields[11]) + int(fields[12])
-    return out
-
-
 def tree_ticks(root: int) -> int:
     """utime + stime of `root` and its live children (loadgen's worker processes), ticks."""
     return sum(t for pid, (ppid, t) in processes().items() if root in (pid, ppid))
@@ -217,17 +217,6 @@ def sample(servers: list[int], client: int, also: list[int]) -> Sample:
                   tuple(map(run_delay_ns, servers)))  # fmt: skip
 
 
-def run_delay_ns(pid: int) -> int:
-    """How long a process's live threads have waited, runnable, for a core (the kernel's
-    count: the second field of each /proc/PID/task/TID/schedstat, ns; /proc/PID/schedstat
-    is its first thread's alone); 0 where the kernel keeps none or the process has gone."""
-    total = 0
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        with suppress(OSError, IndexError, ValueError):  # a thread gone, a kernel without it
-            total += int(stat.read_text().split()[1])
-    return total
-
-
 def thread_ticks(pid: int) -> dict[int, int]:
     """utime + stime of each live thread of a process, ticks; {} once the process has gone."""
     out = {}
@@ -247,21 +236,6 @@ def thread_name(pid: int, tid: int) -> str:
         return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
     except OSError:
         return ""
-
-
-def with_descendants(pids: list[int]) -> list[int]:
-    """`pids` and every process below them: a Ray node's actors are its raylet's children,
-    and their command lines (retitled `ray::StreamActor`) no longer name the cluster."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in processes().items():
-        children.setdefault(ppid, []).append(pid)
-    out, todo = set(pids), list(pids)
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return sorted(out)
 
 
 def window_cpu(
@@ -404,6 +378,7 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     crowded = run_crowded(tag / "run")
     p = point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded)
     half = BUSY_WINDOW_NS // 2
+    host_cpu = manifest["client"].get("host_cpu", {})
     return replace(p, ray=ray is not None, thread=names.get(tid, ""),
                    missed_busy=tuple(busy_share(samples, m.stamp_ns - half, m.stamp_ns + half)
                                      for m in p.missed_streams),
@@ -411,8 +386,8 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
                                                for m in p.missed_streams),
                    busy_windows=busy_window_share(samples, start, end),
                    server_wait=server_wait_share(samples, start, end),
-                   run_host_cpu=manifest["client"].get("host_cpu", {}).get("host_busy_cores",
-                                                                           math.nan))  # fmt: skip
+                   run_host_cpu=host_cpu.get("host_busy_cores", math.nan),
+                   run_server_wait=host_cpu.get("server_wait", math.nan))  # fmt: skip
 
 
 def point(
@@ -552,7 +527,8 @@ def ceiling_table(points: list[Point], k: int) -> str:
         lines += [f"    C={p.concurrency}: {p.missed:.2%} missed, their read delay past the bound"
                   f" charged by up to {p.missed_over_ms:.3f} ms; the run counted the host"
                   f" {p.run_host_cpu:.2f} cores busy (its crowded flag from"
-                  f" {HOST_BUSY_LIMIT * CORES:.2f}), and >= {HOST_BUSY_LIMIT:.0%} busy in"
+                  f" {HOST_BUSY_LIMIT * CORES:.2f}) and its server's wait for a core"
+                  f" {p.run_server_wait:.0%} of it, and >= {HOST_BUSY_LIMIT:.0%} busy in"
                   f" {p.busy_windows:.0%} of the traffic's {BUSY_WINDOW_NS // 1_000_000} ms"
                   f" windows; each missed stream (past its bound, its server's wait for a core"
                   f" around it, the host around it): {_each_missed(p)}"

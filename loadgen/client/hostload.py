@@ -9,13 +9,20 @@ with 10 workers), and 1-24 streams a point came past their tolerance with no sta
 late; on a slower host of the kind 12 workers kept it 88-89% busy and missed 2-21; at 63-84%
 busy none was missed. The busy share is read from the kernel's own counters over the timed
 traffic (run.json's client.host_cpu); analysis/selferror.py judges it.
+
+Where the server runs on this host (a loopback target's listening process and those below
+it), the kernel also counts how long it waited, runnable, for a core (schedstat): its witness
+of the stamp-to-send time no client sees. Every stream that came late unflagged on a 16-core
+host (10 of 10) and on the build machine (2 of 2) had its server waiting for a core longer
+than the stream's overshoot in the 20-40 ms around it (bench/ceiling.md).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -53,19 +60,113 @@ def live_ticks(pid: int) -> int:
         return 0
 
 
+def run_delay_ns(pid: int) -> int:
+    """How long a process's live threads have waited, runnable, for a core (the kernel's
+    count: the second field of each /proc/PID/task/TID/schedstat, ns; /proc/PID/schedstat
+    is its first thread's alone); 0 where the kernel keeps none or the process has gone."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[1])
+        except (OSError, IndexError, ValueError):  # a thread gone, a kernel without it
+            continue
+    return total
+
+
+def processes() -> dict[int, tuple[int, int]]:
+    """Every live process: its parent's pid and its utime + stime (ticks)."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # gone between the listing and the read
+            continue
+        out[int(stat.parent.name)] = int(fields[1]), int(fields[11]) + int(fields[12])
+    return out
+
+
+def with_descendants(pids: Collection[int]) -> list[int]:
+    """`pids` and every live process below them (a server's engine processes are its
+    children; a Ray node's actors its raylet's)."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in processes().items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = set(pids), list(pids)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return sorted(out)
+
+
+_LISTEN = "0A"  # a socket's state in /proc/net/tcp: TCP_LISTEN
+
+
+def listening_pids(ports: Collection[int]) -> list[int]:
+    """The processes holding a listening TCP socket on any of `ports` (this host's, v4 or v6)
+    that this user may look into; [] without /proc."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if len(f) > 9 and f[3] == _LISTEN and int(f[1].rpartition(":")[2], 16) in ports:
+                inodes.add(f"socket:[{f[9]}]")
+    if not inodes:
+        return []
+    out = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) in inodes for fd in fd_dir.iterdir()):
+                out.append(int(fd_dir.parent.name))
+        except OSError:  # another user's, or gone between the listing and the read
+            continue
+    return out
+
+
+def local_server_pids(hosts_ports: Collection[tuple[str | None, int | None]]) -> list[int]:
+    """The processes of the servers this host runs among `hosts_ports` (a target's host and
+    port each): those listening on a loopback one's port, and their descendants; none of
+    them this process (the wall-clock sim serves from inside loadgen)."""
+    ports = {port for host, port in hosts_ports if port is not None and is_loopback(host)}
+    listeners = set(listening_pids(ports)) - {os.getpid()} if ports else set()
+    return with_descendants(listeners) if listeners else []
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether `host` names this host's loopback (localhost, or an address of it)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
+
+
 class HostLoad:
     """The host's busy cores and the client's own (`pids`: this process and its workers, as
-    they are when asked) inside `measuring()`, summed over every timed stretch."""
+    they are when asked) inside `measuring()`, summed over every timed stretch; and, where
+    the server runs here (`server_pids`: its processes, none of them loadgen's), how long its
+    threads waited for a core: a server that lost its core between stamping its answer and
+    sending it delays every TTFT where no client stamp sees it, on a host whose average
+    busy share can still read below the crowded flag's."""
 
-    def __init__(self, pids: Callable[[], Sequence[int]]) -> None:
+    def __init__(self, pids: Callable[[], Sequence[int]], server_pids: Sequence[int] = ()) -> None:
         self._pids = pids
+        self._server_pids = server_pids
         self._span_s = 0.0
         self._host_s = 0.0
         self._client_s = 0.0
+        self._server_wait_ns = dict.fromkeys(server_pids, 0)
 
     @contextmanager
     def measuring(self) -> Iterator[None]:
         own0 = {pid: live_ticks(pid) for pid in self._pids()}
+        wait0 = {pid: run_delay_ns(pid) for pid in self._server_pids}
         t0, host0 = time.perf_counter(), host_busy_s()
         try:
             yield
@@ -77,15 +178,23 @@ class HostLoad:
                 # A worker gone meanwhile reads 0: its ticks are lost, never negative.
                 own = sum(max(0, live_ticks(pid) - ticks) for pid, ticks in own0.items())
                 self._client_s += own * TICK_S
+                for pid, ns in wait0.items():
+                    self._server_wait_ns[pid] += max(0, run_delay_ns(pid) - ns)
 
     def summary(self) -> dict[str, float]:
         """run.json's client.host_cpu: cores busy on average over the timed span, the host's
-        and loadgen's own, and the host's cores; empty where nothing was measured."""
+        and loadgen's own, and the host's cores; with a server on this host, the wait for a
+        core of the server process that waited most, its threads summed, over the span
+        (`server_wait`: 0.5, one thread waiting half the time); empty where nothing was
+        measured."""
         if self._span_s <= 0:
             return {}
-        return {
+        out = {
             "span_s": round(self._span_s, 3),
             "host_busy_cores": round(self._host_s / self._span_s, 2),
             "client_cores": round(self._client_s / self._span_s, 2),
             "cores": os.cpu_count() or 1,
         }
+        if self._server_wait_ns:
+            out["server_wait"] = round(max(self._server_wait_ns.values()) / 1e9 / self._span_s, 3)
+        return out

@@ -13,9 +13,10 @@ from contextlib import AsyncExitStack, asynccontextmanager, closing, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.hostload import HostLoad
+from loadgen.client.hostload import HostLoad, local_server_pids
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
@@ -228,12 +229,19 @@ async def open_http_backend(
             background.append(asyncio.create_task(watch.run()))
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, sender, pool, lag,
-            HostLoad(lambda: client_pids(pool)), WallClock(run_start_ns), warn, background,
+            HostLoad(lambda: client_pids(pool), _server_pids(target)), WallClock(run_start_ns),
+            warn, background,
             concurrency, opts.workers,
             TelemetryInfo(None if gpu is None else gpu.source, tuple(notes)),
             run_start_wall_ns, utc_offset_s, targets, log_tail, rundir.path, opts.live,
             opts.trace_context,
         )  # fmt: skip
+
+
+def _server_pids(target: Target) -> list[int]:
+    """The processes of the target's servers that run on this host (each replica's)."""
+    urls = [urlsplit(u) for u in target.replicas or [target.url]]
+    return local_server_pids([(u.hostname, u.port) for u in urls])
 
 
 async def _sender(

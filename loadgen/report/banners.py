@@ -44,11 +44,17 @@ def client_reasons(c: ClientLimits) -> list[str]:
 def crowding_text(c: Crowding) -> str:
     if c.busy_cores is not None and c.client_cores is not None:
         fewer = f"run fewer workers than {c.workers}, or " if c.workers > 1 else ""
+        waited = (
+            ""
+            if c.server_wait is None
+            else f", the server waiting for a core {c.server_wait:.0%} of that time by the "
+            "kernel's count"
+        )
         return (
             f"this host's {c.cores} cores were {c.busy_cores / c.cores:.0%} busy while streams "
             f"were timed ({c.client_cores:.1f} cores loadgen's own) beside the server at "
-            f"{c.host}: its sends and the kernel's deliveries waited for a core, inside TTFTs "
-            f"where no client stamp sees it ({fewer}the server elsewhere)"
+            f"{c.host}{waited}: its sends and the kernel's deliveries waited for a core, inside "
+            f"TTFTs where no client stamp sees it ({fewer}the server elsewhere)"
         )
     return (
         f"{c.workers} client process{'es' if c.workers > 1 else ''} and the server at {c.host} "

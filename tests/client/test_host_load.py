@@ -5,6 +5,10 @@ when the host was busy past HOST_BUSY_LIMIT mostly by loadgen, and stays quiet o
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,6 +94,17 @@ def test_a_busy_host_flags_only_a_local_server_that_loadgen_crowded() -> None:
     assert busy_host(url, 15, at | {"host_busy_cores": HOST_BUSY_LIMIT * 16 - 0.01}) is None
 
 
+def test_a_crowded_host_carries_its_servers_wait_for_a_core_as_its_witness() -> None:
+    url = "127.0.0.1"
+    crowded = busy_host(url, 15, SATURATED | {"server_wait": 0.33})
+    assert crowded == Crowding("127.0.0.1", 15, 16, 15.36, 14.58, 0.33)
+    # The busy share judges: a host below its limit is not crowded, whatever the server's
+    # wait (its average did not tell late runs from timely ones), nor one of a server that
+    # keeps the cores busy by itself.
+    assert busy_host(url, 12, SLACK | {"server_wait": 0.33}) is None
+    assert busy_host(url, 1, SATURATED | {"server_wait": 0.33, "client_cores": 3.0}) is None
+
+
 def test_the_banner_says_how_busy_the_host_was_and_what_to_do() -> None:
     crowded = busy_host("127.0.0.1", 15, SATURATED)
     assert crowded is not None
@@ -98,6 +113,13 @@ def test_the_banner_says_how_busy_the_host_was_and_what_to_do() -> None:
         "beside the server at 127.0.0.1: its sends and the kernel's deliveries waited for a "
         "core, inside TTFTs where no client stamp sees it (run fewer workers than 15, or the "
         "server elsewhere)"
+    )
+    waited = busy_host("127.0.0.1", 15, SATURATED | {"server_wait": 0.33})
+    assert waited is not None
+    assert crowding_text(waited).startswith(
+        "this host's 16 cores were 96% busy while streams were timed (14.6 cores loadgen's own) "
+        "beside the server at 127.0.0.1, the server waiting for a core 33% of that time by the "
+        "kernel's count: its sends"
     )
     one = dataclasses.replace(crowded, workers=1)
     assert crowding_text(one).endswith("where no client stamp sees it (the server elsewhere)")
@@ -148,3 +170,73 @@ def test_a_reports_banner_is_the_requests_for_a_run_crowded_by_count(tmp_path: P
         "!! CLIENT LIMITED: 2 client processes and the server at 127.0.0.1 share this host's "
         "2 cores"
     )
+
+
+def test_a_processs_wait_for_a_core_is_the_kernels_count_over_its_threads() -> None:
+    # Ours, as the kernel keeps it for each thread (the second field; the first, CPU time, is
+    # far past it), between two reads of our own; a process gone reads 0.
+    def waited() -> int:
+        stats = Path("/proc/self/task").glob("*/schedstat")
+        return sum(int(stat.read_text().split()[1]) for stat in stats)
+
+    first = waited()
+    ours = hostload.run_delay_ns(os.getpid())
+    assert first <= ours <= waited()
+    assert hostload.run_delay_ns(2**22 + 1) == 0
+
+
+def test_a_local_servers_processes_are_found_by_its_listening_port() -> None:
+    # A child process listening on a loopback port (the server), found by that port; this
+    # process's own listener (the wall-clock sim serves from inside loadgen) never is.
+    script = (
+        "import socket, sys, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "print(s.getsockname()[1], flush=True); time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    own = socket.socket()
+    try:
+        assert child.stdout is not None
+        port = int(child.stdout.readline())
+        own.bind(("127.0.0.1", 0))
+        own.listen()
+        own_port = own.getsockname()[1]
+        assert hostload.listening_pids({port}) == [child.pid]
+        assert hostload.local_server_pids([("127.0.0.1", port)]) == [child.pid]
+        assert hostload.local_server_pids([("localhost", port), (None, None)]) == [child.pid]
+        assert os.getpid() in hostload.listening_pids({own_port})
+        assert hostload.local_server_pids([("127.0.0.1", own_port)]) == []
+        # A server elsewhere is not this host's, whatever its port.
+        assert hostload.local_server_pids([("10.0.0.5", port)]) == []
+    finally:
+        own.close()
+        child.kill()
+        child.wait()
+
+
+def test_the_servers_wait_is_the_most_any_server_process_waited_over_the_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = iter([10.0, 10.5, 20.0, 20.5])
+    host = iter([100.0, 107.0, 200.0, 207.0])
+    # Server 7 waits 0.1 s in each stretch, server 8 0.3 s in the first; a count that went
+    # down (a thread gone) reads 0, never negative.
+    waits = {7: iter([0, 100_000_000, 100_000_000, 200_000_000]),
+             8: iter([0, 300_000_000, 300_000_000, 200_000_000])}  # fmt: skip
+    monkeypatch.setattr(hostload.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(hostload, "host_busy_s", lambda: next(host))
+    monkeypatch.setattr(hostload, "live_ticks", lambda pid: 0)
+    monkeypatch.setattr(hostload, "run_delay_ns", lambda pid: next(waits[pid]))
+    load = HostLoad(lambda: [1], [7, 8])
+    for _ in range(2):
+        with load.measuring():
+            pass
+    # Over 1 s timed: server 7 waited 0.2 s, server 8 0.3 s: the most is 0.3.
+    assert load.summary()["server_wait"] == 0.3
+    # With no server on this host, no figure.
+    monkeypatch.setattr(hostload.time, "perf_counter", iter([0.0, 1.0]).__next__)
+    monkeypatch.setattr(hostload, "host_busy_s", iter([0.0, 1.0]).__next__)
+    alone = HostLoad(lambda: [1])
+    with alone.measuring():
+        pass
+    assert "server_wait" not in alone.summary()
