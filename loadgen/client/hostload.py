@@ -118,14 +118,22 @@ def listening_pids(ports: Collection[int]) -> list[int]:
                 inodes.add(f"socket:[{f[9]}]")
     if not inodes:
         return []
-    out = []
-    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+    return [int(fd_dir.parent.name) for fd_dir in Path("/proc").glob("[0-9]*/fd")
+            if inodes & set(_links(fd_dir))]  # fmt: skip
+
+
+def _links(fd_dir: Path) -> Iterator[str]:
+    """What each open descriptor of a process's fd folder names; none of another user's
+    process, nor of a descriptor closed between the listing and the read."""
+    try:
+        fds = list(fd_dir.iterdir())
+    except OSError:
+        return
+    for fd in fds:
         try:
-            if any(os.readlink(fd) in inodes for fd in fd_dir.iterdir()):
-                out.append(int(fd_dir.parent.name))
-        except OSError:  # another user's, or gone between the listing and the read
+            yield os.readlink(fd)
+        except OSError:
             continue
-    return out
 
 
 def local_server_pids(hosts_ports: Collection[tuple[str | None, int | None]]) -> list[int]:
