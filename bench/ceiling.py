@@ -12,7 +12,11 @@ loadgen flagged client_limited (or a crowded host), and what bound the point: `s
 firehose process used >= 85% of a core over the run, `parent` when (with workers) a thread of
 the process that takes every worker's records did (its busiest thread is named: a Ray
 driver's process runs above a core on Ray's threads), `loadgen` when the client's processes
-did (per worker), else `host` when the two together filled the cores, else `-`.
+did (per worker), else `host` when the two together filled the cores, else `-`. `waited`: the
+share of the traffic the firehose process that waited most for a core spent waiting, runnable
+(the kernel's schedstat); a missed stream is printed with its server's own wait around it and
+the host's busy share in the 100 ms around it, the witnesses of time lost before its bytes
+could be read (firehose stamps its first chunk before its send()).
 
 The ratio (for bench/harness.py): loadgen's ceiling over a bare aiohttp + orjson loop's
 requests/s (bench/client_ingest.py's) at the same C and answer length, against one firehose,
