@@ -159,9 +159,9 @@ class HostLoad:
     """The host's busy cores and the client's own (`pids`: this process and its workers, as
     they are when asked) inside `measuring()`, summed over every timed stretch; and, where
     the server runs here (`server_pids`: its processes, none of them loadgen's), how long its
-    threads waited for a core: a server that lost its core between stamping its answer and
-    sending it delays every TTFT where no client stamp sees it, on a host whose average
-    busy share can still read below the crowded flag's."""
+    threads waited for a core: a server that lost its core between stamping an answer and
+    sending it delays that stream's TTFT where no client stamp sees it, on a host whose
+    average busy share can still read below the crowded flag's."""
 
     def __init__(self, pids: Callable[[], Sequence[int]], server_pids: Sequence[int] = ()) -> None:
         self._pids = pids
