@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadgen.analysis.phases import http_phases
+from loadgen.client.hostload import LOOPBACK
 from loadgen.records import StreamRecord
 
 CLIENT_ERROR_FRACTION = 0.05
@@ -100,8 +101,6 @@ def send_late_by_holder(records: Iterable[StreamRecord]) -> dict[str, int]:
 
 # Who of analysis/phases.py's SEND_HOLDERS is loadgen's own process.
 LOADGEN_HOLDERS = ("client",)
-
-LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 # A host whose cores were this busy on average over the timed traffic, most of it loadgen's

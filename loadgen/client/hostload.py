@@ -19,7 +19,6 @@ than the stream's overshoot in the 20-40 ms around it (bench/ceiling.md).
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -27,6 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+# The names a target's URL gives this host's loopback by: a server there shares its cores.
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def host_busy_s() -> float | None:
@@ -119,7 +120,7 @@ def listening_pids(ports: Collection[int]) -> list[int]:
     if not inodes:
         return []
     return [int(fd_dir.parent.name) for fd_dir in Path("/proc").glob("[0-9]*/fd")
-            if inodes & set(_links(fd_dir))]  # fmt: skip
+            if any(link in inodes for link in _links(fd_dir))]  # fmt: skip
 
 
 def _links(fd_dir: Path) -> Iterator[str]:
@@ -140,19 +141,9 @@ def local_server_pids(hosts_ports: Collection[tuple[str | None, int | None]]) ->
     """The processes of the servers this host runs among `hosts_ports` (a target's host and
     port each): those listening on a loopback one's port, and their descendants; none of
     them this process (the wall-clock sim serves from inside loadgen)."""
-    ports = {port for host, port in hosts_ports if port is not None and is_loopback(host)}
+    ports = {port for host, port in hosts_ports if port is not None and host in LOOPBACK}
     listeners = set(listening_pids(ports)) - {os.getpid()} if ports else set()
     return with_descendants(listeners) if listeners else []
-
-
-def is_loopback(host: str | None) -> bool:
-    """Whether `host` names this host's loopback (localhost, or an address of it)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host or "").is_loopback
-    except ValueError:
-        return False
 
 
 class HostLoad:
@@ -165,7 +156,6 @@ class HostLoad:
 
     def __init__(self, pids: Callable[[], Sequence[int]], server_pids: Sequence[int] = ()) -> None:
         self._pids = pids
-        self._server_pids = server_pids
         self._span_s = 0.0
         self._host_s = 0.0
         self._client_s = 0.0
@@ -174,7 +164,7 @@ class HostLoad:
     @contextmanager
     def measuring(self) -> Iterator[None]:
         own0 = {pid: live_ticks(pid) for pid in self._pids()}
-        wait0 = {pid: run_delay_ns(pid) for pid in self._server_pids}
+        wait0 = {pid: run_delay_ns(pid) for pid in self._server_wait_ns}
         t0, host0 = time.perf_counter(), host_busy_s()
         try:
             yield

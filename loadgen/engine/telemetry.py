@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.client.hostload import LOOPBACK
 from loadgen.records import JsonlAppender
 
 TELEMETRY_FILE = "telemetry.jsonl"
@@ -32,14 +33,13 @@ DCGM_FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_FB_USED": ("mem_used_mib", 1.0),  # MiB
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("throttle", 1.0),  # bitmask
 }
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 # One exporter scrape may take this long before the sample is an error line.
 DCGM_TIMEOUT_S = 5.0
 
 
 def is_loopback(url: str) -> bool:
     """True when the server at `url` runs on this host (so this host's GPUs serve it)."""
-    return (urlparse(url).hostname or "") in LOOPBACK_HOSTS
+    return (urlparse(url).hostname or "") in LOOPBACK
 
 
 def visible_devices(env: Mapping[str, str]) -> list[str] | None:
