@@ -112,6 +112,13 @@ class Missed:
     stamp_ns: int
     delay_ns: int
     over_ms: float
+    # Its witnesses, read from the point's samples once it has run: the host's busy share of
+    # its cores in the BUSY_WINDOW_NS around it, and how long its server waited for a core
+    # (the kernel's count, schedstat) between the samples around its delay, ms: firehose
+    # stamps its first chunk before its send(), so a server that lost its core between the
+    # two wrote the bytes late, where no client stamp sees it.
+    busy: float = math.nan
+    server_wait_ms: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -150,14 +157,8 @@ class Point:
     # The run's own count of its server's wait for a core (client.host_cpu's server_wait),
     # which its crowded flag judges too.
     run_server_wait: float = math.nan
-    # Beside each missed stream: the host's busy share of its cores in the BUSY_WINDOW_NS
-    # around it, and how long its server waited for a core (the kernel's count, schedstat)
-    # between the samples around its delay, ms: firehose stamps its first chunk before its
-    # send(), so a server that lost its core between the two wrote the bytes late, where no
-    # client stamp sees it. And the share of the traffic's windows at or past the crowded
-    # flag's HOST_BUSY_LIMIT (NaN: none measured).
-    missed_busy: tuple[float, ...] = ()
-    missed_server_wait_ms: tuple[float, ...] = ()
+    # The share of the traffic's BUSY_WINDOW_NS windows at or past the crowded flag's
+    # HOST_BUSY_LIMIT (NaN: none measured).
     busy_windows: float = math.nan
     # The share of the traffic the server that waited most for a core spent waiting for one
     # (runnable, not running: the kernel's schedstat): the point's baseline beside each missed
@@ -251,12 +252,12 @@ def window_cpu(
     whole wall also holds its start and its analysis after the run, one core busy for a minute
     at 35,000 streams, which read as a `loadgen` bound at any load. NaN each (and no thread)
     where the traffic was too short to measure."""
-    inside = [s for s in samples if start_ns <= s.ns <= end_ns]
-    if len(inside) < MIN_CPU_SAMPLES:
-        # A 50 ms traffic (2,000 requests at 40,000/s) holds 2 samples of 10 ms ticks; taken
-        # over the command's whole wall instead, its analysis read as a `parent` bound.
+    # A 50 ms traffic (2,000 requests at 40,000/s) holds 2 samples of 10 ms ticks; taken
+    # over the command's whole wall instead, its analysis read as a `parent` bound.
+    ends = bracket(samples, start_ns, end_ns, MIN_CPU_SAMPLES)
+    if ends is None:
         return (math.nan,) * 5, None
-    a, b = inside[0], inside[-1]
+    a, b = ends
     span = (b.ns - a.ns) / 1e9
     server = max((y - x) * TICK_S / span for x, y in zip(a.servers, b.servers, strict=True))
     # A thread born inside the window counts from 0 ticks.
@@ -267,13 +268,22 @@ def window_cpu(
             thread, (b.host_s - a.host_s) / span), tid  # fmt: skip
 
 
+def bracket(
+    samples: list[Sample], start_ns: int, end_ns: int, least: int = 2
+) -> tuple[Sample, Sample] | None:
+    """The first and last samples inside [start_ns, end_ns], between which a figure is read;
+    None with fewer than `least` (two at the least) there."""
+    inside = [s for s in samples if start_ns <= s.ns <= end_ns]
+    return (inside[0], inside[-1]) if len(inside) >= least else None
+
+
 def busy_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
     """The host's busy share of its cores between the samples nearest inside [start_ns,
     end_ns]; NaN with fewer than two there."""
-    inside = [s for s in samples if start_ns <= s.ns <= end_ns]
-    if len(inside) < 2:
+    ends = bracket(samples, start_ns, end_ns)
+    if ends is None:
         return math.nan
-    a, b = inside[0], inside[-1]
+    a, b = ends
     return (b.host_s - a.host_s) / ((b.ns - a.ns) / 1e9) / CORES
 
 
@@ -281,8 +291,8 @@ def server_wait_ms(samples: list[Sample], miss: Missed) -> float:
     """How long `miss`'s server waited for a core between the last sample before firehose
     stamped its first token and the first after loadgen read it, ms; NaN where the samples
     do not bracket it."""
-    before = [s for s in samples if s.ns <= miss.stamp_ns and s.server_waits]
-    after = [s for s in samples if s.ns >= miss.stamp_ns + miss.delay_ns and s.server_waits]
+    before = [s for s in samples if s.ns <= miss.stamp_ns]
+    after = [s for s in samples if s.ns >= miss.stamp_ns + miss.delay_ns]
     if not before or not after:
         return math.nan
     i = miss.replica
@@ -292,10 +302,10 @@ def server_wait_ms(samples: list[Sample], miss: Missed) -> float:
 def server_wait_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
     """The most any server waited for a core between the samples nearest inside [start_ns,
     end_ns], as a share of that time; NaN with fewer than MIN_CPU_SAMPLES there."""
-    inside = [s for s in samples if start_ns <= s.ns <= end_ns and s.server_waits]
-    if len(inside) < MIN_CPU_SAMPLES:
+    ends = bracket(samples, start_ns, end_ns, MIN_CPU_SAMPLES)
+    if ends is None:
         return math.nan
-    a, b = inside[0], inside[-1]
+    a, b = ends
     waited = max(y - x for x, y in zip(a.server_waits, b.server_waits, strict=True))
     return waited / (b.ns - a.ns)
 
@@ -384,10 +394,10 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     half = BUSY_WINDOW_NS // 2
     host_cpu = manifest["client"].get("host_cpu", {})
     return replace(p, ray=ray is not None, thread=names.get(tid, ""),
-                   missed_busy=tuple(busy_share(samples, m.stamp_ns - half, m.stamp_ns + half)
-                                     for m in p.missed_streams),
-                   missed_server_wait_ms=tuple(server_wait_ms(samples, m)
-                                               for m in p.missed_streams),
+                   missed_streams=tuple(
+                       replace(m, busy=busy_share(samples, m.stamp_ns - half, m.stamp_ns + half),
+                               server_wait_ms=server_wait_ms(samples, m))
+                       for m in p.missed_streams),
                    busy_windows=busy_window_share(samples, start, end),
                    server_wait=server_wait_share(samples, start, end),
                    run_host_cpu=host_cpu.get("host_busy_cores", math.nan),
@@ -555,9 +565,8 @@ def ceiling_table(points: list[Point], k: int) -> str:
 
 def _each_missed(p: Point) -> str:
     """The missed streams' figures as the missed line prints them, the latest first."""
-    each = sorted(zip((m.over_ms for m in p.missed_streams), p.missed_server_wait_ms,
-                      p.missed_busy, strict=True), reverse=True)  # fmt: skip
-    return ", ".join(f"{over:.2f} / {wait:.2f} ms / {busy:.0%}" for over, wait, busy in each)
+    each = sorted(p.missed_streams, key=lambda m: m.over_ms, reverse=True)
+    return ", ".join(f"{m.over_ms:.2f} / {m.server_wait_ms:.2f} ms / {m.busy:.0%}" for m in each)
 
 
 def plot(points: list[Point], path: Path) -> None:

@@ -50,8 +50,9 @@ def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling, mon
     assert crowded.missed_streams == ()
     # Beside it, the host as the run counted it, against where its crowded flag starts; how
     # long its server waited for a core around it; the host around it and over the traffic.
-    p = dataclasses.replace(p, run_host_cpu=1.62, run_server_wait=0.31, missed_busy=(0.93,),
-                            missed_server_wait_ms=(1.5,), busy_windows=0.25)  # fmt: skip
+    witnessed = dataclasses.replace(miss, busy=0.93, server_wait_ms=1.5)
+    p = dataclasses.replace(p, run_host_cpu=1.62, run_server_wait=0.31, busy_windows=0.25,
+                            missed_streams=(witnessed,))  # fmt: skip
     monkeypatch.setattr(ceiling, "CORES", 2)
     assert (
         "C=4: 25.00% missed, their read delay past the bound charged by up to 2.200 ms;"
