@@ -34,6 +34,7 @@ in the client stage went, by function.
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import re
@@ -43,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -79,6 +81,10 @@ CORES = os.cpu_count() or 1
 BUSY = 0.85  # a process at this share of a core or more is the bound
 RAY_LOOKUP_EVERY = 25  # samples between two looks for a Ray cluster's processes (0.5 s)
 SAMPLE_S = 0.02  # CPU counters read this often during a point (ticks are 10 ms)
+# Each server's wait for a core is read this often, on a thread of its own: the kernel counts
+# it in ns, so a few ms of a missed stream's can be placed to a few ms, where the CPU samples'
+# 20 ms bracket held 5-26 ms of its server's wait (bench/ceiling.md, host G).
+WAIT_SAMPLE_S = 0.002
 MIN_CPU_SAMPLES = 10  # inside a point's traffic, for its CPU columns (0.2 s of 10 ms ticks)
 # The host's busy share is read over windows this long (5 samples; on 16 cores, 160 ticks, so
 # a tick is 0.6% of a window): the run's crowded flag judges its traffic's average, and a
@@ -112,13 +118,15 @@ class Missed:
     stamp_ns: int
     delay_ns: int
     over_ms: float
-    # Its witnesses, read from the point's samples once it has run: the host's busy share of
-    # its cores in the BUSY_WINDOW_NS around it, and how long its server waited for a core
-    # (the kernel's count, schedstat) between the samples around its delay, ms: firehose
-    # stamps its first chunk before its send(), so a server that lost its core between the
-    # two wrote the bytes late, where no client stamp sees it.
-    busy: float = math.nan
+    # Its witnesses: how long its server waited for a core (the kernel's count, schedstat)
+    # between the reads of it around its delay, ms (firehose stamps its first chunk before
+    # its send(), so a server that lost its core between the two wrote the bytes late, where
+    # no client stamp sees it); whether the wait rule fired on it (Waits.rule); and, read
+    # from the point's CPU samples once it has run, the host's busy share of its cores in
+    # the BUSY_WINDOW_NS around it.
     server_wait_ms: float = math.nan
+    rule: bool = False
+    busy: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -164,6 +172,10 @@ class Point:
     # (runnable, not running: the kernel's schedstat): the point's baseline beside each missed
     # stream's own wait. NaN where the traffic was too short to measure.
     server_wait: float = math.nan
+    # The share of the streams the run did not flag on which the wait rule (Waits.rule) fires:
+    # what judging by it would cost in flags, beside the missed streams it catches. NaN where
+    # the waits were not read.
+    rule_flags: float = math.nan
 
     @property
     def missed_over_ms(self) -> float | None:
@@ -203,7 +215,7 @@ def tree_ticks(root: int) -> int:
 class Sample:
     """CPU counters at one moment of a point: perf_counter ns, each server's ticks, the
     client's process tree's ticks, the command's own process's ticks, the host's busy
-    seconds, the command's threads' ticks, and each server's wait for a core (ns)."""
+    seconds, and the command's threads' ticks."""
 
     ns: int
     servers: tuple[int, ...]
@@ -211,15 +223,75 @@ class Sample:
     parent: int
     host_s: float
     threads: dict[int, int] = field(default_factory=dict)  # the command's: tid -> ticks
-    server_waits: tuple[int, ...] = ()
 
 
 def sample(servers: list[int], client: int, also: list[int]) -> Sample:
     """The counters now; `also`: more of the client's processes (a Ray cluster's)."""
     return Sample(time.perf_counter_ns(), tuple(cpu_ticks(p) for p in servers),
                   tree_ticks(client) + sum(map(live_ticks, also)), cpu_ticks(client),
-                  host_busy_s(), thread_ticks(client),
-                  tuple(map(run_delay_ns, servers)))  # fmt: skip
+                  host_busy_s(), thread_ticks(client))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Waits:
+    """Each server's wait for a core over a point (the kernel's count: runnable, not
+    running, ns), read every WAIT_SAMPLE_S: the perf_counter ns of each read and the servers'
+    counts then, in replica order."""
+
+    ns: list[int] = field(default_factory=list)
+    waits: list[tuple[int, ...]] = field(default_factory=list)
+
+    def around_ms(self, replica: int, start_ns: int, end_ns: int) -> float:
+        """How long server `replica` waited for a core between the last read at or before
+        `start_ns` and the first at or after `end_ns`, ms; NaN where the reads do not bracket
+        the span."""
+        i = bisect.bisect_right(self.ns, start_ns) - 1
+        j = bisect.bisect_left(self.ns, end_ns)
+        if i < 0 or j >= len(self.ns):
+            return math.nan
+        return (self.waits[j][replica] - self.waits[i][replica]) / 1e6
+
+    def share(self, start_ns: int, end_ns: int) -> float:
+        """The most any server waited for a core between the first and last reads inside
+        [start_ns, end_ns], as a share of that time; NaN with none or one there."""
+        i = bisect.bisect_left(self.ns, start_ns)
+        j = bisect.bisect_right(self.ns, end_ns) - 1
+        if j <= i:
+            return math.nan
+        waited = max(y - x for x, y in zip(self.waits[i], self.waits[j], strict=True))
+        return waited / (self.ns[j] - self.ns[i])
+
+    def rule(self, rec: StreamRecord, zero_ns: int) -> bool:
+        """The wait rule a run could judge by, were its server on its host: `rec`'s server
+        waited for a core, around the stream's own send to first token, at least the stream's
+        tolerance. False where the reads do not bracket it."""
+        assert rec.t_sent_ns is not None and rec.t_first_ns is not None
+        waited = self.around_ms(rec.replica or 0, zero_ns + rec.t_sent_ns, zero_ns + rec.t_first_ns)
+        return waited >= tolerance_s(rec) * 1e3
+
+
+@contextmanager
+def reading_waits(servers: list[int]) -> Iterator[Waits]:
+    """Waits read on a thread of its own while the block runs, and once more at its end."""
+    out, stop = Waits(), threading.Event()
+
+    def read() -> None:
+        out.ns.append(time.perf_counter_ns())
+        out.waits.append(tuple(map(run_delay_ns, servers)))
+
+    def loop() -> None:
+        while not stop.wait(WAIT_SAMPLE_S):
+            read()
+
+    read()
+    thread = threading.Thread(target=loop, name="waits", daemon=True)
+    thread.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        thread.join()
+        read()
 
 
 def thread_ticks(pid: int) -> dict[int, int]:
@@ -287,29 +359,6 @@ def busy_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
     return (b.host_s - a.host_s) / ((b.ns - a.ns) / 1e9) / CORES
 
 
-def server_wait_ms(samples: list[Sample], miss: Missed) -> float:
-    """How long `miss`'s server waited for a core between the last sample before firehose
-    stamped its first token and the first after loadgen read it, ms; NaN where the samples
-    do not bracket it."""
-    before = [s for s in samples if s.ns <= miss.stamp_ns]
-    after = [s for s in samples if s.ns >= miss.stamp_ns + miss.delay_ns]
-    if not before or not after:
-        return math.nan
-    i = miss.replica
-    return (after[0].server_waits[i] - before[-1].server_waits[i]) / 1e6
-
-
-def server_wait_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
-    """The most any server waited for a core between the samples nearest inside [start_ns,
-    end_ns], as a share of that time; NaN with fewer than MIN_CPU_SAMPLES there."""
-    ends = bracket(samples, start_ns, end_ns, MIN_CPU_SAMPLES)
-    if ends is None:
-        return math.nan
-    a, b = ends
-    waited = max(y - x for x, y in zip(a.server_waits, b.server_waits, strict=True))
-    return waited / (b.ns - a.ns)
-
-
 def busy_window_share(samples: list[Sample], start_ns: int, end_ns: int) -> float:
     """The share of the whole BUSY_WINDOW_NS windows of [start_ns, end_ns] in which the host
     was at least HOST_BUSY_LIMIT busy; NaN where the span holds none."""
@@ -368,13 +417,14 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
         cluster: list[int] = []
         samples = [sample(pids, proc.pid, cluster)]
         names: dict[int, str] = {}  # the command's threads, named while they live
-        while proc.poll() is None:
-            time.sleep(SAMPLE_S)
-            if ray is not None and len(samples) % RAY_LOOKUP_EVERY == 1:
-                cluster = with_descendants(ray_processes(ray.temp_dir))
-            samples.append(sample(pids, proc.pid, cluster))
-            for tid in samples[-1].threads.keys() - names.keys():
-                names[tid] = thread_name(proc.pid, tid)
+        with reading_waits(pids) as waits:
+            while proc.poll() is None:
+                time.sleep(SAMPLE_S)
+                if ray is not None and len(samples) % RAY_LOOKUP_EVERY == 1:
+                    cluster = with_descendants(ray_processes(ray.temp_dir))
+                samples.append(sample(pids, proc.pid, cluster))
+                for tid in samples[-1].threads.keys() - names.keys():
+                    names[tid] = thread_name(proc.pid, tid)
         _, stderr = proc.communicate()
     finally:
         stop_servers(servers)
@@ -390,16 +440,14 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     wall = (samples[-1].ns - samples[0].ns) / 1e9
     truths = [server_times(log) for _, _, log in servers]
     crowded = run_crowded(tag / "run")
-    p = point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded)
+    p = point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded, waits)
     half = BUSY_WINDOW_NS // 2
     host_cpu = manifest["client"].get("host_cpu", {})
     return replace(p, ray=ray is not None, thread=names.get(tid, ""),
                    missed_streams=tuple(
-                       replace(m, busy=busy_share(samples, m.stamp_ns - half, m.stamp_ns + half),
-                               server_wait_ms=server_wait_ms(samples, m))
+                       replace(m, busy=busy_share(samples, m.stamp_ns - half, m.stamp_ns + half))
                        for m in p.missed_streams),
                    busy_windows=busy_window_share(samples, start, end),
-                   server_wait=server_wait_share(samples, start, end),
                    run_host_cpu=host_cpu.get("host_busy_cores", math.nan),
                    run_server_wait=host_cpu.get("server_wait", math.nan))  # fmt: skip
 
@@ -414,22 +462,28 @@ def point(
     cpu: tuple[float, float, float, float, float],
     wall_s: float,
     crowded: bool,
+    waits: Waits | None = None,
 ) -> Point:
     """A point's row from its ok records, the servers' logs and the CPU (cores) used by the
     busiest server, the client, its parent process, that one's busiest thread and the whole
     host; `crowded`: the run said its host was (client_truth.run_crowded), which flags every
-    stream."""
-    errors, missed = [], []
+    stream; `waits`: the servers' waits for a core over it, which the wait rule judges."""
+    waits = waits or Waits()
+    errors, missed, ruled = [], [], 0
     for r in recs:
         truth = truths[r.replica or 0].get(request_number(r.response_id) or -1)
         if truth is None or r.t_first_ns is None or r.t_sent_ns is None:
             continue
         errors.append((r.t_first_ns - r.t_sent_ns - (truth[1] - truth[0])) / 1e6)
+        flagged = read_flagged(r, crowded)
+        rule = not flagged and waits.rule(r, zero_ns)
+        ruled += rule
         # The read error the flag has to bound.
         delay_ns = read_delay_ns(r, zero_ns, truth[1])
-        if delay_ns / 1e9 > tolerance_s(r) and not read_flagged(r, crowded):
+        if delay_ns / 1e9 > tolerance_s(r) and not flagged:
             over_ms = delay_ns / 1e6 - (error_bound_s(r) or 0) * 1e3
-            missed.append(Missed(r.replica or 0, truth[1], delay_ns, over_ms))
+            waited = waits.around_ms(r.replica or 0, truth[1], truth[1] + delay_ns)
+            missed.append(Missed(r.replica or 0, truth[1], delay_ns, over_ms, waited, rule))
     if not errors:
         raise SystemExit(f"W={workers} T={tokens} C={c}: no stream joined firehose's logs")
     start = min(r.t_sent_ns or r.t_intended_ns for r in recs)
@@ -440,7 +494,9 @@ def point(
     return Point(workers, len(truths), tokens, c, len(recs), len(recs) / span_s, busy_s / span_s,
                  statistics.median(errors), statistics.quantiles(errors, n=100)[98],
                  flagged / len(recs), len(missed) / len(errors), *cpu, bound_by(*cpu, workers),
-                 span_s, wall_s, missed_streams=tuple(missed))  # fmt: skip
+                 span_s, wall_s, missed_streams=tuple(missed),
+                 server_wait=waits.share(zero_ns + start, zero_ns + end),
+                 rule_flags=ruled / len(errors) if waits.ns else math.nan)  # fmt: skip
 
 
 def bound_by(
@@ -493,7 +549,7 @@ def ladder(binary: Path, k: int, workers: int, tokens: int, cs: list[int], secon
 
 HEAD = (f"{'W':>3} {'S':>2} {'T':>4} {'C':>5} {'ok':>7} {'req/s':>8} {'in flight':>9}"
         f" {'err p50':>8} {'p99':>7} {'flagged':>7} {'missed':>6} {'srv cpu':>7} {'waited':>6}"
-        f" {'cli cpu':>7}"
+        f" {'rule':>5} {'cli cpu':>7}"
         f" {'us/req':>6} {'parent':>6} {'thread':>6}"
         f" {'host':>5}"
         f" {'bound':<7} {'span s':>6} {'wall s':>6}")  # fmt: skip
@@ -503,7 +559,7 @@ def row(p: Point) -> str:
     return (f"{p.shown_workers:>3} {p.servers:>2} {p.tokens:>4} {p.concurrency:>5} {p.ok:>7}"
             f" {p.req_s:>8,.0f} {p.in_flight:>9,.0f} {p.err_p50_ms:>+8.2f} {p.err_p99_ms:>+7.2f}"
             f" {p.flagged:>7.0%} {p.missed:>6.1%} {p.server_cpu:>7.2f} {p.server_wait:>6.0%}"
-            f" {p.client_cpu:>7.2f}"
+            f" {p.rule_flags:>5.1%} {p.client_cpu:>7.2f}"
             f" {p.client_us_per_req:>6.0f} {p.parent_cpu:>6.2f} {p.thread_cpu:>6.2f}"
             f" {p.host_cpu:>5.2f}"
             f" {p.bound:<7} {p.span_s:>6.2f} {p.wall_s:>6.1f}")  # fmt: skip
@@ -545,7 +601,8 @@ def ceiling_table(points: list[Point], k: int) -> str:
                   f" {p.run_server_wait:.0%} of it, and >= {HOST_BUSY_LIMIT:.0%} busy in"
                   f" {p.busy_windows:.0%} of the traffic's {BUSY_WINDOW_NS // 1_000_000} ms"
                   f" windows; each missed stream (past its bound, its server's wait for a core"
-                  f" around it, the host around it): {_each_missed(p)}"
+                  f" around it, the host around it): {_each_missed(p)}; the wait rule caught"
+                  f" {sum(m.rule for m in p.missed_streams)} of {len(p.missed_streams)}"
                   for p in ps if p.missed_over_ms is not None]  # fmt: skip
     lines.append("(W = client workers (r: Ray actors), S = firehose processes, T = answer"
                  " tokens, C = streams asked; err = loadgen TTFT - firehose's own per stream,"
@@ -553,7 +610,10 @@ def ceiling_table(points: list[Point], k: int) -> str:
                  " client_limited or crowded host; missed = the first token stamped later than its"
                  " tolerance after firehose wrote it, yet not flagged; waited = the share of the"
                  " traffic the firehose process that waited most for a core waited (the kernel's"
-                 " schedstat); cpu in cores over the traffic (span): the busiest firehose"
+                 f" schedstat, read every {WAIT_SAMPLE_S * 1e3:g} ms); rule = the streams not"
+                 " flagged whose server waited for a core at least their tolerance between their"
+                 " send and first token (the wait rule a run could judge by); cpu in cores over"
+                 " the traffic (span): the busiest firehose"
                  " process, the client's processes together (us/req: their"
                  " CPU a request, us), the command's process (parent) and its busiest thread,"
                  " the host; wall:"

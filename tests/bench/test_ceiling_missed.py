@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -124,27 +126,97 @@ def test_the_hosts_busy_share_is_read_around_a_moment_and_over_windows(
     assert math.isnan(ceiling.busy_window_share(samples, 0, 99 * MS))
 
 
-def test_a_missed_streams_server_wait_is_read_between_the_samples_around_it(ceiling) -> None:
-    # Two servers' waits for a core, sampled every 20 ms: server 1 waits 2 ms between 40 and
-    # 60 ms, server 0 never. A stream of server 1 stamped at 45 ms and read 3 ms later sits
-    # between the samples at 40 and 60 ms: its server waited 2 ms there; server 0's stream, 0.
-    samples = [ceiling.Sample(t * MS, (0, 0), 0, 0, 0.0, {}, (0, 0 if t < 60 else 2 * MS))
-               for t in range(0, 101, 20)]  # fmt: skip
-    late = ceiling.Missed(1, 45 * MS, 3 * MS, 2.5)
-    assert ceiling.server_wait_ms(samples, late) == pytest.approx(2.0)
-    assert ceiling.server_wait_ms(samples, dataclasses.replace(late, replica=0)) == 0.0
-    # Stamped before the first sample, or read after the last: the samples say nothing.
-    assert math.isnan(ceiling.server_wait_ms(samples, dataclasses.replace(late, stamp_ns=-MS)))
-    assert math.isnan(ceiling.server_wait_ms(samples, dataclasses.replace(late, delay_ns=MS**2)))
+def _waits(ceiling, every_ms: int, until_ms: int, wait_at) -> object:
+    """Two servers' waits for a core read every `every_ms` up to `until_ms`; `wait_at(t)`:
+    their counts (ns) at t ms."""
+    ts = range(0, until_ms + 1, every_ms)
+    return ceiling.Waits([t * MS for t in ts], [wait_at(t) for t in ts])
+
+
+def test_a_servers_wait_is_read_between_the_reads_around_a_span(ceiling) -> None:
+    # Server 1 waits 2 ms between 40 and 60 ms, server 0 never. A span of 45-48 ms sits
+    # between the reads at 40 and 60 ms: server 1 waited 2 ms there, server 0 none.
+    waits = _waits(ceiling, 20, 100, lambda t: (0, 0 if t < 60 else 2 * MS))
+    assert waits.around_ms(1, 45 * MS, 48 * MS) == pytest.approx(2.0)
+    assert waits.around_ms(0, 45 * MS, 48 * MS) == 0.0
+    # A span on a read's own instant is bracketed by that read: 60-80 ms holds none of it.
+    assert waits.around_ms(1, 60 * MS, 80 * MS) == 0.0
+    # Begun before the first read, or ended after the last: the reads say nothing.
+    assert math.isnan(waits.around_ms(1, -MS, 48 * MS))
+    assert math.isnan(waits.around_ms(1, 45 * MS, 101 * MS))
 
 
 def test_a_points_server_wait_is_the_most_any_server_waited_over_its_traffic(ceiling) -> None:
-    # 11 samples over 0.2 s: server 0 waits a quarter of the time, server 1 half of it.
-    samples = [ceiling.Sample(t * MS, (0, 0), 0, 0, 0.0, {}, (t * MS // 4, t * MS // 2))
-               for t in range(0, 201, 20)]  # fmt: skip
-    assert ceiling.server_wait_share(samples, 0, 200 * MS) == pytest.approx(0.5)
-    # A traffic with too few samples to read it from: no figure.
-    assert math.isnan(ceiling.server_wait_share(samples, 0, 100 * MS))
+    # Over 0.2 s server 0 waits a quarter of the time, server 1 half of it.
+    waits = _waits(ceiling, 20, 200, lambda t: (t * MS // 4, t * MS // 2))
+    assert waits.share(0, 200 * MS) == pytest.approx(0.5)
+    # Read once inside the span: no figure.
+    assert math.isnan(waits.share(5 * MS, 25 * MS))
+
+
+def test_the_wait_rule_fires_where_a_streams_server_waited_its_tolerance(ceiling) -> None:
+    # Read every 2 ms: server 0 waits 1.5 ms between 40 and 42 ms and not again. A stream
+    # sent at 39 ms with its first token at 41 (its tolerance the 1 ms floor) outlasted it;
+    # one over 43-45 ms did not, nor one over 10-50 ms (5% of a 40 ms TTFT: 2 ms), nor one
+    # of server 1, which never waited.
+    waits = _waits(ceiling, 2, 100, lambda t: (0 if t < 42 else 3 * MS // 2, 0))
+
+    def sent(at_ms: float, ttft_ms: float = 2.0, replica: int = 0) -> StreamRecord:
+        rec = stream("r", sent=at_ms / 1e3, chunks=[(at_ms + ttft_ms) / 1e3])
+        return dataclasses.replace(rec, replica=replica)
+
+    assert waits.rule(sent(39), 0)
+    assert not waits.rule(sent(43), 0)
+    assert not waits.rule(sent(10, ttft_ms=40), 0)
+    assert not waits.rule(sent(39, replica=1), 0)
+    # The run's zero puts the record's run-clock stamps on the reads' clock.
+    assert waits.rule(sent(29), 10 * MS)
+    # Outside the reads: no judgement, no flag.
+    assert not waits.rule(sent(99), 0)
+
+
+def test_a_point_counts_what_the_wait_rule_flags_and_which_missed_it_catches(ceiling) -> None:
+    # As in the first test, stream 1 is missed (firehose wrote at 2 ms, loadgen read at 5);
+    # stream 3 came in time. Server 0 waited 1 ms between the reads at 0 and 4 ms and 2 ms
+    # between 4 and 8: stream 1 (sent at 0, read at 5 ms, tolerance 1 ms) outlasted 3 ms of
+    # it, so the rule catches it; streams 3 and 4 (0-2.2, 0-2.3 ms) 1 ms, their tolerance:
+    # flagged too.
+    recs = [_read(1, 5.0, 0.5, 0.8), _read(3, 2.2, 0.1), _read(4, 2.3, 0.1)]
+    truth = {n: (ZERO + MS // 10, ZERO + 2 * MS) for n in (1, 3, 4)}
+    waits = ceiling.Waits([ZERO + t * MS for t in (0, 4, 8)], [(0,), (MS,), (3 * MS,)])
+    p = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, False,
+                      waits)  # fmt: skip
+    (miss,) = p.missed_streams
+    # Its own wait is read around firehose's write to loadgen's read (2-5 ms: 0-8 ms).
+    assert (miss.rule, miss.server_wait_ms) == (True, pytest.approx(3.0))
+    assert p.rule_flags == pytest.approx(1.0)
+    # The traffic (-0.8 to 6 ms) holds the reads at 0 and 4 ms: 1 ms of its server's 4.
+    assert p.server_wait == pytest.approx(1 / 4)
+    assert "the wait rule caught 1 of 1" in ceiling.ceiling_table([p], 1)
+    # Without the reads: no rule judged, no wait read.
+    bare = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, False)
+    assert math.isnan(bare.rule_flags) and math.isnan(bare.missed_streams[0].server_wait_ms)
+    assert not bare.missed_streams[0].rule
+
+
+def test_waits_are_read_while_the_block_runs_and_at_its_ends(ceiling) -> None:
+    # A child of one thread (this process's threads come and go, and a gone thread's wait
+    # leaves the count): the kernel's count of its wait never goes down.
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with ceiling.reading_waits([child.pid]) as waits:
+            deadline = time.monotonic() + 30
+            while len(waits.ns) < 4 and time.monotonic() < deadline:
+                time.sleep(0.001)
+    finally:
+        child.kill()
+        child.wait()
+    count = len(waits.ns)
+    assert count >= 5 and len(waits.waits) == count
+    assert waits.ns == sorted(waits.ns)
+    assert all(b[0] >= a[0] for a, b in zip(waits.waits, waits.waits[1:], strict=False))
+    time.sleep(0.01)
+    assert len(waits.ns) == count  # no read after the block
 
 
 def _driver(ceiling, shares: dict[int, float], born: int | None = None) -> list:
