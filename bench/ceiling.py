@@ -14,9 +14,12 @@ the process that takes every worker's records did (its busiest thread is named: 
 driver's process runs above a core on Ray's threads), `loadgen` when the client's processes
 did (per worker), else `host` when the two together filled the cores, else `-`. `waited`: the
 share of the traffic the firehose process that waited most for a core spent waiting, runnable
-(the kernel's schedstat); a missed stream is printed with its server's own wait around it and
-the host's busy share in the 100 ms around it, the witnesses of time lost before its bytes
-could be read (firehose stamps its first chunk before its send()).
+(the kernel's schedstat, read every 2 ms on a thread of the bench); `rule`: the streams the
+run did not flag whose server waited for a core at least their tolerance around their TTFT by
+the bench's reads, the second witness of the run's own judgement by its server's wait; a
+missed stream is printed with its server's own wait around it and the host's busy share in
+the 100 ms around it, the witnesses of time lost before its bytes could be read (firehose
+stamps its first chunk before its send()).
 
 The ratio (for bench/harness.py): loadgen's ceiling over a bare aiohttp + orjson loop's
 requests/s (bench/client_ingest.py's) at the same C and answer length, against one firehose,
@@ -47,7 +50,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from importlib.util import find_spec
@@ -56,7 +59,14 @@ from pathlib import Path
 import orjson
 import uvloop
 from client_ingest import REPO, bare_rate, firehose_binary, free_port, wait_listening
-from client_truth import read_delay_ns, read_flagged, request_number, run_crowded, server_times
+from client_truth import (
+    read_delay_ns,
+    read_flagged,
+    request_number,
+    run_crowded,
+    run_server_waits,
+    server_times,
+)
 from harness import Ratio, parser, ratio, report
 
 sys.path.insert(0, str(REPO / "tests"))
@@ -172,9 +182,10 @@ class Point:
     # (runnable, not running: the kernel's schedstat): the point's baseline beside each missed
     # stream's own wait. NaN where the traffic was too short to measure.
     server_wait: float = math.nan
-    # The share of the streams the run did not flag on which the wait rule (Waits.rule) fires:
-    # what judging by it would cost in flags, beside the missed streams it catches. NaN where
-    # the waits were not read.
+    # The share of the streams the run did not flag on which the bench's own wait rule
+    # (Waits.rule) fires: the second witness of the run's judgement by its server's wait
+    # (every thread of the server read by the bench, the main thread by loadgen), near 0 where
+    # the two agree. NaN where the waits were not read.
     rule_flags: float = math.nan
 
     @property
@@ -262,9 +273,10 @@ class Waits:
         return waited / (self.ns[j] - self.ns[i])
 
     def rule(self, rec: StreamRecord, zero_ns: int) -> bool:
-        """The wait rule a run could judge by, were its server on its host: `rec`'s server
-        waited for a core, around the stream's own send to first token, at least the stream's
-        tolerance. False where the reads do not bracket it."""
+        """The rule loadgen judges a stream by where its server is on its host (its error bound
+        holds the server's wait, selferror.stream_server_waits), from the bench's own reads:
+        `rec`'s server waited for a core, around the stream's own send to first token, at least
+        the stream's tolerance. False where the reads do not bracket it."""
         assert rec.t_sent_ns is not None and rec.t_first_ns is not None
         waited = self.around_ms(rec.replica or 0, zero_ns + rec.t_sent_ns, zero_ns + rec.t_first_ns)
         return waited >= tolerance_s(rec) * 1e3
@@ -440,7 +452,8 @@ def run_point(binary: Path, k: int, workers: int, tokens: int, c: int, n: int, t
     wall = (samples[-1].ns - samples[0].ns) / 1e9
     truths = [server_times(log) for _, _, log in servers]
     crowded = run_crowded(tag / "run")
-    p = point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded, waits)
+    p = point(recs, truths, zero, workers, tokens, c, cpu, wall, crowded, waits,
+              run_server_waits(tag / "run", recs))  # fmt: skip
     half = BUSY_WINDOW_NS // 2
     host_cpu = manifest["client"].get("host_cpu", {})
     return replace(p, ray=ray is not None, thread=names.get(tid, ""),
@@ -463,19 +476,22 @@ def point(
     wall_s: float,
     crowded: bool,
     waits: Waits | None = None,
+    run_waits: Mapping[str, int] | None = None,
 ) -> Point:
     """A point's row from its ok records, the servers' logs and the CPU (cores) used by the
     busiest server, the client, its parent process, that one's busiest thread and the whole
     host; `crowded`: the run said its host was (client_truth.run_crowded), which flags every
-    stream; `waits`: the servers' waits for a core over it, which the wait rule judges."""
-    waits = waits or Waits()
+    stream; `waits`: the servers' waits for a core over it as the bench read them, which its
+    wait rule judges; `run_waits`: each stream's as the run read them, which its flag
+    judges (client_truth.run_server_waits)."""
+    waits, run_waits = waits or Waits(), run_waits or {}
     errors, missed, ruled = [], [], 0
     for r in recs:
         truth = truths[r.replica or 0].get(request_number(r.response_id) or -1)
         if truth is None or r.t_first_ns is None or r.t_sent_ns is None:
             continue
         errors.append((r.t_first_ns - r.t_sent_ns - (truth[1] - truth[0])) / 1e6)
-        flagged = read_flagged(r, crowded)
+        flagged = read_flagged(r, crowded, run_waits.get(r.id))
         rule = not flagged and waits.rule(r, zero_ns)
         ruled += rule
         # The read error the flag has to bound.
@@ -490,7 +506,7 @@ def point(
     end = max(r.t_done_ns or r.t_last_ns or 0 for r in recs)
     span_s = (end - start) / 1e9
     busy_s = sum(((r.t_done_ns or r.t_last_ns or 0) - (r.t_sent_ns or 0)) / 1e9 for r in recs)
-    flagged = sum(read_flagged(r, crowded) for r in recs)
+    flagged = sum(read_flagged(r, crowded, run_waits.get(r.id)) for r in recs)
     return Point(workers, len(truths), tokens, c, len(recs), len(recs) / span_s, busy_s / span_s,
                  statistics.median(errors), statistics.quantiles(errors, n=100)[98],
                  flagged / len(recs), len(missed) / len(errors), *cpu, bound_by(*cpu, workers),
@@ -601,8 +617,8 @@ def ceiling_table(points: list[Point], k: int) -> str:
                   f" {p.run_server_wait:.0%} of it, and >= {HOST_BUSY_LIMIT:.0%} busy in"
                   f" {p.busy_windows:.0%} of the traffic's {BUSY_WINDOW_NS // 1_000_000} ms"
                   f" windows; each missed stream (past its bound, its server's wait for a core"
-                  f" around it, the host around it): {_each_missed(p)}; the wait rule caught"
-                  f" {sum(m.rule for m in p.missed_streams)} of {len(p.missed_streams)}"
+                  f" around it, the host around it): {_each_missed(p)}; the bench's wait rule"
+                  f" caught {sum(m.rule for m in p.missed_streams)} of {len(p.missed_streams)}"
                   for p in ps if p.missed_over_ms is not None]  # fmt: skip
     lines.append("(W = client workers (r: Ray actors), S = firehose processes, T = answer"
                  " tokens, C = streams asked; err = loadgen TTFT - firehose's own per stream,"
@@ -610,9 +626,10 @@ def ceiling_table(points: list[Point], k: int) -> str:
                  " client_limited or crowded host; missed = the first token stamped later than its"
                  " tolerance after firehose wrote it, yet not flagged; waited = the share of the"
                  " traffic the firehose process that waited most for a core waited (the kernel's"
-                 f" schedstat, read every {WAIT_SAMPLE_S * 1e3:g} ms); rule = the streams not"
-                 " flagged whose server waited for a core at least their tolerance between their"
-                 " send and first token (the wait rule a run could judge by); cpu in cores over"
+                 f" schedstat, read every {WAIT_SAMPLE_S * 1e3:g} ms); rule = the streams the"
+                 " run did not flag whose server waited for a core at least their tolerance between"
+                 " their send and first token by the bench's own reads (the run judges its own);"
+                 " cpu in cores over"
                  " the traffic (span): the busiest firehose"
                  " process, the client's processes together (us/req: their"
                  " CPU a request, us), the command's process (parent) and its busiest thread,"

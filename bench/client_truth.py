@@ -69,9 +69,16 @@ from loadgen.analysis.selferror import (
     client_error_evidence,
     send_late_by_holder,
     send_late_holder,
+    stream_server_waits,
     tolerance_s,
 )
-from loadgen.records import StreamRecord, read_streams
+from loadgen.records import (
+    SERVER_WAITS,
+    StreamRecord,
+    read_records,
+    read_server_wait,
+    read_streams,
+)
 
 MS = 1e6
 SMOKE_STREAMS, SMOKE_TOKENS = 16, 20
@@ -142,14 +149,14 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
     out = tmp / f"run{tag}"
     recs, res = run_request(server, n, tokens, workers, reader, out)
     truth = server_times(log)
-    crowded = run_crowded(out)
+    crowded, waits = run_crowded(out), run_server_waits(out, recs)
     # Both clocks are CLOCK_MONOTONIC: the run's zero puts loadgen's stamps on firehose's.
     zero = read_manifest(out).run_start_perf_ns
     assert zero is not None, f"{out}/run.json has no run_start_perf_ns"
     errors, sends, reads, rtts, ttfts, true_ttfts, wires = [], [], [], [], [], [], []
     beyond = silent = own_beyond = own_silent = limited = 0
     for r in recs:  # every one ok (run_request)
-        limited += read_flagged(r, crowded)
+        limited += read_flagged(r, crowded, waits.get(r.id))
         server = truth.get(request_number(r.response_id) or -1)
         if server is None or r.t_first_ns is None or r.t_sent_ns is None:
             continue
@@ -163,13 +170,13 @@ def one(binary: Path, n: int, tokens: int, workers: int, tmp: Path, reader: str)
             wires.append((arrival - zero - r.t_written_ns) / MS)
         reads.append(read_delay_ns(r, zero, first) / MS)
         tol = tolerance_s(r)
-        flagged = said_late(r, crowded)
+        flagged = said_late(r, crowded, waits.get(r.id))
         if err_s > tol:
             beyond += 1
             silent += not flagged
         if reads[-1] / 1e3 > tol:  # the error of loadgen's own stamp, what the flag bounds
             own_beyond += 1
-            own_silent += not read_flagged(r, crowded)
+            own_silent += not read_flagged(r, crowded, waits.get(r.id))
         if r.rtt_us is not None:
             rtts.append(r.rtt_us / 1e3)
     if not errors:
@@ -314,13 +321,21 @@ def run_crowded(run_dir: Path) -> bool:
     return summary["run"]["client_limits"]["crowding"] is not None
 
 
-def read_flagged(rec: StreamRecord, crowded: bool) -> bool:
+def run_server_waits(run_dir: Path, recs: list[StreamRecord]) -> dict[str, int]:
+    """By stream id, its server's wait for a core around its TTFT as the run read it
+    (server_waits.jsonl; the analysis' stream_server_waits); empty where it read none."""
+    reads, _ = read_records(run_dir / SERVER_WAITS, read_server_wait)
+    return stream_server_waits(recs, reads)
+
+
+def read_flagged(rec: StreamRecord, crowded: bool, server_wait_ns: int | None = None) -> bool:
     """Whether the run says `rec`'s own first-token stamp may be late: a crowded host, or the
-    stream client_limited (its bound covers the read). The send side's check speaks of the
+    stream client_limited (its bound covers the read; `server_wait_ns`: its server's wait
+    for a core around it, run_server_waits). The send side's check speaks of the
     request: against firehose's TTFT 0 its head comes with the first token, so that check
     fired on every late stamp and hid that the read bound missed 88% of them (the ceiling,
     1 worker, 8 in flight, before the two-ticks-back bound of client/selftime.py)."""
-    return crowded or client_error_evidence(rec) is not None
+    return crowded or client_error_evidence(rec, server_wait_ns) is not None
 
 
 def read_delay_ns(rec: StreamRecord, zero_ns: int, first_ns: int) -> int:
@@ -331,11 +346,11 @@ def read_delay_ns(rec: StreamRecord, zero_ns: int, first_ns: int) -> int:
     return rec.t_first_ns + zero_ns - first_ns
 
 
-def said_late(rec: StreamRecord, crowded: bool) -> bool:
+def said_late(rec: StreamRecord, crowded: bool, server_wait_ns: int | None = None) -> bool:
     """Whether the run says `rec`'s timing may be off: its read may be (read_flagged), or its
     send side was late beyond tolerance (the report's SEND SIDE LATE line, or CLIENT LIMITED
     where loadgen's write held it)."""
-    return read_flagged(rec, crowded) or send_late_holder(rec) is not None
+    return read_flagged(rec, crowded, server_wait_ns) or send_late_holder(rec) is not None
 
 
 def _silent(n: int) -> str:

@@ -357,6 +357,19 @@ class MetricsSample:
 REPLICA_METRICS = "replica_metrics.jsonl"
 
 
+@dataclass(frozen=True, slots=True)
+class ServerWaitRead:
+    """How long each replica's server, where it runs on loadgen's host, had waited, runnable,
+    for a core (the kernel's count) at `t_ns` on the run clock: `waits_ns` in replica order,
+    each its processes' main threads summed, counted from the run's first read."""
+
+    t_ns: int
+    waits_ns: tuple[int, ...]
+
+
+SERVER_WAITS = "server_waits.jsonl"
+
+
 def read_metrics(run_dir: Path) -> list[MetricsSample]:
     return read_records(run_dir / "metrics.jsonl", read_metrics_sample)[0]
 
@@ -366,3 +379,4 @@ def read_metrics(run_dir: Path) -> list[MetricsSample]:
 # took 0.60x the time of the hand-written check loop it replaced on 10,520 soak stream rows.
 read_stream = reader(StreamRecord)
 read_metrics_sample = reader(MetricsSample)
+read_server_wait = reader(ServerWaitRead)

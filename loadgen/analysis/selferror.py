@@ -22,15 +22,17 @@ banner the report composes.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from loadgen.analysis.phases import http_phases
 from loadgen.client.hostload import LOOPBACK
-from loadgen.records import StreamRecord
+from loadgen.codec import json_field
+from loadgen.records import ServerWaitRead, StreamRecord
 
 CLIENT_ERROR_FRACTION = 0.05
 CLIENT_ERROR_FLOOR_S = 0.001
@@ -43,14 +45,42 @@ NS = 1_000_000_000
 LOOP_LAG_LIMIT_MS = 50.0
 
 
-def error_bound_s(rec: StreamRecord) -> float | None:
-    """The stream's timing error bound in seconds; None for records without self-measurement."""
+def error_bound_s(rec: StreamRecord, server_wait_ns: int | None = None) -> float | None:
+    """The stream's timing error bound in seconds; None for records without self-measurement.
+    `server_wait_ns`: how long its server, on this host, waited for a core between its send
+    and its first token (stream_server_waits): a server that lost its core to the client's
+    processes wrote late where no client stamp sees it."""
     if rec.loop_lag_ttft_ns is None or rec.t_sent_ns is None:
         return None
     late = max(0, rec.t_sent_ns - rec.t_intended_ns)
     phases = http_phases(rec)
     own_send = 0 if phases is None else phases.write_ns
-    return max(late, rec.loop_lag_ttft_ns, own_send) / NS
+    return max(late, rec.loop_lag_ttft_ns, own_send, server_wait_ns or 0) / NS
+
+
+def stream_server_waits(
+    records: Iterable[StreamRecord], reads: Sequence[ServerWaitRead]
+) -> dict[str, int]:
+    """By stream id, how long its server (its replica's, where the run read a server on this
+    host: server_waits.jsonl) waited for a core between the last read at or before its send
+    and the first at or after its first token, ns. A stream the reads do not bracket, or
+    without a first token, has none. On a 16-core host every stream that came later than its
+    tolerance with none of its own stamps late (4 of 4 at 80-88% busy) had its server waiting
+    longer than its tolerance so (bench/ceiling.md)."""
+    if not reads:
+        return {}
+    ts = [r.t_ns for r in reads]
+    out = {}
+    for rec in records:
+        if rec.t_sent_ns is None or rec.t_first_ns is None:
+            continue
+        i = bisect.bisect_right(ts, rec.t_sent_ns) - 1
+        j = bisect.bisect_left(ts, rec.t_first_ns)
+        replica = rec.replica or 0
+        if i < 0 or j >= len(ts) or replica >= len(reads[i].waits_ns):
+            continue
+        out[rec.id] = reads[j].waits_ns[replica] - reads[i].waits_ns[replica]
+    return out
 
 
 def tolerance_s(rec: StreamRecord) -> float:
@@ -60,18 +90,35 @@ def tolerance_s(rec: StreamRecord) -> float:
     return max(CLIENT_ERROR_FLOOR_S, CLIENT_ERROR_FRACTION * (ttft or 0) / NS)
 
 
-def client_error_evidence(rec: StreamRecord) -> dict[str, Any] | None:
-    """The evidence that `rec` is client_limited, or None when its error is within tolerance."""
-    bound = error_bound_s(rec)
+def server_waited(records: Iterable[StreamRecord], server_waits: Mapping[str, int]) -> int:
+    """How many of `records` had their server wait for a core longer than their tolerance
+    around their TTFT (`server_waits`: stream_server_waits)."""
+    return sum(
+        (w := server_waits.get(r.id)) is not None and w / NS > tolerance_s(r) for r in records
+    )
+
+
+def client_error_evidence(
+    rec: StreamRecord, server_wait_ns: int | None = None
+) -> dict[str, Any] | None:
+    """The evidence that `rec` is client_limited, or None when its error is within tolerance;
+    `server_wait_ns` as error_bound_s takes it (None: the run read no server on its host)."""
+    bound = error_bound_s(rec, server_wait_ns)
     if bound is None:
         return None
     tol = tolerance_s(rec)
     if bound <= tol:
         return None
     late = max(0, (rec.t_sent_ns or 0) - rec.t_intended_ns) / NS
-    return {
+    waited = {} if server_wait_ns is None else {"server_wait_s": server_wait_ns / NS}
+    what = (
+        "its server, on this host, waited for a core"
+        if server_wait_ns is not None and server_wait_ns / NS >= bound
+        else "loadgen's own timing error"
+    )
+    return waited | {
         "reason": (
-            f"loadgen's own timing error {bound * 1e3:.1f} ms > tolerance {tol * 1e3:.1f} ms"
+            f"{what} {bound * 1e3:.1f} ms > tolerance {tol * 1e3:.1f} ms"
             f" ({CLIENT_ERROR_FRACTION:.0%} of TTFT or {CLIENT_ERROR_FLOOR_S * 1e3:g} ms)"
         ),
         "error_bound_s": bound,
@@ -168,8 +215,9 @@ class ClientLimits:
     """Why loadgen's own timing may sit in a run's figures: `limited` measured streams whose
     own error exceeded tolerance (their verdict is client_limited), `beyond_tolerance` more that
     kept a server verdict which outweighed that error, the event loop's worst lag where it
-    exceeded LOOP_LAG_LIMIT_MS (else None), a crowded host, and the streams whose send side
-    was late beyond tolerance by who held it (`send_late`: send_late_by_holder)."""
+    exceeded LOOP_LAG_LIMIT_MS (else None), a crowded host, the streams whose send side
+    was late beyond tolerance by who held it (`send_late`: send_late_by_holder), and those
+    whose server waited for a core beyond it (`server_waited`)."""
 
     measured: int
     limited: int = 0
@@ -178,6 +226,9 @@ class ClientLimits:
     crowding: Crowding | None = None
     loop_lag_limit_ms: float = LOOP_LAG_LIMIT_MS
     send_late: dict[str, int] = field(default_factory=dict)
+    # Measured streams whose server, on this host, waited for a core longer than their
+    # tolerance between their send and first token (stream_server_waits), in either count.
+    server_waited: int = json_field(omit="default", default=0)
 
     @property
     def send_late_loadgen(self) -> int:

@@ -9,7 +9,7 @@ groups and reps take the measure phase only; whale and minnows are never pooled.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -56,6 +56,8 @@ from loadgen.analysis.selferror import (
     ClientLimits,
     host_crowding,
     send_late_by_holder,
+    server_waited,
+    stream_server_waits,
 )
 from loadgen.analysis.server_log import ServerLogWitness, server_log_witness
 from loadgen.analysis.sessions import session_turns
@@ -110,9 +112,10 @@ def analyze(inputs: RunInputs) -> Analysis:
     """The whole analysis of one run directory's contents."""
     records, manifest = inputs.streams, inputs.manifest
     timeline = Timeline(inputs.metrics)
-    ctx = build_context(records, timeline, manifest)
+    waits = stream_server_waits(records, inputs.server_waits)
+    ctx = build_context(records, timeline, manifest, waits)
     verdicts, seated = classify_streams(ctx), ctx.seats
-    for sub in replica_contexts(records, inputs.replica_metrics, manifest):
+    for sub in replica_contexts(records, inputs.replica_metrics, manifest, waits):
         verdicts, seated = verdicts | classify_streams(sub), seated | sub.seats
     streams = []
     for r in sorted(records, key=lambda r: (r.t_intended_ns, r.id)):
@@ -234,6 +237,7 @@ def _run_section(
             (target or {}).get("url"), client.get("workers", 1), client.get("host_cpu", {})
         ),
         send_late=send_late_by_holder(measure),
+        server_waited=server_waited(measure, ctx.server_waits),
     )  # fmt: skip
     phases = _count(r.phase for r in records)
     server = (
@@ -293,7 +297,10 @@ def _run_section(
 
 
 def replica_contexts(
-    records: list[StreamRecord], samples: Sequence[MetricsSample], manifest: RunManifest
+    records: list[StreamRecord],
+    samples: Sequence[MetricsSample],
+    manifest: RunManifest,
+    server_waits: Mapping[str, int] | None = None,
 ) -> list[VerdictContext]:
     """Each replica's streams judged against its own /metrics (its seats, its cache, its
     queue), where the run routed over several: the fleet's summed gauges would hold one
@@ -301,7 +308,7 @@ def replica_contexts(
     replicas = sorted({s.replica for s in samples if s.replica is not None})
     return [
         build_context([r for r in records if r.replica == i],
-                      Timeline([s for s in samples if s.replica == i]), manifest)
+                      Timeline([s for s in samples if s.replica == i]), manifest, server_waits)
         for i in replicas
     ]  # fmt: skip
 

@@ -52,7 +52,7 @@ Rules, in order (DESIGN.md's vocabulary; thresholds are the named constants belo
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -131,6 +131,9 @@ class VerdictContext:
     salted: frozenset[str] = frozenset()
     all_salted: bool = False
     cached: CacheEstimates = field(default_factory=CacheEstimates)
+    # By stream id, its server's wait for a core around its TTFT, where the run read a server
+    # on its host (selferror.stream_server_waits): a term of its error bound.
+    server_waits: Mapping[str, int] = field(default_factory=dict)
 
 
 def _all_cold(measured: list[StreamRecord], salted: frozenset[str]) -> bool:
@@ -139,9 +142,13 @@ def _all_cold(measured: list[StreamRecord], salted: frozenset[str]) -> bool:
 
 
 def build_context(
-    records: list[StreamRecord], timeline: Timeline, manifest: RunManifest
+    records: list[StreamRecord],
+    timeline: Timeline,
+    manifest: RunManifest,
+    server_waits: Mapping[str, int] | None = None,
 ) -> VerdictContext:
-    """Resolve the cap and baseline and model every stream's seat."""
+    """Resolve the cap and baseline and model every stream's seat; `server_waits` as
+    VerdictContext keeps them."""
     cap = resolve_cap(manifest, timeline)
     client = manifest.client or {}
     salted = salted_groups(manifest)
@@ -164,6 +171,7 @@ def build_context(
         salted=salted,
         cached=est,
         all_salted=_all_cold([r for r in records if r.phase == "measure"], salted),
+        server_waits=server_waits or {},
     )
 
 
@@ -189,7 +197,11 @@ def _rank(rec: StreamRecord, ctx: VerdictContext) -> int:
 def classify(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
     """One stream's verdict by the module's rules, then judged against the client's own error."""
     verdict = _server_verdict(rec, ctx)
-    own = client_error_evidence(rec) if verdict.name != "error" else None
+    own = (
+        client_error_evidence(rec, ctx.server_waits.get(rec.id))
+        if verdict.name != "error"
+        else None
+    )
     if own is None:
         return verdict
     if _outweighs(verdict, own["error_bound_s"]):

@@ -19,11 +19,17 @@ than the stream's overshoot in the 20-40 ms around it (bench/ceiling.md).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
+from multiprocessing.synchronize import Event
 from pathlib import Path
+
+from loadgen.codec import to_json
+from loadgen.records import JsonlAppender, ServerWaitRead
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 # The names a target's URL gives this host's loopback by: a server there shares its cores.
@@ -72,6 +78,19 @@ def run_delay_ns(pid: int) -> int:
         except (OSError, IndexError, ValueError):  # a thread gone, a kernel without it
             continue
     return total
+
+
+def main_wait_ns(pid: int) -> int:
+    """How long a process's main thread has waited, runnable, for a core (the second field of
+    /proc/PID/schedstat, ns): one read a process, where the sum over its threads
+    (run_delay_ns) costs one a thread, and a server's main thread is the one that takes the
+    requests and writes the answers (firehose's only thread; vLLM's API server's event loop
+    and its engine core's busy loop); 0 where the process has gone or the kernel keeps none."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as fh:
+            return int(fh.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def processes() -> dict[int, tuple[int, int]]:
@@ -196,3 +215,112 @@ class HostLoad:
         if self._server_wait_ns:
             out["server_wait"] = round(max(self._server_wait_ns.values()) / 1e9 / self._span_s, 3)
         return out
+
+
+# A local server's wait for a core is read this often: on a 16-core host every stream that came
+# late where no client stamp saw it had its server waiting 2-26 ms around it, placed by reads
+# this far apart (bench/ceiling.md).
+WAIT_READ_S = 0.002
+# A read is kept once a replica's count has moved this much since the last one kept.
+WAIT_STEP_NS = 100_000
+
+
+class WaitReads:
+    """Which reads of the servers' waits go to `sink`: the first; any after which a replica's
+    count moved WAIT_STEP_NS or more since the last kept, with the read just before it (so
+    a wait is placed between two reads WAIT_READ_S apart, not across a quiet stretch); and
+    the last (`close`). Counts are from the first read, each kept from going down (a process
+    gone takes its count with it)."""
+
+    def __init__(self, sink: Callable[[ServerWaitRead], None]) -> None:
+        self._sink = sink
+        self._base: tuple[int, ...] | None = None
+        self._counts: tuple[int, ...] = ()
+        self._kept: tuple[int, ...] = ()
+        self._pending: ServerWaitRead | None = None
+
+    def take(self, t_ns: int, counts: Sequence[int]) -> None:
+        if self._base is None:
+            self._base = self._counts = self._kept = tuple(counts)
+            self._sink(ServerWaitRead(t_ns, (0,) * len(counts)))
+            return
+        self._counts = tuple(map(max, self._counts, counts))
+        read = ServerWaitRead(
+            t_ns, tuple(c - b for c, b in zip(self._counts, self._base, strict=True))
+        )
+        if any(c - k >= WAIT_STEP_NS for c, k in zip(self._counts, self._kept, strict=True)):
+            if self._pending is not None:
+                self._sink(self._pending)
+            self._sink(read)
+            self._kept, self._pending = self._counts, None
+        else:
+            self._pending = read
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._sink(self._pending)
+            self._pending = None
+
+
+@contextmanager
+def reading_server_waits(
+    replicas: Sequence[Sequence[int]],
+    path: Path,
+    run_start_ns: int,
+    every_s: float = WAIT_READ_S,
+) -> Iterator[None]:
+    """While the block runs, every `every_s`, how long each replica's local server processes
+    (`replicas`: their pids, in replica order) had waited for a core, their main threads
+    summed, on the run clock, into the JSONL file `path` as WaitReads keeps them: the witness
+    per stream of a server that lost its core between stamping an answer and sending it,
+    where no client stamp sees. Read in a process of its own, begun before the block: a
+    thread of this one cost the one-process client 15-20% of its requests/s on the build
+    machine, each read taking the interpreter's lock from its event loop."""
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process with a running loop
+    ready, stop = ctx.Event(), ctx.Event()
+    args = ([list(p) for p in replicas], str(path), run_start_ns, every_s, ready, stop)
+    proc = ctx.Process(target=_read_waits, args=args, name="loadgen-server-waits", daemon=True)
+    proc.start()
+    try:
+        ready.wait(READER_START_S)
+        yield
+    finally:
+        stop.set()
+        proc.join(READER_START_S)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+# How long the reading process may take to start, or to write its last read once stopped.
+READER_START_S = 30.0
+
+
+def _read_waits(
+    replicas: list[list[int]],
+    path: str,
+    run_start_ns: int,
+    every_s: float,
+    ready: Event,
+    stop: Event,
+) -> None:
+    """The reading process of reading_server_waits: its first read, then one every `every_s`
+    until `stop` (or its parent is gone: a SIGKILLed loadgen sets nothing), then its last,
+    each kept one written as it is taken. Ctrl-C reaches the whole process group: the parent
+    stops it, as it stops its client workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    out = JsonlAppender(Path(path))
+    reads = WaitReads(lambda read: out.append(to_json(read)))
+
+    def take() -> None:
+        counts = [sum(map(main_wait_ns, pids)) for pids in replicas]
+        reads.take(time.perf_counter_ns() - run_start_ns, counts)
+
+    take()
+    ready.set()
+    while not stop.wait(every_s) and os.getppid() == parent:
+        take()
+    take()
+    reads.close()
+    out.close()

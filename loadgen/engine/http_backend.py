@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.hostload import HostLoad, local_server_pids
+from loadgen.client.hostload import HostLoad, local_server_pids, reading_server_waits
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
@@ -46,7 +46,13 @@ from loadgen.engine.spread import (
 from loadgen.engine.target import Target, open_target
 from loadgen.engine.telemetry import open_telemetry
 from loadgen.engine.traffic import send_rep
-from loadgen.records import JsonlAppender, RecordSink, RunDirectory, StreamRecord
+from loadgen.records import (
+    SERVER_WAITS,
+    JsonlAppender,
+    RecordSink,
+    RunDirectory,
+    StreamRecord,
+)
 from loadgen.request import StreamRequest, new_traceparent
 from loadgen.run_manifest import (
     BackendPart,
@@ -227,9 +233,15 @@ async def open_http_backend(
             client_log = stack.enter_context(closing(JsonlAppender(rundir.path / "client.jsonl")))
             watch = SelfWatch(client_log.append, run_start_ns=run_start_ns)
             background.append(asyncio.create_task(watch.run()))
+        servers = _server_pids(target)
+        if any(servers):
+            stack.enter_context(
+                reading_server_waits(servers, rundir.path / SERVER_WAITS, run_start_ns)
+            )
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, sender, pool, lag,
-            HostLoad(lambda: client_pids(pool), _server_pids(target)), WallClock(run_start_ns),
+            HostLoad(lambda: client_pids(pool), sorted({p for ps in servers for p in ps})),
+            WallClock(run_start_ns),
             warn, background,
             concurrency, opts.workers,
             TelemetryInfo(None if gpu is None else gpu.source, tuple(notes)),
@@ -238,10 +250,11 @@ async def open_http_backend(
         )  # fmt: skip
 
 
-def _server_pids(target: Target) -> list[int]:
-    """The processes of the target's servers that run on this host (each replica's)."""
+def _server_pids(target: Target) -> list[list[int]]:
+    """The processes of each of the target's servers (replica order) that run on this host;
+    none for a server elsewhere."""
     urls = [urlsplit(u) for u in target.replicas or [target.url]]
-    return local_server_pids([(u.hostname, u.port) for u in urls])
+    return [local_server_pids([(u.hostname, u.port)]) for u in urls]
 
 
 async def _sender(

@@ -33,6 +33,13 @@ def client_reasons(c: ClientLimits) -> list[str]:
         reasons.append(f"event-loop lag max {lag:.1f} ms > {limit:g} ms")
     if c.crowding is not None:
         reasons.append(crowding_text(c.crowding))
+    if c.server_waited:
+        reasons.append(
+            f"{c.server_waited} of {c.measured} streams had their server, on this host, wait "
+            "for a core longer than their tolerance between their send and first token (the "
+            "kernel's count): time it lost to this host's other processes, loadgen's among "
+            "them, sits inside their TTFT"
+        )
     if c.send_late_loadgen:
         reasons.append(
             f"{c.send_late_loadgen} of {c.measured} requests' send side was late beyond "

@@ -192,7 +192,14 @@ def test_a_point_counts_what_the_wait_rule_flags_and_which_missed_it_catches(cei
     assert p.rule_flags == pytest.approx(1.0)
     # The traffic (-0.8 to 6 ms) holds the reads at 0 and 4 ms: 1 ms of its server's 4.
     assert p.server_wait == pytest.approx(1 / 4)
-    assert "the wait rule caught 1 of 1" in ceiling.ceiling_table([p], 1)
+    assert "the bench's wait rule caught 1 of 1" in ceiling.ceiling_table([p], 1)
+    # The run's own reads had its server waiting 3 ms around stream 1 (past its 1 ms
+    # tolerance): the run flagged it, so it is not missed, nor counted by the bench's rule.
+    judged = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, False,
+                           waits, {"r1": 3 * MS})  # fmt: skip
+    assert (judged.missed, judged.missed_streams) == (0.0, ())
+    assert judged.flagged == pytest.approx(1 / 3)
+    assert judged.rule_flags == pytest.approx(2 / 3)
     # Without the reads: no rule judged, no wait read.
     bare = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, False)
     assert math.isnan(bare.rule_flags) and math.isnan(bare.missed_streams[0].server_wait_ms)
