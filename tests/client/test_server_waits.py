@@ -24,7 +24,12 @@ from loadgen.analysis.selferror import (
     stream_server_waits,
 )
 from loadgen.analysis.summary import analyze_run
-from loadgen.client.hostload import WAIT_STEP_NS, WaitReads, reading_server_waits
+from loadgen.client.hostload import (
+    READER_START_S,
+    WAIT_STEP_NS,
+    WaitReads,
+    reading_server_waits,
+)
 from loadgen.codec import to_json
 from loadgen.records import (
     SERVER_WAITS,
@@ -101,6 +106,17 @@ def test_the_servers_waits_are_read_in_a_process_of_their_own(tmp_path: Path) ->
     assert reads[0].waits_ns == (0, 0)
     assert [r.t_ns for r in reads] == sorted(r.t_ns for r in reads)
     assert all(len(r.waits_ns) == 2 and min(r.waits_ns) >= 0 for r in reads)
+
+
+def test_a_reader_that_cannot_start_holds_nothing_up(tmp_path: Path) -> None:
+    # Its file cannot be made: the reader ends at once and the block runs without reads,
+    # never waiting out READER_START_S for a reader that is gone.
+    path = tmp_path / "gone" / SERVER_WAITS
+    began = time.monotonic()
+    with reading_server_waits([[1]], path, time.perf_counter_ns()):
+        entered = time.monotonic() - began
+    assert entered < READER_START_S / 2
+    assert not path.exists()
 
 
 # Replica 0 waits 1.5 ms between the reads at 40 and 42 ms; replica 1 never.
