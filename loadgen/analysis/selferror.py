@@ -65,8 +65,8 @@ def stream_server_waits(
     host: server_waits.jsonl) waited for a core between the last read at or before its send
     and the first at or after its first token, ns. A stream the reads do not bracket, or
     without a first token, has none. On a 16-core host every stream that came later than its
-    tolerance with none of its own stamps late (4 of 4 at 80-88% busy) had its server waiting
-    longer than its tolerance so (bench/ceiling.md)."""
+    tolerance with none of its own stamps late (4 of 240,000 at 81-84% busy) had its server
+    waiting longer than its tolerance so, by the bench's own reads (bench/ceiling.md)."""
     if not reads:
         return {}
     ts = [r.t_ns for r in reads]

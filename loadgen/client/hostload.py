@@ -14,7 +14,9 @@ Where the server runs on this host (a loopback target's listening process and th
 it), the kernel also counts how long it waited, runnable, for a core (schedstat): its witness
 of the stamp-to-send time no client sees. Every stream that came late unflagged on a 16-core
 host (10 of 10) and on the build machine (2 of 2) had its server waiting for a core longer
-than the stream's overshoot in the 20-40 ms around it (bench/ceiling.md).
+than the stream's overshoot in the 20-40 ms around it (bench/ceiling.md). So the server's
+waits are also read every 2 ms beside the run (reading_server_waits), and each stream is judged
+by its own server's wait around its TTFT (analysis/selferror.py's stream_server_waits).
 """
 
 from __future__ import annotations
@@ -217,9 +219,11 @@ class HostLoad:
         return out
 
 
-# A local server's wait for a core is read this often: on a 16-core host every stream that came
-# late where no client stamp saw it had its server waiting 2-26 ms around it, placed by reads
-# this far apart (bench/ceiling.md).
+# A local server's wait for a core is read this often: on 16-core hosts every stream that came
+# late where no client stamp saw it had its server waiting longer than its overshoot around it
+# (10 of 10 between reads 20 ms apart, 5-26 ms; 4 of 4 between reads 2 ms apart, 2.1-4.6 ms;
+# bench/ceiling.md); reads 1 s apart charged a stream waits not its own (every stream of a
+# build-machine run flagged, against 95-98%).
 WAIT_READ_S = 0.002
 # A read is kept once a replica's count has moved this much since the last one kept.
 WAIT_STEP_NS = 100_000
