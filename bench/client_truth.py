@@ -325,7 +325,8 @@ def run_server_waits(run_dir: Path, recs: list[StreamRecord]) -> dict[str, int]:
     """By stream id, its server's wait for a core around its TTFT as the run read it
     (server_waits.jsonl; the analysis' stream_server_waits); empty where it read none."""
     reads, _ = read_records(run_dir / SERVER_WAITS, read_server_wait)
-    return stream_server_waits(recs, reads)
+    host_cpu = (read_manifest(run_dir).client or {}).get("host_cpu", {})
+    return stream_server_waits(recs, reads, host_cpu)
 
 
 def read_flagged(rec: StreamRecord, crowded: bool, server_wait_ns: int | None = None) -> bool:

@@ -59,15 +59,20 @@ def error_bound_s(rec: StreamRecord, server_wait_ns: int | None = None) -> float
 
 
 def stream_server_waits(
-    records: Iterable[StreamRecord], reads: Sequence[ServerWaitRead]
+    records: Iterable[StreamRecord],
+    reads: Sequence[ServerWaitRead],
+    host_cpu: Mapping[str, float],
 ) -> dict[str, int]:
     """By stream id, how long its server (its replica's, where the run read a server on this
     host: server_waits.jsonl) waited for a core between the last read at or before its send
     and the first at or after its first token, ns. A stream the reads do not bracket, or
-    without a first token, has none. On a 16-core host every stream that came later than its
-    tolerance with none of its own stamps late (4 of 240,000 at 81-84% busy) had its server
-    waiting longer than its tolerance so, by the bench's own reads (bench/ceiling.md)."""
-    if not reads:
+    without a first token, has none; nor has any where loadgen's processes were not the
+    host's main load over the timed traffic (`host_cpu`: run.json's client.host_cpu,
+    loadgen_busy): a server that keeps the cores busy by itself waits on its own threads, its
+    own latency. On a 16-core host every stream that came later than its tolerance with none
+    of its own stamps late (4 of 240,000 at 81-84% busy) had its server waiting longer than
+    its tolerance so, by the bench's own reads (bench/ceiling.md)."""
+    if not reads or not loadgen_busy(host_cpu):
         return {}
     ts = [r.t_ns for r in reads]
     out = {}
@@ -184,6 +189,14 @@ def crowding(host: str | None, workers: int, cores: int) -> Crowding | None:
     return Crowding(host, workers, cores)
 
 
+def loadgen_busy(host_cpu: Mapping[str, float]) -> bool:
+    """Whether loadgen's own processes were at least half of the host's busy cores over the
+    timed traffic (`host_cpu`: run.json's client.host_cpu; False where it measured nothing):
+    a server that keeps the cores busy by itself (vLLM's CPU build) is its own latency, not
+    loadgen's error."""
+    return bool(host_cpu) and host_cpu["client_cores"] >= host_cpu["host_busy_cores"] / 2
+
+
 def busy_host(host: str | None, workers: int, host_cpu: Mapping[str, float]) -> Crowding | None:
     """Whether the timed traffic found the host of a local server (`host`, the target's)
     busy past HOST_BUSY_LIMIT of its cores, at least half of it loadgen's own processes (a
@@ -192,10 +205,10 @@ def busy_host(host: str | None, workers: int, host_cpu: Mapping[str, float]) -> 
     The server's own wait for a core, where the run counted it, goes with the judgement as
     its witness; it does not judge: on the build machine runs with a late stream unflagged
     and runs with none both had their server waiting 7-9% of the traffic (bench/ceiling.md)."""
-    if host not in LOOPBACK or not host_cpu:
+    if host not in LOOPBACK or not loadgen_busy(host_cpu):
         return None
     busy, own, cores = host_cpu["host_busy_cores"], host_cpu["client_cores"], host_cpu["cores"]
-    if busy < HOST_BUSY_LIMIT * cores or own < busy / 2:
+    if busy < HOST_BUSY_LIMIT * cores:
         return None
     return Crowding(host, workers, int(cores), busy, own, host_cpu.get("server_wait"))
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from loadgen.analysis.inputs import read_manifest
 from loadgen.analysis.selferror import (
     ClientLimits,
     client_error_evidence,
@@ -42,7 +43,7 @@ from loadgen.report.banners import client_reasons
 from loadgen.report.cmd import write_report
 
 from support.cli import loadgen
-from support.run_fixtures import stream, write_run
+from support.run_fixtures import manifest, stream, write_run
 from support.server_process import sim_process
 
 MS = 1_000_000
@@ -119,6 +120,10 @@ def test_a_reader_that_cannot_start_holds_nothing_up(tmp_path: Path) -> None:
     assert not path.exists()
 
 
+# run.json's client.host_cpu: loadgen's processes the host's main load, or the server's.
+LOADGEN_BUSY = {"span_s": 1.0, "host_busy_cores": 1.3, "client_cores": 1.0, "cores": 2}
+SERVER_BUSY = {"span_s": 1.0, "host_busy_cores": 1.9, "client_cores": 0.3, "cores": 2}
+
 # Replica 0 waits 1.5 ms between the reads at 40 and 42 ms; replica 1 never.
 READS = [
     ServerWaitRead(0, (0, 0)),
@@ -143,8 +148,13 @@ def test_a_streams_server_wait_is_read_between_the_reads_around_its_ttft() -> No
         _sent(99, id="past"),  # its first token after the last read: no figure
         dataclasses.replace(_sent(10, id="none"), t_first_ns=None),
     ]
-    assert stream_server_waits(recs, READS) == {"over": 3 * MS // 2, "after": 0, "other": 0}
-    assert stream_server_waits(recs, []) == {}
+    waits = stream_server_waits(recs, READS, LOADGEN_BUSY)
+    assert waits == {"over": 3 * MS // 2, "after": 0, "other": 0}
+    assert stream_server_waits(recs, [], LOADGEN_BUSY) == {}
+    # A server that kept the host busy by itself (loadgen under half of the busy cores), or a
+    # run that measured nothing of its host: its waits are its own latency, none is charged.
+    assert stream_server_waits(recs, READS, SERVER_BUSY) == {}
+    assert stream_server_waits(recs, READS, {}) == {}
 
 
 def test_a_server_that_waited_past_the_tolerance_makes_the_stream_client_limited() -> None:
@@ -185,7 +195,8 @@ def test_a_run_with_its_servers_reads_flags_the_stream_whose_server_waited(
     tmp_path: Path,
 ) -> None:
     recs = [_sent(39, id="over"), _sent(43, id="after")]
-    run = write_run(tmp_path / "run", recs)
+    client = {"loop_lag_max_ms": 1.0, "host_cpu": LOADGEN_BUSY}
+    run = write_run(tmp_path / "run", recs, run=manifest(client=client))
     (run / SERVER_WAITS).write_bytes(b"".join(orjson.dumps(to_json(r)) + b"\n" for r in READS))
     summary = analyze_run(run).summary
     over, after = _own(summary, "over"), _own(summary, "after")
@@ -227,8 +238,11 @@ def test_a_run_against_a_server_on_this_host_reads_its_waits(tmp_path: Path) -> 
     reads, bad = read_records(tmp_path / "local" / SERVER_WAITS, read_server_wait)
     assert bad == 0 and len(reads) >= 2 and reads[0].waits_ns == (0,)
     recs = [r for r in read_streams(tmp_path / "local") if r.t_first_ns is not None]
-    waits = stream_server_waits(recs, reads)
-    assert set(waits) == {r.id for r in recs}  # every stream bracketed by the reads
+    # Every stream is bracketed by the reads (judged as where loadgen was the host's main
+    # load: whether it was in this run is the machine's, not the reads').
+    waits = stream_server_waits(recs, reads, LOADGEN_BUSY)
+    assert set(waits) == {r.id for r in recs}
+    assert "host_cpu" in (read_manifest(tmp_path / "local").client or {})
     # The virtual clock serves no HTTP: no server process, nothing read.
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(TINY)
