@@ -74,18 +74,29 @@ def stream_server_waits(
     its tolerance so, by the bench's own reads (bench/ceiling.md)."""
     if not reads or not loadgen_busy(host_cpu):
         return {}
-    ts = [r.t_ns for r in reads]
+    ts, waits = [r.t_ns for r in reads], [r.waits_ns for r in reads]
     out = {}
     for rec in records:
         if rec.t_sent_ns is None or rec.t_first_ns is None:
             continue
-        i = bisect.bisect_right(ts, rec.t_sent_ns) - 1
-        j = bisect.bisect_left(ts, rec.t_first_ns)
-        replica = rec.replica or 0
-        if i < 0 or j >= len(ts) or replica >= len(reads[i].waits_ns):
-            continue
-        out[rec.id] = reads[j].waits_ns[replica] - reads[i].waits_ns[replica]
+        waited = wait_between(ts, waits, rec.replica or 0, rec.t_sent_ns, rec.t_first_ns)
+        if waited is not None:
+            out[rec.id] = waited
     return out
+
+
+def wait_between(
+    ts: Sequence[int], waits: Sequence[Sequence[int]], replica: int, start_ns: int, end_ns: int
+) -> int | None:
+    """How much a replica's count of reads taken at `ts` (sorted; `waits`: the counts of
+    each, in replica order) grew between the last read at or before `start_ns` and the first
+    at or after `end_ns`; None where the reads do not bracket the span or hold no such
+    replica."""
+    i = bisect.bisect_right(ts, start_ns) - 1
+    j = bisect.bisect_left(ts, end_ns)
+    if i < 0 or j >= len(ts) or replica >= len(waits[i]):
+        return None
+    return waits[j][replica] - waits[i][replica]
 
 
 def tolerance_s(rec: StreamRecord) -> float:

@@ -25,7 +25,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -73,13 +73,7 @@ def run_delay_ns(pid: int) -> int:
     """How long a process's live threads have waited, runnable, for a core (the kernel's
     count: the second field of each /proc/PID/task/TID/schedstat, ns; /proc/PID/schedstat
     is its first thread's alone); 0 where the kernel keeps none or the process has gone."""
-    total = 0
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        try:
-            total += int(stat.read_text().split()[1])
-        except (OSError, IndexError, ValueError):  # a thread gone, a kernel without it
-            continue
-    return total
+    return sum(map(_waited_ns, Path(f"/proc/{pid}/task").glob("*/schedstat")))
 
 
 def main_wait_ns(pid: int) -> int:
@@ -88,9 +82,14 @@ def main_wait_ns(pid: int) -> int:
     (run_delay_ns) costs one a thread, and a server's main thread is the one that takes the
     requests and writes the answers (firehose's only thread; vLLM's API server's event loop
     and its engine core's busy loop); 0 where the process has gone or the kernel keeps none."""
+    return _waited_ns(Path(f"/proc/{pid}/schedstat"))
+
+
+def _waited_ns(schedstat: Path) -> int:
+    """A schedstat file's wait for a core (its second field, ns); 0 for a thread or process
+    gone, or a kernel that keeps none."""
     try:
-        with open(f"/proc/{pid}/schedstat", "rb") as fh:
-            return int(fh.read().split()[1])
+        return int(schedstat.read_bytes().split()[1])
     except (OSError, IndexError, ValueError):
         return 0
 
@@ -107,28 +106,38 @@ def processes() -> dict[int, tuple[int, int]]:
     return out
 
 
-def with_descendants(pids: Collection[int]) -> list[int]:
+def with_descendants(
+    pids: Collection[int], children: Mapping[int, Sequence[int]] | None = None
+) -> list[int]:
     """`pids` and every live process below them (a server's engine processes are its
-    children; a Ray node's actors its raylet's)."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in processes().items():
-        children.setdefault(ppid, []).append(pid)
+    children; a Ray node's actors its raylet's); `children`: process_children's map, where
+    the caller took one for several lookups."""
+    tree = process_children() if children is None else children
     out, todo = set(pids), list(pids)
     while todo:
-        for child in children.get(todo.pop(), ()):
+        for child in tree.get(todo.pop(), ()):
             if child not in out:
                 out.add(child)
                 todo.append(child)
     return sorted(out)
 
 
+def process_children() -> dict[int, list[int]]:
+    """Every live process's children, by its pid."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in processes().items():
+        children.setdefault(ppid, []).append(pid)
+    return children
+
+
 _LISTEN = "0A"  # a socket's state in /proc/net/tcp: TCP_LISTEN
 
 
-def listening_pids(ports: Collection[int]) -> list[int]:
-    """The processes holding a listening TCP socket on any of `ports` (this host's, v4 or v6)
-    that this user may look into; [] without /proc."""
-    inodes = set()
+def listening_pids(ports: Collection[int]) -> dict[int, list[int]]:
+    """By port, the processes holding a listening TCP socket on it (this host's, v4 or v6)
+    among `ports` that this user may look into, from one look at the sockets and one at
+    every process's descriptors whatever the number of ports; {} without /proc."""
+    port_of = {}  # a listening socket's descriptor link -> its port
     for table in ("tcp", "tcp6"):
         try:
             rows = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
@@ -136,12 +145,19 @@ def listening_pids(ports: Collection[int]) -> list[int]:
             continue
         for row in rows:
             f = row.split()
-            if len(f) > 9 and f[3] == _LISTEN and int(f[1].rpartition(":")[2], 16) in ports:
-                inodes.add(f"socket:[{f[9]}]")
-    if not inodes:
-        return []
-    return [int(fd_dir.parent.name) for fd_dir in Path("/proc").glob("[0-9]*/fd")
-            if any(link in inodes for link in _links(fd_dir))]  # fmt: skip
+            if (
+                len(f) > 9
+                and f[3] == _LISTEN
+                and (port := int(f[1].rpartition(":")[2], 16)) in ports
+            ):
+                port_of[f"socket:[{f[9]}]"] = port
+    out: dict[int, list[int]] = {}
+    if not port_of:
+        return out
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        for port in {port_of[link] for link in _links(fd_dir) if link in port_of}:
+            out.setdefault(port, []).append(int(fd_dir.parent.name))
+    return out
 
 
 def _links(fd_dir: Path) -> Iterator[str]:
@@ -158,13 +174,19 @@ def _links(fd_dir: Path) -> Iterator[str]:
             continue
 
 
-def local_server_pids(hosts_ports: Collection[tuple[str | None, int | None]]) -> list[int]:
-    """The processes of the servers this host runs among `hosts_ports` (a target's host and
-    port each): those listening on a loopback one's port, and their descendants; none of
-    them this process (the wall-clock sim serves from inside loadgen)."""
+def local_servers(hosts_ports: Sequence[tuple[str | None, int | None]]) -> list[list[int]]:
+    """Per entry of `hosts_ports` (a target's host and port each), the processes of its
+    server where this host runs it: those listening on a loopback target's port, and their
+    descendants; none of them this process (the wall-clock sim serves from inside loadgen).
+    One look at /proc for them all: a run over 64 replicas asks for 64."""
     ports = {port for host, port in hosts_ports if port is not None and host in LOOPBACK}
-    listeners = set(listening_pids(ports)) - {os.getpid()} if ports else set()
-    return with_descendants(listeners) if listeners else []
+    by_port = listening_pids(ports) if ports else {}
+    if not by_port:
+        return [[] for _ in hosts_ports]
+    own, tree = os.getpid(), process_children()
+    return [with_descendants(set(by_port.get(port, ())) - {own}, tree)
+            if host in LOOPBACK and port is not None else []
+            for host, port in hosts_ports]  # fmt: skip
 
 
 class HostLoad:

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.hostload import HostLoad, local_server_pids, reading_server_waits
+from loadgen.client.hostload import HostLoad, local_servers, reading_server_waits
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
@@ -254,7 +254,7 @@ def _server_pids(target: Target) -> list[list[int]]:
     """The processes of each of the target's servers (replica order) that run on this host;
     none for a server elsewhere."""
     urls = [urlsplit(u) for u in target.replicas or [target.url]]
-    return [local_server_pids([(u.hostname, u.port)]) for u in urls]
+    return local_servers([(u.hostname, u.port) for u in urls])
 
 
 async def _sender(

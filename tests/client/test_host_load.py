@@ -201,13 +201,16 @@ def test_a_local_servers_processes_are_found_by_its_listening_port() -> None:
         own.bind(("127.0.0.1", 0))
         own.listen()
         own_port = own.getsockname()[1]
-        assert hostload.listening_pids({port}) == [child.pid]
-        assert hostload.local_server_pids([("127.0.0.1", port)]) == [child.pid]
-        assert hostload.local_server_pids([("localhost", port), (None, None)]) == [child.pid]
-        assert os.getpid() in hostload.listening_pids({own_port})
-        assert hostload.local_server_pids([("127.0.0.1", own_port)]) == []
+        assert hostload.listening_pids({port}) == {port: [child.pid]}
+        assert hostload.local_servers([("127.0.0.1", port)]) == [[child.pid]]
+        assert hostload.local_servers([("localhost", port), (None, None)]) == [[child.pid], []]
+        assert os.getpid() in hostload.listening_pids({own_port})[own_port]
+        assert hostload.local_servers([("127.0.0.1", own_port)]) == [[]]
+        # Each target's own, from one look at /proc for them all.
+        both = [("127.0.0.1", port), ("127.0.0.1", own_port)]
+        assert hostload.local_servers(both) == [[child.pid], []]
         # A server elsewhere is not this host's, whatever its port.
-        assert hostload.local_server_pids([("10.0.0.5", port)]) == []
+        assert hostload.local_servers([("10.0.0.5", port)]) == [[]]
     finally:
         own.close()
         child.kill()
