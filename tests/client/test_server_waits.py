@@ -28,6 +28,7 @@ from loadgen.analysis.summary import analyze_run
 from loadgen.client.hostload import (
     READER_START_S,
     WAIT_STEP_NS,
+    MainWaits,
     WaitReads,
     reading_server_waits,
 )
@@ -83,6 +84,27 @@ def test_a_count_that_goes_down_is_kept_at_its_most() -> None:
     # A server process gone takes its count with it: the replica's wait never goes back.
     reads = [(0, (0,)), (2, (3 * WAIT_STEP_NS,)), (4, (WAIT_STEP_NS,)), (6, (WAIT_STEP_NS,))]
     assert _kept(reads) == [(0, (0,)), (2, (3 * WAIT_STEP_NS,)), (6, (3 * WAIT_STEP_NS,))]
+
+
+def test_main_waits_read_each_process_once_and_count_none_gone() -> None:
+    # A child's count is its schedstat's second field, read in place, once a read: the three
+    # replicas it serves read the same count, between the field's reads before and after; a
+    # pid with no process, and the child once gone, count 0.
+    kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    schedstat = Path(f"/proc/{kid.pid}/schedstat")
+    try:
+        waits = MainWaits([[kid.pid], [kid.pid], [dead.pid, kid.pid]])
+        before = int(schedstat.read_bytes().split()[1])
+        counts = waits.counts()
+        after = int(schedstat.read_bytes().split()[1])
+    finally:
+        kid.kill()
+        kid.wait()
+    assert counts[0] == counts[1] == counts[2] and before <= counts[0] <= after
+    assert waits.counts() == [0, 0, 0]
+    waits.close()
 
 
 def test_the_servers_waits_are_read_in_a_process_of_their_own(tmp_path: Path) -> None:
