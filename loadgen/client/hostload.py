@@ -356,12 +356,13 @@ def reading_server_waits(
             pass
         yield
     finally:
-        stopping.send_bytes(b"")
+        stopping.send_bytes(b"")  # this process holds the read end too: no broken pipe
         stopping.close()
         proc.join(READER_START_S)
         if proc.is_alive():
             proc.kill()
             proc.join()
+        stop.close()
 
 
 # How long the reading process may take to start, or to write its last read once stopped.
