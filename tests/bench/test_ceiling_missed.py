@@ -60,8 +60,9 @@ def test_a_late_read_the_bound_did_not_cover_is_missed_and_measured(ceiling, mon
         "C=4: 25.00% missed, their read delay past the bound charged by up to 2.200 ms;"
         " the run counted the host 1.62 cores busy (its crowded flag from 1.70) and its"
         " server's wait for a core 31% of it, and >= 85% busy in 25% of the traffic's 100 ms"
-        " windows; each missed stream (past its bound, its"
-        " server's wait for a core around it, the host around it): 2.20 / 1.50 ms / 93%"
+        " windows; each missed stream (past its bound, its server's wait for a core around"
+        " it by the bench's reads and by the run's, the host around it): 2.20 / 1.50 / nan ms"
+        " / 93%"
     ) in ceiling.ceiling_table([p], 1)
     # 0.9 cores of client CPU over the span (7.8 ms: stream 1 meant to go at -0.8 ms, the
     # last end at 7 ms) for 4 requests: 0.9 * 7.8 ms / 4 = 1,755 us a request.
@@ -200,6 +201,15 @@ def test_a_point_counts_what_the_wait_rule_flags_and_which_missed_it_catches(cei
     assert (judged.missed, judged.missed_streams) == (0.0, ())
     assert judged.flagged == pytest.approx(1 / 3)
     assert judged.rule_flags == pytest.approx(2 / 3)
+    # A wait of 0.3 ms is past its tolerance on top of its own 0.8 ms bound (the two add):
+    # flagged. One of 0.1 ms is not: missed, 3 - 0.9 ms past its bound, the run's read beside.
+    added = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, False,
+                          waits, {"r1": 3 * MS // 10})  # fmt: skip
+    assert (added.missed, added.flagged) == (0.0, pytest.approx(1 / 3))
+    short = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, False,
+                          waits, {"r1": MS // 10})  # fmt: skip
+    (miss,) = short.missed_streams
+    assert (miss.over_ms, miss.run_wait_ms) == (pytest.approx(2.1), pytest.approx(0.1))
     # Without the reads: no rule judged, no wait read.
     bare = ceiling.point(recs, [truth], ZERO, 1, 16, 4, (0.1, 0.9, 0.9, 0.9, 1.0), 1.0, False)
     assert math.isnan(bare.rule_flags) and math.isnan(bare.missed_streams[0].server_wait_ms)

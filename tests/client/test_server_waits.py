@@ -188,11 +188,23 @@ def test_a_server_that_waited_past_the_tolerance_makes_the_stream_client_limited
     # Less than its tolerance, or no server read: nothing to flag.
     assert client_error_evidence(rec, MS // 2) is None
     assert client_error_evidence(rec) is None and client_error_evidence(rec, None) is None
-    # Its own stamps' error larger than the wait: named as loadgen's, the wait beside it.
+    # Its own stamps' error and the wait add (the server's wait delays the bytes, the loop's
+    # lag their read): 0.6 + 0.5 ms is past the 1 ms tolerance though neither is alone.
+    lagged = dataclasses.replace(rec, loop_lag_ttft_ns=6 * MS // 10)
+    assert error_bound_s(lagged, MS // 2) == pytest.approx(1.1e-3)
+    own = client_error_evidence(lagged, MS // 2)
+    assert own is not None and own["reason"].startswith(
+        "loadgen's own timing error 0.6 ms and its server's wait for a core on this host 0.5 ms:"
+        " 1.1 ms > tolerance 1.0 ms"
+    )
+    assert own["server_wait_s"] == pytest.approx(0.5e-3)
+    assert client_error_evidence(lagged, 4 * MS // 10) is None  # 1.0 ms: within it
+    assert client_error_evidence(lagged) is None
+    # Its own error alone past it, with no wait read: named as loadgen's alone.
     late = dataclasses.replace(rec, loop_lag_ttft_ns=3 * MS)
-    own = client_error_evidence(late, 3 * MS // 2)
-    assert own is not None and own["reason"].startswith("loadgen's own timing error 3.0 ms")
-    assert own["server_wait_s"] == pytest.approx(1.5e-3)
+    own = client_error_evidence(late, 0)
+    assert own is not None and own["reason"].startswith("loadgen's own timing error 3.0 ms >")
+    assert own["server_wait_s"] == 0
 
 
 def test_the_count_of_streams_whose_server_waited_and_its_banner_line() -> None:
