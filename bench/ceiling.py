@@ -72,7 +72,7 @@ from harness import Ratio, parser, ratio, report
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from loadgen.analysis.selferror import HOST_BUSY_LIMIT, error_bound_s, tolerance_s, wait_between
+from loadgen.analysis.selferror import HOST_BUSY_LIMIT, error_bound_s, tolerance_s
 from loadgen.client.hostload import (
     TICK_S,
     cpu_ticks,
@@ -259,8 +259,11 @@ class Waits:
         """How long server `replica` waited for a core between the last read at or before
         `start_ns` and the first at or after `end_ns`, ms; NaN where the reads do not bracket
         the span."""
-        waited = wait_between(self.ns, self.waits, replica, start_ns, end_ns)
-        return math.nan if waited is None else waited / 1e6
+        i = bisect.bisect_right(self.ns, start_ns) - 1
+        j = bisect.bisect_left(self.ns, end_ns)
+        if i < 0 or j >= len(self.ns):
+            return math.nan
+        return (self.waits[j][replica] - self.waits[i][replica]) / 1e6
 
     def share(self, start_ns: int, end_ns: int) -> float:
         """The most any server waited for a core between the first and last reads inside

@@ -72,13 +72,7 @@ from loadgen.analysis.selferror import (
     stream_server_waits,
     tolerance_s,
 )
-from loadgen.records import (
-    SERVER_WAITS,
-    StreamRecord,
-    read_records,
-    read_server_wait,
-    read_streams,
-)
+from loadgen.records import StreamRecord, read_streams
 
 MS = 1e6
 SMOKE_STREAMS, SMOKE_TOKENS = 16, 20
@@ -322,11 +316,11 @@ def run_crowded(run_dir: Path) -> bool:
 
 
 def run_server_waits(run_dir: Path, recs: list[StreamRecord]) -> dict[str, int]:
-    """By stream id, its server's wait for a core around its TTFT as the run read it
-    (server_waits.jsonl; the analysis' stream_server_waits); empty where it read none."""
-    reads, _ = read_records(run_dir / SERVER_WAITS, read_server_wait)
+    """By stream id, its server's wait for a core between its send and first token as the
+    run read it and judged it (each record's server_wait_ns; the analysis'
+    stream_server_waits); empty where it read none."""
     host_cpu = (read_manifest(run_dir).client or {}).get("host_cpu", {})
-    return stream_server_waits(recs, reads, host_cpu)
+    return stream_server_waits(recs, host_cpu)
 
 
 def read_flagged(rec: StreamRecord, crowded: bool, server_wait_ns: int | None = None) -> bool:

@@ -157,6 +157,11 @@ class StreamRecord:
     # The W3C traceparent header the request carried (--trace-context), to join a server's
     # traces; None where none was sent.
     traceparent: str | None = None
+    # How long its server, where it runs on loadgen's host, waited for a core between the
+    # stream's send and its first token (the kernel's count for the server's processes' main
+    # threads, read at both by the client: client/hostload.py's ServerWait), ns; absent where
+    # the server runs elsewhere, on the virtual clock, and without a first token.
+    server_wait_ns: int | None = json_field(omit="none", default=None)
 
 
 # A record as the tuple of its fields' values in field order (StreamRecord(*values) makes it
@@ -357,19 +362,6 @@ class MetricsSample:
 REPLICA_METRICS = "replica_metrics.jsonl"
 
 
-@dataclass(frozen=True, slots=True)
-class ServerWaitRead:
-    """How long each replica's server, where it runs on loadgen's host, had waited, runnable,
-    for a core (the kernel's count) at `t_ns` on the run clock: `waits_ns` in replica order,
-    each its processes' main threads summed, counted from the run's first read."""
-
-    t_ns: int
-    waits_ns: tuple[int, ...]
-
-
-SERVER_WAITS = "server_waits.jsonl"
-
-
 def read_metrics(run_dir: Path) -> list[MetricsSample]:
     return read_records(run_dir / "metrics.jsonl", read_metrics_sample)[0]
 
@@ -379,4 +371,3 @@ def read_metrics(run_dir: Path) -> list[MetricsSample]:
 # took 0.60x the time of the hand-written check loop it replaced on 10,520 soak stream rows.
 read_stream = reader(StreamRecord)
 read_metrics_sample = reader(MetricsSample)
-read_server_wait = reader(ServerWaitRead)

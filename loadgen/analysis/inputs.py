@@ -16,14 +16,11 @@ import orjson
 from loadgen.records import (
     REPLICA_METRICS,
     SERVER_LOG,
-    SERVER_WAITS,
     MetricsSample,
-    ServerWaitRead,
     StreamRecord,
     read_jsonl,
     read_metrics_sample,
     read_records,
-    read_server_wait,
     read_stream,
 )
 from loadgen.run_manifest import RunManifest, read_run_manifest
@@ -51,9 +48,6 @@ class RunInputs:
     replica_metrics: tuple[MetricsSample, ...] = ()
     # server.log: the server's log lines written during the run (engine/server_log.py)
     server_log: str | None = None
-    # server_waits.jsonl: the local servers' waits for a core, where the server shared the
-    # client's host (client/hostload.py)
-    server_waits: tuple[ServerWaitRead, ...] = ()
 
 
 def is_run_dir(path: Path) -> bool:
@@ -109,7 +103,6 @@ def load_run(path: Path) -> RunInputs:
     manifest, dropped = _manifest_and_dropped(path)
     replica_metrics, _ = read_records(path / REPLICA_METRICS, read_metrics_sample)
     log = path / SERVER_LOG
-    waits, _ = read_records(path / SERVER_WAITS, read_server_wait)
     return RunInputs(
         manifest,
         streams,
@@ -120,5 +113,4 @@ def load_run(path: Path) -> RunInputs:
         telemetry,
         tuple(replica_metrics),
         log.read_text(errors="replace") if log.is_file() else None,
-        tuple(waits),
     )

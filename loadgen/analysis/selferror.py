@@ -22,9 +22,8 @@ banner the report composes.
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,7 +31,7 @@ from urllib.parse import urlsplit
 from loadgen.analysis.phases import http_phases
 from loadgen.client.hostload import LOOPBACK
 from loadgen.codec import json_field
-from loadgen.records import ServerWaitRead, StreamRecord
+from loadgen.records import StreamRecord
 
 CLIENT_ERROR_FRACTION = 0.05
 CLIENT_ERROR_FLOOR_S = 0.001
@@ -70,44 +69,18 @@ def own_error_ns(rec: StreamRecord) -> int | None:
 
 
 def stream_server_waits(
-    records: Iterable[StreamRecord],
-    reads: Sequence[ServerWaitRead],
-    host_cpu: Mapping[str, float],
+    records: Iterable[StreamRecord], host_cpu: Mapping[str, float]
 ) -> dict[str, int]:
-    """By stream id, how long its server (its replica's, where the run read a server on this
-    host: server_waits.jsonl) waited for a core between the last read at or before its send
-    and the first at or after its first token, ns. A stream the reads do not bracket, or
-    without a first token, has none; nor has any where loadgen's processes were not the
-    host's main load over the timed traffic (`host_cpu`: run.json's client.host_cpu,
-    loadgen_busy): a server that keeps the cores busy by itself waits on its own threads, its
-    own latency. On a 16-core host every stream that came later than its tolerance with none
-    of its own stamps late (4 of 240,000 at 81-84% busy) had its server waiting longer than
-    its tolerance so, by the bench's own reads (bench/ceiling.md)."""
-    if not reads or not loadgen_busy(host_cpu):
+    """By stream id, how long its server, where it ran on this host, waited for a core between
+    its send and its first token, ns, as its client read it (the record's server_wait_ns):
+    none where loadgen's processes were not the host's main load over the timed traffic
+    (`host_cpu`: run.json's client.host_cpu, loadgen_busy): a server that keeps the cores
+    busy by itself waits on its own threads, its own latency. On a 16-core host every stream
+    that came later than its tolerance with none of its own stamps late (4 of 240,000 at
+    81-84% busy) had its server waiting longer than its tolerance around it (bench/ceiling.md)."""
+    if not loadgen_busy(host_cpu):
         return {}
-    ts, waits = [r.t_ns for r in reads], [r.waits_ns for r in reads]
-    out = {}
-    for rec in records:
-        if rec.t_sent_ns is None or rec.t_first_ns is None:
-            continue
-        waited = wait_between(ts, waits, rec.replica or 0, rec.t_sent_ns, rec.t_first_ns)
-        if waited is not None:
-            out[rec.id] = waited
-    return out
-
-
-def wait_between(
-    ts: Sequence[int], waits: Sequence[Sequence[int]], replica: int, start_ns: int, end_ns: int
-) -> int | None:
-    """How much a replica's count of reads taken at `ts` (sorted; `waits`: the counts of
-    each, in replica order) grew between the last read at or before `start_ns` and the first
-    at or after `end_ns`; None where the reads do not bracket the span or hold no such
-    replica."""
-    i = bisect.bisect_right(ts, start_ns) - 1
-    j = bisect.bisect_left(ts, end_ns)
-    if i < 0 or j >= len(ts) or replica >= len(waits[i]):
-        return None
-    return waits[j][replica] - waits[i][replica]
+    return {r.id: r.server_wait_ns for r in records if r.server_wait_ns is not None}
 
 
 def tolerance_s(rec: StreamRecord) -> float:

@@ -113,7 +113,7 @@ def analyze(inputs: RunInputs) -> Analysis:
     records, manifest = inputs.streams, inputs.manifest
     timeline = Timeline(inputs.metrics)
     host_cpu = (manifest.client or {}).get("host_cpu", {})
-    waits = stream_server_waits(records, inputs.server_waits, host_cpu)
+    waits = stream_server_waits(records, host_cpu)
     ctx = build_context(records, timeline, manifest, waits)
     verdicts, seated = classify_streams(ctx), ctx.seats
     for sub in replica_contexts(records, inputs.replica_metrics, manifest, waits):

@@ -290,6 +290,7 @@ class StreamDecoder:
         phases: dict[str, Any] | None = None,
         replica: int | None = None,
         worker: str | None = None,
+        server_wait_ns: int | None = None,
     ) -> StreamRecord:
         """The finished record; absolute perf_counter times become run-clock ns here, except
         `phases` (the HTTP phase fields, records.py), which come on the run clock."""
@@ -341,6 +342,7 @@ class StreamDecoder:
             response_id=response_id,
             replica=replica,
             worker=worker,
+            server_wait_ns=server_wait_ns,
             tool_calls=len(self.calls or ()),
             calls=None if self.calls is None else tuple((c[0], c[1], c[2]) for c in self.calls),
             **reasoning_fields(ns, per_chunk, self.reasoning_at, self.out_at, reported),

@@ -14,27 +14,18 @@ Where the server runs on this host (a loopback target's listening process and th
 it), the kernel also counts how long it waited, runnable, for a core (schedstat): its witness
 of the stamp-to-send time no client sees. Every stream that came late unflagged on a 16-core
 host (10 of 10) and on the build machine (2 of 2) had its server waiting for a core longer
-than the stream's overshoot in the 20-40 ms around it (bench/ceiling.md). So the server's
-waits are also read every 2 ms beside the run (reading_server_waits), and each stream is judged
-by its own server's wait around its TTFT (analysis/selferror.py's stream_server_waits).
+than the stream's overshoot in the 20-40 ms around it (bench/ceiling.md). So the client
+reads its server's wait at each stream's send and first token (ServerWait), and each stream is
+judged by its own server's wait in between (analysis/selferror.py's stream_server_waits).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import select
-import signal
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Event
 from pathlib import Path
-
-from loadgen.codec import to_json
-from loadgen.lifeline import die_with
-from loadgen.records import JsonlAppender, ServerWaitRead
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 # The names a target's URL gives this host's loopback by: a server there shares its cores.
@@ -79,29 +70,27 @@ def run_delay_ns(pid: int) -> int:
     return sum(map(_waited_ns, Path(f"/proc/{pid}/task").glob("*/schedstat")))
 
 
-class MainWaits:
-    """How long each replica's server processes' main threads have waited, runnable, for a
-    core (the second field of /proc/PID/schedstat, ns), summed per replica: one read a
-    process, where the sum over its threads (run_delay_ns) costs one a thread, and a server's
-    main thread is the one that takes the requests and writes the answers (firehose's only
-    thread; vLLM's API server's event loop and its engine core's busy loop). Each process's
-    file is opened once and read in place, each process once a read whatever the replicas
-    sharing it: opened afresh, a read cost 10 us a process on the build machine, 0.5 us
-    kept open. A process gone (or never found) counts 0 from then on."""
+class ServerWait:
+    """How long a server's processes on this host (`pids`: the one listening on its port and
+    those below it) have waited, runnable, for a core, their main threads summed (the second
+    field of /proc/PID/schedstat, ns): read by the client at a stream's send and at its first
+    token, the server's wait in between is the stream's own. A main thread, one read a
+    process, where the sum over its threads (run_delay_ns) costs one a thread: it is the one
+    that takes the requests and writes the answers (firehose's only thread; vLLM's API
+    server's event loop and its engine core's busy loop). Each file is opened once and read
+    in place: 0.5 us a read on the build machine, 10 us opened afresh. A process gone (or
+    never found) counts 0 from then on."""
 
-    def __init__(self, replicas: Sequence[Sequence[int]]) -> None:
-        self._replicas = [tuple(pids) for pids in replicas]
-        self._fds = {pid: _opened(f"/proc/{pid}/schedstat") for pids in replicas for pid in pids}
+    def __init__(self, pids: Sequence[int]) -> None:
+        self._fds = [fd for pid in pids if (fd := _opened(f"/proc/{pid}/schedstat")) is not None]
 
-    def counts(self) -> list[int]:
-        waits = {pid: _read_waited_ns(fd) for pid, fd in self._fds.items()}
-        return [sum(waits[pid] for pid in pids) for pids in self._replicas]
+    def __call__(self) -> int:
+        return sum(map(_read_waited_ns, self._fds))
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            if fd is not None:
-                os.close(fd)
-        self._fds = dict.fromkeys(self._fds)
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
 
 
 def _opened(path: str) -> int | None:
@@ -111,10 +100,10 @@ def _opened(path: str) -> int | None:
         return None
 
 
-def _read_waited_ns(fd: int | None) -> int:
-    """The wait for a core of an opened schedstat file (read from its start); 0 for none."""
+def _read_waited_ns(fd: int) -> int:
+    """The wait for a core of an opened schedstat file (read from its start)."""
     try:
-        return 0 if fd is None else _wait_field(os.pread(fd, 256, 0))
+        return _wait_field(os.pread(fd, 256, 0))
     except OSError:  # its process has gone
         return 0
 
@@ -280,130 +269,3 @@ class HostLoad:
         if self._server_wait_ns:
             out["server_wait"] = round(max(self._server_wait_ns.values()) / 1e9 / self._span_s, 3)
         return out
-
-
-# A local server's wait for a core is read this often: on 16-core hosts every stream that came
-# late where no client stamp saw it had its server waiting longer than its overshoot around it
-# (10 of 10 between reads 20 ms apart, 5-26 ms; 4 of 4 between reads 2 ms apart, 2.1-4.6 ms;
-# bench/ceiling.md); reads 1 s apart charged a stream waits not its own (every stream of a
-# build-machine run flagged, against 95-98%).
-WAIT_READ_S = 0.002
-# A read is kept once a replica's count has moved this much since the last one kept.
-WAIT_STEP_NS = 100_000
-
-
-class WaitReads:
-    """Which reads of the servers' waits go to `sink`: the first; any after which a replica's
-    count moved WAIT_STEP_NS or more since the last kept, with the read just before it (so
-    a wait is placed between two reads WAIT_READ_S apart, not across a quiet stretch); and
-    the last (`close`). Counts are from the first read, each kept from going down (a process
-    gone takes its count with it)."""
-
-    def __init__(self, sink: Callable[[ServerWaitRead], None]) -> None:
-        self._sink = sink
-        self._base: tuple[int, ...] | None = None
-        self._counts: tuple[int, ...] = ()
-        self._kept: tuple[int, ...] = ()
-        self._pending: ServerWaitRead | None = None
-
-    def take(self, t_ns: int, counts: Sequence[int]) -> None:
-        if self._base is None:
-            self._base = self._counts = self._kept = tuple(counts)
-            self._sink(ServerWaitRead(t_ns, (0,) * len(counts)))
-            return
-        self._counts = tuple(map(max, self._counts, counts))
-        read = ServerWaitRead(
-            t_ns, tuple(c - b for c, b in zip(self._counts, self._base, strict=True))
-        )
-        if any(c - k >= WAIT_STEP_NS for c, k in zip(self._counts, self._kept, strict=True)):
-            if self._pending is not None:
-                self._sink(self._pending)
-            self._sink(read)
-            self._kept, self._pending = self._counts, None
-        else:
-            self._pending = read
-
-    def close(self) -> None:
-        if self._pending is not None:
-            self._sink(self._pending)
-            self._pending = None
-
-
-@contextmanager
-def reading_server_waits(
-    replicas: Sequence[Sequence[int]],
-    path: Path,
-    run_start_ns: int,
-    every_s: float = WAIT_READ_S,
-) -> Iterator[None]:
-    """While the block runs, every `every_s`, how long each replica's local server processes
-    (`replicas`: their pids, in replica order) had waited for a core, their main threads
-    summed, on the run clock, into the JSONL file `path` as WaitReads keeps them: the witness
-    per stream of a server that lost its core between stamping an answer and sending it,
-    where no client stamp sees. Read in a process of its own, begun before the block: a
-    thread of this one cost the one-process client 15-20% of its requests/s on the build
-    machine, each read taking the interpreter's lock from its event loop."""
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process with a running loop
-    ready = ctx.Event()
-    stop, stopping = ctx.Pipe(duplex=False)
-    args = ([list(p) for p in replicas], str(path), run_start_ns, every_s, os.getpid(), ready, stop)
-    proc = ctx.Process(target=_read_waits, args=args, name="loadgen-server-waits", daemon=True)
-    proc.start()
-    try:
-        # A reader that died at its start sets nothing: the run goes on without its reads.
-        deadline = time.monotonic() + READER_START_S
-        while not ready.wait(0.01) and proc.is_alive() and time.monotonic() < deadline:
-            pass
-        yield
-    finally:
-        stopping.send_bytes(b"")  # this process holds the read end too: no broken pipe
-        stopping.close()
-        proc.join(READER_START_S)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-        stop.close()
-
-
-# How long the reading process may take to start, or to write its last read once stopped.
-READER_START_S = 30.0
-
-
-def _read_waits(
-    replicas: list[list[int]],
-    path: str,
-    run_start_ns: int,
-    every_s: float,
-    parent: int,
-    ready: Event,
-    stop: Connection,
-) -> None:
-    """The reading process of reading_server_waits: its first read, then one every `every_s`
-    until `stop` has something to read, then its last, each kept one written as it is taken.
-    Its wait is a poll of that pipe: a multiprocessing Event's wait cost 40-90 us of CPU a
-    read on the build machine, more than the reads. The kernel kills it with its parent (a
-    SIGKILLed loadgen says nothing); Ctrl-C reaches the whole process group: the parent stops
-    it, as it stops its client workers."""
-    die_with(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        out = JsonlAppender(Path(path))
-    except OSError:
-        return  # no file to write: the run is judged without its server's waits
-    reads = WaitReads(lambda read: out.append(to_json(read)))
-    servers = MainWaits(replicas)
-    stopped = select.poll()
-    stopped.register(stop.fileno(), select.POLLIN)
-    every_ms = every_s * 1e3
-
-    def take() -> None:
-        reads.take(time.perf_counter_ns() - run_start_ns, servers.counts())
-
-    take()
-    ready.set()
-    while not stopped.poll(every_ms):
-        take()
-    take()
-    reads.close()
-    out.close()
-    servers.close()

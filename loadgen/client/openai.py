@@ -41,6 +41,7 @@ from loadgen.client.errors import (
     wrong_content,
     wrong_content_text,
 )
+from loadgen.client.hostload import ServerWait
 from loadgen.client.rawhttp import (
     Conn,
     ProtocolError,
@@ -68,12 +69,16 @@ class _Live:
     content (0 until the first): comments, role-only and empty events do not reset the idle
     timeout, or a server sending endless `: keep-alive` lines held a stream forever."""
 
-    __slots__ = ("conn", "first_byte_ns", "last_ns", "response_id", "rtt_us", "t_sent", "task",
-                 "tcp_first_byte", "timeout")  # fmt: skip
+    __slots__ = ("conn", "first_byte_ns", "last_ns", "response_id", "rtt_us", "server_wait_ns",
+                 "t_sent", "task", "tcp_first_byte", "timeout", "wait_sent")  # fmt: skip
 
-    def __init__(self, task: asyncio.Task, t_sent: int) -> None:
+    def __init__(self, task: asyncio.Task, t_sent: int, wait_sent: int) -> None:
         self.task = task
         self.t_sent = t_sent
+        # Its server's wait for a core (ServerWait) at the send, and from there to the first
+        # content chunk once it came (None until then, and where the server is elsewhere).
+        self.wait_sent = wait_sent
+        self.server_wait_ns: int | None = None
         self.last_ns = 0
         self.timeout: StreamError | None = None
         self.response_id: str | None = None  # the server's id, from the first body read
@@ -103,6 +108,9 @@ class OpenAIClient(AuxRequests):
         # each record as it is made: a copy of the finished record to add it cost 9 us a
         # request, 7% of a worker's CPU at 16-token answers. None: the run has one server.
         self.replica: int | None = None
+        # Its server's wait for a core where the server runs on this host, read at each
+        # stream's send and first token; the client closes it when it closes.
+        self.server_wait: ServerWait | None = None
         # The Ray actor this client streams for (client/ray_pool.py), stamped likewise.
         self.worker: str | None = None
         # How messages and records name the server: a URL's password never leaves the client.
@@ -166,6 +174,8 @@ class OpenAIClient(AuxRequests):
                 await session.close()
         if self._raw:
             self._raw.close()
+        if self.server_wait is not None:
+            self.server_wait.close()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -227,8 +237,10 @@ class OpenAIClient(AuxRequests):
         dec = StreamDecoder(chat=chat, keep_text=req.keep_text, max_tokens=req.max_tokens)
         task = asyncio.current_task(self._loop)
         assert task is not None
+        wait = self.server_wait
+        wait_sent = 0 if wait is None else wait()
         t_sent = perf_counter_ns()
-        live = _Live(task, t_sent)
+        live = _Live(task, t_sent, wait_sent)
         feed = dec.feed
 
         chunk_ns = dec.chunk_ns
@@ -246,6 +258,8 @@ class OpenAIClient(AuxRequests):
                 live.response_id = response_id(chunk)
             done = feed(chunk, now)
             if chunk_ns and chunk_ns[-1] == now:  # this read brought content
+                if not live.last_ns and wait is not None:
+                    live.server_wait_ns = wait() - wait_sent
                 live.last_ns = now
             return done
 
@@ -321,8 +335,10 @@ class OpenAIClient(AuxRequests):
         dec = StreamDecoder(chat=chat, keep_text=req.keep_text, max_tokens=req.max_tokens)
         task = asyncio.current_task(self._loop)
         assert task is not None
+        wait = self.server_wait
+        wait_sent = 0 if wait is None else wait()
         t_sent = perf_counter_ns()
-        live = _Live(task, t_sent)
+        live = _Live(task, t_sent, wait_sent)
         status: int | None = None
         t_headers: int | None = None
         error: StreamError | None = None
@@ -347,6 +363,8 @@ class OpenAIClient(AuxRequests):
                             live.response_id = response_id(chunk)
                         done = feed(chunk, now)
                         if dec.chunk_ns and dec.chunk_ns[-1] == now:
+                            if not live.last_ns and wait is not None:
+                                live.server_wait_ns = wait() - wait_sent
                             live.last_ns = now
                         if done:
                             break
@@ -405,6 +423,7 @@ class OpenAIClient(AuxRequests):
             phases=_phase_fields(live, self.run_start_ns),
             replica=self.replica,
             worker=self.worker,
+            server_wait_ns=live.server_wait_ns,
         )
 
     # ------------------------------------------------------------------ watchdog

@@ -46,6 +46,7 @@ import uvloop
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import ClientError
+from loadgen.client.hostload import ServerWait
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import (
     recorded,
@@ -180,6 +181,10 @@ class WorkerClient:
     # least-outstanding balances each worker's own streams.
     replicas: tuple[str, ...] = ()
     route: RouteSpec = field(default_factory=RouteSpec)
+    # Per replica (or the one server), its processes where it runs on this host
+    # (hostload.local_servers), whose wait for a core each stream's client reads; empty for
+    # workers on other hosts (Ray actors) and a server elsewhere.
+    server_pids: tuple[tuple[int, ...], ...] = ()
 
 
 async def open_worker_sender(
@@ -196,8 +201,9 @@ async def open_worker_sender(
         ))
         for url in to.replicas or (to.base_url,)
     ]  # fmt: skip
-    for client in clients:
+    for client, pids in zip(clients, to.server_pids or [()] * len(clients), strict=True):
         client.worker = worker
+        client.server_wait = ServerWait(pids) if pids else None
     if len(clients) == 1:
         return clients[0]
     return RoutedClient(clients, Router(to.route, len(clients)))

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.hostload import HostLoad, local_servers, reading_server_waits
+from loadgen.client.hostload import HostLoad, ServerWait, local_servers
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
@@ -47,7 +47,6 @@ from loadgen.engine.target import Target, open_target
 from loadgen.engine.telemetry import open_telemetry
 from loadgen.engine.traffic import send_rep
 from loadgen.records import (
-    SERVER_WAITS,
     JsonlAppender,
     RecordSink,
     RunDirectory,
@@ -187,15 +186,19 @@ async def open_http_backend(
         soak=stops_here,
     )  # fmt: skip
     targets = targets_part(target.replicas, opts.route) if target.replicas else None
+    servers = _server_pids(target)
     async with OpenAIClient(
         target.url, api_key=opts.api_key, concurrency=concurrency, timeouts=timeouts,
         run_start_ns=run_start_ns,
     ) as client, client_pool(
         workers, url=target.url, api_key=opts.api_key, peak_in_flight=concurrency,
         timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
-        ray_address=ray, replicas=target.replicas, route=opts.route,
+        ray_address=ray, replicas=target.replicas, route=opts.route, server_pids=servers,
     ) as pool, AsyncExitStack() as stack:  # fmt: skip
         sender = await _sender(client, target, opts, stack, concurrency, run_start_ns, timeouts)
+        clients = [sender] if isinstance(sender, OpenAIClient) else sender.clients
+        for one, pids in zip(clients, servers, strict=True):
+            one.server_wait = ServerWait(pids) if pids else None
         wanted = opts.model or scenario.model or target.model
         model, _ = await checked_model(client.get_json("/v1/models"), wanted, target.url)
         counter = await pick_counter(
@@ -233,11 +236,6 @@ async def open_http_backend(
             client_log = stack.enter_context(closing(JsonlAppender(rundir.path / "client.jsonl")))
             watch = SelfWatch(client_log.append, run_start_ns=run_start_ns)
             background.append(asyncio.create_task(watch.run()))
-        servers = _server_pids(target)
-        if any(servers):
-            stack.enter_context(
-                reading_server_waits(servers, rundir.path / SERVER_WAITS, run_start_ns)
-            )
         yield HttpBackend(
             target, model, builder, session_builder, poller, progress, client, sender, pool, lag,
             HostLoad(lambda: client_pids(pool), sorted({p for ps in servers for p in ps})),

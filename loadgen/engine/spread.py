@@ -64,17 +64,22 @@ async def client_pool(
     ray_address: str | None = None,
     replicas: Sequence[str] = (),
     route: RouteSpec | None = None,
+    server_pids: Sequence[Sequence[int]] = (),
 ) -> AsyncIterator[Pool | None]:
     """A pool of `workers` client processes on the run clock, or None for one process (the
     parent's own client sends everything); with `ray_address`, Ray actors on that cluster
     (`workers` None: as many as the cluster's nodes and the streams in flight call for).
-    Several `replicas`: each worker process routes its share by `route`."""
+    Several `replicas`: each worker process routes its share by `route`. `server_pids`: each
+    replica's server processes on this host, whose wait for a core the worker processes read
+    around each stream (a Ray actor's host may be another: none there)."""
     client = WorkerClient(url, api_key, timeouts, run_start_ns, tuple(replicas),
                           route or RouteSpec())  # fmt: skip
     if ray_address:
         async with ray_pool(ray_address, workers, client, peak_in_flight=peak_in_flight) as pool:
             yield pool
         return
+    if any(server_pids):
+        client = replace(client, server_pids=tuple(tuple(p) for p in server_pids))
     assert workers is not None
     if workers <= 1:
         yield None
