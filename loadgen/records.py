@@ -161,7 +161,7 @@ class StreamRecord:
     # stream's send and its first token (the kernel's count for the server's processes' main
     # threads, read at both by the client: client/hostload.py's ServerWait), ns; absent where
     # the server runs elsewhere, on the virtual clock, and without a first token.
-    server_wait_ns: int | None = json_field(omit="none", default=None)
+    server_wait_ns: int | None = None
 
 
 # A record as the tuple of its fields' values in field order (StreamRecord(*values) makes it

@@ -27,7 +27,8 @@ def full_record() -> StreamRecord:
         chunk_ns=[4, 5, 6], chunk_tokens=[1, 1, 1], max_tokens=3,
     )  # fmt: skip
     filled = {"answer": "abc", "calls": (("c1", "f", "{}"),), "replica": 1, "worker": "w1",
-              "rtt_us": 50, "response_id": "cmpl-1", "cold": True, "seat_wait_ns": 9}  # fmt: skip
+              "rtt_us": 50, "response_id": "cmpl-1", "cold": True, "seat_wait_ns": 9,
+              "server_wait_ns": 11}  # fmt: skip
     return replace(rec, **filled)
 
 
