@@ -276,10 +276,11 @@ class Waits:
         return waited / (self.ns[j] - self.ns[i])
 
     def rule(self, rec: StreamRecord, zero_ns: int) -> bool:
-        """The rule loadgen judges a stream by where its server is on its host (its error bound
-        holds the server's wait, selferror.stream_server_waits), from the bench's own reads:
-        `rec`'s server waited for a core, around the stream's own send to first token, at least
-        the stream's tolerance. False where the reads do not bracket it."""
+        """The server's half of the rule loadgen judges a stream by where its server is on its
+        host (its error bound adds the server's wait to its own error,
+        selferror.stream_server_waits), from the bench's own reads: `rec`'s server waited for a
+        core, around the stream's own send to first token, at least the stream's tolerance.
+        False where the reads do not bracket it."""
         assert rec.t_sent_ns is not None and rec.t_first_ns is not None
         waited = self.around_ms(rec.replica or 0, zero_ns + rec.t_sent_ns, zero_ns + rec.t_first_ns)
         return waited >= tolerance_s(rec) * 1e3
