@@ -23,12 +23,15 @@ from loadgen.analysis.selferror import (
 )
 from loadgen.analysis.summary import analyze_run
 from loadgen.client.hostload import ServerWait
+from loadgen.client.openai import OpenAIClient
 from loadgen.codec import to_json
 from loadgen.records import read_streams
 from loadgen.report.banners import client_reasons
 from loadgen.report.cmd import write_report
+from loadgen.request import StreamRequest
 
 from support.cli import loadgen
+from support.pacedserver import PacedConfig, PacedServer
 from support.run_fixtures import manifest, stream, write_run
 from support.server_process import sim_process
 
@@ -55,6 +58,39 @@ def test_a_servers_wait_is_its_processes_main_threads_read_in_place() -> None:
     assert wait() == 0
     wait.close()
     assert ServerWait([])() == 0
+
+
+class _Reads:
+    """A server's wait for a core as a client reads it: each read the next count given."""
+
+    def __init__(self, *counts: int) -> None:
+        self._counts = iter(counts)
+        self.closed = False
+
+    def __call__(self) -> int:
+        return next(self._counts)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["rawhttp", "aiohttp"])
+async def test_a_stream_is_charged_its_servers_wait_from_its_send_to_its_first_token(
+    raw: bool,
+) -> None:
+    # Read at each send and first content chunk, two reads a stream: the first stream's server
+    # waited 3 ms in between; the second's count fell (a server process gone takes its count
+    # with it): 0, never below. The client closes what it read through.
+    async with (
+        PacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv,
+        OpenAIClient(srv.url, concurrency=1, raw_stream=raw) as client,
+    ):
+        reads = client.server_wait = _Reads(2 * MS, 5 * MS, 7 * MS, 0)
+        one = await client.stream(StreamRequest(id="a", model="m", prompt="p", max_tokens=4))
+        two = await client.stream(StreamRequest(id="b", model="m", prompt="p", max_tokens=4))
+    assert (one.status, two.status) == ("ok", "ok")
+    assert (one.server_wait_ns, two.server_wait_ns) == (3 * MS, 0)
+    assert reads.closed
 
 
 # run.json's client.host_cpu: loadgen's processes the host's main load, or the server's.
