@@ -70,13 +70,16 @@ class _Live:
     timeout, or a server sending endless `: keep-alive` lines held a stream forever."""
 
     __slots__ = ("conn", "first_byte_ns", "last_ns", "response_id", "rtt_us", "server_wait_ns",
-                 "t_sent", "task", "tcp_first_byte", "timeout")  # fmt: skip
+                 "t_sent", "task", "tcp_first_byte", "timeout", "wait_sent")  # fmt: skip
 
-    def __init__(self, task: asyncio.Task, t_sent: int) -> None:
+    def __init__(self, task: asyncio.Task, wait: ServerWait | None) -> None:
+        """Made as the stream is sent: its send stamp, and its server's wait for a core then
+        (`wait`: read where the server runs on this host)."""
         self.task = task
-        self.t_sent = t_sent
-        # Its server's wait for a core (ServerWait) from the send to the first content chunk,
-        # once that came (None until then, and where the server is elsewhere).
+        self.wait_sent = 0 if wait is None else wait()
+        self.t_sent = perf_counter_ns()
+        # Its server's wait from the send to the first content chunk, once that came (None
+        # until then, and where the server is elsewhere).
         self.server_wait_ns: int | None = None
         self.last_ns = 0
         self.timeout: StreamError | None = None
@@ -237,9 +240,7 @@ class OpenAIClient(AuxRequests):
         task = asyncio.current_task(self._loop)
         assert task is not None
         wait = self.server_wait
-        wait_sent = 0 if wait is None else wait()
-        t_sent = perf_counter_ns()
-        live = _Live(task, t_sent)
+        live = _Live(task, wait)
         feed = dec.feed
 
         chunk_ns = dec.chunk_ns
@@ -259,7 +260,7 @@ class OpenAIClient(AuxRequests):
             if chunk_ns and chunk_ns[-1] == now:  # this read brought content
                 if not live.last_ns and wait is not None:
                     # A server process gone meanwhile takes its count with it: none below 0.
-                    live.server_wait_ns = max(0, wait() - wait_sent)
+                    live.server_wait_ns = max(0, wait() - live.wait_sent)
                 live.last_ns = now
             return done
 
@@ -336,9 +337,7 @@ class OpenAIClient(AuxRequests):
         task = asyncio.current_task(self._loop)
         assert task is not None
         wait = self.server_wait
-        wait_sent = 0 if wait is None else wait()
-        t_sent = perf_counter_ns()
-        live = _Live(task, t_sent)
+        live = _Live(task, wait)
         status: int | None = None
         t_headers: int | None = None
         error: StreamError | None = None
@@ -364,7 +363,7 @@ class OpenAIClient(AuxRequests):
                         done = feed(chunk, now)
                         if dec.chunk_ns and dec.chunk_ns[-1] == now:
                             if not live.last_ns and wait is not None:
-                                live.server_wait_ns = max(0, wait() - wait_sent)
+                                live.server_wait_ns = max(0, wait() - live.wait_sent)
                             live.last_ns = now
                         if done:
                             break
