@@ -52,11 +52,11 @@ def error_bound_s(rec: StreamRecord, server_wait_ns: int | None = None) -> float
     error, not the larger of the two: the server's wait delays the bytes before they exist,
     the client's loop lag their read after they came (on a 16-core host a stream came 1.30 ms
     after firehose wrote it, 0.33 ms past the larger alone; bench/ceiling.md)."""
-    own = own_error_ns(rec)
+    own = _own_error_ns(rec)
     return None if own is None else (own + (server_wait_ns or 0)) / NS
 
 
-def own_error_ns(rec: StreamRecord) -> int | None:
+def _own_error_ns(rec: StreamRecord) -> int | None:
     """The client's own part of a stream's error bound, ns: its late send, its loop's lag
     around the first token or its own write of the request, whichever is largest (one loop's
     stalls, which overlap); None for records without self-measurement."""
@@ -111,7 +111,7 @@ def client_error_evidence(
         return None
     late = max(0, (rec.t_sent_ns or 0) - rec.t_intended_ns) / NS
     waited = {} if server_wait_ns is None else {"server_wait_s": server_wait_ns / NS}
-    own = (own_error_ns(rec) or 0) / NS
+    own = bound - (server_wait_ns or 0) / NS  # the client's own part (_own_error_ns)
     if not server_wait_ns:
         what = "loadgen's own timing error"
     elif own:

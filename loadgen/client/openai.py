@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 from bisect import bisect_right
+from collections.abc import Sequence
 from time import perf_counter_ns
 from typing import Any
 
@@ -104,14 +105,17 @@ class OpenAIClient(AuxRequests):
         timeouts: Timeouts = DEFAULT_TIMEOUTS,
         run_start_ns: int | None = None,
         raw_stream: bool | None = None,
+        server_pids: Sequence[int] = (),
     ) -> None:
         self.base_url = base_url.rstrip("/")
         # Which of the run's replicas this client serves (RoutedClient names it), stamped on
         # each record as it is made: a copy of the finished record to add it cost 9 us a
         # request, 7% of a worker's CPU at 16-token answers. None: the run has one server.
         self.replica: int | None = None
-        # Its server's wait for a core where the server runs on this host, read at each
-        # stream's send and first token; the client closes it when it closes.
+        # Its server's processes where the server runs on this host (hostload.local_servers),
+        # whose wait for a core each stream reads at its send and first token: opened in the
+        # process that streams, when the client is entered, and closed with it.
+        self._server_pids = tuple(server_pids)
         self.server_wait: ServerWait | None = None
         # The Ray actor this client streams for (client/ray_pool.py), stamped likewise.
         self.worker: str | None = None
@@ -146,6 +150,8 @@ class OpenAIClient(AuxRequests):
 
     async def __aenter__(self) -> OpenAIClient:
         self._loop = asyncio.get_running_loop()
+        if self._server_pids:
+            self.server_wait = ServerWait(self._server_pids)
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"

@@ -46,7 +46,6 @@ import uvloop
 
 from loadgen.client.endpoint import Timeouts
 from loadgen.client.errors import ClientError
-from loadgen.client.hostload import ServerWait
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import (
     recorded,
@@ -194,16 +193,16 @@ async def open_worker_sender(
     per replica behind the worker's router, each sized for all `seats` (any policy may send
     every stream to one replica); `worker`: the name its records carry (None: a process of
     this host's pool, which its pipe names)."""
+    urls = to.replicas or (to.base_url,)
     clients = [
         await stack.enter_async_context(OpenAIClient(
             url, api_key=to.api_key, concurrency=seats, timeouts=to.timeouts,
-            run_start_ns=to.run_start_ns,
+            run_start_ns=to.run_start_ns, server_pids=pids,
         ))
-        for url in to.replicas or (to.base_url,)
+        for url, pids in zip(urls, to.server_pids or ((),) * len(urls), strict=True)
     ]  # fmt: skip
-    for client, pids in zip(clients, to.server_pids or [()] * len(clients), strict=True):
+    for client in clients:
         client.worker = worker
-        client.server_wait = ServerWait(pids) if pids else None
     if len(clients) == 1:
         return clients[0]
     return RoutedClient(clients, Router(to.route, len(clients)))

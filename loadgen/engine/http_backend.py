@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, closing, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.hostload import HostLoad, ServerWait, local_servers
+from loadgen.client.hostload import HostLoad, local_servers
 from loadgen.client.lag import LoopLagMonitor, quiet_collector
 from loadgen.client.loops import Backend, stream_at
 from loadgen.client.openai import OpenAIClient
@@ -189,16 +189,15 @@ async def open_http_backend(
     servers = _server_pids(target)
     async with OpenAIClient(
         target.url, api_key=opts.api_key, concurrency=concurrency, timeouts=timeouts,
-        run_start_ns=run_start_ns,
+        run_start_ns=run_start_ns, server_pids=servers[0],
     ) as client, client_pool(
         workers, url=target.url, api_key=opts.api_key, peak_in_flight=concurrency,
         timeouts=timeouts, run_start_ns=run_start_ns, run_path=rundir.path,
         ray_address=ray, replicas=target.replicas, route=opts.route, server_pids=servers,
     ) as pool, AsyncExitStack() as stack:  # fmt: skip
-        sender = await _sender(client, target, opts, stack, concurrency, run_start_ns, timeouts)
-        clients = [sender] if isinstance(sender, OpenAIClient) else sender.clients
-        for one, pids in zip(clients, servers, strict=True):
-            one.server_wait = ServerWait(pids) if pids else None
+        sender = await _sender(
+            client, target, opts, stack, concurrency, run_start_ns, timeouts, servers
+        )
         wanted = opts.model or scenario.model or target.model
         model, _ = await checked_model(client.get_json("/v1/models"), wanted, target.url)
         counter = await pick_counter(
@@ -263,16 +262,18 @@ async def _sender(
     concurrency: int,
     run_start_ns: int,
     timeouts: Timeouts,
+    servers: Sequence[Sequence[int]],
 ) -> OpenAIClient | RoutedClient:
     """`client` for one server; for several, a client per replica (the first is `client`)
     behind the run's router, each sized for every stream in flight (any policy may send them
-    all to one replica)."""
+    all to one replica), each reading its replica's `servers` processes' waits."""
     if not target.replicas:
         return client
     others = []
-    for url in target.replicas[1:]:
+    for url, pids in zip(target.replicas[1:], servers[1:], strict=True):
         other = OpenAIClient(url, api_key=opts.api_key, concurrency=concurrency,
-                             timeouts=timeouts, run_start_ns=run_start_ns)  # fmt: skip
+                             timeouts=timeouts, run_start_ns=run_start_ns,
+                             server_pids=pids)  # fmt: skip
         others.append(await stack.enter_async_context(other))
     return RoutedClient([client, *others], Router(opts.route, len(target.replicas)))
 

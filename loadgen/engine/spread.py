@@ -72,14 +72,13 @@ async def client_pool(
     Several `replicas`: each worker process routes its share by `route`. `server_pids`: each
     replica's server processes on this host, whose wait for a core the worker processes read
     around each stream (a Ray actor's host may be another: none there)."""
+    local = () if ray_address or not any(server_pids) else tuple(map(tuple, server_pids))
     client = WorkerClient(url, api_key, timeouts, run_start_ns, tuple(replicas),
-                          route or RouteSpec())  # fmt: skip
+                          route or RouteSpec(), local)  # fmt: skip
     if ray_address:
         async with ray_pool(ray_address, workers, client, peak_in_flight=peak_in_flight) as pool:
             yield pool
         return
-    if any(server_pids):
-        client = replace(client, server_pids=tuple(tuple(p) for p in server_pids))
     assert workers is not None
     if workers <= 1:
         yield None
