@@ -78,8 +78,12 @@ class ServerWait:
     process, where the sum over its threads (run_delay_ns) costs one a thread: it is the one
     that takes the requests and writes the answers (firehose's only thread; vLLM's API
     server's event loop and its engine core's busy loop). Each file is opened once and read
-    in place: 0.9 us a read of one process on the build machine, 10 us opened afresh. A
-    process gone (or never found) counts 0 from then on."""
+    in place (10 us opened afresh): 0.9 us a read of one process in a loop on the build
+    machine, about 4 us of CPU inside a worker at its ceiling there (its caches cold), two a
+    stream: some 5% of a worker's CPU a request at 16-token answers. A read kept from an
+    earlier stream cannot stand in for a send's: at that ceiling a replica's client sends
+    every 430 us, and a read that old would charge the stream its server's wait before it.
+    A process gone (or never found) counts 0 from then on."""
 
     def __init__(self, pids: Sequence[int]) -> None:
         self._fds = [fd for pid in pids if (fd := _opened(f"/proc/{pid}/schedstat")) is not None]
