@@ -588,11 +588,55 @@ def row(p: Point) -> str:
             f" {p.bound:<7} {p.span_s:>6.2f} {p.wall_s:>6.1f}")  # fmt: skip
 
 
+def cpu_description(cpuinfo: str, siblings: str | None) -> str:
+    """The host's CPU as /proc/cpuinfo names it, its first core's clock and (from a core's
+    thread_siblings_list) its threads a core: hosts of one kind differ more than any cut, so a
+    table says which CPU it came from. Parts the host does not give are left out."""
+    info: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            info.setdefault(key.strip(), value.strip())
+    parts = [info["model name"]] if info.get("model name") else []
+    with suppress(KeyError, ValueError):
+        parts.append(f"{float(info['cpu MHz']):,.0f} MHz")
+    threads = _cpulist_len(siblings) if siblings else 0
+    if threads:
+        parts.append(f"{threads} thread{'s' if threads > 1 else ''} a core")
+    return ", ".join(parts)
+
+
+def _cpulist_len(cpulist: str) -> int:
+    """The CPUs in a kernel cpulist ("0,8" or "0-1"); 0 for text that is not one."""
+    n = 0
+    for part in cpulist.strip().split(","):
+        first, _, last = part.partition("-")
+        try:
+            n += int(last or first) - int(first) + 1
+        except ValueError:
+            return 0
+    return n
+
+
+def this_cpu() -> str:
+    """cpu_description of this host ("" without /proc and /sys)."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    try:
+        siblings = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list").read_text()
+    except OSError:
+        siblings = None
+    return cpu_description(cpuinfo, siblings)
+
+
 def ceiling_table(points: list[Point], k: int) -> str:
     """Every point, then per (W, T) the ceiling: the most req/s, the most streams in flight
     with the TTFT p50 error within ERR_TOLERANCE_MS, and the first C with any stream flagged."""
+    cpu = this_cpu()
     lines = [f"loadgen request against S firehose processes (TTFT 0, no gaps; {k} behind the"
-             f" round-robin of each worker), {CORES} CPUs,"
+             f" round-robin of each worker), {CORES} CPUs{f' ({cpu})' if cpu else ''},"
              f" load average {os.getloadavg()[0]:.2f} at the end", HEAD]  # fmt: skip
     lines += [row(p) for p in points]
     lines.append("ceiling per (W, T): most req/s; most req/s and streams in flight with err"
