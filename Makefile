@@ -53,9 +53,10 @@ test-real: setup-real
 
 # The wall-clock ground truths, run alone: `loadgen tune` against a wall-clock sim with a hidden
 # cost card (calibrate, tune a 3 x 3 grid, verify all 9 points with 2 boots each), a fit over
-# HTTP that must recover the default card's costs within 5%, and a two-boot fit of a hidden
-# floored card with its fidelity at other budgets (~6 minutes on two cores). Beside another busy
-# core the HTTP fit's prefill_ctx_s came out 9% off and the two-boot fit's fixed_s 77%.
+# HTTP that must recover the default card's slopes and its prefill times within 5%, and a
+# two-boot fit of a hidden floored card with its fidelity at other budgets (~6 minutes on two
+# cores). Beside another busy core the HTTP fit's prefill_ctx_s came out 9% off and the two-boot
+# fit's fixed_s 77%.
 .PHONY: test-truth
 test-truth: $(STAMP)
 	$(BIN)/pytest -q -m truth -p no:cacheprovider tests/engine/test_tune_truth.py \

@@ -14,8 +14,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from loadgen.analysis.calibration import ServerShape, prefill_steps
 from loadgen.sim.profile_file import load_profile_file
-from loadgen.sim.profiles import sim_profile
+from loadgen.sim.profiles import StepProfile, sim_profile
 
 from support.cli import loadgen
 from support.paths import REPO
@@ -41,12 +42,37 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return profile
 
 
+def _cold_prefill_s(profile: StepProfile, shape: ServerShape, prompt_tokens: int) -> float:
+    """The engine time the step model gives one stream's cold prefill, alone on the server."""
+    return sum(
+        value * (getattr(profile, name) or 0.0)
+        for step in prefill_steps(shape, prompt_tokens, 0)
+        for name, value in step.items()
+        if value  # a step's coefficients name every cost, request_overhead_s (0 here) too
+    )
+
+
 def test_the_fit_over_http_recovers_the_cards_costs(fitted: Path) -> None:
-    step = load_profile_file(fitted).step
-    known = sim_profile("default")
+    profile = load_profile_file(fitted)
+    step, known = profile.step, sim_profile("default")
     # The HTTP path's cost per step lands in fixed_s; the slopes are the card's.
-    for name in ("per_token_s", "decode_ctx_s", "prefill_ctx_s"):
+    for name in ("per_token_s", "decode_ctx_s"):
         assert getattr(step, name) == pytest.approx(getattr(known, name), rel=0.05), name
+    # prefill_ctx_s and per_token_s share the prefill points, so a fit trades one against the
+    # other: on an idle build machine prefill_ctx_s came out 0.8-2.7% low with per_token_s
+    # 0.4-1.1% high; in a CI run on a noisy host (the fit's rms error 2.0% against 0.9% idle)
+    # 5.6% low with per_token_s 2.2% high. What the pair must recover is what it predicts, the
+    # prefill time, within the module's 5% at every cold prompt calibrate measured (1k-64k
+    # tokens: idle 1.04% off at most, beside a busy core 0.64%, that CI run 2.04%).
+    facts = profile.facts
+    shape = ServerShape(facts["max_num_batched_tokens"], facts["max_num_seqs"],
+                        facts["block_size"], facts["max_model_len"])  # fmt: skip
+    prompts = [int(m.basis["prompt_tokens"]) for m in profile.measurements
+               if m.point.startswith("prefill-")]  # fmt: skip
+    assert len(prompts) >= 4, [m.point for m in profile.measurements]
+    for prompt in prompts:
+        fit_s, card_s = _cold_prefill_s(step, shape, prompt), _cold_prefill_s(known, shape, prompt)
+        assert fit_s == pytest.approx(card_s, rel=WITHIN), prompt
     assert step.decode_token_s == pytest.approx(known.per_token_s, rel=0.25)
     # Over HTTP the client sees every first token after the sim's own histogram does.
     witness = load_profile_file(fitted).fit["server_witness"]
