@@ -600,7 +600,7 @@ def cpu_description(cpuinfo: str, siblings: str | None) -> str:
     parts = [info["model name"]] if info.get("model name") else []
     with suppress(KeyError, ValueError):
         parts.append(f"{float(info['cpu MHz']):,.0f} MHz")
-    threads = _cpulist_len(siblings) if siblings else 0
+    threads = _cpulist_len(siblings or "")
     if threads:
         parts.append(f"{threads} thread{'s' if threads > 1 else ''} a core")
     return ", ".join(parts)

@@ -75,7 +75,7 @@ def test_the_fit_over_http_recovers_the_cards_costs(fitted: Path) -> None:
         assert fit_s == pytest.approx(card_s, rel=WITHIN), prompt
     assert step.decode_token_s == pytest.approx(known.per_token_s, rel=0.25)
     # Over HTTP the client sees every first token after the sim's own histogram does.
-    witness = load_profile_file(fitted).fit["server_witness"]
+    witness = profile.fit["server_witness"]
     assert witness and all(w["client_ttft_mean_s"] > w["server_ttft_mean_s"] for w in witness)
 
 
