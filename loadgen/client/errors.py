@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 import aiohttp
@@ -118,7 +119,12 @@ def parse_json(method: str, path: str, raw: bytes) -> Any:
 def connect_reason(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ConnectionTimeoutError | TimeoutError):
         return "connect timed out"
-    err = exc if isinstance(exc, OSError) else getattr(exc, "os_error", None)
-    if err is not None and err.errno:
+    # aiohttp's connector errors are OSErrors themselves, holding the socket's own as os_error.
+    err = getattr(exc, "os_error", None) or exc
+    if isinstance(err, socket.gaierror):
+        # getaddrinfo's codes are its own (EAI_*, negative): os.strerror reads -2 as
+        # "Unknown error -2" where the resolver said "Name or service not known".
+        return f"host name lookup failed ({err.strerror or one_line(err)})"
+    if isinstance(err, OSError) and err.errno:
         return os.strerror(err.errno)  # the same words under uvloop and asyncio
     return one_line(exc)

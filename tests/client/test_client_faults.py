@@ -4,6 +4,7 @@ the CLI exits non-zero with a one-line summary and no traceback."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import socket
@@ -11,14 +12,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import aiohttp
 import pytest
 from click.testing import CliRunner
 
 from loadgen.cli import main
 from loadgen.client.decode import StreamDecoder
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.errors import ServerUnreachable
+from loadgen.client.errors import ServerUnreachable, connect_reason
 from loadgen.client.openai import OpenAIClient
 from loadgen.commands.run import failure_summary
 from loadgen.records import StreamError, StreamRecord, read_streams
@@ -126,6 +129,20 @@ def test_failure_summary_counts_classes_most_common_first() -> None:
     recs = [record(i, cls) for i, cls in enumerate(classes)]
     assert failure_summary(recs) == "3 of 5 streams failed: http_500 x2, idle_timeout x1"
     assert failure_summary(recs[:1]) is None
+
+
+def test_connect_reasons_name_the_resolver_and_the_socket_in_words() -> None:
+    # getaddrinfo's EAI_NONAME is -2, which os.strerror read as "Unknown error -2"; aiohttp's
+    # connector errors are OSErrors themselves, with the socket's error as os_error.
+    key = SimpleNamespace(host="nohost", port=80, ssl=None)
+    unresolved = socket.gaierror(-2, "Name or service not known")
+    refused = ConnectionRefusedError(errno.ECONNREFUSED, "Connect call failed")
+    lookup = "host name lookup failed (Name or service not known)"
+    assert connect_reason(unresolved) == lookup
+    assert connect_reason(aiohttp.ClientConnectorDNSError(key, unresolved)) == lookup
+    assert connect_reason(refused) == "Connection refused"
+    assert connect_reason(aiohttp.ClientConnectorError(key, refused)) == "Connection refused"
+    assert connect_reason(TimeoutError()) == "connect timed out"
 
 
 def test_cli_exits_nonzero_with_a_one_line_summary(tmp_path: Path) -> None:
