@@ -21,14 +21,17 @@ missed stream is printed with its server's own wait around it and the host's bus
 the 100 ms around it, the witnesses of time lost before its bytes could be read (firehose
 stamps its first chunk before its send()).
 
-The ratio (for bench/harness.py): loadgen's ceiling over a bare aiohttp + orjson loop's
+The ratios (for bench/harness.py): loadgen's ceiling over a bare aiohttp + orjson loop's
 requests/s (bench/client_ingest.py's) at the same C and answer length, against one firehose,
-measured in the same run. `--ray` runs every ladder a second time with the workers as Ray
-actors on a local two-node cluster started for it (`--ray ADDRESS` of `loadgen request`; the
-`ray` extra), their rows marked `r`, the client's CPU then the driver's and every process of the
-cluster's. `--profile FILE` runs the best point once more under py-spy (the `profile` extra),
-sampling every process of the command, and prints where the parent's and the workers' CPU
-in the client stage went, by function.
+measured in the same run; and that point's client CPU a request over the floor loop's
+(client_ingest.floor_rate: raw uvloop protocols, each answer's events json-parsed, nothing
+kept): loadgen's cost a request in multiples of the least a client timing streams pays.
+`--ray` runs every ladder a second time with the workers as Ray actors on a local two-node
+cluster started for it (`--ray ADDRESS` of `loadgen request`; the `ray` extra), their rows
+marked `r`, the client's CPU then the driver's and every process of the cluster's.
+`--profile FILE` runs the best point once more under py-spy (the `profile` extra), sampling
+every process of the command, and prints where the parent's and the workers' CPU in the
+client stage went, by function.
 
     .venv/bin/python bench/ceiling.py [--smoke | --full] [--workers 1 8 15] [--tokens 1 16 256]
         [--concurrency 64 256 1024 4096] [--servers K] [--seconds S] [--max-seconds S]
@@ -58,7 +61,14 @@ from pathlib import Path
 
 import orjson
 import uvloop
-from client_ingest import REPO, bare_rate, firehose_binary, free_port, wait_listening
+from client_ingest import (
+    REPO,
+    bare_rate,
+    firehose_binary,
+    floor_rate,
+    free_port,
+    wait_listening,
+)
 from client_truth import (
     read_delay_ns,
     read_flagged,
@@ -727,7 +737,9 @@ def plot(points: list[Point], path: Path) -> None:
 
 
 def bare_ratios(binary: Path, points: list[Point]) -> list[Ratio]:
-    """Per answer length, loadgen's best 1-worker point against the bare loop at its C."""
+    """Per answer length, loadgen's best 1-worker point against the bare loop at its C (req/s),
+    and its client's CPU a request against the floor loop's (client_ingest.floor_rate: what
+    timing a stream costs at the least, the rest is loadgen's own work a request)."""
     out = []
     for t in dict.fromkeys(p.tokens for p in points):
         ones = [p for p in points if p.tokens == t and p.workers == 1 and not p.ray]
@@ -741,12 +753,21 @@ def bare_ratios(binary: Path, points: list[Point]) -> list[Ratio]:
         try:
             wait_listening(port)
             n = max(top.ok, 4 * top.concurrency)
-            rate = uvloop.run(bare_rate(f"http://127.0.0.1:{port}", top.concurrency, n, t))
+            url = f"http://127.0.0.1:{port}"
+            rate = uvloop.run(bare_rate(url, top.concurrency, n, t))
+            cpu_s = time.process_time()
+            floor = uvloop.run(floor_rate(url, top.concurrency, n, t))
+            cpu_s = time.process_time() - cpu_s
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(10)
+        if floor.events != rate.events:
+            raise SystemExit(f"T={t}: the floor loop took {floor.events:,} events, the bare "
+                             f"loop {rate.events:,}")  # fmt: skip
         out.append(ratio(f"loadgen req/s / bare loop's, T={t} C={top.concurrency} W=1",
                          top.req_s, n / (rate.ns / 1e9), "req/s"))  # fmt: skip
+        out.append(ratio(f"loadgen CPU a request / floor loop's, T={t} C={top.concurrency} W=1",
+                         top.client_us_per_req, cpu_s / n * 1e6, "us", ",.1f"))  # fmt: skip
     return out
 
 

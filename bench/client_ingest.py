@@ -8,7 +8,8 @@ round of each is printed, with the ratio client / bare loop. The client runs twi
 own HTTP reader for the stream (rawhttp, the default) and with aiohttp's, so the table shows
 what the reader buys. The bare loop is aiohttp + orjson with no timestamps, no usage
 accounting and no watchdog: the ceiling the client's bookkeeping was measured against. Every
-client must take in as many events as the bare loop did (else exit 1).
+client must take in as many events as the bare loop did (else exit 1). floor_rate, raw uvloop
+protocols with no HTTP library at all, is bench/ceiling.py's reference for CPU a request.
 
     .venv/bin/python bench/client_ingest.py [--smoke] [--tokens 2000] [--rounds 2]
         [--c1-requests 40] [--c64-requests 256] [--c256-requests 512]
@@ -170,6 +171,70 @@ async def bare_rate(url: str, c: int, n: int, tokens: int) -> Rate:
         t0 = time.perf_counter_ns()
         await asyncio.gather(*(worker() for _ in range(c)))
         return Rate(events, time.perf_counter_ns() - t0)
+
+
+class _FloorConn(asyncio.Protocol):
+    """One keep-alive connection of floor_rate: posts, stamps each read, takes the chunked
+    answer whole (firehose ends it with the 0 chunk and sends nothing more until the next
+    post), json-parses its every event, and posts again while requests are left. `counts`,
+    shared by the loop's connections: [requests left to post, answers left to take]."""
+
+    def __init__(self, request: bytes, counts: list[int], done: asyncio.Future) -> None:
+        self.request, self.counts, self.done = request, counts, done
+        self.buf = bytearray()
+        self.events = self.last_ns = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def post(self) -> None:
+        if self.counts[0]:
+            self.counts[0] -= 1
+            self.transport.write(self.request)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        self.last_ns = time.perf_counter_ns()
+        self.buf += data
+        if not self.buf.endswith(b"\r\n0\r\n\r\n"):
+            return
+        for line in self.buf.split(b"\n"):
+            if line.startswith(b"data: {"):
+                orjson.loads(line[6:])
+                self.events += 1
+        self.buf.clear()
+        self.counts[1] -= 1
+        if self.counts[1] == 0:
+            self.done.set_result(None)
+        self.post()
+
+
+async def floor_rate(url: str, c: int, n: int, tokens: int) -> Rate:
+    """A floor under any client's cost: C keep-alive connections in a closed loop of raw
+    uvloop protocols (no HTTP library, no tasks, no records), each answer's events
+    json-parsed, counted as bare_rate counts them. What a client timing streams must do at
+    the least; the rest of a client's CPU a request is its own bookkeeping."""
+    host, port = url.removeprefix("http://").split(":")
+    body = orjson.dumps(
+        {"model": "m", "prompt": "hi", "max_tokens": tokens, "stream": True,
+         "stream_options": {"include_usage": True}}
+    )  # fmt: skip
+    head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"
+    request = f"{head}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    loop = asyncio.get_running_loop()
+    counts, done = [n, n], loop.create_future()
+    conns = [
+        (await loop.create_connection(lambda: _FloorConn(request, counts, done), host, int(port)))[
+            1
+        ]
+        for _ in range(min(c, n))
+    ]
+    t0 = time.perf_counter_ns()
+    for conn in conns:
+        conn.post()
+    await done
+    for conn in conns:
+        conn.transport.close()
+    return Rate(sum(conn.events for conn in conns), max(conn.last_ns for conn in conns) - t0)
 
 
 @dataclass(frozen=True)
