@@ -48,6 +48,8 @@ FIREHOSE_BIN = REPO / "build" / "firehose"
 SERVER_CPU, CLIENT_CPU = 0, 1
 PLAN = {1: 40, 64: 256, 256: 512}  # C -> streams per measurement
 SMOKE_PLAN, SMOKE_TOKENS = {1: 4, 64: 64, 256: 256}, 50
+# The floor loop's whole run at the most: a server that stops answering ends it, not a hang.
+FLOOR_LIMIT_S = 300
 
 
 def firehose_binary() -> Path | None:
@@ -187,6 +189,11 @@ class _FloorConn(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            why = f": {exc}" if exc else ""
+            self.done.set_exception(ConnectionError(f"the server closed a connection{why}"))
+
     def post(self) -> None:
         if self.counts[0]:
             self.counts[0] -= 1
@@ -231,7 +238,11 @@ async def floor_rate(url: str, c: int, n: int, tokens: int) -> Rate:
     t0 = time.perf_counter_ns()
     for conn in conns:
         conn.post()
-    await done
+    try:
+        await asyncio.wait_for(done, FLOOR_LIMIT_S)
+    except (TimeoutError, ConnectionError) as exc:
+        why = str(exc) or f"no end of the answers in {FLOOR_LIMIT_S} s"  # a timeout's str is ""
+        raise SystemExit(f"floor loop: {why}") from None
     for conn in conns:
         conn.transport.close()
     return Rate(sum(conn.events for conn in conns), max(conn.last_ns for conn in conns) - t0)
