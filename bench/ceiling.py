@@ -23,9 +23,10 @@ stamps its first chunk before its send()).
 
 The ratios (for bench/harness.py): loadgen's ceiling over a bare aiohttp + orjson loop's
 requests/s (bench/client_ingest.py's) at the same C and answer length, against one firehose,
-measured in the same run; and that point's client CPU a request over the floor loop's
-(client_ingest.floor_rate: raw uvloop protocols, each answer's events json-parsed, nothing
-kept): loadgen's cost a request in multiples of the least a client timing streams pays.
+measured in the same run; and the best such point whose CPU was measured: its client's CPU a
+request over the floor loop's (client_ingest.floor_rate: raw uvloop protocols, each answer's
+events json-parsed, nothing kept), loadgen's cost a request in multiples of the least a client
+timing streams pays.
 `--ray` runs every ladder a second time with the workers as Ray actors on a local two-node
 cluster started for it (`--ray ADDRESS` of `loadgen request`; the `ray` extra), their rows
 marked `r`, the client's CPU then the driver's and every process of the cluster's.
@@ -77,7 +78,7 @@ from client_truth import (
     run_server_waits,
     server_times,
 )
-from harness import Ratio, parser, ratio, report
+from harness import Ratio, parser, ratio, report, unavailable
 
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
@@ -738,8 +739,10 @@ def plot(points: list[Point], path: Path) -> None:
 
 def bare_ratios(binary: Path, points: list[Point]) -> list[Ratio]:
     """Per answer length, loadgen's best 1-worker point against the bare loop at its C (req/s),
-    and its client's CPU a request against the floor loop's (client_ingest.floor_rate: what
-    timing a stream costs at the least, the rest is loadgen's own work a request)."""
+    and the best of those whose CPU was measured (not `short`) against the floor loop at its C
+    (CPU a request; client_ingest.floor_rate: what timing a stream costs at the least, the
+    rest is loadgen's own work a request). A busy host can leave a smoke's points all short:
+    that row then says so instead of failing the bench."""
     out = []
     for t in dict.fromkeys(p.tokens for p in points):
         ones = [p for p in points if p.tokens == t and p.workers == 1 and not p.ray]
@@ -752,23 +755,35 @@ def bare_ratios(binary: Path, points: list[Point]) -> list[Ratio]:
                                 stdout=subprocess.DEVNULL)  # fmt: skip
         try:
             wait_listening(port)
-            n = max(top.ok, 4 * top.concurrency)
             url = f"http://127.0.0.1:{port}"
+            n = max(top.ok, 4 * top.concurrency)
             rate = uvloop.run(bare_rate(url, top.concurrency, n, t))
-            cpu_s = time.process_time()
-            floor = uvloop.run(floor_rate(url, top.concurrency, n, t))
-            cpu_s = time.process_time() - cpu_s
+            out.append(ratio(f"loadgen req/s / bare loop's, T={t} C={top.concurrency} W=1",
+                             top.req_s, n / (rate.ns / 1e9), "req/s"))  # fmt: skip
+            out.append(cpu_ratio(url, t, ones, rate.events // n))
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(10)
-        if floor.events != rate.events:
-            raise SystemExit(f"T={t}: the floor loop took {floor.events:,} events, the bare "
-                             f"loop {rate.events:,}")  # fmt: skip
-        out.append(ratio(f"loadgen req/s / bare loop's, T={t} C={top.concurrency} W=1",
-                         top.req_s, n / (rate.ns / 1e9), "req/s"))  # fmt: skip
-        out.append(ratio(f"loadgen CPU a request / floor loop's, T={t} C={top.concurrency} W=1",
-                         top.client_us_per_req, cpu_s / n * 1e6, "us", ",.1f"))  # fmt: skip
     return out
+
+
+def cpu_ratio(url: str, tokens: int, ones: list[Point], events: int) -> Ratio:
+    """The best of `ones` (1-worker points) whose CPU was measured: its client's CPU a request
+    over the floor loop's at its C, the floor held to the bare loop's `events` an answer;
+    unavailable, said why, when every point was too short to measure."""
+    compared = f"loadgen CPU a request / floor loop's, T={tokens} W=1"
+    timed = [p for p in ones if not math.isnan(p.client_cpu)]
+    if not timed:
+        return unavailable(compared, "every 1-worker point too short for the CPU counters")
+    best = max(timed, key=lambda p: p.req_s)
+    n = max(best.ok, 4 * best.concurrency)
+    floor = uvloop.run(floor_rate(url, best.concurrency, n, tokens))
+    if floor.events != n * events:
+        raise SystemExit(f"T={tokens}: the floor loop took {floor.events:,} events of "
+                         f"{n:,} answers, the bare loop {events} an answer")  # fmt: skip
+    return ratio(f"loadgen CPU a request / floor loop's, T={tokens} C={best.concurrency} W=1",
+                 best.client_us_per_req, (floor.cpu_s or 0) / n * 1e6, "us",
+                 ",.1f")  # fmt: skip
 
 
 def profile(binary: Path, k: int, top: Point, path: Path, tmp: Path) -> str:

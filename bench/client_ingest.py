@@ -229,13 +229,13 @@ async def floor_rate(url: str, c: int, n: int, tokens: int) -> Rate:
     request = f"{head}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
     loop = asyncio.get_running_loop()
     counts, done = [n, n], loop.create_future()
-    conns = [
-        (await loop.create_connection(lambda: _FloorConn(request, counts, done), host, int(port)))[
-            1
-        ]
-        for _ in range(min(c, n))
-    ]
-    t0 = time.perf_counter_ns()
+    conns = []
+    for _ in range(min(c, n)):
+        _, conn = await loop.create_connection(
+            lambda: _FloorConn(request, counts, done), host, int(port)
+        )
+        conns.append(conn)
+    t0, cpu0 = time.perf_counter_ns(), time.process_time()
     for conn in conns:
         conn.post()
     try:
@@ -243,15 +243,19 @@ async def floor_rate(url: str, c: int, n: int, tokens: int) -> Rate:
     except (TimeoutError, ConnectionError) as exc:
         why = str(exc) or f"no end of the answers in {FLOOR_LIMIT_S} s"  # a timeout's str is ""
         raise SystemExit(f"floor loop: {why}") from None
+    cpu_s = time.process_time() - cpu0
     for conn in conns:
         conn.transport.close()
-    return Rate(sum(conn.events for conn in conns), max(conn.last_ns for conn in conns) - t0)
+    span_ns = max(conn.last_ns for conn in conns) - t0
+    return Rate(sum(conn.events for conn in conns), span_ns, cpu_s)
 
 
 @dataclass(frozen=True)
 class Rate:
     events: int
     ns: int
+    # The process's CPU over the requests, their connections made before (floor_rate only).
+    cpu_s: float | None = None
 
     @property
     def per_s(self) -> float:
