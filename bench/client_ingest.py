@@ -143,8 +143,9 @@ async def bare_stream(session: aiohttp.ClientSession, url: str, body: bytes) -> 
     return events
 
 
-async def bare_rate(url: str, c: int, n: int, tokens: int) -> Rate:
-    body = orjson.dumps(
+def reference_body(tokens: int) -> bytes:
+    """The one request both reference loops post: a `tokens`-token stream with its usage."""
+    return orjson.dumps(
         {
             "model": "m",
             "prompt": "hi",
@@ -153,6 +154,10 @@ async def bare_rate(url: str, c: int, n: int, tokens: int) -> Rate:
             "stream_options": {"include_usage": True},
         }
     )
+
+
+async def bare_rate(url: str, c: int, n: int, tokens: int) -> Rate:
+    body = reference_body(tokens)
     pending = iter(range(n))
     events = 0
     connector = aiohttp.TCPConnector(limit=c)
@@ -221,10 +226,7 @@ async def floor_rate(url: str, c: int, n: int, tokens: int) -> Rate:
     json-parsed, counted as bare_rate counts them. What a client timing streams must do at
     the least; the rest of a client's CPU a request is its own bookkeeping."""
     host, port = url.removeprefix("http://").split(":")
-    body = orjson.dumps(
-        {"model": "m", "prompt": "hi", "max_tokens": tokens, "stream": True,
-         "stream_options": {"include_usage": True}}
-    )  # fmt: skip
+    body = reference_body(tokens)
     head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"
     request = f"{head}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
     loop = asyncio.get_running_loop()

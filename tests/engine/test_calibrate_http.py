@@ -43,12 +43,16 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cold_prefill_s(profile: StepProfile, shape: ServerShape, prompt_tokens: int) -> float:
-    """The engine time the step model gives one stream's cold prefill, alone on the server."""
+    """The engine time the step model gives one stream's cold prefill, alone on the server:
+    each of calibrate's prefill steps priced by the profile's own step_s."""
     return sum(
-        value * (getattr(profile, name) or 0.0)
+        profile.step_s(
+            scheduled_tokens=int(step["per_token_s"]),
+            decode_context_tokens=0,
+            prefill_attention_work=step["prefill_ctx_s"],
+            restored_tokens=int(step["cached_token_s"]),
+        )
         for step in prefill_steps(shape, prompt_tokens, 0)
-        for name, value in step.items()
-        if value  # a step's coefficients name every cost, request_overhead_s (0 here) too
     )
 
 
