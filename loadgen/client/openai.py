@@ -51,7 +51,7 @@ from loadgen.client.rawhttp import (
     tcp_rtt_us,
     tcp_state,
 )
-from loadgen.client.selftime import LoopLagTicker
+from loadgen.client.selftime import LoopTicks
 from loadgen.records import StreamError, StreamRecord
 from loadgen.redact import redact_url
 from loadgen.request import StreamRequest, wire_body
@@ -140,8 +140,8 @@ class OpenAIClient(AuxRequests):
         # connection busy they would otherwise queue behind the streams they are observing.
         self._aux_session: aiohttp.ClientSession | None = None
         self._watchdog: asyncio.Task | None = None
-        self.lag = LoopLagTicker()
-        self._ticker: asyncio.Task | None = None
+        # The loop's lag ticks, shared with every other client on the loop; joined on enter.
+        self.ticks: LoopTicks | None = None
         self._live: set[_Live] = set()
         self._cancelled: list[StreamRecord] = []
         # Named to current_task: asked for the running loop, Python 3.11 checks the process's
@@ -150,6 +150,7 @@ class OpenAIClient(AuxRequests):
 
     async def __aenter__(self) -> OpenAIClient:
         self._loop = asyncio.get_running_loop()
+        self.ticks = LoopTicks.join(self)
         if self._server_pids:
             self.server_wait = ServerWait(self._server_pids)
         headers = {"Content-Type": "application/json"}
@@ -173,10 +174,11 @@ class OpenAIClient(AuxRequests):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for task in (self._watchdog, self._ticker):
-            if task:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+        if self._watchdog:
+            self._watchdog.cancel()
+            await asyncio.gather(self._watchdog, return_exceptions=True)
+        if self.ticks is not None:
+            await self.ticks.leave(self)
         for session in (self._session, self._aux_session):
             if session:
                 await session.close()
@@ -210,11 +212,13 @@ class OpenAIClient(AuxRequests):
         A 400/422 to a request that asked for continuous_usage_stats, while the target's
         support is unknown, is retried once without it; if that succeeds, the target is
         remembered as not taking it and later requests leave it out."""
-        if self._ticker is None:
-            # Started by the first stream: the parent of worker processes opens a client for
-            # /v1/models and /metrics and sends none, and 4,000 wakes a second there took CPU
-            # from the process that takes every record.
-            self._ticker = asyncio.create_task(self.lag.run(), name="loadgen-client-lag")
+        ticks = self.ticks
+        if ticks is None:
+            raise RuntimeError("use OpenAIClient as `async with OpenAIClient(...) as client`")
+        # Started by the first stream: the parent of worker processes opens a client for
+        # /v1/models and /metrics and sends none, and 4,000 wakes a second there took CPU
+        # from the process that takes every record.
+        ticks.start()
         asked = self.continuous_usage is not False
         rec = await self._attempt(req, continuous=asked)
         if asked and self.continuous_usage is None and rec.http_status in (400, 422):
@@ -405,7 +409,8 @@ class OpenAIClient(AuxRequests):
         raw: bool,
     ) -> StreamRecord:
         now = perf_counter_ns()
-        lag, stamps = self.lag, dec.chunk_ns
+        assert self.ticks is not None  # joined on enter, before any stream
+        lag, stamps = self.ticks.lag, dec.chunk_ns
         # rawhttp writes the request in the same loop pass that stamps t_sent, so that stamp
         # is exact; aiohttp awaits its connection first, and the loop's lag then delays it.
         sent = live.t_sent
@@ -443,7 +448,9 @@ class OpenAIClient(AuxRequests):
             if self._live:
                 self._expire_stalled(now)
             # No stamp before the oldest open stream's send is charged again.
-            self.lag.forget_before(min((live.t_sent for live in self._live), default=now))
+            oldest = min((live.t_sent for live in self._live), default=now)
+            if self.ticks is not None:
+                self.ticks.forget_before(self, oldest)
 
     def _expire_stalled(self, now: int) -> None:
         t = self.timeouts
