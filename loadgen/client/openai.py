@@ -3,12 +3,12 @@
 `OpenAIClient.stream(req)` sends one `stream: true` request and returns its StreamRecord. It
 never raises for server, network or protocol faults: those become `status="error"` records with
 a stable error class (errors.ERROR_CLASSES). For http:// targets the stream is read by
-rawhttp's protocol, which calls the decoder from `data_received` with one clock read per socket
-read (aiohttp's reader cost a future, a wake-up and a feed_data per read: 0.8x a bare loop's
-event rate at C = 64); aiohttp reads https streams, follows redirects and does every helper
-request. Either way: one orjson parse per SSE event, and timeouts are enforced
-by a single watchdog task that scans the live streams every few tens of ms, so no timer is armed
-per event or per read.
+rawhttp's protocol, which stamps each socket read once as the loop delivers it and calls the
+decoder with it once the loop has stamped every read of that pass (aiohttp's reader cost a
+future, a wake-up and a feed_data per read: 0.8x a bare loop's event rate at C = 64); aiohttp
+reads https streams, follows redirects and does every helper request. Either way: one orjson
+parse per SSE event, and timeouts are enforced by a single watchdog task that scans the live
+streams every few tens of ms, so no timer is armed per event or per read.
 
 Cancellation from outside (Ctrl-C cancelling the run scope) propagates as CancelledError. The
 in-flight stream's partial record, with error class `cancelled`, is kept and handed out by

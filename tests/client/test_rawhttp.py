@@ -165,6 +165,88 @@ async def test_a_bad_chunk_size_is_a_protocol_error() -> None:
         await conn.done  # type: ignore[misc]
 
 
+def _conns_in_one_pass(intake: rawhttp.Intake | None, clock: list[int]) -> list[Conn]:
+    """Two armed Conns whose sinks each take 1 ms of `clock` (the decode) and note the stamp
+    they were handed, each with a whole answer read in one loop pass."""
+    conns = []
+    for _ in range(2):
+        conn = Conn(intake)
+        conn.connection_made(FakeTransport())
+        stamps: list[int] = []
+
+        def sink(chunk: bytes, now: int, stamps: list[int] = stamps) -> bool:
+            stamps.append(now)
+            clock[0] += 1_000_000
+            return False
+
+        conn.begin(b"POST / HTTP/1.1\r\n\r\n", sink)
+        conn.stamps = stamps  # type: ignore[attr-defined]
+        conns.append(conn)
+    for conn in conns:  # as the loop delivers one poll's reads, one after the other
+        conn.data_received(SSE_HEAD + chunked(EVENTS))
+    return conns
+
+
+async def test_a_pools_reads_are_all_stamped_before_any_is_decoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [0]
+    monkeypatch.setattr(rawhttp, "perf_counter_ns", lambda: clock[0])
+    conns = _conns_in_one_pass(rawhttp.Intake(asyncio.get_running_loop()), clock)
+    assert [c.stamps for c in conns] == [[], []]  # type: ignore[attr-defined]
+    assert [await c.done for c in conns] == [True, True]  # type: ignore[misc]
+    assert [c.stamps for c in conns] == [[0], [0]]  # type: ignore[attr-defined]
+    # Taken in as each came, the second read waited for the first's decode.
+    clock[0] = 0
+    conns = _conns_in_one_pass(None, clock)
+    assert [c.stamps for c in conns] == [[0], [1_000_000]]  # type: ignore[attr-defined]
+
+
+async def test_a_connection_end_is_taken_in_after_the_reads_before_it() -> None:
+    got: list[bytes] = []
+    conn = Conn(rawhttp.Intake(asyncio.get_running_loop()))
+    conn.connection_made(FakeTransport())
+    conn.begin(b"POST / HTTP/1.1\r\n\r\n", lambda chunk, now: bool(got.append(chunk)))
+    conn.data_received(SSE_HEAD + b"a\r\ndata: 1\n\n")
+    conn.connection_lost(ConnectionResetError("reset by peer"))
+    assert conn.closed and got == []  # no exchange may begin on it, nothing taken in yet
+    with pytest.raises(ConnectionResetError, match="mid-body: reset by peer"):
+        await conn.done  # type: ignore[misc]
+    assert got == [b"data: 1\n\n"] and conn.unread == 0
+
+
+async def test_a_read_its_owner_gave_up_on_before_it_was_taken_in_is_dropped() -> None:
+    conn = Conn(rawhttp.Intake(asyncio.get_running_loop()))
+    conn.connection_made(FakeTransport())
+    conn.begin(b"POST / HTTP/1.1\r\n\r\n", None)
+    conn.data_received(b"SSH-2.0-OpenSSH\r\n\r\n")  # a protocol error, once taken in
+    conn.abort()  # the stream's task was cancelled in the same pass
+    await asyncio.sleep(0)
+    assert conn.unread == 0 and conn.head is not None and not conn.head.done()
+
+
+def test_tcp_info_is_read_through_the_dup_while_the_transport_closes() -> None:
+    # A server that closes right after a one-read answer: the transport is closing before
+    # the pool takes the read in, and the first byte's TCP_INFO comes from the dup.
+    async def main() -> None:
+        srv = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        async with srv:
+            loop = asyncio.get_running_loop()
+            _, conn = await loop.create_connection(Conn, "127.0.0.1", port)
+            assert conn.transport is not None and conn.info_sock is not None
+            conn.transport.close()
+            assert conn.transport.is_closing()
+            state = rawhttp.tcp_state(conn.transport, conn.info_sock)
+            assert state is not None and state[0] > 0
+            assert rawhttp.tcp_state(conn.transport) is None
+            while not conn.closed:
+                await asyncio.sleep(0.001)
+            assert conn.info_sock is None  # closed with the connection's end
+
+    uvloop.run(main())
+
+
 async def _lost_connection() -> Conn:
     """A Conn whose server closed it and whose connection_lost has run: under uvloop its
     transport's handle is closed and its socket's fd is -1."""
@@ -193,11 +275,18 @@ def test_the_rtt_is_read_while_the_connection_is_open_and_is_none_once_it_closed
         async with srv:
             pool = RawPool(url, {}, 1.0)
             conn = await pool.acquire()
-            conn.begin(pool.request_bytes("POST", "/v1/completions", b"{}", None), None)
+            rtts: list[int | None] = []
+
+            def sink(_body: bytes, _now: int) -> bool:
+                # As the client does: at the first body read, the server's close already
+                # seen by the transport when the answer and the end came in one poll.
+                rtts.append(tcp_rtt_us(conn.transport, conn.info_sock))
+                return False
+
+            conn.begin(pool.request_bytes("POST", "/v1/completions", b"{}", None), sink)
             assert (await conn.head).status == 200  # type: ignore[misc]
-            rtt = tcp_rtt_us(conn.transport)
-            assert rtt is not None and rtt > 0
             await conn.done  # type: ignore[misc]
+            assert rtts and rtts[0] is not None and rtts[0] > 0
             while not conn.closed:  # the server closes after its answer
                 await asyncio.sleep(0.001)
             assert tcp_rtt_us(conn.transport) is None
