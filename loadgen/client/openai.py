@@ -212,13 +212,11 @@ class OpenAIClient(AuxRequests):
         A 400/422 to a request that asked for continuous_usage_stats, while the target's
         support is unknown, is retried once without it; if that succeeds, the target is
         remembered as not taking it and later requests leave it out."""
-        ticks = self.ticks
-        if ticks is None:
-            raise RuntimeError("use OpenAIClient as `async with OpenAIClient(...) as client`")
-        # Started by the first stream: the parent of worker processes opens a client for
-        # /v1/models and /metrics and sends none, and 4,000 wakes a second there took CPU
-        # from the process that takes every record.
-        ticks.start()
+        if self.ticks is not None:  # None outside `async with`: `session` then says so
+            # Started by the first stream: the parent of worker processes opens a client for
+            # /v1/models and /metrics and sends none, and 4,000 wakes a second there took CPU
+            # from the process that takes every record.
+            self.ticks.start()
         asked = self.continuous_usage is not False
         rec = await self._attempt(req, continuous=asked)
         if asked and self.continuous_usage is None and rec.http_status in (400, 422):

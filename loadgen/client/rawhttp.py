@@ -160,6 +160,11 @@ class Intake:
         # (connection, bytes read and their stamp) or (connection, None and why it ended).
         self._pending: list[tuple[Conn, bytes | None, Any]] = []
 
+    @property
+    def waiting(self) -> bool:
+        """Whether anything stamped is still to be taken in."""
+        return bool(self._pending)
+
     def put(self, conn: Conn, data: bytes | None, arg: int | Exception | None) -> None:
         if not self._pending:
             self._loop.call_soon(self._take)
@@ -168,7 +173,6 @@ class Intake:
     def _take(self) -> None:
         pending, self._pending = self._pending, []
         for conn, data, arg in pending:
-            conn.unread -= 1
             if data is None:
                 conn.lost(arg)
             else:
@@ -203,7 +207,6 @@ class Conn(asyncio.Protocol):
 
     def __init__(self, intake: Intake | None = None) -> None:
         self.intake = intake
-        self.unread = 0  # reads (and a connection end) stamped, not yet taken in
         self.transport: asyncio.Transport | None = None
         # The connection's loop, kept: asked for each exchange, Python 3.11 pays a getpid().
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -240,8 +243,7 @@ class Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # Closed at once (no exchange may begin on it), lost after any read still to take in.
         self.closed = True
-        if self.intake is not None and self.unread:
-            self.unread += 1
+        if self.intake is not None and self.intake.waiting:
             self.intake.put(self, None, exc)
         else:
             self.lost(exc)
@@ -263,7 +265,6 @@ class Conn(asyncio.Protocol):
         if self.intake is None:
             self.take(data, perf_counter_ns())
         else:
-            self.unread += 1
             self.intake.put(self, data, perf_counter_ns())
 
     def take(self, data: bytes, now: int) -> None:

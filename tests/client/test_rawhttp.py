@@ -204,7 +204,8 @@ async def test_a_pools_reads_are_all_stamped_before_any_is_decoded(
 
 async def test_a_connection_end_is_taken_in_after_the_reads_before_it() -> None:
     got: list[bytes] = []
-    conn = Conn(rawhttp.Intake(asyncio.get_running_loop()))
+    intake = rawhttp.Intake(asyncio.get_running_loop())
+    conn = Conn(intake)
     conn.connection_made(FakeTransport())
     conn.begin(b"POST / HTTP/1.1\r\n\r\n", lambda chunk, now: bool(got.append(chunk)))
     conn.data_received(SSE_HEAD + b"a\r\ndata: 1\n\n")
@@ -212,17 +213,18 @@ async def test_a_connection_end_is_taken_in_after_the_reads_before_it() -> None:
     assert conn.closed and got == []  # no exchange may begin on it, nothing taken in yet
     with pytest.raises(ConnectionResetError, match="mid-body: reset by peer"):
         await conn.done  # type: ignore[misc]
-    assert got == [b"data: 1\n\n"] and conn.unread == 0
+    assert got == [b"data: 1\n\n"] and not intake.waiting
 
 
 async def test_a_read_its_owner_gave_up_on_before_it_was_taken_in_is_dropped() -> None:
-    conn = Conn(rawhttp.Intake(asyncio.get_running_loop()))
+    intake = rawhttp.Intake(asyncio.get_running_loop())
+    conn = Conn(intake)
     conn.connection_made(FakeTransport())
     conn.begin(b"POST / HTTP/1.1\r\n\r\n", None)
     conn.data_received(b"SSH-2.0-OpenSSH\r\n\r\n")  # a protocol error, once taken in
     conn.abort()  # the stream's task was cancelled in the same pass
     await asyncio.sleep(0)
-    assert conn.unread == 0 and conn.head is not None and not conn.head.done()
+    assert not intake.waiting and conn.head is not None and not conn.head.done()
 
 
 def test_tcp_info_is_read_through_the_dup_while_the_transport_closes() -> None:
