@@ -777,12 +777,12 @@ def cpu_ratio(url: str, tokens: int, ones: list[Point], events: int) -> Ratio:
         return unavailable(compared, "every 1-worker point too short for the CPU counters")
     best = max(timed, key=lambda p: p.req_s)
     n = max(best.ok, 4 * best.concurrency)
-    floor = uvloop.run(floor_rate(url, best.concurrency, n, tokens))
+    floor, floor_cpu_s = uvloop.run(floor_rate(url, best.concurrency, n, tokens))
     if floor.events != n * events:
         raise SystemExit(f"T={tokens}: the floor loop took {floor.events:,} events of "
                          f"{n:,} answers, the bare loop {events} an answer")  # fmt: skip
     return ratio(f"loadgen CPU a request / floor loop's, T={tokens} C={best.concurrency} W=1",
-                 best.client_us_per_req, (floor.cpu_s or 0) / n * 1e6, "us",
+                 best.client_us_per_req, floor_cpu_s / n * 1e6, "us",
                  ",.1f")  # fmt: skip
 
 

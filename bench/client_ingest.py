@@ -220,11 +220,12 @@ class _FloorConn(asyncio.Protocol):
         self.post()
 
 
-async def floor_rate(url: str, c: int, n: int, tokens: int) -> Rate:
+async def floor_rate(url: str, c: int, n: int, tokens: int) -> tuple[Rate, float]:
     """A floor under any client's cost: C keep-alive connections in a closed loop of raw
     uvloop protocols (no HTTP library, no tasks, no records), each answer's events
     json-parsed, counted as bare_rate counts them. What a client timing streams must do at
-    the least; the rest of a client's CPU a request is its own bookkeeping."""
+    the least; the rest of a client's CPU a request is its own bookkeeping. With the rate,
+    the process's CPU seconds over the requests (their connections made before)."""
     host, port = url.removeprefix("http://").split(":")
     body = reference_body(tokens)
     head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json"
@@ -249,15 +250,13 @@ async def floor_rate(url: str, c: int, n: int, tokens: int) -> Rate:
     for conn in conns:
         conn.transport.close()
     span_ns = max(conn.last_ns for conn in conns) - t0
-    return Rate(sum(conn.events for conn in conns), span_ns, cpu_s)
+    return Rate(sum(conn.events for conn in conns), span_ns), cpu_s
 
 
 @dataclass(frozen=True)
 class Rate:
     events: int
     ns: int
-    # The process's CPU over the requests, their connections made before (floor_rate only).
-    cpu_s: float | None = None
 
     @property
     def per_s(self) -> float:

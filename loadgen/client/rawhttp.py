@@ -26,7 +26,6 @@ import socket
 import struct
 from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Any
 
 from yarl import URL
 
@@ -157,26 +156,26 @@ class Intake:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        # (connection, bytes read and their stamp) or (connection, None and why it ended).
-        self._pending: list[tuple[Conn, bytes | None, Any]] = []
+        # (connection, bytes read or None for its end (why: its `ended_by`), the stamp).
+        self._pending: list[tuple[Conn, bytes | None, int]] = []
 
     @property
     def waiting(self) -> bool:
         """Whether anything stamped is still to be taken in."""
         return bool(self._pending)
 
-    def put(self, conn: Conn, data: bytes | None, arg: int | Exception | None) -> None:
+    def put(self, conn: Conn, data: bytes | None, now: int) -> None:
         if not self._pending:
             self._loop.call_soon(self._take)
-        self._pending.append((conn, data, arg))
+        self._pending.append((conn, data, now))
 
     def _take(self) -> None:
         pending, self._pending = self._pending, []
-        for conn, data, arg in pending:
+        for conn, data, now in pending:
             if data is None:
-                conn.lost(arg)
+                conn.lost(conn.ended_by)
             else:
-                conn.take(data, arg)
+                conn.take(data, now)
 
 
 class ProtocolError(Exception):
@@ -213,6 +212,8 @@ class Conn(asyncio.Protocol):
         self.info_sock: socket.socket | None = None  # info_socket(): TCP_INFO read through it
         self.closed = False
         self.aborted = False
+        # Why the connection ended, kept while its end waits in the intake behind its reads.
+        self.ended_by: Exception | None = None
         self.reused = False
         # Phase edges, once per connection and once per exchange (perf_counter ns): when the
         # connection was made and when `begin` handed the request to the kernel.
@@ -244,7 +245,8 @@ class Conn(asyncio.Protocol):
         # Closed at once (no exchange may begin on it), lost after any read still to take in.
         self.closed = True
         if self.intake is not None and self.intake.waiting:
-            self.intake.put(self, None, exc)
+            self.ended_by = exc
+            self.intake.put(self, None, perf_counter_ns())
         else:
             self.lost(exc)
 

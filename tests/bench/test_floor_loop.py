@@ -20,11 +20,12 @@ async def test_the_floor_takes_in_every_event_the_bare_loop_does(ceiling) -> Non
     from client_ingest import bare_rate, floor_rate
 
     async with PacedServer(ZERO_DELAY) as srv:
-        floor = await floor_rate(srv.url, 3, 7, 5)
+        floor, cpu_s = await floor_rate(srv.url, 3, 7, 5)
         bare = await bare_rate(srv.url, 3, 7, 5)
     # Five text events and the usage event an answer, counted alike by both loops.
     assert floor.events == bare.events == 7 * 6
     assert floor.ns > 0
+    assert cpu_s > 0
 
 
 async def _closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
