@@ -150,23 +150,22 @@ def whole_chunks(data: bytes) -> tuple[bytes, bool] | None:
 
 
 class Intake:
-    """A pool's reads and connection ends, each stamped as the loop delivers it and taken in by
-    its connection once the loop has run every callback of that poll (one call_soon a pass), in
-    the order they came."""
+    """A pool's reads, each stamped as the loop delivers it and taken in by its connection once
+    the loop has run every callback of that poll (one call_soon a pass), in the order they
+    came."""
 
     __slots__ = ("_loop", "_pending")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        # (connection, bytes read or None for its end (why: its `ended_by`), the stamp).
-        self._pending: list[tuple[Conn, bytes | None, int]] = []
+        self._pending: list[tuple[Conn, bytes, int]] = []  # (connection, bytes read, stamp)
 
     @property
     def waiting(self) -> bool:
         """Whether anything stamped is still to be taken in."""
         return bool(self._pending)
 
-    def put(self, conn: Conn, data: bytes | None, now: int) -> None:
+    def put(self, conn: Conn, data: bytes, now: int) -> None:
         if not self._pending:
             self._loop.call_soon(self._take)
         self._pending.append((conn, data, now))
@@ -174,10 +173,7 @@ class Intake:
     def _take(self) -> None:
         pending, self._pending = self._pending, []
         for conn, data, now in pending:
-            if data is None:
-                conn.lost(conn.ended_by)
-            else:
-                conn.take(data, now)
+            conn.take(data, now)
 
 
 class ProtocolError(Exception):
@@ -214,8 +210,6 @@ class Conn(asyncio.Protocol):
         self.info_sock: socket.socket | None = None  # info_socket(): TCP_INFO read through it
         self.closed = False
         self.aborted = False
-        # Why the connection ended, kept while its end waits in the intake behind its reads.
-        self.ended_by: Exception | None = None
         self.reused = False
         # Phase edges, once per connection and once per exchange (perf_counter ns): when the
         # connection was made and when `begin` handed the request to the kernel.
@@ -244,11 +238,11 @@ class Conn(asyncio.Protocol):
         self.info_sock = info_socket(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        # Closed at once (no exchange may begin on it), lost after any read still to take in.
+        # Closed at once (no exchange may begin on it), lost after any read still to take in:
+        # the loop runs its callbacks in the order they were scheduled, the intake's first.
         self.closed = True
         if self.intake is not None and self.intake.waiting:
-            self.ended_by = exc
-            self.intake.put(self, None, perf_counter_ns())
+            asyncio.get_running_loop().call_soon(self.lost, exc)
         else:
             self.lost(exc)
 
