@@ -288,10 +288,8 @@ class OpenAIClient(AuxRequests):
                     error = StreamError(cls, f"{self.shown_url}: {connect_reason(exc)}")
                     break
                 conn.begin(request, sink)
-                await conn.settled()
-                assert conn.head is not None and conn.done is not None  # armed by begin
                 try:
-                    head = conn.head.result()
+                    head = await conn.head  # type: ignore[misc]
                 except ConnectionResetError:
                     # A kept-alive connection the server closed while idle: the request never
                     # reached it, so it goes once more on a fresh one.
@@ -300,7 +298,7 @@ class OpenAIClient(AuxRequests):
                     conn.abort()
                     continue
                 t_headers, status = head.ns, head.status
-                whole = conn.done.result()
+                whole = await conn.done  # type: ignore[misc]
                 if 300 <= status < 400:
                     return None
                 if status >= 400:
@@ -314,9 +312,6 @@ class OpenAIClient(AuxRequests):
                 break
         except asyncio.CancelledError:
             whole = False
-            seen = None if conn is None else conn.head_seen
-            if seen is not None:
-                t_headers, status = seen.ns, seen.status
             if live.timeout is None or task.uncancel() > 0:
                 self._cancelled.append(
                     self._record(req, dec, status, live, t_headers, _CANCELLED, raw=True)

@@ -4,21 +4,17 @@ aiohttp spends most of a fast stream in its per-read machinery (a StreamReader, 
 task wake-up per read, a feed_data per chunk). Here each socket read is stamped ONCE as the
 loop delivers it, and the Conn parses the response head and the chunked / length-delimited /
 until-close body itself and hands the read's body bytes, with that stamp, to the stream's sink
-(the decoder): the awaiting coroutine wakes once, at the answer's end (Conn.settled).
+(the decoder): the awaiting coroutine wakes only for the head and for the end.
 
 A pool's reads are taken in by its Intake once the loop has stamped every socket its poll woke:
-decoded as they came, each read's stamp waited for the decoding of every read the loop delivered
-before it in that pass. On the 2-core build machine (bench/ceiling.py, 1 worker, C=16, 16-token
-answers, 3 alternating pairs) the TTFT p50 error against firehose's log went from +0.80-0.82 ms
-to +0.61-0.64, its p99 from +2.34-2.43 to +1.46-1.63. Its price: the end, set by the take-in,
-woke its task a loop pass later (an epoll between), and on a 16-core host at 12 workers (C=120)
-it ran 9-32% fewer requests/s, 4 pairs (bench/ceiling.md, host R). So a read that looks like a
-chunked answer's end wakes its owner as it is stamped, queued behind the take-in: its task goes
-on in the pass that takes the end in. On the build machine (3-4 rounds each of the intake before
-this, after it, and no intake): the client alone at C=16 took 129-138 us a request against
-134-142 and 131-137; bench/ceiling.py at W=1 C=16 gave a TTFT p50 error of +0.86-0.95 ms against
-+0.93-0.96 and +1.21-1.29, p99 +2.71-3.10 against +2.37-2.86 and +3.62-3.83, and at W=2 C=32
-req/s inside one spread (7,381-7,553, 7,420-7,587, 7,421-7,729).
+decoded as they came, each read's stamp waited for the decoding of every read the loop
+delivered before it in that pass. On the 2-core build machine (bench/ceiling.py, 1 worker,
+C=16, 16-token answers, 3 alternating pairs) the TTFT p50 error against firehose's log went
+from +0.80-0.82 ms to +0.61-0.64, its p99 from +2.34-2.43 to +1.46-1.63. The price: a stream's
+end reaches its task one loop pass later, and a saturated client pays for it, 2-5% more CPU a
+request for the client alone (4 pairs: 68-75 us against 71-78), 6-12% for 2 workers at C=32
+to 96 there, and on a 16-core host at 12 workers (C=120) 9-32% fewer requests/s, 4 pairs
+(bench/ceiling.md, host R).
 
 Plain http:// only; the client keeps aiohttp for https, helper requests and redirects. Answers
 that are not the stream (HTTP errors, a 200 that is not text/event-stream, 3xx) are collected up
@@ -54,7 +50,6 @@ _TCPI_LEN = 216
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
 _ID_KEY = b'"id":'
 _LAST_CHUNK = [b"0", b"", b""]  # `0` CRLF CRLF split on CRLF: the 0 chunk with no trailer
-_BODY_END = b"0\r\n\r\n"  # how a read that ends a chunked body without a trailer ends
 
 
 def info_socket(transport: asyncio.BaseTransport) -> socket.socket | None:
@@ -204,9 +199,8 @@ class Head:
 
 class Conn(asyncio.Protocol):
     """One connection; one exchange at a time. `begin` arms it and sends the request; `head`
-    then `done` resolve as the answer arrives (done's result: the body was read to its end),
-    and `settled` returns once `done` has. `intake`: its pool's, through which it takes in its
-    reads; None: each as it comes."""
+    then `done` resolve as the answer arrives (done's result: the body was read to its end).
+    `intake`: its pool's, through which it takes in its reads; None: each as it comes."""
 
     def __init__(self, intake: Intake | None = None) -> None:
         self.intake = intake
@@ -224,7 +218,6 @@ class Conn(asyncio.Protocol):
         self.received = 0  # bytes of the current exchange
         self.head: asyncio.Future[Head] | None = None
         self.done: asyncio.Future[bool] | None = None
-        self._wake: asyncio.Future[None] | None = None  # what `settled` awaits now
         self.sink: Sink | None = None
         self.collected = bytearray()
         self.reusable = False
@@ -269,14 +262,8 @@ class Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.intake is None:
             self.take(data, perf_counter_ns())
-            return
-        self.intake.put(self, data, perf_counter_ns())
-        if data.endswith(_BODY_END):
-            # Likely the answer's end: its owner is woken now, behind the intake's take-in of
-            # this pass, so that it goes on in the pass that takes the end in, not one later
-            # (where `done`, set by the take-in, would wake it). A read that only looks like
-            # the end costs a wake, and `settled` waits on.
-            self._wake_owner()
+        else:
+            self.intake.put(self, data, perf_counter_ns())
 
     def take(self, data: bytes, now: int) -> None:
         """Takes in one socket read, stamped `now` as it came."""
@@ -300,35 +287,11 @@ class Conn(asyncio.Protocol):
 
     # -------------------------------------------------------------- exchange
 
-    async def settled(self) -> None:
-        """Returns once the exchange is over: `done` resolved, failed or cancelled (with
-        `head`'s failure, when the answer failed before its head)."""
-        done = self.done
-        assert done is not None and self._loop is not None  # armed by begin
-        while not done.done():
-            self._wake = self._loop.create_future()
-            await self._wake
-
-    @property
-    def head_seen(self) -> Head | None:
-        """The answer's head if it has come (None before it, or where the answer failed
-        first): what a stream given up on mid-body still knows of its answer."""
-        head = self.head
-        if head is None or not head.done() or head.cancelled() or head.exception():
-            return None
-        return head.result()
-
-    def _wake_owner(self) -> None:
-        wake = self._wake
-        if wake is not None and not wake.done():
-            wake.set_result(None)
-
     def begin(self, request: bytes, sink: Sink | None) -> None:
         loop = self._loop
         assert loop is not None  # set by connection_made, which comes before any exchange
         self.head = loop.create_future()
         self.done = loop.create_future()
-        self._wake = None
         self.sink = sink
         self.collected = bytearray()
         self.reusable = False
@@ -348,10 +311,6 @@ class Conn(asyncio.Protocol):
 
     def abort(self) -> None:
         self.closed = self.aborted = True
-        # Nobody awaits an exchange given up on: its end, taken in later, is no error to log.
-        for fut in (self.head, self.done):
-            if fut is not None:
-                fut.cancel()
         # The dup first: while it is open the kernel keeps the connection, abort or not.
         self._close_info()
         if self.transport is not None:
@@ -375,12 +334,10 @@ class Conn(asyncio.Protocol):
                 self.done.cancel()
         elif self.done is not None and not self.done.done():
             self.done.set_exception(exc)
-        self._wake_owner()
 
     def _finish(self) -> None:
         if self.done is not None and not self.done.done():
             self.done.set_result(True)
-        self._wake_owner()
 
     def _take_head(self, data: bytes, now: int) -> bytes:
         buf = self._buf + data if self._buf else data
