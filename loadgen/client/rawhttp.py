@@ -7,14 +7,17 @@ until-close body itself and hands the read's body bytes, with that stamp, to the
 (the decoder): the awaiting coroutine wakes only for the head and for the end.
 
 A pool's reads are taken in by its Intake once the loop has stamped every socket its poll woke:
-decoded as they came, each read's stamp waited for the decoding of every read the loop
-delivered before it in that pass. On the 2-core build machine (bench/ceiling.py, 1 worker,
-C=16, 16-token answers, 3 alternating pairs) the TTFT p50 error against firehose's log went
-from +0.80-0.82 ms to +0.61-0.64, its p99 from +2.34-2.43 to +1.46-1.63. The price: a stream's
-end reaches its task one loop pass later, and a saturated client pays for it, 2-5% more CPU a
-request for the client alone (4 pairs: 68-75 us against 71-78), 6-12% for 2 workers at C=32
-to 96 there, and on a 16-core host at 12 workers (C=120) 9-32% fewer requests/s, 4 pairs
-(bench/ceiling.md, host R).
+decoded as they came, each read's stamp waited for the decoding of every read the loop delivered
+before it in that pass. On the 2-core build machine (bench/ceiling.py, 1 worker, C=16, 16-token
+answers, 3 alternating pairs) the TTFT p50 error against firehose's log went from +0.80-0.82 ms
+to +0.61-0.64, its p99 from +2.34-2.43 to +1.46-1.63. The price: a stream's end reaches its task
+one loop pass later, and a saturated client pays for it, 2-5% more CPU a request for the client
+alone (4 pairs: 68-75 us against 71-78), 6-12% for 2 workers at C=32 to 96 there, and on a
+16-core host at 12 workers (C=120) 9-32% fewer requests/s, 4 pairs (bench/ceiling.md, host R).
+The pass is uvloop's: its ready callbacks run only before its poll, so a `done` set by the
+take-in wakes its task after one more poll. Waking the task instead on a read that looks like
+the answer's end, right behind the take-in, gave no rate back on a 16-core host and read later:
+tried and dropped (bench/ceiling.md, host S).
 
 Plain http:// only; the client keeps aiohttp for https, helper requests and redirects. Answers
 that are not the stream (HTTP errors, a 200 that is not text/event-stream, 3xx) are collected up
