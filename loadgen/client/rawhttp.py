@@ -10,14 +10,13 @@ A pool's reads are taken in by its Intake once the loop has stamped every socket
 decoded as they came, each read's stamp waited for the decoding of every read the loop delivered
 before it in that pass. On the 2-core build machine (bench/ceiling.py, 1 worker, C=16, 16-token
 answers, 3 alternating pairs) the TTFT p50 error against firehose's log went from +0.80-0.82 ms
-to +0.61-0.64, its p99 from +2.34-2.43 to +1.46-1.63. The price: a stream's end reaches its task
-one loop pass later, and a saturated client pays for it, 2-5% more CPU a request for the client
-alone (4 pairs: 68-75 us against 71-78), 6-12% for 2 workers at C=32 to 96 there, and on a
-16-core host at 12 workers (C=120) 9-32% fewer requests/s, 4 pairs (bench/ceiling.md, host R).
-The pass is uvloop's: its ready callbacks run only before its poll, so a `done` set by the
-take-in wakes its task after one more poll. Waking the task instead on a read that looks like
-the answer's end, right behind the take-in, gave no rate back on a 16-core host and read later:
-tried and dropped (bench/ceiling.md, host S).
+to +0.61-0.64, its p99 from +2.34-2.43 to +1.46-1.63. The price is a loop pass: uvloop runs
+ready callbacks only before its poll, so the `done` the take-in sets wakes its task after one
+more poll. A saturated client pays for it: 2-5% more CPU a request for the client alone (4
+pairs: 68-75 us against 71-78), 6-12% for 2 workers at C=32 to 96 there, and on a 16-core host
+at 12 workers (C=120) 9-32% fewer requests/s, 4 pairs (bench/ceiling.md, host R). Waking the
+task instead on a read that looks like the answer's end, right behind the take-in, gave no rate
+back on a 16-core host and read later: tried and dropped (bench/ceiling.md, host S).
 
 Plain http:// only; the client keeps aiohttp for https, helper requests and redirects. Answers
 that are not the stream (HTTP errors, a 200 that is not text/event-stream, 3xx) are collected up
@@ -245,7 +244,8 @@ class Conn(asyncio.Protocol):
         # the loop runs its callbacks in the order they were scheduled, the intake's first.
         self.closed = True
         if self.intake is not None and self.intake.waiting:
-            asyncio.get_running_loop().call_soon(self.lost, exc)
+            assert self._loop is not None  # set by connection_made, which comes first
+            self._loop.call_soon(self.lost, exc)
         else:
             self.lost(exc)
 
