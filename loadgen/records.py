@@ -253,9 +253,12 @@ SERVER_LOG = "server.log"
 
 
 class RecordSink(Protocol):
-    """Takes each finished record. `line` is the record as a client worker encoded it (to_json's
-    bytes and a newline): written as it is, the parent that takes every worker's records spends
-    no 6-13 us a record encoding it again."""
+    """Takes each finished record. `line`: the bytes its arrival adds to streams.jsonl as a
+    client worker encoded them (to_json's, a newline each), written as they are, so the parent
+    that takes every worker's records spends no 6-13 us a record encoding it again. A worker's
+    batch (the records of one turn of its loop) comes whole: its first record brings the lines
+    of all, the others b"", one write for the batch where one a record took 37% of the
+    parent's reading thread. None: the record is encoded here."""
 
     def __call__(self, record: StreamRecord, line: bytes | None = None, /) -> None: ...
 
@@ -272,10 +275,10 @@ class RunDirectory:
         self.replica_metrics: JsonlAppender | None = None
 
     def append_stream(self, record: StreamRecord, line: bytes | None = None) -> None:
-        """`line`: the record as a client worker wrote it (RecordSink), written as it is."""
+        """`line`: what a client worker encoded for it (RecordSink), written as it is."""
         if line is None:
             self.streams.append(to_json(record))
-        else:
+        elif line:
             self.streams.write_lines(line)
 
     def append_metrics(self, sample: MetricsSample) -> None:

@@ -35,9 +35,10 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, cast
@@ -232,11 +233,28 @@ class RecordBatch:
         return taken
 
 
-def batch_records(batch: Batch) -> Iterator[tuple[StreamRecord, bytes]]:
-    """The records of a taken RecordBatch, each with its line."""
+def joined(batches: Sequence[Batch]) -> Batch:
+    """Taken RecordBatches as one, in their order."""
+    if len(batches) == 1:
+        return batches[0]
+    return b"".join(lines for lines, _ in batches), [v for _, values in batches for v in values]
+
+
+def hand_on(
+    batch: Batch, on_record: RecordSink, fresh: Callable[[StreamRecord], bool] | None = None
+) -> None:
+    """Hands on the records of a taken RecordBatch (those `fresh` keeps, each asked once) as
+    RecordSink takes a batch: the first with the lines of all, the others with b""."""
     lines, values = batch
-    for line, vals in zip(lines.splitlines(keepends=True), values, strict=True):
-        yield StreamRecord(*vals), line
+    recs = [StreamRecord(*vals) for vals in values]
+    if fresh is not None:
+        kept = [fresh(rec) for rec in recs]
+        if not all(kept):
+            split = lines.splitlines(keepends=True)
+            lines = b"".join(line for line, keep in zip(split, kept, strict=True) if keep)
+            recs = [rec for rec, keep in zip(recs, kept, strict=True) if keep]
+    for k, rec in enumerate(recs):
+        on_record(rec, b"" if k else lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,7 +469,7 @@ class ProcessPool:
         # their spill files hold nothing unsent (reading them back cost the parent 47% of its
         # client-stage CPU at 40,000 records).
         self._said_exit: set[int] = set()
-        self._on_record: RecordSink | None = None
+        self._on_record: RecordSink = _unheard  # run()'s, once it is called
         self._reported: set[int] = set()  # workers already said to have died
         # Ids of streams a dead worker's jobs left without any record (run.json's
         # client.streams_without_record): a SIGKILLed worker left 7 of 17 unsent, silently.
@@ -583,16 +601,20 @@ class ProcessPool:
         return None
 
     def _take(self, i: int, messages: list[Message] | None) -> None:
-        """Hands on the records among worker i's `messages` and keeps the others for _next;
-        None: its pipe ended, and everything it sent before it went has been read."""
+        """Hands on the records among worker i's `messages` (one read's) as one batch, and keeps
+        the others for _next; None: its pipe ended, and everything it sent before it went has
+        been read. A parent behind its workers reads more messages a read, so writes fewer
+        times a record as it falls behind."""
         if messages is None:
             self._exit(i)
             self._read_ahead.append(("exit", i, None))
             return
+        batches = [payload for kind, _, payload in messages if kind == "recs"]
+        if batches:
+            with self._handing:
+                hand_on(joined(batches), self._on_record, partial(self._first_time, i))
         for kind, index, payload in messages:
             if kind == "recs":
-                for rec, line in batch_records(payload):
-                    self._hand_on(index, rec, line)
                 continue
             if kind == "exit":
                 self._said_exit.add(index)
@@ -604,17 +626,21 @@ class ProcessPool:
         self._exited.add(i)
         self._running.unregister(self._inbox[i])
 
-    def _hand_on(self, index: int, rec: StreamRecord, line: bytes | None = None) -> bool:
-        """Hands a worker's record on, with its `line` where it came (RecordSink), unless it
-        already was (a record both read from the pipe and recovered from the spill file);
-        whether it was handed on now."""
-        key = _key(rec)
+    def _hand_on(self, index: int, rec: StreamRecord) -> bool:
+        """Hands a worker's record on unless it already was (a record both read from the pipe
+        and recovered from the spill file); whether it was handed on now."""
         with self._handing:
-            if key in self._seen[index]:
+            if not self._first_time(index, rec):
                 return False
-            self._seen[index].add(key)
-            if self._on_record is not None:
-                self._on_record(rec, line)
+            self._on_record(rec)
+        return True
+
+    def _first_time(self, index: int, rec: StreamRecord) -> bool:
+        """Whether worker `index`'s `rec` is seen here for the first time (it is seen now)."""
+        key = _key(rec)
+        if key in self._seen[index]:
+            return False
+        self._seen[index].add(key)
         return True
 
     def _drain_until_exit(self, deadline: float) -> None:
@@ -647,6 +673,10 @@ class ProcessPool:
 
     def _status(self) -> str:
         return ", ".join(f"worker {i}: exit code {p.exitcode}" for i, p in enumerate(self._procs))
+
+
+def _unheard(rec: StreamRecord, line: bytes | None = None) -> None:
+    """A pool's sink before its run gives one: no worker sends a record before its job."""
 
 
 def _key(rec: StreamRecord) -> tuple[Any, ...]:

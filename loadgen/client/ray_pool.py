@@ -44,7 +44,7 @@ from loadgen.client.pool import (
     RecordBatch,
     Window,
     WorkerClient,
-    batch_records,
+    hand_on,
     open_worker_sender,
     serve_job,
 )
@@ -440,8 +440,7 @@ class RayPool:
         gen = placed.handle.run.remote(start_ns, self.run_start_ns + placed.offset_ns)
         try:
             async for ref in gen:
-                for rec, line in batch_records(await ref):
-                    on_record(rec, line)
+                hand_on(await ref, on_record)
         except self.ray.exceptions.RayError as exc:
             self._fail(i, exc, problems)
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from loadgen.client.endpoint import Timeouts
-from loadgen.client.pool import Job, WorkerClient, batch_records
+from loadgen.client.pool import Job, WorkerClient, hand_on
 from loadgen.client.ray_pool import StreamActor
 from loadgen.records import StreamRecord, read_stream
 from loadgen.request import StreamRequest
@@ -41,13 +41,14 @@ def test_a_ray_actor_routes_its_streams_and_names_the_replica_of_each_cancelled_
         actor.load(Job(tuple(requests), concurrency=4))
         run_start_ns = time.perf_counter_ns()
         got: list[StreamRecord] = []
+        lines: list[bytes | None] = []
         for batch in actor.run(time.perf_counter_ns() - run_start_ns, run_start_ns):
-            for rec, line in batch_records(batch):
-                assert read_stream(orjson.loads(line)) == rec  # the line the parent writes
-                got.append(rec)
+            hand_on(batch, lambda rec, line=None: (got.append(rec), lines.append(line)))
             if len(got) == 2:
                 actor.stop()
         served = [sorted(s.request_id for s in srv.served) for srv in (a, b)]
+    # The lines the parent writes, a batch's with its first record: the records, in order.
+    assert [read_stream(orjson.loads(x)) for x in b"".join(filter(None, lines)).splitlines()] == got
     by_id = {r.id: r for r in got}
     assert {i: (r.replica, r.status) for i, r in by_id.items()} == {
         "r0": (0, "ok"), "r1": (1, "ok"), "r2": (0, "error"), "r3": (1, "error"),

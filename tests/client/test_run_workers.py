@@ -29,7 +29,14 @@ from loadgen.client.pool import (
 from loadgen.codec import to_json
 from loadgen.commands.options import workers_value
 from loadgen.commands.run import FAILED_STREAMS_EXIT, report_run, unrecorded_summary
-from loadgen.records import StreamRecord, jsonl_line, read_stream, stream_values
+from loadgen.records import (
+    RunDirectory,
+    StreamRecord,
+    jsonl_line,
+    read_stream,
+    read_streams,
+    stream_values,
+)
 from loadgen.request import StreamRequest
 
 from support.cli import loadgen
@@ -168,8 +175,9 @@ def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_co
     assert sorted(seen, key=str) == sorted([("exit", 0, None), ("done", 1, {})], key=str)
     assert sorted(got) == ["r0", "r1", "r2", "r9"]
     assert pool._exited == {0}
-    # Each record goes on with the bytes its worker sent: the run directory writes them as is.
-    assert [got[r.id] for r in recs] == [_line(r) for r in recs]
+    # The batch goes on with the bytes its worker sent, all with its first record (RecordSink):
+    # the run directory writes them as they are, in one write.
+    assert [got[r.id] for r in recs] == [b"".join(map(_line, recs)), b"", b""]
 
 
 def test_two_threads_reading_the_pipes_each_get_whole_messages(tmp_path: Path) -> None:
@@ -251,6 +259,34 @@ def test_a_record_read_from_the_pipe_and_recovered_from_the_spill_is_handed_on_o
     assert [pool._hand_on(0, r) for r in recs] == [False, False, False, True]
     assert [r.id for r in got] == ["r0", "r1", "r2", "r3"]
     assert pool._recover({0}) == [] and len(got) == 4  # said once; nothing handed on again
+
+
+def test_one_reads_records_go_on_as_one_batch_without_a_record_already_handed_on(
+    tmp_path: Path,
+) -> None:
+    # The records messages of one read go on as one batch, their first fresh record bringing
+    # the lines of all (one write), the others b"". A record recovered from the spill before
+    # its batch came down the pipe goes on once: the file has no line twice.
+    pool = ProcessPool(1, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
+                       spill_dir=tmp_path)  # fmt: skip
+    recs = [stream(f"r{i}", chunks=[0.1]) for i in range(4)]
+    rundir = RunDirectory(tmp_path / "run")
+    calls: list[tuple[str, bytes | None]] = []
+
+    def sink(rec: StreamRecord, line: bytes | None = None) -> None:
+        calls.append((rec.id, line))
+        rundir.append_stream(rec, line)
+
+    pool._on_record = sink
+    assert pool._hand_on(0, recs[0])
+    pool._take(0, [_recs(0, *recs[:2]), ("done", 0, {}), _recs(0, *recs[2:])])
+    rundir.close()
+    assert list(pool._read_ahead) == [("done", 0, {})]
+    assert calls == [("r0", None), ("r1", b"".join(map(_line, recs[1:]))), ("r2", b""),
+                     ("r3", b"")]  # fmt: skip
+    assert [r.id for r in read_streams(rundir.path)] == [
+        "r0", "r1", "r2", "r3"
+    ]  # fmt: skip
 
 
 async def test_a_pool_whose_workers_all_finish_names_no_stream_and_reads_no_spill_back(
