@@ -256,10 +256,10 @@ class RecordSink(Protocol):
     """Takes each finished record. `line`: the bytes its arrival adds to streams.jsonl as a
     client worker encoded them (to_json's, a newline each), written as they are, so the parent
     that takes every worker's records spends no 6-13 us a record encoding it again. A batch
-    (the records of one read of a worker's pipe) comes whole: its first record brings the
-    lines of all, the others b"", one write for the batch (a write a record took 37% of the
-    parent's reading thread's busy samples, and 3 of its 6 us a record). None: the record is
-    encoded here."""
+    (one read of a worker process's pipe, one message of a Ray actor) comes whole: its first
+    record brings the lines of all, the others b"", one write for the batch (a write a record
+    took 37% of the parent's reading thread's busy samples, and 3 of its 6 us a record).
+    None: the record is encoded here."""
 
     def __call__(self, record: StreamRecord, line: bytes | None = None, /) -> None: ...
 
