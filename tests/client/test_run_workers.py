@@ -147,6 +147,13 @@ def _line(rec: StreamRecord) -> bytes:
     return jsonl_line(to_json(rec))
 
 
+def _unstarted_pool(size: int, spill_dir: Path) -> ProcessPool:
+    """A pool whose workers are never started: its pipes are driven by hand."""
+    return ProcessPool(
+        size, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1, spill_dir=spill_dir
+    )
+
+
 def _recs(index: int, *records: StreamRecord) -> Message:
     """A worker's records message: their lines and, beside them, their values."""
     return "recs", index, (b"".join(map(_line, records)), tuple(map(stream_values, records)))
@@ -159,8 +166,7 @@ def test_a_worker_cut_off_mid_message_is_an_exit_and_the_others_records_still_co
     # a tenth of it written) ends as that worker's exit, and the other's records are read.
     # Through the one queue all workers shared, the killed worker kept the queue's lock and
     # the other's next put, and so the run, waited for ever.
-    pool = ProcessPool(2, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
-                       spill_dir=tmp_path)  # fmt: skip
+    pool = _unstarted_pool(2, tmp_path)
     killed, alive = map(_Outbox, pool._their_ends)  # the workers' ends of the pool's pipes
     killed.put(_recs(0, stream("r9", chunks=[0.1])))
     with open(pool._their_ends[0].fileno(), "wb", closefd=False) as raw:
@@ -184,8 +190,7 @@ def test_two_threads_reading_the_pipes_each_get_whole_messages(tmp_path: Path) -
     # A stop leaves the run's read of the pipes going in its thread while the drain reads them
     # too: both in one pipe's recv took bytes of one message each, and the drain raised
     # "invalid load key" (make test, SIGTERM to the parent of 2 workers).
-    pool = ProcessPool(1, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
-                       spill_dir=tmp_path)  # fmt: skip
+    pool = _unstarted_pool(1, tmp_path)
     write = _Outbox(pool._their_ends[0])  # the worker's end of the pool's pipe
     big = b"x" * (1 << 20)  # many pipe buffers a message: it takes many reads
     sent = [("done", 0, {"n": n, "pad": big}) for n in range(12)]
@@ -216,8 +221,7 @@ async def test_a_workers_put_never_waits_on_a_full_pipe_and_what_it_keeps_goes_i
     # must return at once (its streams' stamps wait on that loop), keep what the pipe did not
     # take, and write it as the parent reads. 12 MiB put with nobody reading; a timer drains
     # the pipe after 20 s so a put that waits ends the test instead of hanging it.
-    pool = ProcessPool(1, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
-                       spill_dir=tmp_path)  # fmt: skip
+    pool = _unstarted_pool(1, tmp_path)
     out = _Outbox(pool._their_ends[0])
     big = b"x" * (1 << 20)
     got: list[tuple] = []
@@ -248,8 +252,7 @@ def test_a_record_read_from_the_pipe_and_recovered_from_the_spill_is_handed_on_o
     # A stop (Ctrl-C) leaves a read of the pipes going in its thread while the pool drains and
     # recovers spill files: a batch that read handed on after the recovery was written twice
     # (13 streams, 18 records in streams.jsonl).
-    pool = ProcessPool(1, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
-                       spill_dir=tmp_path)  # fmt: skip
+    pool = _unstarted_pool(1, tmp_path)
     recs = [stream(f"r{i}", chunks=[0.1]) for i in range(4)]
     (tmp_path / "w0.jsonl").write_bytes(b"".join(_line(r) for r in recs[:3]))
     got: list[StreamRecord] = []
@@ -267,8 +270,7 @@ def test_one_reads_records_go_on_as_one_batch_without_a_record_already_handed_on
     # The records messages of one read go on as one batch, their first fresh record bringing
     # the lines of all (one write), the others b"". A record recovered from the spill before
     # its batch came down the pipe goes on once: the file has no line twice.
-    pool = ProcessPool(1, WorkerClient("http://127.0.0.1:9", None, Timeouts(), 0), seats=1,
-                       spill_dir=tmp_path)  # fmt: skip
+    pool = _unstarted_pool(1, tmp_path)
     recs = [stream(f"r{i}", chunks=[0.1]) for i in range(4)]
     rundir = RunDirectory(tmp_path / "run")
     calls: list[tuple[str, bytes | None]] = []
