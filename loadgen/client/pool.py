@@ -235,8 +235,6 @@ class RecordBatch:
 
 def joined(batches: Sequence[Batch]) -> Batch:
     """Taken RecordBatches as one, in their order."""
-    if len(batches) == 1:
-        return batches[0]
     return b"".join(lines for lines, _ in batches), [v for _, values in batches for v in values]
 
 
@@ -609,6 +607,8 @@ class ProcessPool:
             self._exit(i)
             self._read_ahead.append(("exit", i, None))
             return
+        # The records first: an "exit" read with them marks its worker's spill as sent, and a
+        # stop's recovery, going on beside a read it cancelled, must find them seen by then.
         batches = [payload for kind, _, payload in messages if kind == "recs"]
         if batches:
             with self._handing:
