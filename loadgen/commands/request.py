@@ -55,7 +55,11 @@ GROUP = "request"
 @click.option("--max-tokens", type=click.IntRange(1), default=128, show_default=True)
 @click.option("-n", "--count", type=click.IntRange(1, MAX_STREAMS), default=1, show_default=True)
 @click.option("-c", "--concurrency", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Run directory.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Run directory: a new or empty folder.",
+)
 @click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True)
 @click.option("--first-byte-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0)
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0)

@@ -30,6 +30,16 @@ def check_out_root(out_root: Path) -> None:
         raise RunError(f"--out {out_root}: not writable (pick a folder you can write to)")
 
 
+def check_named_dir(path: Path) -> None:
+    """RunError (one line) when the run directory named by --out already holds files: records
+    append, so a second run there would read back as one run with the first's streams."""
+    if path.is_dir() and any(path.iterdir()):
+        raise RunError(
+            f"--out {path}: already holds files (a run directory takes one run; "
+            "name a new folder or remove this one)"
+        )
+
+
 async def list_models(base_url: str, api_key: str | None, connect_s: float | None) -> Any:
     """GET /v1/models of an external server: proves it answers before anything is written.
     Raises ClientError (ServerUnreachable when nothing listens) with a one-line message."""

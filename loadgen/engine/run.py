@@ -25,6 +25,7 @@ from loadgen.engine.manifest import manifest_head
 from loadgen.engine.options import RunOptions
 from loadgen.engine.precise import PreciseStop
 from loadgen.engine.preflight import (
+    check_named_dir,
     check_out_root,
     check_sim_windows,
     check_windows,
@@ -136,6 +137,8 @@ async def _run_plan(
     name: str | None,
 ) -> Path:
     check_out_root(opts.out_root)
+    if name is not None:
+        check_named_dir(opts.out_root / name)
     clock = clock_of(opts)
     if clock.opens_sockets:
         # A clock without sockets replays a 20,000-stream trace with no descriptors to spare.

@@ -116,6 +116,23 @@ def test_a_request_out_directory_is_a_run_directory(tmp_path: Path) -> None:
     assert "; wall clock, external" in notes and "sim's error" not in notes  # one clock
 
 
+def test_a_request_out_directory_takes_one_run(tmp_path: Path) -> None:
+    # A second request into the same --out appended its streams to the first's: its report
+    # said "16 of 3016 streams failed" after a run of 3,000, the 16 a stopped earlier run's.
+    out = tmp_path / "probe"
+    out.mkdir()  # an empty folder (mktemp -d's) is taken
+    args = ("-n", "3", "--max-tokens", "4", "--out", out)
+    with ThreadedPacedServer(PacedConfig(ttft_s=0.0, gap_s=0.0)) as srv:
+        first = loadgen("request", "--base-url", srv.url, *args)
+        assert first.returncode == 0, first.stderr
+        streams = (out / "streams.jsonl").read_bytes()
+        again = loadgen("request", "--base-url", srv.url, *args)
+    line = assert_one_line_error(again)
+    assert f"--out {out}: already holds files" in line and "name a new folder" in line
+    assert (out / "streams.jsonl").read_bytes() == streams
+    assert len(streams.splitlines()) == 3
+
+
 def test_a_torn_streams_file_reports_measured_of_planned(tmp_path: Path) -> None:
     proc = loadgen("run", "smoke", "--out", tmp_path, "--no-progress")
     assert proc.returncode == 0, proc.stderr
