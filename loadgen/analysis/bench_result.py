@@ -4,12 +4,16 @@ so a script that reads bench's result file reads loadgen's.
 The figures are loadgen's, each defined once (analysis/rates.py, benchmark.py): duration from
 the first intended send to the last end; TTFT from the actual send; TPOT the decode window
 over the tokens after the first chunk; ITL the gaps between tokens (a chunk's gap spread over
-its tokens) pooled over streams; E2EL send to end; client queue time the wait between a
-request's intended and actual send (a seat under a concurrency cap). Means, medians, standard
-deviations (population) and percentiles (linear, numpy's default) over the ok streams, in ms;
-a metric no stream had is 0, as bench writes it. Goodput is bench's: requests/s of ok streams
-within every limit, a stream without a TPOT counting as 0 ms. The peaks are bench's: output
-tokens and requests in flight per whole second from the first send.
+its tokens) pooled over streams; E2EL send to end; client queue time, as bench's, from a
+request's arrival to its send: its wait for a seat under --max-concurrency included (at an
+infinite rate every request arrives at the start). Means, medians, standard deviations
+(population) and percentiles (linear, numpy's default) over the ok streams, in ms; a metric no
+stream had is 0, as bench writes it. Goodput is bench's: requests/s of ok streams within every
+limit, a stream without a TPOT counting as 0 ms. Peak output tokens are bench's, per whole
+second from the first send; peak requests in flight are the true peak of the ok streams'
+overlap (send to end), as vLLM counts it since 0.32 (0.32 counted every request active in a
+whole second, a peak of 32 under a cap of 8). `latencies` and `queue_times` are in request
+order (arrival, then send), as bench lists its requests.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -61,26 +65,36 @@ class BenchSetup:
     goodput_ms: dict[str, float] = field(default_factory=dict)
 
 
-def queue_s(rec: StreamRecord) -> float | None:
-    """The wait between a request's intended and actual send (bench's client_queue_time)."""
-    if rec.t_sent_ns is None:
-        return None
-    return (rec.t_sent_ns - rec.t_intended_ns) / NS
+def arrivals_ns(records: list[StreamRecord], setup: BenchSetup) -> list[int]:
+    """When each request arrived, bench's client_queue_time's start: with --max-concurrency
+    at an infinite rate (a closed loop, which stamps a send intended as its seat frees), every
+    request at the first intended send, as bench queues them all on its semaphore at once;
+    else its intended send less its wait for a seat."""
+    if not records:
+        return []
+    if math.isinf(setup.request_rate) and setup.ramp is None and setup.max_concurrency:
+        start = min(r.t_intended_ns for r in records)
+        return [start] * len(records)
+    return [r.t_intended_ns - (r.seat_wait_ns or 0) for r in records]
 
 
-def _queued_e2e_s(rec: StreamRecord) -> float | None:
-    e2e, queue = rates.e2e_s(rec), queue_s(rec)
+def _queue_s(rec: StreamRecord, arrival_ns: int) -> float | None:
+    return None if rec.t_sent_ns is None else (rec.t_sent_ns - arrival_ns) / NS
+
+
+def _queued_e2e_s(rec: StreamRecord, arrival_ns: int) -> float | None:
+    e2e, queue = rates.e2e_s(rec), _queue_s(rec, arrival_ns)
     return None if e2e is None or queue is None else e2e + queue
 
 
-# Per ok stream, the values of each metric in seconds.
-_VALUES: dict[str, Callable[[StreamRecord], Iterable[float | None]]] = {
-    "ttft": lambda r: [rates.ttft_s(r)],
-    "tpot": lambda r: [rates.tpot_s(r)],
-    "itl": lambda r: [g / NS for g in rates.token_gaps_ns(r)],
-    "e2el": lambda r: [rates.e2e_s(r)],
-    "client_queue_time": lambda r: [queue_s(r)],
-    "e2el_including_client_queue": lambda r: [_queued_e2e_s(r)],
+# Per ok stream and its arrival, the values of each metric in seconds.
+_VALUES: dict[str, Callable[[StreamRecord, int], Iterable[float | None]]] = {
+    "ttft": lambda r, _: [rates.ttft_s(r)],
+    "tpot": lambda r, _: [rates.tpot_s(r)],
+    "itl": lambda r, _: [g / NS for g in rates.token_gaps_ns(r)],
+    "e2el": lambda r, _: [rates.e2e_s(r)],
+    "client_queue_time": lambda r, a: [_queue_s(r, a)],
+    "e2el_including_client_queue": lambda r, a: [_queued_e2e_s(r, a)],
 }
 
 
@@ -103,27 +117,33 @@ def bench_result(records: list[StreamRecord], setup: BenchSetup) -> dict[str, An
     if setup.ramp is not None:
         out |= dict(zip(("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps"),
                         setup.ramp, strict=True))  # fmt: skip
-    ok = [r for r in records if r.status == "ok"]
+    arrived = sorted(zip(arrivals_ns(records, setup), records, strict=True),
+                     key=lambda ar: (ar[0], ar[1].t_intended_ns))  # fmt: skip
+    ok = [(a, r) for a, r in arrived if r.status == "ok"]
     b = bench_fields(records)
     out |= {
         "duration": b.duration_s or 0.0, "completed": b.requests_ok,
         "failed": b.requests_failed, "total_input_tokens": b.prompt_tokens,
         "total_output_tokens": b.output_tokens, "request_throughput": b.request_per_s or 0.0,
-        "request_goodput": _goodput(ok, setup.goodput_ms, b.duration_s),
+        "request_goodput": _goodput([r for _, r in ok], setup.goodput_ms, b.duration_s),
         "output_throughput": b.output_tok_s or 0.0, "total_token_throughput": b.total_tok_s or 0.0,
         # bench times only a success: a failed request's latency stays 0.
-        "latencies": [(rates.e2e_s(r) if r.status == "ok" else None) or 0.0 for r in records],
-        "queue_times": [queue_s(r) or 0.0 for r in records],
+        "latencies": [(rates.e2e_s(r) if r.status == "ok" else None) or 0.0
+                      for _, r in arrived],
+        "queue_times": [_queue_s(r, a) or 0.0 for a, r in arrived],
     }  # fmt: skip
-    out |= _peaks(ok)
+    out |= _peaks([r for _, r in ok])
     out["rtfx"] = 0.0
     for name in setup.percentile_metrics:
         out |= _metric_stats(name, ok, setup.percentiles)
     return out
 
 
-def _metric_stats(name: str, ok: list[StreamRecord], percentiles: tuple[float, ...]) -> dict:
-    xs = np.array([v for r in ok for v in _VALUES[name](r) if v is not None], dtype=float) * MS
+def _metric_stats(
+    name: str, ok: list[tuple[int, StreamRecord]], percentiles: tuple[float, ...]
+) -> dict:
+    values = _VALUES[name]
+    xs = np.array([v for a, r in ok for v in values(r, a) if v is not None], dtype=float) * MS
     if xs.size == 0:
         xs = np.zeros(1)
     out = {f"mean_{name}_ms": float(xs.mean()), f"median_{name}_ms": float(np.median(xs)),
@@ -154,19 +174,18 @@ def _goodput(
 
 
 def _peaks(ok: list[StreamRecord]) -> dict[str, Any]:
-    """Peak output tokens and requests in flight per whole second from the first send."""
-    starts = [r.t_sent_ns for r in ok if r.t_sent_ns is not None and r.t_done_ns is not None]
-    if not starts:
+    """Peak output tokens per whole second from the first send, and the peak of requests in
+    flight: a sweep over the streams' [send, end), an end before a send at one instant."""
+    timed = [r for r in ok if r.t_sent_ns is not None and r.t_done_ns is not None]
+    if not timed:
         return {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
-    t0 = min(starts)
-    seconds = (max(r.t_done_ns or t0 for r in ok) - t0) // NS + 2
+    t0 = min(cast(int, r.t_sent_ns) for r in timed)
+    seconds = (max(cast(int, r.t_done_ns) for r in timed) - t0) // NS + 2
     tokens = np.zeros(seconds)
-    flight = np.zeros(seconds, dtype=int)
-    for r in ok:
-        if r.t_sent_ns is None or r.t_done_ns is None:
-            continue
+    for r in timed:
         for t, k in zip(r.chunk_ns, rates.chunk_token_counts(r), strict=True):
             tokens[(t - t0) // NS] += k
-        flight[(r.t_sent_ns - t0) // NS : (r.t_done_ns - t0) // NS + 1] += 1
+    edges = sorted([(r.t_sent_ns, 1) for r in timed] + [(r.t_done_ns, -1) for r in timed])
+    in_flight = np.cumsum([step for _, step in edges])
     return {"max_output_tokens_per_s": float(tokens.max()),
-            "max_concurrent_requests": int(flight.max())}  # fmt: skip
+            "max_concurrent_requests": int(in_flight.max())}  # fmt: skip
