@@ -179,8 +179,8 @@ def analyze(inputs: RunInputs) -> Analysis:
 
 def asked_percentiles(manifest: RunManifest) -> tuple[float, ...]:
     """The percentiles `--metric-percentiles` asked for (run.json), none when not asked; an
-    entry outside (0, 100] is left out (one that is not a number drops the field on reading)."""
-    return tuple(p for p in manifest.metric_percentiles or () if 0 < p <= 100)
+    entry outside [0, 100] is left out (one that is not a number drops the field on reading)."""
+    return tuple(p for p in manifest.metric_percentiles or () if 0 <= p <= 100)
 
 
 def _group_percentiles(

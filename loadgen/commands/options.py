@@ -325,8 +325,8 @@ def parse_percentiles(
         ps = tuple(dict.fromkeys(float(p) for p in value.split(",")))
     except ValueError:
         ps = ()
-    if not ps or not all(0 < p <= 100 for p in ps):
-        raise click.BadParameter(f"{value!r}: give numbers in (0, 100] separated by commas, "
+    if not ps or not all(0 <= p <= 100 for p in ps):
+        raise click.BadParameter(f"{value!r}: give numbers in [0, 100] separated by commas, "
                                  "e.g. 50,95,99.9")  # fmt: skip
     return ps
 
