@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import click
 import orjson
 
 from loadgen.analysis.bench_result import DEFAULT_METRICS, METRIC_HEADERS, BenchSetup
+from loadgen.clock import ClockName
 from loadgen.commands.options import Problems, RunArgs, run_like, usable_options
 from loadgen.scenario.bench import GOODPUT_KEYS, BenchWorkload, RangeRatio
 
@@ -48,9 +51,10 @@ MAPPED = {
     "length; cold at the run's first request",
     "--random-range-ratio": "lengths drawn per request from [floor(L(1-r)), ceil(L(1+r))] "
     "with the seed; one group per distinct (input, output) pair drawn",
-    "--input-len": "`--random-input-len`",
+    "--input-len": "`--random-input-len`, and wins over it, as bench maps it (another dataset: "
+    "refused, it would size nothing)",
     "--output-len": "`--random-output-len`, `--sharegpt-output-len` or `--custom-output-len`, "
-    "as the dataset",
+    "as the dataset, and wins over them, as bench maps it",
     "--sharegpt-output-len": "`max_tokens` with `dataset.output: fixed` (default: the "
     "dataset's own answer length)",
     "--custom-output-len": "`max_tokens` with `dataset.output: fixed`; -1: `output: dataset`",
@@ -63,7 +67,8 @@ MAPPED = {
     "--ramp-up-strategy": "`arrival: {poisson: {ramp: {strategy: ...}}}`",
     "--ramp-up-start-rps": "`ramp.start_rate_per_s`",
     "--ramp-up-end-rps": "`ramp.end_rate_per_s`",
-    "--ignore-eos": "`ignore_eos: true` (without it: false, as bench)",
+    "--ignore-eos": "`ignore_eos: true`; the random dataset has it without the flag too, as "
+    "bench sets it there (elsewhere, without it: false, as bench)",
     "--temperature": "`sampling: {temperature: T}`",
     "--top-p": "`sampling: {top_p: P}`",
     "--top-k": "`sampling: {top_k: K}`",
@@ -79,9 +84,10 @@ MAPPED = {
     "`tpot_ms`, `e2el:MS` -> `e2e_s`; `request_goodput` as bench counts it",
     "--percentile-metrics": "which metrics the block and the result give (ttft, tpot, itl, "
     "e2el, client_queue_time, e2el_including_client_queue)",
-    "--metric-percentiles": "the percentiles they give, e.g. `50,95,99.9`",
+    "--metric-percentiles": "the percentiles they give, e.g. `0,50,95,99.9` (0: the least)",
     "--save-result": "the result JSON where bench writes it (always also `bench_result.json` "
-    "in the run directory)",
+    "in the run directory; a stopped run writes only that, of the requests that finished); "
+    "`--result-dir` is made before the run, a folder that cannot be is one line",
     "--append-result": "append the result as one more JSON line, as bench does",
     "--result-dir": "the folder of `--save-result`'s file (default: the working directory)",
     "--result-filename": "its name (default bench's: LABEL-RATEqps[-concurrencyC]-MODEL-DATE.json)",
@@ -365,10 +371,11 @@ def _workload(flags: dict[str, Any], api: str, problems: list[str]) -> BenchWork
     return BenchWorkload(
         num_prompts=flags["num_prompts"], api=api, dataset_name=name,
         dataset_path=flags["dataset_path"],
-        input_len=flags["random_input_len"] or flags["input_len"] or 1024,
-        output_len=flags["random_output_len"] or output or 128,
+        # bench's --input-len and --output-len win over the dataset's own length flags.
+        input_len=flags["input_len"] or flags["random_input_len"] or 1024,
+        output_len=output or flags["random_output_len"] or 128,
         prefix_len=flags["random_prefix_len"], range_ratio=flags["random_range_ratio"],
-        sharegpt_output_len=flags["sharegpt_output_len"] or output,
+        sharegpt_output_len=output or flags["sharegpt_output_len"],
         custom_output_len=output or flags["custom_output_len"],
         request_rate=flags["request_rate"], burstiness=flags["burstiness"],
         max_concurrency=flags["max_concurrency"], ramp_up_strategy=flags["ramp_up_strategy"],
@@ -386,7 +393,8 @@ SAMPLING_FLAGS = ("temperature", "top_p", "top_k", "min_p", "frequency_penalty",
 
 def _random_problems(flags: dict[str, Any], name: str) -> list[str]:
     problems = []
-    given = [f for f in ("random_input_len", "random_output_len", "random_range_ratio")
+    given = [f for f in ("random_input_len", "input_len", "random_output_len",
+                         "random_range_ratio")
              if flags[f] not in (None, RangeRatio())] + (["random_prefix_len"] if
              flags["random_prefix_len"] else [])  # fmt: skip
     if name != "random" and given:
@@ -472,6 +480,11 @@ def _with_target(args: RunArgs, flags: dict[str, Any], problems: list[str]) -> R
     host, port = flags["host"], flags["port"]
     if (host or port) and target.base_url:
         problems.append("give --base-url or --host/--port, not both")
+    elif (host or port) and args.clock == ClockName.VIRTUAL:
+        problems.append(
+            "--clock virtual runs the built-in sim without HTTP; drop --host/--port or use "
+            "--clock wall"
+        )
     elif host or port:
         target = dataclasses.replace(
             target, base_urls=(f"http://{host or '127.0.0.1'}:{port or 8000}",)
@@ -493,6 +506,8 @@ def result_path(req: BenchRequest, setup: BenchSetup) -> Path:
         model = setup.model_id.split("/")[-1]
         if setup.ramp is not None:
             strategy, start, end = setup.ramp
+            # bench's ramp rates are whole numbers: 5qps, not 5.0qps.
+            start, end = (int(r) if r == int(r) else r for r in (start, end))
             load = f"ramp-up-{strategy}-{start}qps-{end}qps"
         else:
             load = f"{setup.request_rate}qps"
@@ -505,16 +520,17 @@ RESULT_NAME = "bench_result.json"
 
 def run_bench(req: BenchRequest) -> None:
     """Runs the request as `loadgen run` runs a scenario; prints bench's block and loadgen's
-    verdicts, writes the result JSON; exits 4 when a stream failed, as `loadgen run` does."""
-    from loadgen.analysis.bench_result import bench_result
+    verdicts, writes the result JSON; exits 4 when a stream failed, as `loadgen run` does.
+    Stopped (Ctrl-C), it prints the block of the requests that finished and writes them to
+    bench_result.json, but no --save-result file: a script that collects those would take a
+    cut run for a whole one."""
     from loadgen.commands.run import (
         FAILED_STREAMS_EXIT,
-        execute,
+        execute_work,
         failure_summary,
-        measured_records,
+        plan_work,
+        report_stopped,
     )
-    from loadgen.report.bench_layout import bench_block
-    from loadgen.report.cmd import write_report
     from loadgen.scenario.bench import bench_scenario
     from loadgen.scenario.load import ScenarioError
     from loadgen.scenario.plan import plan
@@ -527,7 +543,50 @@ def run_bench(req: BenchRequest) -> None:
         scenario = bench_scenario(workload, Path.cwd(), req.args.sets())
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from None
-    run_dir = execute(plan(scenario, run_seed=opts.run_seed), opts)
+    saving = req.save or req.append
+    if saving:
+        _check_result_dir(result_path(req, req.setup).parent)
+    said = ("interrupted: bench_result.json holds the requests that finished"
+            + ("; no --save-result file, the run did not finish" if saving else ""))  # fmt: skip
+    on_stop = partial(report_stopped, said, show=lambda d: _bench_report(req, d))
+    run_dir = execute_work(plan_work(plan(scenario, run_seed=opts.run_seed), opts),
+                           on_stop=on_stop)  # fmt: skip
+    setup, text, records = _bench_report(req, run_dir)
+    click.echo(f"run directory: {run_dir}")
+    if saving:
+        path = result_path(req, setup)
+        with path.open("a" if req.append else "w", encoding="utf-8") as out:
+            out.write(("\n" if req.append and out.tell() else "") + text)
+        click.echo(f"result: {path}")
+    summary = failure_summary(records)
+    if summary:
+        click.echo(f"Error: {summary}", err=True)
+        sys.exit(FAILED_STREAMS_EXIT)
+
+
+def _check_result_dir(folder: Path) -> None:
+    """Makes the folder the result goes to before anything is sent: bench finds out only
+    after its run that it cannot write there."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(
+            f"--result-dir {folder}: cannot create it ({exc.strerror or exc})"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise click.ClickException(f"--result-dir {folder}: not writable (pick a folder you can "
+                                   "write to)")  # fmt: skip
+
+
+def _bench_report(req: BenchRequest, run_dir: Path) -> tuple[BenchSetup, str, list]:
+    """Writes the run's report and bench_result.json, prints bench's block and loadgen's
+    verdicts; the result's setup (its model the served one), its JSON text and the measured
+    records."""
+    from loadgen.analysis.bench_result import bench_result
+    from loadgen.commands.run import measured_records
+    from loadgen.report.bench_layout import bench_block
+    from loadgen.report.cmd import write_report
+
     write_report(run_dir)
     records = measured_records(run_dir)
     served = records[0].model if records else ""
@@ -540,17 +599,7 @@ def run_bench(req: BenchRequest) -> None:
     click.echo(_verdict_lines(run_dir))
     text = orjson.dumps(result).decode()
     (run_dir / RESULT_NAME).write_text(text + "\n")
-    click.echo(f"run directory: {run_dir}")
-    if req.save or req.append:
-        path = result_path(req, setup)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a" if req.append else "w", encoding="utf-8") as out:
-            out.write(("\n" if req.append and out.tell() else "") + text)
-        click.echo(f"result: {path}")
-    summary = failure_summary(records)
-    if summary:
-        click.echo(f"Error: {summary}", err=True)
-        sys.exit(FAILED_STREAMS_EXIT)
+    return setup, text, records
 
 
 # Beyond this many groups (--random-range-ratio makes one per drawn length pair) the verdicts

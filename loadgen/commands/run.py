@@ -188,20 +188,27 @@ def execute_work(work: Work, interrupted: str = "", on_stop: OnStop | None = Non
         raise click.ClickException(one_line(exc)) from None
     except KeyboardInterrupt as exc:
         root = roots[0] if roots and roots[0].is_dir() else None
-        click.echo((on_stop or partial(_report_stopped, interrupted))(root), err=True)
+        said = f"interrupted: records written so far are kept{interrupted}"
+        click.echo((on_stop or partial(report_stopped, said))(root), err=True)
         sys.exit(stop_exit_code(exc.signal if isinstance(exc, Stopped) else signal.SIGINT))
 
 
-def _report_stopped(hint: str, run_dir: Path | None) -> str:
-    """The report of what a stopped run recorded; a report that cannot be made (nothing
-    recorded yet, a second Ctrl-C) is one line, and the records stay as they are."""
-    said = f"interrupted: records written so far are kept{hint}"
-    if run_dir is None:
-        return said
+def _print_report(run_dir: Path) -> None:
     from loadgen.report.cmd import write_report
 
+    click.echo(write_report(run_dir))
+
+
+def report_stopped(
+    said: str, run_dir: Path | None, show: Callable[[Path], object] = _print_report
+) -> str:
+    """`show` (the report) of what a stopped run recorded, then `said`, the stop's last line;
+    a report that cannot be made (nothing recorded yet, a second Ctrl-C) is one line, and the
+    records stay as they are."""
+    if run_dir is None:
+        return said
     try:
-        click.echo(write_report(run_dir))
+        show(run_dir)
     except KeyboardInterrupt:
         click.echo(f"no report: stopped again; `loadgen report {run_dir}` makes it", err=True)
     except Exception as exc:  # the stop is what the user needs to hear about, not this

@@ -6,11 +6,12 @@ What maps where (README "Switching from vllm bench" has the whole table):
 - `--dataset-name random`: prompts of `--random-input-len` tokens as the server counts them
   (vLLM's random dataset subtracts the tokenizer's special tokens so the server counts that
   many too), `--random-prefix-len` of them a prefix shared by every request, `--random-output-
-  len` tokens out. With `--random-range-ratio r` each request's lengths are drawn uniformly
-  from the integers [floor(L (1 - r)), ceil(L (1 + r))] (an output draw at least 1) with the
-  run seed, as vLLM draws them (its own generator, so other draws); a scenario group has one
-  size, so each distinct (input, output) pair drawn is a group whose count is how often it
-  was drawn: the multiset of lengths is the draw, the order the groups' interleaving.
+  len` tokens out, EOS ignored (bench sets ignore_eos there whatever --ignore-eos says). With
+  `--random-range-ratio r` each request's lengths are drawn uniformly from the integers
+  [floor(L (1 - r)), ceil(L (1 + r))] (an output draw at least 1) with the run seed, as vLLM
+  draws them (its own generator, so other draws); a scenario group has one size, so each
+  distinct (input, output) pair drawn is a group whose count is how often it was drawn: the
+  multiset of lengths is the draw, the order the groups' interleaving.
 - `--dataset-name burstgpt`: the trace arrival of the file's first `--num-prompts` rows, their
   sizes and their own timestamps (bench takes only the sizes).
 - `--request-rate inf` with no cap: every request at once (`together`); with
@@ -123,6 +124,8 @@ def bench_tree(w: BenchWorkload) -> dict[str, Any]:
 def _groups(w: BenchWorkload) -> list[dict[str, Any]]:
     eos = Flagged(w.ignore_eos, "--ignore-eos")
     if w.dataset_name == "random":
+        # bench ignores EOS on its random dataset, --ignore-eos or not: answers run to length.
+        eos = Flagged(True, "--dataset-name random")
         drawn = Counter(random_lengths(w))
         return [
             _random_group(w, tokens, out, count, eos)

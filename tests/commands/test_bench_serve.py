@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from loadgen.analysis.bench_result import BenchSetup, bench_result
+from loadgen.commands import bench_serve
 from loadgen.commands.bench_serve import MAPPED, REFUSED, bench_group, flag_table
 from loadgen.scenario.bench import (
     BenchWorkload,
@@ -202,7 +203,8 @@ def test_request_rate_maps_to_its_arrival(
                       max_concurrency=cap, burstiness=burst)  # fmt: skip
     s = bench_scenario(w, tmp_path)
     assert s.arrival == arrival
-    assert s.groups[0].count == 10 and s.groups[0].ignore_eos is False
+    # bench ignores EOS on its random dataset without --ignore-eos too.
+    assert s.groups[0].count == 10 and s.groups[0].ignore_eos is True
 
 
 def test_a_bad_value_is_one_line_naming_its_flag(tmp_path: Path) -> None:
@@ -283,6 +285,7 @@ def test_benchs_spellings_are_taken_and_a_foreign_flag_is_clicks_error() -> None
         (["--metric-percentiles", "50,101"], "'--metric-percentiles': '50,101': give numbers"),
         (["--metadata", "novalue"], "--metadata novalue: expected KEY=VALUE"),
         (["--host", "h", "--base-url", "http://h:1"], "--base-url or --host/--port"),
+        (["--port", "8001", "--clock", "virtual"], "without HTTP; drop --host/--port or use"),
     ],
 )  # fmt: skip
 def test_values_loadgen_cannot_run_as_asked_are_refused(args: list[str], says: str) -> None:
@@ -329,23 +332,57 @@ def test_goodput_counts_the_streams_within_every_limit_in_ms() -> None:
     assert bench_result([fast, slow], setup())["request_goodput"] is None
 
 
+def seated(rec: Any, arrived: float) -> Any:
+    """`rec` as a capped open loop records it: arrived at `arrived` s, intended when seated."""
+    return dataclasses.replace(rec, seat_wait_ns=rec.t_intended_ns - round(arrived * 1e9))
+
+
 def test_result_figures_follow_the_records() -> None:
-    ok = stream("a", chunks=[0.1, 0.2, 0.3], tokens=[1, 2, 2], sent=0.0, intended=0.0,
-                prompt=100)  # fmt: skip
-    queued = stream("b", chunks=[1.5, 1.6], tokens=[1, 1], sent=1.2, intended=1.0, prompt=50)
-    bad = failed("c", sent=0.0, done=0.5)
-    r = bench_result([ok, queued, bad], setup(percentile_metrics=("ttft", "client_queue_time"),
-                                              percentiles=(50.0, 99.9)))  # fmt: skip
-    assert (r["completed"], r["failed"]) == (2, 1)
-    assert (r["total_input_tokens"], r["total_output_tokens"]) == (150, 7)
-    assert r["mean_ttft_ms"] == pytest.approx((100 + 300) / 2)
-    assert r["p50_ttft_ms"] == pytest.approx(200)
-    assert r["p99.9_client_queue_time_ms"] == pytest.approx(0.999 * 200)
+    # A rated run under a cap of 2, its records in the order they ended. a: arrives and is
+    # sent at 0, ends at 0.4; d: arrives at 0.3, seated and sent at 0.4 as a ends; c: sent at
+    # 0.45 on arrival, fails; b: arrives at 0.5, seated at 1.0, sent at 1.2.
+    a = stream("a", chunks=[0.1, 0.2, 0.3], tokens=[1, 2, 2], sent=0.0, done=0.4, prompt=100)
+    d = seated(stream("d", chunks=[0.5, 0.6], tokens=[1, 1], sent=0.4, done=0.7, prompt=50), 0.3)
+    b = seated(stream("b", chunks=[1.5, 1.6], tokens=[1, 1], sent=1.2, intended=1.0,
+                      prompt=50), 0.5)  # fmt: skip
+    c = failed("c", sent=0.45, done=0.5)
+    metrics = ("ttft", "client_queue_time", "e2el_including_client_queue")
+    r = bench_result(
+        [c, a, d, b],
+        setup(
+            request_rate=10.0,
+            max_concurrency=2,
+            percentile_metrics=metrics,
+            percentiles=(50.0, 99.9),
+        ),
+    )
+    assert (r["completed"], r["failed"]) == (3, 1)
+    assert (r["total_input_tokens"], r["total_output_tokens"]) == (200, 9)
+    assert r["mean_ttft_ms"] == pytest.approx((100 + 100 + 300) / 3)
+    assert r["p50_ttft_ms"] == pytest.approx(100)
     assert "mean_tpot_ms" not in r
-    assert r["latencies"][2] == 0.0 and len(r["queue_times"]) == 3
-    # Both streams are in flight during second 1 (b: 1.2 -> 1.601, a ended at 0.301).
+    # bench's queue: arrival to send, the wait for a seat included (0, 0.1 and 0.7 s).
+    assert r["mean_client_queue_time_ms"] == pytest.approx((0 + 100 + 700) / 3)
+    assert r["p99.9_client_queue_time_ms"] == pytest.approx(100 + 0.998 * 600)
+    assert r["median_e2el_including_client_queue_ms"] == pytest.approx(400)
+    # In request order (a, d, c, b), a failed request's latency 0.
+    assert r["latencies"] == pytest.approx([0.4, 0.3, 0.0, 0.401])
+    assert r["queue_times"] == pytest.approx([0.0, 0.1, 0.0, 0.7])
+    # a and d share second 0 but never overlap (d is sent as a ends): a peak of 1, not 2.
     assert r["max_concurrent_requests"] == 1
-    assert r["max_output_tokens_per_s"] == 5.0
+    assert r["max_output_tokens_per_s"] == 7.0
+
+
+def test_a_closed_loop_queues_every_request_from_the_start() -> None:
+    # --max-concurrency 2 at an infinite rate: bench queues all three at once; z's seat frees
+    # at 0.5 s, so it waited 0.5 s. Without the cap every request is sent on arrival.
+    x = stream("x", chunks=[0.2], sent=0.0, done=0.5)
+    y = stream("y", chunks=[0.3], sent=0.0, done=0.6)
+    z = stream("z", chunks=[0.7], sent=0.5, done=0.8)
+    capped = bench_result([x, y, z], setup(max_concurrency=2))
+    assert capped["queue_times"] == pytest.approx([0.0, 0.0, 0.5])
+    assert capped["max_concurrent_requests"] == 2
+    assert bench_result([x, y, z], setup())["queue_times"] == pytest.approx([0.0, 0.0, 0.0])
 
 
 def test_loadgen_writes_benchs_field_names_against_the_sim(tmp_path: Path) -> None:
@@ -393,7 +430,7 @@ async def test_sampling_flags_reach_every_request_body(tmp_path: Path) -> None:
                             sampling={"temperature": 0.5, "top_p": 0.9})  # fmt: skip
     for body in await bodies(sampled):
         assert (body["temperature"], body["top_p"]) == (0.5, 0.9)
-        assert body["max_tokens"] == 4 and "ignore_eos" not in body
+        assert body["max_tokens"] == 4 and body["ignore_eos"] is True
     for body in await bodies(BenchWorkload(num_prompts=3, input_len=32, output_len=4)):
         assert "temperature" not in body and "top_p" not in body
 
@@ -438,6 +475,50 @@ def test_save_result_names_and_appends_as_bench_does(tmp_path: Path) -> None:
         assert result.exit_code == 0, result.output
     lines = (tmp_path / "res" / "all.json").read_text().splitlines()
     assert [json.loads(line)["completed"] for line in lines] == [4, 4]
+
+
+def test_a_result_dir_that_cannot_be_made_fails_before_any_request(tmp_path: Path) -> None:
+    # bench finds out after its whole run; loadgen said so in a traceback after its own.
+    (tmp_path / "file").write_text("")
+    result = serve("--clock", "virtual", "--num-prompts", "2", "--random-input-len", "32",
+                   "--out", str(tmp_path / "runs"), "--save-result", "--result-dir",
+                   str(tmp_path / "file" / "res"))  # fmt: skip
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"Error: --result-dir {tmp_path / 'file' / 'res'}: cannot create it (Not a directory)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_ramp_names_its_result_with_benchs_whole_rates(tmp_path: Path) -> None:
+    result = serve("--clock", "virtual", "--seed", "2", "--num-prompts", "4",
+                   "--random-input-len", "32", "--random-output-len", "2", "--ramp-up-strategy",
+                   "linear", "--ramp-up-start-rps", "5", "--ramp-up-end-rps", "40", "--out",
+                   str(tmp_path / "runs"), "--save-result", "--result-dir",
+                   str(tmp_path / "res"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (saved,) = (tmp_path / "res").iterdir()
+    assert saved.name.startswith("openai-ramp-up-linear-5qps-40qps-loadgen-sim-")
+
+
+def test_the_general_lengths_win_over_the_datasets_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # bench maps --input-len / --output-len onto every dataset's length flags, after them.
+    asked: list[Any] = []
+    monkeypatch.setattr(bench_serve, "run_bench", asked.append)
+    result = serve("--random-input-len", "32", "--input-len", "100", "--random-output-len", "4",
+                   "--output-len", "9")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    shared = ("--dataset-name", "sharegpt", "--dataset-path", "x", "--sharegpt-output-len", "5",
+              "--output-len", "7")  # fmt: skip
+    assert serve(*shared).exit_code == 0
+    assert (asked[0].workload.input_len, asked[0].workload.output_len) == (100, 9)
+    assert asked[1].workload.sharegpt_output_len == 7
+    # --input-len sizes the random dataset only: elsewhere it would be ignored, so it is refused.
+    result = serve(*shared, "--input-len", "100")
+    assert result.exit_code == 2 and len(asked) == 2
+    assert "Error: --input-len sizes the random dataset: drop it or use --dataset-name random" in (
+        result.output
+    )
 
 
 def test_many_drawn_groups_print_their_verdicts_as_one_line(tmp_path: Path) -> None:

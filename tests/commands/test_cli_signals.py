@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 import urllib.request
@@ -160,3 +161,35 @@ def test_the_virtual_clock_yields_to_a_stop(
         summary = orjson.loads((run_dir / "summary.json").read_bytes())
         assert summary["run"]["interrupted"] is True
         assert summary["run"]["records"]["measured"] == recorded
+
+
+def test_a_stopped_bench_prints_and_writes_what_finished_but_saves_no_result(
+    tmp_path: Path,
+) -> None:
+    # A stop ended `bench serve` with loadgen's report alone: no bench block, no
+    # bench_result.json. A --save-result file of a cut run would pass for a whole one.
+    out, saved = tmp_path / "runs", tmp_path / "res"
+    proc = spawn_loadgen(
+        ["bench", "serve", "--clock", "virtual", "--num-prompts", "20000", "--random-input-len",
+         "32", "--random-output-len", "4", "--max-concurrency", "8", "--out", out,
+         "--disable-tqdm", "--save-result", "--result-dir", saved]
+    )  # fmt: skip
+    try:
+        _wait_for("records", lambda: any(_lines(p) > 10 for p in out.glob("*/streams.jsonl")))
+        proc.send_signal(signal.SIGINT)
+        stdout, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.rstrip().endswith(
+        "interrupted: bench_result.json holds the requests that finished; no --save-result "
+        "file, the run did not finish"
+    )
+    (run_dir,) = out.iterdir()
+    result = orjson.loads((run_dir / "bench_result.json").read_bytes())
+    ok = sum(r["status"] == "ok" for r in _records(out))
+    assert 10 < ok < 20_000 and (result["completed"], result["num_prompts"]) == (ok, 20_000)
+    assert re.search(rf"^Successful requests: +{ok} *$", stdout, re.M)
+    assert f"run directory: {run_dir}" in stdout
+    assert saved.is_dir() and not any(saved.iterdir())
