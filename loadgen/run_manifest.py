@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -182,6 +182,33 @@ class BackendPart:
     server_log: ServerLogInfo | None = None
 
 
+CacheVerdict = Literal["healthy", "dead", "mismatch", "inconclusive"]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheCheck:
+    """A primed prefix's check that the cache is warm before a rep is measured (engine/cache.py
+    judges it); run.json holds one per primed rep."""
+
+    group: str
+    rep: int
+    prefix_key: str
+    probe_tokens: int
+    block_size: int | None
+    block_size_source: str | None
+    cold_ttft_s: float | None
+    warm_ttft_s: float | None
+    hits_delta: float | None
+    # Reuse shown (healthy or mismatch): a primed group's prefix counts as cached.
+    warm: bool
+    reason: str
+    verdict: CacheVerdict = "dead"
+    # "counters", "ttft", "failed" (a stream failed), "blind" (probe too small) or "none".
+    decided_by: str = "ttft"
+    floor_ttft_s: float | None = None
+    answers_match: bool | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class RunManifest:
     """run.json (DESIGN.md's run directory): every field a kind of run may write."""
@@ -208,8 +235,7 @@ class RunManifest:
     interrupted: bool | None = json_field(omit="none", default=None)
     # None: open-ended (a soak)
     planned_streams: int | None = json_field(omit="none", default=None)
-    # engine/cache.py CacheCheck, per primed rep
-    cache_checks: tuple[Json, ...] | None = json_field(omit="none", default=None)
+    cache_checks: tuple[CacheCheck, ...] | None = json_field(omit="none", default=None)
     model: str | None = json_field(omit="none", default=None)
     token_counter: str | None = json_field(omit="none", default=None)
     prompt_shapes: Mapping[str, str] | None = json_field(omit="none", default=None)

@@ -68,7 +68,7 @@ def _warm_prefixes(manifest: RunManifest) -> dict[tuple[str, int], int]:
     """(group, rep) -> tokens of its verified-warm primed prefix, in whole blocks."""
     out = {}
     for c in manifest.cache_checks or ():
-        if c.get("warm") and isinstance(c.get("probe_tokens"), int):
-            block = c.get("block_size") or 1
-            out[(c["group"], c["rep"])] = c["probe_tokens"] // block * block
+        if c.warm:
+            block = c.block_size or 1
+            out[(c.group, c.rep)] = c.probe_tokens // block * block
     return out

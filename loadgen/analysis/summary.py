@@ -270,7 +270,7 @@ def _run_section(
         "token_sources": sorted({r.token_source for r in measure}),
         "prompt_shapes": dict(manifest.prompt_shapes or {}),
         "server_facts": dict(manifest.server or {}),
-        "cache_checks": list(manifest.cache_checks or ()),
+        "cache_checks": [to_json(c) for c in manifest.cache_checks or ()],
         # Where the measured TTFTs went, phase by phase (analysis/phases.py); None where no
         # stream carries the stamps (aiohttp's reader, the virtual clock).
         "http_phases": to_json(phase_summary(measure)),

@@ -26,7 +26,7 @@ from loadgen.analysis.timeline import Plateau
 from loadgen.analysis.warmth import WarmCache
 from loadgen.clock import ClockName
 from loadgen.codec import from_json, json_field, reader
-from loadgen.run_manifest import UntilPrecise
+from loadgen.run_manifest import CacheCheck, UntilPrecise
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +304,8 @@ class RunSummary:
     warm_cache: WarmCache | None = None
     short_output: ShortOutput | None = None
     prompt_drift: PromptDrift | None = None
+    # Each primed rep's check that its prefix was warm before it was measured.
+    cache_checks: tuple[CacheCheck, ...] = ()
     streams: StreamTally | None = None
     wall_s: float | None = None
     cap: Cap | None = None

@@ -23,7 +23,6 @@ from loadgen.commands.options import (
     api_option,
     usable_options,
 )
-from loadgen.engine.cache import CacheCheck
 from loadgen.engine.preflight import served_model, served_window
 from loadgen.engine.probe_cache import (
     ProbeRefused,
@@ -34,6 +33,7 @@ from loadgen.engine.probe_cache import (
     probe_size,
 )
 from loadgen.engine.target import RunError
+from loadgen.run_manifest import CacheCheck
 from loadgen.server.boot import boot_server
 from loadgen.server.launcher import ServerBootError
 from loadgen.server.spec import ServerSpec

@@ -19,8 +19,6 @@ from typing import Protocol
 import aiohttp
 
 from loadgen.client.errors import ClientError
-from loadgen.codec import to_json
-from loadgen.engine.cache import CacheCheck
 from loadgen.engine.materialize import materialize
 from loadgen.engine.options import RunOptions
 from loadgen.engine.poller import MetricsPoller
@@ -31,7 +29,7 @@ from loadgen.engine.soak import SoakStop
 from loadgen.engine.target import Target
 from loadgen.records import RecordSink, RunDirectory, StreamRecord
 from loadgen.request import StreamRequest
-from loadgen.run_manifest import BackendPart, RunManifest, TargetPart
+from loadgen.run_manifest import BackendPart, CacheCheck, RunManifest, TargetPart
 from loadgen.scenario.plan import ArmPlan, RepPlan
 from loadgen.scenario.prompts import PromptBuilder
 
@@ -108,7 +106,8 @@ async def drive_arm(
 ) -> None:
     """Every phase of `arm` on `backend`, recorded into `rundir`; `keep` hears the manifest as
     it gains the served model, the arm's cache checks and, at the end, what the backend, the
-    soak's stop and `--until-precise` have to say."""
+    soak's stop and `--until-precise` have to say. A rep whose primed prefix the cache never
+    hit is not measured, and its streams leave the plan's count."""
     progress = backend.progress
 
     def record(rec: StreamRecord, line: bytes | None = None) -> None:
@@ -127,17 +126,20 @@ async def drive_arm(
     )
     keep(manifest)
     checks: list[CacheCheck] = []
+    unmeasured: list[int] = []
     if stop is not None:
         stop.start(backend.speed, backend.now_ns)
     try:
         with progress:
-            await _phases(arm, backend, checks, record, stop, _halt(stop, precise))
+            await _phases(arm, backend, checks, unmeasured, record, stop, _halt(stop, precise))
     finally:
         for rec in await backend.finish():
             record(rec)
+        planned = manifest.planned_streams
         manifest = manifest.add(
             *backend.describe(),
-            cache_checks=tuple(map(to_json, checks)),
+            planned_streams=None if planned is None else planned - sum(unmeasured),
+            cache_checks=tuple(checks),
             soak_end=None if stop is None else stop.end(),
             until_precise=None if precise is None else precise.result(),
         )
@@ -157,6 +159,7 @@ async def _phases(
     arm: ArmPlan,
     backend: ArmBackend,
     checks: list[CacheCheck],
+    unmeasured: list[int],
     record: RecordSink,
     stop: SoakStop | None,
     halt: Callable[[], bool] | None,
@@ -169,8 +172,15 @@ async def _phases(
         if halt is not None and halt():
             return
         try:
-            checks += await prime_rep(rep, b.builder, b.send_now, b.poller, b.model, b.target,
+            checked = await prime_rep(rep, b.builder, b.send_now, b.poller, b.model, b.target,
                                       record)  # fmt: skip
+            checks += checked
+            if any(c.verdict == "dead" for c in checked):
+                # A primed prefix that never hit: the rep's "cached" figures would be cold ones
+                # (seed 000's dead boot). Reported as such (run.json's check), not measured,
+                # so not planned either: no stream of it is missing.
+                unmeasured.append(len(rep.requests))
+                continue
             # Samples at the rep's edges, so a counter's delta over the measured requests holds
             # no warmup's or prime's (analysis/added_ttft.py: the server's TTFT histogram).
             await b.poller.scrape_once()

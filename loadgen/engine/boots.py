@@ -22,10 +22,10 @@ from typing import Any
 
 from loadgen.client.openai import OpenAIClient
 from loadgen.codec import to_json
-from loadgen.engine.cache import CacheCheck
 from loadgen.engine.probe_cache import ProbeRefused, probe_cache, probe_size
 from loadgen.engine.target import Target, launch_target, server_spec_for
 from loadgen.records import StreamRecord
+from loadgen.run_manifest import CacheCheck
 from loadgen.scenario.model import Scenario
 from loadgen.scenario.plan import ArmPlan, Plan
 from loadgen.server import installs

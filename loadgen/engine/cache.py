@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from loadgen.analysis.rates import ttft_s
 from loadgen.records import StreamRecord
+from loadgen.run_manifest import CacheCheck, CacheVerdict
 
 MIN_PROBE_BLOCKS = 10
 WARM_TTFT_RATIO = 0.5
@@ -31,34 +31,11 @@ FLOOR_MULTIPLE = 20
 ANSWER_TOKENS = 16
 GREEDY = {"temperature": 0, "seed": 0}
 
-Verdict = Literal["healthy", "dead", "mismatch", "inconclusive"]
-
-
-@dataclass(frozen=True, slots=True)
-class CacheCheck:
-    group: str
-    rep: int
-    prefix_key: str
-    probe_tokens: int
-    block_size: int | None
-    block_size_source: str | None
-    cold_ttft_s: float | None
-    warm_ttft_s: float | None
-    hits_delta: float | None
-    # Reuse shown (healthy or mismatch): a primed group's prefix counts as cached.
-    warm: bool
-    reason: str
-    verdict: Verdict = "dead"
-    # "counters", "ttft", "failed" (a stream failed), "blind" (probe too small) or "none".
-    decided_by: str = "ttft"
-    floor_ttft_s: float | None = None
-    answers_match: bool | None = None
-
 
 @dataclass(frozen=True, slots=True)
 class Judgement:
     warm: bool
-    verdict: Verdict
+    verdict: CacheVerdict
     decided_by: str
     reason: str
 
@@ -114,7 +91,7 @@ def warm_verdict(
         counters = "server reports no prefix-hit counter"
         if not telling:
             return Judgement(False, "inconclusive", "none", f"{counters}; {ttft_words}")
-        state: Verdict = "healthy" if fast else "dead"
+        state: CacheVerdict = "healthy" if fast else "dead"
         return Judgement(fast, state, "ttft", f"decided by TTFT ({counters}): {ttft_words}")
     need = reusable_tokens(probe_tokens, block_size)
     hit = hits_delta >= need

@@ -6,13 +6,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 
-from loadgen.engine.cache import ANSWER_TOKENS, GREEDY, CacheCheck, prime_and_verify
+from loadgen.engine.cache import ANSWER_TOKENS, GREEDY, prime_and_verify
 from loadgen.engine.materialize import materialize
 from loadgen.engine.poller import MetricsPoller
 from loadgen.engine.probe_cache import PROBE_TAIL_TOKENS
 from loadgen.engine.target import Target
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
+from loadgen.run_manifest import CacheCheck
 from loadgen.scenario.plan import PlannedRequest, PromptSpec, RepPlan, derive_seed
 from loadgen.scenario.prompts import PromptBuilder
 

@@ -25,7 +25,6 @@ from loadgen.engine.cache import (
     FLOOR_MULTIPLE,
     GREEDY,
     MIN_PROBE_BLOCKS,
-    CacheCheck,
     prime_and_verify,
     probe_blind_reason,
 )
@@ -33,6 +32,7 @@ from loadgen.engine.counters import pick_counter
 from loadgen.exposition import parse_exposition
 from loadgen.records import StreamRecord
 from loadgen.request import StreamRequest
+from loadgen.run_manifest import CacheCheck
 from loadgen.scenario.plan import PromptSpec, derive_seed
 from loadgen.scenario.prompts import PromptBuilder
 from loadgen.server.bootlog import parse_cache_config_info

@@ -18,6 +18,7 @@ from loadgen.analysis.lengths import (
 from loadgen.analysis.selferror import ADVICE, ClientLimits, Crowding
 from loadgen.analysis.summary_types import RunSummary
 from loadgen.analysis.warmth import WarmCache
+from loadgen.run_manifest import CacheCheck
 
 
 def client_reasons(c: ClientLimits) -> list[str]:
@@ -109,6 +110,24 @@ def warm_cache_line(w: WarmCache) -> str:
         f"(salted) were served from the prefix cache ({', '.join(w.sources)}): a replayed seed "
         "on a server that kept an earlier run's cache? their TTFTs are cache hits"
     )
+
+
+# How a primed rep's cache check reads in the report, by its verdict: "!!" where its figures
+# cannot be taken as cached ones.
+_CACHE_CHECK_SAYS = {
+    "healthy": "cache check: {where}: warm ({reason})",
+    "dead": "!! CACHE DEAD: {where}: its primed prefix never hit the cache ({reason}): the rep "
+    "was not measured; restart the server and run again (a dead boot stays dead)",
+    "mismatch": "!! CACHE WRONG ANSWERS: {where}: {reason}: measured, but the cache restores "
+    "wrong state",
+    "inconclusive": "!! CACHE UNPROVEN: {where}: {reason}: measured, its cached figures unproven",
+}
+
+
+def cache_check_line(c: CacheCheck) -> str:
+    """A primed rep's check that its prefix was warm before it was measured."""
+    where = f"group {c.group} rep {c.rep}"
+    return _CACHE_CHECK_SAYS[c.verdict].format(where=where, reason=c.reason)
 
 
 def short_output_line(s: ShortOutput) -> str:

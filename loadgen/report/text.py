@@ -35,6 +35,7 @@ from loadgen.analysis.verdicts import VERDICTS
 from loadgen.clock import ClockName
 from loadgen.codec import from_json
 from loadgen.report.banners import (
+    cache_check_line,
     prompt_drift_line,
     run_banner,
     short_output_line,
@@ -130,6 +131,7 @@ def header(run: RunSummary) -> list[str]:
         lines.append(phases_line(run.http_phases))
     if run.client_limits is not None and (late := send_late_line(run.client_limits)):
         lines.append(late)
+    lines += map(cache_check_line, run.cache_checks)
     if run.warm_cache is not None:
         lines.append(warm_cache_line(run.warm_cache))
     if run.short_output is not None:

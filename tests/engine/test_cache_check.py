@@ -147,3 +147,44 @@ async def test_a_dead_cache_sends_no_repeat():
     sent, check = await verify({"prime": "a", "repeat": "b"}, [100.0, 100.0])
     assert sent == ["prime", "probe"]
     assert (check.verdict, check.answers_match) == ("dead", None)
+
+
+def _cached_run(tmp_path, *faults: str) -> tuple[dict, str]:
+    """whale_c4_cached on the virtual clock (its whale's prefix primed and checked first):
+    run.json and report.txt."""
+    import orjson
+
+    from support.cli import loadgen
+
+    out = tmp_path / "runs"
+    sets = [f"--set=sim.faults=[{f}]" for f in faults]
+    proc = loadgen("run", "whale_c4_cached", "--clock", "virtual", "--seed", "7", "--out", out,
+                   "--no-progress", *sets)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = out.iterdir()
+    return orjson.loads((run_dir / "run.json").read_bytes()), (run_dir / "report.txt").read_text()
+
+
+def test_a_rep_whose_cache_never_hit_is_reported_and_not_measured(tmp_path):
+    # It was measured and reported as a cached whale: 6.6 s TTFT, cold, and not a word.
+    manifest, report = _cached_run(tmp_path, "cache_dead")
+    (check,) = manifest["cache_checks"]
+    assert (check["group"], check["rep"], check["verdict"]) == ("whale", 0, "dead")
+    assert manifest["planned_streams"] == 0
+    assert "records: 0 measured of 0 planned" in report and "!! MISSING" not in report
+    dead = [line for line in report.splitlines() if line.startswith("!! CACHE DEAD")]
+    assert dead == [
+        "!! CACHE DEAD: group whale rep 0: its primed prefix never hit the cache (decided by "
+        "counters: prefix-cache hits +0 tokens (< 72512 reusable); TTFT: warm TTFT 6.490s vs "
+        "cold 6.490s (not under half)): the rep was not measured; restart the server and run "
+        "again (a dead boot stays dead)"
+    ]
+
+
+def test_a_warm_rep_is_measured_with_its_check_said_quietly(tmp_path):
+    manifest, report = _cached_run(tmp_path)
+    (check,) = manifest["cache_checks"]
+    assert check["verdict"] == "healthy" and manifest["planned_streams"] == 4
+    assert "records: 4 measured of 4 planned" in report
+    assert "cache check: group whale rep 0: warm (decided by counters" in report
+    assert "!! CACHE" not in report

@@ -13,6 +13,7 @@ from loadgen.codec import CodecError, from_json, to_json
 from loadgen.run_manifest import (
     ArmInfo,
     BackendPart,
+    CacheCheck,
     FidelityRun,
     Precision,
     ProfileRef,
@@ -48,6 +49,10 @@ NEW_KEYS = ("run_start_wall_ns", "utc_offset_s", "targets", "server_log", "metri
             "until_precise", "soak_precise")  # fmt: skip
 
 
+CHECK = CacheCheck("g", 0, "k", 160, 16, "sim", 1.0, 0.1, 144.0, True, "r", "healthy",
+                   "counters", None, True)  # fmt: skip
+
+
 def arm_manifest() -> RunManifest:
     head = RunManifest(
         tool_version="0.1.0", scenario={"name": "s", "groups": {}}, seed=7, seed_source="user",
@@ -57,7 +62,7 @@ def arm_manifest() -> RunManifest:
     return head.add(
         TARGET, WALL,
         arm=ArmInfo("default", {}, {"groups.g.n": 2}), interrupted=False, planned_streams=4,
-        cache_checks=({"group": "g", "rep": 0, "warm": True},), model="m", token_counter="local",
+        cache_checks=(CHECK,), model="m", token_counter="local",
         prompt_shapes={"g": "prose"}, soak_end=SoakEndInfo("duration", "10 s", 10.0, 10.0),
         finished_wall="2026-01-01T00:00:10+00:00",
     )  # fmt: skip
@@ -73,7 +78,12 @@ def test_an_arm_manifest_writes_exactly_these_keys_and_reads_back_equal() -> Non
         "sim_profile": {"path": "p.yaml", "name": "p", "sha256": "ab12"}, "clock": "wall",
         "arm": {"name": "default", "flags": {}, "settings": {"groups.g.n": 2}},
         "interrupted": False, "planned_streams": 4,
-        "cache_checks": [{"group": "g", "rep": 0, "warm": True}], "model": "m",
+        "cache_checks": [{
+            "group": "g", "rep": 0, "prefix_key": "k", "probe_tokens": 160, "block_size": 16,
+            "block_size_source": "sim", "cold_ttft_s": 1.0, "warm_ttft_s": 0.1,
+            "hits_delta": 144.0, "warm": True, "reason": "r", "verdict": "healthy",
+            "decided_by": "counters", "floor_ttft_s": None, "answers_match": True,
+        }], "model": "m",
         "token_counter": "local", "prompt_shapes": {"g": "prose"},
         "target": {"url": "http://127.0.0.1:8000", "kind": "vllm",
                    "flags": ["--max-num-seqs", 4], "boot_log": "vllm.log"},
