@@ -4,6 +4,8 @@ only when it runs: `loadgen --version` loaded matplotlib, aiohttp and the sim fo
 from __future__ import annotations
 
 import importlib
+import signal
+import sys
 
 import click
 
@@ -43,6 +45,18 @@ class LazyGroup(click.Group):
             importlib.import_module(f"loadgen.commands.{module}"), attr
         )
         return command
+
+    def invoke(self, ctx: click.Context) -> object:
+        """A Ctrl-C outside a run's loop (a command starting, a report being written) exits
+        130 as a stopped run does, not click's "Aborted!" and 1: records already written
+        stay."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            from loadgen.records import stop_exit_code
+
+            click.echo("interrupted: records written so far are kept", err=True)
+            sys.exit(stop_exit_code(getattr(exc, "signal", signal.SIGINT)))
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

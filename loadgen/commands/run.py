@@ -233,6 +233,11 @@ async def until_stopped(work: Coroutine[Any, Any, T]) -> T:
 
     def stop(sig: int) -> None:
         nonlocal stopped
+        if task.done():
+            # The work ended while the loop closes: nothing to cancel, and the stop would go
+            # unheard (the report written, exit 0, 2.5 s after a Ctrl-C). Out of the loop, as
+            # a stop ends.
+            raise Stopped(sig)
         if stopped is None:  # a second signal must not break the flush that follows the first
             stopped = sig
             task.cancel()

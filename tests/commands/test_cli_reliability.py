@@ -241,3 +241,21 @@ def test_a_full_disk_while_writing_the_report_keeps_the_records(
                                    str(tmp_path / "ok"), "--no-progress"])  # fmt: skip
     assert ok.exit_code == 0, ok.output
     assert "disk full" not in ok.stderr
+
+
+def test_a_ctrl_c_while_the_report_is_written_exits_130_with_the_records_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Outside a run's loop a Ctrl-C was click's "Aborted!" and exit 1, unlike a stopped run.
+    def stopped(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report_cmd, "write_hlogs", stopped)
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(main, ["run", "smoke", "--clock", "virtual", "--out", str(out),
+                                       "--no-progress"])  # fmt: skip
+    assert result.exit_code == 130, result.output
+    assert result.stderr.splitlines()[-1] == "interrupted: records written so far are kept"
+    assert "Aborted!" not in result.output
+    (run_dir,) = out.iterdir()
+    assert len((run_dir / "streams.jsonl").read_bytes().splitlines()) == 4

@@ -193,3 +193,25 @@ def test_a_stopped_bench_prints_and_writes_what_finished_but_saves_no_result(
     assert re.search(rf"^Successful requests: +{ok} *$", stdout, re.M)
     assert f"run directory: {run_dir}" in stdout
     assert saved.is_dir() and not any(saved.iterdir())
+
+
+def test_a_stop_after_the_work_ended_while_its_loop_closes_still_stops() -> None:
+    # A Ctrl-C landing after the run's work ended but before its loop closed went unheard: the
+    # run went on to its report and exited 0, 2.5 s after the stop.
+    import asyncio
+
+    import uvloop
+
+    from loadgen.commands.run import Stopped, until_stopped
+
+    async def work() -> str:
+        return "done"
+
+    async def ended_then_stopped() -> None:
+        assert await asyncio.ensure_future(until_stopped(work())) == "done"
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(WAIT_S)  # the stop's handler raises out of the loop before this ends
+
+    with pytest.raises(Stopped) as stopped:
+        uvloop.run(ended_then_stopped())
+    assert stopped.value.signal == signal.SIGINT
