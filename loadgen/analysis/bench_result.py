@@ -127,9 +127,8 @@ def bench_result(records: list[StreamRecord], setup: BenchSetup) -> dict[str, An
         "total_output_tokens": b.output_tokens, "request_throughput": b.request_per_s or 0.0,
         "request_goodput": _goodput([r for _, r in ok], setup.goodput_ms, b.duration_s),
         "output_throughput": b.output_tok_s or 0.0, "total_token_throughput": b.total_tok_s or 0.0,
-        # bench times only a success: a failed request's latency stays 0.
-        "latencies": [(rates.e2e_s(r) if r.status == "ok" else None) or 0.0
-                      for _, r in arrived],
+        # bench times only a success (as e2e_s does): a failed request's latency stays 0.
+        "latencies": [rates.e2e_s(r) or 0.0 for _, r in arrived],
         "queue_times": [_queue_s(r, a) or 0.0 for a, r in arrived],
     }  # fmt: skip
     out |= _peaks([r for _, r in ok])

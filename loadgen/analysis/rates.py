@@ -124,9 +124,11 @@ def tpot_s(rec: StreamRecord) -> float | None:
 
 
 def e2e_s(rec: StreamRecord, *, from_intended: bool = False) -> float | None:
-    """End-to-end latency = (t_done - t_start) / 1e9 (intended or actual send)."""
+    """End-to-end latency = (t_done - t_start) / 1e9 (intended or actual send), of a stream
+    that ended ok: a failed or cut stream's t_done is when it broke, no end of an answer (an
+    interrupted run's cancelled streams gave the latency table its moment of the cut)."""
     start = rec.t_intended_ns if from_intended else rec.t_sent_ns
-    if rec.t_done_ns is None or start is None:
+    if rec.status != "ok" or rec.t_done_ns is None or start is None:
         return None
     return (rec.t_done_ns - start) / NS
 

@@ -10,6 +10,8 @@ from loadgen.analysis.baselines import expected_prefill_s, group_min_ttft, prefi
 from loadgen.analysis.cached import estimate_cached
 from loadgen.analysis.timeline import Timeline
 from loadgen.analysis.verdicts import build_context
+from loadgen.codec import to_json
+from loadgen.run_manifest import CacheCheck
 
 from support.run_fixtures import manifest, sample, stream, ticks
 
@@ -50,8 +52,9 @@ def test_usage_cached_tokens_and_prime_checks_are_subtracted():
     reported = stream("r", prompt=4000, cached=1000, sent=0.0, chunks=ticks(0.1, 3, 0.01))
     # Primed group, no usage details: its rep's prefix (1000 tokens, block 16) verified warm.
     primed = stream("p", group="primed", prompt=3000, sent=5.0, chunks=ticks(5.05, 3, 0.01))
-    run = manifest(cache_checks=[{"group": "primed", "rep": 0, "probe_tokens": 1000,
-                                  "block_size": 16, "warm": True}])  # fmt: skip
+    check = CacheCheck("primed", 0, "k", 1000, 16, "sim", 1.0, 0.1, 992.0, True, "r",
+                       "healthy")  # fmt: skip
+    run = manifest(cache_checks=[to_json(check)])
     est = estimate_cached([reported, primed], Timeline([]), run)
     assert est.tokens == {"r": 1000, "p": 992}
     assert est.source == {"r": "usage", "p": "prime_check"}

@@ -53,6 +53,16 @@ def test_e2e():
     assert rates.e2e_s(r, from_intended=True) == pytest.approx(0.406)
 
 
+def test_a_stream_cut_short_has_no_e2e_but_keeps_its_ttft():
+    # A cancelled stream's t_done is the moment of the cut, not an answer's end: an interrupted
+    # run's latency table gave its e2e p50 as the cut (2.77 s of 0 ok streams).
+    from loadgen.records import StreamError
+
+    cut = record(status="error", error=StreamError("cancelled", "cancelled before the end"))
+    assert rates.e2e_s(cut) is None and rates.e2e_s(cut, from_intended=True) is None
+    assert rates.ttft_s(cut) == pytest.approx(0.100)
+
+
 def test_no_content_gives_none():
     r = record(t_first_ns=None, t_last_ns=None, chunk_ns=[], chunk_tokens=None, chunks=0)
     assert rates.ttft_s(r) is None
