@@ -72,18 +72,87 @@ class Comparison:
     only_a: tuple[str, ...]
     only_b: tuple[str, ...]
     runs: tuple[RunSummary, RunSummary]
+    # Why the two may not be like for like: a run cut short, another scenario or plan, groups
+    # measured on unlike counts. Empty: nothing tells them apart but the figures.
+    unlike: tuple[str, ...] = ()
 
 
-def compare_summaries(a: Mapping[str, Any], b: Mapping[str, Any]) -> Comparison:
-    """Rows per (group, quantity) plus the groups present in only one run."""
+# Fields of a resolved scenario that differ between any two runs of it by design.
+_PER_RUN = frozenset({"seed", "description"})
+# Plan differences named one by one; past these, a count.
+_NAMED_DIFFERENCES = 4
+
+
+def compare_summaries(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    plans: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] = (None, None),
+) -> Comparison:
+    """Rows per (group, quantity) plus the groups present in only one run; `plans`: each run's
+    resolved scenario (run.json), whose differences are said."""
     ga, gb = a.get("groups", {}), b.get("groups", {})
+    common = sorted(set(ga) & set(gb))
     rows = tuple(
         _row(group, field, label, unit, ga[group], gb[group])
-        for group in sorted(set(ga) & set(gb))
+        for group in common
         for field, label, unit in COMPARED
     )
+    runs = (read_run(a), read_run(b))
+    unlike = (*_partial(runs), *_other_plans(runs, plans),
+              *_unlike_counts({g: (ga[g], gb[g]) for g in common}))  # fmt: skip
     return Comparison(rows, tuple(sorted(set(ga) - set(gb))), tuple(sorted(set(gb) - set(ga))),
-                      (read_run(a), read_run(b)))  # fmt: skip
+                      runs, unlike)  # fmt: skip
+
+
+def _partial(runs: tuple[RunSummary, RunSummary]) -> list[str]:
+    return [f"{side} was interrupted: its figures cover what finished"
+            for side, run in zip("AB", runs, strict=True) if run.interrupted]  # fmt: skip
+
+
+def _other_plans(
+    runs: tuple[RunSummary, RunSummary],
+    plans: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None],
+) -> list[str]:
+    """The scenarios' names where they differ, else the fields of their plans that do."""
+    a, b = runs
+    if a.scenario != b.scenario:
+        return [f"A ran scenario {a.scenario}, B ran {b.scenario}: groups of one name may "
+                "differ in all but the name"]  # fmt: skip
+    if plans[0] is None or plans[1] is None:
+        return []
+    fa, fb = _flat(plans[0]), _flat(plans[1])
+    keys = sorted(k for k in fa.keys() | fb.keys()
+                  if k.split(".")[0] not in _PER_RUN and fa.get(k) != fb.get(k))  # fmt: skip
+    if not keys:
+        return []
+    named = "; ".join(f"{k} {fa.get(k)} vs {fb.get(k)}" for k in keys[:_NAMED_DIFFERENCES])
+    more = len(keys) - _NAMED_DIFFERENCES
+    return [f"the plans differ (--set or an edited file): {named}"
+            + (f"; and {more} more" if more > 0 else "")]  # fmt: skip
+
+
+def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested mapping's leaves by dotted path, as --set names them: a list of named items
+    (a scenario's groups) by their names, another list one leaf."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, list) and all(isinstance(v, Mapping) and "name" in v for v in value):
+            value = {v["name"]: v for v in value}
+        if isinstance(value, Mapping):
+            out |= _flat(value, f"{path}.")
+        else:
+            out[path] = value
+    return out
+
+
+def _unlike_counts(groups: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]) -> list[str]:
+    """The groups whose medians stand on other counts of streams, or of ok ones."""
+    out = []
+    for name, (a, b) in groups.items():
+        if (a["n"], a["ok"]) != (b["n"], b["ok"]):
+            out.append(f"group {name}: A {a['ok']} ok of {a['n']}, B {b['ok']} ok of {b['n']}")
+    return out
 
 
 def _row(

@@ -43,7 +43,8 @@ def compare_cmd(run_a: Path, run_b: Path) -> None:
         if any(soaks):
             click.echo(render_rich([soak_pair(run_a, run_b, soaks)], []), nl=False)
             return
-        result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary)
+        plans = (read_manifest(run_a).scenario, read_manifest(run_b).scenario)
+        result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary, plans)
     if not result.rows:
         only_a, only_b = ", ".join(result.only_a) or "none", ", ".join(result.only_b) or "none"
         raise click.ClickException(

@@ -252,7 +252,8 @@ def compare_table(result: Comparison, a: Path, b: Path) -> Table:
                 r.verdict,
             )
         )
-    notes = [_arm_note("A", a, result.runs[0]), _arm_note("B", b, result.runs[1])]
+    notes = [f"!! {line}" for line in result.unlike]
+    notes += [_arm_note("A", a, result.runs[0]), _arm_note("B", b, result.runs[1])]
     if len({run.clock for run in result.runs}) > 1:
         notes.append(
             "one run on the wall clock, one on the virtual clock: B - A is the sim's error with "

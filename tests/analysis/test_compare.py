@@ -88,3 +88,33 @@ def test_a_row_without_a_median_on_one_side_is_missing_not_noise():
     both = CompareRow("g", "ttft_s", "median TTFT", "s", 1.0, 1.5, 0.1, 0.6, 3, 3)
     assert (both.noise, both.verdict) == (0.6, "within noise")
     assert both.diff_pct == pytest.approx(50.0)
+
+
+def unlike(a: Path, b: Path, plans: tuple = (None, None)) -> tuple[str, ...]:
+    return compare_summaries(analyze_run(a).summary, analyze_run(b).summary, plans).unlike
+
+
+def test_runs_that_are_not_like_for_like_say_why(tmp_path: Path):
+    # compare read a cut run, another scenario and a --set plan as like for like, silently.
+    plan = {"name": "s", "seed": 1, "groups": [{"name": "g", "count": 2, "max_tokens": 8}]}
+    base = run_with_ttfts(tmp_path / "base", [[1.0, 1.0]])
+    assert unlike(base, base, (plan, {**plan, "seed": 2})) == ()
+    cut = write_run(tmp_path / "cut", [stream("s0", sent=0.0, chunks=ticks(1.0, 11, 0.1))],
+                    run=manifest(interrupted=True))  # fmt: skip
+    assert unlike(base, cut) == (
+        "B was interrupted: its figures cover what finished",
+        "group g: A 2 ok of 2, B 1 ok of 1",
+    )
+    other = {**plan, "groups": [{"name": "g", "count": 1, "max_tokens": 4}]}
+    assert unlike(base, base, (plan, other)) == (
+        "the plans differ (--set or an edited file): groups.g.count 2 vs 1; "
+        "groups.g.max_tokens 8 vs 4",
+    )
+    renamed = write_run(tmp_path / "renamed", [stream("s0", sent=0.0, chunks=ticks(1.0, 11, 0.1)),
+                                               stream("s1", sent=10.0, chunks=ticks(11.0, 11, 0.1))],
+                        run=manifest(scenario={"name": "t", "groups": []}))  # fmt: skip
+    assert unlike(base, renamed)[0].startswith("A ran scenario ")
+    assert unlike(base, renamed)[0].endswith(", B ran t: groups of one name may differ in all "
+                                             "but the name")  # fmt: skip
+    shown = CliRunner().invoke(main, ["compare", str(base), str(cut)])
+    assert "!! B was interrupted" in shown.output
