@@ -181,7 +181,7 @@ def _server_tokens(timeline: Timeline, t0: int, t1: int) -> dict[str, Any] | Non
     if d is None:
         return None
     tokens, open_edge, close_edge = d
-    interval = timeline.poll_interval_s()
+    interval = timeline.poll_interval_s(t0, t1)
     return {
         "tokens": tokens,
         "tok_s": tokens * NS / (t1 - t0),
@@ -217,7 +217,7 @@ def server_window(timeline: Timeline, t0: int, t1: int) -> dict[str, Any]:
         "available": True,
         "window": window_json(t0, t1),
         "polls": len(timeline.times_between(t0, t1)),
-        "poll_interval_s": timeline.poll_interval_s(),
+        "poll_interval_s": timeline.poll_interval_s(t0, t1),
     }
     kv = timeline.max_between("kv_cache_usage_perc", t0, t1)
     out["kv_peak_perc"] = None if kv is None else kv[0] * 100

@@ -159,9 +159,11 @@ class Timeline:
             i = j + 1
         return best
 
-    def poll_interval_s(self) -> float | None:
-        """Median time between successful polls."""
-        gaps = [b - a for a, b in pairwise(self._ts)]
+    def poll_interval_s(self, t0_ns: int, t1_ns: int) -> float | None:
+        """Median time between the successful polls inside [t0, t1] (None with fewer than
+        two): the run's polls all told counted the scrapes at its edges, a burst of them, and
+        gave a 4-stream run "one every 0.007 s" where it polled every 0.05 s."""
+        gaps = [b - a for a, b in pairwise(self.times_between(t0_ns, t1_ns))]
         typical = median(gaps)
         return None if typical is None else typical / NS
 

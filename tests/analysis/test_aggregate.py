@@ -274,3 +274,13 @@ def test_a_whale_lists_only_the_minnows_in_flight_during_its_prefill():
         "w1": [("a", "during"), ("d", "during"), ("b", "after")],
         "w2": [("d", "during")],
     }
+
+
+def test_the_poll_interval_is_the_windows_own():
+    # A burst of scrapes at the run's start (0 to 4 ms), then a poll every 0.25 s: the window
+    # [0.5, 1.5] s polled every 0.25 s. Over all the run's polls the median gap was 1 ms.
+    times = [0.0, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5]
+    polls = Timeline([sample(t, running=1) for t in times])
+    assert server_window(polls, S // 2, 3 * S // 2)["poll_interval_s"] == 0.25
+    # Fewer than two polls inside: no interval to tell.
+    assert server_window(polls, S // 10, S // 5)["poll_interval_s"] is None
