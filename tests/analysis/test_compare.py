@@ -110,8 +110,8 @@ def test_runs_that_are_not_like_for_like_say_why(tmp_path: Path):
         "the plans differ (--set or an edited file): groups.g.count 2 vs 1; "
         "groups.g.max_tokens 8 vs 4",
     )
-    renamed = write_run(tmp_path / "renamed", [stream("s0", sent=0.0, chunks=ticks(1.0, 11, 0.1)),
-                                               stream("s1", sent=10.0, chunks=ticks(11.0, 11, 0.1))],
+    two = [stream(f"s{i}", sent=10.0 * i, chunks=ticks(10.0 * i + 1, 11, 0.1)) for i in (0, 1)]
+    renamed = write_run(tmp_path / "renamed", two,
                         run=manifest(scenario={"name": "t", "groups": []}))  # fmt: skip
     assert unlike(base, renamed)[0].startswith("A ran scenario ")
     assert unlike(base, renamed)[0].endswith(", B ran t: groups of one name may differ in all "
