@@ -11,9 +11,9 @@ infinite rate every request arrives at the start). Means, medians, standard devi
 stream had is 0, as bench writes it. Goodput is bench's: requests/s of ok streams within every
 limit, a stream without a TPOT counting as 0 ms. Peak output tokens are bench's, per whole
 second from the first send; peak requests in flight are the true peak of the ok streams'
-overlap (send to end), as vLLM counts it since 0.32 (0.32 counted every request active in a
+overlap (send to end), as vLLM counts it after 0.32 (0.32 counted every request active in a
 whole second, a peak of 32 under a cap of 8). `latencies` and `queue_times` are in request
-order (arrival, then send), as bench lists its requests.
+order (arrival, then intended send), as bench lists its requests.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass
 from datetime import datetime
@@ -531,6 +530,8 @@ def run_bench(req: BenchRequest) -> None:
         plan_work,
         report_stopped,
     )
+    from loadgen.engine.preflight import check_out_root
+    from loadgen.engine.target import RunError
     from loadgen.scenario.bench import bench_scenario
     from loadgen.scenario.load import ScenarioError
     from loadgen.scenario.plan import plan
@@ -545,7 +546,11 @@ def run_bench(req: BenchRequest) -> None:
         raise click.ClickException(str(exc)) from None
     saving = req.save or req.append
     if saving:
-        _check_result_dir(result_path(req, req.setup).parent)
+        # bench finds out only after its run that it cannot write there.
+        try:
+            check_out_root(result_path(req, req.setup).parent, "--result-dir")
+        except RunError as exc:
+            raise click.ClickException(str(exc)) from None
     said = ("interrupted: bench_result.json holds the requests that finished"
             + ("; no --save-result file, the run did not finish" if saving else ""))  # fmt: skip
     on_stop = partial(report_stopped, said, show=lambda d: _bench_report(req, d))
@@ -562,20 +567,6 @@ def run_bench(req: BenchRequest) -> None:
     if summary:
         click.echo(f"Error: {summary}", err=True)
         sys.exit(FAILED_STREAMS_EXIT)
-
-
-def _check_result_dir(folder: Path) -> None:
-    """Makes the folder the result goes to before anything is sent: bench finds out only
-    after its run that it cannot write there."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.ClickException(
-            f"--result-dir {folder}: cannot create it ({exc.strerror or exc})"
-        ) from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise click.ClickException(f"--result-dir {folder}: not writable (pick a folder you can "
-                                   "write to)")  # fmt: skip
 
 
 def _bench_report(req: BenchRequest, run_dir: Path) -> tuple[BenchSetup, str, list]:

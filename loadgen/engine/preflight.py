@@ -20,14 +20,15 @@ from loadgen.scenario.limits import sim_window, window_problem
 from loadgen.scenario.plan import Plan, plan
 
 
-def check_out_root(out_root: Path) -> None:
-    """Creates `out_root` if needed; RunError (one line) when it cannot hold run directories."""
+def check_out_root(out_root: Path, flag: str = "--out") -> None:
+    """Creates `out_root` if needed; RunError (one line, naming `flag`) when it cannot hold
+    what the run writes there."""
     try:
         out_root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise RunError(f"--out {out_root}: cannot create it ({exc.strerror or exc})") from None
+        raise RunError(f"{flag} {out_root}: cannot create it ({exc.strerror or exc})") from None
     if not os.access(out_root, os.W_OK | os.X_OK):
-        raise RunError(f"--out {out_root}: not writable (pick a folder you can write to)")
+        raise RunError(f"{flag} {out_root}: not writable (pick a folder you can write to)")
 
 
 def check_named_dir(path: Path) -> None:
