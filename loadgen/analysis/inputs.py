@@ -48,6 +48,8 @@ class RunInputs:
     replica_metrics: tuple[MetricsSample, ...] = ()
     # server.log: the server's log lines written during the run (engine/server_log.py)
     server_log: str | None = None
+    # streams.jsonl lines whose stream id an earlier line had (the first kept, these dropped)
+    repeated_streams: int = 0
 
 
 def is_run_dir(path: Path) -> bool:
@@ -97,7 +99,8 @@ def load_run(path: Path) -> RunInputs:
         raise NotARunDirectory(f"{path}: a sweep directory, not one run; pass arms/<arm>")
     if not is_run_dir(path):
         raise NotARunDirectory(f"{path}: not a run directory, no streams.jsonl")
-    streams, unreadable = read_records(path / "streams.jsonl", read_stream)
+    read, unreadable = read_records(path / "streams.jsonl", read_stream)
+    streams = first_of_each_id(read)
     metrics, bad_metrics = read_records(path / "metrics.jsonl", read_metrics_sample)
     telemetry = tuple(read_jsonl(path / "telemetry.jsonl"))
     manifest, dropped = _manifest_and_dropped(path)
@@ -113,4 +116,17 @@ def load_run(path: Path) -> RunInputs:
         telemetry,
         tuple(replica_metrics),
         log.read_text(errors="replace") if log.is_file() else None,
+        len(read) - len(streams),
     )
+
+
+def first_of_each_id(records: list[StreamRecord]) -> list[StreamRecord]:
+    """Each stream's first record: a stream counted twice would count its tokens and time
+    twice (5 measured of 4 planned, said nowhere)."""
+    seen: set[str] = set()
+    out = []
+    for r in records:
+        if r.id not in seen:
+            seen.add(r.id)
+            out.append(r)
+    return out

@@ -385,6 +385,7 @@ def _records_block(counts: RecordCounts, inputs: RunInputs) -> dict[str, Any]:
             "not_measured": counts.not_measured, "limited": counts.limited,
             "beyond_tolerance": counts.beyond_tolerance,
             "unreadable_lines": inputs.unreadable_streams,
+            "repeated_lines": inputs.repeated_streams,
             "unreadable_metrics_lines": inputs.unreadable_metrics,
             "dropped_manifest_fields": list(inputs.dropped_fields)}  # fmt: skip
 

@@ -214,6 +214,7 @@ class RecordTally:
     measured: int
     missing: int | None
     unreadable_lines: int = 0
+    repeated_lines: int = 0
     unreadable_metrics_lines: int = 0
     dropped_manifest_fields: tuple[str, ...] = ()
 

@@ -233,6 +233,9 @@ def record_lines(rec: RecordTally | None) -> list[str]:
         )
     if rec.unreadable_lines:
         out.append(f"!! TORN: {rec.unreadable_lines} line(s) of streams.jsonl could not be read")
+    if rec.repeated_lines:
+        out.append(f"!! REPEATED: {rec.repeated_lines} line(s) of streams.jsonl repeat a stream "
+                   "id read before: each stream's first record is counted")  # fmt: skip
     if rec.unreadable_metrics_lines:
         n = rec.unreadable_metrics_lines
         out.append(f"!! TORN: {n} line(s) of metrics.jsonl could not be read")

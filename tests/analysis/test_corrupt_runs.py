@@ -79,9 +79,21 @@ def test_a_clean_run_reports_no_skipped_line(smoke_run: Path, run_copy: Path) ->
     out = _report(run_copy)
     assert "records: 4 measured of 4 planned" in out and "!!" not in out
     inputs = load_run(smoke_run)
-    assert (inputs.unreadable_streams, inputs.unreadable_metrics, inputs.dropped_fields) == (
-        0, 0, (),
-    )  # fmt: skip
+    assert (inputs.unreadable_streams, inputs.unreadable_metrics, inputs.dropped_fields,
+            inputs.repeated_streams) == (0, 0, (), 0)  # fmt: skip
+
+
+def test_a_stream_recorded_twice_counts_once_and_is_said(run_copy: Path) -> None:
+    # A line repeated read as a fifth stream: "5 measured of 4 planned", its tokens twice.
+    streams = run_copy / "streams.jsonl"
+    first = streams.read_bytes().splitlines()[0]
+    _insert_line(streams, orjson.dumps(orjson.loads(first) | {"completion_tokens": 1}), at=3)
+    inputs = load_run(run_copy)
+    assert inputs.repeated_streams == 1 and len(inputs.streams) == 4
+    assert inputs.streams[0] == read_stream(orjson.loads(first))  # the first record is kept
+    out = _report(run_copy)
+    assert "records: 4 measured of 4 planned" in out
+    assert "!! REPEATED: 1 line(s) of streams.jsonl repeat a stream id read before" in out
 
 
 def test_a_bad_metrics_line_is_skipped_and_counted(run_copy: Path) -> None:
