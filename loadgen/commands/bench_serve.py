@@ -61,7 +61,8 @@ MAPPED = {
     "--max-concurrency": "`arrival: {closed: {concurrency: C}}` at `--request-rate inf`, else "
     "the rate's `concurrency: C`",
     "--request-rate": "`inf`: every request at once (`together`); R: `arrival: {poisson: "
-    "{rate_per_s: R}}`",
+    "{rate_per_s: R, exact_span: true}}` (bench's schedule: the last of N arrives at N/R "
+    "whatever the seed)",
     "--burstiness": "`arrival: {gamma: {burstiness: K}}` (1: Poisson)",
     "--ramp-up-strategy": "`arrival: {poisson: {ramp: {strategy: ...}}}`",
     "--ramp-up-start-rps": "`ramp.start_rate_per_s`",

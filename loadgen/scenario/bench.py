@@ -16,7 +16,8 @@ What maps where (README "Switching from vllm bench" has the whole table):
   sizes and their own timestamps (bench takes only the sizes).
 - `--request-rate inf` with no cap: every request at once (`together`); with
   `--max-concurrency C`: a closed loop of C seats; a finite rate: Poisson arrivals, gamma when
-  `--burstiness` is not 1, with the cap as `concurrency`; `--ramp-up-*` as the rate's `ramp`.
+  `--burstiness` is not 1, scaled as bench scales them to end at N / rate (`exact_span`), with
+  the cap as `concurrency`; `--ramp-up-*` as the rate's `ramp` (not scaled, as bench's).
 """
 
 from __future__ import annotations
@@ -202,7 +203,8 @@ def _arrival(w: BenchWorkload) -> Any:
         if cap is None:
             return "together"
         return {"closed": {**capped, "count": count}}
-    rate = {"rate_per_s": Flagged(w.request_rate, f"--request-rate {w.request_rate}")}
+    rate = {"rate_per_s": Flagged(w.request_rate, f"--request-rate {w.request_rate}"),
+            "exact_span": True}  # fmt: skip
     return _rate_arrival(w, {**rate, **capped, "count": count})
 
 

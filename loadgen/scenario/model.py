@@ -231,13 +231,17 @@ class Ramp:
 @dataclass(frozen=True, slots=True)
 class Poisson:
     """`rate_per_s` or a `ramp` (exactly one; rate_per_s is None under a ramp). `concurrency`
-    caps the streams in flight: an arrival waits for a free seat, and its wait is recorded."""
+    caps the streams in flight: an arrival waits for a free seat, and its wait is recorded.
+    `exact_span`: `count` gaps drawn, the first arrival one gap in, all scaled so the last
+    comes at count / rate_per_s, as vllm bench serve schedules a rate: the span, and so the
+    rate sent, the same whatever the seed."""
 
     rate_per_s: float | None
     count: int | None = None
     duration_s: float | None = None
     concurrency: int | None = None
     ramp: Ramp | None = None
+    exact_span: bool = False
     kind: ClassVar[str] = "poisson"
 
 
@@ -251,6 +255,7 @@ class Gamma:
     duration_s: float | None = None
     concurrency: int | None = None
     ramp: Ramp | None = None
+    exact_span: bool = False
     kind: ClassVar[str] = "gamma"
 
 

@@ -518,11 +518,23 @@ def _count(s: Scenario, a: Closed | Poisson | Gamma) -> int:
 def arrival_offsets(a: Poisson | Gamma, seed: int, count: int) -> list[int]:
     """Send offsets (ns from the rep's start): the first at 0, then seeded gaps with mean
     1/rate (exponential, or gamma of shape `burstiness`); under a ramp, the gap before request
-    i has the mean 1/rate_i of the ramp's rate for i. `count` < 0: until duration_s.
+    i has the mean 1/rate_i of the ramp's rate for i. `count` < 0: until duration_s. With
+    `exact_span`, bench's schedule: `count` gaps, the first request one gap in, scaled so the
+    last arrives at count / rate.
 
     Gaps are unit draws times a scale, so one seed gives one sequence of draws whatever the
     rate: a flat ramp is the constant rate's schedule, and a ramp's gaps are that schedule's
     stretched request by request."""
+    if not a.exact_span:
+        return [round(t * NS) for t in _arrival_times(a, seed, count)]
+    assert a.rate_per_s is not None and count > 0  # the schema's: a count and a rate
+    ends = _arrival_times(a, seed, count + 1)[1:]
+    scale = count / a.rate_per_s / ends[-1]
+    return [round(t * scale * NS) for t in ends]
+
+
+def _arrival_times(a: Poisson | Gamma, seed: int, count: int) -> list[float]:
+    """arrival_offsets's draws in seconds, the first at 0."""
     rng = np.random.default_rng(derive_seed(seed, "arrival"))
     limit = None if a.duration_s is None else a.duration_s
     out: list[float] = [0.0]
@@ -540,7 +552,7 @@ def arrival_offsets(a: Poisson | Gamma, seed: int, count: int) -> list[int]:
         out = out[:count]
     if limit is not None:
         out = [t for t in out if t < limit]
-    return [round(t * NS) for t in out]
+    return out
 
 
 def _gap_scales(a: Poisson | Gamma, first: int, count: int) -> float | np.ndarray:

@@ -50,8 +50,16 @@ ARRIVAL_KEYS = {
     "together": (),
     "staggered": ("interval_s",),
     "closed": ("concurrency", "count", "duration_s"),
-    "poisson": ("rate_per_s", "count", "duration_s", "concurrency", "ramp"),
-    "gamma": ("rate_per_s", "burstiness", "count", "duration_s", "concurrency", "ramp"),
+    "poisson": ("rate_per_s", "count", "duration_s", "concurrency", "ramp", "exact_span"),
+    "gamma": (
+        "rate_per_s",
+        "burstiness",
+        "count",
+        "duration_s",
+        "concurrency",
+        "ramp",
+        "exact_span",
+    ),
     "trace": ("path", "format", "limit", "time_scale", "sharing", "block_tokens"),
 }
 RAMP_KEYS = ("strategy", "start_rate_per_s", "end_rate_per_s")
@@ -128,9 +136,14 @@ def arrival(c: Checker, root: MarkedMap, base_dir: Path) -> Arrival | None:
         return Closed(c.field(params, "concurrency", path, POSITIVE), count, duration)
     rate, ramp = _rate(c, params, path, count, duration)
     cap = c.field(params, "concurrency", path, MAYBE_POSITIVE, None)
+    exact = c.field(params, "exact_span", path, BOOL, False)
+    if exact and (count is None or "ramp" in params):
+        c.at_key(params, "exact_span", path, "scales `count` arrivals to count / rate_per_s: "
+                 "give a count and rate_per_s, no ramp")  # fmt: skip
     if kind == "poisson":
-        return Poisson(rate, count, duration, cap, ramp)
-    return Gamma(rate, c.field(params, "burstiness", path, RATE), count, duration, cap, ramp)
+        return Poisson(rate, count, duration, cap, ramp, exact)
+    burstiness = c.field(params, "burstiness", path, RATE)
+    return Gamma(rate, burstiness, count, duration, cap, ramp, exact)
 
 
 def _rate(

@@ -121,7 +121,9 @@ def test_the_issues_command_maps_to_a_rate_with_a_cap() -> None:
                 "ignore_eos": True,
             }
         ],
-        "arrival": {"poisson": {"rate_per_s": 10.0, "concurrency": 16, "count": 200}},
+        "arrival": {
+            "poisson": {"rate_per_s": 10.0, "exact_span": True, "concurrency": 16, "count": 200}
+        },
     }
 
 
@@ -192,8 +194,8 @@ def test_closed_loop_random_loads_to_the_exact_scenario(tmp_path: Path) -> None:
     [
         (math.inf, None, 1.0, Together()),
         (math.inf, 3, 1.0, Closed(concurrency=3, count=10)),
-        (4.0, None, 1.0, Poisson(4.0, count=10)),
-        (4.0, None, 0.5, Gamma(4.0, 0.5, count=10)),
+        (4.0, None, 1.0, Poisson(4.0, count=10, exact_span=True)),
+        (4.0, None, 0.5, Gamma(4.0, 0.5, count=10, exact_span=True)),
     ],
 )
 def test_request_rate_maps_to_its_arrival(

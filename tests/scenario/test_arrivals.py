@@ -126,6 +126,22 @@ def test_a_ramp_arrives_faster_as_it_climbs() -> None:
     assert gaps[:200].mean() > 5 * gaps[-200:].mean()
 
 
+@pytest.mark.parametrize("arrival", [Poisson(8.0, 200, exact_span=True),
+                                     Gamma(8.0, 0.5, 200, exact_span=True)])  # fmt: skip
+def test_an_exact_span_is_benchs_schedule_whatever_the_seed(arrival: Poisson | Gamma) -> None:
+    # vllm bench serve draws N gaps and scales them so the last arrives at N / rate: 200 at 8/s
+    # end at 25 s for any seed, where the plain schedule's end moves with the draws.
+    ends = {arrival_offsets(arrival, seed, 200)[-1] for seed in (1, 2, 3)}
+    assert ends == {25 * 10**9}
+    plain = Gamma(8.0, 0.5, 200) if isinstance(arrival, Gamma) else Poisson(8.0, 200)
+    assert len({arrival_offsets(plain, seed, 200)[-1] for seed in (1, 2, 3)}) == 3
+    # The same draws, one more of them: the plain schedule of 201, less its 0, scaled (both
+    # rounded to the ns, so within 2 ns of each other).
+    got = np.array(arrival_offsets(arrival, 4, 200))
+    drawn = np.array(arrival_offsets(plain, 4, 201)[1:], dtype=float)
+    assert got[0] > 0 and np.abs(got - drawn * 25e9 / drawn[-1]).max() <= 2
+
+
 async def test_a_ramp_runs_on_the_virtual_clock_at_its_planned_instants(tmp_path: Path):
     body = "ramp: {strategy: exponential, start_rate_per_s: 2, end_rate_per_s: 40}, count: 10"
     run = await run_virtual(UNIFORM, _arrival("poisson", body), tmp_path)
@@ -149,6 +165,11 @@ async def test_a_ramp_runs_on_the_virtual_clock_at_its_planned_instants(tmp_path
         ("ramp: {strategy: linear, start_rate_per_s: 0, end_rate_per_s: 2}",
          "arrival.poisson.ramp.start_rate_per_s: got 0"),
         ("rate_per_s: 2, concurrency: 0", "arrival.poisson.concurrency: got 0"),
+        ("rate_per_s: 2, duration_s: 5, exact_span: true",
+         "arrival.poisson.exact_span: scales `count` arrivals to count / rate_per_s: give a "
+         "count and rate_per_s, no ramp"),
+        ("ramp: {strategy: linear, start_rate_per_s: 1, end_rate_per_s: 2}, count: 5, "
+         "exact_span: true", "arrival.poisson.exact_span: scales `count` arrivals"),
     ],
 )  # fmt: skip
 def test_bad_caps_and_ramps_are_refused_in_one_line(body: str, message: str) -> None:

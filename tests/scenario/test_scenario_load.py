@@ -225,7 +225,7 @@ MALFORMED = [
         (),
         [
             "s.yaml:12: arrival: got 'poisson' alone (expected {poisson: {rate_per_s, count, "
-            "duration_s, concurrency, ramp}})"
+            "duration_s, concurrency, ramp, exact_span}})"
         ],
         id="arrival-without-parameters",
     ),
