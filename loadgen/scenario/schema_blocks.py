@@ -137,9 +137,9 @@ def arrival(c: Checker, root: MarkedMap, base_dir: Path) -> Arrival | None:
     rate, ramp = _rate(c, params, path, count, duration)
     cap = c.field(params, "concurrency", path, MAYBE_POSITIVE, None)
     exact = c.field(params, "exact_span", path, BOOL, False)
-    if exact and (count is None or "ramp" in params):
+    if exact and (count is None or duration is not None or "ramp" in params):
         c.at_key(params, "exact_span", path, "scales `count` arrivals to count / rate_per_s: "
-                 "give a count and rate_per_s, no ramp")  # fmt: skip
+                 "give a count and rate_per_s, no ramp or duration_s")  # fmt: skip
     if kind == "poisson":
         return Poisson(rate, count, duration, cap, ramp, exact)
     burstiness = c.field(params, "burstiness", path, RATE)

@@ -167,7 +167,9 @@ async def test_a_ramp_runs_on_the_virtual_clock_at_its_planned_instants(tmp_path
         ("rate_per_s: 2, concurrency: 0", "arrival.poisson.concurrency: got 0"),
         ("rate_per_s: 2, duration_s: 5, exact_span: true",
          "arrival.poisson.exact_span: scales `count` arrivals to count / rate_per_s: give a "
-         "count and rate_per_s, no ramp"),
+         "count and rate_per_s, no ramp or duration_s"),
+        ("rate_per_s: 2, count: 9, duration_s: 5, exact_span: true",
+         "arrival.poisson.exact_span: scales `count` arrivals"),
         ("ramp: {strategy: linear, start_rate_per_s: 1, end_rate_per_s: 2}, count: 5, "
          "exact_span: true", "arrival.poisson.exact_span: scales `count` arrivals"),
     ],
