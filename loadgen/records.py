@@ -245,7 +245,21 @@ def read_records(path: Path, parse: Callable[[dict[str, Any]], T]) -> tuple[list
 
 
 def read_streams(run_dir: Path) -> list[StreamRecord]:
-    return read_records(run_dir / "streams.jsonl", read_stream)[0]
+    return read_stream_file(run_dir)[0]
+
+
+def read_stream_file(run_dir: Path) -> tuple[list[StreamRecord], int, int]:
+    """streams.jsonl's records, each stream's first only (a stream counted twice would count
+    its tokens and time twice: 5 measured of 4 planned, said nowhere), with the lines that
+    could not be read and those that repeated a stream id read before."""
+    read, unreadable = read_records(run_dir / "streams.jsonl", read_stream)
+    seen: set[str] = set()
+    first = []
+    for r in read:
+        if r.id not in seen:
+            seen.add(r.id)
+            first.append(r)
+    return first, unreadable, len(read) - len(first)
 
 
 # The server's log lines written during the run, copied beside the records (engine/server_log.py).

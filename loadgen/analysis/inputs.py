@@ -21,7 +21,7 @@ from loadgen.records import (
     read_jsonl,
     read_metrics_sample,
     read_records,
-    read_stream,
+    read_stream_file,
 )
 from loadgen.run_manifest import RunManifest, read_run_manifest
 
@@ -99,8 +99,7 @@ def load_run(path: Path) -> RunInputs:
         raise NotARunDirectory(f"{path}: a sweep directory, not one run; pass arms/<arm>")
     if not is_run_dir(path):
         raise NotARunDirectory(f"{path}: not a run directory, no streams.jsonl")
-    read, unreadable = read_records(path / "streams.jsonl", read_stream)
-    streams = first_of_each_id(read)
+    streams, unreadable, repeated = read_stream_file(path)
     metrics, bad_metrics = read_records(path / "metrics.jsonl", read_metrics_sample)
     telemetry = tuple(read_jsonl(path / "telemetry.jsonl"))
     manifest, dropped = _manifest_and_dropped(path)
@@ -116,17 +115,5 @@ def load_run(path: Path) -> RunInputs:
         telemetry,
         tuple(replica_metrics),
         log.read_text(errors="replace") if log.is_file() else None,
-        len(read) - len(streams),
+        repeated,
     )
-
-
-def first_of_each_id(records: list[StreamRecord]) -> list[StreamRecord]:
-    """Each stream's first record: a stream counted twice would count its tokens and time
-    twice (5 measured of 4 planned, said nowhere)."""
-    seen: set[str] = set()
-    out = []
-    for r in records:
-        if r.id not in seen:
-            seen.add(r.id)
-            out.append(r)
-    return out

@@ -126,19 +126,20 @@ async def drive_arm(
     )
     keep(manifest)
     checks: list[CacheCheck] = []
-    unmeasured: list[int] = []
     if stop is not None:
         stop.start(backend.speed, backend.now_ns)
     try:
         with progress:
-            await _phases(arm, backend, checks, unmeasured, record, stop, _halt(stop, precise))
+            await _phases(arm, backend, checks, record, stop, _halt(stop, precise))
     finally:
         for rec in await backend.finish():
             record(rec)
         planned = manifest.planned_streams
+        dead = {c.rep for c in checks if c.verdict == "dead"}
+        unmeasured = sum(len(rep.requests) for rep in arm.reps if rep.rep in dead)
         manifest = manifest.add(
             *backend.describe(),
-            planned_streams=None if planned is None else planned - sum(unmeasured),
+            planned_streams=None if planned is None else planned - unmeasured,
             cache_checks=tuple(checks),
             soak_end=None if stop is None else stop.end(),
             until_precise=None if precise is None else precise.result(),
@@ -159,7 +160,6 @@ async def _phases(
     arm: ArmPlan,
     backend: ArmBackend,
     checks: list[CacheCheck],
-    unmeasured: list[int],
     record: RecordSink,
     stop: SoakStop | None,
     halt: Callable[[], bool] | None,
@@ -178,8 +178,7 @@ async def _phases(
             if any(c.verdict == "dead" for c in checked):
                 # A primed prefix that never hit: the rep's "cached" figures would be cold ones
                 # (seed 000's dead boot). Reported as such (run.json's check), not measured,
-                # so not planned either: no stream of it is missing.
-                unmeasured.append(len(rep.requests))
+                # so not planned either (drive_arm): no stream of it is missing.
                 continue
             # Samples at the rep's edges, so a counter's delta over the measured requests holds
             # no warmup's or prime's (analysis/added_ttft.py: the server's TTFT histogram).
