@@ -17,9 +17,9 @@ Method (every number in the verdict comes from here):
 - Verdicts, with THRESHOLD (a fraction of the rate, over the soak):
   `drift`      the whole CI lies beyond -THRESHOLD (or +THRESHOLD: the rate rose, also named),
                unless the speculative acceptance moved enough to explain it (`mix changed`);
-  `no drift`   the whole CI lies inside +-THRESHOLD and the raw rate moved less than THRESHOLD;
-  `mix changed` the raw rate moved beyond THRESHOLD but a control explains it: with context
-               held fixed the CI is inside +-THRESHOLD (context explained it), or acceptance
+  `no drift`   the whole CI lies inside +-THRESHOLD and the raw rate's CI does not lie beyond it;
+  `mix changed` the raw rate's whole CI lies beyond THRESHOLD but a control explains it: with
+               context held fixed the CI is inside +-THRESHOLD (context explained it), or acceptance
                predicts at least half of an adjusted drift;
   `unresolved` fewer than MIN_REQUESTS points, or a CI that straddles the threshold; it says
                how many requests in all would resolve it, from the CI half-width shrinking as
@@ -82,7 +82,7 @@ class Bootstrap:
 #   confounded    time and context cannot be told apart     -> unresolved
 #   beyond        the adjusted CI lies beyond the threshold -> drift
 #   acceptance    ... but speculative acceptance explains it -> mix changed
-#   traffic       the raw rate moved, the adjusted CI is inside -> mix changed
+#   traffic       the raw CI lies beyond, the adjusted CI inside -> mix changed
 #   inside        both inside                               -> no drift
 #   straddles     the adjusted CI straddles the threshold   -> unresolved
 Case = Literal["few_requests", "confounded", "beyond", "acceptance", "traffic", "inside",
@@ -214,7 +214,9 @@ def drift_verdict(
             return verdict("mix changed", "acceptance", adjusted, raw)
         return verdict("drift", "beyond", adjusted, raw)
     if -threshold < adjusted.lo and adjusted.hi < threshold:
-        if abs(raw.effect) >= threshold:
+        # The raw move must be resolved too: a raw CI of -64%..+41% around a -30% point says
+        # nothing changed that the sampling of contexts cannot explain.
+        if raw.hi < -threshold or raw.lo > threshold:
             return verdict("mix changed", "traffic", adjusted, raw)
         return verdict("no drift", "inside", adjusted, raw)
     return verdict("unresolved", "straddles", adjusted, raw,

@@ -75,6 +75,21 @@ def test_growing_context_without_drift_is_a_changed_mix() -> None:
     assert (v.verdict, v.case, v.context_change) == ("mix changed", "traffic", 2.5)
 
 
+def scattered_context(t: float, rng: np.random.Generator) -> float:
+    # Contexts scattered 20k x e^N(0, 1) all hour long: the traffic never changes.
+    return 20_000 * math.exp(rng.normal(0, 1.0))
+
+
+def test_a_raw_move_inside_its_own_noise_is_not_a_changed_mix() -> None:
+    # Seed 7 draws a raw point of -30% whose CI spans zero; the mix did not change, and a soak
+    # of unchanged agent turns was told "the traffic changed, not the engine".
+    pts = points(60, slope_per_h=0.0, span_h=1.0, noise=0.02, seed=7, context=scattered_context,
+                 per_token=lambda ctx: (1 + ctx / 5_000) * 0.01)  # fmt: skip
+    v = drift_verdict(pts)
+    assert v.raw.effect < -THRESHOLD and v.raw.lo < 0 < v.raw.hi
+    assert (v.verdict, v.case) == ("no drift", "inside")
+
+
 def test_drift_under_growing_context_is_still_drift() -> None:
     pts = points(300, slope_per_h=-0.3, span_h=1.0, noise=0.02, context=growing_context,
                  per_token=lambda ctx: (1 + ctx / 20_000) * 0.01)  # fmt: skip

@@ -37,7 +37,8 @@ def test_an_hour_of_agent_sessions_without_drift_is_not_called_drift(tmp_path: P
     s = orjson.loads((run / "soak.json").read_bytes())
     assert s["duration_s"] == 3600
     v = s["verdict"]
-    assert v["verdict"] in ("no drift", "mix changed")
+    # Every third holds the same turns: nothing changed, neither the engine nor the traffic.
+    assert v["verdict"] == "no drift"
     assert v["adjusted"]["ci_lo"] > -0.025 and v["adjusted"]["ci_hi"] < 0.025
     text = (run / "report.txt").read_text()
     assert "at fixed context" in text and "Soak windows (thirds)" in text
