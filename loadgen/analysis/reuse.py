@@ -30,6 +30,14 @@ class PromptsRaised:
 
 
 @dataclass(frozen=True, slots=True)
+class RowsSkipped:
+    """Trace rows read but not replayed, as they ask for no output tokens, of all rows read."""
+
+    rows: int
+    of: int
+
+
+@dataclass(frozen=True, slots=True)
 class MeasuredReuse:
     """A replayed trace's implied prefix reuse (shares of prompt tokens, and of blocks) beside
     the server's measured hit rate (None: not reported), the gap in percentage points, and
@@ -46,18 +54,30 @@ class MeasuredReuse:
     tolerance_pp: float
 
 
+def _trace_arrival(manifest: RunManifest) -> dict[str, Any]:
+    """run.json's trace arrival, or {} for any other arrival."""
+    arrival = (manifest.scenario or {}).get("arrival")
+    return arrival if isinstance(arrival, dict) and arrival.get("kind") == "trace" else {}
+
+
 def trace_prompts_raised(manifest: RunManifest) -> dict[str, Any] | None:
     """The trace rows sent with more prompt tokens than they asked for (loadgen's minimum)."""
-    arrival = (manifest.scenario or {}).get("arrival")
-    raised = arrival.get("raised_prompts") if isinstance(arrival, dict) else None
+    raised = _trace_arrival(manifest).get("raised_prompts")
     return raised if isinstance(raised, dict) else None
+
+
+def trace_rows_skipped(manifest: RunManifest) -> RowsSkipped | None:
+    """The trace rows not replayed for asking no output tokens; None when none were."""
+    arrival = _trace_arrival(manifest)
+    skipped = arrival.get("skipped_rows")
+    if not skipped:
+        return None
+    return RowsSkipped(rows=skipped, of=skipped + arrival["rows"])
 
 
 def trace_reuse(manifest: RunManifest, server: dict[str, Any]) -> MeasuredReuse | None:
     """Implied vs measured reuse for a trace arrival with hash_ids, else None."""
-    arrival = (manifest.scenario or {}).get("arrival")
-    if not isinstance(arrival, dict) or arrival.get("kind") != "trace":
-        return None
+    arrival = _trace_arrival(manifest)
     implied = arrival.get("implied_reuse")
     if not implied:
         return None

@@ -50,7 +50,7 @@ from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.phases import phase_summary
 from loadgen.analysis.registry import GAP_METRICS, names_where
 from loadgen.analysis.replicas import replicas_block
-from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse
+from loadgen.analysis.reuse import trace_prompts_raised, trace_reuse, trace_rows_skipped
 from loadgen.analysis.selferror import (
     LOOP_LAG_LIMIT_MS,
     ClientLimits,
@@ -293,6 +293,7 @@ def _run_section(
         "server": server,
         "trace_reuse": None if reuse is None else to_json(reuse),
         "trace_prompts_raised": trace_prompts_raised(manifest),
+        "trace_rows_skipped": _json_or_none(trace_rows_skipped(manifest)),
         "added_ttft": None if added is None else to_json(added),
     }
 

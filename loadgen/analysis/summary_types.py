@@ -19,7 +19,7 @@ from loadgen.analysis.baselines import Cap, PrefillBaseline
 from loadgen.analysis.evidence import Evidence, read_evidence
 from loadgen.analysis.lengths import PromptDrift, ShortOutput
 from loadgen.analysis.phases import PhaseSummary
-from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
+from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised, RowsSkipped
 from loadgen.analysis.selferror import ClientLimits
 from loadgen.analysis.server_log import ServerLogWitness
 from loadgen.analysis.timeline import Plateau
@@ -318,6 +318,7 @@ class RunSummary:
     server_facts: ServerFacts = ServerFacts()
     trace_reuse: MeasuredReuse | None = None
     trace_prompts_raised: PromptsRaised | None = None
+    trace_rows_skipped: RowsSkipped | None = None
     added_ttft: AddedTtftBlock | None = None
     server_log: ServerLogWitness | None = None
     until_precise: UntilPrecise | None = None

@@ -64,7 +64,7 @@ from loadgen.report.tables import (
     to_rich,
     triple,
 )
-from loadgen.report.trace_lines import raised_lines, reuse_lines
+from loadgen.report.trace_lines import raised_lines, reuse_lines, skipped_lines
 from loadgen.report.witness_lines import added_ttft_lines, server_log_lines, server_log_table
 from loadgen.run_manifest import Precision, ProfileRef, UntilPrecise
 
@@ -118,6 +118,7 @@ def header(run: RunSummary) -> list[str]:
         )
     lines += reuse_lines(run.trace_reuse)
     lines += raised_lines(run.trace_prompts_raised)
+    lines += skipped_lines(run.trace_rows_skipped)
     lines += record_lines(run.records)
     lines += added_ttft_lines(run.added_ttft, virtual=run.clock == ClockName.VIRTUAL)
     lines += server_log_lines(run.server_log)

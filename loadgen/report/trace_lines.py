@@ -1,9 +1,10 @@
 """A replayed trace's head lines: the prefix reuse the trace implies beside the server's
-measured hit rate (analysis/reuse.py), and the rows whose prompts were sent longer than asked."""
+measured hit rate (analysis/reuse.py), the rows whose prompts were sent longer than asked, and
+the rows not sent at all."""
 
 from __future__ import annotations
 
-from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised
+from loadgen.analysis.reuse import MeasuredReuse, PromptsRaised, RowsSkipped
 
 
 def reuse_lines(reuse: MeasuredReuse | None) -> list[str]:
@@ -34,4 +35,14 @@ def raised_lines(raised: PromptsRaised | None) -> list[str]:
         f"note: {raised.rows:,} of {raised.of:,} trace rows ask for fewer than "
         f"{raised.raised_to} prompt tokens (smallest {raised.smallest}): sent with "
         f"{raised.raised_to}, loadgen's minimum prompt, so prompt totals exceed the trace's"
+    ]
+
+
+def skipped_lines(skipped: RowsSkipped | None) -> list[str]:
+    """The note on trace rows that were read but not sent, as they ask for no output."""
+    if skipped is None:
+        return []
+    return [
+        f"note: {skipped.rows:,} of {skipped.of:,} trace rows ask for no output tokens and were "
+        "not sent (a failed request in BurstGPT); arrivals still count from the trace's first row"
     ]

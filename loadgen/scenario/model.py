@@ -298,6 +298,8 @@ class Trace:
     sharing: str = "salted"
     block_tokens: int = DEFAULT_TRACE_BLOCK_TOKENS
     implied: TraceReuse | None = None
+    # Rows read but not replayed: they ask for no output tokens (BurstGPT's failed requests).
+    skipped_rows: int = 0
     kind: ClassVar[str] = "trace"
 
 
@@ -463,7 +465,8 @@ def _jsonable(value: Any) -> Any:
         out |= {"limit": value.limit, "time_scale": value.time_scale, "rows": len(value.rows)}
         implied = None if value.implied is None else _jsonable(value.implied)
         out |= {"sharing": value.sharing, "block_tokens": value.block_tokens}
-        return out | {"implied_reuse": implied, "raised_prompts": raised_prompts(value)}
+        out |= {"implied_reuse": implied, "raised_prompts": raised_prompts(value)}
+        return out | {"skipped_rows": value.skipped_rows}
     if isinstance(value, DatasetConfig):
         skip = {"rows"}
         out = {

@@ -197,9 +197,10 @@ def _trace(c: Checker, params: MarkedMap, path: str, base_dir: Path) -> Trace | 
         c.at_value(params, "path", path, f"{why} (expected format: one of {formats})")
         return None
     try:
-        rows = read_trace(file, fmt, limit, scale)
+        rows, skipped = read_trace(file, fmt, limit, scale)
     except (TraceError, OSError, UnicodeDecodeError) as exc:
-        c.at_value(params, "path", path, f"unreadable trace: {exc} (expected a {fmt} trace)")
+        why = f"unreadable trace: {exc}"
+        c.at_value(params, "path", path, f"{why} (expected a readable {fmt} trace)")
         return None
     block_tokens = block_tokens or TRACE_BLOCK_TOKENS.get(fmt, DEFAULT_TRACE_BLOCK_TOKENS)
     has_ids = any(r.hash_ids for r in rows)
@@ -208,7 +209,7 @@ def _trace(c: Checker, params: MarkedMap, path: str, base_dir: Path) -> Trace | 
         c.at_value(params, "sharing", path, f"{why} (expected salted, or a mooncake trace)")
     sharing = sharing or ("hash_ids" if has_ids else "salted")
     implied = implied_reuse(rows, block_tokens) if has_ids else None
-    return Trace(file, fmt, limit, scale, rows, sharing, block_tokens, implied)
+    return Trace(file, fmt, limit, scale, rows, sharing, block_tokens, implied, skipped)
 
 
 def warmup(c: Checker, root: MarkedMap, trace_mode: bool) -> Warmup:

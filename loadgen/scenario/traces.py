@@ -13,14 +13,16 @@ Formats (the public traces' own schemas):
   string with up to 9 fractional digits (Azure LLM inference trace 2023).
 - `burstgpt`: CSV with `Timestamp` (s), `Request tokens`, `Response tokens`; rows with 0
   response tokens are failed requests in that trace and are skipped.
-Rows with no output tokens are skipped everywhere. Offsets are relative to the earliest row and
-multiplied by `time_scale` (0.5 replays twice as fast).
+Rows with no output tokens are skipped everywhere, and counted (the report says how many).
+Offsets are relative to the earliest row, skipped or not, and multiplied by `time_scale` (0.5
+replays twice as fast).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -51,20 +53,27 @@ def infer_format(path: Path) -> str | None:
     return None
 
 
-def read_trace(path: Path, fmt: str, limit: int | None, time_scale: float) -> tuple[TraceRow, ...]:
-    """The first `limit` usable rows of the trace, as time-scaled offsets from the earliest."""
+def read_trace(
+    path: Path, fmt: str, limit: int | None, time_scale: float
+) -> tuple[tuple[TraceRow, ...], int]:
+    """The first `limit` usable rows of the trace, as time-scaled offsets from the trace's
+    earliest row (a skipped row still marks when the trace began), and how many rows were
+    skipped for asking no output tokens."""
     raw: list[TraceRow] = []
+    skipped = 0
+    t0: int | None = None
     for t_ns, n_in, n_out, *more in _ROWS[fmt](path):
-        if n_out <= 0:
+        t0 = t_ns if t0 is None else min(t0, t_ns)
+        if n_out == 0:
+            skipped += 1
             continue
         raw.append(TraceRow(t_ns, n_in, n_out, *more))
         if limit is not None and len(raw) >= limit:
             break
-    if not raw:
+    if not raw or t0 is None:
         raise TraceError(f"{path}: no usable rows")
-    t0 = min(r.offset_ns for r in raw)
     rows = [replace(r, offset_ns=round((r.offset_ns - t0) * time_scale)) for r in raw]
-    return tuple(sorted(rows, key=lambda r: r.offset_ns))
+    return tuple(sorted(rows, key=lambda r: r.offset_ns)), skipped
 
 
 def full_blocks(row: TraceRow, block_tokens: int) -> tuple[int, ...]:
@@ -114,7 +123,7 @@ class _Forward:
     def __init__(self) -> None:
         self.last_ns: int | None = None
 
-    def check(self, where: str, t_ns: int, n_in: int) -> None:
+    def check(self, where: str, t_ns: int, n_in: int, n_out: int) -> None:
         if t_ns < 0:
             raise TraceError(f"{where}: negative timestamp (expected times >= 0)")
         if self.last_ns is not None and t_ns < self.last_ns:
@@ -123,6 +132,8 @@ class _Forward:
             )
         if n_in < 0:
             raise TraceError(f"{where}: negative input length (expected a token count >= 0)")
+        if n_out < 0:
+            raise TraceError(f"{where}: negative output length (expected a token count >= 0)")
         self.last_ns = t_ns
 
 
@@ -135,21 +146,39 @@ def _json_rows(path: Path, fmt: str, expected: str, parse: Callable[[Any], tuple
                 continue
             try:
                 out = parse(json.loads(line))
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
                 raise TraceError(
                     f"{path}:{lineno}: bad {fmt} row ({exc.__class__.__name__}: {exc}; expected "
                     f"{expected})"
                 ) from None
-            forward.check(f"{path}:{lineno}", out[0], out[1])
+            forward.check(f"{path}:{lineno}", out[0], out[1], out[2])
             yield out
+
+
+def _count(row: Any, key: str) -> int:
+    """A JSON token count: an integer, not a string, a float or a boolean int() would take."""
+    value = row[key]
+    if type(value) is not int:
+        raise ValueError(f"{key} must be an integer, got {str(value)[:40]}")
+    return value
+
+
+def _seconds_ns(row: Any, key: str, unit_ns: int) -> int:
+    """A JSON timestamp in `unit_ns` units as ns: a finite number (ints exact)."""
+    value = row[key]
+    if type(value) is int:
+        return value * unit_ns
+    if type(value) is not float or not math.isfinite(value):
+        raise ValueError(f"{key} must be a finite number, got {str(value)[:40]}")
+    return round(value * unit_ns)
 
 
 def _mooncake(path: Path) -> Iterator[tuple[int, int, int, tuple[int, ...]]]:
     def parse(row: Any) -> tuple[int, int, int, tuple[int, ...]]:
         return (
-            int(row["timestamp"]) * 1_000_000,
-            int(row["input_length"]),
-            int(row["output_length"]),
+            _seconds_ns(row, "timestamp", 1_000_000),
+            _count(row, "input_length"),
+            _count(row, "output_length"),
             _hash_ids(row.get("hash_ids")),
         )
 
@@ -160,16 +189,16 @@ def _bailian(path: Path) -> Iterator[tuple[int, int, int, tuple[int, ...], str, 
     root: dict[int, int] = {}
 
     def parse(row: Any) -> tuple[int, int, int, tuple[int, ...], str, int]:
-        chat, parent = int(row["chat_id"]), int(row["parent_chat_id"])
+        chat, parent = _count(row, "chat_id"), _count(row, "parent_chat_id")
         # A parent outside the file (a sampled trace) roots its own session.
         root[chat] = chat if parent == -1 else root.get(parent, parent)
         return (
-            round(float(row["timestamp"]) * 1e9),
-            int(row["input_length"]),
-            int(row["output_length"]),
+            _seconds_ns(row, "timestamp", 1_000_000_000),
+            _count(row, "input_length"),
+            _count(row, "output_length"),
             _hash_ids(row.get("hash_ids")),
             str(root[chat]),
-            int(row["turn"]),
+            _count(row, "turn"),
         )
 
     expected = "chat_id, parent_chat_id, timestamp, input_length, output_length, turn, hash_ids"
@@ -183,7 +212,14 @@ def _csv_rows(path: Path, columns: tuple[str, str, str]) -> Iterator[tuple[int, 
         if missing:
             raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)}")
         for row in reader:
-            yield reader.line_num, [row[c] for c in columns]
+            values = [row[c] for c in columns]
+            if None in values:
+                # DictReader pads a short row with None, which int() would take as a TypeError.
+                raise TraceError(
+                    f"{path}:{reader.line_num}: row has fewer fields than the header "
+                    f"(expected {', '.join(columns)})"
+                )
+            yield reader.line_num, values
 
 
 def _azure(path: Path) -> Iterator[tuple[int, int, int]]:
@@ -193,9 +229,9 @@ def _azure(path: Path) -> Iterator[tuple[int, int, int]]:
     ):
         try:
             row = _azure_ns(stamp), int(n_in), int(n_out)
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             raise TraceError(f"{path}:{lineno}: bad azure row ({exc})") from None
-        forward.check(f"{path}:{lineno}", row[0], row[1])
+        forward.check(f"{path}:{lineno}", *row)
         yield row
 
 
@@ -215,9 +251,9 @@ def _burstgpt(path: Path) -> Iterator[tuple[int, int, int]]:
     ):
         try:
             row = round(float(stamp) * 1e9), int(n_in), int(n_out)
-        except ValueError as exc:
+        except (ValueError, OverflowError) as exc:
             raise TraceError(f"{path}:{lineno}: bad burstgpt row ({exc})") from None
-        forward.check(f"{path}:{lineno}", row[0], row[1])
+        forward.check(f"{path}:{lineno}", *row)
         yield row
 
 

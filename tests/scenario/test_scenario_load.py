@@ -606,8 +606,8 @@ def test_an_unreadable_trace_is_its_only_error(tmp_path: Path) -> None:
         """
     assert errors_of(tmp_path, text) == [
         f"s.yaml:6: arrival.trace.path: unreadable trace: {tmp_path / 'bad.csv'}:2: bad azure "
-        "row (time data 'bad' does not match format '%Y-%m-%d %H:%M:%S') (expected a azure "
-        "trace)",
+        "row (time data 'bad' does not match format '%Y-%m-%d %H:%M:%S') (expected a readable "
+        "azure trace)",
     ]
     # A trace arrival still refuses what a trace sets, readable file or not.
     text = text.replace("{shape: code}", "{shape: code, tokens: 64}")

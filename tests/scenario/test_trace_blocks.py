@@ -22,7 +22,7 @@ FULL = Path("/work/shared/traces/mooncake/conversation_trace.jsonl")
 
 
 def test_implied_reuse_counts_leading_full_blocks_seen_before() -> None:
-    rows = read_trace(SHARED, "mooncake", None, 1.0)
+    rows, _ = read_trace(SHARED, "mooncake", None, 1.0)
     reuse = implied_reuse(rows, 512)
     # Hits: row 1 blocks 0,1; row 2 block 0; row 3 blocks 0,1,3 (6 is new); rows 4, 5 none.
     assert reuse.hit_tokens == (2 + 1 + 3) * 512
@@ -32,7 +32,7 @@ def test_implied_reuse_counts_leading_full_blocks_seen_before() -> None:
 
 
 def test_hash_ids_are_read_and_validated(tmp_path: Path) -> None:
-    rows = read_trace(SHARED, "mooncake", None, 1.0)
+    rows, _ = read_trace(SHARED, "mooncake", None, 1.0)
     assert rows[3].hash_ids == (0, 1, 3, 6)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 9, "output_length": 1, "hash_ids": "x"}\n')
