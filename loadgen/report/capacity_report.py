@@ -69,6 +69,14 @@ def _number(value: float | None) -> str:
     return "?" if value is None else f"{value:g}"
 
 
+def _runs_text(c: CapacitySummary, value: float) -> str:
+    """'pooled over N run(s)', and how many met the SLO alone where the runs disagree: a load
+    is judged on its runs pooled, so one run's miss can sit under a pooled pass."""
+    n = c.runs_at.get(format_load(value), 0)
+    alone = sum(p.passes for p in c.steps if format_load(p.value) == format_load(value))
+    return f"pooled over {n} run(s)" + ("" if alone in (0, n) else f", {alone} of {n} met it alone")
+
+
 def capacity_head(c: CapacitySummary) -> list[str]:
     """The lines a reader needs first: what was searched, the answer, the cause."""
     over = c.over
@@ -86,10 +94,9 @@ def capacity_head(c: CapacitySummary) -> list[str]:
     elif hi is None:
         lines.append(f"capacity: at least {_load(lo, over)} ({ended_text(c)})")
     else:
-        runs = c.runs_at
         lines.append(
-            f"capacity: {_load(lo, over)} (meets the SLO in {runs.get(format_load(lo), 0)} run(s); "
-            f"{_load(hi, over)} misses it pooled over {runs.get(format_load(hi), 0)}; interval "
+            f"capacity: {_load(lo, over)} (meets the SLO {_runs_text(c, lo)}; "
+            f"{_load(hi, over)} misses it {_runs_text(c, hi)}; interval "
             f"[{_load(lo, over)}, {_load(hi, over)}); {ended_text(c)})"
         )
     b = c.boundary

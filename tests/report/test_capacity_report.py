@@ -54,6 +54,27 @@ def test_a_search_out_of_probes_below_max_does_not_claim_the_slo_holds_at_max() 
     assert "holds at --max" not in head[2]
 
 
+def _step(order: int, value: float, passes: bool) -> dict[str, Any]:
+    return {"order": order, "value": value, "repeat": 0, "n": 20, "good": 18, "passes": passes,
+            "items": {}, "verdicts": {}}  # fmt: skip
+
+
+def test_a_pooled_pass_says_when_one_of_its_runs_missed_alone() -> None:
+    # capacity_seats over rate: 11 req/s missed in one run (85% within) and met in the other;
+    # the head said "meets the SLO in 2 run(s)".
+    steps = [_step(1, 11, False), _step(2, 12, False), _step(3, 12, True), _step(4, 11, True)]
+    head = capacity_head(_summary("resolved", steps=steps, capacity=11, first_fail=12,
+                                  runs_at={"11": 2, "12": 2}))  # fmt: skip
+    assert head[2].startswith(
+        "capacity: 11 (meets the SLO pooled over 2 run(s), 1 of 2 met it alone; 12 misses it "
+        "pooled over 2 run(s), 1 of 2 met it alone; interval [11, 12);"
+    )
+    steps = [_step(1, 11, True), _step(2, 12, False), _step(3, 12, False), _step(4, 11, True)]
+    head = capacity_head(_summary("resolved", steps=steps, capacity=11, first_fail=12,
+                                  runs_at={"11": 2, "12": 2}))  # fmt: skip
+    assert "(meets the SLO pooled over 2 run(s); 12 misses it pooled over 2 run(s);" in head[2]
+
+
 def _boundary(cause: str | None, **evidence: Any) -> Boundary:
     ev = {"missed": 3, "verdicts": {"x": 3}} | evidence
     return from_json(Boundary, {"cause": cause, "at": "concurrency=5", "evidence": ev})
