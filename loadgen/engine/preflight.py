@@ -147,11 +147,11 @@ def check_windows(plan: Plan, window: int | None, target: str) -> None:
             raise RunError(problem)
 
 
-def check_sim_windows(plan: Plan) -> None:
-    """RunError when a request of any arm cannot fit the built-in sim's window (the arm's
-    max_model_len)."""
+def check_sim_windows(plan: Plan, sim: str = "the built-in sim") -> None:
+    """RunError when a request of any arm cannot fit the window of the sim named `sim` (the
+    arm's max_model_len)."""
     for arm in plan.arms:
         window = arm.flags.get("max_model_len") or sim_window(arm.scenario)
-        problem = window_problem(arm.scenario, window, "the built-in sim")
+        problem = window_problem(arm.scenario, window, sim)
         if problem:
             raise RunError(problem)

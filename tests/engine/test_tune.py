@@ -190,6 +190,28 @@ def test_tune_refuses_a_flag_the_profile_cannot_predict_in_one_line(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def test_tune_refuses_a_request_past_the_profiles_window_before_a_point_runs(
+    tmp_path: Path,
+) -> None:
+    # The whale (3000 + 8 tokens) past a fitted 2048-token window was an HTTP 400 at every
+    # point, and tune ranked the points by the minnows that were left, rc 0.
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO, encoding="utf-8")
+    profile = tmp_path / "fit.yaml"
+    write_profile_file(profile, FittedProfile(
+        "tiny-fit", sim_profile("tiny"), 0.001, {"max_num_seqs": 4, "max_model_len": 2048},
+        fitted_on={"server": "sim"},
+    ))  # fmt: skip
+    proc = loadgen("tune", scenario, "--sim-profile", profile, "--search", SEARCH, "--slo", SLO,
+                   "--out", tmp_path / "runs")  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"Error: groups.whale: prompt 3000 + max_tokens 8 = 3008 tokens exceeds {profile}'s "
+        "sim's max_model_len 2048 (expected a smaller prompt or max_tokens)"
+    ]
+    assert not (tmp_path / "runs").exists()
+
+
 def test_coordinate_descent_finds_the_peak_within_its_budget() -> None:
     peak = (3, 1)
 
