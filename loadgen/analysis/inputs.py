@@ -52,6 +52,15 @@ class RunInputs:
     repeated_streams: int = 0
 
 
+def damage_json(inputs: RunInputs) -> dict[str, Any]:
+    """What of the directory could not be read: torn or repeated stream lines, torn metrics
+    lines and run.json fields dropped for their type (a report says each)."""
+    return {"unreadable_lines": inputs.unreadable_streams,
+            "repeated_lines": inputs.repeated_streams,
+            "unreadable_metrics_lines": inputs.unreadable_metrics,
+            "dropped_manifest_fields": list(inputs.dropped_fields)}  # fmt: skip
+
+
 def is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / "streams.jsonl").is_file()
 

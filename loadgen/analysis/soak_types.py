@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.analysis.drift import DriftVerdict
-from loadgen.analysis.summary_types import RunTarget, ServerWindow, target_json
+from loadgen.analysis.summary_types import RecordTally, RunTarget, ServerWindow, target_json
 from loadgen.clock import ClockName
 from loadgen.codec import from_json
 from loadgen.run_manifest import UntilPrecise
@@ -161,6 +161,7 @@ class SoakSummary:
     points: tuple[SoakPointRow, ...]
     clocks: ClocksControl = ClocksControl()  # an older soak.json has none
     precise: SoakPrecise | None = None  # a soak without --until-precise has none
+    records: RecordTally | None = None  # an older soak.json has none
 
 
 def read_soak(s: Mapping[str, Any]) -> SoakSummary:

@@ -44,7 +44,7 @@ from loadgen.analysis.hist import (
     new_histogram,
     tpot_histogram,
 )
-from loadgen.analysis.inputs import RunInputs, load_run
+from loadgen.analysis.inputs import RunInputs, damage_json, load_run
 from loadgen.analysis.lengths import prompt_drift, short_output
 from loadgen.analysis.needles import needle_recall
 from loadgen.analysis.phases import phase_summary
@@ -384,11 +384,7 @@ def _records_block(counts: RecordCounts, inputs: RunInputs) -> dict[str, Any]:
     dropped for their type beside them."""
     return {"planned": counts.planned, "measured": counts.measured, "missing": counts.missing,
             "not_measured": counts.not_measured, "limited": counts.limited,
-            "beyond_tolerance": counts.beyond_tolerance,
-            "unreadable_lines": inputs.unreadable_streams,
-            "repeated_lines": inputs.repeated_streams,
-            "unreadable_metrics_lines": inputs.unreadable_metrics,
-            "dropped_manifest_fields": list(inputs.dropped_fields)}  # fmt: skip
+            "beyond_tolerance": counts.beyond_tolerance} | damage_json(inputs)  # fmt: skip
 
 
 def _count(items: Iterable[Any]) -> dict[str, int]:

@@ -27,11 +27,13 @@ def export_cmd(run_dir: Path, out: Path | None) -> None:
     target = run_dir if out is None else out
     with readable(run_dir):
         try:
-            written = export(run_dir, target)
+            exported = export(run_dir, target)
         except OSError as e:
             raise click.ClickException(
                 f"{target}: cannot write the CSV files ({e.strerror or e}); pass --out a "
                 "writable folder"
             ) from None
-    for path in written:
+    for path in exported.paths:
         click.echo(str(path))
+    for note in exported.notes:
+        click.echo(note, err=True)

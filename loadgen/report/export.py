@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from loadgen.analysis.inputs import is_sweep_dir
+from loadgen.analysis.inputs import is_sweep_dir, load_run
 from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
-from loadgen.analysis.summary import MEASURE, analyze_run
+from loadgen.analysis.soak import is_soak
+from loadgen.analysis.summary import MEASURE, analyze
+from loadgen.analysis.summary_types import RunSummary, read_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import SweepSummary, read_sweep
 from loadgen.codec import to_json
+from loadgen.report.text import lost_lines
 
 STREAMS_CSV = "streams.csv"
 ARMS_CSV = "arms.csv"
@@ -34,6 +38,7 @@ STREAM_COLUMNS = (
     "verdict",
     "prompt_tokens",
     "completion_tokens",
+    "chunks",
     "token_source",
     "ttft_s",
     "tpot_s",
@@ -78,20 +83,46 @@ def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict[str, Any]]
         writer.writerows(rows)
 
 
-def export(run_dir: Path, out: Path) -> list[Path]:
-    """Writes streams.csv (and, for a sweep, arms.csv) of `run_dir` into `out`; their paths."""
+@dataclass(frozen=True, slots=True)
+class Exported:
+    """The CSV files written, and what a reader of them must know: records lost from the run
+    directory (each such stream is not a row) and the clock the times are on."""
+
+    paths: tuple[Path, ...]
+    notes: tuple[str, ...]
+
+
+def export(run_dir: Path, out: Path) -> Exported:
+    """Writes streams.csv (and, for a sweep, arms.csv) of `run_dir` into `out`."""
     tables: list[tuple[str, Sequence[str], list[dict[str, Any]]]]
     if is_sweep_dir(run_dir):
         sweep, arms = analyze_sweep(run_dir)
         s = read_sweep(sweep)
-        streams = stream_rows(a.summary for a in arms.values())
+        summaries = {f"arm {name}: ": a.summary for name, a in arms.items()}
+        soak = False
+        streams = stream_rows(summaries.values())
         tables = [(STREAMS_CSV, STREAM_COLUMNS, streams),
                   (ARMS_CSV, arm_columns(s), arm_rows(s))]  # fmt: skip
     else:
-        tables = [(STREAMS_CSV, STREAM_COLUMNS, stream_rows([analyze_run(run_dir).summary]))]
+        inputs = load_run(run_dir)
+        summaries, soak = {"": analyze(inputs).summary}, is_soak(inputs.manifest)
+        tables = [(STREAMS_CSV, STREAM_COLUMNS, stream_rows(summaries.values()))]
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, columns, rows in tables:
         write_csv(out / name, columns, rows)
         written.append(out / name)
-    return written
+    notes = [f"{arm}{line}" for arm, summary in summaries.items()
+             for line in _notes(read_run(summary), soak)]  # fmt: skip
+    return Exported(tuple(written), tuple(dict.fromkeys(notes)))
+
+
+def _notes(run: RunSummary, soak: bool) -> list[str]:
+    rec = run.records
+    # A soak's plan is a cap on requests, never all sent: none of it is missing.
+    lost = [] if rec is None else lost_lines(replace(rec, missing=None) if soak else rec)
+    if run.target.kind != "sim" or run.speed in (None, 1.0):
+        return lost
+    return [*lost, f"note: times and rates are on the run clock; the sim ran at speed "
+            f"{run.speed:g}, so its engine clock (a soak report's) reads times x {run.speed:g} "
+            f"and rates / {run.speed:g}"]  # fmt: skip

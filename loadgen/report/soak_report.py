@@ -26,7 +26,7 @@ from loadgen.clock import ClockName
 from loadgen.report.html import _img, _page
 from loadgen.report.plots import png_bytes
 from loadgen.report.tables import DASH, Table, num, rate, secs, to_html, to_plain
-from loadgen.report.text import standing_text
+from loadgen.report.text import lost_lines, standing_text
 
 SHADES = ("#e8eef7", "#f7efe4")
 
@@ -218,6 +218,7 @@ def head_lines(s: SoakSummary) -> list[str]:
                      "(raw, traffic mix not held fixed)")  # fmt: skip
     if end.reason in SERVER_STOPS:
         lines.append(f"!! the server stopped serving mid-soak: {end.detail}")
+    lines += [] if s.records is None else lost_lines(s.records)
     lines.append(_client_line(s))
     lines += precise_lines(s)
     lines += _clocks_lines(s.clocks)

@@ -226,7 +226,14 @@ def record_lines(rec: RecordTally | None) -> list[str]:
     """Measured of planned, and what is missing: a lost record is never silent."""
     if rec is None:
         return []
-    out = [f"records: {rec.measured} measured of {text_or_dash(rec.planned)} planned"]
+    return [f"records: {rec.measured} measured of {text_or_dash(rec.planned)} planned",
+            *lost_lines(rec)]  # fmt: skip
+
+
+def lost_lines(rec: RecordTally) -> list[str]:
+    """Planned streams with no record, and the lines and fields of a run directory that could
+    not be read: never silent."""
+    out = []
     if rec.missing:
         out.append(
             f"!! MISSING: {rec.missing} planned streams have no record (the run was stopped"

@@ -54,6 +54,18 @@ def test_a_leak_on_the_virtual_clock_is_drift_and_the_report_has_every_part(tmp_
     again = CliRunner().invoke(main, ["report", str(run)])
     assert again.exit_code == 0
     assert orjson.loads((run / "soak.json").read_bytes()) == soak
+    assert soak["records"]["unreadable_lines"] == 0 and "!! TORN" not in text
+    # Its CSV is on the run clock, the report on the sim's (speed 20): the export says so, and
+    # the soak's request cap is no plan with missing streams.
+    exported = CliRunner().invoke(main, ["export", str(run), "--out", str(tmp_path / "csv")])
+    assert "note: times and rates are on the run clock; the sim ran at speed 20" in exported.output
+    assert "MISSING" not in exported.output
+    # A torn last line is said, as a run's report says it (the soak's said nothing).
+    streams = run / "streams.jsonl"
+    streams.write_bytes(streams.read_bytes()[:-40])
+    torn = CliRunner().invoke(main, ["report", str(run)])
+    assert "!! TORN: 1 line(s) of streams.jsonl could not be read" in torn.output
+    assert orjson.loads((run / "soak.json").read_bytes())["records"]["unreadable_lines"] == 1
 
 
 def test_fixed_time_windows_from_the_command_line(tmp_path: Path):

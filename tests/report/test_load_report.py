@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import shutil
 from pathlib import Path
 
 import orjson
@@ -143,6 +144,23 @@ def test_export_of_a_non_load_sweep_and_of_one_arm(ladder: Path, tmp_path: Path)
     proc = loadgen("export", arm)
     assert proc.returncode == 0 and proc.stdout.splitlines() == [str(arm / "streams.csv")]
     assert len(_csv(arm / "streams.csv")[1]) == 4 and not (arm / "arms.csv").exists()
+
+
+def test_export_says_the_records_a_run_directory_lost(ladder: Path, tmp_path: Path) -> None:
+    arm = tmp_path / "arm"
+    shutil.copytree(ladder / "arms" / "groups.streams.count=4", arm)
+    proc = loadgen("export", arm)
+    assert proc.returncode == 0 and proc.stderr == ""
+    # A torn last line: 3 rows, and the lost stream said (it was written silently).
+    streams = arm / "streams.jsonl"
+    streams.write_bytes(streams.read_bytes()[:-40])
+    proc = loadgen("export", arm)
+    assert proc.returncode == 0 and len(_csv(arm / "streams.csv")[1]) == 3
+    assert proc.stderr.splitlines() == [
+        "!! MISSING: 1 planned streams have no record (the run was stopped before sending them, "
+        "or their lines were lost)",
+        "!! TORN: 1 line(s) of streams.jsonl could not be read",
+    ]
 
 
 def test_export_of_a_path_that_is_no_run_directory_is_one_line(tmp_path: Path) -> None:
