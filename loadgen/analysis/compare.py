@@ -98,26 +98,33 @@ def compare_summaries(
         for field, label, unit in COMPARED
     )
     runs = (read_run(a), read_run(b))
-    unlike = (*_partial(runs), *_other_plans(runs, plans),
+    unlike = (*unlike_runs(tuple(r.interrupted for r in runs), tuple(r.scenario for r in runs),
+                           plans),
               *_unlike_counts({g: (ga[g], gb[g]) for g in common}))  # fmt: skip
     return Comparison(rows, tuple(sorted(set(ga) - set(gb))), tuple(sorted(set(gb) - set(ga))),
                       runs, unlike)  # fmt: skip
 
 
-def _partial(runs: tuple[RunSummary, RunSummary]) -> list[str]:
+Pair = tuple[Any, Any]
+
+
+def unlike_runs(interrupted: Pair, scenarios: Pair, plans: Pair) -> list[str]:
+    """Why two runs (or two soaks) are not like for like: a side cut short, another scenario,
+    or the fields of their resolved plans that differ."""
+    return [*_partial(interrupted), *_other_plans(scenarios, plans)]
+
+
+def _partial(interrupted: Pair) -> list[str]:
     return [f"{side} was interrupted: its figures cover what finished"
-            for side, run in zip("AB", runs, strict=True) if run.interrupted]  # fmt: skip
+            for side, cut in zip("AB", interrupted, strict=True) if cut]  # fmt: skip
 
 
-def _other_plans(
-    runs: tuple[RunSummary, RunSummary],
-    plans: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None],
-) -> list[str]:
+def _other_plans(scenarios: Pair, plans: Pair) -> list[str]:
     """The scenarios' names where they differ, else the fields of their plans that do."""
-    a, b = runs
-    if a.scenario != b.scenario:
-        return [f"A ran scenario {a.scenario}, B ran {b.scenario}: groups of one name may "
-                "differ in all but the name"]  # fmt: skip
+    a, b = scenarios
+    if a != b:
+        return [f"A ran scenario {a}, B ran {b}: groups of one name may differ in all but the "
+                "name"]  # fmt: skip
     if plans[0] is None or plans[1] is None:
         return []
     fa, fb = _flat(plans[0]), _flat(plans[1])

@@ -3,6 +3,7 @@ difference against their noise."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -13,6 +14,7 @@ from loadgen.analysis.soak import is_soak
 from loadgen.analysis.summary import analyze_run
 from loadgen.report.cmd import compare_table, soak_pair, write_report
 from loadgen.report.readable import ARM_TABLES_OPTION, readable
+from loadgen.report.tables import Table
 from loadgen.report.text import render_rich
 
 
@@ -41,7 +43,8 @@ def compare_cmd(run_a: Path, run_b: Path) -> None:
     with readable(run_a, run_b):
         soaks = [is_soak(read_manifest(p)) for p in (run_a, run_b)]
         if any(soaks):
-            click.echo(render_rich([soak_pair(run_a, run_b, soaks)], []), nl=False)
+            unlike, table = soak_pair(run_a, run_b, soaks)
+            _echo_compare(unlike, table)
             return
         plans = (read_manifest(run_a).scenario, read_manifest(run_b).scenario)
         result = compare_summaries(analyze_run(run_a).summary, analyze_run(run_b).summary, plans)
@@ -51,4 +54,11 @@ def compare_cmd(run_a: Path, run_b: Path) -> None:
             f"no group in common: {run_a} has {only_a}; {run_b} has {only_b} (compare runs of "
             "one scenario)"
         )
-    click.echo(render_rich([compare_table(result, run_a, run_b)], []), nl=False)
+    _echo_compare(result.unlike, compare_table(result, run_a, run_b))
+
+
+def _echo_compare(unlike: Sequence[str], table: Table) -> None:
+    """The `!!` lines of what makes the two unlike first, then the table."""
+    for line in unlike:
+        click.echo(f"!! {line}")
+    click.echo(render_rich([table], []), nl=False)

@@ -3,6 +3,7 @@ end of a run (write_report): everything is recomputed from the run directory's f
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,18 +13,19 @@ import orjson
 
 from loadgen.analysis.calibration import is_calibration
 from loadgen.analysis.capacity import analyze_capacity, is_capacity
-from loadgen.analysis.compare import Comparison
+from loadgen.analysis.compare import Comparison, unlike_runs
 from loadgen.analysis.fidelity import fidelity_table, is_fidelity
 from loadgen.analysis.hist import write_hlogs
 from loadgen.analysis.inputs import arm_dirs, is_sweep_dir, read_manifest
 from loadgen.analysis.soak import analyze_soak_dir, is_soak
-from loadgen.analysis.soak_types import read_soak
+from loadgen.analysis.soak_types import SoakSummary, read_soak
 from loadgen.analysis.stats import canonical, dumps_canonical, median
 from loadgen.analysis.summary import Analysis, analyze_run, write_summary
 from loadgen.analysis.summary_types import RunSummary, read_run, read_stream_rows
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import SweepSummary, read_sweep
 from loadgen.analysis.tune import VERIFY, VIRTUAL, analyze_tune, is_tune, read_tune
+from loadgen.clock import ClockName
 from loadgen.codec import to_json
 from loadgen.redact import redact, redact_text
 from loadgen.report.calibration_report import CALIBRATION_PNG, calibration_report
@@ -49,6 +51,7 @@ from loadgen.report.tables import DASH, Table, num
 from loadgen.report.text import (
     header,
     hist_lines,
+    lost_lines,
     record_lines,
     render_plain,
     render_rich,
@@ -252,13 +255,8 @@ def compare_table(result: Comparison, a: Path, b: Path) -> Table:
                 r.verdict,
             )
         )
-    notes = [f"!! {line}" for line in result.unlike]
-    notes += [_arm_note("A", a, result.runs[0]), _arm_note("B", b, result.runs[1])]
-    if len({run.clock for run in result.runs}) > 1:
-        notes.append(
-            "one run on the wall clock, one on the virtual clock: B - A is the sim's error with "
-            "its profile (loadgen fidelity tabulates it per figure)"
-        )
+    notes = [_arm_note("A", a, result.runs[0]), _arm_note("B", b, result.runs[1])]
+    notes += _clock_notes(run.clock for run in result.runs)
     notes.append("noise = max(rep spread A, rep spread B); spread = max - min")
     notes += [f"only in A: {g}" for g in result.only_a]
     notes += [f"only in B: {g}" for g in result.only_b]
@@ -271,17 +269,24 @@ def compare_table(result: Comparison, a: Path, b: Path) -> Table:
     )
 
 
+def _clock_notes(clocks: Iterable[ClockName]) -> list[str]:
+    if len(set(clocks)) < 2:
+        return []
+    return ["one run on the wall clock, one on the virtual clock: B - A is the sim's error with "
+            "its profile (loadgen fidelity tabulates it per figure)"]  # fmt: skip
+
+
 def _arm_note(label: str, path: Path, run: RunSummary) -> str:
     """'A = path', with what the user said about that run's server, so arms differ on paper."""
     said = [what_ran(run, read_manifest(path).sim_profile), *user_server_lines(run)]
     return f"{label} = {path}" + "".join(f"; {line}" for line in said)
 
 
-def soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
+def soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> tuple[list[str], Table]:
     """Two soaks side by side in the soak report's own terms: decode tok/s per request on the
     server's clock (a run summary's is per wall second: x20 at sim speed 20, 4,192 vs 210) and
     each soak's drift verdict (its fixed-context trend, not the rep spread, which called a
-    -23% drift within noise)."""
+    -23% drift within noise); first, why the two are not like for like."""
     if not all(soaks):
         soak, other = (run_a, run_b) if soaks[0] else (run_b, run_a)
         raise click.ClickException(
@@ -289,6 +294,7 @@ def soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
             "(drift verdicts) or two runs (per-group medians)"
         )
     a, b = (read_soak(analyze_soak_dir(p)) for p in (run_a, run_b))
+    unlike = _unlike_soaks((run_a, run_b), (a, b))
     ra, rb = (median([p.rate for p in s.points]) for s in (a, b))
     diff = None if ra is None or rb is None else rb - ra
     pct = None if diff is None or not ra else 100 * diff / ra
@@ -300,7 +306,7 @@ def soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
         ("drift at fixed context %", num(effect[0]), num(effect[1]), DASH, DASH),
         ("drift verdict", va.verdict, vb.verdict, DASH, DASH),
     )
-    return Table(
+    return unlike, Table(
         "Compare soaks (B - A; each soak's own drift verdict)",
         ("quantity", "A", "B", "B - A", "%"),
         rows,
@@ -308,6 +314,19 @@ def soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> Table:
             f"A = {run_a}: {soak_reason(a)}",
             f"B = {run_b}: {soak_reason(b)}",
             "decode tok/s: per request, token-true, on the server's clock (the soak report's)",
+            *_clock_notes((a.clock, b.clock)),
         ),
         left=frozenset({0}),
     )
+
+
+def _unlike_soaks(paths: tuple[Path, Path], soaks: tuple[SoakSummary, SoakSummary]) -> list[str]:
+    """A soak cut short, another scenario or plan (--duration, --window and --fault are the
+    plan's), and records one side lost: the compare of two runs says each, and so does this."""
+    cut = tuple(s.end.reason == "interrupted" for s in soaks)
+    plans = tuple(read_manifest(p).scenario for p in paths)
+    out = unlike_runs(cut, tuple(s.scenario for s in soaks), plans)
+    for side, s in zip("AB", soaks, strict=True):
+        out += [f"{side}: {line.removeprefix('!! ')}" for line in
+                ([] if s.records is None else lost_lines(s.records))]  # fmt: skip
+    return out

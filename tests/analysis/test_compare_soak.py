@@ -3,6 +3,7 @@ server's clock) and its own drift verdict; a soak against a non-soak run is refu
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import orjson
@@ -51,9 +52,32 @@ def test_compare_soaks_uses_each_soaks_verdict_and_unit(soaks: tuple[Path, Path]
     row = _cells(result.output, "median decode tok/s")
     assert row[1:3] == [f"{rates[0]:.1f}", f"{rates[1]:.1f}"]
     assert "within noise" not in result.output
-    # Quiet both ways: a steady soak against itself is no drift on both sides.
+    # The fault is the plan's: compare says so first, as it does for two runs (it said nothing).
+    assert result.output.splitlines()[0] == (
+        "!! the plans differ (--set or an edited file): sim.faults None vs ['drift=3000']"
+    )
+    # Quiet both ways: a steady soak against itself is no drift on both sides, and like.
     same = CliRunner().invoke(main, ["compare", str(steady), str(steady)], terminal_width=200)
     assert _cells(same.output, "drift verdict")[1:3] == ["no drift", "no drift"]
+    assert "!!" not in same.output
+
+
+def test_a_soak_cut_short_or_torn_is_said_before_the_comparison(
+    soaks: tuple[Path, Path], tmp_path: Path
+) -> None:
+    steady = soaks[0]
+    cut = tmp_path / "cut"
+    shutil.copytree(steady, cut)
+    manifest = orjson.loads((cut / "run.json").read_bytes())
+    (cut / "run.json").write_bytes(orjson.dumps(manifest | {"interrupted": True, "soak_end": None}))
+    streams = cut / "streams.jsonl"
+    streams.write_bytes(streams.read_bytes()[:-40])
+    result = CliRunner().invoke(main, ["compare", str(steady), str(cut)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[:2] == [
+        "!! B was interrupted: its figures cover what finished",
+        "!! B: TORN: 1 line(s) of streams.jsonl could not be read",
+    ]
 
 
 def test_soak_against_a_non_soak_run_is_refused_in_one_line(
