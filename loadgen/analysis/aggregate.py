@@ -54,9 +54,17 @@ EVENT_COUNTERS = (
 )
 
 
+def token_sources(records: list[StreamRecord]) -> list[str]:
+    """The token sources of the records whose counts enter a figure: ok streams, and failed
+    ones that delivered tokens (an HTTP 500's zero, counted from its zero chunks, made a
+    group's source read `mixed:chunk_count+...`); every record's where none did."""
+    carrying = [r for r in records if r.status == "ok" or r.completion_tokens] or records
+    return sorted({r.token_source for r in carrying})
+
+
 def token_source_of(records: list[StreamRecord]) -> str:
-    """The records' token source, or `mixed:a+b` when they differ."""
-    sources = sorted({r.token_source for r in records})
+    """The records' token source (token_sources), or `mixed:a+b` when they differ."""
+    sources = token_sources(records)
     return sources[0] if len(sources) == 1 else "mixed:" + "+".join(sources)
 
 

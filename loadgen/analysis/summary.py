@@ -25,6 +25,7 @@ from loadgen.analysis.aggregate import (
     server_window,
     span_ns,
     token_source_of,
+    token_sources,
     window_json,
 )
 from loadgen.analysis.baselines import POOL_FULL
@@ -267,7 +268,7 @@ def _run_section(
         "speed": 1.0 if manifest.speed is None else manifest.speed,
         "clock": manifest.clock,
         "token_counter": manifest.token_counter,
-        "token_sources": sorted({r.token_source for r in measure}),
+        "token_sources": token_sources(measure),
         "prompt_shapes": dict(manifest.prompt_shapes or {}),
         "server_facts": dict(manifest.server or {}),
         "cache_checks": [to_json(c) for c in manifest.cache_checks or ()],
@@ -392,7 +393,15 @@ def _count(items: Iterable[Any]) -> dict[str, int]:
 
 
 def _field_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {f: describe(row[f] for row in rows) for f in names_where("group_stats")}
+    """Each group-stats field described over the group's streams; an answer's length over the
+    ok ones (5 HTTP 500s of 8 made a group of 8-token answers read a median of 0 tokens)."""
+    ok = [row for row in rows if row["status"] == "ok"]
+    return {f: describe(row[f] for row in (ok if f in ANSWER_LENGTH else rows))
+            for f in names_where("group_stats")}  # fmt: skip
+
+
+# The group-stats fields that measure an answer's length, which a failed stream cut short.
+ANSWER_LENGTH = frozenset({"completion_tokens", "tokens_per_chunk"})
 
 
 def _pooled_gaps(recs: list[StreamRecord]) -> dict[str, Any]:

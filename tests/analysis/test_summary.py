@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -14,6 +15,7 @@ from loadgen.analysis.summary import analyze
 from loadgen.analysis.sweep_types import MixedRow
 from loadgen.cli import main
 from loadgen.codec import from_json, to_json
+from loadgen.records import StreamError
 from loadgen.report.cmd import render_report, write_report
 from loadgen.run_manifest import write_manifest
 
@@ -30,6 +32,25 @@ def ttft_streams():
     out.append(stream("warm", sent=-200.0, chunks=[-100.0, -99.0], phase="warmup"))
     out.append(stream("h0", group="h", prompt=50000, sent=200.0, chunks=[230.0, 231.0]))
     return out
+
+
+def test_an_answers_length_and_token_source_stand_on_the_streams_that_carry_tokens():
+    # 2 ok streams of 8 usage tokens, 3 HTTP 500s of none (their count: their zero chunks):
+    # the group read "tokens 0" and "mixed:chunk_count+usage_continuous".
+    ok = [stream(f"ok{i}", sent=float(i), chunks=ticks(i + 0.5, 4, 0.01), tokens=[2] * 4)
+          for i in range(2)]  # fmt: skip
+    failed = [replace(stream(f"e{i}", sent=float(i), chunks=[], token_source="chunk_count"),
+                      status="error", error=StreamError("http_500", "boom"))
+              for i in range(3)]  # fmt: skip
+    summary = analyze(RunInputs(manifest(), [*ok, *failed], [])).summary
+    g = summary["groups"]["g"]
+    assert (g["n"], g["ok"], g["completion_tokens"]["n"]) == (5, 2, 2)
+    assert g["completion_tokens"]["median"] == 8 and g["token_source"] == "usage_continuous"
+    assert summary["run"]["token_sources"] == ["usage_continuous"]
+    # A failed stream that delivered tokens counts its source: the mix is said.
+    cut = replace(failed[0], completion_tokens=3, chunks=3)
+    g = analyze(RunInputs(manifest(), [*ok, cut], [])).summary["groups"]["g"]
+    assert g["token_source"] == "mixed:chunk_count+usage_continuous"
 
 
 def test_group_statistics_are_exact_and_measure_phase_only():
