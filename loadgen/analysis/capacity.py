@@ -17,7 +17,8 @@ The cause at the boundary: among the streams that missed an item at the first fa
 the verdict most of them carry names what binds (DESIGN.md's vocabulary), with the evidence
 that decided it (the cap and its source, the prefilling prompts, kv% and preemptions, the
 client's own error); streams admitted promptly that still miss a TPOT or E2E item are
-`decode_batch`: the batch's own step time, which no verdict blames on a wait.
+`decode_batch`: the batch's own step time, which no verdict blames on a wait; those that miss
+on TTFT alone are `own_prefill`: their own prompt's prefill, which no batch size moves.
 """
 
 from __future__ import annotations
@@ -229,17 +230,23 @@ def missed_rows(rows: Sequence[dict[str, Any]], slo: Sequence[SloItem]) -> list[
 
 
 def binding_cause(
-    missed: Sequence[dict[str, Any]], summary: dict[str, Any], load: str
+    missed: Sequence[dict[str, Any]], summary: dict[str, Any], load: str, slo: Sequence[SloItem]
 ) -> dict[str, Any]:
     """What binds at the first failing load (`load`, its label): the verdict most of the
-    streams that missed carry, and the evidence that says what would move the boundary."""
+    streams that missed carry, and the evidence that says what would move the boundary.
+    Streams admitted without a wait to blame bind on their own prompt's prefill where most of
+    them missed on TTFT alone (`own_prefill`: one seat, a 32k prompt), else on the batch's own
+    step time (`decode_batch`)."""
     counts = Counter(r["verdict"] for r in missed)
     ranked = sorted(
         (v for v in counts if v in CAUSES or v in ("admitted", "unexplained", "error")),
         key=lambda v: (-counts[v], CAUSES.index(v) if v in CAUSES else len(CAUSES)),
     )
     verdict = ranked[0] if ranked else None
-    cause = "decode_batch" if verdict in ("admitted", "unexplained") else verdict
+    cause = verdict
+    if verdict in ("admitted", "unexplained"):
+        prompt_only = [r for r in missed if r["verdict"] == verdict and _missed_ttft_alone(r, slo)]
+        cause = "own_prefill" if 2 * len(prompt_only) > counts[verdict] else "decode_batch"
     run = summary["run"]
     server = run.get("server") or {}
     evidence: dict[str, Any] = {"verdicts": dict(sorted(counts.items())), "missed": len(missed)}
@@ -262,7 +269,16 @@ def binding_cause(
     elif cause == "decode_batch":
         tpot = median(r.get("tpot_s") for r in missed)
         evidence |= {"tpot_p50_ms": None if tpot is None else tpot * 1e3}
+    elif cause == "own_prefill":
+        ttft = median(r.get("ttft_s") for r in missed)
+        evidence |= {"ttft_p50_ms": None if ttft is None else ttft * 1e3}
     return {"cause": cause, "verdict": verdict, "at": load, "evidence": evidence}
+
+
+def _missed_ttft_alone(row: dict[str, Any], slo: Sequence[SloItem]) -> bool:
+    """The stream missed a TTFT item and met every other."""
+    ttft = [within(row, i) for i in slo if i.metric == "ttft"]
+    return not all(ttft) and all(within(row, i) for i in slo if i.metric != "ttft")
 
 
 def _prefilling_prompts(summary: dict[str, Any], ids: list[str]) -> list[dict[str, Any]]:
@@ -332,7 +348,7 @@ def analyze_capacity(path: Path) -> tuple[dict[str, Any], dict[str, Analysis]]:
                                              config.get("group")), slo)
         ]  # fmt: skip
         first = analyses[at[0]["dir"]].summary
-        cause = binding_cause(missed, first, at[0]["label"])
+        cause = binding_cause(missed, first, at[0]["label"], slo)
     summary = {
         "schema": SCHEMA,
         "capacity": {

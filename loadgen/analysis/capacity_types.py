@@ -57,6 +57,7 @@ class BoundaryEvidence:
     budget: int | None = json_field(key="max_num_batched_tokens", default=None)
     kv_peak_perc: float | None = None
     preemptions: float | None = None
+    ttft_p50_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

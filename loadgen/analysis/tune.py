@@ -131,7 +131,7 @@ def binding(
     missed = missed_rows(judged_rows(summary, None), slo)
     if not missed:
         return MEETS, {}
-    cause = binding_cause(missed, summary, arm)
+    cause = binding_cause(missed, summary, arm, slo)
     return str(cause["cause"]), dict(cause["evidence"]["verdicts"])
 
 

@@ -58,6 +58,12 @@ def move_text(b: Boundary) -> str:
         return "the client itself: loadgen's own timing error exceeded its tolerance; add --workers"
     if b.cause == "error":
         return "requests failed at this load: see the step's report for the errors"
+    if b.cause == "own_prefill":
+        ttft = "?" if ev.ttft_p50_ms is None else f"{ev.ttft_p50_ms:.1f}"
+        return ("the prompts' own prefill: every missed stream was admitted without a wait the "
+                f"verdicts can blame and missed on TTFT alone (p50 {ttft} ms); "
+                "shorter prompts, a faster prefill or a looser TTFT limit move the boundary, not "
+                "seats or budget")  # fmt: skip
     if b.cause == "decode_batch":
         return ("every missed stream was admitted without a wait the verdicts can blame: the "
                 "batch's own step time (TPOT grows with the batch); a faster server or a looser "

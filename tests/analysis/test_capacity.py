@@ -144,14 +144,33 @@ def test_the_binding_cause_is_the_missed_streams_commonest_verdict() -> None:
         "run": {"cap": {"value": 4, "source": "sim"}, "server": {}, "server_facts": {}},
         "streams": [],
     }
-    seats = binding_cause([_missed("admission_cap")] * 2 + [_missed("prefill_hol")], summary, "c=5")
+    slo = (SloItem("ttft", 1.0, 0.9), SloItem("tpot", 5.0, 0.9))  # TTFT 5 s, TPOT 10 ms miss
+    seats = binding_cause([_missed("admission_cap")] * 2 + [_missed("prefill_hol")], summary,
+                          "c=5", slo)  # fmt: skip
     assert seats["cause"] == "admission_cap" and seats["evidence"]["cap"] == 4
     assert seats["at"] == "c=5" and seats["evidence"]["verdicts"] == {
         "admission_cap": 2, "prefill_hol": 1,
     }  # fmt: skip
-    batch = binding_cause([_missed("admitted")], summary, "c=9")
+    batch = binding_cause([_missed("admitted")], summary, "c=9", slo)
     assert batch["cause"] == "decode_batch" and batch["evidence"]["tpot_p50_ms"] == 10.0
-    assert binding_cause([], summary, "c=1")["cause"] is None
+    assert binding_cause([], summary, "c=1", slo)["cause"] is None
+
+
+def test_admitted_streams_that_miss_on_ttft_alone_bind_on_their_own_prefill() -> None:
+    # One seat, a TTFT-only SLO: the miss is the prompt's own prefill; capacity and tune said
+    # "decode_batch: TPOT grows with the batch" with no TPOT item and no batch.
+    summary: dict[str, Any] = {"run": {"server": {}, "server_facts": {}}, "streams": []}
+    ttft_only = (SloItem("ttft", 1.0, 0.9),)
+    got = binding_cause([_missed("admitted")] * 3, summary, "c=1", ttft_only)
+    assert got["cause"] == "own_prefill" and got["evidence"]["ttft_p50_ms"] == 5000.0
+    # Met TTFT, missed TPOT: the batch's step time still binds.
+    tpot_too = (SloItem("ttft", 10.0, 0.9), SloItem("tpot", 5.0, 0.9))
+    assert binding_cause([_missed("admitted")], summary, "c=9", tpot_too)["cause"] == (
+        "decode_batch"
+    )
+    # Both missed: not the prompt alone.
+    both = (SloItem("ttft", 1.0, 0.9), SloItem("tpot", 5.0, 0.9))
+    assert binding_cause([_missed("unexplained")], summary, "c=9", both)["cause"] == "decode_batch"
 
 
 def _capacity(tmp_path: Path, scenario: str, *args: str) -> dict[str, Any]:

@@ -102,4 +102,9 @@ def test_the_binding_cause_is_said_with_its_evidence() -> None:
         "a smaller prefill budget (max_num_batched_tokens 512) rations it less"
     )
     assert move_text(_boundary("decode_batch")).startswith("every missed stream was admitted")
+    assert move_text(_boundary("own_prefill", ttft_p50_ms=2750.0)) == (
+        "the prompts' own prefill: every missed stream was admitted without a wait the verdicts "
+        "can blame and missed on TTFT alone (p50 2750.0 ms); shorter prompts, a faster prefill or "
+        "a looser TTFT limit move the boundary, not seats or budget"
+    )
     assert move_text(_boundary(None)) == "no stream missed the SLO"
