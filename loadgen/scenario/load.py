@@ -139,9 +139,11 @@ def _sweep(
     too_many = arms_problem([len(values) for _, values, _ in axes])
     if too_many:
         c.add(m.loc, "sweep", too_many)
-    if c.errors or base is None:
+    if base is None or too_many:
         return None
-    arms = tuple(_arm(c, root, source, display, point) for point in _points(axes))
+    # Past a bad flag value the --set paths are still tried, so every error shows at once.
+    tried = [a for a in axes if "." in a[0]] if c.errors else axes
+    arms = tuple(_arm(c, root, source, display, point) for point in _points(tried)) if tried else ()
     if c.errors:
         return None
     return Sweep(tuple((k, v) for k, v, _ in axes), arms, boots)

@@ -647,3 +647,12 @@ def test_sweep_axes_multiply_into_named_arms(tmp_path: Path) -> None:
     ]
     assert sweep.arms[3].flags == {"max_num_seqs": 4}
     assert sweep.arms[3].settings == {"groups.a.count": 3}
+
+
+def test_a_bad_flag_value_does_not_hide_the_bad_set_paths_beside_it(tmp_path: Path) -> None:
+    # The --set path errors showed only once the flag's were fixed: "every error at once".
+    text = BASE + "sweep:\n  groups.a.count: [-2]\n  max_num_seqs: [0]\n  groups.b.count: [0]\n"
+    errors = errors_of(tmp_path, text)
+    assert [e.split(": ", 2)[1] for e in errors] == [
+        "groups.a.count", "sweep.max_num_seqs[0]", "groups.b.count",
+    ]  # fmt: skip
