@@ -162,6 +162,7 @@ class SoakSummary:
     clocks: ClocksControl = ClocksControl()  # an older soak.json has none
     precise: SoakPrecise | None = None  # a soak without --until-precise has none
     records: RecordTally | None = None  # an older soak.json has none
+    duration_s: float | None = None
 
 
 def read_soak(s: Mapping[str, Any]) -> SoakSummary:

@@ -65,7 +65,8 @@ class SoakStop:
     def stopped(self) -> bool:
         deadline = self._deadline_ns
         if self.reason is None and deadline is not None and self._clock() >= deadline:
-            self._stop("duration reached", f"{self.duration_s:g} s on the server's clock")
+            self._stop("duration reached", f"the {self.duration_s:g} s duration on the server's "
+                       "clock")  # fmt: skip
         return self.reason is not None
 
     def see(self, rec: StreamRecord) -> None:

@@ -29,6 +29,8 @@ from loadgen.report.tables import DASH, Table, num, rate, secs, to_html, to_plai
 from loadgen.report.text import lost_lines, standing_text
 
 SHADES = ("#e8eef7", "#f7efe4")
+# A soak that stopped more than this share past its duration says by how much.
+OVERRUN_SAID = 0.01
 
 
 def windows_table(s: SoakSummary) -> Table:
@@ -213,6 +215,7 @@ def head_lines(s: SoakSummary) -> list[str]:
         + (f" at {end.at_s:.1f} s of the run clock" if end.at_s is not None else "")
         + (f" ({end.detail})" if end.detail else ""),
     ]
+    lines += _overrun_lines(s)
     if s.first_to_last is not None:
         lines.append(f"median decode first -> last window: {s.first_to_last * 100:+.1f}% "
                      "(raw, traffic mix not held fixed)")  # fmt: skip
@@ -229,6 +232,20 @@ def head_lines(s: SoakSummary) -> list[str]:
         lines.append(f"sim at speed {s.speed:g}: times and rates are on the sim's "
                      "engine clock (wall x speed)")  # fmt: skip
     return lines
+
+
+def _overrun_lines(s: SoakSummary) -> list[str]:
+    """How far past its duration a soak sent: a conversation under way finishes its turns
+    (soak_agent's hour ran to 3,803 s, and its end line read 1800 s)."""
+    end, speed = s.end, s.speed if s.target.kind == "sim" and s.speed else 1.0
+    if end.reason != "duration reached" or end.at_s is None or not s.duration_s:
+        return []
+    server_s = end.at_s * speed
+    if server_s <= s.duration_s * (1 + OVERRUN_SAID):
+        return []
+    return [f"note: the soak stopped at {server_s:.0f} s on the server's clock, "
+            f"{server_s / s.duration_s - 1:.0%} past its {s.duration_s:g} s duration: the "
+            "conversations under way at the deadline finished their turns"]  # fmt: skip
 
 
 def _clocks_lines(c: ClocksControl) -> list[str]:

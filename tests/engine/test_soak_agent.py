@@ -41,6 +41,11 @@ def test_an_hour_of_agent_sessions_without_drift_is_not_called_drift(tmp_path: P
     assert v["verdict"] == "no drift"
     assert v["adjusted"]["ci_lo"] > -0.025 and v["adjusted"]["ci_hi"] < 0.025
     text = (run / "report.txt").read_text()
+    # The conversation under way at the hour finished its turns: the report says how far past.
+    end_s = orjson.loads((run / "run.json").read_bytes())["soak_end"]["at_s"]
+    assert end_s > 3600 * 1.01
+    assert (f"note: the soak stopped at {end_s:.0f} s on the server's clock, "
+            f"{end_s / 3600 - 1:.0%} past its 3600 s duration") in text  # fmt: skip
     assert "at fixed context" in text and "Soak windows (thirds)" in text
     # The context-bin table shows the same rate in each bin in every third: no drift inside.
     assert "Decode tok/s by context bin" in text and "70-90K" in text
