@@ -232,6 +232,8 @@ class Span:
     """The measured window a server window covers (s from run start)."""
 
     duration_s: float
+    from_s: float | None = None
+    to_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +243,7 @@ class ServerWindow:
     available: bool
     note: str = ""
     window: Span | None = None
+    polled: Span | None = None
     polls: int = 0
     poll_interval_s: float | None = None
     kv_peak_perc: float | None = None

@@ -52,6 +52,12 @@ class _Series(NamedTuple):
     asked: list[int]
 
 
+# A window's ends may lie this many poll intervals, or this share of the window, past the polls
+# before Timeline.polled_part says the polls fall short of it.
+GAP_POLLS = 3
+GAP_SHARE = 0.05
+
+
 class Timeline:
     """Successful scrapes sorted by time, with per-metric series."""
 
@@ -158,6 +164,21 @@ class Timeline:
                 best = run
             i = j + 1
         return best
+
+    def polled_part(self, t0_ns: int, t1_ns: int) -> tuple[int, int] | None:
+        """The part of [t0, t1] between the first and the last poll, where the polls leave
+        more than GAP_POLLS poll intervals (or GAP_SHARE of the window) unpolled at an end: a
+        metrics.jsonl cut short, or a /metrics that stopped answering. None where they cover
+        the window; (t1, t1) where no poll is near it."""
+        if not self._ts:
+            return (t1_ns, t1_ns)
+        gaps = [b - a for a, b in pairwise(self._ts)]
+        allowance = max(GAP_POLLS * (median(gaps) or 0), GAP_SHARE * (t1_ns - t0_ns))
+        first, last = self._ts[0], self._ts[-1]
+        if first <= t0_ns + allowance and last >= t1_ns - allowance:
+            return None
+        lo, hi = max(first, t0_ns), min(last, t1_ns)
+        return (lo, hi) if lo <= hi else (t1_ns, t1_ns)
 
     def poll_interval_s(self, t0_ns: int, t1_ns: int) -> float | None:
         """Median time between the successful polls inside [t0, t1] (None with fewer than

@@ -22,6 +22,7 @@ from loadgen.analysis.summary_types import (
     HistBlock,
     RecordTally,
     RunSummary,
+    ServerWindow,
     StreamRow,
     StreamTally,
     any_multi_token,
@@ -120,6 +121,7 @@ def header(run: RunSummary) -> list[str]:
     lines += raised_lines(run.trace_prompts_raised)
     lines += skipped_lines(run.trace_rows_skipped)
     lines += record_lines(run.records)
+    lines += polled_lines(run.server)
     lines += added_ttft_lines(run.added_ttft, virtual=run.clock == ClockName.VIRTUAL)
     lines += server_log_lines(run.server_log)
     if run.boots_per_arm:
@@ -228,6 +230,17 @@ def record_lines(rec: RecordTally | None) -> list[str]:
         return []
     return [f"records: {rec.measured} measured of {text_or_dash(rec.planned)} planned",
             *lost_lines(rec)]  # fmt: skip
+
+
+def polled_lines(srv: ServerWindow) -> list[str]:
+    """A measured window the server's polls fall short of: its counters are of a part."""
+    polled, window = srv.polled, srv.window
+    if polled is None or window is None:
+        return []
+    part = f"{secs(polled.from_s)}-{secs(polled.to_s)}"
+    whole = f"{secs(window.from_s)}-{secs(window.to_s)}"
+    return [f"!! METRICS GAP: the server's polls cover {part} s of the measured {whole} s: its "
+            "counters and peaks are of that part, and generation tok/s is not given"]  # fmt: skip
 
 
 def lost_lines(rec: RecordTally) -> list[str]:
@@ -507,6 +520,8 @@ def server_table(summary: dict[str, Any]) -> Table:
         if srv.polls
         else f"no poll inside the {secs(srv.duration_s)} s window"
     )
+    if srv.polled is not None:
+        kv += f" (polled {secs(srv.polled.duration_s)} s of it)"
     rows = [
         ("kv% peak of polls", kv),
         ("polls inside", f"{srv.polls} (one every {secs(srv.poll_interval_s)} s)"),

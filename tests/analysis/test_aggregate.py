@@ -7,11 +7,13 @@ import pytest
 from loadgen.analysis.aggregate import joint_decode, reps_wall_s, server_window
 from loadgen.analysis.inputs import RunInputs
 from loadgen.analysis.summary import analyze
+from loadgen.analysis.summary_types import ServerWindow
 from loadgen.analysis.timeline import Timeline
-from loadgen.report.text import render_plain
+from loadgen.codec import from_json
+from loadgen.report.text import polled_lines, render_plain
 from loadgen.run_manifest import RunManifest
 
-from support.run_fixtures import manifest, sample, stream, ticks
+from support.run_fixtures import manifest, ns, sample, stream, ticks
 
 S = 1_000_000_000
 
@@ -284,3 +286,23 @@ def test_the_poll_interval_is_the_windows_own():
     assert server_window(polls, S // 2, 3 * S // 2)["poll_interval_s"] == 0.25
     # Fewer than two polls inside: no interval to tell.
     assert server_window(polls, S // 10, S // 5)["poll_interval_s"] is None
+
+
+def test_a_window_the_polls_fall_short_of_says_the_part_they_cover():
+    # Polls every 0.5 s to 4 s, 100 tokens a poll (200 tok/s), the measured window to 8.4 s
+    # (a metrics.jsonl cut in half): its table read "generation tok/s 0.0 over 8.376 s".
+    polls = Timeline([sample(i / 2, gen=100 * i, kv=0.3) for i in range(9)])
+    cut = server_window(polls, 0, ns(8.4))
+    assert cut["polled"] == {"from_s": 0.0, "to_s": 4.0, "duration_s": 4.0}
+    assert cut["generation_tokens"] == 800 and cut["generation_tok_s"] is None
+    text = polled_lines(from_json(ServerWindow, cut))
+    assert text == ["!! METRICS GAP: the server's polls cover 0.000-4.000 s of the measured "
+                    "0.000-8.400 s: its counters and peaks are of that part, and generation "
+                    "tok/s is not given"]  # fmt: skip
+    # Ends within three poll intervals of the polls: covered, the rate over the window given.
+    whole = server_window(polls, ns(0.2), ns(4.0))
+    assert whole["polled"] is None and whole["generation_tok_s"] == pytest.approx(200.0)
+    assert polled_lines(from_json(ServerWindow, whole)) == []
+    # A window no poll comes near: nothing to say of it, rather than zeros.
+    far = server_window(polls, ns(20), ns(30))
+    assert far["available"] is False and "no poll of the server" in far["note"]
