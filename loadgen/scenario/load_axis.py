@@ -4,8 +4,10 @@
 scenario into one arm per load value, each arm the scenario with only its arrival (or one
 group's count) changed, so every arm sends the same prompts, shapes and output lengths:
 - concurrency N: a closed loop with N seats (`vllm bench serve --max-concurrency`);
-- rate R: Poisson arrivals at R requests/s (a gamma arrival keeps its burstiness); `inf`
-  sends every request at once (a closed loop with as many seats as requests);
+- rate R: Poisson arrivals at R requests/s (a gamma arrival keeps its burstiness), N of them
+  scaled so the last comes at N / R, as vllm bench serve schedules a rate (the rate sent is
+  the label, whatever the seed); `inf` sends every request at once (a closed loop with as
+  many seats as requests);
 - `group` G: G's count is the load (its streams are its users), under the scenario's own
   `together` or `staggered` arrival, so a whale in another group stays one whale.
 How many requests an arm sends: the arrival's own `count` or `duration_s` where it gives one,
@@ -164,11 +166,14 @@ def with_load(scenario: Scenario, axis: LoadAxis, value: float) -> Scenario:
         arrival = Closed(cap or count, count)
     else:
         count = _count(scenario, axis, own_count, own_duration, RATE_SECONDS * value)
+        # A counted rate is sent at its label: 40 drawn gaps at 16/s spanned 3.26 s (12/s), and
+        # capacity named 16 req/s for a server that completes 11.35.
+        exact = count is not None and own_duration is None
         if isinstance(a, Gamma):
             arrival = dataclasses.replace(a, rate_per_s=value, count=count, concurrency=cap,
-                                          ramp=None)  # fmt: skip
+                                          ramp=None, exact_span=exact)  # fmt: skip
         else:
-            arrival = Poisson(value, count, own_duration, cap)
+            arrival = Poisson(value, count, own_duration, cap, exact_span=exact)
     return dataclasses.replace(scenario, arrival=arrival)
 
 

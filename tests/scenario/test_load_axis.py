@@ -50,22 +50,29 @@ def test_concurrency_makes_a_closed_loop_sized_per_seat() -> None:
 
 def test_rate_makes_poisson_keeps_a_gamma_and_inf_sends_all_at_once() -> None:
     s = load_scenario("smoke")
-    assert with_load(s, LoadAxis("rate"), 2.0).arrival == Poisson(2.0, 32)
-    assert with_load(s, LoadAxis("rate"), 10.0).arrival == Poisson(10.0, 100)
+    # A counted rate is sent at its label (bench's schedule: the last of N at N / rate).
+    assert with_load(s, LoadAxis("rate"), 2.0).arrival == Poisson(2.0, 32, exact_span=True)
+    assert with_load(s, LoadAxis("rate"), 10.0).arrival == Poisson(10.0, 100, exact_span=True)
     assert with_load(s, LoadAxis("rate"), math.inf).arrival == Closed(32, 32)
     gamma = load_scenario("smoke", ["arrival={gamma: {rate_per_s: 1, burstiness: 0.5, count: 9}}"])
-    assert with_load(gamma, LoadAxis("rate"), 4.0).arrival == Gamma(4.0, 0.5, 9)
+    assert with_load(gamma, LoadAxis("rate"), 4.0).arrival == Gamma(4.0, 0.5, 9, exact_span=True)
+    # A duration bounds the arrivals instead: nothing to scale them to.
+    timed = load_scenario("smoke", ["arrival={poisson: {rate_per_s: 1, duration_s: 5}}"])
+    assert with_load(timed, LoadAxis("rate"), 2.0).arrival == Poisson(2.0, None, 5.0)
 
 
 def test_a_seat_cap_stays_on_every_rate_and_is_the_seats_at_inf() -> None:
     capped = load_scenario("smoke", ["arrival={poisson: {rate_per_s: 1, concurrency: 3}}"])
-    assert with_load(capped, LoadAxis("rate"), 2.0).arrival == Poisson(2.0, 32, concurrency=3)
+    exact = {"exact_span": True}
+    assert with_load(capped, LoadAxis("rate"), 2.0).arrival == Poisson(2.0, 32, concurrency=3,
+                                                                       **exact)  # fmt: skip
     assert with_load(capped, LoadAxis("rate"), math.inf).arrival == Closed(3, 32)
     s = load_scenario("smoke")
-    assert with_load(s, LoadAxis("rate", cap=5), 2.0).arrival == Poisson(2.0, 32, concurrency=5)
+    assert with_load(s, LoadAxis("rate", cap=5), 2.0).arrival == Poisson(2.0, 32, concurrency=5,
+                                                                        **exact)  # fmt: skip
     ramp_set = "ramp: {strategy: linear, start_rate_per_s: 1, end_rate_per_s: 4}"
     ramp = load_scenario("smoke", [f"arrival={{gamma: {{burstiness: 2, count: 9, {ramp_set}}}}}"])
-    assert with_load(ramp, LoadAxis("rate"), 4.0).arrival == Gamma(4.0, 2.0, 9)
+    assert with_load(ramp, LoadAxis("rate"), 4.0).arrival == Gamma(4.0, 2.0, 9, **exact)
 
 
 def test_a_group_count_is_the_load_under_together_only() -> None:
