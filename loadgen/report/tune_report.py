@@ -5,7 +5,8 @@ setting)."""
 
 from __future__ import annotations
 
-from loadgen.analysis.tune import FIGURES, TuneSummary, Verification
+from loadgen.analysis.load_sweep import PARETO_MIN_GAIN
+from loadgen.analysis.tune import FIGURES, TunePoint, TuneSummary, Verification
 from loadgen.report.load_plot import LoadPoint, pareto_png
 from loadgen.report.tables import DASH, Table, msecs, num, to_plain
 
@@ -66,9 +67,25 @@ def verdict_lines(t: TuneSummary) -> list[str]:
     lines.append(f"pick: {pick.arm} ({t.objective} {num(pick.objective, 3)}, {pick.binding})")
     if t.verification is not None:
         lines.append(verification_line(t.verification))
+    else:
+        lines += _tie_lines(t, pick)
     if t.server_command:
         lines.append(f"server command: {t.server_command}")
     return lines
+
+
+def _tie_lines(t: TuneSummary, pick: TunePoint) -> list[str]:
+    """The points the unverified pick leads by less than a gain that counts (1%): a real
+    server's boots would not tell them apart (3.695 against 3.691 and 3.677 was a pick)."""
+    if pick.objective is None:
+        return []
+    floor = pick.objective * (1 - PARETO_MIN_GAIN)
+    tied = [p.arm for p in t.ranking[1:] if p.objective is not None and p.objective >= floor]
+    if not tied:
+        return []
+    return [f"note: {len(tied)} other point(s) within {PARETO_MIN_GAIN:.0%} of the pick's "
+            f"{t.objective} ({', '.join(tied)}): a tie on the virtual clock, which a server's "
+            "boot-to-boot spread can reverse; --verify N runs the top N on the server"]  # fmt: skip
 
 
 def verification_line(v: Verification) -> str:

@@ -14,7 +14,7 @@ import pytest
 from loadgen.analysis.slo import parse_slo
 from loadgen.analysis.tune import VerifiedPoint, binding, read_tune, server_command, verdict
 from loadgen.engine.tune import descent_order
-from loadgen.report.tune_report import verification_line
+from loadgen.report.tune_report import verdict_lines, verification_line
 from loadgen.sim.profile_file import (
     FittedProfile,
     load_profile_file,
@@ -108,6 +108,26 @@ def test_tune_prints_a_line_per_point_and_the_pick(tuned: tuple[Path, Path, Path
     text = (root / "report.txt").read_text()
     assert "admission_cap" in text and "pick: " in text
     assert (root / "tune.png").stat().st_size > 0
+
+
+def test_an_unverified_pick_says_which_points_it_leads_by_less_than_one_percent(
+    tuned: tuple[Path, Path, Path],
+) -> None:
+    t = read_tune(orjson.loads((tuned[2] / "summary.json").read_bytes()))
+    best, runner_up, *rest = t.ranking
+    assert best.objective and not any("within 1%" in line for line in verdict_lines(t))
+
+    def with_second(share: float) -> list[str]:
+        second = dataclasses.replace(runner_up, objective=best.objective * share)
+        return verdict_lines(dataclasses.replace(t, ranking=(best, second, *rest)))
+
+    # 3.695 against 3.691 was a pick with nothing said: a tie a server's boots can reverse.
+    assert with_second(0.995)[-1] == (
+        f"note: 1 other point(s) within 1% of the pick's goodput ({runner_up.arm}): a tie on "
+        "the virtual clock, which a server's boot-to-boot spread can reverse; --verify N runs "
+        "the top N on the server"
+    )
+    assert not any("within 1%" in line for line in with_second(0.98))
 
 
 def test_report_redraws_a_tune_directory_byte_identically(
