@@ -46,6 +46,19 @@ class PrecisionTarget:
         """The target as parse_precise reads it back (run.json keeps a soak's this way)."""
         return f"{self.name}={self.margin!r}"
 
+    @property
+    def shown(self) -> str:
+        """The target as the user writes it: ttft_p90=5%."""
+        return f"{self.name}={self.margin * 100:g}%"
+
+    def on_server_clock(self, value: float | None, speed: float) -> float | None:
+        """A value of the metric, measured on the run clock, on a sim's clock at `speed`: a
+        time x speed, a rate / speed, a count as it is."""
+        unit = METRICS[self.metric].unit
+        if value is None or unit not in ("s", "tok/s", "chunks/s"):
+            return value
+        return value * speed if unit == "s" else value / speed
+
     def value(self, rec: StreamRecord) -> float | None:
         """The stream's value of the metric (None: it has none, e.g. a failed stream)."""
         return METRICS[self.metric].of(rec)

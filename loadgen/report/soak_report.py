@@ -50,7 +50,7 @@ def windows_table(s: SoakSummary) -> Table:
             _client_cell(w.client), _gpu_cell(w.gpu),
         ))  # fmt: skip
     return Table(
-        f"Soak windows ({s.window})",
+        f"Soak windows ({'cut where precise' if s.precise else s.window})",
         ("window", "n", "length s", "decode tok/s p50", "p10", "TTFT p50 s", "prefill tok/s",
          "mean ctx", "prompt/out", "prefix hit", "spec accept", "kv% peak/mean", "preempt",
          "gen tok (server)", "prompt tok (server)", "client lag max ms / cpu / RSS MiB",
