@@ -47,7 +47,8 @@ EXIT_MISMATCH = 3
 @TARGET_OPTIONS
 @LAUNCH_OPTIONS
 @click.option("--block-size", type=click.IntRange(min=1), default=None,
-              help="Tokens per KV block, when the server does not say (<= 13107).")  # fmt: skip
+              help="Tokens per KV block, for a server that does not say (<= 13107; a "
+                   "server that says another is refused).")  # fmt: skip
 @click.option("--tokens", type=click.IntRange(min=1), default=None,
               help="Probe tokens, fixed (default: sized to 20x the server's TTFT floor, "
                    ">= 10 blocks, <= 131072 and the model window).")  # fmt: skip
@@ -116,11 +117,18 @@ async def _probe_url(
         except RunError as exc:
             raise ProbeRefused(f"cache probe refused: {exc}") from None
         block, source = known_block, known_source
-        if args["block_size"] is not None:
-            block, source = args["block_size"], "--block-size"
-        elif block is None:
+        if block is None:
             block = block_size_from_metrics(await _metrics_text(client))
             source = "vllm:cache_config_info"
+        given = args["block_size"]
+        if given is not None and block is not None and given != block:
+            # The probe's threshold is blocks x the size: a wrong size judges the counters
+            # against the wrong number of reusable tokens.
+            raise ProbeRefused(f"cache probe refused: --block-size {given}, but the server says "
+                               f"{block} ({source}); drop --block-size, which is for a server "
+                               "that does not say")  # fmt: skip
+        if block is None and given is not None:
+            block, source = given, "--block-size"
         size = probe_size(args["tokens"], block, source, served_window(listing, model))
         # A fresh salt per probe: a prompt an earlier probe left in the cache would read warm.
         salt = f"probe-{secrets.token_hex(4)}"

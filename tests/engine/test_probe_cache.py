@@ -124,6 +124,16 @@ def test_a_fast_sim_is_healthy_by_its_counters_with_ttft_as_witness() -> None:
     assert "decided by counters: prefix-cache hits +" in out and "; TTFT: warm TTFT" in out
 
 
+def test_a_block_size_the_server_contradicts_is_refused_and_one_it_agrees_with_taken() -> None:
+    # --block-size is for a server that does not say; it overrode one that said 16.
+    code, out = cli(*SIM, "--block-size", "8")
+    assert (code, out) == (2, "cache probe refused: --block-size 8, but the server says 16 "
+                              "(server boot_log); drop --block-size, which is for a server that "
+                              "does not say\n")  # fmt: skip
+    code, out = cli(*SIM, "--block-size", "16")
+    assert code == 0 and "block size from server boot_log" in out, out
+
+
 def test_warm_answers_that_differ_are_a_correctness_failure() -> None:
     code, out = cli(*SIM, "--server-arg=--fault=warm_mismatch=1")
     assert code == 3, out
