@@ -156,9 +156,9 @@ def _wanted_load(
     if not steps:
         return search.lo
     lo, hi = boundary(steps, slo)
-    if hi is None:  # everything so far passes: go up
+    if hi is None:  # everything so far passes: go up, and confirm --max once it is reached
         assert lo is not None
-        return None if lo >= search.hi else min(search.hi, _up(lo, search))
+        return _repeat(steps, (lo,), search) if lo >= search.hi else min(search.hi, _up(lo, search))
     if lo is None:  # the smallest load, search.lo, fails: confirm it, then stop
         return _repeat(steps, (hi,), search)
     if _gap_open(lo, hi, search):

@@ -81,9 +81,10 @@ def test_the_search_brackets_bisects_then_repeats_the_boundary() -> None:
 
 
 def test_the_search_ends_at_either_bound_and_at_its_probe_limit() -> None:
+    # --max is confirmed as --min is: "at least 8" rested on one run of 8.
     order, got = _search(Search("concurrency", 1, 8), capacity=100)
-    assert order == [1, 2, 4, 8] and got["capacity"] == 8 and got["first_fail"] is None
-    assert got["ended"] == "holds_at_max"
+    assert order == [1, 2, 4, 8, 8] and got["capacity"] == 8 and got["first_fail"] is None
+    assert got["ended"] == "holds_at_max" and got["runs_at"] == {"8": 2}
     order, got = _search(Search("concurrency", 2, 8), capacity=1)
     assert order == [2, 2] and got["capacity"] is None and got["ended"] == "fails_at_min"
     order, got = _search(Search("concurrency", 1, 256, max_steps=5), capacity=13)
