@@ -97,9 +97,8 @@ def compare_summaries(
         for group in common
         for field, label, unit in COMPARED
     )
-    runs = (read_run(a), read_run(b))
-    unlike = (*unlike_runs(tuple(r.interrupted for r in runs), tuple(r.scenario for r in runs),
-                           plans),
+    ra, rb = runs = (read_run(a), read_run(b))
+    unlike = (*unlike_runs((ra.interrupted, rb.interrupted), (ra.scenario, rb.scenario), plans),
               *_unlike_counts({g: (ga[g], gb[g]) for g in common}))  # fmt: skip
     return Comparison(rows, tuple(sorted(set(ga) - set(gb))), tuple(sorted(set(gb) - set(ga))),
                       runs, unlike)  # fmt: skip

@@ -323,9 +323,10 @@ def soak_pair(run_a: Path, run_b: Path, soaks: list[bool]) -> tuple[list[str], T
 def _unlike_soaks(paths: tuple[Path, Path], soaks: tuple[SoakSummary, SoakSummary]) -> list[str]:
     """A soak cut short, another scenario or plan (--duration, --window and --fault are the
     plan's), and records one side lost: the compare of two runs says each, and so does this."""
-    cut = tuple(s.end.reason == "interrupted" for s in soaks)
-    plans = tuple(read_manifest(p).scenario for p in paths)
-    out = unlike_runs(cut, tuple(s.scenario for s in soaks), plans)
+    a, b = soaks
+    cut = (a.end.reason == "interrupted", b.end.reason == "interrupted")
+    plans = (read_manifest(paths[0]).scenario, read_manifest(paths[1]).scenario)
+    out = unlike_runs(cut, (a.scenario, b.scenario), plans)
     for side, s in zip("AB", soaks, strict=True):
         out += [f"{side}: {line.removeprefix('!! ')}" for line in
                 ([] if s.records is None else lost_lines(s.records))]  # fmt: skip
