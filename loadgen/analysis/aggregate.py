@@ -222,7 +222,7 @@ def server_window(timeline: Timeline, t0: int, t1: int) -> dict[str, Any]:
     if not timeline.available:
         return {"available": False, "note": "no server metrics"}
     part = timeline.polled_part(t0, t1)
-    if part is not None and part[0] == part[1]:
+    if part is not None and not timeline.times_between(t0, t1):
         return {"available": False, "note": "no poll of the server inside the window (its "
                 "/metrics stopped answering, or metrics.jsonl lost those lines)"}  # fmt: skip
     out: dict[str, Any] = {

@@ -259,6 +259,10 @@ def server_stats(timeline: Timeline, w: Window) -> dict[str, Any]:
     out = server_window(timeline, w.from_ns, w.to_ns)
     if not out.get("available"):
         return out
+    if out["polled"] is not None:
+        # Windows are compared with each other: one whose counters cover a part of it would
+        # read as a server that did less (a cut metrics file read 0 tokens, not "-").
+        return {"available": False, "note": "the server's polls cover only part of the window"}
     d = timeline.outer_delta("prompt_tokens_total", w.from_ns, w.to_ns)
     out["prompt_tokens"] = None if d is None else d[0]
     ts, vs = timeline.series("kv_cache_usage_perc")

@@ -169,22 +169,24 @@ class Timeline:
         """The part of [t0, t1] between the first and the last poll, where the polls leave
         more than GAP_POLLS poll intervals (or GAP_SHARE of the window) unpolled at an end: a
         metrics.jsonl cut short, or a /metrics that stopped answering. None where they cover
-        the window; (t1, t1) where no poll is near it."""
+        the window (the part may be empty, lo > hi, where no poll is near it)."""
         if not self._ts:
-            return (t1_ns, t1_ns)
+            return (t1_ns, t0_ns)
         gaps = [b - a for a, b in pairwise(self._ts)]
         allowance = max(GAP_POLLS * (median(gaps) or 0), GAP_SHARE * (t1_ns - t0_ns))
         first, last = self._ts[0], self._ts[-1]
         if first <= t0_ns + allowance and last >= t1_ns - allowance:
             return None
-        lo, hi = max(first, t0_ns), min(last, t1_ns)
-        return (lo, hi) if lo <= hi else (t1_ns, t1_ns)
+        return max(first, t0_ns), min(last, t1_ns)
 
     def poll_interval_s(self, t0_ns: int, t1_ns: int) -> float | None:
-        """Median time between the successful polls inside [t0, t1] (None with fewer than
-        two): the run's polls all told counted the scrapes at its edges, a burst of them, and
-        gave a 4-stream run "one every 0.007 s" where it polled every 0.05 s."""
-        gaps = [b - a for a, b in pairwise(self.times_between(t0_ns, t1_ns))]
+        """Median time between the successful polls inside [t0, t1] at distinct instants (None
+        with fewer than two): the run's polls all told counted the scrapes at its edges, a
+        burst of them, and gave a 4-stream run "one every 0.007 s" where it polled every 0.05
+        s."""
+        # Scrapes at one instant (a virtual run's rep edges) are no interval: a run shorter
+        # than one poll read "4 polls, one every 0.000 s".
+        gaps = [b - a for a, b in pairwise(self.times_between(t0_ns, t1_ns)) if b > a]
         typical = median(gaps)
         return None if typical is None else typical / NS
 

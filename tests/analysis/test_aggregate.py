@@ -286,6 +286,9 @@ def test_the_poll_interval_is_the_windows_own():
     assert server_window(polls, S // 2, 3 * S // 2)["poll_interval_s"] == 0.25
     # Fewer than two polls inside: no interval to tell.
     assert server_window(polls, S // 10, S // 5)["poll_interval_s"] is None
+    # Scrapes at one instant (a virtual run's rep edges) are no interval: it read 0.000 s.
+    edges = Timeline([sample(t, running=1) for t in (0.0, 0.0, 1.0, 1.0)])
+    assert server_window(edges, 0, S)["poll_interval_s"] == 1.0
 
 
 def test_a_window_the_polls_fall_short_of_says_the_part_they_cover():
