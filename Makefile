@@ -48,8 +48,9 @@ test-busy: $(STAMP)
 setup-real: $(STAMP)
 	$(BIN)/python tools/setup_real.py
 
+# --durations: CI's log says where its longest stage spends its time.
 test-real: setup-real
-	$(BIN)/pytest -m real tests -v
+	$(BIN)/pytest -m real tests -v --durations=15
 
 # The wall-clock ground truths, run alone: `loadgen tune` against a wall-clock sim with a hidden
 # cost card (calibrate, tune a 3 x 3 grid, verify all 9 points with 2 boots each), a fit over
