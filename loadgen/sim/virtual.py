@@ -200,7 +200,8 @@ class VirtualSim:
         step = self.engine.step()
         if step is None:
             return
-        end = self._settle_ns = self._ns(step.start_s + step.duration_s)
+        end = self._ns(step.start_s + step.duration_s)
+        self._settle_ns = max(self._settle_ns, end)
         for out in step.outputs:
             self._deliver(out, end)
 
@@ -269,6 +270,9 @@ class VirtualSim:
         deadline = self._deadline_of(flight)
         if deadline is not None and arrival > deadline:
             return  # the client gave up first; its timeout event ends the flight
+        # A stalled delivery is an instant the run waits for, as a client would: the clock
+        # went idle at the last step, its polls stopped and the next rep began 2 s early.
+        self._settle_ns = max(self._settle_ns, arrival)
         first = not flight.chunk_ns
         flight.chunk_ns.append(arrival)
         flight.chunk_tokens.append(len(out.token_ids))

@@ -197,6 +197,11 @@ async def test_a_short_stall_delays_the_chunks_behind_it(tmp_path: Path):
         resume = rec.t_first_ns + NS // 2
         assert rec.status == "ok" and rec.completion_tokens == 200
         assert rec.chunk_ns == [ends[0], *(max(t, resume) for t in ends[1:])]
+    # The clock waits for the stalled deliveries, as a client does: the closing poll comes at
+    # the last one, not at the engine's last step (the report read a METRICS GAP it made).
+    last_done = max(r.t_done_ns for r in run.records.values())
+    assert max(s.t_ns for s in run.metrics) >= last_done
+    assert run.summary["run"]["server"]["polled"] is None
 
 
 async def test_a_first_token_timeout_gives_up_on_a_long_prefill(tmp_path: Path):
