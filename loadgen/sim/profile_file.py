@@ -24,6 +24,7 @@ instead of a built-in name.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,6 +126,10 @@ def load_profile_file(path: Path) -> FittedProfile:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise ProfileFileError(f"{path}: cannot read the sim profile: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ProfileFileError(
+            f"{path}: not UTF-8 text; write it with `loadgen calibrate`"
+        ) from None
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         line = f":{where.line + 1}" if where is not None else ""
@@ -205,7 +210,9 @@ def _costs(path: Path, raw: Any) -> dict[str, float | None]:
         if value is None and name in OPTIONAL_COSTS:
             out[name] = None
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        # NaN and inf pass `< 0` and crashed the sim's first step with a traceback.
+        if not number or not math.isfinite(value) or value < 0:
             raise ProfileFileError(f"{path}: costs.{name}: expected seconds >= 0, got {value!r}")
         out[name] = float(value)
     return out

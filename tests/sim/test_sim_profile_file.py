@@ -15,7 +15,12 @@ from loadgen.analysis.fidelity import fidelity_table
 from loadgen.cli import main
 from loadgen.codec import to_json
 from loadgen.report.fidelity_report import fidelity_line
-from loadgen.sim.profile_file import FittedProfile, load_profile_file, write_profile_file
+from loadgen.sim.profile_file import (
+    FittedProfile,
+    ProfileFileError,
+    load_profile_file,
+    write_profile_file,
+)
 from loadgen.sim.profiles import sim_profile
 
 from support.cli import loadgen, rewrites_identically
@@ -86,6 +91,23 @@ def test_a_bad_profile_is_one_line_naming_the_field(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "sim.profile" in proc.stdout + proc.stderr
     proc = loadgen("run", SMOKE, "--sim-profile", bad, "--base-url", "http://127.0.0.1:9/v1")
     assert proc.returncode != 0 and "--sim-profile configures the built-in sim" in proc.stderr
+
+
+@pytest.mark.parametrize(("value", "shown"), [(".nan", "nan"), (".inf", "inf")])
+def test_a_cost_that_is_no_finite_number_is_refused_in_one_line(
+    tmp_path: Path, value: str, shown: str
+) -> None:
+    # NaN and inf passed `< 0` and the sim's first step raised a traceback.
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"loadgen_sim_profile: 1\ncosts: {{fixed_s: {value}, per_token_s: 0, "
+                   "decode_ctx_s: 0, prefill_ctx_s: 0}\n")  # fmt: skip
+    with pytest.raises(
+        ProfileFileError, match=rf"costs\.fixed_s: expected seconds >= 0, got {shown}"
+    ):
+        load_profile_file(bad)
+    bad.write_bytes(b"\xff\xfe")
+    with pytest.raises(ProfileFileError, match=r"bad\.yaml: not UTF-8 text"):
+        load_profile_file(bad)
 
 
 def test_the_fidelity_table_is_exact() -> None:
