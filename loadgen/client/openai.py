@@ -61,6 +61,7 @@ from loadgen.request import StreamRequest, wire_body
 READ_BUFSIZE = 4 << 20
 AUX_CONNECTIONS = 4
 _WATCH_PERIOD_S = 0.05
+_WATCH_FLOOR_S = 0.001
 DEFAULT_TIMEOUTS = Timeouts()
 _CANCELLED = StreamError("cancelled", "cancelled before the stream ended")
 
@@ -438,8 +439,10 @@ class OpenAIClient(AuxRequests):
 
     async def _watch(self) -> None:
         t = self.timeouts
-        limits = (x / 4 for x in (t.idle_s, t.first_token_s) if x is not None)
-        period = min(_WATCH_PERIOD_S, *limits)
+        # A quarter of the tightest limit: the total one too (left out, a 0.05 s total cut
+        # streams at 0.097 s, and one of 0.001 s never fired on a 12.6 ms stream).
+        limits = (x / 4 for x in (t.idle_s, t.first_token_s, t.total_s) if x is not None)
+        period = max(_WATCH_FLOOR_S, min(_WATCH_PERIOD_S, *limits))
         while True:
             await asyncio.sleep(period)
             now = perf_counter_ns()

@@ -101,6 +101,19 @@ async def test_slow_first_byte_and_total_time_are_timeouts() -> None:
         rec = await c.stream(req(0, max_tokens=100))
     assert rec.error is not None and rec.error.cls == "total_timeout"
     assert 0 < rec.chunks < 100
+    # The watchdog looks every quarter of the total: a 0.05 s total is cut by ~0.0625 s,
+    # whenever in its round a stream was sent. It looked every 0.05 s whatever the total, so
+    # a stream sent just after a look was cut at the look after next, ~0.1 s.
+    long = PacedServer(PacedConfig(ttft_s=0.0, gap_s=0.01))
+
+    async def staggered(c: OpenAIClient, i: int) -> StreamRecord:
+        await asyncio.sleep(0.01 * i)
+        return await c.stream(req(i, max_tokens=100))
+
+    async with long as srv, OpenAIClient(srv.url, timeouts=Timeouts(total_s=0.05)) as c:
+        recs = await asyncio.gather(*(staggered(c, i) for i in range(5)))
+    assert all(r.error is not None and r.error.cls == "total_timeout" for r in recs)
+    assert max((r.t_done_ns or 0) - (r.t_sent_ns or 0) for r in recs) / 1e9 < 0.085
 
 
 async def test_outside_cancellation_propagates_and_keeps_a_cancelled_record() -> None:
