@@ -20,6 +20,7 @@ from loadgen.commands.options import (
 )
 from loadgen.commands.run import execute_work
 from loadgen.engine.calibrate import CalibrateRequest, calibrate, refit
+from loadgen.engine.preflight import check_out_root
 from loadgen.engine.target import RunError
 
 DEFAULTS = PlanLimits()
@@ -72,6 +73,12 @@ def calibrate_cmd(
     """Measure a server's step costs with a short, bounded plan and fit the sim to them."""
     from loadgen.report.cmd import write_calibration_report
 
+    if profile_out is not None:
+        # Checked before any point runs: the whole calibration once ran first, then failed.
+        try:
+            check_out_root(profile_out.parent, "--profile-out's folder")
+        except RunError as exc:
+            raise click.ClickException(str(exc)) from None
     if refit_dir is not None:
         try:
             root = refit(refit_dir, profile_out, name, hardware)

@@ -101,6 +101,12 @@ def _refusal(*args: str) -> str:
 
 def test_calibrate_refuses_what_it_cannot_drive_in_one_line(tmp_path: Path) -> None:
     assert "needs a server" in _refusal("--out", str(tmp_path))
+    # A --profile-out that cannot be written is said before a point runs, not after them all.
+    (tmp_path / "afile").write_text("")
+    line = _refusal("--clock", "virtual", "--out", str(tmp_path / "runs"), "--profile-out",
+                    str(tmp_path / "afile" / "x.yaml"))  # fmt: skip
+    assert line.startswith(f"Error: --profile-out's folder {tmp_path / 'afile'}: cannot create")
+    assert not (tmp_path / "runs").exists()
     failing = PacedConfig(ttft_s=0.001, gap_s=0.001, faults=dict.fromkeys(range(16), "http_500"))
     with ThreadedPacedServer(failing) as srv:
         line = _refusal("--base-url", srv.url, "--out", str(tmp_path / "a"),
