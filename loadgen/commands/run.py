@@ -274,8 +274,10 @@ def report_run(run_dir: Path, arm_tables: bool = False) -> None:
 
 def exit_if_failed(run_dir: Path) -> None:
     """Exits FAILED_STREAMS_EXIT, with a one-line summary, when any measured stream of the run
-    directory failed or has no record."""
-    summary = failure_summary(measured_records(run_dir)) or unrecorded_summary(run_dir)
+    directory failed or has no record, or when it measured none."""
+    records = measured_records(run_dir)
+    summary = failure_summary(records) or unrecorded_summary(run_dir)
+    summary = summary or ("" if records else nothing_measured(run_dir))
     if summary:
         click.echo(f"Error: {summary}", err=True)
         sys.exit(FAILED_STREAMS_EXIT)
@@ -288,6 +290,21 @@ def failure_summary(records: list[StreamRecord]) -> str | None:
         return None
     parts = ", ".join(f"{cls} x{n}" for cls, n in classes.most_common())
     return f"{sum(classes.values())} of {len(records)} streams failed: {parts}"
+
+
+def nothing_measured(run_dir: Path) -> str:
+    """Why a run that ended measured no stream: a CI gate on exit 0 passed such a run, every
+    rep of which was dropped for a dead cache."""
+    checks = [
+        c for d in arm_dirs(run_dir) or [run_dir] for c in read_manifest(d).cache_checks or ()
+    ]
+    dead = sum(c.verdict == "dead" for c in checks)
+    why = (
+        f": {dead} rep(s) not measured, their primed prefix never hit (!! CACHE DEAD)"
+        if dead
+        else ""
+    )
+    return f"no stream was measured{why}"
 
 
 def unrecorded_summary(run_dir: Path, shown: int = 5) -> str:

@@ -149,9 +149,9 @@ async def test_a_dead_cache_sends_no_repeat():
     assert (check.verdict, check.answers_match) == ("dead", None)
 
 
-def _cached_run(tmp_path, *faults: str) -> tuple[dict, str]:
+def _cached_run(tmp_path, *faults: str, code: int = 0) -> tuple[dict, str]:
     """whale_c4_cached on the virtual clock (its whale's prefix primed and checked first):
-    run.json and report.txt."""
+    run.json and report.txt; the run exits `code`."""
     import orjson
 
     from support.cli import loadgen
@@ -160,14 +160,20 @@ def _cached_run(tmp_path, *faults: str) -> tuple[dict, str]:
     sets = [f"--set=sim.faults=[{f}]" for f in faults]
     proc = loadgen("run", "whale_c4_cached", "--clock", "virtual", "--seed", "7", "--out", out,
                    "--no-progress", *sets)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == code, proc.stderr
+    if code:
+        assert proc.stderr.splitlines()[-1] == (
+            "Error: no stream was measured: 1 rep(s) not measured, their primed prefix never "
+            "hit (!! CACHE DEAD)"
+        )
     (run_dir,) = out.iterdir()
     return orjson.loads((run_dir / "run.json").read_bytes()), (run_dir / "report.txt").read_text()
 
 
 def test_a_rep_whose_cache_never_hit_is_reported_and_not_measured(tmp_path):
     # It was measured and reported as a cached whale: 6.6 s TTFT, cold, and not a word.
-    manifest, report = _cached_run(tmp_path, "cache_dead")
+    # Its exit was 0: a CI gate on the code passed a run that measured nothing.
+    manifest, report = _cached_run(tmp_path, "cache_dead", code=4)
     (check,) = manifest["cache_checks"]
     assert (check["group"], check["rep"], check["verdict"]) == ("whale", 0, "dead")
     assert manifest["planned_streams"] == 0
