@@ -1,6 +1,6 @@
-"""The one cache rule: the probe must span >= 10 blocks; the hit counter decides where the
-server has one, the TTFT ratio (far enough above the floor) otherwise; a greedy repeat must
-answer as the cold send did."""
+"""The one cache rule: a probe under 10 blocks cannot show a dead cache; the hit counter
+decides where the server has one, the TTFT ratio (far enough above the floor, from a prime
+that was itself cold) otherwise; a greedy repeat must answer as the cold send did."""
 
 import dataclasses
 
@@ -96,7 +96,9 @@ def test_a_failed_stream_is_dead():
     assert got == Judgement(False, "dead", "failed", "a priming stream failed")
 
 
-async def verify(answers: dict[str, str | None], hits: list[float]) -> tuple[list[str], object]:
+async def verify(
+    answers: dict[str, str | None], hits: list[float], probe_tokens: int = 1600
+) -> tuple[list[str], object]:
     sent: list[str] = []
     counts = iter(hits)
 
@@ -108,7 +110,7 @@ async def verify(answers: dict[str, str | None], hits: list[float]) -> tuple[lis
         return next(counts)
 
     check = await prime_and_verify(
-        group="whale", rep=0, prefix_key="k", probe_tokens=1600, block_size=16,
+        group="whale", rep=0, prefix_key="k", probe_tokens=probe_tokens, block_size=16,
         block_size_source="sim", send=send, read_hits=read_hits,
     )  # fmt: skip
     return sent, check
@@ -141,6 +143,28 @@ async def test_answers_that_differ_without_the_cache_too_do_not_convict_it():
     assert (check.warm, check.verdict, check.answers_match) == (True, "healthy", None)
     assert "answers not judged: greedy decoding does not reproduce here" in check.reason
     assert "CACHE CORRECTNESS FAILURE" not in check.reason
+
+
+async def test_a_probe_too_small_to_tell_is_unproven_unless_the_counters_saw_the_hit():
+    # 96 tokens of 16: 6 blocks. It read DEAD (and the rep was dropped) whatever the server
+    # counted; 65,536 hits of a 72,536-token probe at B=8192 were called "never hit".
+    _, check = await verify({"prime": "a", "repeat": "a"}, [100.0, 100.0], probe_tokens=96)
+    assert (check.verdict, check.decided_by, check.warm) == ("inconclusive", "blind", False)
+    assert check.reason.startswith("probe of 96 tokens spans 6 blocks of 16 (< 10): too small")
+    _, check = await verify({"prime": "a", "repeat": "a"}, [100.0, 180.0], probe_tokens=96)
+    assert (check.verdict, check.decided_by, check.warm) == ("healthy", "counters", True)
+
+
+def test_a_prime_served_from_the_cache_is_no_cold_reference():
+    # Primed once per group, rep 1's prime hit the cache: "warm 0.384s vs cold 0.384s (not
+    # under half), disagrees" was read on every rep after the first.
+    cold = dataclasses.replace(rec(0.384), cached_tokens=2032)
+    got = warm_verdict(cold, rec(0.384), 2032.0, probe_tokens=2048, block_size=16)
+    assert got.verdict == "healthy" and "disagrees" not in got.reason
+    assert got.reason.endswith("TTFT: no cold reference (the prime itself hit 2032 cached tokens)")
+    # A cold prime is one: the witness speaks.
+    got = warm_verdict(rec(0.384), rec(0.384), 2032.0, probe_tokens=2048, block_size=16)
+    assert got.reason.endswith("warm TTFT 0.384s vs cold 0.384s (not under half), disagrees")
 
 
 async def test_a_dead_cache_sends_no_repeat():
