@@ -169,10 +169,17 @@ async def _run_plan(
     # The parent of a sweep holds only the manifest: its records live in arms/<arm>/.
     # Replicas are booted (or reached) by each arm's own target, as a URL is.
     if opts.base_url or clock.engine_per_arm or opts.replicas > 1:
-        for arm in plan.arms:
-            await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
         per_arm, note = clock.unbooted
-        write_manifest(root, parent.add(boots_per_arm=per_arm, boots_note=note))
+        # Said finished only once every arm is: a parent that never said either way was read
+        # as unfinished by `fidelity --measured`, and a cut sweep left no parent at all.
+        latest = parent.add(boots_per_arm=per_arm, boots_note=note, interrupted=True)
+        write_manifest(root, latest)
+        try:
+            for arm in plan.arms:
+                await run_arm(plan, arm, root / "arms" / arm.name, opts, warn)
+            latest = latest.add(interrupted=False)
+        finally:
+            write_manifest(root, latest)
         return root
 
     spec = server_spec_for(plan.scenario, opts)

@@ -146,6 +146,12 @@ def test_export_of_a_non_load_sweep_and_of_one_arm(ladder: Path, tmp_path: Path)
     assert len(_csv(arm / "streams.csv")[1]) == 4 and not (arm / "arms.csv").exists()
 
 
+def test_a_finished_sweep_of_engines_per_arm_says_it_finished(ladder: Path) -> None:
+    # Its parent never said: `fidelity --measured` refused every finished virtual or URL
+    # sweep as "did not finish (run.json interrupted: None)".
+    assert orjson.loads((ladder / "run.json").read_bytes())["interrupted"] is False
+
+
 def test_export_says_the_records_a_run_directory_lost(ladder: Path, tmp_path: Path) -> None:
     arm = tmp_path / "arm"
     shutil.copytree(ladder / "arms" / "groups.streams.count=4", arm)
