@@ -520,10 +520,22 @@ class ProfiledArgs:
         self, overrides: tuple[str, ...], extra: tuple[str, ...] = ()
     ) -> tuple[Scenario, Scenario]:
         """The scenario as the server runs it (--set, then `extra`) and as the sim predicts it
-        (the profile's settings, under --set, then `extra`)."""
-        predicted = with_sim_profile(self.sim_profile, overrides)
-        return (loaded_scenario(self.scenario, (*overrides, *extra)),
-                loaded_scenario(self.scenario, (*predicted, *extra)))  # fmt: skip
+        (the profile's settings, under --set, then `extra`). A request past the profile's
+        window is refused here, before either runs: tune ranked points by the streams an HTTP
+        400 left, and fidelity found it only after the real run."""
+        # Imported here: a command's --help must not load the engine (test_startup.py).
+        from loadgen.engine.preflight import check_sim_windows
+        from loadgen.engine.target import RunError
+        from loadgen.scenario.plan import plan
+
+        settings = with_sim_profile(self.sim_profile, overrides)
+        real = loaded_scenario(self.scenario, (*overrides, *extra))
+        predicted = loaded_scenario(self.scenario, (*settings, *extra))
+        try:
+            check_sim_windows(plan(predicted, run_seed=0), f"{self.sim_profile}'s sim")
+        except RunError as exc:
+            raise click.ClickException(str(exc)) from None
+        return real, predicted
 
 
 def profiled_options(profile_help: str) -> Callable[[F], F]:

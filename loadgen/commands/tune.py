@@ -27,11 +27,8 @@ from loadgen.commands.options import (
     with_slo,
 )
 from loadgen.commands.run import execute_work
-from loadgen.engine.preflight import check_sim_windows
-from loadgen.engine.target import RunError
 from loadgen.engine.tune import CapacityAsk, TuneAsk, run_tune
 from loadgen.scenario.load_axis import LoadAxis, load_problem
-from loadgen.scenario.plan import plan
 from loadgen.sim.profile_file import ProfileFileError, load_profile_file, unpredictable
 
 # A 5 x 5 grid is searched whole; a larger one by coordinate descent through at most this many.
@@ -97,12 +94,6 @@ def tune_cmd(
     problem = capacity and load_problem(dataclasses.replace(predicted, sweep=None), capacity.axis)
     if problem:
         raise click.ClickException(problem)
-    try:
-        # A request past the profile's window is an HTTP 400 at every point: the search would
-        # rank points by the streams that were left.
-        check_sim_windows(plan(predicted, run_seed=0), f"{profiled.sim_profile}'s sim")
-    except RunError as exc:
-        raise click.ClickException(str(exc)) from None
     ask = TuneAsk(predicted, real, profiled.sim_profile.resolve(), objective, items, max_points,
                   max_time_s, verify, capacity)  # fmt: skip
 

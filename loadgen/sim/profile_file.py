@@ -210,9 +210,9 @@ def _costs(path: Path, raw: Any) -> dict[str, float | None]:
         if value is None and name in OPTIONAL_COSTS:
             out[name] = None
             continue
-        number = isinstance(value, int | float) and not isinstance(value, bool)
         # NaN and inf pass `< 0` and crashed the sim's first step with a traceback.
-        if not number or not math.isfinite(value) or value < 0:
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not math.isfinite(value) or value < 0):  # fmt: skip
             raise ProfileFileError(f"{path}: costs.{name}: expected seconds >= 0, got {value!r}")
         out[name] = float(value)
     return out

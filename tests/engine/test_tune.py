@@ -224,11 +224,16 @@ def test_tune_refuses_a_request_past_the_profiles_window_before_a_point_runs(
     ))  # fmt: skip
     proc = loadgen("tune", scenario, "--sim-profile", profile, "--search", SEARCH, "--slo", SLO,
                    "--out", tmp_path / "runs")  # fmt: skip
-    assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines() == [
+    refusal = [
         f"Error: groups.whale: prompt 3000 + max_tokens 8 = 3008 tokens exceeds {profile}'s "
         "sim's max_model_len 2048 (expected a smaller prompt or max_tokens)"
     ]
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == refusal
+    assert not (tmp_path / "runs").exists()
+    # fidelity said it only after the server's whole run (on a GPU, thrown away).
+    proc = loadgen("fidelity", scenario, "--server", "sim", "--sim-profile", profile, "--out",
+                   tmp_path / "runs")  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == refusal
     assert not (tmp_path / "runs").exists()
 
 
