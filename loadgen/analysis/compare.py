@@ -99,7 +99,7 @@ def compare_summaries(
     )
     ra, rb = runs = (read_run(a), read_run(b))
     unlike = (*unlike_runs((ra.interrupted, rb.interrupted), (ra.scenario, rb.scenario), plans),
-              *_unlike_counts({g: (ga[g], gb[g]) for g in common}))  # fmt: skip
+              *unlike_counts({g: (ga[g], gb[g]) for g in common}))  # fmt: skip
     return Comparison(rows, tuple(sorted(set(ga) - set(gb))), tuple(sorted(set(gb) - set(ga))),
                       runs, unlike)  # fmt: skip
 
@@ -152,12 +152,15 @@ def _flat(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _unlike_counts(groups: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]]) -> list[str]:
+def unlike_counts(
+    groups: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]], sides: Pair = ("A", "B")
+) -> list[str]:
     """The groups whose medians stand on other counts of streams, or of ok ones."""
     out = []
+    (x, y) = sides
     for name, (a, b) in groups.items():
         if (a["n"], a["ok"]) != (b["n"], b["ok"]):
-            out.append(f"group {name}: A {a['ok']} ok of {a['n']}, B {b['ok']} ok of {b['n']}")
+            out.append(f"group {name}: {x} {a['ok']} ok of {a['n']}, {y} {b['ok']} ok of {b['n']}")
     return out
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from loadgen.analysis.compare import unlike_counts
 from loadgen.analysis.registry import metric
 from loadgen.codec import json_field
 from loadgen.run_manifest import RunManifest
@@ -86,6 +87,9 @@ class Fidelity:
     verdicts: tuple[VerdictPair, ...]
     # Arms the real side ran and the virtual side did not predict: named, never dropped.
     unmatched: tuple[str, ...]
+    # Groups whose figures stand on other counts of streams or of ok ones (a measured side
+    # with HTTP 500s scored against a prediction of none): said, as compare says them.
+    unlike: tuple[str, ...] = ()
     json_derived: ClassVar[tuple[str, ...]] = ("figures", "within", "verdicts_agree")
 
     @property
@@ -114,6 +118,7 @@ def fidelity_table(
     rows: list[FigureRow] = []
     verdicts: list[VerdictPair] = []
     unmatched: list[str] = []
+    unlike: list[str] = []
     for arm, measured in real.items():
         predicted = virtual.get(arm, virtual.get(_arm_of_boot(arm)))
         if predicted is None:
@@ -127,12 +132,15 @@ def fidelity_table(
                                       virtual_v, tolerance))  # fmt: skip
             verdicts.append(VerdictPair(arm, group, dict(g.get("verdicts") or {}),
                                         dict(p.get("verdicts") or {})))  # fmt: skip
+            if p:
+                unlike += [f"arm {arm}: {line}" for line in
+                           unlike_counts({group: (g, p)}, ("measured", "predicted"))]  # fmt: skip
         # The reps' walls summed: the gaps between reps are loadgen's scrapes, not the server's.
         real_wall, virtual_wall = (s.get("run", {}).get("reps_wall_s")
                                    for s in (measured, predicted))  # fmt: skip
         rows.append(FigureRow(arm, "-", "reps_wall_s", "wall (reps summed)", "s", real_wall,
                               virtual_wall, tolerance))  # fmt: skip
-    return Fidelity(tolerance, tuple(rows), tuple(verdicts), tuple(unmatched))
+    return Fidelity(tolerance, tuple(rows), tuple(verdicts), tuple(unmatched), tuple(unlike))
 
 
 def _stat(group: Mapping[str, Any], field: str, stat: str) -> Any:

@@ -19,7 +19,7 @@ from loadgen.commands.options import (
     run_like,
     usable_options,
 )
-from loadgen.commands.run import execute_work
+from loadgen.commands.run import execute_work, exit_if_failed
 from loadgen.engine.fidelity import run_fidelity
 
 
@@ -65,6 +65,12 @@ def fidelity_cmd(
     root = execute_work(work)
     click.echo(write_fidelity_report(root))
     click.echo(f"run directory: {root}")
+    # As `run` exits: a measured side with failed streams scored the profile on the rest.
+    from loadgen.analysis.inputs import read_manifest
+
+    ran = read_manifest(root).fidelity
+    if ran is not None and ran.real is not None:
+        exit_if_failed(root / ran.real)
 
 
 def replayed_measured(args: RunArgs, measured: Path) -> RunArgs:

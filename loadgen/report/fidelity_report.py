@@ -64,6 +64,8 @@ def fidelity_line(f: Fidelity) -> str:
     )
     if f.unmatched:
         line += f"\n!! no prediction for arm(s) {', '.join(f.unmatched)}: not compared"
+    for unlike in f.unlike:
+        line += f"\n!! {unlike}: its errors stand on other streams"
     return line
 
 

@@ -111,15 +111,25 @@ def test_a_cost_that_is_no_finite_number_is_refused_in_one_line(
 
 
 def test_the_fidelity_table_is_exact() -> None:
-    real = {"-": {"groups": {"g": {"ttft_s": {"median": 2.0, "p90": 4.0},
+    real = {"-": {"groups": {"g": {"n": 2, "ok": 2, "ttft_s": {"median": 2.0, "p90": 4.0},
                                    "decode_tok_s": {"median": 100.0},
                                    "verdicts": {"admitted": 2}}},
                   "run": {"reps_wall_s": 10.0}}}  # fmt: skip
-    virtual = {"-": {"groups": {"g": {"ttft_s": {"median": 2.2, "p90": 4.0},
+    virtual = {"-": {"groups": {"g": {"n": 2, "ok": 2, "ttft_s": {"median": 2.2, "p90": 4.0},
                                       "decode_tok_s": {"median": 50.0},
                                       "verdicts": {"admitted": 2}}},
                      "run": {"reps_wall_s": 9.0}}}  # fmt: skip
     t = fidelity_table(real, virtual, 0.15)
+    assert t.unlike == () and "!!" not in fidelity_line(t)
+    # A measured side with failed streams was scored as like for like, and said nothing.
+    real["-"]["groups"]["g"]["ok"] = 1
+    cut = fidelity_table(real, virtual, 0.15)
+    assert cut.unlike == ("arm -: group g: measured 1 ok of 2, predicted 2 ok of 2",)
+    assert fidelity_line(cut).endswith(
+        "\n!! arm -: group g: measured 1 ok of 2, predicted 2 ok of 2: its errors stand on "
+        "other streams"
+    )
+    real["-"]["groups"]["g"]["ok"] = 2
     errors = {r.metric: (r.error, r.within) for r in t.rows}
     assert errors == {
         "ttft_median_s": (0.1, True), "ttft_p90_s": (0.0, True),
@@ -194,6 +204,19 @@ def test_fidelity_tells_a_right_profile_from_a_wrong_one(
     assert again.returncode == 0, again.stderr
     assert (root / "fidelity.json").read_bytes() == written
     assert rewrites_identically(root, "report.txt", "report.html", "fidelity.png")
+
+
+def test_fidelity_on_a_failing_server_says_so_and_exits_as_run_does(tmp_path: Path) -> None:
+    # It scored the profile on the streams left and exited 0. (At http500=1 the launched sim
+    # does not pass its boot check; the sim's fault draws do not follow --seed.)
+    profile = _profile(tmp_path / "p.yaml")
+    proc = loadgen("fidelity", SMOKE, "--sim-profile", profile, "--server", "sim",
+                   "--server-arg=--fault=http500=0.5", "--out", tmp_path / "f",
+                   "--seed", "3")  # fmt: skip
+    assert proc.returncode == 4, proc.stderr
+    assert ("!! arm -: group short: measured 1 ok of 3, predicted 3 ok of 3: its errors stand "
+            "on other streams") in proc.stdout  # fmt: skip
+    assert proc.stderr.splitlines()[-1] == "Error: 2 of 4 streams failed: http_500 x2"
 
 
 def test_fidelity_without_a_server_refuses_in_one_line(tmp_path: Path) -> None:
