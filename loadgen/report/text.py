@@ -488,15 +488,18 @@ def whale_table(summary: dict[str, Any]) -> Table | None:
             *notes(summary, [mixed.whale, *mixed.minnows]),
             "decode during whale prefill: minnow tokens arriving between its first token and "
             "the whale's; 'queued' = first token only after the whale's prefill",
+            "minnows: those in flight during the whale's prefill (its send to its first token)",
         ),
     )
 
 
 def _whale_row(label: str, row: MixedRow) -> tuple[str, ...]:
+    # A cached whale's prefill can end before any minnow is sent: "-" read as a figure lost.
+    none = "none in its prefill" if row.minnow_ttft_s.n == 0 else None
     return (
         label,
         secs(row.whale_ttft_s),
-        triple(row.minnow_ttft_s, secs),
+        none or triple(row.minnow_ttft_s, secs),
         decode_during(row),
         span(row.minnow_decode_after_tok_s),
         secs(row.wall_s),

@@ -254,6 +254,14 @@ def test_whale_interference_during_and_after_its_prefill():
         "20.0-40.0",
         "65.0",
     ]
+    # A whale done prefilling before its minnows are sent (a cached whale, 0.39 s, minnows
+    # 0.5 s behind) says so, where its row read "-" as if a figure were lost.
+    fast = stream("w", group="whale", prompt=60000, chunks=ticks(0.4, 100, 0.04))
+    later = [stream(f"m{i}", group="minnows", prompt=4000, sent=0.5, chunks=ticks(0.8, 20, 0.05))
+             for i in range(2)]  # fmt: skip
+    text = render_plain(analyze(RunInputs(manifest(), [fast, *later], [])).summary)
+    row = next(line for line in text.splitlines() if line.startswith("rep 0"))
+    assert row.split()[3:7] == ["none", "in", "its", "prefill"]
 
 
 def test_a_whale_lists_only_the_minnows_in_flight_during_its_prefill():
