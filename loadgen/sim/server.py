@@ -239,13 +239,14 @@ class _Handlers:
             max_tokens = s.config.faults.generated_tokens(max_tokens, parsed.ignore_eos)
         except WireError as e:
             return _error(e)
-        faults = s.faults.draw()
+        client_id = request.headers.get("X-Request-Id") or parsed.client_request_id
+        faults = s.faults.draw(client_id)
         if faults.http_status is not None:
             return _error(
                 WireError(faults.http_status, f"injected fault: HTTP {faults.http_status}")
             )
         request_id = s.new_request_id(api)
-        s.client_ids[request_id] = request.headers.get("X-Request-Id") or parsed.client_request_id
+        s.client_ids[request_id] = client_id
         if (traceparent := request.headers.get("traceparent")) is not None:
             # vLLM (--otlp-traces-endpoint) continues the caller's trace; the sim keeps the
             # header per request and logs it, so a run's records join the sim's own.

@@ -222,7 +222,7 @@ class VirtualSim:
         except WireError as e:
             self._refuse(req, on_record, e)
             return
-        faults = s.faults.draw()
+        faults = s.faults.draw(req.id)
         if faults.http_status is not None:
             status = faults.http_status
             self._refuse(req, on_record, WireError(status, f"injected fault: HTTP {status}"))

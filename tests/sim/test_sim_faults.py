@@ -66,6 +66,20 @@ def test_the_same_seed_fails_the_same_requests() -> None:
     assert kinds == {(500, None), (429, None), (None, "drop"), (None, "stall"), (None, None)}
 
 
+def test_a_named_request_meets_its_own_faults_whatever_came_before() -> None:
+    # Drawn in arrival order, the launched sim's boot check took one draw over HTTP that the
+    # virtual clock never made: one seed failed streams 9, 10, 12 on one clock and 10, 11, 13
+    # on the other, and compare read the difference as the sim's error.
+    cfg = FaultConfig(http500=0.3, drop=0.3)
+    ids = [f"default/r0/g/{i}" for i in range(40)]
+    fresh = [FaultInjector(cfg, seed=7).draw(i) for i in ids]
+    after_others = FaultInjector(cfg, seed=7)
+    after_others.draw(), after_others.draw("boot-check")
+    assert [after_others.draw(i) for i in reversed(ids)] == fresh[::-1]
+    assert {f.http_status for f in fresh} == {500, None}
+    assert [FaultInjector(cfg, seed=8).draw(i) for i in ids] != fresh
+
+
 def test_no_http_fault_draws_nothing() -> None:
     assert FaultInjector(FaultConfig(cache_dead=True)).draw() == RequestFaults()
 

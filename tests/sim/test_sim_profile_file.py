@@ -208,15 +208,15 @@ def test_fidelity_tells_a_right_profile_from_a_wrong_one(
 
 def test_fidelity_on_a_failing_server_says_so_and_exits_as_run_does(tmp_path: Path) -> None:
     # It scored the profile on the streams left and exited 0. (At http500=1 the launched sim
-    # does not pass its boot check; the sim's fault draws do not follow --seed.)
+    # does not pass its boot check; the sim draws each stream's faults from its id.)
     profile = _profile(tmp_path / "p.yaml")
     proc = loadgen("fidelity", SMOKE, "--sim-profile", profile, "--server", "sim",
                    "--server-arg=--fault=http500=0.5", "--out", tmp_path / "f",
                    "--seed", "3")  # fmt: skip
     assert proc.returncode == 4, proc.stderr
-    assert ("!! arm -: group short: measured 1 ok of 3, predicted 3 ok of 3: its errors stand "
+    assert ("!! arm -: group long: measured 0 ok of 1, predicted 1 ok of 1: its errors stand "
             "on other streams") in proc.stdout  # fmt: skip
-    assert proc.stderr.splitlines()[-1] == "Error: 2 of 4 streams failed: http_500 x2"
+    assert proc.stderr.splitlines()[-1] == "Error: 1 of 4 streams failed: http_500 x1"
 
 
 def test_fidelity_without_a_server_refuses_in_one_line(tmp_path: Path) -> None:
