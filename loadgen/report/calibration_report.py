@@ -29,13 +29,19 @@ COST_UNITS = {
 }
 
 
-def costs_table(costs: dict[str, Any]) -> Table:
+def costs_table(costs: dict[str, Any], unseparated: Sequence[str] = ()) -> Table:
+    """The fitted costs, each the points could not price apart marked so: a calibration with
+    no prefill point printed per_token_s 0 as a fitted figure, beside an rms of 0.0%."""
     rows = []
     for name, (what, scale, unit) in COST_UNITS.items():
         value = costs.get(name)
         shown = "-" if value is None else f"{value * scale:.4g} {unit}"
-        rows.append((name, what, shown))
-    return Table("Fitted step costs", ("cost", "what it prices", "value"), tuple(rows),
+        rows.append((name, what, shown + (" (not separated)" if name in unseparated else "")))
+    notes: tuple[str, ...] = ()
+    if unseparated:
+        notes = (f"not separated: {', '.join(unseparated)}: no point told these apart from the "
+                 "others; their values are the fit's split, not measurements",)  # fmt: skip
+    return Table("Fitted step costs", ("cost", "what it prices", "value"), tuple(rows), notes,
                  left=frozenset({0, 1}))  # fmt: skip
 
 
@@ -93,7 +99,7 @@ def calibration_report(root: Path) -> tuple[str, bytes | None]:
     ]
     parts = [
         "\n".join(head),
-        to_plain(costs_table(profile.costs())),
+        to_plain(costs_table(profile.costs(), profile.unseparated)),
         to_plain(fit_table(rows, from_json(FitSummary, profile.fit))),
     ]
     if witnesses:

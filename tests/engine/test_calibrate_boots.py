@@ -119,6 +119,15 @@ def test_one_boot_names_the_costs_it_could_not_separate(tmp_path: Path) -> None:
     two = load_profile_file(_calibrate(tmp_path / "two", "--clock", "virtual"))
     assert [b["max_num_batched_tokens"] for b in two.fitted_boots] == [1024, 256]
     assert not {"fixed_s", "per_token_s"} & set(two.unseparated), two.unseparated
+    # The report marks what the fit could not separate (it printed each as a fitted figure).
+    [one_dir] = (tmp_path / "runs").iterdir()
+    [two_dir] = (tmp_path / "two" / "runs").iterdir()
+    one_text, two_text = ((d / "report.txt").read_text() for d in (one_dir, two_dir))
+    costs = [line.split()[0] for line in one_text.splitlines() if "(not separated)" in line]
+    assert set(costs) == set(fitted.unseparated)
+    assert "per_token_s" not in [
+        line.split()[0] for line in two_text.splitlines() if "(not separated)" in line
+    ]
 
     # tune reads these records: as if fitted on a server other than loadgen's own sim (whose
     # costs hold at every budget), one boot cannot rank the budget and two can.
