@@ -468,6 +468,10 @@ def _check_drivable(records: list[StreamRecord], opts: RunOptions) -> None:
 
 
 def _point_line(order: int, total: int, point: Point, m: Measurement | None) -> str:
+    if m is None and point.kind == "decode":
+        return (f"calibrate {order}/{total} {point.name}: not measured: no window where its "
+                f"{point.streams} streams all decoded (a stream failed, or the server runs "
+                "fewer at once)")  # fmt: skip
     if m is None:
         return f"calibrate {order}/{total} {point.name}: no stream finished"
     what = "decode step (mean gap)" if point.kind == "decode" else "TTFT (median)"

@@ -120,6 +120,18 @@ def test_a_decode_point_keeps_the_gaps_while_every_stream_decoded() -> None:
     assert m.row["decode_token_s"] == 2
 
 
+def test_streams_that_never_decoded_together_measure_no_batch() -> None:
+    # Two streams one after the other (a server of one seat under a decode-b2): their gaps are
+    # batch 1's, and were fitted as batch 2's.
+    a = record(id="a", chunk_ns=[10 * MS, 11 * MS, 12 * MS, 13 * MS, 14 * MS])
+    b = record(id="b", chunk_ns=[15 * MS, 16 * MS, 17 * MS, 18 * MS, 19 * MS])
+    point = Point("decode-b2", "decode", 100, 5, streams=2)
+    assert measure(point, [a, b], ServerShape(2048, 1, 16, 4096)) is None
+    # One instant together (b's first chunk inside a's decode) is a window.
+    b = record(id="b", chunk_ns=[13 * MS, 14 * MS, 15 * MS, 16 * MS, 17 * MS])
+    assert measure(point, [a, b], ServerShape(2048, 2, 16, 4096)) is not None
+
+
 def test_a_failed_stream_leaves_its_rep_out_of_a_decode_probe() -> None:
     point = Point("decode-b2", "decode", 100, 5, streams=2)
     ok = record(id="a")
