@@ -88,6 +88,13 @@ def request_cmd(target: TargetArgs, seed: SeedArgs, watch: WatchArgs, **opts: An
     """Fire COUNT streams at CONCURRENCY and print TTFT, decode-only tok/s, tokens and chunks."""
     # A launched server or the built-in sim is `loadgen run`'s: request loads a server by URL.
     # No live view and no GPU sampling: a quick look prints its tables at the end.
+    if target.sim_replicas > 1:
+        # Offered by the shared target options, it could never be used here: without a URL
+        # "no server given", with one "drop --base-url".
+        raise click.UsageError(
+            "--sim-replicas boots built-in sims for `run` and `soak`; request streams to "
+            "servers by URL: repeat --base-url (each one a `loadgen sim --port P`)"
+        )
     args = RunArgs(target, output=OutputArgs(progress=False), seed=seed,
                    telemetry=TelemetryArgs(no_telemetry=True), watch=watch)  # fmt: skip
     run = usable_options(args, needs_url=True, routed=True, workers=opts["workers"],

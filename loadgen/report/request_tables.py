@@ -19,7 +19,7 @@ from loadgen.records import StreamRecord
 from loadgen.redact import redact_url
 from loadgen.report.banners import client_banner
 from loadgen.report.bench_tables import benchmark_tables
-from loadgen.report.sections import reasoning_table
+from loadgen.report.sections import reasoning_table, replicas_table
 from loadgen.report.tables import Table, count, msecs, rate
 from loadgen.report.text import render_rich
 
@@ -57,10 +57,11 @@ def request_report(
         if run.token_counter == "tokenize"
         else "estimated: no /tokenize"
     )
-    head = (
-        f"{redact_url(run.target.url or '')}  model {run.model}  api {api}"
-        f"  prompt ~{prompt_tokens} tokens ({sizing})"
-    )
+    replicas = summary.get("replicas")
+    # Routed over several, the first URL alone read as the whole target.
+    where = (f"{len(replicas['rows'])} replicas (route {replicas['route']})" if replicas
+             else redact_url(run.target.url or ""))  # fmt: skip
+    head = f"{where}  model {run.model}  api {api}  prompt ~{prompt_tokens} tokens ({sizing})"
     records = inputs.streams
     tables = request_tables(records, summary, per_stream=per_stream)
     finished = sum(r.error is None or r.error.cls != "cancelled" for r in records)
@@ -88,7 +89,9 @@ def request_tables(
         reasoning = reasoning_table(summary)
         tables += [reasoning] if reasoning is not None else []
         tables += benchmark_tables(benchmark_block(records))
-    return tables
+    # Which replica failed when: said only by a later `loadgen report`, never by request.
+    replicas = replicas_table(summary)
+    return tables + ([] if replicas is None else [replicas])
 
 
 def stream_table(records: list[StreamRecord]) -> Table:

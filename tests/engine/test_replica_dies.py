@@ -133,3 +133,24 @@ def test_request_routes_its_streams_round_robin_over_two_replicas(tmp_path: Path
     recs = read_streams(out)
     assert sorted(r.replica for r in recs) == [0] * 4 + [1] * 4
     assert all(r.status == "ok" for r in recs)
+    # The terminal names both (its head named the first URL alone) and prints the replicas'
+    # table, where a failed one says when (only a later `loadgen report` did).
+    assert "2 replicas (route round-robin)" in done.stdout
+    assert "Replicas" in done.stdout and "!! replica" not in done.stdout
+    refused = subprocess.run([sys.executable, "-m", "loadgen", "request", "--sim-replicas", "2"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2
+    assert "request streams to servers by URL: repeat --base-url" in refused.stderr
+
+
+def test_request_says_which_replica_failed_when(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with sim_process(tmp_path / "r0.log", "--profile", "tiny") as (_, url0):
+        args = ["request", "--base-url", url0, "--base-url", dead, "-n", "8", "-c", "2",
+                "--max-tokens", "4", "--prompt-tokens", "8",
+                "--out", str(tmp_path / "out")]  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+    assert done.returncode == FAILED_STREAMS_EXIT, done.stdout + done.stderr
+    assert f"!! replica 1 ({dead}) failed at" in " ".join(done.stdout.split())
