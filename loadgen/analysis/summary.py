@@ -207,9 +207,11 @@ def _total_percentiles(
 
 def _server_log(inputs: RunInputs, timeline: Timeline) -> ServerLogWitness | None:
     """The server's engine lines beside the polls; None without a kept log or the wall-clock
-    anchor that places its lines (runs before run_start_wall_ns)."""
+    anchor that places its lines (runs before run_start_wall_ns), and over several replicas:
+    one replica's lines against the fleet's summed polls read a false `!!` disagreement."""
     start = inputs.manifest.run_start_wall_ns
-    if inputs.server_log is None or start is None:
+    targets = inputs.manifest.targets
+    if inputs.server_log is None or start is None or (targets and len(targets.urls) > 1):
         return None
     offset = inputs.manifest.utc_offset_s or 0
     return server_log_witness(inputs.server_log, inputs.streams, timeline, start, offset)

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from loadgen.analysis.server_log import (
@@ -199,6 +200,14 @@ async def test_a_launched_sims_log_is_kept_and_agrees(tmp_path: Path) -> None:
     table = server_log_table(summary)
     assert table is not None and "yes" in {row[-1] for row in table.rows}
     assert "!! no" not in {row[-1] for row in table.rows}
+    # Routed over two replicas the polls are the fleet's sum, the log one replica's: judged
+    # against each other they read a false "!! server log disagrees". Not judged.
+    manifest = orjson.loads((run_dir / "run.json").read_bytes())
+    urls = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    manifest["targets"] = {"urls": urls, "route": "round-robin", "prefix_blocks": 4,
+                           "block_chars": 256}  # fmt: skip
+    (run_dir / "run.json").write_bytes(orjson.dumps(manifest))
+    assert read_run(analyze_run(run_dir).summary).server_log is None
 
 
 def test_server_log_needs_an_external_server_and_a_file(tmp_path: Path) -> None:
