@@ -159,7 +159,7 @@ def unlike_counts(
     out = []
     (x, y) = sides
     for name, (a, b) in groups.items():
-        if (a["n"], a["ok"]) != (b["n"], b["ok"]):
+        if (a.get("n"), a.get("ok")) != (b.get("n"), b.get("ok")):
             out.append(f"group {name}: {x} {a['ok']} ok of {a['n']}, {y} {b['ok']} ok of {b['n']}")
     return out
 

@@ -269,9 +269,11 @@ def _server_verdict(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
     if ration is not None and ration["rationed"]:
         return Verdict("rationed_decode", base | ration)
     ev = base | {"reason": _admitted_reason(rec, expected, wait)}
+    if ration is not None and not ration.get("judged", True):
+        ev["reason"] += f"; {ration['reason']}"
     if wait["excess_s"] > 0:
         ev["wait"] = wait
-    if ration is not None:
+    if ration is not None and ration.get("judged", True):
         ev["decode"] = ration
     return Verdict("admitted", ev)
 
@@ -457,7 +459,12 @@ def _rationing(rec: StreamRecord, ctx: VerdictContext) -> dict[str, Any] | None:
               if (judged := _judge_stretch(rec, start, split, windows.rate(start, split),
                                            steady[i])) is not None]  # fmt: skip
     if not judged:
-        return None
+        # Its whole decode inside others' prefills leaves no steady rate to compare with: at
+        # a 256-token budget politeness's minnows decoded at 45 tok/s (211 elsewhere) and read
+        # "admitted" as if judged.
+        return {"rationed": False, "judged": False,
+                "reason": "decode not judged for rationing: it ran inside others' prefills "
+                          "with no steady stretch after them to compare"}  # fmt: skip
     (rationed, fraction, during, after), i = min(judged, key=lambda ji: (not ji[0][0], ji[0][1]))
     return {
         "rationed": rationed,

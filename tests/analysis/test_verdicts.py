@@ -261,6 +261,23 @@ def test_a_short_rationed_blip_in_a_long_decode_is_no_crawl():
     assert out["evidence"]["decode"]["rationed"] is False  # 1 s of a 21 s decode
 
 
+def test_a_decode_wholly_inside_another_prefill_says_it_was_not_judged():
+    # The whale prefills [0.4, 30); m decodes [1, 11) inside it and ends: no steady rate to
+    # compare with. At a 256-token budget politeness's minnows crawled at 45 tok/s this way
+    # (211 elsewhere) and read "admitted" as if judged.
+    m = stream("m", chunks=[1.0, *ticks(1.1, 100, 0.1)])
+    w = stream("w", group="whale", prompt=30000, sent=0.4, chunks=[30.0, 30.1, 30.2])
+    out = by_id(summarize([m, w]))["m"]
+    assert out["verdict"] == "admitted" and "decode" not in out["evidence"]
+    assert out["evidence"]["reason"].endswith(
+        "; decode not judged for rationing: it ran inside others' prefills with no steady "
+        "stretch after them to compare"
+    )
+    # Judged where a steady stretch follows: the reason stays the admission's own.
+    judged = by_id(summarize(rationing_pair(during_gap=0.05)))["m"]
+    assert "not judged" not in judged["evidence"]["reason"]
+
+
 def test_decode_at_half_the_steady_rate_is_not_rationed():
     m = by_id(summarize(rationing_pair(during_gap=0.05)))["m"]
     assert m["verdict"] == "admitted"
