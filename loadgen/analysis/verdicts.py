@@ -268,9 +268,10 @@ def _server_verdict(rec: StreamRecord, ctx: VerdictContext) -> Verdict:
     ration = _rationing(rec, ctx)
     if ration is not None and ration["rationed"]:
         return Verdict("rationed_decode", base | ration)
-    ev = base | {"reason": _admitted_reason(rec, expected, wait)}
+    reason = _admitted_reason(rec, expected, wait)
     if ration is not None and not ration.get("judged", True):
-        ev["reason"] += f"; {ration['reason']}"
+        reason += f"; {ration['reason']}"
+    ev = base | {"reason": reason}
     if wait["excess_s"] > 0:
         ev["wait"] = wait
     if ration is not None and ration.get("judged", True):
