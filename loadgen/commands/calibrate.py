@@ -80,6 +80,13 @@ def calibrate_cmd(
         except RunError as exc:
             raise click.ClickException(str(exc)) from None
     if refit_dir is not None:
+        source = click.get_current_context().get_parameter_source("out_root")
+        if source is click.core.ParameterSource.COMMANDLINE:
+            # It was ignored in silence: no folder was made, and DIR was rewritten.
+            raise click.UsageError(
+                "--refit DIR writes its profile, run.json and report into DIR: drop --out "
+                "(--profile-out FILE writes the profile there too)"
+            )
         try:
             root = refit(refit_dir, profile_out, name, hardware)
         except (RunError, OSError, ValueError) as exc:

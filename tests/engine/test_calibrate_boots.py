@@ -222,6 +222,10 @@ def test_refit_reads_a_calibration_from_before_boots_and_points_as_one_boot(tmp_
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ("!! TORN: 1 line(s) of streams.jsonl could not be read (point probes/01-tiny: "
             "fitted on the rest)") in proc.stdout  # fmt: skip
+    # --out beside --refit was ignored in silence (no folder made, DIR rewritten): refused.
+    proc = loadgen("calibrate", "--refit", root, "--out", tmp_path / "elsewhere")
+    assert proc.returncode == 2 and "--refit DIR writes its profile" in proc.stderr
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_max_time_is_split_among_the_boots_by_their_planned_requests() -> None:
