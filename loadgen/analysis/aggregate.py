@@ -222,7 +222,8 @@ def server_window(timeline: Timeline, t0: int, t1: int) -> dict[str, Any]:
     if not timeline.available:
         return {"available": False, "note": "no server metrics"}
     part = timeline.polled_part(t0, t1)
-    if part is not None and not timeline.times_between(t0, t1):
+    inside = timeline.times_between(t0, t1)
+    if part is not None and not inside:
         return {"available": False, "note": "no poll of the server inside the window (its "
                 "/metrics stopped answering, or metrics.jsonl lost those lines)"}  # fmt: skip
     out: dict[str, Any] = {
@@ -230,7 +231,7 @@ def server_window(timeline: Timeline, t0: int, t1: int) -> dict[str, Any]:
         "window": window_json(t0, t1),
         # Set where the polls fall short of the window: its counters and peaks are of this part.
         "polled": None if part is None else window_json(*part),
-        "polls": len(timeline.times_between(t0, t1)),
+        "polls": len(inside),
         "poll_interval_s": timeline.poll_interval_s(t0, t1),
     }
     kv = timeline.max_between("kv_cache_usage_perc", t0, t1)
@@ -252,8 +253,9 @@ def server_window(timeline: Timeline, t0: int, t1: int) -> dict[str, Any]:
     out["generation_tokens"] = None if gen is None else gen[0]
     # Over the window's length only where the polls span it: past the last poll the counter
     # reads flat, and 4.3 s of tokens over an 8.4 s window read 0.0 tok/s.
-    whole = part is None and gen is not None and t1 > t0
-    out["generation_tok_s"] = gen[0] * NS / (t1 - t0) if whole and gen is not None else None
+    out["generation_tok_s"] = (
+        gen[0] * NS / (t1 - t0) if part is None and gen is not None and t1 > t0 else None
+    )
     out["preemptions"] = counts["preemptions"]
     out["prefix_hit_rate"] = _ratio(counts["prefix_hits"], counts["prefix_queries"])
     out["spec_acceptance"] = _ratio(counts["spec_accepted"], counts["spec_draft_tokens"])

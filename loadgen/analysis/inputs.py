@@ -61,6 +61,13 @@ def damage_json(inputs: RunInputs) -> dict[str, Any]:
             "dropped_manifest_fields": list(inputs.dropped_fields)}  # fmt: skip
 
 
+def unplanned_records_json(inputs: RunInputs) -> dict[str, Any]:
+    """summary.json's `records` for a directory that plans no count (a soak, a calibration
+    point): its measured streams and what could not be read."""
+    measured = sum(r.phase == "measure" for r in inputs.streams)
+    return {"planned": None, "measured": measured, "missing": None} | damage_json(inputs)
+
+
 def is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / "streams.jsonl").is_file()
 

@@ -47,7 +47,7 @@ from loadgen.analysis.aggregate import server_window
 from loadgen.analysis.baselines import prefill_tokens
 from loadgen.analysis.drift import DriftPoint, DriftVerdict, change, drift_verdict
 from loadgen.analysis.energy import throttle_names
-from loadgen.analysis.inputs import damage_json, load_run
+from loadgen.analysis.inputs import load_run, unplanned_records_json
 from loadgen.analysis.precision import PrecisionTarget, PrecisionTracker, parse_precise
 from loadgen.analysis.soak_types import SoakPrecise, WindowPrecision
 from loadgen.analysis.timeline import Timeline
@@ -505,12 +505,7 @@ def analyze_soak_dir(path: Path) -> dict[str, Any]:
         "end": _end(m),
         "failed_streams": len(failed),
         "failed_classes": sorted({r.error.cls for r in failed if r.error}),
-        "records": {
-            "planned": None,
-            "measured": sum(r.phase == "measure" for r in inputs.streams),
-            "missing": None,
-        }
-        | damage_json(inputs),
+        "records": unplanned_records_json(inputs),
     }
 
 

@@ -62,6 +62,7 @@ from loadgen.analysis.selferror import (
 )
 from loadgen.analysis.server_log import ServerLogWitness, server_log_witness
 from loadgen.analysis.sessions import session_turns
+from loadgen.analysis.soak import is_soak
 from loadgen.analysis.stats import canonical, describe, dumps_made_canonical, median, spread
 from loadgen.analysis.streams import MS, chunk_token_tally, stream_metrics
 from loadgen.analysis.timeline import Timeline
@@ -376,8 +377,10 @@ def record_counts(
         v == "client_limited" and "client_error" in rows[r.id]["evidence"]
         for r, v in zip(measure, verdicts, strict=True)
     )
-    # A plan that --until-precise cut short was a bound, not a promise: no stream is missing.
+    # A plan that --until-precise cut short was a bound, not a promise, as is a soak's (its
+    # request cap, which its duration ends): no stream is missing.
     cut = manifest.until_precise is not None and manifest.until_precise.reached
+    cut = cut or is_soak(manifest)
     return RecordCounts(None if cut else manifest.planned_streams, len(measure),
                         len(records) - len(measure), limited, beyond)  # fmt: skip
 

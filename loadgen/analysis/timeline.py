@@ -65,6 +65,8 @@ class Timeline:
         self.samples = sorted((s for s in samples if s.error is None), key=lambda s: s.t_ns)
         self._ts = [s.t_ns for s in self.samples]
         self._series: dict[str, _Series] = {}
+        # The whole run's median poll gap, once: polled_part is asked for every window.
+        self._typical_gap_ns = median([b - a for a, b in pairwise(self._ts)]) or 0
 
     @property
     def available(self) -> bool:
@@ -172,8 +174,7 @@ class Timeline:
         the window (the part may be empty, lo > hi, where no poll is near it)."""
         if not self._ts:
             return (t1_ns, t0_ns)
-        gaps = [b - a for a, b in pairwise(self._ts)]
-        allowance = max(GAP_POLLS * (median(gaps) or 0), GAP_SHARE * (t1_ns - t0_ns))
+        allowance = max(GAP_POLLS * self._typical_gap_ns, GAP_SHARE * (t1_ns - t0_ns))
         first, last = self._ts[0], self._ts[-1]
         if first <= t0_ns + allowance and last >= t1_ns - allowance:
             return None

@@ -9,7 +9,7 @@ from typing import Any
 
 from loadgen.analysis.calibration import TtftWitness, read_witnesses
 from loadgen.analysis.calibration_fit import FitSummary
-from loadgen.analysis.inputs import damage_json, load_run, read_manifest
+from loadgen.analysis.inputs import load_run, read_manifest, unplanned_records_json
 from loadgen.analysis.stats import median
 from loadgen.analysis.summary_types import RecordTally
 from loadgen.codec import from_json
@@ -115,9 +115,7 @@ def _lost_lines(root: Path) -> list[str]:
     and said nothing (decode-b2 went from 360 samples to 239)."""
     out = []
     for run in read_manifest(root).runs or ():
-        inputs = load_run(root / run["dir"])
-        tally = {"planned": None, "measured": len(inputs.streams), "missing": None}
-        rec = from_json(RecordTally, tally | damage_json(inputs))
+        rec = from_json(RecordTally, unplanned_records_json(load_run(root / run["dir"])))
         out += [f"{line} (point {run['dir']}: fitted on the rest)" for line in lost_lines(rec)]
     return out
 

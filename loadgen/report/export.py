@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.analysis.inputs import is_sweep_dir, load_run
+from loadgen.analysis.inputs import is_sweep_dir
 from loadgen.analysis.load_sweep import LOAD_ROW_FIELDS
-from loadgen.analysis.soak import is_soak
-from loadgen.analysis.summary import MEASURE, analyze
+from loadgen.analysis.summary import MEASURE, analyze_run
 from loadgen.analysis.summary_types import RunSummary, read_run
 from loadgen.analysis.sweep import analyze_sweep
 from loadgen.analysis.sweep_types import SweepSummary, read_sweep
@@ -99,13 +98,11 @@ def export(run_dir: Path, out: Path) -> Exported:
         sweep, arms = analyze_sweep(run_dir)
         s = read_sweep(sweep)
         summaries = {f"arm {name}: ": a.summary for name, a in arms.items()}
-        soak = False
         streams = stream_rows(summaries.values())
         tables = [(STREAMS_CSV, STREAM_COLUMNS, streams),
                   (ARMS_CSV, arm_columns(s), arm_rows(s))]  # fmt: skip
     else:
-        inputs = load_run(run_dir)
-        summaries, soak = {"": analyze(inputs).summary}, is_soak(inputs.manifest)
+        summaries = {"": analyze_run(run_dir).summary}
         tables = [(STREAMS_CSV, STREAM_COLUMNS, stream_rows(summaries.values()))]
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -113,14 +110,12 @@ def export(run_dir: Path, out: Path) -> Exported:
         write_csv(out / name, columns, rows)
         written.append(out / name)
     notes = [f"{arm}{line}" for arm, summary in summaries.items()
-             for line in _notes(read_run(summary), soak)]  # fmt: skip
+             for line in _notes(read_run(summary))]  # fmt: skip
     return Exported(tuple(written), tuple(dict.fromkeys(notes)))
 
 
-def _notes(run: RunSummary, soak: bool) -> list[str]:
-    rec = run.records
-    # A soak's plan is a cap on requests, never all sent: none of it is missing.
-    lost = [] if rec is None else lost_lines(replace(rec, missing=None) if soak else rec)
+def _notes(run: RunSummary) -> list[str]:
+    lost = [] if run.records is None else lost_lines(run.records)
     if run.target.kind != "sim" or run.speed in (None, 1.0):
         return lost
     return [*lost, f"note: times and rates are on the run clock; the sim ran at speed "
